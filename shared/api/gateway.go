@@ -1,0 +1,252 @@
+package api
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"reflect"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/iam"
+	"github.com/bettercompute/control-plane/shared/strictjson"
+)
+
+// MaxBody is the largest accepted raw HTTP body (SPEC §2).
+const MaxBody = 256 << 10
+
+// Call is what a method handler knows of the request beyond its input.
+type Call struct {
+	RequestID string
+	Method    *Method
+	Principal string
+	TenantID  string
+	decider   iam.Decider
+}
+
+// Decide asks Better IAM once for this call's permission and scope with the
+// given attributes. Deny is PERMISSION_DENIED; no decision is UNAVAILABLE.
+func (c *Call) Decide(ctx context.Context, attributes map[string]any) error {
+	d, err := c.decider.Decide(ctx, iam.Request{Principal: c.Principal, Permission: c.Method.Permission,
+		Scope: c.Method.ScopeFor(c.TenantID), TenantID: c.TenantID, Attributes: attributes})
+	if err != nil {
+		return apierr.Dependency("better-iam", err)
+	}
+	if !d.Allow {
+		e := apierr.New(apierr.PermissionDenied, "%s is not allowed %s on %s", c.Principal, c.Method.Permission, c.Method.ScopeFor(c.TenantID))
+		if d.Reason != "" {
+			e = e.With("reason", d.Reason)
+		}
+		return e
+	}
+	return nil
+}
+
+// Endpoint binds a catalog method to the function that serves it.
+type Endpoint struct {
+	Method *Method
+	serve  func(ctx context.Context, call *Call, body []byte) (any, error)
+}
+
+type tenanted interface{ Tenant() string }
+
+// Bind makes an Endpoint from a typed handler; In must be the method's
+// catalog input type (checked at start, so a mismatch cannot ship).
+func Bind[In any](m *Method, fn func(ctx context.Context, call *Call, in *In) (any, error)) Endpoint {
+	if reflect.TypeFor[In]() != m.Input {
+		panic(fmt.Sprintf("api: %s takes %v, handler takes %v", m.Name, m.Input, reflect.TypeFor[In]()))
+	}
+	return Endpoint{Method: m, serve: func(ctx context.Context, call *Call, body []byte) (any, error) {
+		in := new(In)
+		if err := DecodeInput(body, in); err != nil {
+			return nil, err
+		}
+		call.TenantID = any(in).(tenanted).Tenant()
+		if !m.DecideOnDraft {
+			if err := call.Decide(ctx, nil); err != nil {
+				return nil, err
+			}
+		}
+		return fn(ctx, call, in)
+	}}
+}
+
+// NotServed is the endpoint of a catalog method this build does not serve.
+func NotServed(m *Method) Endpoint {
+	return Endpoint{Method: m, serve: func(context.Context, *Call, []byte) (any, error) {
+		return nil, apierr.New(apierr.NotImplemented, "%s (phase %s) is not served by this release", m.Name, m.Phase)
+	}}
+}
+
+// DecodeInput strictly decodes a request body; problems are INVALID_INPUT
+// with details.field as the JSON path.
+func DecodeInput(body []byte, in any) error {
+	if err := strictjson.Decode(body, in, ""); err != nil {
+		if fe, ok := err.(*strictjson.FieldError); ok {
+			return apierr.Invalid(fe.Kind, fe.Field, "%s", fe.Error())
+		}
+		return apierr.Invalid("malformed", "", "%v", err)
+	}
+	return nil
+}
+
+// Gateway adapts API Gateway v2 (HTTP API) events to endpoints: identity,
+// body limits, decoding, authorization, error envelope, one log line.
+type Gateway struct {
+	Decider iam.Decider
+	Logger  *slog.Logger
+	// AllowDevTokens accepts "Authorization: Bearer dev:<principal>". Only the
+	// local gateway sets it; Lambdas behind API Gateway never do.
+	AllowDevTokens bool
+}
+
+// Lambda returns the function lambda.Start wants for one endpoint.
+func (g *Gateway) Lambda(ep Endpoint) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	return func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		return g.Serve(ctx, ep, req), nil
+	}
+}
+
+// Serve handles one request. It never panics and never returns a Go error:
+// every outcome is an HTTP response.
+func (g *Gateway) Serve(ctx context.Context, ep Endpoint, req events.APIGatewayV2HTTPRequest) (resp events.APIGatewayV2HTTPResponse) {
+	start := time.Now()
+	call := &Call{RequestID: req.RequestContext.RequestID, Method: ep.Method, decider: g.Decider}
+	if call.RequestID == "" {
+		call.RequestID = NewRequestID()
+	}
+	var result any
+	var err error
+	defer func() {
+		if p := recover(); p != nil {
+			err = &apierr.Error{Code: apierr.Internal, Message: "internal error",
+				Cause: fmt.Errorf("panic: %v\n%s", p, debug.Stack())}
+		}
+		resp = g.respond(call, result, err)
+		g.log(ctx, call, err, resp.StatusCode, time.Since(start))
+	}()
+	call.Principal, err = g.principal(req)
+	if err != nil {
+		return
+	}
+	body, err := rawBody(req)
+	if err != nil {
+		return
+	}
+	result, err = ep.serve(ctx, call, body)
+	return
+}
+
+func (g *Gateway) principal(req events.APIGatewayV2HTTPRequest) (string, error) {
+	if a := req.RequestContext.Authorizer; a != nil && a.JWT != nil {
+		if sub := a.JWT.Claims["sub"]; sub != "" {
+			return sub, nil
+		}
+	}
+	if g.AllowDevTokens {
+		h := header(req.Headers, "authorization")
+		if p, ok := strings.CutPrefix(h, "Bearer dev:"); ok && strings.TrimSpace(p) != "" {
+			return strings.TrimSpace(p), nil
+		}
+	}
+	return "", apierr.New(apierr.Unauthenticated, "missing or invalid credentials")
+}
+
+func header(h map[string]string, name string) string {
+	if v, ok := h[name]; ok {
+		return v
+	}
+	for k, v := range h {
+		if strings.EqualFold(k, name) {
+			return v
+		}
+	}
+	return ""
+}
+
+func rawBody(req events.APIGatewayV2HTTPRequest) ([]byte, error) {
+	tooLarge := apierr.Invalid("too_large", "", "request body exceeds %d bytes", MaxBody)
+	if !req.IsBase64Encoded {
+		if len(req.Body) > MaxBody {
+			return nil, tooLarge
+		}
+		return []byte(req.Body), nil
+	}
+	if base64.StdEncoding.DecodedLen(len(req.Body)) > MaxBody+2 {
+		return nil, tooLarge
+	}
+	b, err := base64.StdEncoding.DecodeString(req.Body)
+	if err != nil {
+		return nil, apierr.Invalid("malformed", "", "request body is not valid base64")
+	}
+	if len(b) > MaxBody {
+		return nil, tooLarge
+	}
+	return b, nil
+}
+
+type errorBody struct {
+	Error     *apierr.Error `json:"error"`
+	RequestID string        `json:"requestId"`
+}
+
+func (g *Gateway) respond(call *Call, result any, err error) events.APIGatewayV2HTTPResponse {
+	status := 200
+	var body []byte
+	if err != nil {
+		e := apierr.As(err)
+		if e == nil || e.Code == apierr.Internal {
+			e = &apierr.Error{Code: apierr.Internal, Message: "internal error; quote the request id"}
+		}
+		status = apierr.HTTPStatus(e.Code)
+		body, _ = json.Marshal(errorBody{Error: e, RequestID: call.RequestID})
+	} else {
+		var merr error
+		if body, merr = json.Marshal(result); merr != nil {
+			status = 500
+			body, _ = json.Marshal(errorBody{Error: &apierr.Error{Code: apierr.Internal, Message: "internal error; quote the request id"}, RequestID: call.RequestID})
+		}
+	}
+	return events.APIGatewayV2HTTPResponse{StatusCode: status, Body: string(body),
+		Headers: map[string]string{"content-type": "application/json", "x-request-id": call.RequestID}}
+}
+
+func (g *Gateway) log(ctx context.Context, call *Call, err error, status int, latency time.Duration) {
+	logger := g.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	outcome, level := "ok", slog.LevelInfo
+	attrs := []slog.Attr{
+		slog.String("request_id", call.RequestID),
+		slog.String("method", call.Method.Name),
+		slog.String("tenant", call.TenantID),
+		slog.String("principal", call.Principal),
+		slog.Int("status", status),
+		slog.Float64("latency_ms", float64(latency.Microseconds())/1000),
+	}
+	if err != nil {
+		outcome = string(apierr.CodeOf(err))
+		if code := apierr.CodeOf(err); code == apierr.Internal || code == apierr.Unavailable {
+			level = slog.LevelError
+			attrs = append(attrs, slog.String("error", err.Error()))
+		}
+	}
+	attrs = append(attrs, slog.String("outcome", outcome))
+	logger.LogAttrs(ctx, level, "request", attrs...)
+}
+
+// NewRequestID returns a random request id for requests that carry none.
+func NewRequestID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

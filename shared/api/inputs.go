@@ -1,0 +1,118 @@
+package api
+
+import (
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/strictjson"
+)
+
+// Input patterns, registered once and referenced by name from `bc` tags.
+var (
+	TenantIDPattern      = strictjson.RegisterPattern("tenantId", `^[A-Za-z0-9._:-]{1,128}$`)
+	PoolIDPattern        = strictjson.RegisterPattern("poolId", `^[a-z0-9][a-z0-9-]{0,62}$`)
+	ResourcePattern      = strictjson.RegisterPattern("resource", `^[a-z0-9][a-z0-9._-]{0,62}$`)
+	ReservationIDPattern = strictjson.RegisterPattern("reservationId", `^[A-Za-z0-9_-]{1,64}$`)
+)
+
+// Tenant is embedded in every input: the tenant the caller acts as.
+type Tenant struct {
+	TenantID string `json:"tenantId" bc:"required,max=128,pattern=tenantId"`
+}
+
+// Tenant returns the tenant id (lets the gateway read it from any input).
+func (t Tenant) Tenant() string { return t.TenantID }
+
+// Page is embedded in every list input.
+type Page struct {
+	Limit  *int    `json:"limit" bc:"min=1,max=1000"`
+	Cursor *string `json:"cursor" bc:"min=1,max=4096"`
+}
+
+// Releases.
+
+type RegisterReleaseInput struct {
+	Tenant
+	Manifest strictjson.Object `json:"manifest" bc:"required,doc=a DSSE envelope (see below)"`
+}
+
+type ListReleasesInput struct {
+	Tenant
+	Page
+}
+
+// Pools and quotas.
+
+// Resources maps a resource name to its device count.
+type Resources map[string]int
+
+// ValueBounds bounds each device count (strictjson reads it).
+func (Resources) ValueBounds() (int64, int64) { return 1, 4096 }
+
+type CreatePoolInput struct {
+	Tenant
+	PoolID    string    `json:"poolId" bc:"required,pattern=poolId"`
+	Resources Resources `json:"resources" bc:"required,min=1,max=64,pattern=resource"`
+}
+
+type OfferPoolInput struct {
+	Tenant
+	PoolID     string `json:"poolId" bc:"required,pattern=poolId"`
+	ToTenantID string `json:"toTenantId" bc:"required,max=128,pattern=tenantId"`
+	Resource   string `json:"resource" bc:"required,pattern=resource"`
+	Max        int64  `json:"max" bc:"required,min=0,max=1000000"`
+}
+
+type GetPoolInput struct {
+	Tenant
+	PoolID string `json:"poolId" bc:"required,pattern=poolId"`
+}
+
+type ListPoolsInput struct {
+	Tenant
+	Page
+}
+
+type GetQuotaInput struct {
+	Tenant
+	PoolID   string `json:"poolId" bc:"required,pattern=poolId"`
+	Resource string `json:"resource" bc:"required,pattern=resource"`
+}
+
+type ListQuotasInput struct {
+	Tenant
+	PoolID *string `json:"poolId" bc:"pattern=poolId"`
+	Page
+}
+
+// Reservations.
+
+type Window struct {
+	Start *time.Time `json:"start" bc:"doc=defaults to now; at most 5 minutes in the past"`
+	End   time.Time  `json:"end" bc:"required,doc=after start"`
+}
+
+type CreateReservationInput struct {
+	Tenant
+	PoolID      string  `json:"poolId" bc:"required,pattern=poolId"`
+	Resource    string  `json:"resource" bc:"required,pattern=resource"`
+	Count       int     `json:"count" bc:"required,min=1,max=64"`
+	Window      Window  `json:"window" bc:"required"`
+	ClientToken *string `json:"clientToken" bc:"min=1,max=64,doc=idempotency token (per tenant)"`
+}
+
+type GetReservationInput struct {
+	Tenant
+	ReservationID string `json:"reservationId" bc:"required,pattern=reservationId"`
+}
+
+type ListReservationsInput struct {
+	Tenant
+	PoolID *string `json:"poolId" bc:"pattern=poolId"`
+	State  *string `json:"state" bc:"doc=one of the reservation states"`
+	Page
+}
+
+type ReleaseReservationInput struct {
+	Tenant
+	ReservationID string `json:"reservationId" bc:"required,pattern=reservationId"`
+}

@@ -1,0 +1,42 @@
+package dynamo
+
+import (
+	"context"
+	"sync/atomic"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/smithy-go/middleware"
+)
+
+// NewClient returns a DynamoDB client; endpoint overrides the AWS endpoint
+// (the local stack's dynalite) when not empty.
+func NewClient(cfg aws.Config, endpoint string, opts ...func(*dynamodb.Options)) *dynamodb.Client {
+	if endpoint != "" {
+		opts = append([]func(*dynamodb.Options){func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) }}, opts...)
+	}
+	return dynamodb.NewFromConfig(cfg, opts...)
+}
+
+// RoundTrips counts the HTTP requests a client sends (retries included): how
+// the benchmarks and tests prove the round-trip budget of each method.
+type RoundTrips struct{ n atomic.Int64 }
+
+// Count returns the requests sent so far.
+func (r *RoundTrips) Count() int64 { return r.n.Load() }
+
+// Reset sets the count to zero.
+func (r *RoundTrips) Reset() { r.n.Store(0) }
+
+// Option installs the counter on a client.
+func (r *RoundTrips) Option() func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Finalize.Add(middleware.FinalizeMiddlewareFunc("bcRoundTrips",
+				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+					r.n.Add(1)
+					return next.HandleFinalize(ctx, in)
+				}), middleware.After)
+		})
+	}
+}

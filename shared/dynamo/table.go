@@ -1,0 +1,91 @@
+// Package dynamo is the DynamoDB adapter: the single table's definition, the
+// client, and the stores the domain packages use (conditional writes only;
+// no transactions — see docs/architecture.md).
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Attribute and index names of the single table. The local stack creates the
+// table from Definition; the CDK app reads the same constants.
+const (
+	AttrPK    = "pk"  // partition key (S)
+	AttrSK    = "sk"  // sort key (S)
+	AttrLSK   = "lsk" // local sort key of IndexOrdered (S): per-entity order
+	AttrDueSh = "dueShard"
+	AttrDueAt = "dueAt"
+	AttrTTL   = "expiresAt" // epoch seconds; DynamoDB TTL deletes expired items
+
+	// IndexOrdered (LSI on pk, lsk): releases by sequence, reservations by
+	// creation time.
+	IndexOrdered = "ordered"
+	// IndexDue (sparse GSI on dueShard, dueAt): what the reconciler queries.
+	IndexDue = "due"
+	// DueShards is how many partitions the due index spreads over.
+	DueShards = 8
+)
+
+// Definition is the CreateTable input for the table named name.
+func Definition(name string) *dynamodb.CreateTableInput {
+	s := types.ScalarAttributeTypeS
+	return &dynamodb.CreateTableInput{
+		TableName:   aws.String(name),
+		BillingMode: types.BillingModePayPerRequest,
+		AttributeDefinitions: []types.AttributeDefinition{
+			{AttributeName: aws.String(AttrPK), AttributeType: s},
+			{AttributeName: aws.String(AttrSK), AttributeType: s},
+			{AttributeName: aws.String(AttrLSK), AttributeType: s},
+			{AttributeName: aws.String(AttrDueSh), AttributeType: s},
+			{AttributeName: aws.String(AttrDueAt), AttributeType: s},
+		},
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String(AttrSK), KeyType: types.KeyTypeRange},
+		},
+		LocalSecondaryIndexes: []types.LocalSecondaryIndex{{
+			IndexName: aws.String(IndexOrdered),
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String(AttrLSK), KeyType: types.KeyTypeRange},
+			},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+		}},
+		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{{
+			IndexName: aws.String(IndexDue),
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String(AttrDueSh), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String(AttrDueAt), KeyType: types.KeyTypeRange},
+			},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly},
+		}},
+	}
+}
+
+// CreateTable creates the table if it does not exist and waits until it is
+// active. TTL is enabled where the server supports it (dynalite does not:
+// that is reported, not fatal, so local runs work).
+func CreateTable(ctx context.Context, c *dynamodb.Client, name string) (ttlErr error, err error) {
+	_, err = c.CreateTable(ctx, Definition(name))
+	var inUse *types.ResourceInUseException
+	if err != nil && !errors.As(err, &inUse) {
+		return nil, fmt.Errorf("create table %s: %w", name, err)
+	}
+	w := dynamodb.NewTableExistsWaiter(c, func(o *dynamodb.TableExistsWaiterOptions) {
+		o.MinDelay, o.MaxDelay = 50e6, 500e6 // 50ms..500ms
+	})
+	if err := w.Wait(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)}, 60e9); err != nil {
+		return nil, fmt.Errorf("wait for table %s: %w", name, err)
+	}
+	_, ttlErr = c.UpdateTimeToLive(ctx, &dynamodb.UpdateTimeToLiveInput{
+		TableName:               aws.String(name),
+		TimeToLiveSpecification: &types.TimeToLiveSpecification{AttributeName: aws.String(AttrTTL), Enabled: aws.Bool(true)},
+	})
+	return ttlErr, nil
+}
