@@ -29,6 +29,9 @@ type Method struct {
 	// method asks Better IAM once, on the draft it wrote (reservations.create).
 	DecideOnDraft bool
 	Input         reflect.Type
+	// Actions are the AWS actions the method's Lambda may call on the table
+	// (and KMS); the CDK app grants exactly these (least privilege).
+	Actions []string
 }
 
 // Note is a labelled paragraph of a method's reference page.
@@ -88,11 +91,13 @@ var Catalog = []*Method{
 			{"Replay", "Registering a manifest whose version is already recorded with the same sequence returns the stored release (`replayed: true`); the same version with another sequence is `CONFLICT`."},
 			{"Errors", "`INVALID_INPUT` when the manifest does not verify (`details.reason` says why: `malformed`, `payload_type`, `unknown_key`, `bad_signature`, `threshold`, `invalid_field`, `expired`), when its sequence is not above the latest registered one (a rollback of the release channel, `details.reason` is `rollback`), when it lists several binaries for one platform (`duplicate_platform`), or when it lists no Linux binary (`no_linux_binary`)."},
 		},
-		Input: reflect.TypeFor[RegisterReleaseInput]()},
+		Input:   reflect.TypeFor[RegisterReleaseInput](),
+		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "kms:GetPublicKey"}},
 	{Name: "releases.list", Kind: Read, Permission: "compute:fleet:admin", Scope: fleetScope, Module: "rollout",
 		Summary: "Returns every registered release, highest sequence first.",
 		Notes: []Note{{"", "The list is not filtered by tenant: releases belong to the platform. Without `limit` it returns every release."}},
-		Input: reflect.TypeFor[ListReleasesInput]()},
+		Input:   reflect.TypeFor[ListReleasesInput](),
+		Actions: []string{"dynamodb:Query"}},
 	{Name: "pools.create", Kind: Mutation, Permission: "compute:pools:admin", Scope: tenantScope, Module: "capacity",
 		Summary: "Creates a pool owned by the tenant with that many devices of each resource (device ids `<resource>-<n>`, n from 0), and the owner's quota rows with `max` = the device count.",
 		Notes: []Note{

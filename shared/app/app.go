@@ -1,0 +1,228 @@
+package app
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
+
+	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/cursor"
+	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/iam"
+)
+
+// App holds the clients every module shares.
+type App struct {
+	Config  Config
+	AWS     aws.Config
+	DB      *dynamodb.Client
+	KMS     *kms.Client
+	Gateway *api.Gateway
+	Cursors *cursor.Codec
+	Logger  *slog.Logger
+	Now     func() time.Time
+}
+
+// Option adjusts an App before its modules are built (tests, the local gateway).
+type Option func(*options)
+
+type options struct {
+	devTokens bool
+	dynamoOpt []func(*dynamodb.Options)
+	decider   iam.Decider
+	now       func() time.Time
+	logger    *slog.Logger
+}
+
+// WithDevTokens lets the gateway accept "Bearer dev:<principal>" (local only).
+func WithDevTokens() Option { return func(o *options) { o.devTokens = true } }
+
+// WithDynamoOptions adds DynamoDB client options (e.g. a RoundTrips counter).
+func WithDynamoOptions(f ...func(*dynamodb.Options)) Option {
+	return func(o *options) { o.dynamoOpt = append(o.dynamoOpt, f...) }
+}
+
+// WithDecider replaces the configured Better IAM backend.
+func WithDecider(d iam.Decider) Option { return func(o *options) { o.decider = d } }
+
+// WithClock replaces time.Now (tests move time without sleeping).
+func WithClock(now func() time.Time) Option { return func(o *options) { o.now = now } }
+
+// WithLogger replaces the JSON logger on stderr.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// FromEnv builds an App from BC_* variables.
+func FromEnv(ctx context.Context, opts ...Option) (*App, error) {
+	cfg, err := ConfigFromEnv()
+	if err != nil {
+		return nil, err
+	}
+	return New(ctx, cfg, opts...)
+}
+
+// MustFromEnv is FromEnv for mains: a bad configuration stops the process.
+func MustFromEnv(ctx context.Context, opts ...Option) *App {
+	a, err := FromEnv(ctx, opts...)
+	if err != nil {
+		slog.Error("configuration", "error", err.Error())
+		os.Exit(1)
+	}
+	return a
+}
+
+// New builds an App from cfg.
+func New(ctx context.Context, cfg Config, opts ...Option) (*App, error) {
+	var o options
+	for _, f := range opts {
+		f(&o)
+	}
+	logger := o.logger
+	if logger == nil {
+		logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: parseLevel(cfg.LogLevel)}))
+	}
+	loadOpts := []func(*awsconfig.LoadOptions) error{awsconfig.WithRegion(cfg.Region)}
+	if (cfg.DynamoEndpoint != "" || cfg.KMSEndpoint != "") && os.Getenv("AWS_ACCESS_KEY_ID") == "" {
+		// Local servers accept any credentials; never reach for a real profile.
+		loadOpts = append(loadOpts, awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("local", "local", "")))
+	}
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, loadOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("aws config: %w", err)
+	}
+	decider := o.decider
+	if decider == nil {
+		if decider, err = newDecider(cfg); err != nil {
+			return nil, err
+		}
+	}
+	key := []byte(cfg.CursorKey)
+	if len(key) == 0 {
+		// Cross-tenant safety never rests on this key (every query is bound to
+		// the caller's partition); it only makes tampering detectable.
+		sum := sha256.Sum256([]byte("bc-cursor:" + cfg.Table))
+		key = sum[:]
+		logger.Warn("BC_CURSOR_KEY is not set; cursors are keyed by the table name")
+	}
+	now := o.now
+	if now == nil {
+		now = time.Now
+	}
+	a := &App{
+		Config:  cfg,
+		AWS:     awsCfg,
+		DB:      dynamo.NewClient(awsCfg, cfg.DynamoEndpoint, o.dynamoOpt...),
+		Gateway: &api.Gateway{Decider: decider, Logger: logger, AllowDevTokens: o.devTokens},
+		Cursors: cursor.New(key),
+		Logger:  logger,
+		Now:     now,
+	}
+	a.KMS = kms.NewFromConfig(awsCfg, func(ko *kms.Options) {
+		if cfg.KMSEndpoint != "" {
+			ko.BaseEndpoint = aws.String(cfg.KMSEndpoint)
+		}
+	})
+	return a, nil
+}
+
+func newDecider(cfg Config) (iam.Decider, error) {
+	switch {
+	case cfg.IAMURL != "" && cfg.PolicyFile != "":
+		return nil, fmt.Errorf("set one of BC_IAM_URL and BC_POLICY_FILE, not both")
+	case cfg.IAMURL != "":
+		return iam.NewClient(cfg.IAMURL), nil
+	case cfg.PolicyFile != "":
+		return iam.LoadPolicy(cfg.PolicyFile)
+	}
+	return nil, fmt.Errorf("no Better IAM configured: set BC_IAM_URL or BC_POLICY_FILE")
+}
+
+func parseLevel(s string) slog.Level {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(s)); err != nil {
+		return slog.LevelInfo
+	}
+	return l
+}
+
+// module builds the endpoints of one catalog module.
+type module func(ctx context.Context, a *App) ([]api.Endpoint, error)
+
+// modules maps a catalog Module to its builder; a module missing here is
+// answered NOT_IMPLEMENTED from the catalog.
+var modules = map[string]module{}
+
+// Endpoints builds every catalog method's endpoint, in catalog order.
+func (a *App) Endpoints(ctx context.Context) ([]api.Endpoint, error) {
+	built := map[string]api.Endpoint{}
+	for name, build := range modules {
+		eps, err := build(ctx, a)
+		if err != nil {
+			return nil, fmt.Errorf("module %s: %w", name, err)
+		}
+		for _, ep := range eps {
+			built[ep.Method.Name] = ep
+		}
+	}
+	out := make([]api.Endpoint, 0, len(api.Catalog))
+	for _, m := range api.Catalog {
+		ep, ok := built[m.Name]
+		if !ok {
+			ep = api.NotServed(m)
+		}
+		out = append(out, ep)
+	}
+	return out, nil
+}
+
+// Endpoint builds only the module that serves method name (one Lambda).
+func (a *App) Endpoint(ctx context.Context, name string) (api.Endpoint, error) {
+	m := api.Lookup(name)
+	if m == nil {
+		return api.Endpoint{}, fmt.Errorf("no method %q in the catalog", name)
+	}
+	build, ok := modules[m.Module]
+	if !ok {
+		return api.NotServed(m), nil
+	}
+	eps, err := build(ctx, a)
+	if err != nil {
+		return api.Endpoint{}, err
+	}
+	for _, ep := range eps {
+		if ep.Method == m {
+			return ep, nil
+		}
+	}
+	return api.NotServed(m), nil
+}
+
+// MustEndpoint is Endpoint for mains.
+func (a *App) MustEndpoint(ctx context.Context, name string) api.Endpoint {
+	ep, err := a.Endpoint(ctx, name)
+	if err != nil {
+		a.Logger.Error("start", "method", name, "error", err.Error())
+		os.Exit(1)
+	}
+	return ep
+}
+
+// Reconcile runs one reconciler pass (capacity.reservations). Until the
+// capacity module registers one it does nothing.
+func (a *App) Reconcile(ctx context.Context) error {
+	if reconcile == nil {
+		return nil
+	}
+	return reconcile(ctx, a)
+}
+
+// reconcile is set by the capacity module's wiring.
+var reconcile func(ctx context.Context, a *App) error

@@ -1,0 +1,72 @@
+// Package app wires the control plane from its configuration: AWS clients,
+// the Better IAM decider, the domain services and their API endpoints. The
+// Lambda mains and the local gateway build the very same endpoints here.
+package app
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config is everything the control plane reads from its environment (BC_*).
+type Config struct {
+	Table          string // BC_TABLE
+	Region         string // AWS_REGION
+	DynamoEndpoint string // BC_DYNAMODB_ENDPOINT: a local DynamoDB API (dynalite)
+	KMSEndpoint    string // BC_KMS_ENDPOINT: a local KMS API (local-kms)
+
+	PolicyFile string // BC_POLICY_FILE: embedded Better IAM policy
+	IAMURL     string // BC_IAM_URL: remote Better IAM
+
+	PinsFile         string   // BC_RELEASE_PINS_FILE: PEM bundle of release public keys
+	Pins             string   // BC_RELEASE_PINS: the same, inline
+	ReleaseKMSKeys   []string // BC_RELEASE_KMS_KEYS: comma-separated KMS key ids pinned too
+	ReleaseThreshold int      // BC_RELEASE_THRESHOLD (default 1)
+
+	CursorKey string // BC_CURSOR_KEY: HMAC key for pagination cursors
+
+	ReconcileInterval time.Duration // BC_RECONCILE_INTERVAL (local gateway; default 5s)
+	LogLevel          string        // BC_LOG_LEVEL: debug, info (default), warn, error
+}
+
+// ConfigFromEnv reads Config; a malformed value is an error at start.
+func ConfigFromEnv() (Config, error) {
+	c := Config{
+		Table:          envOr("BC_TABLE", "better-compute"),
+		Region:         envOr("AWS_REGION", os.Getenv("AWS_DEFAULT_REGION")),
+		DynamoEndpoint: os.Getenv("BC_DYNAMODB_ENDPOINT"),
+		KMSEndpoint:    os.Getenv("BC_KMS_ENDPOINT"),
+		PolicyFile:     os.Getenv("BC_POLICY_FILE"),
+		IAMURL:         os.Getenv("BC_IAM_URL"),
+		PinsFile:       os.Getenv("BC_RELEASE_PINS_FILE"),
+		Pins:           os.Getenv("BC_RELEASE_PINS"),
+		CursorKey:      os.Getenv("BC_CURSOR_KEY"),
+		LogLevel:       envOr("BC_LOG_LEVEL", "info"),
+	}
+	for _, k := range strings.Split(os.Getenv("BC_RELEASE_KMS_KEYS"), ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			c.ReleaseKMSKeys = append(c.ReleaseKMSKeys, k)
+		}
+	}
+	var err error
+	if c.ReleaseThreshold, err = strconv.Atoi(envOr("BC_RELEASE_THRESHOLD", "1")); err != nil || c.ReleaseThreshold < 1 {
+		return c, fmt.Errorf("BC_RELEASE_THRESHOLD must be an integer ≥ 1, got %q", os.Getenv("BC_RELEASE_THRESHOLD"))
+	}
+	if c.ReconcileInterval, err = time.ParseDuration(envOr("BC_RECONCILE_INTERVAL", "5s")); err != nil || c.ReconcileInterval <= 0 {
+		return c, fmt.Errorf("BC_RECONCILE_INTERVAL must be a positive Go duration, got %q", os.Getenv("BC_RECONCILE_INTERVAL"))
+	}
+	if c.Region == "" {
+		c.Region = "us-east-1"
+	}
+	return c, nil
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}
