@@ -30,7 +30,14 @@ type App struct {
 	Cursors *cursor.Codec
 	Logger  *slog.Logger
 	Now     func() time.Time
+
+	// only names the one method a Lambda serves ("" for all): modules skip
+	// start-up work (like fetching KMS pins) that method does not need.
+	only string
 }
+
+// serves reports whether this process serves method name.
+func (a *App) serves(name string) bool { return a.only == "" || a.only == name }
 
 // Option adjusts an App before its modules are built (tests, the local gateway).
 type Option func(*options)
@@ -193,6 +200,7 @@ func (a *App) Endpoint(ctx context.Context, name string) (api.Endpoint, error) {
 	if !ok {
 		return api.NotServed(m), nil
 	}
+	a.only = name
 	eps, err := build(ctx, a)
 	if err != nil {
 		return api.Endpoint{}, err

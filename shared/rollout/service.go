@@ -1,0 +1,90 @@
+package rollout
+
+import (
+	"context"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/cursor"
+)
+
+// Store records releases. Implementations enforce the channel ordering with
+// conditional writes (SPEC §5 "Release ordering").
+type Store interface {
+	// Register records r unless its version exists. It answers the stored
+	// release and replayed=true when the version is recorded with the same
+	// sequence; CONFLICT when it is recorded with another sequence;
+	// INVALID_INPUT (reason rollback) when r.Sequence is not above the head.
+	Register(ctx context.Context, r Release) (stored Release, replayed bool, err error)
+	// List returns up to limit releases (limit ≤ 0: all), highest sequence
+	// first, starting after the key `after`; next is the key to continue from.
+	List(ctx context.Context, limit int, after map[string]string) (rs []Release, next map[string]string, err error)
+}
+
+// Cursors makes pagination cursors bound to a query.
+type Cursors interface {
+	Encode(binding string, last map[string]string) string
+	Decode(token, binding string) (map[string]string, error)
+}
+
+// Service is the rollout module.
+type Service struct {
+	Store   Store
+	Pins    *Pins // nil: registration is not configured (UNAVAILABLE)
+	Cursors Cursors
+	Now     func() time.Time
+}
+
+// Register verifies manifest (a DSSE envelope) and records the release.
+func (s *Service) Register(ctx context.Context, manifest []byte, by Audit) (Release, bool, error) {
+	if s.Pins == nil {
+		return Release{}, false, apierr.New(apierr.Unavailable, "no release pins are configured")
+	}
+	now := s.Now().UTC()
+	v, err := s.Pins.Verify(manifest, now)
+	if err != nil {
+		return Release{}, false, err
+	}
+	st := v.Statement
+	r := Release{
+		Version:        st.Version,
+		Sequence:       st.Sequence,
+		Binaries:       st.Binaries,
+		ManifestDigest: v.Digest,
+		Signers:        v.Signers,
+		RegisteredAt:   now.Truncate(time.Millisecond),
+		RegisteredBy:   by,
+	}
+	if st.Expires != nil {
+		e := st.Expires.UTC()
+		r.Expires = &e
+	}
+	return s.Store.Register(ctx, r)
+}
+
+// Page is one page of a list.
+type Page struct {
+	Limit  int    // 0: everything (releases.list without limit)
+	Cursor string // "" for the first page
+}
+
+// List returns releases, highest sequence first. The cursor is bound to the
+// method and the tenant that asked (releases themselves are not per tenant).
+func (s *Service) List(ctx context.Context, tenantID string, p Page) ([]Release, string, error) {
+	binding := cursor.Binding("releases.list", tenantID)
+	var after map[string]string
+	if p.Cursor != "" {
+		var err error
+		if after, err = s.Cursors.Decode(p.Cursor, binding); err != nil {
+			return nil, "", err
+		}
+	}
+	rs, next, err := s.Store.List(ctx, p.Limit, after)
+	if err != nil {
+		return nil, "", err
+	}
+	if rs == nil {
+		rs = []Release{}
+	}
+	return rs, s.Cursors.Encode(binding, next), nil
+}
