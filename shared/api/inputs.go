@@ -32,7 +32,7 @@ type Page struct {
 
 type RegisterReleaseInput struct {
 	Tenant
-	Manifest strictjson.Object `json:"manifest" bc:"required,doc=a DSSE envelope (see below)"`
+	Manifest strictjson.Object `json:"manifest" bc:"required,doc=a DSSE envelope (see Manifest)"`
 }
 
 type ListReleasesInput struct {

@@ -234,3 +234,9 @@ func (a *App) Reconcile(ctx context.Context) error {
 
 // reconcile is set by the capacity module's wiring.
 var reconcile func(ctx context.Context, a *App) error
+
+// Served reports whether this build serves method m (its module is wired).
+func Served(m *api.Method) bool {
+	_, ok := modules[m.Module]
+	return ok
+}

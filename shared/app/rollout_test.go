@@ -1,0 +1,289 @@
+package app_test
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
+	kmstypes "github.com/aws/aws-sdk-go-v2/service/kms/types"
+
+	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/devstack"
+	"github.com/bettercompute/control-plane/shared/iam"
+	"github.com/bettercompute/control-plane/shared/kmssign"
+	"github.com/bettercompute/control-plane/shared/rollout"
+)
+
+func TestMain(m *testing.M) { devstack.Main(m) }
+
+var testPolicy = &iam.Policy{Grants: []iam.Grant{
+	{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}},
+	{Principal: "alice", Permissions: []string{"compute:reservations:*"}, Scopes: []string{"tenant:acme"}},
+}}
+
+// harness is an App on a fresh table of the shared local stack.
+type harness struct {
+	t   *testing.T
+	app *app.App
+	eps map[string]api.Endpoint
+}
+
+func newHarness(t *testing.T, cfg func(*app.Config)) (*harness, error) {
+	t.Helper()
+	s := devstack.Shared(t)
+	c := app.Config{Table: devstack.NewTable(t, s), Region: s.Region, DynamoEndpoint: s.DynamoEndpoint,
+		KMSEndpoint: s.KMSEndpoint, ReleaseThreshold: 1, CursorKey: "test-key"}
+	if cfg != nil {
+		cfg(&c)
+	}
+	a, err := app.New(context.Background(), c, app.WithDecider(testPolicy),
+		app.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))))
+	if err != nil {
+		return nil, err
+	}
+	eps, err := a.Endpoints(context.Background())
+	if err != nil {
+		return nil, err
+	}
+	h := &harness{t: t, app: a, eps: map[string]api.Endpoint{}}
+	for _, ep := range eps {
+		h.eps[ep.Method.Name] = ep
+	}
+	return h, nil
+}
+
+type answer struct {
+	Status int
+	Body   map[string]any
+	Raw    string
+}
+
+func (h *harness) call(principal, method string, body any) answer {
+	h.t.Helper()
+	b, err := json.Marshal(body)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	req := events.APIGatewayV2HTTPRequest{Body: string(b)}
+	req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+		JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"sub": principal}}}
+	resp := h.app.Gateway.Serve(context.Background(), h.eps[method], req)
+	var out map[string]any
+	if err := json.Unmarshal([]byte(resp.Body), &out); err != nil {
+		h.t.Fatalf("%s: body is not JSON: %q", method, resp.Body)
+	}
+	return answer{Status: resp.StatusCode, Body: out, Raw: resp.Body}
+}
+
+func (a answer) errCode() string {
+	e, _ := a.Body["error"].(map[string]any)
+	s, _ := e["code"].(string)
+	return s
+}
+
+func (a answer) detail(k string) any {
+	e, _ := a.Body["error"].(map[string]any)
+	d, _ := e["details"].(map[string]any)
+	return d[k]
+}
+
+func writePins(t *testing.T, keys ...crypto.Signer) string {
+	t.Helper()
+	var pem bytes.Buffer
+	for _, k := range keys {
+		p, err := rollout.MarshalPublicKeyPEM(k.Public())
+		if err != nil {
+			t.Fatal(err)
+		}
+		pem.Write(p)
+	}
+	path := filepath.Join(t.TempDir(), "pins.pem")
+	if err := os.WriteFile(path, pem.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+func statement(version string, seq int64) []byte {
+	return []byte(fmt.Sprintf(`{"version":%q,"sequence":%d,"binaries":[`+
+		`{"platform":"linux/amd64","url":"https://dl.example.com/bcd-%[1]s-amd64","sha256":"%064x","size":1048576},`+
+		`{"platform":"linux/arm64","url":"https://dl.example.com/bcd-%[1]s-arm64","sha256":"%064x","size":1048577}]}`,
+		version, seq, seq, seq+1))
+}
+
+func manifest(t *testing.T, payload []byte, signers ...crypto.Signer) json.RawMessage {
+	t.Helper()
+	env, err := rollout.SignEnvelope(payload, signers...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return env
+}
+
+func newKey(t *testing.T) crypto.Signer {
+	t.Helper()
+	k, err := rollout.GenerateKey("ecdsa-p256")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestReleasesEndToEnd(t *testing.T) {
+	key := newKey(t)
+	h, err := newHarness(t, func(c *app.Config) { c.PinsFile = writePins(t, key) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := manifest(t, statement("1.4.0", 7), key)
+	reg := map[string]any{"tenantId": "platform", "manifest": m}
+
+	a := h.call("admin", "releases.register", reg)
+	if a.Status != 200 || a.Body["replayed"] != false {
+		t.Fatalf("register: %d %s", a.Status, a.Raw)
+	}
+	rel := a.Body["release"].(map[string]any)
+	keyID, _ := rollout.KeyID(key.Public())
+	if rel["version"] != "1.4.0" || rel["sequence"] != 7.0 || !strings.HasPrefix(rel["manifestDigest"].(string), "sha256:") ||
+		fmt.Sprint(rel["signers"]) != fmt.Sprint([]any{keyID}) || len(rel["binaries"].([]any)) != 2 {
+		t.Fatalf("release: %s", a.Raw)
+	}
+	if by := rel["registeredBy"].(map[string]any); by["tenantId"] != "platform" || by["principal"] != "admin" {
+		t.Fatalf("registeredBy: %v", by)
+	}
+
+	if a = h.call("admin", "releases.register", reg); a.Status != 200 || a.Body["replayed"] != true {
+		t.Fatalf("replay: %d %s", a.Status, a.Raw)
+	}
+	if a = h.call("alice", "releases.register", reg); a.Status != 403 || a.errCode() != "PERMISSION_DENIED" {
+		t.Fatalf("alice: %d %s", a.Status, a.Raw)
+	}
+	conflict := map[string]any{"tenantId": "platform", "manifest": manifest(t, statement("1.4.0", 8), key)}
+	if a = h.call("admin", "releases.register", conflict); a.Status != 409 || a.errCode() != "CONFLICT" {
+		t.Fatalf("conflict: %d %s", a.Status, a.Raw)
+	}
+	rollback := map[string]any{"tenantId": "platform", "manifest": manifest(t, statement("1.3.9", 6), key)}
+	if a = h.call("admin", "releases.register", rollback); a.Status != 400 || a.detail("reason") != "rollback" {
+		t.Fatalf("rollback: %d %s", a.Status, a.Raw)
+	}
+	unpinned := map[string]any{"tenantId": "platform", "manifest": manifest(t, statement("1.5.0", 9), newKey(t))}
+	if a = h.call("admin", "releases.register", unpinned); a.Status != 400 || a.detail("reason") != "unknown_key" {
+		t.Fatalf("unpinned: %d %s", a.Status, a.Raw)
+	}
+	// Nothing refused above was recorded.
+	a = h.call("admin", "releases.list", map[string]any{"tenantId": "platform"})
+	if a.Status != 200 || len(a.Body["releases"].([]any)) != 1 {
+		t.Fatalf("list: %d %s", a.Status, a.Raw)
+	}
+}
+
+func TestReleasesListCursors(t *testing.T) {
+	key := newKey(t)
+	h, err := newHarness(t, func(c *app.Config) { c.PinsFile = writePins(t, key) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 5; i++ {
+		a := h.call("admin", "releases.register", map[string]any{"tenantId": "platform",
+			"manifest": manifest(t, statement(fmt.Sprintf("2.%d.0", i), int64(i)), key)})
+		if a.Status != 200 {
+			t.Fatalf("register %d: %s", i, a.Raw)
+		}
+	}
+	var versions []any
+	cursor := ""
+	for pages := 0; ; pages++ {
+		in := map[string]any{"tenantId": "platform", "limit": 2}
+		if cursor != "" {
+			in["cursor"] = cursor
+		}
+		a := h.call("admin", "releases.list", in)
+		if a.Status != 200 || pages > 3 {
+			t.Fatalf("page %d: %s", pages, a.Raw)
+		}
+		for _, r := range a.Body["releases"].([]any) {
+			versions = append(versions, r.(map[string]any)["version"])
+		}
+		next, _ := a.Body["nextCursor"].(string)
+		if next == "" {
+			break
+		}
+		cursor = next
+		if pages == 0 {
+			// The first page's cursor, forged or replayed elsewhere, is refused.
+			forged := []map[string]any{
+				{"tenantId": "platform", "cursor": next[:len(next)-2] + "AA"},
+				{"tenantId": "platform", "cursor": "e30." + strings.SplitN(next, ".", 2)[1]},
+				{"tenantId": "other-tenant", "cursor": next},
+			}
+			for _, f := range forged {
+				if a := h.call("admin", "releases.list", f); a.Status != 400 || a.detail("field") != "cursor" {
+					t.Errorf("forged cursor %v: %d %s", f, a.Status, a.Raw)
+				}
+			}
+		}
+	}
+	if fmt.Sprint(versions) != "[2.5.0 2.4.0 2.3.0 2.2.0 2.1.0]" {
+		t.Fatalf("versions %v", versions)
+	}
+}
+
+// A release signed through KMS (local-kms) verifies under a KMS-pinned key
+// whose public key the rollout module fetched at start.
+func TestReleaseSignedWithKMSPinnedKey(t *testing.T) {
+	s := devstack.Shared(t)
+	ctx := context.Background()
+	client := s.KMS()
+	created, err := client.CreateKey(ctx, &kms.CreateKeyInput{KeySpec: kmstypes.KeySpecEccNistP256, KeyUsage: kmstypes.KeyUsageTypeSignVerify})
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyID := aws.ToString(created.KeyMetadata.KeyId)
+	h, err := newHarness(t, func(c *app.Config) { c.ReleaseKMSKeys = []string{keyID} })
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := kmssign.NewSigner(ctx, client, keyID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := h.call("admin", "releases.register", map[string]any{"tenantId": "platform", "manifest": manifest(t, statement("3.0.0", 1), signer)})
+	if a.Status != 200 {
+		t.Fatalf("register: %s", a.Raw)
+	}
+	want, _ := rollout.KeyID(signer.Public())
+	if got := a.Body["release"].(map[string]any)["signers"]; fmt.Sprint(got) != fmt.Sprint([]any{want}) {
+		t.Fatalf("signers %v, want [%s]", got, want)
+	}
+}
+
+func TestReleaseConfigurationFailsAtStart(t *testing.T) {
+	key := newKey(t)
+	cases := map[string]func(*app.Config){
+		"no pins":               func(c *app.Config) {},
+		"threshold above pins":  func(c *app.Config) { c.PinsFile = writePins(t, key); c.ReleaseThreshold = 2 },
+		"same key twice is one": func(c *app.Config) { c.PinsFile = writePins(t, key, key); c.ReleaseThreshold = 2 },
+		"unreadable pins file":  func(c *app.Config) { c.PinsFile = filepath.Join(t.TempDir(), "missing.pem") },
+		"not PEM":               func(c *app.Config) { c.Pins = "not a key" },
+		"unknown KMS key":       func(c *app.Config) { c.ReleaseKMSKeys = []string{"00000000-0000-0000-0000-000000000000"} },
+	}
+	for name, cfg := range cases {
+		t.Run(name, func(t *testing.T) {
+			if _, err := newHarness(t, cfg); err == nil {
+				t.Fatal("start succeeded, want a configuration error")
+			}
+		})
+	}
+}
