@@ -56,7 +56,7 @@ type Endpoint struct {
 	serve  func(ctx context.Context, call *Call, body []byte) (any, error)
 }
 
-type tenanted interface{ Tenant() string }
+type tenanted interface{ ActingTenant() string }
 
 // Bind makes an Endpoint from a typed handler; In must be the method's
 // catalog input type (checked at start, so a mismatch cannot ship).
@@ -64,12 +64,15 @@ func Bind[In any](m *Method, fn func(ctx context.Context, call *Call, in *In) (a
 	if reflect.TypeFor[In]() != m.Input {
 		panic(fmt.Sprintf("api: %s takes %v, handler takes %v", m.Name, m.Input, reflect.TypeFor[In]()))
 	}
+	if _, ok := any(new(In)).(tenanted); !ok {
+		panic(fmt.Sprintf("api: %s input %v does not embed api.Tenant", m.Name, m.Input))
+	}
 	return Endpoint{Method: m, serve: func(ctx context.Context, call *Call, body []byte) (any, error) {
 		in := new(In)
 		if err := DecodeInput(body, in); err != nil {
 			return nil, err
 		}
-		call.TenantID = any(in).(tenanted).Tenant()
+		call.TenantID = any(in).(tenanted).ActingTenant()
 		if !m.DecideOnDraft {
 			if err := call.Decide(ctx, nil); err != nil {
 				return nil, err

@@ -19,8 +19,8 @@ type Tenant struct {
 	TenantID string `json:"tenantId" bc:"required,max=128,pattern=tenantId"`
 }
 
-// Tenant returns the tenant id (lets the gateway read it from any input).
-func (t Tenant) Tenant() string { return t.TenantID }
+// ActingTenant returns the tenant id (lets the gateway read it from any input).
+func (t Tenant) ActingTenant() string { return t.TenantID }
 
 // Page is embedded in every list input.
 type Page struct {

@@ -6,7 +6,6 @@ import (
 	"crypto"
 	"encoding/json"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -49,7 +48,7 @@ func newHarness(t *testing.T, cfg func(*app.Config)) (*harness, error) {
 		cfg(&c)
 	}
 	a, err := app.New(context.Background(), c, app.WithDecider(testPolicy),
-		app.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))))
+		app.WithLogger(slog.New(slog.NewJSONHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 	if err != nil {
 		return nil, err
 	}
@@ -287,3 +286,8 @@ func TestReleaseConfigurationFailsAtStart(t *testing.T) {
 		})
 	}
 }
+
+// testLog shows warnings and errors in the failing test's output.
+type testLog struct{ t *testing.T }
+
+func (w testLog) Write(p []byte) (int, error) { w.t.Log(string(bytes.TrimSpace(p))); return len(p), nil }
