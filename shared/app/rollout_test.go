@@ -290,4 +290,7 @@ func TestReleaseConfigurationFailsAtStart(t *testing.T) {
 // testLog shows warnings and errors in the failing test's output.
 type testLog struct{ t *testing.T }
 
-func (w testLog) Write(p []byte) (int, error) { w.t.Log(string(bytes.TrimSpace(p))); return len(p), nil }
+func (w testLog) Write(p []byte) (int, error) {
+	w.t.Log(string(bytes.TrimSpace(p)))
+	return len(p), nil
+}
