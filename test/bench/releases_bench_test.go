@@ -1,0 +1,132 @@
+// Package bench measures the API through the local gateway over real HTTP,
+// against the real local servers (make bench). Latency percentiles and
+// DynamoDB round trips per call are reported as benchmark metrics.
+package bench
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/devstack"
+	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/iam"
+	"github.com/bettercompute/control-plane/shared/localgw"
+	"github.com/bettercompute/control-plane/shared/rollout"
+)
+
+func TestMain(m *testing.M) { devstack.Main(m) }
+
+// server is the full app behind the local gateway on an httptest server.
+type server struct {
+	URL string
+	RT  *dynamo.RoundTrips
+	Key crypto.Signer
+}
+
+func newServer(b *testing.B) *server {
+	b.Helper()
+	s := devstack.Shared(b)
+	key, err := rollout.GenerateKey(rollout.AlgECDSAP256)
+	if err != nil {
+		b.Fatal(err)
+	}
+	pem, _ := rollout.MarshalPublicKeyPEM(key.Public())
+	pins := filepath.Join(b.TempDir(), "pins.pem")
+	if err := os.WriteFile(pins, pem, 0o600); err != nil {
+		b.Fatal(err)
+	}
+	rt := &dynamo.RoundTrips{}
+	cfg := app.Config{Table: devstack.NewTable(b, s), Region: s.Region, DynamoEndpoint: s.DynamoEndpoint,
+		KMSEndpoint: s.KMSEndpoint, PinsFile: pins, ReleaseThreshold: 1, CursorKey: "bench"}
+	a, err := app.New(context.Background(), cfg, app.WithDevTokens(), app.WithDynamoOptions(rt.Option()),
+		app.WithDecider(&iam.Policy{Grants: []iam.Grant{{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}}}}),
+		app.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))))
+	if err != nil {
+		b.Fatal(err)
+	}
+	eps, err := a.Endpoints(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	ts := httptest.NewServer(localgw.Handler(a.Gateway, eps))
+	b.Cleanup(ts.Close)
+	return &server{URL: ts.URL, RT: rt, Key: key}
+}
+
+func (s *server) post(b *testing.B, method string, body []byte) time.Duration {
+	start := time.Now()
+	req, _ := http.NewRequest(http.MethodPost, s.URL+"/api/compute/"+method, bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer dev:admin")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	data, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		b.Fatalf("%s: %d %s", method, resp.StatusCode, data)
+	}
+	return time.Since(start)
+}
+
+func (s *server) manifest(b *testing.B, seq int) []byte {
+	st := fmt.Sprintf(`{"version":"1.0.%d","sequence":%d,"binaries":[{"platform":"linux/amd64","url":"https://dl.example.com/bcd","sha256":"%064x","size":1}]}`, seq, seq, seq)
+	env, err := rollout.SignEnvelope([]byte(st), s.Key)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return []byte(fmt.Sprintf(`{"tenantId":"platform","manifest":%s}`, env))
+}
+
+// report adds latency percentiles and round trips per call.
+func report(b *testing.B, lat []time.Duration, roundTrips int64) {
+	slices.Sort(lat)
+	pct := func(p float64) float64 { return float64(lat[int(p*float64(len(lat)-1))].Microseconds()) / 1000 }
+	b.ReportMetric(pct(0.5), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(float64(roundTrips)/float64(len(lat)), "ddb-calls/op")
+}
+
+func BenchmarkReleasesRegister(b *testing.B) {
+	s := newServer(b)
+	bodies := make([][]byte, b.N)
+	for i := range bodies {
+		bodies[i] = s.manifest(b, i+1)
+	}
+	lat := make([]time.Duration, 0, b.N)
+	s.RT.Reset()
+	b.ResetTimer()
+	for i := range b.N {
+		lat = append(lat, s.post(b, "releases/register", bodies[i]))
+	}
+	b.StopTimer()
+	report(b, lat, s.RT.Count())
+}
+
+func BenchmarkReleasesListPage(b *testing.B) {
+	s := newServer(b)
+	for i := 1; i <= 150; i++ {
+		s.post(b, "releases/register", s.manifest(b, i))
+	}
+	body := []byte(`{"tenantId":"platform","limit":100}`)
+	lat := make([]time.Duration, 0, b.N)
+	s.RT.Reset()
+	b.ResetTimer()
+	for range b.N {
+		lat = append(lat, s.post(b, "releases/list", body))
+	}
+	b.StopTimer()
+	report(b, lat, s.RT.Count())
+}
