@@ -133,7 +133,14 @@ func (g *Gateway) Serve(ctx context.Context, ep Endpoint, req events.APIGatewayV
 			err = &apierr.Error{Code: apierr.Internal, Message: "internal error",
 				Cause: fmt.Errorf("panic: %v\n%s", p, debug.Stack())}
 		}
-		resp = g.respond(call, result, err)
+		var body []byte
+		if err == nil {
+			var merr error
+			if body, merr = json.Marshal(result); merr != nil {
+				err = &apierr.Error{Code: apierr.Internal, Message: "internal error", Cause: fmt.Errorf("encode result: %w", merr)}
+			}
+		}
+		resp = g.respond(call, body, err)
 		g.log(ctx, call, err, resp.StatusCode, time.Since(start))
 	}()
 	call.Principal, err = g.principal(req)
@@ -201,22 +208,21 @@ type errorBody struct {
 	RequestID string        `json:"requestId"`
 }
 
-func (g *Gateway) respond(call *Call, result any, err error) events.APIGatewayV2HTTPResponse {
+// respond builds the HTTP answer: body is the encoded result when err is nil.
+func (g *Gateway) respond(call *Call, body []byte, err error) events.APIGatewayV2HTTPResponse {
 	status := 200
-	var body []byte
 	if err != nil {
 		e := apierr.As(err)
 		if e == nil || e.Code == apierr.Internal {
 			e = &apierr.Error{Code: apierr.Internal, Message: "internal error; quote the request id"}
 		}
+		if e.Details == nil {
+			c := *e
+			c.Details = map[string]any{}
+			e = &c
+		}
 		status = apierr.HTTPStatus(e.Code)
 		body, _ = json.Marshal(errorBody{Error: e, RequestID: call.RequestID})
-	} else {
-		var merr error
-		if body, merr = json.Marshal(result); merr != nil {
-			status = 500
-			body, _ = json.Marshal(errorBody{Error: &apierr.Error{Code: apierr.Internal, Message: "internal error; quote the request id"}, RequestID: call.RequestID})
-		}
 	}
 	return events.APIGatewayV2HTTPResponse{StatusCode: status, Body: string(body),
 		Headers: map[string]string{"content-type": "application/json", "x-request-id": call.RequestID}}

@@ -42,8 +42,9 @@ func (c *Codec) Decode(token, binding string) (map[string]string, error) {
 	if !ok {
 		return nil, bad
 	}
-	body, err1 := base64.RawURLEncoding.DecodeString(b64body)
-	mac, err2 := base64.RawURLEncoding.DecodeString(b64mac)
+	// Strict: a cursor with non-canonical trailing bits is a tampered one.
+	body, err1 := base64.RawURLEncoding.Strict().DecodeString(b64body)
+	mac, err2 := base64.RawURLEncoding.Strict().DecodeString(b64mac)
 	if err1 != nil || err2 != nil || !hmac.Equal(mac, c.mac(binding, body)) {
 		return nil, bad
 	}

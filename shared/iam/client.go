@@ -38,7 +38,11 @@ func (c *Client) Decide(ctx context.Context, r Request) (Decision, error) {
 		return Decision{}, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := c.HTTP.Do(req)
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient // the context above still bounds the call
+	}
+	resp, err := hc.Do(req)
 	if err != nil {
 		return Decision{}, fmt.Errorf("better iam: %w", err)
 	}

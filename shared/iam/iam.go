@@ -5,10 +5,11 @@ package iam
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
 // Request is what a decision is asked on (SPEC §3).
@@ -33,9 +34,9 @@ type Decider interface {
 
 // Grant gives principal every permission on every scope listed.
 type Grant struct {
-	Principal   string   `json:"principal"`
-	Permissions []string `json:"permissions"`
-	Scopes      []string `json:"scopes"`
+	Principal   string   `json:"principal" bc:"required,min=1"`
+	Permissions []string `json:"permissions" bc:"required,min=1"`
+	Scopes      []string `json:"scopes" bc:"required,min=1"`
 }
 
 // Policy is the embedded engine: anything not granted is denied.
@@ -52,19 +53,13 @@ func LoadPolicy(path string) (*Policy, error) {
 	return ParsePolicy(data)
 }
 
-// ParsePolicy parses a policy document; unknown fields are an error so a
-// typo cannot silently grant or deny.
+// ParsePolicy parses a policy document as strictly as a request: unknown
+// fields, duplicate keys and trailing data are errors, so a typo cannot
+// silently grant or deny.
 func ParsePolicy(data []byte) (*Policy, error) {
-	dec := json.NewDecoder(strings.NewReader(string(data)))
-	dec.DisallowUnknownFields()
 	var p Policy
-	if err := dec.Decode(&p); err != nil {
+	if err := strictjson.Decode(data, &p, ""); err != nil {
 		return nil, fmt.Errorf("policy file: %w", err)
-	}
-	for i, g := range p.Grants {
-		if g.Principal == "" {
-			return nil, fmt.Errorf("policy file: grants[%d]: principal is required", i)
-		}
 	}
 	return &p, nil
 }

@@ -82,10 +82,8 @@ func pattern(name string) *regexp.Regexp {
 func Decode(data []byte, v any, prefix string) error {
 	root, err := parse(data)
 	if err != nil {
-		if fe, ok := err.(*FieldError); ok && fe.Field != "" && prefix != "" {
-			fe.Field = join(prefix, fe.Field)
-		} else if ok && prefix != "" {
-			fe.Field = prefix
+		if fe, ok := err.(*FieldError); ok && prefix != "" {
+			fe.Field = joinPath(prefix, fe.Field)
 		}
 		return err
 	}
@@ -108,6 +106,9 @@ type node struct {
 }
 
 func parse(data []byte) (*node, error) {
+	if !utf8.Valid(data) {
+		return nil, &FieldError{Problem: "body is not valid UTF-8", Kind: "malformed"}
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.UseNumber()
 	n, err := parseValue(dec, "")
@@ -218,6 +219,14 @@ func (n *node) encode(buf *bytes.Buffer) {
 	default:
 		buf.WriteString("null")
 	}
+}
+
+// joinPath prefixes a relative JSON path ("a.b", "[0].c" or "").
+func joinPath(prefix, rel string) string {
+	if rel == "" || strings.HasPrefix(rel, "[") {
+		return prefix + rel
+	}
+	return prefix + "." + rel
 }
 
 func join(path, key string) string {
@@ -500,8 +509,14 @@ func assignStruct(n *node, v reflect.Value, path string) error {
 	return nil
 }
 
+var rfc3339 = regexp.MustCompile(`^\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(\.\d{1,9})?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$`)
+
 // ParseTime accepts RFC 3339 with optional fractional seconds; a zone (Z or
-// an offset) is mandatory.
+// an offset) is mandatory. Go's parser alone is looser than the RFC (it takes
+// a comma before the fraction and offsets like +24:00), hence the pattern.
 func ParseTime(s string) (time.Time, error) {
+	if !rfc3339.MatchString(s) {
+		return time.Time{}, fmt.Errorf("not an RFC 3339 time: %q", s)
+	}
 	return time.Parse(time.RFC3339Nano, s)
 }
