@@ -147,7 +147,10 @@ func TestGrantsDoNotCombine(t *testing.T) {
 }
 
 func TestEmptyPolicyDeniesEverything(t *testing.T) {
-	for _, doc := range []string{`{}`, `{"grants":[]}`, `{"grants":null}`} {
+	if _, err := iam.ParsePolicy([]byte(`{"grants":null}`)); err == nil {
+		t.Errorf("ParsePolicy accepted null grants; policy files are decoded strictly")
+	}
+	for _, doc := range []string{`{}`, `{"grants":[]}`} {
 		p, err := iam.ParsePolicy([]byte(doc))
 		if err != nil {
 			t.Fatalf("ParsePolicy(%s) = %v", doc, err)
