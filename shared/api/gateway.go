@@ -212,20 +212,27 @@ type errorBody struct {
 func (g *Gateway) respond(call *Call, body []byte, err error) events.APIGatewayV2HTTPResponse {
 	status := 200
 	if err != nil {
-		e := apierr.As(err)
-		if e == nil || e.Code == apierr.Internal {
-			e = &apierr.Error{Code: apierr.Internal, Message: "internal error; quote the request id"}
-		}
-		if e.Details == nil {
-			c := *e
-			c.Details = map[string]any{}
-			e = &c
-		}
-		status = apierr.HTTPStatus(e.Code)
-		body, _ = json.Marshal(errorBody{Error: e, RequestID: call.RequestID})
+		status, body = ErrorEnvelope(call.RequestID, err)
 	}
 	return events.APIGatewayV2HTTPResponse{StatusCode: status, Body: string(body),
 		Headers: map[string]string{"content-type": "application/json", "x-request-id": call.RequestID}}
+}
+
+// ErrorEnvelope is the one encoding of an error answer (SPEC §2): its HTTP
+// status and `{"error":{code,message,details},"requestId"}`. Anything that
+// is not an *apierr.Error, and every INTERNAL, shows a generic message.
+func ErrorEnvelope(requestID string, err error) (int, []byte) {
+	e := apierr.As(err)
+	if e == nil || e.Code == apierr.Internal {
+		e = &apierr.Error{Code: apierr.Internal, Message: "internal error; quote the request id"}
+	}
+	if e.Details == nil {
+		c := *e
+		c.Details = map[string]any{}
+		e = &c
+	}
+	body, _ := json.Marshal(errorBody{Error: e, RequestID: requestID})
+	return apierr.HTTPStatus(e.Code), body
 }
 
 func (g *Gateway) log(ctx context.Context, call *Call, err error, status int, latency time.Duration) {

@@ -1,0 +1,99 @@
+# Better Compute control plane. On a fresh machine with only Go and Node/npm:
+#   make run    the whole control plane locally (dynalite + local-kms + gateway)
+#   make test   everything CI runs (.ci/run)
+# `make help` lists every target.
+
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+GO  ?= go
+NPM ?= npm
+
+# Pinned tools. npm packages are pinned by package-lock.json (dynalite 4.0.0,
+# aws-cdk, aws-cdk-local); local-kms is built from the Go module proxy.
+LOCAL_KMS_MODULE  := github.com/nsmithuk/local-kms
+LOCAL_KMS_VERSION := v0.0.0-20260228092603-2a5e92d09ab6
+TOOLS_DIR         := .tools
+LOCAL_KMS         := $(TOOLS_DIR)/bin/local-kms
+LOCAL_KMS_REAL    := $(TOOLS_DIR)/local-kms@$(LOCAL_KMS_VERSION)/local-kms
+NODE_STAMP        := node_modules/.package-lock.json
+
+TEST_TIMEOUT ?= 10m
+# The race detector needs cgo and a C compiler; without them tests run without it.
+RACE          = $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) env CC)" >/dev/null 2>&1 && echo -race)
+GOTESTFLAGS  ?= $(RACE)
+GO_DIRS      := $(wildcard cmd functions shared test infra)
+FUNCTIONS    := $(notdir $(patsubst %/,%,$(wildcard functions/*/)))
+
+# infra/infra.mk (included at the end) appends the infrastructure checks that
+# `make test` runs after the Go tests, e.g. INFRA_TEST_TARGETS += infra-test synth.
+INFRA_TEST_TARGETS :=
+
+.PHONY: help tools run test gotest fmt fmt-check vet build docs bench clean distclean
+
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+tools: $(NODE_STAMP) $(LOCAL_KMS) ## install the pinned local servers (idempotent)
+
+# npm ci only when node_modules is missing or the lock file changed.
+$(NODE_STAMP): package.json package-lock.json
+	@command -v $(NPM) >/dev/null || { echo "npm not found: install Node.js 20 or later" >&2; exit 1; }
+	$(NPM) ci --no-audit --no-fund
+	@touch $@
+
+# Built once per pinned version; .tools/bin/local-kms links to it.
+$(LOCAL_KMS_REAL):
+	GOBIN=$(CURDIR)/$(@D) $(GO) install $(LOCAL_KMS_MODULE)@$(LOCAL_KMS_VERSION)
+
+$(LOCAL_KMS): $(LOCAL_KMS_REAL)
+	@mkdir -p $(@D)
+	ln -sfn ../local-kms@$(LOCAL_KMS_VERSION)/local-kms $@
+
+# Built, then run in the foreground (not `go run`, which turns Ctrl-C into exit 1).
+run: tools ## run the control plane locally on BC_LISTEN (default 127.0.0.1:8080)
+	@$(GO) build -o build/bc-local ./cmd/bc-local
+	@exec build/bc-local
+
+test: tools ## everything CI runs: format, vet, unit and integration tests, infra checks
+	@$(MAKE) --keep-going fmt-check vet gotest
+	$(if $(strip $(INFRA_TEST_TARGETS)),@$(MAKE) $(INFRA_TEST_TARGETS))
+
+gotest: tools
+	@[ -n "$(RACE)" ] || echo "note: no C compiler (or CGO_ENABLED=0): tests run without -race"
+	$(GO) test -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) ./...
+
+fmt: ## gofmt every Go file
+	gofmt -w $(GO_DIRS)
+
+fmt-check:
+	@out=$$(gofmt -l $(GO_DIRS)); if [ -n "$$out" ]; then echo "gofmt needed (run make fmt):"; echo "$$out"; exit 1; fi
+
+vet: ## go vet
+	$(GO) vet ./...
+
+build: ## build every Lambda for linux/arm64 into build/<function>/bootstrap
+	@rm -rf build/.bin && mkdir -p build/.bin
+	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags "-s -w" \
+	  -o build/.bin/ $(FUNCTIONS:%=./functions/%)
+	@for f in $(FUNCTIONS); do \
+	  mkdir -p build/$$f && mv build/.bin/$$f build/$$f/bootstrap; \
+	  printf '  build/%-32s %6.2f MiB\n' "$$f/bootstrap" "$$(wc -c < build/$$f/bootstrap | awk '{print $$1/1048576}')"; \
+	done
+	@rmdir build/.bin
+
+docs: ## regenerate the API reference (docs/reference) from the method catalog
+	$(GO) run ./cmd/docgen
+
+bench: tools ## run the benchmarks
+	$(GO) test -run '^$$' -bench . -benchmem ./...
+
+clean: ## remove build output and the local stack's state (.local/)
+	rm -rf build .local
+
+distclean: clean ## also remove the installed tools
+	rm -rf node_modules $(TOOLS_DIR)
+
+-include infra/infra.mk

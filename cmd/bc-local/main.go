@@ -1,0 +1,106 @@
+// Command bc-local is `make run`: the whole control plane on one machine with
+// no Docker and no AWS account. It starts dynalite and local-kms
+// (shared/devstack), creates the table, serves the API through the local
+// gateway (shared/localgw) on BC_LISTEN and runs the reconciler every
+// BC_RECONCILE_INTERVAL, in the foreground until SIGINT or SIGTERM.
+//
+// Every BC_* variable of the app is honoured; unset ones default to the
+// dev configuration under localstack/ (policy, release pins, the seeded
+// local-kms release key). State lives under BC_STATE_DIR (default .local/).
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/devstack"
+	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/localgw"
+)
+
+func main() {
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(envOr("BC_LOG_LEVEL", "info")))
+	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, log); err != nil {
+		log.Error("bc-local", "error", err.Error())
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, log *slog.Logger) error {
+	root, err := devstack.Root()
+	if err != nil {
+		return err
+	}
+	cfg, err := app.ConfigFromEnv() // a bad BC_* value fails before anything starts
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", envOr("BC_LISTEN", "127.0.0.1:8080")) // a taken port fails first
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	stack, err := devstack.Start(ctx, devstack.Options{Root: root, Region: cfg.Region, Logger: log,
+		StateDir: envOr("BC_STATE_DIR", filepath.Join(root, ".local")), KMSSeed: filepath.Join(root, devstack.KMSSeedFile)})
+	if err != nil {
+		return err
+	}
+	defer stack.Close()
+
+	for k, v := range stack.Env() {
+		os.Setenv(k, v)
+	}
+	for k, v := range devstack.DevDefaults(root) {
+		if os.Getenv(k) == "" && (k != "BC_POLICY_FILE" || os.Getenv("BC_IAM_URL") == "") {
+			os.Setenv(k, v)
+		}
+	}
+	if cfg, err = app.ConfigFromEnv(); err != nil {
+		return err
+	}
+	if ttlErr, err := dynamo.CreateTable(ctx, stack.DynamoDB(), cfg.Table); err != nil {
+		return err
+	} else if ttlErr != nil {
+		log.Info("table TTL not enabled (dynalite has no TTL)", "table", cfg.Table)
+	}
+	a, err := app.New(ctx, cfg, app.WithDevTokens(), app.WithLogger(log))
+	if err != nil {
+		return err
+	}
+	eps, err := a.Endpoints(ctx)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	reconciled := make(chan struct{})
+	go func() {
+		defer close(reconciled)
+		localgw.Reconcile(ctx, cfg.ReconcileInterval, a.Reconcile, log)
+	}()
+	fmt.Println(localgw.Quickstart("http://"+ln.Addr().String(), time.Now()))
+	log.Info("serving", "listen", ln.Addr().String(), "table", cfg.Table, "reconcile_interval", cfg.ReconcileInterval.String())
+	err = localgw.Serve(ctx, ln, localgw.Handler(a.Gateway, eps), log)
+	cancel()
+	<-reconciled
+	log.Info("stopping")
+	return err
+}
+
+func envOr(key, def string) string {
+	if v := os.Getenv(key); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,362 @@
+package devstack
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	dbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
+	kmstypes "github.com/aws/aws-sdk-go-v2/service/kms/types"
+
+	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/iam"
+)
+
+const helperEnv = "BC_DEVSTACK_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) != "" {
+		helper()
+		return
+	}
+	Main(m)
+}
+
+// helper starts a stack, prints its children's pids and waits to be killed
+// (TestChildrenDieWithParent).
+func helper() {
+	s, err := Start(context.Background(), Options{})
+	if err != nil {
+		fmt.Println("error:", err)
+		os.Exit(1)
+	}
+	_ = json.NewEncoder(os.Stdout).Encode(s.PIDs())
+	select {}
+}
+
+func root(t *testing.T) string {
+	t.Helper()
+	r, err := Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func readPEM(t *testing.T, path, typ string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := pem.Decode(data)
+	if b == nil || b.Type != typ {
+		t.Fatalf("%s: no %s PEM block", path, typ)
+	}
+	return b.Bytes
+}
+
+// The committed dev key files agree with each other and with the seed, and
+// the seed names DevReleaseKeyID and DevReleaseKeyAlias.
+func TestDevKeyFilesAgree(t *testing.T) {
+	r := root(t)
+	priv, err := x509.ParseECPrivateKey(readPEM(t, filepath.Join(r, KeyFile), "EC PRIVATE KEY"))
+	if err != nil {
+		t.Fatalf("%s must be SEC1 EC PRIVATE KEY (local-kms needs it): %v", KeyFile, err)
+	}
+	der, err := x509.MarshalPKIXPublicKey(&priv.PublicKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pins := readPEM(t, filepath.Join(r, PinsFile), "PUBLIC KEY"); !bytes.Equal(pins, der) {
+		t.Fatalf("%s is not the public key of %s", PinsFile, KeyFile)
+	}
+	seed, err := os.ReadFile(filepath.Join(r, KMSSeedFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"KeyId: " + DevReleaseKeyID, "AliasName: " + DevReleaseKeyAlias, "TargetKeyId: " + DevReleaseKeyID} {
+		if !strings.Contains(string(seed), want) {
+			t.Errorf("%s does not contain %q", KMSSeedFile, want)
+		}
+	}
+}
+
+func TestDevDefaultsExist(t *testing.T) {
+	for k, v := range DevDefaults(root(t)) {
+		if strings.HasSuffix(k, "_FILE") {
+			if _, err := os.Stat(v); err != nil {
+				t.Errorf("%s: %v", k, err)
+			}
+		}
+	}
+}
+
+func TestStart(t *testing.T) {
+	s := Shared(t)
+	ctx := context.Background()
+	for _, ep := range []string{s.DynamoEndpoint, s.KMSEndpoint} {
+		u, err := url.Parse(ep)
+		if err != nil || u.Scheme != "http" || u.Hostname() != "127.0.0.1" || u.Port() == "" {
+			t.Errorf("endpoint %q, want http://127.0.0.1:<port>", ep)
+		}
+	}
+	if s.Region != DefaultRegion {
+		t.Errorf("region %q, want %q", s.Region, DefaultRegion)
+	}
+
+	t.Run("table", func(t *testing.T) {
+		name := NewTable(t, s)
+		other := NewTable(t, s)
+		if name == other {
+			t.Fatalf("NewTable returned %q twice", name)
+		}
+		out, err := s.DynamoDB().DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(name)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if out.Table.TableStatus != dbtypes.TableStatusActive {
+			t.Errorf("table status %s", out.Table.TableStatus)
+		}
+		if len(out.Table.GlobalSecondaryIndexes) != 1 || aws.ToString(out.Table.GlobalSecondaryIndexes[0].IndexName) != dynamo.IndexDue {
+			t.Errorf("indexes: %+v", out.Table.GlobalSecondaryIndexes)
+		}
+	})
+
+	t.Run("kms seed", func(t *testing.T) {
+		want := readPEM(t, filepath.Join(root(t), PinsFile), "PUBLIC KEY")
+		for _, id := range []string{DevReleaseKeyID, DevReleaseKeyAlias} {
+			out, err := s.KMS().GetPublicKey(ctx, &kms.GetPublicKeyInput{KeyId: aws.String(id)})
+			if err != nil {
+				t.Fatalf("GetPublicKey %s: %v", id, err)
+			}
+			if !bytes.Equal(out.PublicKey, want) {
+				t.Errorf("GetPublicKey %s is not the key of %s", id, PinsFile)
+			}
+			if out.KeySpec != kmstypes.KeySpecEccNistP256 || out.KeyUsage != kmstypes.KeyUsageTypeSignVerify {
+				t.Errorf("key %s: %s %s", id, out.KeySpec, out.KeyUsage)
+			}
+		}
+		// A kms:Sign signature verifies under the pinned PEM.
+		digest := sha256.Sum256([]byte("release statement"))
+		sig, err := s.KMS().Sign(ctx, &kms.SignInput{KeyId: aws.String(DevReleaseKeyID), Message: digest[:],
+			MessageType: kmstypes.MessageTypeDigest, SigningAlgorithm: kmstypes.SigningAlgorithmSpecEcdsaSha256})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pub, err := x509.ParsePKIXPublicKey(want)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !ecdsa.VerifyASN1(pub.(*ecdsa.PublicKey), digest[:], sig.Signature) {
+			t.Error("kms:Sign signature does not verify under the pinned key")
+		}
+	})
+}
+
+// Close kills both servers; their ports stop answering.
+func TestCloseStopsChildren(t *testing.T) {
+	s, err := Start(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pids := s.PIDs()
+	if len(pids) != 2 {
+		t.Fatalf("pids %v", pids)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	for _, c := range s.children {
+		if !c.exited() {
+			t.Errorf("%s (pid %d) running after Close", c.name, c.cmd.Process.Pid)
+		}
+	}
+	for _, ep := range []string{s.DynamoEndpoint, s.KMSEndpoint} {
+		u, _ := url.Parse(ep)
+		if c, err := net.DialTimeout("tcp", u.Host, time.Second); err == nil {
+			c.Close()
+			t.Errorf("%s still accepts connections after Close", ep)
+		}
+	}
+}
+
+// State under StateDir survives a restart: dynalite's LevelDB and
+// local-kms's data; the seed is applied once and is harmless the second time.
+func TestStateDirPersists(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	opts := Options{StateDir: dir, KMSSeed: filepath.Join(root(t), KMSSeedFile)}
+	s, err := Start(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second, err := Start(ctx, opts); err == nil || !strings.Contains(err.Error(), "in use by another local stack") {
+		if second != nil {
+			second.Close()
+		}
+		t.Fatalf("a second stack on the same state dir: %v", err)
+	}
+	if _, err := dynamo.CreateTable(ctx, s.DynamoDB(), "persisted"); err != nil {
+		t.Fatal(err)
+	}
+	item := map[string]dbtypes.AttributeValue{dynamo.AttrPK: &dbtypes.AttributeValueMemberS{Value: "p"},
+		dynamo.AttrSK: &dbtypes.AttributeValueMemberS{Value: "s"}}
+	if _, err := s.DynamoDB().PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String("persisted"), Item: item}); err != nil {
+		t.Fatal(err)
+	}
+	key, err := s.KMS().CreateKey(ctx, &kms.CreateKeyInput{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	s, err = Start(ctx, opts)
+	if err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	defer s.Close()
+	got, err := s.DynamoDB().GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String("persisted"), Key: item, ConsistentRead: aws.Bool(true)})
+	if err != nil || got.Item == nil {
+		t.Fatalf("item lost across restart: %v %v", got, err)
+	}
+	if _, err := s.KMS().DescribeKey(ctx, &kms.DescribeKeyInput{KeyId: key.KeyMetadata.KeyId}); err != nil {
+		t.Errorf("kms key lost across restart: %v", err)
+	}
+	if _, err := s.KMS().GetPublicKey(ctx, &kms.GetPublicKeyInput{KeyId: aws.String(DevReleaseKeyID)}); err != nil {
+		t.Errorf("seeded key after restart: %v", err)
+	}
+}
+
+// local-kms skips a seed whose ECC key is not SEC1 PEM without failing:
+// Start must fail instead.
+func TestBadSeedFails(t *testing.T) {
+	r := root(t)
+	priv, err := x509.ParseECPrivateKey(readPEM(t, filepath.Join(r, KeyFile), "EC PRIVATE KEY"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkcs8, err := x509.MarshalPKCS8PrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: pkcs8})
+	seed := "Keys:\n  Asymmetric:\n    Ecc:\n      - Metadata:\n          KeyId: " + DevReleaseKeyID +
+		"\n          KeyUsage: SIGN_VERIFY\n        PrivateKeyPem: |\n          " +
+		strings.ReplaceAll(strings.TrimSpace(string(p)), "\n", "\n          ") + "\n"
+	path := filepath.Join(t.TempDir(), "seed.yaml")
+	if err := os.WriteFile(path, []byte(seed), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Start(context.Background(), Options{KMSSeed: path})
+	if err == nil {
+		s.Close()
+		t.Fatal("Start accepted a seed local-kms skipped")
+	}
+	if !strings.Contains(err.Error(), "skipped the seed file") {
+		t.Errorf("error %q does not say the seed was skipped", err)
+	}
+
+	if _, err := Start(context.Background(), Options{KMSSeed: filepath.Join(t.TempDir(), "missing.yaml")}); err == nil {
+		t.Error("Start accepted a missing seed file")
+	}
+}
+
+func TestMissingTools(t *testing.T) {
+	_, err := Start(context.Background(), Options{Root: t.TempDir()})
+	if !errors.Is(err, ErrToolsMissing) || !strings.Contains(err.Error(), "make tools") {
+		t.Fatalf("error %v, want ErrToolsMissing saying to run make tools", err)
+	}
+}
+
+func TestLineWriter(t *testing.T) {
+	var lines []string
+	w := &lineWriter{onLine: func(s string) { lines = append(lines, s) }}
+	_, _ = w.Write([]byte("\x1b[36mINFO\x1b[0m[t] Local KMS started on 0.0.0.0:4599   \nhalf"))
+	_, _ = w.Write([]byte(" line\n\n"))
+	_, _ = w.Write([]byte("tail"))
+	w.flush()
+	want := []string{"INFO[t] Local KMS started on 0.0.0.0:4599", "half line", "tail"}
+	if fmt.Sprint(lines) != fmt.Sprint(want) {
+		t.Fatalf("lines %q, want %q", lines, want)
+	}
+	if m := kmsStarted.FindStringSubmatch(lines[0]); m == nil || m[1] != "4599" {
+		t.Errorf("kmsStarted does not match %q", lines[0])
+	}
+	if m := dynaliteListening.FindStringSubmatch("Dynalite listening at: http://127.0.0.1:4567"); m == nil || m[1] != "4567" {
+		t.Error("dynaliteListening does not match dynalite's line")
+	}
+}
+
+// The dev policy grants what localstack/policy.json promises (SPEC §3).
+func TestDevPolicy(t *testing.T) {
+	p, err := iam.LoadPolicy(filepath.Join(root(t), PolicyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		principal, permission, scope string
+		allow                        bool
+	}{
+		{"admin", "compute:fleet:admin", "compute-fleet", true},
+		{"admin", "compute:pools:admin", "tenant:globex", true},
+		{"alice", "compute:reservations:create", "tenant:acme", true},
+		{"alice", "compute:reservations:release", "tenant:acme", true},
+		{"alice", "compute:quotas:read", "tenant:acme", true},
+		{"alice", "compute:pools:read", "tenant:acme", true},
+		{"alice", "compute:pools:admin", "tenant:acme", false},
+		{"alice", "compute:reservations:create", "tenant:globex", false},
+		{"alice", "compute:fleet:admin", "compute-fleet", false},
+		{"ops", "compute:pools:admin", "tenant:acme", true},
+		{"ops", "compute:pools:read", "tenant:acme", true},
+		{"ops", "compute:pools:admin", "tenant:globex", false},
+		{"ops", "compute:reservations:create", "tenant:acme", false},
+		{"mallory", "compute:pools:read", "tenant:acme", false},
+	} {
+		d, err := p.Decide(context.Background(), iam.Request{Principal: tc.principal, Permission: tc.permission, Scope: tc.scope})
+		if err != nil || d.Allow != tc.allow {
+			t.Errorf("%s %s @ %s: allow=%v err=%v, want %v", tc.principal, tc.permission, tc.scope, d.Allow, err, tc.allow)
+		}
+	}
+}
+
+// BenchmarkStart measures a cold start of both servers until they answer
+// (in memory, seeded, as Shared starts them); Close is not timed.
+func BenchmarkStart(b *testing.B) {
+	r, err := Root()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		s, err := Start(context.Background(), Options{Root: r, KMSSeed: filepath.Join(r, KMSSeedFile)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StopTimer()
+		if err := s.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+}
