@@ -11,6 +11,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"net"
@@ -52,8 +54,9 @@ func run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	defer ln.Close()
+	stateDir := envOr("BC_STATE_DIR", filepath.Join(root, ".local"))
 	stack, err := devstack.Start(ctx, devstack.Options{Root: root, Region: cfg.Region, Logger: log,
-		StateDir: envOr("BC_STATE_DIR", filepath.Join(root, ".local")), KMSSeed: filepath.Join(root, devstack.KMSSeedFile)})
+		StateDir: stateDir, KMSSeed: filepath.Join(root, devstack.KMSSeedFile)})
 	if err != nil {
 		return err
 	}
@@ -66,6 +69,13 @@ func run(ctx context.Context, log *slog.Logger) error {
 		if os.Getenv(k) == "" && (k != "BC_POLICY_FILE" || os.Getenv("BC_IAM_URL") == "") {
 			os.Setenv(k, v)
 		}
+	}
+	if os.Getenv("BC_CURSOR_KEY") == "" {
+		key, err := cursorKey(filepath.Join(stateDir, "cursor.key"))
+		if err != nil {
+			return err
+		}
+		os.Setenv("BC_CURSOR_KEY", key)
 	}
 	if cfg, err = app.ConfigFromEnv(); err != nil {
 		return err
@@ -90,12 +100,30 @@ func run(ctx context.Context, log *slog.Logger) error {
 		localgw.Reconcile(ctx, cfg.ReconcileInterval, a.Reconcile, log)
 	}()
 	fmt.Println(localgw.Quickstart("http://"+ln.Addr().String(), time.Now()))
+	fmt.Printf("For the bc CLI (go run ./cmd/bc …), in another shell:\n  export BC_API_URL=http://%s BC_KMS_ENDPOINT=%s\n\n", ln.Addr(), stack.KMSEndpoint)
 	log.Info("serving", "listen", ln.Addr().String(), "table", cfg.Table, "reconcile_interval", cfg.ReconcileInterval.String())
 	err = localgw.Serve(ctx, ln, localgw.Handler(a.Gateway, eps), log)
 	cancel()
 	<-reconciled
 	log.Info("stopping")
 	return err
+}
+
+// cursorKey keeps a random cursor HMAC key in the state dir, so cursors
+// survive a restart of the local stack.
+func cursorKey(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+		return string(b), nil
+	}
+	var raw [32]byte
+	if _, err := rand.Read(raw[:]); err != nil {
+		return "", err
+	}
+	key := hex.EncodeToString(raw[:])
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return "", err
+	}
+	return key, os.WriteFile(path, []byte(key), 0o600)
 }
 
 func envOr(key, def string) string {
