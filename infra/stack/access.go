@@ -1,0 +1,144 @@
+package stack
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/dynamo"
+)
+
+// ReconcilerActions are the table actions of the reconciler (SPEC §4.5): it
+// finds due work on the due index, reads and conditionally moves each
+// reservation, and repairs quota rows and calendars. It is not an API method,
+// so the catalog does not list it.
+var ReconcilerActions = []string{
+	"dynamodb:Query", "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem",
+}
+
+// Access is what one function's role may do, derived from its declared
+// actions (least privilege, SPEC §5).
+type Access struct {
+	TableItem  []string // item actions on the table itself
+	TableQuery []string // Query/Scan: on the table and Indexes
+	Indexes    []string // index names Query may use; nil means every index
+	// TableKey is what the role may ask of the table's KMS key, only through
+	// DynamoDB: decrypt to read, and encrypt to write.
+	TableKey []string
+	Signing  []string // KMS actions on the release signing key
+}
+
+// Writes reports whether the actions change table items.
+func (a Access) Writes() bool {
+	return slices.ContainsFunc(a.TableItem, func(s string) bool { return tableWrites[s] })
+}
+
+// tableWrites are DynamoDB actions that change items.
+var tableWrites = map[string]bool{
+	"dynamodb:PutItem": true, "dynamodb:UpdateItem": true, "dynamodb:DeleteItem": true,
+	"dynamodb:BatchWriteItem": true, "dynamodb:TransactWriteItems": true,
+}
+
+// tableReadsOnIndexes are the DynamoDB actions that may target an index.
+var tableReadsOnIndexes = map[string]bool{"dynamodb:Query": true, "dynamodb:Scan": true}
+
+// The table key actions mirror what CDK's own table grants ask for a
+// customer-managed key: decrypt (and describe) to read, encrypt to write.
+var (
+	tableKeyRead  = []string{"kms:Decrypt", "kms:DescribeKey"}
+	tableKeyWrite = []string{"kms:Encrypt", "kms:ReEncrypt*", "kms:GenerateDataKey*"}
+)
+
+// AccessFor splits declared actions into what they apply to. An action of a
+// service the stack does not know where to apply is an error: the catalog and
+// the infrastructure must be made to agree, not silently widened.
+func AccessFor(fn string, actions []string, indexes []string) (Access, error) {
+	a := Access{Indexes: indexes}
+	seen := map[string]bool{}
+	for _, act := range actions {
+		if seen[act] {
+			continue
+		}
+		seen[act] = true
+		service, name, ok := strings.Cut(act, ":")
+		if !ok || name == "" || strings.Contains(name, "*") {
+			return a, fmt.Errorf("function %s: action %q is not a single AWS action", fn, act)
+		}
+		switch {
+		case service == "dynamodb" && tableReadsOnIndexes[act]:
+			a.TableQuery = append(a.TableQuery, act)
+		case service == "dynamodb":
+			a.TableItem = append(a.TableItem, act)
+		case service == "kms" && (name == "Sign" || strings.HasPrefix(name, "Create") || strings.HasPrefix(name, "Delete") || strings.HasPrefix(name, "Schedule")):
+			// Releases are signed offline by an operator (SPEC §6); no function signs or administers keys.
+			return a, fmt.Errorf("function %s: %s is never granted to a function", fn, act)
+		case service == "kms":
+			a.Signing = append(a.Signing, act)
+		default:
+			return a, fmt.Errorf("function %s: action %q: the stack does not know which resource it applies to", fn, act)
+		}
+	}
+	if len(a.TableItem)+len(a.TableQuery) > 0 {
+		a.TableKey = append(a.TableKey, tableKeyRead...)
+		if a.Writes() {
+			a.TableKey = append(a.TableKey, tableKeyWrite...)
+		}
+	}
+	return a, nil
+}
+
+// Function is one Lambda of the stack.
+type Function struct {
+	Name    string      // functions/<Name>, build/<Name>/bootstrap
+	Method  *api.Method // nil for the reconciler
+	Access  Access
+	Memory  float64 // MB
+	Timeout float64 // seconds
+}
+
+// Sizing per kind of function. Reads are a query or two and JSON; mutations
+// make a few sequential conditional writes (and releases.register verifies
+// signatures), so they get more CPU (Lambda CPU scales with memory) and time.
+// API Gateway's HTTP API integrations time out at 30 s regardless.
+var (
+	readSizing       = [2]float64{256, 5}
+	mutationSizing   = [2]float64{512, 10}
+	reconcilerSizing = [2]float64{512, 60} // one bounded pass a minute
+)
+
+// Functions is every function of the stack, built from the catalog.
+func Functions() ([]Function, error) {
+	var out []Function
+	for _, m := range api.Catalog {
+		var size [2]float64
+		switch m.Kind {
+		case api.Read:
+			size = readSizing
+		case api.Mutation:
+			size = mutationSizing
+		default:
+			return nil, fmt.Errorf("method %s: unknown kind %q", m.Name, m.Kind)
+		}
+		acc, err := AccessFor(m.FunctionName(), m.Actions, nil)
+		if err != nil {
+			return nil, err
+		}
+		if m.Kind == api.Read && acc.Writes() {
+			return nil, fmt.Errorf("method %s is a read but declares write actions %v", m.Name, acc.TableItem)
+		}
+		out = append(out, Function{Name: m.FunctionName(), Method: m, Access: acc, Memory: size[0], Timeout: size[1]})
+	}
+	acc, err := AccessFor(api.ReconcilerFunction, ReconcilerActions, []string{dynamo.IndexDue})
+	if err != nil {
+		return nil, err
+	}
+	return append(out, Function{Name: api.ReconcilerFunction, Access: acc,
+		Memory: reconcilerSizing[0], Timeout: reconcilerSizing[1]}), nil
+}
+
+// VerifiesReleases reports whether the function reads the release signing
+// key, and so gets the release pins, threshold and key ids.
+func (f Function) VerifiesReleases() bool {
+	return slices.Contains(f.Access.Signing, "kms:GetPublicKey")
+}

@@ -1,0 +1,338 @@
+// Package stack is the Better Compute CDK stack, built from the method
+// catalog: one Lambda and one HTTP route per method, the reconciler on a
+// schedule, the single table, the KMS keys, and the alarms that watch them.
+package stack
+
+import (
+	"fmt"
+	"path/filepath"
+	"strconv"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2authorizers"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2integrations"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/bettercompute/control-plane/shared/api"
+)
+
+// Stack is the synthesized stack and the resources tests look up.
+type Stack struct {
+	Stack      awscdk.Stack
+	Table      awsdynamodb.Table
+	TableKey   awskms.Key
+	SigningKey awskms.Key
+	API        awsapigatewayv2.HttpApi
+	Stage      awsapigatewayv2.HttpStage
+	DLQ        awssqs.Queue
+	Schedule   awsevents.Rule
+	// Lambdas by function name (catalog FunctionName, and "reconciler").
+	Lambdas map[string]awslambda.Function
+	Roles   map[string]awsiam.Role
+}
+
+// Output names.
+const (
+	OutputAPIURL       = "ApiUrl"
+	OutputTableName    = "TableName"
+	OutputSigningKeyID = "SigningKeyId"
+)
+
+// Environment variables the stack sets (read by shared/app.ConfigFromEnv).
+const (
+	envTable            = "BC_TABLE"
+	envLogLevel         = "BC_LOG_LEVEL"
+	envCursorKey        = "BC_CURSOR_KEY"
+	envIAMURL           = "BC_IAM_URL"
+	envPolicyFile       = "BC_POLICY_FILE"
+	envReleaseKMSKeys   = "BC_RELEASE_KMS_KEYS"
+	envReleasePins      = "BC_RELEASE_PINS"
+	envReleaseThreshold = "BC_RELEASE_THRESHOLD"
+)
+
+// TagFunction tags every resource of a function (Lambda, role, log group)
+// with its function name, for cost allocation and for finding it.
+const TagFunction = "bettercompute:function"
+
+// New builds the stack from the catalog and cfg.
+func New(scope constructs.Construct, cfg Config, props *awscdk.StackProps) (*Stack, error) {
+	fns, err := Functions()
+	if err != nil {
+		return nil, err
+	}
+	if err := checkAssets(cfg.AssetRoot); err != nil {
+		return nil, err
+	}
+	if props == nil {
+		props = &awscdk.StackProps{}
+	}
+	if props.Description == nil {
+		props.Description = jsii.String("Better Compute control plane: one Lambda per API method behind an HTTP API, the reservation reconciler, one DynamoDB table, KMS keys.")
+	}
+	s := &Stack{
+		Stack:   awscdk.NewStack(scope, jsii.String(cfg.StackName), props),
+		Lambdas: map[string]awslambda.Function{},
+		Roles:   map[string]awsiam.Role{},
+	}
+	awscdk.Tags_Of(s.Stack).Add(jsii.String("project"), jsii.String("better-compute"), nil)
+	stateful := awscdk.RemovalPolicy_RETAIN
+	if cfg.Destroy {
+		stateful = awscdk.RemovalPolicy_DESTROY
+	}
+
+	s.TableKey = awskms.NewKey(s.Stack, jsii.String("TableKey"), &awskms.KeyProps{
+		Description:       jsii.String("Better Compute: encrypts the control plane's DynamoDB table"),
+		EnableKeyRotation: jsii.Bool(true),
+		RemovalPolicy:     stateful,
+		PendingWindow:     pendingWindow(cfg),
+	})
+	s.SigningKey = awskms.NewKey(s.Stack, jsii.String("ReleaseSigningKey"), &awskms.KeyProps{
+		Description:   jsii.String("Better Compute: signs bcd release manifests (operators sign with the CLI; functions only read the public key)"),
+		KeySpec:       awskms.KeySpec_ECC_NIST_P256,
+		KeyUsage:      awskms.KeyUsage_SIGN_VERIFY,
+		RemovalPolicy: stateful,
+		PendingWindow: pendingWindow(cfg),
+	})
+	if s.Table, err = newTable(s, s.TableKey, stateful, !cfg.Destroy); err != nil {
+		return nil, err
+	}
+	// Pagination cursors are HMAC'd with this key. CloudFormation resolves the
+	// reference at deploy time; the template never holds the value.
+	cursorKey := awssecretsmanager.NewSecret(s.Stack, jsii.String("CursorKey"), &awssecretsmanager.SecretProps{
+		Description: jsii.String("Better Compute: HMAC key of pagination cursors (BC_CURSOR_KEY)"),
+		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
+			PasswordLength: jsii.Number(64), ExcludePunctuation: jsii.Bool(true),
+		},
+	})
+
+	s.DLQ = awssqs.NewQueue(s.Stack, jsii.String("ReconcilerDLQ"), &awssqs.QueueProps{
+		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:      jsii.Bool(true),
+	})
+
+	common := map[string]*string{
+		envTable:     s.Table.TableName(),
+		envLogLevel:  jsii.String(cfg.LogLevel),
+		envCursorKey: cursorKey.SecretValue().UnsafeUnwrap(),
+	}
+	if cfg.IAMURL != "" {
+		common[envIAMURL] = jsii.String(cfg.IAMURL)
+	} else {
+		common[envPolicyFile] = jsii.String(cfg.PolicyFile)
+	}
+
+	arch := awslambda.Architecture_ARM_64()
+	if cfg.Architecture == ArchX86 {
+		arch = awslambda.Architecture_X86_64()
+	}
+	for _, f := range fns {
+		env := map[string]*string{}
+		for k, v := range common {
+			env[k] = v
+		}
+		if f.VerifiesReleases() {
+			env[envReleaseKMSKeys] = s.SigningKey.KeyId()
+			env[envReleaseThreshold] = jsii.String(strconv.Itoa(cfg.ReleaseThreshold))
+			if cfg.ReleasePins != "" {
+				env[envReleasePins] = jsii.String(cfg.ReleasePins)
+			}
+		}
+		s.addFunction(f, cfg, arch, env, stateful)
+	}
+
+	s.addAPI(cfg, fns, stateful)
+	s.addSchedule()
+	s.addObservability(cfg, fns)
+
+	awscdk.NewCfnOutput(s.Stack, jsii.String(OutputAPIURL), &awscdk.CfnOutputProps{
+		Value: s.Stage.Url(), Description: jsii.String("Base URL of the API (POST <url>api/compute/<resource>/<method>)"),
+	})
+	awscdk.NewCfnOutput(s.Stack, jsii.String(OutputTableName), &awscdk.CfnOutputProps{
+		Value: s.Table.TableName(), Description: jsii.String("The control plane's DynamoDB table"),
+	})
+	awscdk.NewCfnOutput(s.Stack, jsii.String(OutputSigningKeyID), &awscdk.CfnOutputProps{
+		Value: s.SigningKey.KeyId(), Description: jsii.String("KMS key that signs release manifests (ECC_NIST_P256; pinned through BC_RELEASE_KMS_KEYS)"),
+	})
+	return s, nil
+}
+
+func pendingWindow(cfg Config) awscdk.Duration {
+	if cfg.Destroy {
+		return awscdk.Duration_Days(jsii.Number(7)) // the shortest KMS allows
+	}
+	return awscdk.Duration_Days(jsii.Number(30))
+}
+
+// addFunction creates the function, its log group and its role with exactly
+// the statements its Access allows.
+func (s *Stack) addFunction(f Function, cfg Config, arch awslambda.Architecture, env map[string]*string, stateful awscdk.RemovalPolicy) {
+	scope := constructs.NewConstruct(s.Stack, jsii.String(f.Name))
+	awscdk.Tags_Of(scope).Add(jsii.String(TagFunction), jsii.String(f.Name), nil)
+
+	logs := awslogs.NewLogGroup(scope, jsii.String("Logs"), &awslogs.LogGroupProps{
+		Retention:     retentionDays[cfg.LogRetentionDays],
+		RemovalPolicy: stateful,
+	})
+	role := awsiam.NewRole(scope, jsii.String("Role"), &awsiam.RoleProps{
+		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
+		Description: jsii.String("Better Compute " + f.Name + ": only the actions it declares (catalog Actions)"),
+	})
+	logs.GrantWrite(role)
+	for _, st := range s.statements(f.Access) {
+		role.AddToPolicy(st)
+	}
+
+	desc := "Better Compute reconciler: drives reservations through their states (capacity.reservations)"
+	if f.Method != nil {
+		desc = fmt.Sprintf("Better Compute %s (POST %s)", f.Method.Name, f.Method.Path())
+		if len(f.Method.Actions) == 0 {
+			awscdk.Annotations_Of(scope).AddWarningV2(jsii.String("bettercompute:no-actions"),
+				jsii.String("method "+f.Method.Name+" declares no AWS actions in the catalog: its function cannot reach the table"), nil)
+		}
+	}
+	props := &awslambda.FunctionProps{
+		Description:  jsii.String(desc),
+		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
+		Architecture: arch,
+		Handler:      jsii.String("bootstrap"),
+		Code:         awslambda.Code_FromAsset(jsii.String(filepath.Join(cfg.AssetRoot, f.Name)), nil),
+		MemorySize:   jsii.Number(f.Memory),
+		Timeout:      awscdk.Duration_Seconds(jsii.Number(f.Timeout)),
+		Environment:  &env,
+		Role:         role,
+		LogGroup:     logs,
+	}
+	if f.Method == nil {
+		// EventBridge invokes asynchronously; the next tick is the retry, so
+		// Lambda does not retry a failed pass (passes are idempotent, §4.5).
+		props.RetryAttempts = jsii.Number(0)
+		props.MaxEventAge = awscdk.Duration_Seconds(jsii.Number(60))
+	}
+	fn := awslambda.NewFunction(scope, jsii.String("Function"), props)
+	s.Lambdas[f.Name] = fn
+	s.Roles[f.Name] = role
+}
+
+// statements turns an Access into IAM statements on this stack's resources.
+func (s *Stack) statements(a Access) []awsiam.PolicyStatement {
+	var out []awsiam.PolicyStatement
+	stmt := func(actions []string, resources ...*string) {
+		if len(actions) == 0 {
+			return
+		}
+		out = append(out, awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Actions: jsii.Strings(actions...), Resources: &resources,
+		}))
+	}
+	table := s.Table.TableArn()
+	stmt(a.TableItem, table)
+	if len(a.TableQuery) > 0 {
+		resources := []*string{table}
+		if a.Indexes == nil {
+			resources = append(resources, jsii.String(*table+"/index/*"))
+		}
+		for _, ix := range a.Indexes {
+			resources = append(resources, jsii.String(*table+"/index/"+ix))
+		}
+		stmt(a.TableQuery, resources...)
+	}
+	if len(a.TableKey) > 0 {
+		// The table key is usable only through DynamoDB in this region.
+		out = append(out, awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Actions:   jsii.Strings(a.TableKey...),
+			Resources: jsii.Strings(*s.TableKey.KeyArn()),
+			Conditions: &map[string]any{
+				"StringEquals": map[string]any{"kms:ViaService": "dynamodb." + *s.Stack.Region() + ".amazonaws.com"},
+			},
+		}))
+	}
+	stmt(a.Signing, s.SigningKey.KeyArn())
+	return out
+}
+
+// addAPI creates the HTTP API, its throttled stage and one JWT-authorized
+// route per catalog method, each integrating its own function.
+func (s *Stack) addAPI(cfg Config, fns []Function, removal awscdk.RemovalPolicy) {
+	s.API = awsapigatewayv2.NewHttpApi(s.Stack, jsii.String("Api"), &awsapigatewayv2.HttpApiProps{
+		ApiName:            jsii.String(cfg.StackName),
+		Description:        jsii.String("Better Compute control plane API (POST /api/compute/{resource}/{method})"),
+		CreateDefaultStage: jsii.Bool(false),
+	})
+	access := awslogs.NewLogGroup(s.Stack, jsii.String("ApiAccessLogs"), &awslogs.LogGroupProps{
+		Retention:     retentionDays[cfg.LogRetentionDays],
+		RemovalPolicy: removal,
+	})
+	s.Stage = s.API.AddStage(jsii.String("DefaultStage"), &awsapigatewayv2.HttpStageOptions{
+		StageName:  jsii.String("$default"),
+		AutoDeploy: jsii.Bool(true),
+		Throttle: &awsapigatewayv2.ThrottleSettings{
+			RateLimit: jsii.Number(cfg.ThrottleRate), BurstLimit: jsii.Number(cfg.ThrottleBurst),
+		},
+	})
+	// One JSON line per request; the principal is the token's sub (SPEC §3).
+	// Set on the L1 stage: HTTP APIs write through a service-linked role.
+	s.Stage.Node().DefaultChild().(awsapigatewayv2.CfnStage).SetAccessLogSettings(&awsapigatewayv2.CfnStage_AccessLogSettingsProperty{
+		DestinationArn: access.LogGroupArn(),
+		Format:         jsii.String(accessLogFormat),
+	})
+
+	auth := awsapigatewayv2authorizers.NewHttpJwtAuthorizer(jsii.String("JwtAuthorizer"), jsii.String(cfg.JWTIssuer),
+		&awsapigatewayv2authorizers.HttpJwtAuthorizerProps{
+			AuthorizerName: jsii.String("jwt"),
+			JwtAudience:    jsii.Strings(cfg.JWTAudience...),
+		})
+	for _, f := range fns {
+		if f.Method == nil {
+			continue
+		}
+		s.API.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
+			Path:        jsii.String(f.Method.Path()),
+			Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod_POST},
+			Integration: awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String(f.Name), s.Lambdas[f.Name], nil),
+			Authorizer:  auth,
+		})
+	}
+}
+
+const accessLogFormat = `{"requestId":"$context.requestId","ip":"$context.identity.sourceIp","time":"$context.requestTime",` +
+	`"routeKey":"$context.routeKey","status":"$context.status","responseLength":"$context.responseLength",` +
+	`"latencyMs":"$context.responseLatency","integrationLatencyMs":"$context.integrationLatency",` +
+	`"integrationError":"$context.integrationErrorMessage","authorizerError":"$context.authorizer.error",` +
+	`"principal":"$context.authorizer.claims.sub"}`
+
+// addSchedule invokes the reconciler every minute. EventBridge retries a
+// failed delivery for a little while; what it cannot deliver lands in the
+// DLQ (a newer tick makes an old one worthless, hence the short age).
+func (s *Stack) addSchedule() {
+	s.Schedule = awsevents.NewRule(s.Stack, jsii.String("ReconcilerSchedule"), &awsevents.RuleProps{
+		Description: jsii.String("Better Compute: one reconciler pass a minute (capacity.reservations)"),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),
+	})
+	s.Schedule.AddTarget(awseventstargets.NewLambdaFunction(s.Lambdas[api.ReconcilerFunction], &awseventstargets.LambdaFunctionProps{
+		DeadLetterQueue: s.DLQ,
+		RetryAttempts:   jsii.Number(2),
+		MaxEventAge:     awscdk.Duration_Minutes(jsii.Number(2)),
+	}))
+}
+
+// retentionDays are CloudWatch's retention periods by day count.
+var retentionDays = map[int]awslogs.RetentionDays{
+	1: awslogs.RetentionDays_ONE_DAY, 3: awslogs.RetentionDays_THREE_DAYS, 5: awslogs.RetentionDays_FIVE_DAYS,
+	7: awslogs.RetentionDays_ONE_WEEK, 14: awslogs.RetentionDays_TWO_WEEKS, 30: awslogs.RetentionDays_ONE_MONTH,
+	60: awslogs.RetentionDays_TWO_MONTHS, 90: awslogs.RetentionDays_THREE_MONTHS, 120: awslogs.RetentionDays_FOUR_MONTHS,
+	150: awslogs.RetentionDays_FIVE_MONTHS, 180: awslogs.RetentionDays_SIX_MONTHS, 365: awslogs.RetentionDays_ONE_YEAR,
+	400: awslogs.RetentionDays_THIRTEEN_MONTHS, 545: awslogs.RetentionDays_EIGHTEEN_MONTHS, 731: awslogs.RetentionDays_TWO_YEARS,
+	1827: awslogs.RetentionDays_FIVE_YEARS, 3653: awslogs.RetentionDays_TEN_YEARS,
+}

@@ -1,0 +1,679 @@
+package stack
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/dynamo"
+)
+
+// The template is synthesized once for the package (each App starts a Node
+// process); every test reads it.
+var (
+	tmpl   assertions.Template
+	res    map[string]resource // logical id → resource
+	outs   map[string]any
+	ids    = map[string]fnIDs{}  // function name → logical ids
+	ref    = map[string]string{} // the stack's singletons → logical id
+	tested Config
+)
+
+type resource struct {
+	Type       string
+	Properties map[string]any
+}
+
+type fnIDs struct{ Function, Role, Logs string }
+
+// Values the test context sets, to see them arrive where they belong.
+const (
+	testIssuer = "https://issuer.test.example/"
+	testPins   = "-----BEGIN PUBLIC KEY-----\nMFkwEwYHKoZIzj0CAQYIKoZIzj0DAQcDQgAE\n-----END PUBLIC KEY-----\n"
+)
+
+var testAudience = []any{"aud-one", "aud-two"}
+
+func TestMain(m *testing.M) {
+	code, err := synth(m)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "synth:", err)
+		code = 1
+	}
+	jsii.Close()
+	os.Exit(code)
+}
+
+func synth(m *testing.M) (int, error) {
+	// The tested template uses cdk.json's context (feature flags, defaults),
+	// so it is the one `cdk synth` produces, with a few values overridden.
+	raw, err := os.ReadFile("../../cdk.json")
+	if err != nil {
+		return 0, err
+	}
+	var cdkJSON struct{ Context map[string]any }
+	if err := json.Unmarshal(raw, &cdkJSON); err != nil {
+		return 0, fmt.Errorf("cdk.json: %w", err)
+	}
+	dir, err := os.MkdirTemp("", "bc-infra-test-")
+	if err != nil {
+		return 0, err
+	}
+	defer os.RemoveAll(dir)
+	assets := filepath.Join(dir, "assets")
+	if err := WritePlaceholders(assets); err != nil {
+		return 0, err
+	}
+	// A folder that is not in the catalog must not become a function.
+	if err := os.MkdirAll(filepath.Join(assets, "stray"), 0o755); err != nil {
+		return 0, err
+	}
+	ctx := cdkJSON.Context
+	ctx[CtxAssetRoot] = assets
+	ctx[CtxJWTIssuer] = testIssuer
+	ctx[CtxJWTAudience] = testAudience
+	ctx[CtxReleasePins] = testPins
+	ctx[CtxReleaseThreshold] = "2" // as -c gives it
+	app := awscdk.NewApp(&awscdk.AppProps{
+		Context: &ctx, Outdir: jsii.String(filepath.Join(dir, "cdk.out")), StackTraces: jsii.Bool(false),
+	})
+	if tested, err = ConfigFrom(func(k string) any { return app.Node().TryGetContext(jsii.String(k)) }); err != nil {
+		return 0, err
+	}
+	s, err := New(app, tested, nil)
+	if err != nil {
+		return 0, err
+	}
+	tmpl = assertions.Template_FromStack(s.Stack, nil)
+
+	logical := func(c constructs.IConstruct) string {
+		return *s.Stack.GetLogicalId(c.Node().DefaultChild().(awscdk.CfnElement))
+	}
+	for name, fn := range s.Lambdas {
+		ids[name] = fnIDs{Function: logical(fn), Role: logical(s.Roles[name]),
+			Logs: logical(fn.Node().Scope().Node().FindChild(jsii.String("Logs")))}
+	}
+	ref["table"] = logical(s.Table)
+	ref["tableKey"] = logical(s.TableKey)
+	ref["signingKey"] = logical(s.SigningKey)
+	ref["api"] = logical(s.API)
+	ref["stage"] = logical(s.Stage)
+	ref["dlq"] = logical(s.DLQ)
+	ref["schedule"] = logical(s.Schedule)
+
+	var doc struct {
+		Resources map[string]resource
+		Outputs   map[string]any
+	}
+	b, err := json.Marshal(tmpl.ToJSON())
+	if err != nil {
+		return 0, err
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		return 0, err
+	}
+	res, outs = doc.Resources, doc.Outputs
+	return m.Run(), nil
+}
+
+// check runs an assertions call; a failed match becomes a test error
+// instead of a panic that ends the run.
+func check(t *testing.T, what string, f func()) {
+	t.Helper()
+	defer func() {
+		if r := recover(); r != nil {
+			t.Errorf("%s: %v", what, r)
+		}
+	}()
+	f()
+}
+
+func ofType(typ string) map[string]resource {
+	out := map[string]resource{}
+	for id, r := range res {
+		if r.Type == typ {
+			out[id] = r
+		}
+	}
+	return out
+}
+
+func getAtt(id, attr string) any { return map[string]any{"Fn::GetAtt": []any{id, attr}} }
+func refTo(id string) any        { return map[string]any{"Ref": id} }
+
+func equal(a, b any) bool {
+	ja, _ := json.Marshal(a)
+	jb, _ := json.Marshal(b)
+	return string(ja) == string(jb)
+}
+
+func props(id string) map[string]any { return res[id].Properties }
+
+// path walks nested maps ("Environment", "Variables", "BC_TABLE").
+func path(v any, keys ...string) any {
+	for _, k := range keys {
+		m, ok := v.(map[string]any)
+		if !ok {
+			return nil
+		}
+		v = m[k]
+	}
+	return v
+}
+
+func TestOneFunctionPerMethodPlusReconciler(t *testing.T) {
+	want := len(api.Catalog) + 1
+	check(t, "function count", func() { tmpl.ResourceCountIs(jsii.String("AWS::Lambda::Function"), jsii.Number(want)) })
+	if len(ids) != want {
+		t.Fatalf("stack has %d functions, want %d", len(ids), want)
+	}
+	for _, m := range api.Catalog {
+		id, ok := ids[m.FunctionName()]
+		if !ok {
+			t.Errorf("no function for %s", m.Name)
+			continue
+		}
+		p := props(id.Function)
+		mem, timeout := readSizing[0], readSizing[1]
+		if m.Kind == api.Mutation {
+			mem, timeout = mutationSizing[0], mutationSizing[1]
+		}
+		if p["MemorySize"] != mem || p["Timeout"] != timeout {
+			t.Errorf("%s: memory %v timeout %v, want %v and %v (%s)", m.Name, p["MemorySize"], p["Timeout"], mem, timeout, m.Kind)
+		}
+	}
+	if _, ok := ids[api.ReconcilerFunction]; !ok {
+		t.Errorf("no reconciler function")
+	}
+	if _, ok := ids["stray"]; ok {
+		t.Errorf("a folder outside the catalog became a function")
+	}
+	for name, id := range ids {
+		p := props(id.Function)
+		if p["Runtime"] != "provided.al2023" || p["Handler"] != "bootstrap" || !equal(p["Architectures"], []string{"arm64"}) {
+			t.Errorf("%s: runtime %v handler %v architectures %v", name, p["Runtime"], p["Handler"], p["Architectures"])
+		}
+		if !equal(path(p, "Environment", "Variables", "BC_TABLE"), refTo(ref["table"])) {
+			t.Errorf("%s: BC_TABLE is %v", name, path(p, "Environment", "Variables", "BC_TABLE"))
+		}
+		if v := path(p, "Environment", "Variables", "BC_IAM_URL"); v != tested.IAMURL {
+			t.Errorf("%s: BC_IAM_URL is %v", name, v)
+		}
+		if v, _ := json.Marshal(path(p, "Environment", "Variables", "BC_CURSOR_KEY")); !strings.Contains(string(v), "resolve:secretsmanager") {
+			t.Errorf("%s: BC_CURSOR_KEY is %s, want a Secrets Manager reference", name, v)
+		}
+		if !equal(p["Role"], getAtt(id.Role, "Arn")) {
+			t.Errorf("%s: runs as %v, want its own role", name, p["Role"])
+		}
+	}
+	check(t, "reconciler sizing", func() {
+		tmpl.HasResourceProperties(jsii.String("AWS::Lambda::Function"), &map[string]any{
+			"Description": assertions.Match_StringLikeRegexp(jsii.String("reconciler")),
+			"MemorySize":  reconcilerSizing[0], "Timeout": reconcilerSizing[1],
+		})
+	})
+}
+
+func TestReleaseConfigReachesOnlyVerifiers(t *testing.T) {
+	for name, id := range ids {
+		vars := path(props(id.Function), "Environment", "Variables").(map[string]any)
+		verifies := slices.Contains(actionsOf(name), "kms:GetPublicKey")
+		if got := vars["BC_RELEASE_KMS_KEYS"]; verifies != (got != nil) || (got != nil && !equal(got, refTo(ref["signingKey"]))) {
+			t.Errorf("%s: BC_RELEASE_KMS_KEYS = %v (verifies releases: %v)", name, got, verifies)
+		}
+		if verifies && (vars["BC_RELEASE_THRESHOLD"] != "2" || vars["BC_RELEASE_PINS"] != strings.TrimSpace(testPins)) {
+			t.Errorf("%s: threshold %v pins %q", name, vars["BC_RELEASE_THRESHOLD"], vars["BC_RELEASE_PINS"])
+		}
+	}
+	if vars := path(props(ids["releases-register"].Function), "Environment", "Variables").(map[string]any); vars["BC_RELEASE_KMS_KEYS"] == nil {
+		t.Errorf("releases-register does not get the signing key id")
+	}
+}
+
+// actionsOf is what the catalog (or, for the reconciler, the stack) declares.
+func actionsOf(fn string) []string {
+	if fn == api.ReconcilerFunction {
+		return ReconcilerActions
+	}
+	for _, m := range api.Catalog {
+		if m.FunctionName() == fn {
+			return m.Actions
+		}
+	}
+	return nil
+}
+
+func TestOneRoutePerMethodReachingItsFunction(t *testing.T) {
+	check(t, "route count", func() {
+		tmpl.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Route"), jsii.Number(len(api.Catalog)))
+	})
+	routes := map[string]map[string]any{}
+	for _, r := range ofType("AWS::ApiGatewayV2::Route") {
+		routes[r.Properties["RouteKey"].(string)] = r.Properties
+	}
+	authorizers := ofType("AWS::ApiGatewayV2::Authorizer")
+	if len(authorizers) != 1 {
+		t.Fatalf("%d authorizers, want 1", len(authorizers))
+	}
+	var authID string
+	for id := range authorizers {
+		authID = id
+	}
+	for _, m := range api.Catalog {
+		key := "POST " + m.Path()
+		r, ok := routes[key]
+		if !ok {
+			t.Errorf("no route %s", key)
+			continue
+		}
+		if r["AuthorizationType"] != "JWT" || !equal(r["AuthorizerId"], refTo(authID)) {
+			t.Errorf("%s: authorization %v by %v, want JWT by the authorizer", key, r["AuthorizationType"], r["AuthorizerId"])
+		}
+		// Target is "integrations/<Ref integration>".
+		parts, _ := path(r, "Target", "Fn::Join").([]any)
+		var integ string
+		if len(parts) == 2 {
+			if p, ok := parts[1].([]any); ok && len(p) == 2 && p[0] == "integrations/" {
+				integ, _ = path(p[1], "Ref").(string)
+			}
+		}
+		ip := props(integ)
+		fn := ids[m.FunctionName()].Function
+		if ip == nil || ip["IntegrationType"] != "AWS_PROXY" || !equal(ip["IntegrationUri"], getAtt(fn, "Arn")) {
+			t.Errorf("%s: integration %s is %v, want a proxy to %s", key, integ, ip, fn)
+		}
+		if ip != nil && ip["PayloadFormatVersion"] != "2.0" {
+			t.Errorf("%s: payload format %v, want 2.0 (API Gateway v2 events)", key, ip["PayloadFormatVersion"])
+		}
+		// API Gateway may invoke the function, for this route only.
+		found := false
+		for _, p := range ofType("AWS::Lambda::Permission") {
+			src, _ := json.Marshal(p.Properties["SourceArn"])
+			if equal(p.Properties["FunctionName"], getAtt(fn, "Arn")) && strings.Contains(string(src), "/*/*"+m.Path()) &&
+				p.Properties["Principal"] == "apigateway.amazonaws.com" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s: no invoke permission scoped to the route", key)
+		}
+	}
+}
+
+func TestAuthorizerAndStage(t *testing.T) {
+	check(t, "JWT authorizer", func() {
+		tmpl.HasResourceProperties(jsii.String("AWS::ApiGatewayV2::Authorizer"), &map[string]any{
+			"AuthorizerType": "JWT",
+			"IdentitySource": []any{"$request.header.Authorization"},
+			"JwtConfiguration": map[string]any{
+				"Issuer": testIssuer, "Audience": testAudience,
+			},
+		})
+	})
+	p := props(ref["stage"])
+	if p["StageName"] != "$default" || p["AutoDeploy"] != true {
+		t.Errorf("stage %v auto deploy %v", p["StageName"], p["AutoDeploy"])
+	}
+	if !equal(p["DefaultRouteSettings"], map[string]any{
+		"ThrottlingBurstLimit": tested.ThrottleBurst, "ThrottlingRateLimit": tested.ThrottleRate,
+	}) {
+		t.Errorf("stage throttling %v", p["DefaultRouteSettings"])
+	}
+	if format, _ := path(p, "AccessLogSettings", "Format").(string); !json.Valid([]byte(format)) || !strings.Contains(format, "$context.requestId") {
+		t.Errorf("access log format %q", format)
+	}
+}
+
+// statementsOf collects the statements of every policy attached to a role.
+func statementsOf(t *testing.T, roleID string) []map[string]any {
+	t.Helper()
+	role := props(roleID)
+	if role["ManagedPolicyArns"] != nil || role["Policies"] != nil {
+		t.Errorf("role %s has managed or inline policies: %v %v", roleID, role["ManagedPolicyArns"], role["Policies"])
+	}
+	var out []map[string]any
+	for _, p := range ofType("AWS::IAM::Policy") {
+		attached := false
+		for _, r := range p.Properties["Roles"].([]any) {
+			attached = attached || equal(r, refTo(roleID))
+		}
+		if !attached {
+			continue
+		}
+		for _, st := range path(p.Properties, "PolicyDocument", "Statement").([]any) {
+			out = append(out, st.(map[string]any))
+		}
+	}
+	return out
+}
+
+func strs(v any) []string {
+	switch v := v.(type) {
+	case string:
+		return []string{v}
+	case []any:
+		var out []string
+		for _, s := range v {
+			b, _ := json.Marshal(s)
+			if str, ok := s.(string); ok {
+				out = append(out, str)
+			} else {
+				out = append(out, string(b))
+			}
+		}
+		return out
+	}
+	b, _ := json.Marshal(v)
+	return []string{string(b)}
+}
+
+// grants maps a resource (its JSON) to the actions allowed on it.
+func grants(t *testing.T, fn string) map[string][]string {
+	out := map[string][]string{}
+	for _, st := range statementsOf(t, ids[fn].Role) {
+		if st["Effect"] != "Allow" {
+			continue
+		}
+		for _, r := range strs(st["Resource"]) {
+			out[r] = append(out[r], strs(st["Action"])...)
+		}
+	}
+	for r := range out {
+		sort.Strings(out[r])
+		out[r] = slices.Compact(out[r])
+	}
+	return out
+}
+
+func sorted(s ...[]string) []string {
+	var out []string
+	for _, x := range s {
+		out = append(out, x...)
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+func jsonOf(v any) string { b, _ := json.Marshal(v); return string(b) }
+
+func TestLeastPrivilegePerFunction(t *testing.T) {
+	table := jsonOf(getAtt(ref["table"], "Arn"))
+	tableKey := jsonOf(getAtt(ref["tableKey"], "Arn"))
+	signingKey := jsonOf(getAtt(ref["signingKey"], "Arn"))
+	writes := []string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:TransactWriteItems"}
+	for name, id := range ids {
+		t.Run(name, func(t *testing.T) {
+			declared := actionsOf(name)
+			var dynamoActs, kmsActs []string
+			for _, a := range declared {
+				if strings.HasPrefix(a, "dynamodb:") {
+					dynamoActs = append(dynamoActs, a)
+				} else {
+					kmsActs = append(kmsActs, a)
+				}
+			}
+			got := grants(t, name)
+			logs := jsonOf(getAtt(id.Logs, "Arn"))
+			want := map[string][]string{logs: {"logs:CreateLogStream", "logs:PutLogEvents"}}
+			if len(dynamoActs) > 0 {
+				want[table] = sorted(dynamoActs)
+			}
+			if len(kmsActs) > 0 {
+				want[signingKey] = sorted(kmsActs)
+			}
+			if len(dynamoActs) > 0 {
+				keyActs := []string{"kms:Decrypt", "kms:DescribeKey"}
+				if slices.ContainsFunc(dynamoActs, func(a string) bool { return slices.Contains(writes, a) }) {
+					keyActs = append(keyActs, "kms:Encrypt", "kms:GenerateDataKey*", "kms:ReEncrypt*")
+				}
+				want[tableKey] = sorted(keyActs)
+			}
+			// Query (and only Query/Scan) also reaches the indexes.
+			for r, acts := range got {
+				if strings.Contains(r, "/index/") {
+					for _, a := range acts {
+						if a != "dynamodb:Query" && a != "dynamodb:Scan" {
+							t.Errorf("%s on an index", a)
+						}
+					}
+					if name == api.ReconcilerFunction && !strings.Contains(r, "/index/"+dynamo.IndexDue+`"`) {
+						t.Errorf("reconciler may query %s, want only the %s index", r, dynamo.IndexDue)
+					}
+					delete(got, r)
+				}
+			}
+			if !equal(got, want) {
+				t.Errorf("grants\n got %v\nwant %v", got, want)
+			}
+			for r, acts := range got {
+				for _, a := range acts {
+					if strings.Contains(a, "*") && !strings.HasPrefix(a, "kms:ReEncrypt") && !strings.HasPrefix(a, "kms:GenerateDataKey") {
+						t.Errorf("wildcard action %s on %s", a, r)
+					}
+					if a == "kms:Sign" {
+						t.Errorf("kms:Sign granted on %s", r)
+					}
+				}
+				if r == `"*"` {
+					t.Errorf("actions %v on every resource", acts)
+				}
+			}
+			if m := api.Lookup(strings.Replace(name, "-", ".", 1)); m != nil && m.Kind == api.Read {
+				for _, acts := range got {
+					for _, a := range acts {
+						if slices.Contains(writes, a) {
+							t.Errorf("read method %s may %s", m.Name, a)
+						}
+					}
+				}
+			}
+			// The table key is usable only through DynamoDB.
+			for _, st := range statementsOf(t, id.Role) {
+				if slices.Contains(strs(st["Resource"]), tableKey) && path(st, "Condition", "StringEquals", "kms:ViaService") == nil {
+					t.Errorf("table key statement without kms:ViaService: %v", st)
+				}
+			}
+		})
+	}
+	// Spelled out for the method the issue names.
+	list := grants(t, "releases-list")
+	if !slices.Contains(list[table], "dynamodb:Query") || slices.Contains(list[table], "dynamodb:PutItem") || slices.Contains(list[table], "dynamodb:UpdateItem") {
+		t.Errorf("releases-list may %v on the table", list[table])
+	}
+	if _, ok := list[signingKey]; ok {
+		t.Errorf("releases-list may use the signing key")
+	}
+	if reg := grants(t, "releases-register"); !slices.Contains(reg[signingKey], "kms:GetPublicKey") {
+		t.Errorf("releases-register may %v on the signing key", reg[signingKey])
+	}
+}
+
+func TestTableFromDefinition(t *testing.T) {
+	def := dynamo.Definition("x")
+	var attrs, keySchema []map[string]any
+	for _, a := range def.AttributeDefinitions {
+		attrs = append(attrs, map[string]any{"AttributeName": *a.AttributeName, "AttributeType": string(a.AttributeType)})
+	}
+	for _, k := range def.KeySchema {
+		keySchema = append(keySchema, map[string]any{"AttributeName": *k.AttributeName, "KeyType": string(k.KeyType)})
+	}
+	p := props(ref["table"])
+	if p["BillingMode"] != "PAY_PER_REQUEST" ||
+		!equal(p["KeySchema"], keySchema) ||
+		!equal(path(p, "PointInTimeRecoverySpecification", "PointInTimeRecoveryEnabled"), true) ||
+		!equal(p["TimeToLiveSpecification"], map[string]any{"AttributeName": dynamo.AttrTTL, "Enabled": true}) ||
+		!equal(p["SSESpecification"], map[string]any{"KMSMasterKeyId": getAtt(ref["tableKey"], "Arn"), "SSEEnabled": true, "SSEType": "KMS"}) {
+		t.Errorf("table properties: %s", jsonOf(p))
+	}
+	gotAttrs := map[string]any{}
+	for _, a := range p["AttributeDefinitions"].([]any) {
+		gotAttrs[path(a, "AttributeName").(string)] = path(a, "AttributeType")
+	}
+	for _, a := range attrs {
+		if gotAttrs[a["AttributeName"].(string)] != a["AttributeType"] {
+			t.Errorf("attribute %v: got %v", a, gotAttrs[a["AttributeName"].(string)])
+		}
+	}
+	index := func(list any, name string) map[string]any {
+		for _, ix := range list.([]any) {
+			if path(ix, "IndexName") == name {
+				return ix.(map[string]any)
+			}
+		}
+		return nil
+	}
+	for _, ix := range def.LocalSecondaryIndexes {
+		got := index(p["LocalSecondaryIndexes"], *ix.IndexName)
+		if got == nil || path(got, "Projection", "ProjectionType") != string(ix.Projection.ProjectionType) ||
+			jsonOf(path(got, "KeySchema")) != jsonOf(ix.KeySchema) {
+			t.Errorf("local index %s: %s", *ix.IndexName, jsonOf(got))
+		}
+	}
+	for _, ix := range def.GlobalSecondaryIndexes {
+		got := index(p["GlobalSecondaryIndexes"], *ix.IndexName)
+		if got == nil || path(got, "Projection", "ProjectionType") != string(ix.Projection.ProjectionType) ||
+			jsonOf(path(got, "KeySchema")) != jsonOf(ix.KeySchema) {
+			t.Errorf("global index %s: %s", *ix.IndexName, jsonOf(got))
+		}
+	}
+	if len(p["LocalSecondaryIndexes"].([]any)) != len(def.LocalSecondaryIndexes) || len(p["GlobalSecondaryIndexes"].([]any)) != len(def.GlobalSecondaryIndexes) {
+		t.Errorf("index counts differ from dynamo.Definition")
+	}
+	check(t, "table retained", func() {
+		tmpl.HasResource(jsii.String("AWS::DynamoDB::Table"), &map[string]any{"DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain"})
+	})
+	check(t, "table key", func() {
+		tmpl.HasResourceProperties(jsii.String("AWS::KMS::Key"), &map[string]any{
+			"EnableKeyRotation": true, "KeySpec": assertions.Match_Absent(),
+		})
+	})
+}
+
+func TestSigningKey(t *testing.T) {
+	p := props(ref["signingKey"])
+	if p["KeySpec"] != "ECC_NIST_P256" || p["KeyUsage"] != "SIGN_VERIFY" {
+		t.Errorf("signing key %v/%v", p["KeySpec"], p["KeyUsage"])
+	}
+	check(t, "signing key retained", func() {
+		tmpl.HasResource(jsii.String("AWS::KMS::Key"), &map[string]any{
+			"Properties": map[string]any{"KeyUsage": "SIGN_VERIFY"}, "DeletionPolicy": "Retain",
+		})
+	})
+}
+
+func TestReconcilerSchedule(t *testing.T) {
+	p := props(ref["schedule"])
+	if p["ScheduleExpression"] != "rate(1 minute)" || p["State"] != "ENABLED" {
+		t.Errorf("schedule %v %v", p["ScheduleExpression"], p["State"])
+	}
+	targets := p["Targets"].([]any)
+	if len(targets) != 1 {
+		t.Fatalf("%d targets", len(targets))
+	}
+	tg := targets[0]
+	if !equal(path(tg, "Arn"), getAtt(ids[api.ReconcilerFunction].Function, "Arn")) ||
+		!equal(path(tg, "DeadLetterConfig", "Arn"), getAtt(ref["dlq"], "Arn")) ||
+		path(tg, "RetryPolicy", "MaximumRetryAttempts") == nil || path(tg, "RetryPolicy", "MaximumEventAgeInSeconds") == nil {
+		t.Errorf("target %s", jsonOf(tg))
+	}
+	check(t, "reconciler async config", func() {
+		tmpl.HasResourceProperties(jsii.String("AWS::Lambda::EventInvokeConfig"), &map[string]any{
+			"FunctionName": refTo(ids[api.ReconcilerFunction].Function), "MaximumRetryAttempts": 0,
+		})
+	})
+	check(t, "DLQ", func() {
+		tmpl.HasResourceProperties(jsii.String("AWS::SQS::Queue"), &map[string]any{
+			"MessageRetentionPeriod": 14 * 24 * 3600, "SqsManagedSseEnabled": true,
+		})
+	})
+	check(t, "EventBridge may send to the DLQ", func() {
+		tmpl.HasResourceProperties(jsii.String("AWS::SQS::QueuePolicy"), &map[string]any{
+			"PolicyDocument": map[string]any{"Statement": assertions.Match_ArrayWith(&[]any{
+				assertions.Match_ObjectLike(&map[string]any{
+					"Action": "sqs:SendMessage", "Principal": map[string]any{"Service": "events.amazonaws.com"},
+				}),
+			})},
+		})
+	})
+}
+
+func TestLogGroupsHaveRetention(t *testing.T) {
+	for name, id := range ids {
+		if !equal(path(props(id.Function), "LoggingConfig", "LogGroup"), refTo(id.Logs)) {
+			t.Errorf("%s logs to %v, want its log group", name, path(props(id.Function), "LoggingConfig", "LogGroup"))
+		}
+	}
+	for id, lg := range ofType("AWS::Logs::LogGroup") {
+		if lg.Properties["RetentionInDays"] != float64(tested.LogRetentionDays) {
+			t.Errorf("log group %s keeps logs %v days", id, lg.Properties["RetentionInDays"])
+		}
+	}
+}
+
+func TestAlarms(t *testing.T) {
+	alarms := ofType("AWS::CloudWatch::Alarm")
+	has := func(what string, match func(p map[string]any) bool) {
+		t.Helper()
+		for _, a := range alarms {
+			if match(a.Properties) {
+				if len(strs(a.Properties["AlarmActions"])) == 0 {
+					t.Errorf("%s alarm notifies no one", what)
+				}
+				return
+			}
+		}
+		t.Errorf("no %s alarm", what)
+	}
+	metric := func(ns, name string) func(p map[string]any) bool {
+		return func(p map[string]any) bool { return p["Namespace"] == ns && p["MetricName"] == name }
+	}
+	dim := func(p map[string]any, want any) bool {
+		for _, d := range p["Dimensions"].([]any) {
+			if equal(path(d, "Value"), want) {
+				return true
+			}
+		}
+		return false
+	}
+	has("API 5xx", metric("AWS/ApiGateway", "5xx"))
+	for name, id := range ids {
+		has(name+" throttles", func(p map[string]any) bool {
+			return metric("AWS/Lambda", "Throttles")(p) && dim(p, refTo(id.Function))
+		})
+	}
+	rec := refTo(ids[api.ReconcilerFunction].Function)
+	has("reconciler errors", func(p map[string]any) bool { return metric("AWS/Lambda", "Errors")(p) && dim(p, rec) })
+	has("reconciler lag", func(p map[string]any) bool {
+		// The unit must be the one the reconciler emits (capacity.PassResult.Log).
+		return metric(MetricNamespace, MetricLag)(p) && dim(p, refTo(ref["table"])) && p["Unit"] == "Milliseconds"
+	})
+	has("DLQ depth", func(p map[string]any) bool {
+		return metric("AWS/SQS", "ApproximateNumberOfMessagesVisible")(p) && dim(p, getAtt(ref["dlq"], "QueueName"))
+	})
+	check(t, "dashboard", func() { tmpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Dashboard"), jsii.Number(1)) })
+}
+
+func TestOutputs(t *testing.T) {
+	for name, want := range map[string]any{
+		OutputTableName:    refTo(ref["table"]),
+		OutputSigningKeyID: refTo(ref["signingKey"]),
+	} {
+		if !equal(path(outs[name], "Value"), want) {
+			t.Errorf("output %s = %v, want %v", name, path(outs[name], "Value"), want)
+		}
+	}
+	if url := jsonOf(path(outs[OutputAPIURL], "Value")); !strings.Contains(url, ref["api"]) || !strings.Contains(url, "execute-api") {
+		t.Errorf("output %s = %s", OutputAPIURL, url)
+	}
+}
