@@ -21,6 +21,8 @@ LOCAL_KMS_REAL    := $(TOOLS_DIR)/local-kms@$(LOCAL_KMS_VERSION)/local-kms
 NODE_STAMP        := node_modules/.package-lock.json
 
 TEST_TIMEOUT ?= 10m
+# Lambda architecture: arm64 in AWS; amd64 for LocalStack on an amd64 host.
+LAMBDA_GOARCH ?= arm64
 # The race detector needs cgo and a C compiler; without them tests run without it.
 RACE          = $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) env CC)" >/dev/null 2>&1 && echo -race)
 GOTESTFLAGS  ?= $(RACE)
@@ -74,9 +76,9 @@ fmt-check:
 vet: ## go vet
 	$(GO) vet ./...
 
-build: ## build every Lambda for linux/arm64 into build/<function>/bootstrap
+build: ## build every Lambda for linux/arm64 (LAMBDA_GOARCH=amd64 for LocalStack on amd64) into build/<function>/bootstrap
 	@rm -rf build/.bin && mkdir -p build/.bin
-	GOOS=linux GOARCH=arm64 CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags "-s -w" \
+	GOOS=linux GOARCH=$(LAMBDA_GOARCH) CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags "-s -w" \
 	  -o build/.bin/ $(FUNCTIONS:%=./functions/%)
 	@for f in $(FUNCTIONS); do \
 	  mkdir -p build/$$f && mv build/.bin/$$f build/$$f/bootstrap; \
