@@ -33,7 +33,7 @@ FUNCTIONS    := $(notdir $(patsubst %/,%,$(wildcard functions/*/)))
 # `make test` runs after the Go tests, e.g. INFRA_TEST_TARGETS += infra-test synth.
 INFRA_TEST_TARGETS :=
 
-.PHONY: help tools run test gotest fmt fmt-check vet build docs bench clean distclean
+.PHONY: help tools run test gotest fmt fmt-check vet build docs bench e2e clean distclean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -85,6 +85,9 @@ build: ## build every Lambda for linux/arm64 (LAMBDA_GOARCH=amd64 for LocalStack
 	  printf '  build/%-32s %6.2f MiB\n' "$$f/bootstrap" "$$(wc -c < build/$$f/bootstrap | awk '{print $$1/1048576}')"; \
 	done
 	@rmdir build/.bin
+
+e2e: tools ## black-box suite: against BC_API_URL with BC_TOKEN (and BC_E2E_RELEASE_KEY), else an in-process local stack
+	BC_E2E_URL="$(BC_API_URL)" BC_E2E_TOKEN="$(BC_TOKEN)" $(GO) test -count=1 -v ./test/blackbox
 
 docs: ## regenerate the API reference (docs/reference) from the method catalog
 	$(GO) run ./cmd/docgen

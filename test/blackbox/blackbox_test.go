@@ -1,0 +1,237 @@
+// Package blackbox is the end-to-end suite that knows the API only through
+// HTTP and the project's client (shared/client). It runs against any URL:
+//
+//	make e2e BC_API_URL=https://… BC_TOKEN=<JWT of a principal granted everything>
+//	         [BC_E2E_RELEASE_KEY=<a private key file pinned by that deployment>]
+//
+// Without BC_E2E_URL (what `make e2e` sets from BC_API_URL) it starts the
+// local stack in-process — real dynalite and local-kms behind the local
+// gateway — which is how CI runs it. Every run uses fresh tenant and pool ids,
+// so it can run again and again against the same deployment.
+package blackbox
+
+import (
+	"context"
+	"crypto"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/client"
+	"github.com/bettercompute/control-plane/shared/devstack"
+	"github.com/bettercompute/control-plane/shared/localgw"
+	"github.com/bettercompute/control-plane/shared/rollout"
+)
+
+func TestMain(m *testing.M) { devstack.Main(m) }
+
+// target is the API under test.
+type target struct {
+	admin      *client.Client // a principal granted everything
+	anonymous  *client.Client // no credentials
+	releaseKey crypto.Signer  // pinned by the deployment; nil: releases are not registered
+	local      bool
+}
+
+func newTarget(t *testing.T) *target {
+	t.Helper()
+	if url := os.Getenv("BC_E2E_URL"); url != "" {
+		tg := &target{admin: client.New(url, os.Getenv("BC_E2E_TOKEN")), anonymous: client.New(url, "")}
+		if f := os.Getenv("BC_E2E_RELEASE_KEY"); f != "" {
+			tg.releaseKey = loadKey(t, f)
+		}
+		return tg
+	}
+	s := devstack.Shared(t)
+	root, err := devstack.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := app.Config{Table: devstack.NewTable(t, s), Region: s.Region, DynamoEndpoint: s.DynamoEndpoint,
+		KMSEndpoint: s.KMSEndpoint, PolicyFile: filepath.Join(root, devstack.PolicyFile),
+		PinsFile: filepath.Join(root, devstack.PinsFile), ReleaseThreshold: 1, CursorKey: "blackbox"}
+	a, err := app.New(context.Background(), cfg, app.WithDevTokens(), app.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eps, err := a.Endpoints(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(localgw.Handler(a.Gateway, eps))
+	t.Cleanup(srv.Close)
+	return &target{admin: client.New(srv.URL, "dev:admin"), anonymous: client.New(srv.URL, ""),
+		releaseKey: loadKey(t, filepath.Join(root, devstack.KeyFile)), local: true}
+}
+
+func loadKey(t *testing.T, path string) crypto.Signer {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := rollout.ParsePrivateKeyPEM(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+// unique returns prefix plus a random suffix valid as a tenant or pool id.
+func unique(prefix string) string {
+	var b [5]byte
+	_, _ = rand.Read(b[:])
+	return prefix + "-" + hex.EncodeToString(b[:])
+}
+
+// wantCode fails unless err is an API error with that code.
+func wantCode(t *testing.T, err error, code apierr.Code) *apierr.Error {
+	t.Helper()
+	e := apierr.As(err)
+	if e == nil || e.Code != code {
+		t.Fatalf("want %s, got %v", code, err)
+	}
+	return e
+}
+
+type obj = map[string]any
+
+func TestAuthentication(t *testing.T) {
+	tg := newTarget(t)
+	err := tg.anonymous.Call(context.Background(), "pools.list", obj{"tenantId": unique("t")}, nil)
+	wantCode(t, err, apierr.Unauthenticated)
+}
+
+func TestReleaseRegisterAndList(t *testing.T) {
+	tg := newTarget(t)
+	if tg.releaseKey == nil {
+		t.Skip("BC_E2E_RELEASE_KEY not set: this deployment's pinned key is unknown") // never in CI: local mode always has the dev key
+	}
+	ctx := context.Background()
+	// A sequence above anything a deployment has seen: the clock in microseconds.
+	seq := time.Now().UnixMicro()
+	version := fmt.Sprintf("0.0.%d", seq)
+	stmt := fmt.Sprintf(`{"version":%q,"sequence":%d,"binaries":[{"platform":"linux/arm64","url":"https://dl.example.com/bcd","sha256":"%064x","size":1}]}`, version, seq, seq)
+	env, err := rollout.SignEnvelope([]byte(stmt), tg.releaseKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := obj{"tenantId": "platform", "manifest": rawJSON(env)}
+	var reg struct {
+		Release  rollout.Release `json:"release"`
+		Replayed bool            `json:"replayed"`
+	}
+	if err := tg.admin.Call(ctx, "releases.register", in, &reg); err != nil || reg.Replayed || reg.Release.Version != version {
+		t.Fatalf("register: %+v %v", reg, err)
+	}
+	if err := tg.admin.Call(ctx, "releases.register", in, &reg); err != nil || !reg.Replayed {
+		t.Fatalf("replay: %+v %v", reg, err)
+	}
+	var list struct {
+		Releases []rollout.Release `json:"releases"`
+	}
+	if err := tg.admin.Call(ctx, "releases.list", obj{"tenantId": "platform", "limit": 1}, &list); err != nil {
+		t.Fatal(err)
+	}
+	if len(list.Releases) != 1 || list.Releases[0].Version != version {
+		t.Fatalf("the newest release is not first: %+v", list.Releases)
+	}
+	tampered := obj{"tenantId": "platform", "manifest": obj{"payloadType": rollout.PayloadType, "payload": "e30", "signatures": []obj{}}}
+	e := wantCode(t, tg.admin.Call(ctx, "releases.register", tampered, nil), apierr.InvalidInput)
+	if e.Details["reason"] != "unknown_key" {
+		t.Fatalf("reason %v", e.Details["reason"])
+	}
+}
+
+type rawJSON []byte
+
+func (r rawJSON) MarshalJSON() ([]byte, error) { return r, nil }
+
+type quota struct {
+	Max  int64 `json:"max"`
+	Used int64 `json:"used"`
+}
+
+type reservation struct {
+	ReservationID string   `json:"reservationId"`
+	State         string   `json:"state"`
+	DeviceIDs     []string `json:"deviceIds"`
+	ReleasedBy    string   `json:"releasedBy"`
+}
+
+// A tenant's whole path: pool, quota, reservation, release, with another
+// tenant unable to see any of it.
+func TestCapacityPath(t *testing.T) {
+	tg := newTarget(t)
+	ctx := context.Background()
+	acme, other, pool := unique("acme"), unique("other"), unique("pool")
+
+	if err := tg.admin.Call(ctx, "pools.create", obj{"tenantId": acme, "poolId": pool, "resources": obj{"gpu.h100": 4}}, nil); err != nil {
+		t.Fatal(err)
+	}
+	getQuota := func(tenant string) quota {
+		var out struct{ Quota quota }
+		if err := tg.admin.Call(ctx, "quotas.get", obj{"tenantId": tenant, "poolId": pool, "resource": "gpu.h100"}, &out); err != nil {
+			t.Fatal(err)
+		}
+		return out.Quota
+	}
+	if q := getQuota(acme); q.Max != 4 || q.Used != 0 {
+		t.Fatalf("owner quota %+v", q)
+	}
+	end := time.Now().UTC().Add(2 * time.Hour).Format(time.RFC3339)
+	create := obj{"tenantId": acme, "poolId": pool, "resource": "gpu.h100", "count": 3, "window": obj{"end": end}, "clientToken": unique("tok")}
+	var created struct{ Reservation reservation }
+	if err := tg.admin.Call(ctx, "reservations.create", create, &created); err != nil {
+		t.Fatal(err)
+	}
+	r := created.Reservation
+	if r.State != "placed" || len(r.DeviceIDs) != 3 {
+		t.Fatalf("reservation %+v", r)
+	}
+	if q := getQuota(acme); q.Used != 3 {
+		t.Fatalf("quota after create %+v", q)
+	}
+	// The same clientToken again returns the same reservation.
+	var again struct{ Reservation reservation }
+	if err := tg.admin.Call(ctx, "reservations.create", create, &again); err != nil || again.Reservation.ReservationID != r.ReservationID {
+		t.Fatalf("clientToken replay: %+v %v", again, err)
+	}
+	// Two more do not fit the quota of 4.
+	over := obj{"tenantId": acme, "poolId": pool, "resource": "gpu.h100", "count": 2, "window": obj{"end": end}}
+	if e := wantCode(t, tg.admin.Call(ctx, "reservations.create", over, nil), apierr.QuotaExceeded); e.Details["reservationId"] == nil {
+		t.Fatal("QUOTA_EXCEEDED without details.reservationId")
+	}
+	// Another tenant sees nothing of acme's.
+	wantCode(t, tg.admin.Call(ctx, "reservations.get", obj{"tenantId": other, "reservationId": r.ReservationID}, nil), apierr.NotFound)
+	wantCode(t, tg.admin.Call(ctx, "pools.get", obj{"tenantId": other, "poolId": pool}, nil), apierr.NotFound)
+	var list struct{ Reservations []reservation }
+	if err := tg.admin.Call(ctx, "reservations.list", obj{"tenantId": other}, &list); err != nil || len(list.Reservations) != 0 {
+		t.Fatalf("other tenant's list: %+v %v", list, err)
+	}
+
+	var released struct{ Reservation reservation }
+	if err := tg.admin.Call(ctx, "reservations.release", obj{"tenantId": acme, "reservationId": r.ReservationID}, &released); err != nil {
+		t.Fatal(err)
+	}
+	if released.Reservation.State != "released" || released.Reservation.ReleasedBy != "tenant" {
+		t.Fatalf("released %+v", released.Reservation)
+	}
+	if q := getQuota(acme); q.Used != 0 {
+		t.Fatalf("quota after release %+v", q)
+	}
+	// Bad input gets a clear error naming the field.
+	bad := obj{"tenantId": acme, "poolId": pool, "resource": "gpu.h100", "count": 0, "window": obj{"end": end}}
+	if e := wantCode(t, tg.admin.Call(ctx, "reservations.create", bad, nil), apierr.InvalidInput); e.Details["field"] != "count" {
+		t.Fatalf("details %v", e.Details)
+	}
+}
