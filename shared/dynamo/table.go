@@ -27,6 +27,9 @@ const (
 	// creation time.
 	IndexOrdered = "ordered"
 	// IndexDue (sparse GSI on dueShard, dueAt): what the reconciler queries.
+	// It projects ALL attributes: only items with pending work carry dueAt,
+	// and the reconciler acts on the projected item (every transition is
+	// conditional on the state it read) without a GetItem per due item.
 	IndexDue = "due"
 	// DueShards is how many partitions the due index spreads over.
 	DueShards = 8
@@ -63,7 +66,7 @@ func Definition(name string) *dynamodb.CreateTableInput {
 				{AttributeName: aws.String(AttrDueSh), KeyType: types.KeyTypeHash},
 				{AttributeName: aws.String(AttrDueAt), KeyType: types.KeyTypeRange},
 			},
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
 		}},
 	}
 }

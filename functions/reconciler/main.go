@@ -1,0 +1,17 @@
+// Command reconciler is capacity.reservations, the reservation reconciler:
+// an EventBridge schedule (rate(1 minute)) invokes one bounded pass.
+package main
+
+import (
+	"context"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/bettercompute/control-plane/shared/app"
+)
+
+func main() {
+	a := app.MustFromEnv(context.Background())
+	lambda.Start(func(ctx context.Context, _ events.EventBridgeEvent) error { return a.Reconcile(ctx) })
+}

@@ -1,0 +1,177 @@
+package app
+
+import (
+	"context"
+
+	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/cursor"
+	"github.com/bettercompute/control-plane/shared/dynamo"
+)
+
+func init() {
+	modules["capacity"] = capacityModule
+	reconcile = reconcileCapacity
+}
+
+// Results of the capacity methods (SPEC §4.3, §4.4).
+type (
+	PoolResult struct {
+		Pool capacity.Pool `json:"pool"`
+	}
+	QuotaResult struct {
+		Quota capacity.Quota `json:"quota"`
+	}
+	ReservationResult struct {
+		Reservation capacity.Reservation `json:"reservation"`
+	}
+	ListPoolsResult struct {
+		Pools      []capacity.Pool `json:"pools"`
+		NextCursor string          `json:"nextCursor,omitempty"`
+	}
+	ListQuotasResult struct {
+		Quotas     []capacity.Quota `json:"quotas"`
+		NextCursor string           `json:"nextCursor,omitempty"`
+	}
+	ListReservationsResult struct {
+		Reservations []capacity.Reservation `json:"reservations"`
+		NextCursor   string                 `json:"nextCursor,omitempty"`
+	}
+)
+
+// CapacityService builds the capacity service on the app's table and clock.
+func (a *App) CapacityService() *capacity.Service {
+	return &capacity.Service{Store: a.CapacityStore(), Now: a.Now, Logger: a.Logger}
+}
+
+// CapacityStore is the capacity module's table access; it is also what the
+// invariant checker (capacity.Check) reads.
+func (a *App) CapacityStore() *dynamo.Capacity {
+	return &dynamo.Capacity{DB: a.DB, Table: a.Config.Table}
+}
+
+func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
+	svc := a.CapacityService()
+	// page decodes a list's cursor, bound to the method, tenant and filters.
+	page := func(call *api.Call, p api.Page, filters ...string) (capacity.Page, string, error) {
+		binding := cursor.Binding(call.Method.Name, call.TenantID, filters...)
+		out := capacity.Page{Limit: capacity.DefaultLimit}
+		if p.Limit != nil {
+			out.Limit = *p.Limit
+		}
+		if p.Cursor != nil {
+			after, err := a.Cursors.Decode(*p.Cursor, binding)
+			if err != nil {
+				return out, "", err
+			}
+			out.After = after
+		}
+		return out, binding, nil
+	}
+	return []api.Endpoint{
+		api.Bind(api.Lookup("pools.create"), func(ctx context.Context, call *api.Call, in *api.CreatePoolInput) (any, error) {
+			p, err := svc.CreatePool(ctx, in.TenantID, in.PoolID, in.Resources)
+			return PoolResult{p}, err
+		}),
+		api.Bind(api.Lookup("pools.offer"), func(ctx context.Context, call *api.Call, in *api.OfferPoolInput) (any, error) {
+			q, err := svc.OfferPool(ctx, in.TenantID, in.PoolID, in.ToTenantID, in.Resource, in.Max)
+			return QuotaResult{q}, err
+		}),
+		api.Bind(api.Lookup("pools.get"), func(ctx context.Context, call *api.Call, in *api.GetPoolInput) (any, error) {
+			p, err := svc.GetPool(ctx, in.TenantID, in.PoolID)
+			return PoolResult{p}, err
+		}),
+		api.Bind(api.Lookup("pools.list"), func(ctx context.Context, call *api.Call, in *api.ListPoolsInput) (any, error) {
+			pg, binding, err := page(call, in.Page)
+			if err != nil {
+				return nil, err
+			}
+			ps, next, err := svc.ListPools(ctx, in.TenantID, pg)
+			if err != nil {
+				return nil, err
+			}
+			return ListPoolsResult{Pools: nonNil(ps), NextCursor: a.Cursors.Encode(binding, next)}, nil
+		}),
+		api.Bind(api.Lookup("quotas.get"), func(ctx context.Context, call *api.Call, in *api.GetQuotaInput) (any, error) {
+			q, err := svc.GetQuota(ctx, capacity.QuotaKey{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource})
+			return QuotaResult{q}, err
+		}),
+		api.Bind(api.Lookup("quotas.list"), func(ctx context.Context, call *api.Call, in *api.ListQuotasInput) (any, error) {
+			pool := deref(in.PoolID)
+			pg, binding, err := page(call, in.Page, "poolId="+pool)
+			if err != nil {
+				return nil, err
+			}
+			qs, next, err := svc.ListQuotas(ctx, in.TenantID, pool, pg)
+			if err != nil {
+				return nil, err
+			}
+			return ListQuotasResult{Quotas: nonNil(qs), NextCursor: a.Cursors.Encode(binding, next)}, nil
+		}),
+		api.Bind(api.Lookup("reservations.create"), func(ctx context.Context, call *api.Call, in *api.CreateReservationInput) (any, error) {
+			r, err := svc.CreateReservation(ctx, capacity.CreateRequest{
+				TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource, Count: in.Count,
+				Start: in.Window.Start, End: in.Window.End, ClientToken: deref(in.ClientToken),
+			}, call.Decide)
+			return ReservationResult{r}, err
+		}),
+		api.Bind(api.Lookup("reservations.get"), func(ctx context.Context, call *api.Call, in *api.GetReservationInput) (any, error) {
+			r, err := svc.GetReservation(ctx, in.TenantID, in.ReservationID)
+			return ReservationResult{r}, err
+		}),
+		api.Bind(api.Lookup("reservations.list"), func(ctx context.Context, call *api.Call, in *api.ListReservationsInput) (any, error) {
+			f := capacity.ListFilter{PoolID: deref(in.PoolID)}
+			if in.State != nil {
+				st, ok := capacity.ParseState(*in.State)
+				if !ok {
+					return nil, apierr.Invalid("constraint", "state", "state must be one of %v", capacity.States)
+				}
+				f.State = st
+			}
+			pg, binding, err := page(call, in.Page, "poolId="+f.PoolID, "state="+string(f.State))
+			if err != nil {
+				return nil, err
+			}
+			rs, next, err := svc.ListReservations(ctx, in.TenantID, f, pg)
+			if err != nil {
+				return nil, err
+			}
+			return ListReservationsResult{Reservations: nonNil(rs), NextCursor: a.Cursors.Encode(binding, next)}, nil
+		}),
+		api.Bind(api.Lookup("reservations.release"), func(ctx context.Context, call *api.Call, in *api.ReleaseReservationInput) (any, error) {
+			r, err := svc.ReleaseReservation(ctx, in.TenantID, in.ReservationID)
+			return ReservationResult{r}, err
+		}),
+	}, nil
+}
+
+// Reconciler builds capacity.reservations, the reservation reconciler.
+func (a *App) Reconciler() *capacity.Reconciler {
+	return &capacity.Reconciler{Service: a.CapacityService(), Due: a.CapacityStore()}
+}
+
+// reconcileCapacity runs one pass and logs its summary (with the Lag
+// metric). Items that failed are counted and retried by the next pass; only
+// a failed read of the due index fails the pass.
+func reconcileCapacity(ctx context.Context, a *App) error {
+	res, err := a.Reconciler().Pass(ctx)
+	res.Log(ctx, a.Logger, a.Config.Table)
+	return err
+}
+
+func deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// nonNil makes an empty list encode as [] rather than null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}

@@ -1,0 +1,307 @@
+package app_test
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/devstack"
+	"github.com/bettercompute/control-plane/shared/iam"
+)
+
+// capPolicy: admin may do anything; alice makes reservations for acme;
+// bob only reads acme's reservations.
+var capPolicy = &iam.Policy{Grants: []iam.Grant{
+	{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}},
+	{Principal: "alice", Permissions: []string{"compute:reservations:*", "compute:quotas:read", "compute:pools:read"}, Scopes: []string{"tenant:acme"}},
+	{Principal: "bob", Permissions: []string{"compute:reservations:read"}, Scopes: []string{"tenant:acme"}},
+}}
+
+// capHarness serves the capacity endpoints through the gateway (the same
+// path an API Gateway event takes in a Lambda) on a fresh table.
+type capHarness struct {
+	t   *testing.T
+	app *app.App
+	eps map[string]api.Endpoint
+	mu  sync.Mutex
+	now time.Time
+}
+
+func newCapHarness(t *testing.T) *capHarness {
+	t.Helper()
+	s := devstack.Shared(t)
+	h := &capHarness{t: t, eps: map[string]api.Endpoint{}, now: time.Now().UTC().Truncate(time.Second)}
+	cfg := app.Config{Table: devstack.NewTable(t, s), Region: s.Region, DynamoEndpoint: s.DynamoEndpoint,
+		KMSEndpoint: s.KMSEndpoint, ReleaseThreshold: 1, CursorKey: "capacity-test"}
+	a, err := app.New(context.Background(), cfg, app.WithDecider(capPolicy), app.WithClock(h.clock),
+		app.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.app = a
+	for _, m := range api.Catalog {
+		if m.Module == "capacity" {
+			ep, err := a.Endpoint(context.Background(), m.Name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			h.eps[m.Name] = ep
+		}
+	}
+	return h
+}
+
+func (h *capHarness) clock() time.Time { h.mu.Lock(); defer h.mu.Unlock(); return h.now }
+
+type wire struct {
+	Status int
+	Body   map[string]any
+}
+
+func (w wire) code() string {
+	e, _ := w.Body["error"].(map[string]any)
+	c, _ := e["code"].(string)
+	return c
+}
+
+func (w wire) detail(k string) any {
+	e, _ := w.Body["error"].(map[string]any)
+	d, _ := e["details"].(map[string]any)
+	return d[k]
+}
+
+// obj walks a path of object keys ("reservation", "state").
+func (w wire) obj(path ...string) any {
+	var v any = w.Body
+	for _, k := range path {
+		m, _ := v.(map[string]any)
+		v = m[k]
+	}
+	return v
+}
+
+func (h *capHarness) raw(principal, method, body string) wire {
+	h.t.Helper()
+	req := events.APIGatewayV2HTTPRequest{Body: body}
+	req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+		JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"sub": principal}}}
+	resp := h.app.Gateway.Serve(context.Background(), h.eps[method], req)
+	var out map[string]any
+	if err := json.Unmarshal([]byte(resp.Body), &out); err != nil {
+		h.t.Fatalf("%s: body is not JSON: %q", method, resp.Body)
+	}
+	return wire{resp.StatusCode, out}
+}
+
+func (h *capHarness) do(principal, method string, body map[string]any) wire {
+	h.t.Helper()
+	b, _ := json.Marshal(body)
+	return h.raw(principal, method, string(b))
+}
+
+func (h *capHarness) ok(principal, method string, body map[string]any) wire {
+	h.t.Helper()
+	w := h.do(principal, method, body)
+	if w.Status != 200 {
+		h.t.Fatalf("%s %v: %d %v", method, body, w.Status, w.Body)
+	}
+	return w
+}
+
+func (h *capHarness) window(from, to time.Duration) map[string]any {
+	return map[string]any{"start": h.clock().Add(from).Format(time.RFC3339), "end": h.clock().Add(to).Format(time.RFC3339)}
+}
+
+func TestCapacityOverTheWire(t *testing.T) {
+	h := newCapHarness(t)
+	p := h.ok("admin", "pools.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resources": map[string]any{"gpu.h100": 2}})
+	if devs, _ := p.obj("pool", "devices").([]any); len(devs) != 2 || p.obj("pool", "ownerTenantId") != "acme" {
+		t.Fatalf("pool %v", p.Body)
+	}
+	q := h.ok("admin", "pools.offer", map[string]any{"tenantId": "acme", "poolId": "p1", "toTenantId": "globex", "resource": "gpu.h100", "max": 1})
+	if q.obj("quota", "max") != 1.0 || q.obj("quota", "used") != 0.0 || q.obj("quota", "tenantId") != "globex" {
+		t.Errorf("offer %v", q.Body)
+	}
+	r := h.ok("alice", "reservations.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resource": "gpu.h100", "count": 1,
+		"window": h.window(0, time.Hour), "clientToken": "t1"})
+	id, _ := r.obj("reservation", "reservationId").(string)
+	if r.obj("reservation", "state") != "placed" || id == "" || r.obj("reservation", "window", "end") != h.clock().Add(time.Hour).Format(time.RFC3339) {
+		t.Fatalf("create %v", r.Body)
+	}
+	if ids, _ := r.obj("reservation", "deviceIds").([]any); len(ids) != 1 || ids[0] != "gpu.h100-0" {
+		t.Errorf("deviceIds %v", ids)
+	}
+	if again := h.ok("alice", "reservations.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resource": "gpu.h100", "count": 1,
+		"window": h.window(0, time.Hour), "clientToken": "t1"}); again.obj("reservation", "reservationId") != id {
+		t.Errorf("replay %v", again.Body)
+	}
+	// Decided on the draft: bob may not create; the draft is kept, denied.
+	d := h.do("bob", "reservations.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resource": "gpu.h100", "count": 1, "window": h.window(0, time.Hour)})
+	did, _ := d.detail("reservationId").(string)
+	if d.Status != 403 || d.code() != "PERMISSION_DENIED" || did == "" {
+		t.Fatalf("bob create %v", d.Body)
+	}
+	if g := h.ok("bob", "reservations.get", map[string]any{"tenantId": "acme", "reservationId": did}); g.obj("reservation", "state") != "denied" {
+		t.Errorf("denied draft %v", g.Body)
+	}
+	// Refusals and their HTTP statuses.
+	qe := h.do("admin", "reservations.create", map[string]any{"tenantId": "globex", "poolId": "p1", "resource": "gpu.h100", "count": 2, "window": h.window(0, time.Hour)})
+	if qe.Status != 429 || qe.code() != "QUOTA_EXCEEDED" || qe.detail("reservationId") == nil {
+		t.Errorf("quota %v", qe.Body)
+	}
+	h.ok("admin", "reservations.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resource": "gpu.h100", "count": 1, "window": h.window(0, time.Hour)})
+	ce := h.do("admin", "reservations.create", map[string]any{"tenantId": "globex", "poolId": "p1", "resource": "gpu.h100", "count": 1, "window": h.window(0, time.Hour)})
+	if ce.Status != 409 || ce.code() != "CAPACITY_EXHAUSTED" || ce.detail("reservationId") == nil {
+		t.Errorf("capacity %v", ce.Body)
+	}
+	qg := h.ok("alice", "quotas.get", map[string]any{"tenantId": "acme", "poolId": "p1", "resource": "gpu.h100"})
+	if qg.obj("quota", "used") != 2.0 || qg.obj("quota", "max") != 2.0 {
+		t.Errorf("quota %v", qg.Body)
+	}
+	rel := h.ok("alice", "reservations.release", map[string]any{"tenantId": "acme", "reservationId": id})
+	if rel.obj("reservation", "state") != "released" || rel.obj("reservation", "releasedBy") != "tenant" {
+		t.Errorf("release %v", rel.Body)
+	}
+	l := h.ok("alice", "reservations.list", map[string]any{"tenantId": "acme", "state": "released"})
+	if rs, _ := l.obj("reservations").([]any); len(rs) != 1 || l.obj("nextCursor") != nil {
+		t.Errorf("list %v", l.Body)
+	}
+	empty := h.ok("admin", "quotas.list", map[string]any{"tenantId": "nobody"})
+	if qs, ok := empty.obj("quotas").([]any); !ok || len(qs) != 0 {
+		t.Errorf("empty list must be []: %v", empty.Body)
+	}
+	vs, err := capacity.Check(context.Background(), h.app.CapacityStore())
+	if err != nil || len(vs) != 0 {
+		t.Errorf("check: %v %v", vs, err)
+	}
+}
+
+func TestCapacityWireValidation(t *testing.T) {
+	h := newCapHarness(t)
+	h.ok("admin", "pools.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resources": map[string]any{"gpu": 2}})
+	end := h.clock().Add(time.Hour).Format(time.RFC3339)
+	cases := []struct {
+		name, method, body, field string
+	}{
+		{"pool id pattern", "pools.create", `{"tenantId":"acme","poolId":"P1","resources":{"gpu":1}}`, "poolId"},
+		{"empty resources", "pools.create", `{"tenantId":"acme","poolId":"p2","resources":{}}`, "resources"},
+		{"resource name pattern", "pools.create", `{"tenantId":"acme","poolId":"p2","resources":{"GPU":1}}`, "resources.GPU"},
+		{"count 0", "pools.create", `{"tenantId":"acme","poolId":"p2","resources":{"gpu":0}}`, "resources.gpu"},
+		{"count 4097", "pools.create", `{"tenantId":"acme","poolId":"p2","resources":{"gpu":4097}}`, "resources.gpu"},
+		{"max above 1,000,000", "pools.offer", `{"tenantId":"acme","poolId":"p1","toTenantId":"x","resource":"gpu","max":1000001}`, "max"},
+		{"max negative", "pools.offer", `{"tenantId":"acme","poolId":"p1","toTenantId":"x","resource":"gpu","max":-1}`, "max"},
+		{"unknown field", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1,"window":{"end":"` + end + `"},"x":1}`, "x"},
+		{"unknown field in window", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1,"window":{"end":"` + end + `","len":1}}`, "window.len"},
+		{"end wrong type", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1,"window":{"end":5}}`, "window.end"},
+		{"end null", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1,"window":{"end":null}}`, "window.end"},
+		{"time without offset", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1,"window":{"end":"2026-12-01T10:00:00"}}`, "window.end"},
+		{"count as string", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":"1","window":{"end":"` + end + `"}}`, "count"},
+		{"count 1.0", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1.0,"window":{"end":"` + end + `"}}`, "count"},
+		{"duplicate key", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1,"count":2,"window":{"end":"` + end + `"}}`, "count"},
+		{"window missing", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1}`, "window"},
+		{"clientToken too long", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1,"window":{"end":"` + end + `"},"clientToken":"` + strings.Repeat("x", 65) + `"}`, "clientToken"},
+		{"resource not in pool", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"tpu","count":1,"window":{"end":"` + end + `"}}`, "resource"},
+		{"unknown state", "reservations.list", `{"tenantId":"acme","state":"running"}`, "state"},
+		{"limit 0", "reservations.list", `{"tenantId":"acme","limit":0}`, "limit"},
+		{"limit 1001", "pools.list", `{"tenantId":"acme","limit":1001}`, "limit"},
+		{"bad reservation id", "reservations.get", `{"tenantId":"acme","reservationId":"a/b"}`, "reservationId"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			w := h.raw("admin", c.method, c.body)
+			if w.Status != 400 || w.code() != "INVALID_INPUT" || w.detail("field") != c.field {
+				t.Errorf("got %d %v, want INVALID_INPUT field %s", w.Status, w.Body, c.field)
+			}
+		})
+	}
+	// Nothing was written by any of those requests.
+	if l := h.ok("admin", "reservations.list", map[string]any{"tenantId": "acme"}); len(l.obj("reservations").([]any)) != 0 {
+		t.Errorf("bad input left reservations: %v", l.Body)
+	}
+	if l := h.ok("admin", "pools.list", map[string]any{"tenantId": "acme"}); len(l.obj("pools").([]any)) != 1 {
+		t.Errorf("bad input left pools: %v", l.Body)
+	}
+}
+
+// Every capacity method is scoped to the caller's tenant.
+func TestCapacityWireIsolation(t *testing.T) {
+	h := newCapHarness(t)
+	h.ok("admin", "pools.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resources": map[string]any{"gpu": 4}})
+	h.ok("admin", "pools.create", map[string]any{"tenantId": "globex", "poolId": "g1", "resources": map[string]any{"gpu": 4}})
+	var acmeIDs []string
+	for i := 0; i < 3; i++ {
+		r := h.ok("admin", "reservations.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resource": "gpu", "count": 1, "window": h.window(0, time.Hour)})
+		acmeIDs = append(acmeIDs, r.obj("reservation", "reservationId").(string))
+	}
+	h.ok("admin", "reservations.create", map[string]any{"tenantId": "globex", "poolId": "g1", "resource": "gpu", "count": 1, "window": h.window(0, time.Hour)})
+	notFound := []struct {
+		method string
+		body   map[string]any
+	}{
+		{"pools.get", map[string]any{"tenantId": "globex", "poolId": "p1"}},
+		{"pools.offer", map[string]any{"tenantId": "globex", "poolId": "p1", "toTenantId": "globex", "resource": "gpu", "max": 4}},
+		{"reservations.get", map[string]any{"tenantId": "globex", "reservationId": acmeIDs[0]}},
+		{"reservations.release", map[string]any{"tenantId": "globex", "reservationId": acmeIDs[0]}},
+		{"reservations.create", map[string]any{"tenantId": "globex", "poolId": "p1", "resource": "gpu", "count": 1, "window": h.window(0, time.Hour)}},
+	}
+	for _, c := range notFound {
+		if w := h.do("admin", c.method, c.body); w.Status != 404 || w.code() != "NOT_FOUND" {
+			t.Errorf("%s across tenants: %d %v", c.method, w.Status, w.Body)
+		}
+	}
+	if w := h.do("admin", "pools.create", map[string]any{"tenantId": "globex", "poolId": "p1", "resources": map[string]any{"gpu": 4}}); w.code() != "CONFLICT" {
+		t.Errorf("pool id of another tenant: %v", w.Body)
+	}
+	if w := h.ok("admin", "quotas.get", map[string]any{"tenantId": "globex", "poolId": "p1", "resource": "gpu"}); w.obj("quota", "max") != 0.0 || w.obj("quota", "used") != 0.0 {
+		t.Errorf("quotas.get across tenants %v", w.Body)
+	}
+	for method, key := range map[string]string{"pools.list": "pools", "quotas.list": "quotas", "reservations.list": "reservations"} {
+		w := h.ok("admin", method, map[string]any{"tenantId": "globex"})
+		items, _ := w.obj(key).([]any)
+		if len(items) != 1 {
+			t.Errorf("%s for globex: %v", method, w.Body)
+		}
+		for _, it := range items {
+			m := it.(map[string]any)
+			if m["tenantId"] != nil && m["tenantId"] != "globex" || m["poolId"] != "g1" {
+				t.Errorf("%s mixes tenants: %v", method, m)
+			}
+		}
+	}
+	// Cursors are bound to the method, the tenant and the filters.
+	page := h.ok("admin", "reservations.list", map[string]any{"tenantId": "acme", "limit": 1})
+	cur, _ := page.obj("nextCursor").(string)
+	if cur == "" {
+		t.Fatalf("no cursor: %v", page.Body)
+	}
+	next := h.ok("admin", "reservations.list", map[string]any{"tenantId": "acme", "limit": 5, "cursor": cur})
+	if rs := next.obj("reservations").([]any); len(rs) != 2 {
+		t.Errorf("second page %v", next.Body)
+	}
+	bad := []struct {
+		method string
+		body   map[string]any
+	}{
+		{"reservations.list", map[string]any{"tenantId": "globex", "cursor": cur}},
+		{"reservations.list", map[string]any{"tenantId": "acme", "cursor": cur, "state": "placed"}},
+		{"reservations.list", map[string]any{"tenantId": "acme", "cursor": cur, "poolId": "p1"}},
+		{"pools.list", map[string]any{"tenantId": "acme", "cursor": cur}},
+		{"quotas.list", map[string]any{"tenantId": "acme", "cursor": cur}},
+		{"reservations.list", map[string]any{"tenantId": "acme", "cursor": cur[:len(cur)-2] + "xx"}},
+		{"reservations.list", map[string]any{"tenantId": "acme", "cursor": "e30.AAAA"}},
+	}
+	for _, c := range bad {
+		if w := h.do("admin", c.method, c.body); w.Status != 400 || w.detail("field") != "cursor" {
+			t.Errorf("%s with a foreign cursor %v: %v", c.method, c.body, w.Body)
+		}
+	}
+}

@@ -1,0 +1,196 @@
+package capacity_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/capacity"
+)
+
+func TestCreatePool(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p := e.pool(t, "acme", "p1", map[string]int{"gpu.h100": 2, "cpu": 1})
+	want := []capacity.Device{{"cpu-0", "cpu"}, {"gpu.h100-0", "gpu.h100"}, {"gpu.h100-1", "gpu.h100"}}
+	if len(p.Devices) != len(want) {
+		t.Fatalf("devices %v", p.Devices)
+	}
+	for i := range want {
+		if p.Devices[i] != want[i] {
+			t.Errorf("device %d = %v, want %v", i, p.Devices[i], want[i])
+		}
+	}
+	if p.OwnerTenantID != "acme" || !p.CreatedAt.Equal(e.clock.Now()) {
+		t.Errorf("pool %+v", p)
+	}
+	for r, n := range map[string]int64{"gpu.h100": 2, "cpu": 1} {
+		q := must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: r}))
+		if q.Max != n || q.Used != 0 {
+			t.Errorf("owner quota %s = %+v", r, q)
+		}
+	}
+	e.clock.Advance(time.Minute)
+	again := must(e.svc.CreatePool(ctx, "acme", "p1", map[string]int{"cpu": 1, "gpu.h100": 2}))
+	if !again.CreatedAt.Equal(p.CreatedAt) || len(again.Devices) != 3 {
+		t.Errorf("replay returned %+v", again)
+	}
+	cases := []struct {
+		name   string
+		tenant string
+		res    map[string]int
+		code   apierr.Code
+	}{
+		{"other definition", "acme", map[string]int{"gpu.h100": 3, "cpu": 1}, apierr.Conflict},
+		{"fewer resources", "acme", map[string]int{"gpu.h100": 2}, apierr.Conflict},
+		{"id owned by another tenant", "globex", map[string]int{"gpu.h100": 2, "cpu": 1}, apierr.Conflict},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := e.svc.CreatePool(ctx, c.tenant, "p1", c.res); code(err) != c.code {
+				t.Errorf("got %v, want %s", err, c.code)
+			}
+		})
+	}
+	t.Run("too many devices", func(t *testing.T) {
+		_, err := e.svc.CreatePool(ctx, "acme", "big", map[string]int{"a": 4096, "b": 4096, "c": 1})
+		if code(err) != apierr.InvalidInput || detail(err, "field") != "resources" {
+			t.Errorf("got %v", err)
+		}
+		if _, err := e.svc.GetPool(ctx, "acme", "big"); code(err) != apierr.NotFound {
+			t.Errorf("refused pool exists: %v", err)
+		}
+	})
+	// Owner sees it, a tenant it was offered to sees it, others do not.
+	if _, err := e.svc.GetPool(ctx, "globex", "p1"); code(err) != apierr.NotFound {
+		t.Errorf("globex sees p1 before an offer: %v", err)
+	}
+	e.offer(t, "acme", "p1", "globex", "cpu", 0)
+	if got := must(e.svc.GetPool(ctx, "globex", "p1")); got.PoolID != "p1" || len(got.Devices) != 3 {
+		t.Errorf("globex get %+v", got)
+	}
+	if _, err := e.svc.GetPool(ctx, "initech", "p1"); code(err) != apierr.NotFound {
+		t.Errorf("initech sees p1: %v", err)
+	}
+	e.check(t)
+}
+
+func TestListPoolsPages(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	for _, id := range []string{"c", "a", "b", "d"} {
+		e.pool(t, "acme", id, map[string]int{"gpu": 1})
+	}
+	e.pool(t, "globex", "z", map[string]int{"gpu": 1})
+	var ids []string
+	page := capacity.Page{Limit: 3}
+	for i := 0; ; i++ {
+		ps, next := must2(e.svc.ListPools(ctx, "acme", page))
+		for _, p := range ps {
+			ids = append(ids, p.PoolID)
+		}
+		if next == nil {
+			break
+		}
+		page.After = next
+	}
+	if joined(ids) != "a,b,c,d" {
+		t.Errorf("pools %v", ids)
+	}
+	// A full last page carries no cursor (no empty page to fetch).
+	for _, limit := range []int{2, 4} {
+		page := capacity.Page{Limit: limit}
+		pages := 0
+		for {
+			_, next := must2(e.svc.ListPools(ctx, "acme", page))
+			pages++
+			if next == nil {
+				break
+			}
+			page.After = next
+		}
+		if pages != 4/limit {
+			t.Errorf("limit %d: %d pages, want %d", limit, pages, 4/limit)
+		}
+	}
+	rs, next := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{}, capacity.Page{Limit: 1}))
+	if len(rs) != 0 || next != nil {
+		t.Errorf("empty list: %v %v", rs, next)
+	}
+	ps, _ := must2(e.svc.ListPools(ctx, "initech", capacity.Page{Limit: 10}))
+	if len(ps) != 0 {
+		t.Errorf("initech lists %v", ps)
+	}
+}
+
+func TestOfferAndQuotas(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 4, "cpu": 2})
+	cases := []struct {
+		name, tenant, pool, res string
+		max                     int64
+		code                    apierr.Code
+		field                   any
+	}{
+		{"not the owner", "globex", "p1", "gpu", 1, apierr.NotFound, nil},
+		{"unknown pool", "acme", "nope", "gpu", 1, apierr.NotFound, nil},
+		{"unknown resource", "acme", "p1", "tpu", 1, apierr.InvalidInput, "resource"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := e.svc.OfferPool(ctx, c.tenant, c.pool, "globex", c.res, c.max)
+			if code(err) != c.code || detail(err, "field") != c.field {
+				t.Errorf("got %v", err)
+			}
+		})
+	}
+	k := capacity.QuotaKey{TenantID: "globex", PoolID: "p1", Resource: "gpu"}
+	if q := must(e.svc.GetQuota(ctx, k)); q.Max != 0 || q.Used != 0 || q.TenantID != "globex" {
+		t.Errorf("missing row = %+v, want max 0 used 0", q)
+	}
+	q := must(e.svc.OfferPool(ctx, "acme", "p1", "globex", "gpu", 10)) // max may exceed the devices
+	if q.Max != 10 || q.Used != 0 || q.TenantID != "globex" || q.Resource != "gpu" {
+		t.Errorf("offer = %+v", q)
+	}
+	r := must(e.svc.CreateReservation(ctx, e.req("globex", "p1", "gpu", 3, 0, time.Hour), allow))
+	// Lowering max below used evicts nothing; no new admission fits.
+	q = must(e.svc.OfferPool(ctx, "acme", "p1", "globex", "gpu", 1))
+	if q.Max != 1 || q.Used != 3 {
+		t.Errorf("lowered = %+v", q)
+	}
+	if got := must(e.svc.GetReservation(ctx, "globex", r.ReservationID)); got.State != capacity.Placed {
+		t.Errorf("evicted: %+v", got)
+	}
+	_, err := e.svc.CreateReservation(ctx, e.req("globex", "p1", "gpu", 1, 0, time.Hour), allow)
+	if code(err) != apierr.QuotaExceeded {
+		t.Errorf("admitted over a lowered max: %v", err)
+	}
+	must(e.svc.ReleaseReservation(ctx, "globex", r.ReservationID))
+	must(e.svc.CreateReservation(ctx, e.req("globex", "p1", "gpu", 1, 0, time.Hour), allow))
+	// An owner may offer to itself; a max-0 row is still listed.
+	must(e.svc.OfferPool(ctx, "acme", "p1", "acme", "gpu", 7))
+	must(e.svc.OfferPool(ctx, "acme", "p1", "globex", "cpu", 0))
+	qs, _ := must2(e.svc.ListQuotas(ctx, "acme", "p1", capacity.Page{Limit: 10}))
+	if len(qs) != 2 || qs[0].Resource != "cpu" || qs[1].Resource != "gpu" || qs[1].Max != 7 {
+		t.Errorf("acme quotas %+v", qs)
+	}
+	qs, _ = must2(e.svc.ListQuotas(ctx, "globex", "", capacity.Page{Limit: 10}))
+	if len(qs) != 2 || qs[0].Max != 0 || qs[1].Used != 1 {
+		t.Errorf("globex quotas %+v", qs)
+	}
+	e.pool(t, "acme", "p10", map[string]int{"gpu": 1})
+	qs, _ = must2(e.svc.ListQuotas(ctx, "acme", "p1", capacity.Page{Limit: 10}))
+	if len(qs) != 2 {
+		t.Errorf("pool filter p1 matched p10: %+v", qs)
+	}
+	e.check(t)
+}
+
+func must2[A, B any](a A, b B, err error) (A, B) {
+	if err != nil {
+		panic(err)
+	}
+	return a, b
+}

@@ -1,0 +1,161 @@
+package capacity_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/capacity"
+)
+
+// race runs n creates at once (released together) and counts outcomes.
+func race(e *env, n int, req func(i int) capacity.CreateRequest) (map[apierr.Code]int, []capacity.Reservation) {
+	var mu sync.Mutex
+	outcomes := map[apierr.Code]int{}
+	var placed []capacity.Reservation
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			r, err := e.svc.CreateReservation(context.Background(), req(i), allow)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				outcomes[apierr.CodeOf(err)]++
+				return
+			}
+			outcomes["placed"]++
+			placed = append(placed, r)
+		}()
+	}
+	close(start)
+	wg.Wait()
+	return outcomes, placed
+}
+
+func TestRaceQuota(t *testing.T) {
+	e := newEnv(t)
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 64})
+	e.offer(t, "acme", "p1", "globex", "gpu", 10)
+	out, _ := race(e, 40, func(int) capacity.CreateRequest { return e.req("globex", "p1", "gpu", 1, 0, time.Hour) })
+	if out["placed"] != 10 || out[apierr.QuotaExceeded] != 30 || len(out) != 2 {
+		t.Errorf("outcomes %v, want 10 placed and 30 QUOTA_EXCEEDED", out)
+	}
+	q := must(e.svc.GetQuota(context.Background(), capacity.QuotaKey{TenantID: "globex", PoolID: "p1", Resource: "gpu"}))
+	if q.Used != 10 {
+		t.Errorf("used %d", q.Used)
+	}
+	e.check(t)
+}
+
+func TestRaceCapacity(t *testing.T) {
+	e := newEnv(t)
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 8})
+	e.offer(t, "acme", "p1", "acme", "gpu", 1000)
+	before := e.svc.PlaceRetries()
+	out, placed := race(e, 24, func(int) capacity.CreateRequest { return e.req("acme", "p1", "gpu", 1, 0, time.Hour) })
+	if out["placed"] != 8 || out[apierr.CapacityExhausted] != 16 || len(out) != 2 {
+		t.Errorf("outcomes %v, want 8 placed and 16 CAPACITY_EXHAUSTED", out)
+	}
+	seen := map[string]bool{}
+	for _, r := range placed {
+		for _, d := range r.DeviceIDs {
+			if seen[d] {
+				t.Errorf("device %s placed twice", d)
+			}
+			seen[d] = true
+		}
+	}
+	t.Logf("24-way race on 8 devices: %d placement retries", e.svc.PlaceRetries()-before)
+	e.check(t)
+}
+
+// Releases race creates on a full pool: whatever interleaving, no device is
+// double-booked, quota matches, and every refusal is CAPACITY_EXHAUSTED.
+func TestRaceReleaseAndCreate(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 4})
+	e.offer(t, "acme", "p1", "acme", "gpu", 1000)
+	var held []capacity.Reservation
+	for i := 0; i < 4; i++ {
+		held = append(held, must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow)))
+	}
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	var mu sync.Mutex
+	out := map[apierr.Code]int{}
+	for _, r := range held {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			if rel, err := e.svc.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil || rel.State != capacity.Released {
+				t.Errorf("release: %+v %v", rel, err)
+			}
+		}()
+	}
+	for i := 0; i < 12; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			_, err := e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow)
+			mu.Lock()
+			out[apierr.CodeOf(err)]++
+			mu.Unlock()
+		}()
+	}
+	close(start)
+	wg.Wait()
+	if out[""] > 4 || out[""]+out[apierr.CapacityExhausted] != 12 {
+		t.Errorf("outcomes %v", out)
+	}
+	q := must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu"}))
+	if q.Used != int64(out[""]) {
+		t.Errorf("used %d, placed %d", q.Used, out[""])
+	}
+	e.check(t)
+}
+
+// Concurrent retries of one clientToken: one reservation, charged once.
+func TestRaceSameClientToken(t *testing.T) {
+	e := newEnv(t)
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 8})
+	req := capacity.CreateRequest{TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 3, End: e.clock.Now().Add(time.Hour), ClientToken: "same"}
+	out, placed := race(e, 12, func(int) capacity.CreateRequest { return req })
+	if out["placed"] != 12 {
+		t.Errorf("outcomes %v", out)
+	}
+	for _, r := range placed {
+		if r.ReservationID != placed[0].ReservationID || joined(r.DeviceIDs) != joined(placed[0].DeviceIDs) {
+			t.Errorf("replays differ: %+v vs %+v", r, placed[0])
+		}
+	}
+	if q := must(e.svc.GetQuota(context.Background(), req.Quota())); q.Used != 3 {
+		t.Errorf("used %d, want 3", q.Used)
+	}
+	e.check(t)
+}
+
+// Lost races alone never answer CAPACITY_EXHAUSTED: with a single placement
+// attempt, creates that fit but lose the calendar race are UNAVAILABLE
+// (their charged drafts left for the reconciler), never refused.
+func TestLostRaceIsNotCapacityExhausted(t *testing.T) {
+	e := newEnv(t)
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 8})
+	e.svc.PlaceAttempts = 1
+	out, _ := race(e, 8, func(int) capacity.CreateRequest { return e.req("acme", "p1", "gpu", 1, 0, time.Hour) })
+	if out[apierr.CapacityExhausted] != 0 || out["placed"]+out[apierr.Unavailable] != 8 || out["placed"] == 0 {
+		t.Errorf("outcomes %v", out)
+	}
+	t.Logf("8 creates, 1 attempt each: %v", out)
+	e.clock.Advance(capacity.StaleAfter + time.Second)
+	e.pass(t)
+	e.check(t)
+}

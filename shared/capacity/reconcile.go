@@ -1,0 +1,274 @@
+package capacity
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Binder binds a reservation's devices to its tenant when its window
+// starts (the node side of a reservation). Bind must be idempotent: the
+// reconciler may call it again after a crash or on an overlapping pass.
+type Binder interface {
+	Bind(ctx context.Context, r Reservation) error
+}
+
+// BindAtOnce is the default Binder: devices are bound as soon as asked.
+type BindAtOnce struct{}
+
+// Bind implements Binder.
+func (BindAtOnce) Bind(context.Context, Reservation) error { return nil }
+
+// Reconcile fault points (see Service.Faults); a terminal fence is followed
+// by "reconcile.credited" and "reconcile.unplaced".
+const (
+	FaultReconcileExpired  = "reconcile.expired"
+	FaultReconcileBinding  = "reconcile.binding"
+	FaultReconcileActive   = "reconcile.active"
+	FaultReconcileReleased = "reconcile.released"
+	FaultReconcileSwept    = "reconcile.swept"
+)
+
+// ReconcileFaultPoints lists every point of the reconcile flow.
+var ReconcileFaultPoints = []string{
+	FaultReconcileExpired, FaultReconcileBinding, FaultReconcileActive, FaultReconcileReleased,
+	"reconcile.credited", "reconcile.unplaced", FaultReconcileSwept,
+}
+
+// Reconciler is capacity.reservations (SPEC §4.5): each pass finds due
+// items through the sparse due index and moves each forward with
+// conditional writes on the state it read, so overlapping and repeated
+// passes are harmless.
+type Reconciler struct {
+	Service *Service
+	Due     DueStore
+	Binder  Binder // nil: BindAtOnce
+	// Workers bounds the items processed at once (default 16).
+	Workers int
+	// Margin: the pass stops taking work this long before the context's
+	// deadline (default 10% of the time left, at most 5s).
+	Margin time.Duration
+}
+
+// PassResult summarizes one pass.
+type PassResult struct {
+	Found       int            `json:"found"`
+	Transitions map[string]int `json:"transitions"` // by target state
+	Repaired    int            `json:"repaired"`    // terminal leftovers swept, pools completed
+	Skipped     int            `json:"skipped"`     // not yet due, or another pass got there first
+	Errors      int            `json:"errors"`
+	Lag         time.Duration  `json:"-"` // now − oldest dueAt found (0 if none)
+	Stopped     bool           `json:"stoppedEarly"`
+	Took        time.Duration  `json:"-"`
+}
+
+// TransitionCount is the number of state transitions the pass made.
+func (p PassResult) TransitionCount() int {
+	n := 0
+	for _, c := range p.Transitions {
+		n += c
+	}
+	return n
+}
+
+// step is what handling one due item did: the transitions this pass made
+// (by target state), or a repair.
+type step struct {
+	moved    []string
+	repaired bool
+}
+
+// Pass runs one reconciler pass and logs its summary line. Each shard of
+// the due index is streamed page by page into a bounded set of workers, so
+// memory stays flat however many items are due.
+func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
+	s := rc.Service
+	start := time.Now()
+	now := s.now()
+	res := PassResult{Transitions: map[string]int{}}
+	stopAt := time.Time{}
+	if dl, ok := ctx.Deadline(); ok {
+		margin := rc.Margin
+		if margin <= 0 {
+			margin = min(time.Until(dl)/10, 5*time.Second)
+		}
+		stopAt = dl.Add(-margin)
+	}
+	late := func() bool { return !stopAt.IsZero() && time.Now().After(stopAt) }
+	workers := rc.Workers
+	if workers <= 0 {
+		workers = 16
+	}
+	type result struct {
+		step
+		err error
+	}
+	var mu sync.Mutex
+	var oldest time.Time
+	items := make(chan DueItem, workers)
+	results := make(chan result, workers)
+	var producers, consumers sync.WaitGroup
+	var scanErr error
+	for shard := 0; shard < rc.Due.Shards(); shard++ {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			err := rc.Due.Due(ctx, shard, now, func(d DueItem) bool {
+				if late() || ctx.Err() != nil {
+					mu.Lock()
+					res.Stopped = true
+					mu.Unlock()
+					return false
+				}
+				mu.Lock()
+				res.Found++
+				if oldest.IsZero() || d.Due.Before(oldest) {
+					oldest = d.Due
+				}
+				mu.Unlock()
+				items <- d
+				return true
+			})
+			if err != nil {
+				mu.Lock()
+				scanErr = errors.Join(scanErr, err)
+				mu.Unlock()
+			}
+		}()
+	}
+	for w := 0; w < workers; w++ {
+		consumers.Add(1)
+		go func() {
+			defer consumers.Done()
+			for d := range items {
+				st, err := rc.handle(ctx, d, now)
+				results <- result{st, err}
+			}
+		}()
+	}
+	go func() { producers.Wait(); close(items); consumers.Wait(); close(results) }()
+	for r := range results {
+		for _, k := range r.moved {
+			res.Transitions[k]++
+		}
+		switch {
+		case r.err != nil:
+			res.Errors++
+			s.logger().Warn("reconcile item", "error", r.err.Error())
+		case r.repaired:
+			res.Repaired++
+		case len(r.moved) == 0:
+			res.Skipped++
+		}
+	}
+	if !oldest.IsZero() && now.After(oldest) {
+		res.Lag = now.Sub(oldest)
+	}
+	res.Took = time.Since(start)
+	return res, scanErr
+}
+
+// handle moves one due item forward as far as it can go now.
+func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time) (step, error) {
+	s := rc.Service
+	if d.Pool != nil {
+		if now.Before(d.Due) {
+			return step{}, nil
+		}
+		if err := s.completePool(ctx, *d.Pool); err != nil {
+			return step{}, err
+		}
+		return step{repaired: true}, nil
+	}
+	r := *d.Reservation
+	var st step
+	// move makes one conditional transition; ok is false when it was not
+	// this pass's to make (another pass, a release or a create got there).
+	move := func(point string) func(Reservation, error) (bool, error) {
+		return func(to Reservation, err error) (bool, error) {
+			if err != nil {
+				return false, err
+			}
+			_, won, err := s.fenceWon(ctx, to, r.State, point)
+			if won {
+				st.moved = append(st.moved, string(to.State))
+				r = to
+			}
+			return won && err == nil, err
+		}
+	}
+	switch {
+	case r.State == Draft:
+		if !r.Stale(now) {
+			return st, nil
+		}
+		_, err := move(FaultReconcileExpired)(r.Expire(now))
+		return st, err
+	case r.State.Terminal():
+		// One sweep after the fence: give back anything a create that was
+		// still in flight wrote after it, then leave the index.
+		if err := s.giveBack(ctx, r, "reconcile"); err != nil {
+			return st, err
+		}
+		if err := s.Store.ClearDue(ctx, r); err != nil && !errors.Is(err, ErrStale) {
+			return st, unavailable(err)
+		}
+		st.repaired = true
+		return st, s.fault(FaultReconcileSwept)
+	case !now.Before(r.Window.End):
+		// The window is over — also when it passed entirely while the
+		// reconciler was down: straight to released.
+		_, err := move(FaultReconcileReleased)(r.Release(ReleasedByEnd, now))
+		return st, err
+	case r.State == Placed && !now.Before(r.Window.Start):
+		if ok, err := move(FaultReconcileBinding)(r.StartBinding(now)); !ok {
+			return st, err
+		}
+		fallthrough
+	case r.State == Binding:
+		// A bind that fails leaves it binding and due: the next pass retries.
+		b := rc.Binder
+		if b == nil {
+			b = BindAtOnce{}
+		}
+		if err := b.Bind(ctx, r); err != nil {
+			return st, err
+		}
+		_, err := move(FaultReconcileActive)(r.Activate(now))
+		return st, err
+	}
+	return st, nil
+}
+
+// Log writes the pass's summary as one JSON line that is also a CloudWatch
+// embedded-metric-format record: metric Lag (Milliseconds) in namespace
+// BetterCompute, dimension Table.
+func (p PassResult) Log(ctx context.Context, logger *slog.Logger, table string) {
+	lagMS := p.Lag.Milliseconds()
+	level := slog.LevelInfo
+	if p.Errors > 0 {
+		level = slog.LevelWarn
+	}
+	logger.LogAttrs(ctx, level, "reconcile pass",
+		slog.Int("found", p.Found),
+		slog.Any("transitions", p.Transitions),
+		slog.Int("transitioned", p.TransitionCount()),
+		slog.Int("repaired", p.Repaired),
+		slog.Int("skipped", p.Skipped),
+		slog.Int("errors", p.Errors),
+		slog.Bool("stoppedEarly", p.Stopped),
+		slog.Float64("took_ms", float64(p.Took.Microseconds())/1000),
+		slog.String("Table", table),
+		slog.Int64("Lag", lagMS),
+		slog.Any("_aws", map[string]any{
+			"Timestamp": time.Now().UnixMilli(),
+			"CloudWatchMetrics": []any{map[string]any{
+				"Namespace":  "BetterCompute",
+				"Dimensions": [][]string{{"Table"}},
+				"Metrics":    []any{map[string]any{"Name": "Lag", "Unit": "Milliseconds"}},
+			}},
+		}),
+	)
+}

@@ -1,0 +1,344 @@
+package capacity_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+)
+
+var errCrash = errors.New("injected crash")
+
+func (e *env) reconciler() *capacity.Reconciler {
+	return &capacity.Reconciler{Service: e.svc, Due: e.store}
+}
+
+func (e *env) pass(tb testing.TB) capacity.PassResult {
+	tb.Helper()
+	res, err := e.reconciler().Pass(context.Background())
+	if err != nil {
+		tb.Fatalf("pass: %v", err)
+	}
+	return res
+}
+
+func (e *env) state(tb testing.TB, tenant, id string) capacity.Reservation {
+	tb.Helper()
+	r, err := e.svc.GetReservation(context.Background(), tenant, id)
+	if err != nil {
+		tb.Fatalf("get %s: %v", id, err)
+	}
+	return r
+}
+
+// The crash matrix: every fault point of the create, release and reconcile
+// flows stops its flow there; one pass with the clock moved past the
+// 2-minute staleness repairs it, and the invariant checker passes.
+func TestCrashMatrix(t *testing.T) {
+	ctx := context.Background()
+	type scenario struct {
+		// setup prepares state before the crashing flow (no faults).
+		setup func(e *env)
+		// crash runs the flow that reaches the point.
+		crash func(e *env)
+		// after checks the repaired end state (optional).
+		after func(t *testing.T, e *env)
+	}
+	placedIn := func(e *env, from, to time.Duration) capacity.Reservation {
+		return must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, from, to), allow))
+	}
+	create := func(d capacity.Decide) func(e *env) {
+		return func(e *env) { _, _ = e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), d) }
+	}
+	var last capacity.Reservation
+	var staleReq capacity.CreateRequest
+	releaseLast := func(e *env) { _, _ = e.svc.ReleaseReservation(ctx, "acme", last.ReservationID) }
+	fits := scenario{crash: create(allow)}
+	overQuota := scenario{
+		setup: func(e *env) { e.offer(t, "acme", "p1", "acme", "gpu", 0) },
+		crash: create(allow),
+	}
+	noDevices := scenario{
+		setup: func(e *env) {
+			e.offer(t, "acme", "p1", "acme", "gpu", 100)
+			placedIn(e, 0, time.Hour)
+			placedIn(e, 0, time.Hour)
+		},
+		crash: create(allow),
+	}
+	release := scenario{
+		setup: func(e *env) { last = placedIn(e, 0, time.Hour) },
+		crash: releaseLast,
+		after: func(t *testing.T, e *env) {
+			if r := e.state(t, "acme", last.ReservationID); r.State != capacity.Released || r.ReleasedBy != "tenant" {
+				t.Errorf("released: %+v", r)
+			}
+		},
+	}
+	windowEnd := scenario{
+		setup: func(e *env) { last = placedIn(e, 0, time.Hour); e.clock.Advance(time.Hour) },
+		crash: func(e *env) { _, _ = e.reconciler().Pass(ctx) },
+		after: func(t *testing.T, e *env) {
+			if r := e.state(t, "acme", last.ReservationID); r.State != capacity.Released || r.ReleasedBy != "window_end" {
+				t.Errorf("at window end: %+v", r)
+			}
+		},
+	}
+	windowStart := scenario{
+		setup: func(e *env) { last = placedIn(e, time.Minute, time.Hour); e.clock.Advance(time.Minute) },
+		crash: func(e *env) { _, _ = e.reconciler().Pass(ctx) },
+		after: func(t *testing.T, e *env) {
+			if r := e.state(t, "acme", last.ReservationID); r.State != capacity.Active {
+				t.Errorf("after start: %+v", r)
+			}
+		},
+	}
+	cases := map[string]scenario{
+		capacity.FaultDraft:         fits,
+		capacity.FaultCharged:       fits,
+		capacity.FaultAllocated:     fits,
+		capacity.FaultPlaced:        fits,
+		capacity.FaultDenied:        {crash: create(deny)},
+		capacity.FaultRejectedQuota: overQuota,
+		capacity.FaultRejectedCap:   noDevices,
+		"create.credited":           noDevices,
+		"create.unplaced":           noDevices,
+		capacity.FaultExpired: {
+			setup: func(e *env) {
+				staleReq = e.req("acme", "p1", "gpu", 1, 0, time.Hour)
+				staleReq.ClientToken = "stale"
+				e.svc.Faults = func(p string) error {
+					if p == capacity.FaultCharged {
+						return errCrash
+					}
+					return nil
+				}
+				_, _ = e.svc.CreateReservation(ctx, staleReq, allow)
+				e.svc.Faults = nil
+				e.clock.Advance(3 * time.Minute)
+			},
+			// The client retries after 3 minutes: the replay fences its own stale draft.
+			crash: func(e *env) { _, _ = e.svc.CreateReservation(ctx, staleReq, allow) },
+		},
+		capacity.FaultFenced: release,
+		"release.credited":   release,
+		"release.unplaced":   release,
+		capacity.FaultReconcileExpired: {setup: func(e *env) {
+			e.svc.Faults = crashAt(capacity.FaultCharged)
+			create(allow)(e)
+			e.svc.Faults = nil
+			e.clock.Advance(3 * time.Minute)
+		}, crash: func(e *env) { _, _ = e.reconciler().Pass(ctx) }},
+		capacity.FaultReconcileBinding:  windowStart,
+		capacity.FaultReconcileActive:   windowStart,
+		capacity.FaultReconcileReleased: windowEnd,
+		"reconcile.credited":            windowEnd,
+		"reconcile.unplaced":            windowEnd,
+		capacity.FaultReconcileSwept:    {setup: func(e *env) { last = placedIn(e, 0, time.Hour); releaseLast(e); e.clock.Advance(3 * time.Minute) }, crash: func(e *env) { _, _ = e.reconciler().Pass(ctx) }},
+		capacity.FaultPoolClaimed: {
+			crash: func(e *env) { _, _ = e.svc.CreatePool(ctx, "acme", "p2", map[string]int{"gpu": 2, "cpu": 1}) },
+			after: func(t *testing.T, e *env) {
+				if _, err := e.svc.GetPool(ctx, "acme", "p2"); err != nil {
+					t.Errorf("pool not completed: %v", err)
+				}
+				if q := must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p2", Resource: "cpu"})); q.Max != 1 {
+					t.Errorf("owner quota not created: %+v", q)
+				}
+			},
+		},
+	}
+	all := append(append(append([]string{}, capacity.FaultPoints...), capacity.ReconcileFaultPoints...), capacity.FaultExpired, capacity.FaultPoolClaimed)
+	for _, point := range all {
+		c, ok := cases[point]
+		if !ok {
+			t.Errorf("fault point %s has no crash case", point)
+			continue
+		}
+		t.Run(point, func(t *testing.T) {
+			e := newEnv(t)
+			e.pool(t, "acme", "p1", map[string]int{"gpu": 2})
+			if c.setup != nil {
+				c.setup(e)
+			}
+			fired := false
+			e.svc.Faults = func(p string) error {
+				if p == point && !fired {
+					fired = true
+					return errCrash
+				}
+				return nil
+			}
+			c.crash(e)
+			e.svc.Faults = nil
+			if !fired {
+				t.Fatalf("the flow never reached %s", point)
+			}
+			e.clock.Advance(capacity.StaleAfter + time.Second)
+			e.pass(t)
+			e.check(t)
+			if snap := must(e.store.Snapshot(ctx)); true {
+				for _, r := range snap.Reservations {
+					if r.State == capacity.Draft {
+						t.Errorf("draft left after the pass: %+v", r)
+					}
+				}
+			}
+			if c.after != nil {
+				c.after(t, e)
+			}
+		})
+	}
+}
+
+func crashAt(point string) func(string) error {
+	return func(p string) error {
+		if p == point {
+			return errCrash
+		}
+		return nil
+	}
+}
+
+// A reservation's whole life with a short window, the clock injected.
+func TestReservationLife(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 2})
+	r := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 2, time.Minute, 3*time.Minute), allow))
+	k := r.Quota()
+	if res := e.pass(t); res.TransitionCount() != 0 {
+		t.Errorf("nothing is due yet: %+v", res)
+	}
+	e.clock.Advance(time.Minute)
+	res := e.pass(t)
+	if res.Transitions["binding"] != 1 || res.Transitions["active"] != 1 {
+		t.Errorf("at start: %+v", res)
+	}
+	if got := e.state(t, "acme", r.ReservationID); got.State != capacity.Active {
+		t.Errorf("state %s", got.State)
+	}
+	e.check(t)
+	e.clock.Advance(2 * time.Minute)
+	res = e.pass(t)
+	got := e.state(t, "acme", r.ReservationID)
+	if res.Transitions["released"] != 1 || got.State != capacity.Released || got.ReleasedBy != "window_end" {
+		t.Errorf("at end: %+v %+v", res, got)
+	}
+	if q := must(e.svc.GetQuota(ctx, k)); q.Used != 0 {
+		t.Errorf("quota used %d after the window", q.Used)
+	}
+	e.check(t)
+	e.clock.Advance(capacity.StaleAfter)
+	if res = e.pass(t); res.Repaired != 1 {
+		t.Errorf("sweep: %+v", res)
+	}
+	if res = e.pass(t); res.Found != 0 {
+		t.Errorf("still due after the sweep: %+v", res)
+	}
+}
+
+// A window that passed entirely while the reconciler was down goes straight
+// to released; a failing bind stays binding and is retried.
+func TestReconcileCatchUpAndBindRetry(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 4})
+	missed := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, time.Minute, 2*time.Minute), allow))
+	later := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 5*time.Minute, time.Hour), allow))
+	e.clock.Advance(6 * time.Minute)
+	rc := e.reconciler()
+	rc.Binder = binderFunc(func(context.Context, capacity.Reservation) error { return errors.New("node unreachable") })
+	res := must(rc.Pass(ctx))
+	if res.Transitions["released"] != 1 || res.Transitions["binding"] != 1 || res.Transitions["active"] != 0 || res.Errors != 1 {
+		t.Errorf("pass: %+v", res)
+	}
+	if r := e.state(t, "acme", missed.ReservationID); r.State != capacity.Released || r.ReleasedBy != "window_end" {
+		t.Errorf("missed window: %+v", r)
+	}
+	if r := e.state(t, "acme", later.ReservationID); r.State != capacity.Binding {
+		t.Errorf("bind failed: %+v", r)
+	}
+	e.check(t)
+	if res := e.pass(t); res.Transitions["active"] != 1 {
+		t.Errorf("retry: %+v", res)
+	}
+	e.check(t)
+}
+
+type binderFunc func(context.Context, capacity.Reservation) error
+
+func (f binderFunc) Bind(ctx context.Context, r capacity.Reservation) error { return f(ctx, r) }
+
+// Two passes over the same due set at once: every transition happens once.
+func TestConcurrentPasses(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 64})
+	const n = 60
+	for i := 0; i < n; i++ {
+		must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, time.Minute, time.Hour), allow))
+	}
+	// a few stale drafts too
+	e.svc.Faults = crashAt(capacity.FaultAllocated)
+	for i := 0; i < 4; i++ {
+		_, _ = e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, time.Minute, time.Hour), allow)
+	}
+	e.svc.Faults = nil
+	both := func() map[string]int {
+		var wg sync.WaitGroup
+		results := make([]capacity.PassResult, 2)
+		for i := range results {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				rc := e.reconciler()
+				rc.Workers = 8
+				results[i] = must(rc.Pass(ctx))
+			}()
+		}
+		wg.Wait()
+		sum := map[string]int{}
+		for _, r := range results {
+			for k, v := range r.Transitions {
+				sum[k] += v
+			}
+		}
+		return sum
+	}
+	e.clock.Advance(3 * time.Minute)
+	if got := both(); got["binding"] != n || got["active"] != n || got["expired"] != 4 || len(got) != 3 {
+		t.Errorf("start: transitions %v, want %d binding, %d active, 4 expired", got, n, n)
+	}
+	e.check(t)
+	e.clock.Advance(time.Hour)
+	if got := both(); got["released"] != n || len(got) != 1 {
+		t.Errorf("end: transitions %v, want %d released", got, n)
+	}
+	e.check(t)
+	if q := must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu"})); q.Used != 0 {
+		t.Errorf("used %d", q.Used)
+	}
+}
+
+func TestPassStopsBeforeDeadline(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 4})
+	must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow))
+	e.clock.Advance(time.Minute)
+	dctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	rc := e.reconciler()
+	rc.Margin = time.Hour // the deadline is already inside the margin
+	res, err := rc.Pass(dctx)
+	if err != nil || !res.Stopped || res.TransitionCount() != 0 {
+		t.Errorf("pass near its deadline: %+v %v", res, err)
+	}
+	res = e.pass(t)
+	if res.Transitions["active"] != 1 || res.Lag != time.Minute {
+		t.Errorf("next pass: %+v (lag %v)", res, res.Lag)
+	}
+}

@@ -1,0 +1,226 @@
+package capacity
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/hex"
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// State is a reservation's place in its life (SPEC §4.4):
+//
+//	draft → denied | rejected | placed | expired | released
+//	placed → binding | released
+//	binding → active | released
+//	active → released
+//
+// States only move forward; denied, rejected, expired and released are
+// terminal. draft → released is the tenant's release of a draft, which §9
+// allows ("it fences the in-flight create") and §4.4's release implies
+// ("from any non-terminal state"). The transition methods of Reservation are the only way to move
+// one, so an impossible transition cannot be written.
+type State string
+
+const (
+	Draft    State = "draft"
+	Denied   State = "denied"
+	Rejected State = "rejected"
+	Placed   State = "placed"
+	Binding  State = "binding"
+	Active   State = "active"
+	Released State = "released"
+	Expired  State = "expired"
+)
+
+// States lists every state in the order of a reservation's life.
+var States = []State{Draft, Denied, Rejected, Placed, Binding, Active, Released, Expired}
+
+var next = map[State][]State{
+	Draft:   {Denied, Rejected, Placed, Expired, Released},
+	Placed:  {Binding, Released},
+	Binding: {Active, Released},
+	Active:  {Released},
+}
+
+// ParseState accepts exactly the names of States.
+func ParseState(s string) (State, bool) {
+	for _, st := range States {
+		if string(st) == s {
+			return st, true
+		}
+	}
+	return "", false
+}
+
+// Terminal states hold no quota and no device.
+func (s State) Terminal() bool {
+	return s == Denied || s == Rejected || s == Expired || s == Released
+}
+
+// Holding states are the ones whose count is in the tenant's `used`.
+func (s State) Holding() bool { return s == Placed || s == Binding || s == Active }
+
+// CanMoveTo reports whether s → t is an edge of the state machine.
+func (s State) CanMoveTo(t State) bool {
+	for _, n := range next[s] {
+		if n == t {
+			return true
+		}
+	}
+	return false
+}
+
+// Reasons of a rejected or expired reservation, and who released one.
+const (
+	ReasonQuota      = "quota"
+	ReasonCapacity   = "capacity"
+	ReasonStale      = "stale"
+	ReleasedByTenant = "tenant"
+	ReleasedByEnd    = "window_end"
+)
+
+// Window is a half-open interval [Start, End).
+type Window struct {
+	Start time.Time `json:"start"`
+	End   time.Time `json:"end"`
+}
+
+// Overlaps reports whether two half-open windows share an instant.
+func (w Window) Overlaps(o Window) bool { return w.Start.Before(o.End) && o.Start.Before(w.End) }
+
+// Reservation is a tenant's claim on devices of one pool for a window.
+type Reservation struct {
+	ReservationID string    `json:"reservationId"`
+	TenantID      string    `json:"tenantId"`
+	PoolID        string    `json:"poolId"`
+	Resource      string    `json:"resource"`
+	Count         int       `json:"count"`
+	Window        Window    `json:"window"`
+	State         State     `json:"state"`
+	Reason        string    `json:"reason,omitempty"`
+	DeviceIDs     []string  `json:"deviceIds"`
+	CreatedAt     time.Time `json:"createdAt"`
+	UpdatedAt     time.Time `json:"updatedAt"`
+	ReleasedBy    string    `json:"releasedBy,omitempty"`
+
+	// Request is the fingerprint of the request as sent (clientToken
+	// replays compare it); ClientToken the token, if any.
+	Request     string `json:"-"`
+	ClientToken string `json:"-"`
+	// Due is when the reconciler must look at it next (zero: never). It is
+	// what the sparse due index is keyed by.
+	Due time.Time `json:"-"`
+}
+
+// Quota names the row the reservation charges.
+func (r Reservation) Quota() QuotaKey { return QuotaKey{r.TenantID, r.PoolID, r.Resource} }
+
+// Stale reports whether a draft has waited for an outcome too long.
+func (r Reservation) Stale(now time.Time) bool {
+	return r.State == Draft && !now.Before(r.CreatedAt.Add(StaleAfter))
+}
+
+// ExpiresAt is when storage may delete the reservation (zero: kept):
+// denied, rejected and expired ones are kept for Retention (SPEC §9).
+func (r Reservation) ExpiresAt() time.Time {
+	switch r.State {
+	case Denied, Rejected, Expired:
+		return r.UpdatedAt.Add(Retention)
+	}
+	return time.Time{}
+}
+
+func (r Reservation) move(to State, now time.Time) (Reservation, error) {
+	if r.State.Terminal() {
+		return r, ErrTerminal
+	}
+	if !r.State.CanMoveTo(to) {
+		if r.State != Draft && (to == Denied || to == Rejected || to == Expired) {
+			return r, ErrNotDraft
+		}
+		return r, fmt.Errorf("%w: %s → %s", ErrTransition, r.State, to)
+	}
+	r.State, r.UpdatedAt = to, now.UTC()
+	switch to {
+	case Placed:
+		r.Due = r.Window.Start
+	case Binding:
+		r.Due = now
+	case Active:
+		r.Due = r.Window.End
+	default: // terminal: one more look after StaleAfter, for in-flight writers
+		r.Due = now.Add(StaleAfter)
+	}
+	return r, nil
+}
+
+// Deny: Better IAM said no to the draft.
+func (r Reservation) Deny(now time.Time) (Reservation, error) { return r.move(Denied, now) }
+
+// Reject: the quota (ReasonQuota) or the devices (ReasonCapacity) did not fit.
+func (r Reservation) Reject(reason string, now time.Time) (Reservation, error) {
+	n, err := r.move(Rejected, now)
+	if err == nil {
+		n.Reason = reason
+	}
+	return n, err
+}
+
+// Expire fences a draft that waited for an outcome too long.
+func (r Reservation) Expire(now time.Time) (Reservation, error) {
+	n, err := r.move(Expired, now)
+	if err == nil {
+		n.Reason = ReasonStale
+	}
+	return n, err
+}
+
+// Place records the devices a charged draft was placed on.
+func (r Reservation) Place(deviceIDs []string, now time.Time) (Reservation, error) {
+	n, err := r.move(Placed, now)
+	if err == nil {
+		n.DeviceIDs = deviceIDs
+	}
+	return n, err
+}
+
+// StartBinding: the window started; the devices are being bound.
+func (r Reservation) StartBinding(now time.Time) (Reservation, error) {
+	return r.move(Binding, now)
+}
+
+// Activate: the devices are bound.
+func (r Reservation) Activate(now time.Time) (Reservation, error) { return r.move(Active, now) }
+
+// Release ends a non-terminal reservation (by the tenant, or at window end).
+func (r Reservation) Release(by string, now time.Time) (Reservation, error) {
+	n, err := r.move(Released, now)
+	if err == nil {
+		n.ReleasedBy = by
+	}
+	return n, err
+}
+
+// Fingerprint is the identity of a create request as sent: pool, resource,
+// count and window (an omitted start stays omitted).
+func Fingerprint(poolID, resource string, count int, start *time.Time, end time.Time) string {
+	s := "-"
+	if start != nil {
+		s = strconv.FormatInt(start.UnixNano(), 10)
+	}
+	sum := sha256.Sum256([]byte(poolID + "\x00" + resource + "\x00" + strconv.Itoa(count) + "\x00" + s + "\x00" + strconv.FormatInt(end.UnixNano(), 10)))
+	return hex.EncodeToString(sum[:16])
+}
+
+var crockford = base32.NewEncoding("0123456789ABCDEFGHJKMNPQRSTVWXYZ").WithPadding(base32.NoPadding)
+
+// TokenID derives a reservation id from a tenant's clientToken, so the
+// conditional put of the draft is the idempotency check. It has the shape of
+// a ULID (26 Crockford base32 characters) but is not time-ordered: lists
+// order by createdAt through the `ordered` index, never by id.
+func TokenID(tenant, token string) string {
+	sum := sha256.Sum256([]byte("bc-reservation\x00" + tenant + "\x00" + token))
+	return crockford.EncodeToString(sum[:17])[:26]
+}

@@ -1,0 +1,236 @@
+package capacity
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+)
+
+// Service is the capacity API's behaviour: pools, quotas and reservations.
+type Service struct {
+	Store Store
+	Now   func() time.Time
+	// Logger receives what a caller never sees (a failed clean-up, …).
+	Logger *slog.Logger
+	// Faults is a test-only hook, nil in production: called after each
+	// write of the create, release and reconcile flows with the point's
+	// name; an error stops the flow there as a crash would.
+	Faults func(point string) error
+	// PlaceAttempts bounds the optimistic placement retries (default 64).
+	PlaceAttempts int
+
+	placeRetries atomic.Int64
+}
+
+// Fault points (see Service.Faults and docs/capacity.md). A terminal
+// fence is followed by "<flow>.credited" and "<flow>.unplaced", flow being
+// the first part of the fence's point ("create", "release", "reconcile").
+const (
+	FaultPoolClaimed   = "pool.claimed"
+	FaultDraft         = "create.draft"
+	FaultDenied        = "create.denied"
+	FaultCharged       = "create.charged"
+	FaultRejectedQuota = "create.rejected-quota"
+	FaultRejectedCap   = "create.rejected-capacity"
+	FaultAllocated     = "create.allocated"
+	FaultPlaced        = "create.placed"
+	FaultExpired       = "create.expired" // a replay fenced its stale draft
+	FaultFenced        = "release.fenced"
+)
+
+// FaultPoints lists every point of the create and release flows, in flow
+// order (the crash matrix walks it).
+var FaultPoints = []string{
+	FaultDraft, FaultDenied, FaultCharged, FaultRejectedQuota, FaultRejectedCap,
+	"create.credited", "create.unplaced", FaultAllocated, FaultPlaced,
+	FaultFenced, "release.credited", "release.unplaced",
+}
+
+func (s *Service) fault(point string) error {
+	if s.Faults == nil {
+		return nil
+	}
+	return s.Faults(point)
+}
+
+func (s *Service) now() time.Time {
+	if s.Now == nil {
+		return time.Now().UTC()
+	}
+	return s.Now().UTC()
+}
+
+func (s *Service) logger() *slog.Logger {
+	if s.Logger == nil {
+		return slog.Default()
+	}
+	return s.Logger
+}
+
+// PlaceRetries is how many placement writes lost a race since start.
+func (s *Service) PlaceRetries() int64 { return s.placeRetries.Load() }
+
+// unavailable maps a store error that is not a domain sentinel.
+func unavailable(err error) error {
+	if e := apierr.As(err); e != nil {
+		return e
+	}
+	return apierr.Dependency("dynamodb", err)
+}
+
+// CreatePool creates a pool and its owner's quota rows (max = device count).
+// The same request again returns the stored pool; the id owned by another
+// tenant or defined otherwise is CONFLICT.
+//
+// Protocol: (1) claim the global id with the pool item, marked due; (2) the
+// calendars and (3) the owner's quota rows, each created only if missing;
+// (4) the owner's view; (5) clear the due mark. A crash anywhere leaves the
+// pool due: a retry of the request or the reconciler runs 2–5 again.
+func (s *Service) CreatePool(ctx context.Context, tenant, poolID string, resources map[string]int) (Pool, error) {
+	p := NewPool(poolID, tenant, resources, s.now())
+	if n := p.DeviceCount(); n > MaxDevicesPerPool {
+		return Pool{}, apierr.Invalid("too_many_devices", "resources", "a pool holds at most %d devices, not %d", MaxDevicesPerPool, n)
+	}
+	stored, err := s.Store.ClaimPool(ctx, p, p.CreatedAt.Add(StaleAfter))
+	switch {
+	case errors.Is(err, ErrExists):
+		if !stored.OwnedBy(tenant) {
+			return Pool{}, apierr.New(apierr.Conflict, "pool id %q is taken", poolID).With("field", "poolId")
+		}
+		if !stored.SameDefinition(p) {
+			return Pool{}, apierr.New(apierr.Conflict, "pool %q exists with another definition", poolID).With("field", "resources")
+		}
+		p = stored
+	case err != nil:
+		return Pool{}, unavailable(err)
+	}
+	if err := s.fault(FaultPoolClaimed); err != nil {
+		return Pool{}, err
+	}
+	if err := s.completePool(ctx, p); err != nil {
+		return Pool{}, err
+	}
+	return p.WithDevices(), nil
+}
+
+// completePool runs steps 2–5 of CreatePool; every step is idempotent.
+func (s *Service) completePool(ctx context.Context, p Pool) error {
+	names := p.ResourceNames()
+	errs := make([]error, 2*len(names))
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i, r := range names {
+		for j, step := range []func() error{
+			func() error { return s.Store.EnsureCalendar(ctx, p.PoolID, r) },
+			func() error {
+				return s.Store.EnsureQuota(ctx, QuotaKey{p.OwnerTenantID, p.PoolID, r}, int64(p.Resources[r]), p.CreatedAt)
+			},
+		} {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer func() { <-sem; wg.Done() }()
+				errs[2*i+j] = step()
+			}()
+		}
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		return unavailable(err)
+	}
+	if err := s.Store.ShowPool(ctx, p.OwnerTenantID, p); err != nil {
+		return unavailable(err)
+	}
+	if err := s.Store.PoolReady(ctx, p.PoolID); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+// OfferPool sets toTenant's quota max on one resource of a pool tenant owns.
+// Protocol: (1) show the pool to toTenant, (2) set the row's max — a crash
+// between leaves the pool visible with a missing row, which grants 0.
+func (s *Service) OfferPool(ctx context.Context, tenant, poolID, toTenant, resource string, max int64) (Quota, error) {
+	p, err := s.Store.GetPool(ctx, poolID)
+	if errors.Is(err, ErrNotFound) || (err == nil && !p.OwnedBy(tenant)) {
+		return Quota{}, apierr.New(apierr.NotFound, "pool %q not found", poolID)
+	}
+	if err != nil {
+		return Quota{}, unavailable(err)
+	}
+	if _, ok := p.Resources[resource]; !ok {
+		return Quota{}, apierr.Invalid("unknown_resource", "resource", "pool %q has no resource %q", poolID, resource)
+	}
+	if max < 0 || max > MaxQuota {
+		return Quota{}, apierr.Invalid("constraint", "max", "max must be 0..%d", MaxQuota)
+	}
+	if err := s.Store.ShowPool(ctx, toTenant, p); err != nil {
+		return Quota{}, unavailable(err)
+	}
+	q, err := s.Store.SetQuotaMax(ctx, QuotaKey{toTenant, poolID, resource}, max, s.now())
+	if err != nil {
+		return Quota{}, unavailable(err)
+	}
+	return q, nil
+}
+
+// GetPool returns a pool owned by or offered to tenant.
+func (s *Service) GetPool(ctx context.Context, tenant, poolID string) (Pool, error) {
+	p, err := s.Store.VisiblePool(ctx, tenant, poolID)
+	if errors.Is(err, ErrNotFound) {
+		return Pool{}, apierr.New(apierr.NotFound, "pool %q not found", poolID)
+	}
+	if err != nil {
+		return Pool{}, unavailable(err)
+	}
+	return p.WithDevices(), nil
+}
+
+// ListPools lists the pools owned by or offered to tenant, by id.
+func (s *Service) ListPools(ctx context.Context, tenant string, page Page) ([]Pool, map[string]string, error) {
+	ps, next, err := s.Store.ListPools(ctx, tenant, page)
+	if err != nil {
+		return nil, nil, unavailable(err)
+	}
+	for i := range ps {
+		ps[i] = ps[i].WithDevices()
+	}
+	return ps, next, nil
+}
+
+// GetQuota returns a quota row; a missing row is max 0, used 0.
+func (s *Service) GetQuota(ctx context.Context, k QuotaKey) (Quota, error) {
+	q, err := s.Store.GetQuota(ctx, k)
+	if err != nil {
+		return Quota{}, unavailable(err)
+	}
+	return q, nil
+}
+
+// ListQuotas lists tenant's quota rows (of one pool when poolID != "").
+func (s *Service) ListQuotas(ctx context.Context, tenant, poolID string, page Page) ([]Quota, map[string]string, error) {
+	qs, next, err := s.Store.ListQuotas(ctx, tenant, poolID, page)
+	if err != nil {
+		return nil, nil, unavailable(err)
+	}
+	return qs, next, nil
+}
+
+// pause waits the jittered backoff before placement attempt n (not a
+// synchronization: racers that lost spread out before reading again).
+func (s *Service) pause(ctx context.Context, attempt int) error {
+	t := time.NewTimer(backoff(attempt, rand.Int64N))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

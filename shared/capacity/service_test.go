@@ -1,0 +1,51 @@
+package capacity_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/capacity"
+)
+
+func TestCreateReservationHappyPath(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "acme", "p1", map[string]int{"gpu.h100": 4})
+	e.rt.Reset()
+	r, err := e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu.h100", 2, 0, time.Hour), allow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("reservations.create happy path: %d DynamoDB round trips", e.rt.Count())
+	if got := e.rt.Count(); got > 5 {
+		t.Errorf("round trips = %d, want ≤ 5", got)
+	}
+	if r.State != capacity.Placed || joined(r.DeviceIDs) != joined(devices("gpu.h100", 0, 1)) {
+		t.Fatalf("got %+v", r)
+	}
+	q := must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu.h100"}))
+	if q.Max != 4 || q.Used != 2 {
+		t.Errorf("quota %+v", q)
+	}
+	got := must(e.svc.GetReservation(ctx, "acme", r.ReservationID))
+	if got.State != capacity.Placed || !got.Window.Start.Equal(r.Window.Start) {
+		t.Errorf("get %+v", got)
+	}
+	e.check(t)
+	rel := must(e.svc.ReleaseReservation(ctx, "acme", r.ReservationID))
+	if rel.State != capacity.Released || rel.ReleasedBy != "tenant" {
+		t.Errorf("release %+v", rel)
+	}
+	q = must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu.h100"}))
+	if q.Used != 0 {
+		t.Errorf("quota after release %+v", q)
+	}
+	e.check(t)
+	_, err = e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu.h100", 2, 0, time.Hour), deny)
+	if code(err) != apierr.PermissionDenied || detail(err, "reservationId") == nil {
+		t.Errorf("deny: %v", err)
+	}
+	e.check(t)
+}
