@@ -24,7 +24,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/devstack"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/localgw"
 )
 
@@ -80,7 +80,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if cfg, err = app.ConfigFromEnv(); err != nil {
 		return err
 	}
-	if ttlErr, err := dynamo.CreateTable(ctx, stack.DynamoDB(), cfg.Table); err != nil {
+	if ttlErr, err := schema.CreateTable(ctx, stack.DynamoDB(), cfg.Table); err != nil {
 		return err
 	} else if ttlErr != nil {
 		log.Info("table TTL not enabled (dynalite has no TTL)", "table", cfg.Table)

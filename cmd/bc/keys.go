@@ -9,8 +9,6 @@ import (
 	"os"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	awsconfig "github.com/aws/aws-sdk-go-v2/config"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
 
 	"github.com/bettercompute/control-plane/shared/kmssign"
@@ -149,11 +147,7 @@ func loadSigners(ctx context.Context, keyFiles, kmsKeys multi) ([]crypto.Signer,
 // kmsClient talks to AWS KMS, or to BC_KMS_ENDPOINT (local-kms) when set.
 func kmsClient(ctx context.Context) (*kms.Client, error) {
 	endpoint := os.Getenv("BC_KMS_ENDPOINT")
-	opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithRegion(envOr("AWS_REGION", "us-east-1"))}
-	if endpoint != "" && os.Getenv("AWS_ACCESS_KEY_ID") == "" {
-		opts = append(opts, awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("local", "local", "")))
-	}
-	cfg, err := awsconfig.LoadDefaultConfig(ctx, opts...)
+	cfg, err := awsConfig(ctx, endpoint != "")
 	if err != nil {
 		return nil, err
 	}

@@ -6,16 +6,12 @@ import (
 	"strings"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
-// ReconcilerActions are the table actions of the reconciler (SPEC §4.5): it
-// finds due work on the due index, reads and conditionally moves each
-// reservation, and repairs quota rows and calendars. It is not an API method,
-// so the catalog does not list it.
-var ReconcilerActions = []string{
-	"dynamodb:Query", "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:PutItem", "dynamodb:DeleteItem",
-}
+// ReconcilerActions are the reconciler's actions, declared beside the
+// catalog (it is not an API method).
+var ReconcilerActions = api.ReconcilerActions
 
 // Access is what one function's role may do, derived from its declared
 // actions (least privilege, SPEC §5).
@@ -129,7 +125,7 @@ func Functions() ([]Function, error) {
 		}
 		out = append(out, Function{Name: m.FunctionName(), Method: m, Access: acc, Memory: size[0], Timeout: size[1]})
 	}
-	acc, err := AccessFor(api.ReconcilerFunction, ReconcilerActions, []string{dynamo.IndexDue})
+	acc, err := AccessFor(api.ReconcilerFunction, ReconcilerActions, []string{schema.IndexDue})
 	if err != nil {
 		return nil, err
 	}

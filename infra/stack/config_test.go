@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
 func ctxOf(m map[string]any) func(string) any { return func(k string) any { return m[k] } }
@@ -166,19 +166,19 @@ func TestCatalogFunctions(t *testing.T) {
 }
 
 func TestSchemaFromDefinition(t *testing.T) {
-	s, err := SchemaFrom(dynamo.Definition("t"))
+	s, err := SchemaFrom(schema.Definition("t"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *s.PartitionKey.Name != dynamo.AttrPK || *s.SortKey.Name != dynamo.AttrSK || len(s.LocalIndexes) != 1 || len(s.GlobalIndexes) != 1 {
+	if *s.PartitionKey.Name != schema.AttrPK || *s.SortKey.Name != schema.AttrSK || len(s.LocalIndexes) != 1 || len(s.GlobalIndexes) != 1 {
 		t.Errorf("schema %+v", s)
 	}
-	def := dynamo.Definition("t")
+	def := schema.Definition("t")
 	def.BillingMode = types.BillingModeProvisioned
 	if _, err := SchemaFrom(def); err == nil {
 		t.Errorf("provisioned billing accepted")
 	}
-	def = dynamo.Definition("t")
+	def = schema.Definition("t")
 	def.KeySchema = append(def.KeySchema, types.KeySchemaElement{AttributeName: aws.String("nope"), KeyType: types.KeyTypeRange})
 	if _, err := SchemaFrom(def); err == nil {
 		t.Errorf("key without attribute definition accepted")

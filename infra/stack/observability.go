@@ -10,6 +10,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/capacity"
 )
 
 // The reconciler's lag metric, which the reconciler writes as a CloudWatch
@@ -17,9 +18,9 @@ import (
 // (capacity.PassResult.Log): milliseconds between the oldest due item's
 // dueAt and the pass (0 when nothing is due), dimension Table = BC_TABLE.
 const (
-	MetricNamespace = "BetterCompute"
-	MetricLag       = "Lag"
-	DimensionTable  = "Table"
+	MetricNamespace = capacity.MetricNamespace
+	MetricLag       = capacity.MetricLag
+	DimensionTable  = capacity.DimensionTable
 )
 
 // Alarm thresholds (documented in docs/infrastructure.md).

@@ -16,7 +16,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
 // The template is synthesized once for the package (each App starts a Node
@@ -447,8 +447,8 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 							t.Errorf("%s on an index", a)
 						}
 					}
-					if name == api.ReconcilerFunction && !strings.Contains(r, "/index/"+dynamo.IndexDue+`"`) {
-						t.Errorf("reconciler may query %s, want only the %s index", r, dynamo.IndexDue)
+					if name == api.ReconcilerFunction && !strings.Contains(r, "/index/"+schema.IndexDue+`"`) {
+						t.Errorf("reconciler may query %s, want only the %s index", r, schema.IndexDue)
 					}
 					delete(got, r)
 				}
@@ -500,7 +500,7 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 }
 
 func TestTableFromDefinition(t *testing.T) {
-	def := dynamo.Definition("x")
+	def := schema.Definition("x")
 	var attrs, keySchema []map[string]any
 	for _, a := range def.AttributeDefinitions {
 		attrs = append(attrs, map[string]any{"AttributeName": *a.AttributeName, "AttributeType": string(a.AttributeType)})
@@ -512,7 +512,7 @@ func TestTableFromDefinition(t *testing.T) {
 	if p["BillingMode"] != "PAY_PER_REQUEST" ||
 		!equal(p["KeySchema"], keySchema) ||
 		!equal(path(p, "PointInTimeRecoverySpecification", "PointInTimeRecoveryEnabled"), true) ||
-		!equal(p["TimeToLiveSpecification"], map[string]any{"AttributeName": dynamo.AttrTTL, "Enabled": true}) ||
+		!equal(p["TimeToLiveSpecification"], map[string]any{"AttributeName": schema.AttrTTL, "Enabled": true}) ||
 		!equal(p["SSESpecification"], map[string]any{"KMSMasterKeyId": getAtt(ref["tableKey"], "Arn"), "SSEEnabled": true, "SSEType": "KMS"}) {
 		t.Errorf("table properties: %s", jsonOf(p))
 	}
@@ -548,7 +548,7 @@ func TestTableFromDefinition(t *testing.T) {
 		}
 	}
 	if len(p["LocalSecondaryIndexes"].([]any)) != len(def.LocalSecondaryIndexes) || len(p["GlobalSecondaryIndexes"].([]any)) != len(def.GlobalSecondaryIndexes) {
-		t.Errorf("index counts differ from dynamo.Definition")
+		t.Errorf("index counts differ from schema.Definition")
 	}
 	check(t, "table retained", func() {
 		tmpl.HasResource(jsii.String("AWS::DynamoDB::Table"), &map[string]any{"DeletionPolicy": "Retain", "UpdateReplacePolicy": "Retain"})

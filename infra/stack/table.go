@@ -10,12 +10,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/jsii-runtime-go"
-
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
 // TableSchema is the single table's keys and indexes in CDK's terms,
-// converted from dynamo.Definition — the one definition the local stack also
+// converted from schema.Definition — the one definition the local stack also
 // creates its table from.
 type TableSchema struct {
 	PartitionKey, SortKey *awsdynamodb.Attribute
@@ -119,29 +118,29 @@ func SchemaFrom(def *dynamodb.CreateTableInput) (TableSchema, error) {
 }
 
 // newTable creates the single table: on-demand, point-in-time recovery,
-// encrypted with the customer-managed key, TTL on dynamo.AttrTTL.
+// encrypted with the customer-managed key, TTL on schema.AttrTTL.
 func newTable(s *Stack, key awskms.Key, removal awscdk.RemovalPolicy, protect bool) (awsdynamodb.Table, error) {
-	schema, err := SchemaFrom(dynamo.Definition("better-compute"))
+	ts, err := SchemaFrom(schema.Definition("better-compute"))
 	if err != nil {
 		return nil, err
 	}
 	t := awsdynamodb.NewTable(s.Stack, jsii.String("Table"), &awsdynamodb.TableProps{
-		PartitionKey: schema.PartitionKey,
-		SortKey:      schema.SortKey,
+		PartitionKey: ts.PartitionKey,
+		SortKey:      ts.SortKey,
 		BillingMode:  awsdynamodb.BillingMode_PAY_PER_REQUEST,
 		PointInTimeRecoverySpecification: &awsdynamodb.PointInTimeRecoverySpecification{
 			PointInTimeRecoveryEnabled: jsii.Bool(true),
 		},
 		Encryption:          awsdynamodb.TableEncryption_CUSTOMER_MANAGED,
 		EncryptionKey:       key,
-		TimeToLiveAttribute: jsii.String(dynamo.AttrTTL),
+		TimeToLiveAttribute: jsii.String(schema.AttrTTL),
 		RemovalPolicy:       removal,
 		DeletionProtection:  jsii.Bool(protect),
 	})
-	for _, ix := range schema.LocalIndexes {
+	for _, ix := range ts.LocalIndexes {
 		t.AddLocalSecondaryIndex(ix)
 	}
-	for _, ix := range schema.GlobalIndexes {
+	for _, ix := range ts.GlobalIndexes {
 		t.AddGlobalSecondaryIndex(ix)
 	}
 	return t, nil

@@ -61,8 +61,13 @@ func (m *Method) ScopeFor(tenantID string) string {
 	return strings.ReplaceAll(m.Scope, "{tenantId}", tenantID)
 }
 
-// Handler names for the non-API Lambda.
+// ReconcilerFunction names the non-API Lambda (capacity.reservations).
 const ReconcilerFunction = "reconciler"
+
+// ReconcilerActions are the reconciler's AWS actions: it queries the due
+// index, reads and conditionally moves reservations, and repairs quota rows,
+// calendars and half-created pools (get, put, update; never delete).
+var ReconcilerActions = []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
 
 const (
 	tenantScope = "tenant:{tenantId}"

@@ -25,6 +25,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/localgw"
 )
 
@@ -144,8 +145,8 @@ func BenchmarkReservationsCreate(b *testing.B) {
 		e, _ := expression.NewBuilder().WithUpdate(upd).WithCondition(
 			expression.Or(expression.AttributeNotExists(expression.Name("used")), expression.Name("used").LessThan(expression.Value(1<<40)))).Build()
 		_, err := db.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{TableName: aws.String(cfg.Table),
-			Key: map[string]types.AttributeValue{dynamo.AttrPK: &types.AttributeValueMemberS{Value: "BENCH#" + strconv.Itoa(i%benchResources)},
-				dynamo.AttrSK: &types.AttributeValueMemberS{Value: "ROW"}},
+			Key: map[string]types.AttributeValue{schema.AttrPK: &types.AttributeValueMemberS{Value: "BENCH#" + strconv.Itoa(i%benchResources)},
+				schema.AttrSK: &types.AttributeValueMemberS{Value: "ROW"}},
 			UpdateExpression: e.Update(), ConditionExpression: e.Condition(),
 			ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()})
 		return err

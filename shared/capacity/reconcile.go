@@ -242,9 +242,17 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time) (ste
 	return st, nil
 }
 
+// The lag metric of a pass's summary line: milliseconds between the oldest
+// due item's dueAt and the pass, with the table as dimension. The CDK app
+// alarms on these names.
+const (
+	MetricNamespace = "BetterCompute"
+	MetricLag       = "Lag"
+	DimensionTable  = "Table"
+)
+
 // Log writes the pass's summary as one JSON line that is also a CloudWatch
-// embedded-metric-format record: metric Lag (Milliseconds) in namespace
-// BetterCompute, dimension Table.
+// embedded-metric-format record of MetricLag.
 func (p PassResult) Log(ctx context.Context, logger *slog.Logger, table string) {
 	lagMS := p.Lag.Milliseconds()
 	level := slog.LevelInfo
@@ -260,14 +268,14 @@ func (p PassResult) Log(ctx context.Context, logger *slog.Logger, table string) 
 		slog.Int("errors", p.Errors),
 		slog.Bool("stoppedEarly", p.Stopped),
 		slog.Float64("took_ms", float64(p.Took.Microseconds())/1000),
-		slog.String("Table", table),
-		slog.Int64("Lag", lagMS),
+		slog.String(DimensionTable, table),
+		slog.Int64(MetricLag, lagMS),
 		slog.Any("_aws", map[string]any{
 			"Timestamp": time.Now().UnixMilli(),
 			"CloudWatchMetrics": []any{map[string]any{
-				"Namespace":  "BetterCompute",
-				"Dimensions": [][]string{{"Table"}},
-				"Metrics":    []any{map[string]any{"Name": "Lag", "Unit": "Milliseconds"}},
+				"Namespace":  MetricNamespace,
+				"Dimensions": [][]string{{DimensionTable}},
+				"Metrics":    []any{map[string]any{"Name": MetricLag, "Unit": "Milliseconds"}},
 			}},
 		}),
 	)

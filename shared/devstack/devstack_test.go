@@ -24,7 +24,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kms"
 	kmstypes "github.com/aws/aws-sdk-go-v2/service/kms/types"
 
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/iam"
 )
 
@@ -134,7 +134,7 @@ func TestStart(t *testing.T) {
 		if out.Table.TableStatus != dbtypes.TableStatusActive {
 			t.Errorf("table status %s", out.Table.TableStatus)
 		}
-		if len(out.Table.GlobalSecondaryIndexes) != 1 || aws.ToString(out.Table.GlobalSecondaryIndexes[0].IndexName) != dynamo.IndexDue {
+		if len(out.Table.GlobalSecondaryIndexes) != 1 || aws.ToString(out.Table.GlobalSecondaryIndexes[0].IndexName) != schema.IndexDue {
 			t.Errorf("indexes: %+v", out.Table.GlobalSecondaryIndexes)
 		}
 	})
@@ -216,11 +216,11 @@ func TestStateDirPersists(t *testing.T) {
 		}
 		t.Fatalf("a second stack on the same state dir: %v", err)
 	}
-	if _, err := dynamo.CreateTable(ctx, s.DynamoDB(), "persisted"); err != nil {
+	if _, err := schema.CreateTable(ctx, s.DynamoDB(), "persisted"); err != nil {
 		t.Fatal(err)
 	}
-	item := map[string]dbtypes.AttributeValue{dynamo.AttrPK: &dbtypes.AttributeValueMemberS{Value: "p"},
-		dynamo.AttrSK: &dbtypes.AttributeValueMemberS{Value: "s"}}
+	item := map[string]dbtypes.AttributeValue{schema.AttrPK: &dbtypes.AttributeValueMemberS{Value: "p"},
+		schema.AttrSK: &dbtypes.AttributeValueMemberS{Value: "s"}}
 	if _, err := s.DynamoDB().PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String("persisted"), Item: item}); err != nil {
 		t.Fatal(err)
 	}

@@ -14,8 +14,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
 // shared is the one stack of a test binary (Shared, Main).
@@ -82,7 +81,7 @@ func NewTable(tb testing.TB, s *Stack) (tableName string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	client := s.DynamoDB()
-	if _, err := dynamo.CreateTable(ctx, client, name); err != nil {
+	if _, err := schema.CreateTable(ctx, client, name); err != nil {
 		tb.Fatalf("devstack: %v", err)
 	}
 	tb.Cleanup(func() {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
 // Capacity is the DynamoDB store of the capacity module (docs/capacity.md):
@@ -68,16 +69,16 @@ func poolViewSK(id string) string        { return "POOL#" + id }
 func resSK(id string) string             { return "RES#" + id }
 func quotaSK(k capacity.QuotaKey) string { return "QUOTA#" + k.PoolID + "#" + k.Resource }
 
-// dueShard spreads due items over DueShards partitions of the due index.
+// dueShard spreads due items over schema.DueShards partitions of the due index.
 func dueShard(id string) string {
 	h := fnv.New32a()
 	h.Write([]byte(id))
-	return strconv.Itoa(int(h.Sum32() % DueShards))
+	return strconv.Itoa(int(h.Sum32() % schema.DueShards))
 }
 
 // capKey is a primary key (releases.go has its own: the modules stay apart).
 func capKey(pk, sk string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{AttrPK: &types.AttributeValueMemberS{Value: pk}, AttrSK: &types.AttributeValueMemberS{Value: sk}}
+	return map[string]types.AttributeValue{schema.AttrPK: &types.AttributeValueMemberS{Value: pk}, schema.AttrSK: &types.AttributeValueMemberS{Value: sk}}
 }
 
 func condFailed(err error) bool {
@@ -269,7 +270,7 @@ func (s *Capacity) get(ctx context.Context, k map[string]types.AttributeValue, o
 
 func cond(c expression.ConditionBuilder) *expression.ConditionBuilder { return &c }
 
-var notExists = cond(expression.AttributeNotExists(expression.Name(AttrPK)))
+var notExists = cond(expression.AttributeNotExists(expression.Name(schema.AttrPK)))
 
 // ---- pools ----
 
@@ -330,8 +331,8 @@ func (s *Capacity) ShowPool(ctx context.Context, tenant string, p capacity.Pool)
 // PoolReady implements capacity.PoolStore.
 func (s *Capacity) PoolReady(ctx context.Context, poolID string) error {
 	_, err := s.update(ctx, capKey(poolPK(poolID), skPool),
-		expression.Remove(expression.Name(AttrDueAt)).Remove(expression.Name(AttrDueSh)),
-		cond(expression.AttributeExists(expression.Name(AttrPK))), types.ReturnValueNone)
+		expression.Remove(expression.Name(schema.AttrDueAt)).Remove(expression.Name(schema.AttrDueSh)),
+		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueNone)
 	if condFailed(err) {
 		return nil
 	}
@@ -376,7 +377,7 @@ func (s *Capacity) queryPartition(ctx context.Context, tenant, prefix string, pa
 	if limit <= 0 {
 		limit = capacity.DefaultLimit
 	}
-	kc := expression.Key(AttrPK).Equal(expression.Value(tenantPK(tenant))).And(expression.Key(AttrSK).BeginsWith(prefix))
+	kc := expression.Key(schema.AttrPK).Equal(expression.Value(tenantPK(tenant))).And(expression.Key(schema.AttrSK).BeginsWith(prefix))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
 		return nil, err
@@ -407,7 +408,7 @@ func (s *Capacity) queryPartition(ctx context.Context, tenant, prefix string, pa
 				return nil, err
 			}
 			taken++
-			lastSK = item[AttrSK].(*types.AttributeValueMemberS).Value
+			lastSK = item[schema.AttrSK].(*types.AttributeValueMemberS).Value
 			full = taken == limit || !more
 		}
 		if res.LastEvaluatedKey == nil {
@@ -586,7 +587,7 @@ func (s *Capacity) Admission(ctx context.Context, tenant, poolID, resource strin
 			return capacity.Pool{}, cal, err
 		}
 		for _, item := range res.Responses[s.Table] {
-			switch sk := item[AttrSK].(*types.AttributeValueMemberS).Value; {
+			switch sk := item[schema.AttrSK].(*types.AttributeValueMemberS).Value; {
 			case sk == poolViewSK(poolID):
 				var it poolItem
 				if err := attributevalue.UnmarshalMap(item, &it); err != nil {
@@ -642,7 +643,7 @@ func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from
 	upd := expression.Set(expression.Name("state"), expression.Value(it.State)).
 		Set(expression.Name("updatedAt"), expression.Value(it.UpdatedAt)).
 		Set(expression.Name("deviceIds"), expression.Value(it.DeviceIDs))
-	for name, v := range map[string]string{"reason": it.Reason, "releasedBy": it.ReleasedBy, AttrDueAt: it.DueAt, AttrDueSh: it.DueShard} {
+	for name, v := range map[string]string{"reason": it.Reason, "releasedBy": it.ReleasedBy, schema.AttrDueAt: it.DueAt, schema.AttrDueSh: it.DueShard} {
 		if v != "" {
 			upd = upd.Set(expression.Name(name), expression.Value(v))
 		} else {
@@ -650,7 +651,7 @@ func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from
 		}
 	}
 	if it.ExpiresAt != 0 {
-		upd = upd.Set(expression.Name(AttrTTL), expression.Value(it.ExpiresAt))
+		upd = upd.Set(expression.Name(schema.AttrTTL), expression.Value(it.ExpiresAt))
 	}
 	c := expression.Name("state").Equal(expression.Value(string(from)))
 	_, err := s.update(ctx, capKey(it.PK, it.SK), upd, &c, types.ReturnValueNone)
@@ -664,7 +665,7 @@ func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from
 func (s *Capacity) ClearDue(ctx context.Context, r capacity.Reservation) error {
 	c := expression.Name("state").Equal(expression.Value(string(r.State)))
 	_, err := s.update(ctx, capKey(tenantPK(r.TenantID), resSK(r.ReservationID)),
-		expression.Remove(expression.Name(AttrDueAt)).Remove(expression.Name(AttrDueSh)), &c, types.ReturnValueNone)
+		expression.Remove(expression.Name(schema.AttrDueAt)).Remove(expression.Name(schema.AttrDueSh)), &c, types.ReturnValueNone)
 	if condFailed(err) {
 		return capacity.ErrStale
 	}
@@ -682,7 +683,7 @@ func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capaci
 	}
 	pk := tenantPK(tenant)
 	b := expression.NewBuilder().WithKeyCondition(
-		expression.Key(AttrPK).Equal(expression.Value(pk)).And(expression.Key(AttrLSK).BeginsWith("RES#")))
+		expression.Key(schema.AttrPK).Equal(expression.Value(pk)).And(expression.Key(schema.AttrLSK).BeginsWith("RES#")))
 	filtered := f.PoolID != "" || f.State != ""
 	if filtered {
 		var conds []expression.ConditionBuilder
@@ -702,7 +703,7 @@ func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capaci
 	if err != nil {
 		return nil, nil, err
 	}
-	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(IndexOrdered),
+	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(schema.IndexOrdered),
 		KeyConditionExpression: e.KeyCondition(), FilterExpression: e.Filter(),
 		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
 		ScanIndexForward: aws.Bool(false), ConsistentRead: aws.Bool(true)}
@@ -711,7 +712,7 @@ func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capaci
 			return nil, nil, errBadCursor
 		}
 		in.ExclusiveStartKey = capKey(pk, sk)
-		in.ExclusiveStartKey[AttrLSK] = &types.AttributeValueMemberS{Value: lsk}
+		in.ExclusiveStartKey[schema.AttrLSK] = &types.AttributeValueMemberS{Value: lsk}
 	}
 	var out []capacity.Reservation
 	var last reservationItem
@@ -750,19 +751,19 @@ func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capaci
 // ---- the reconciler's index ----
 
 // Shards implements capacity.DueStore.
-func (s *Capacity) Shards() int { return DueShards }
+func (s *Capacity) Shards() int { return schema.DueShards }
 
 // Due implements capacity.DueStore: a Query of one shard of the sparse due
 // index (never a scan), oldest first, page by page, so memory stays flat
 // however many items are due.
 func (s *Capacity) Due(ctx context.Context, shard int, now time.Time, fn func(capacity.DueItem) bool) error {
-	kc := expression.Key(AttrDueSh).Equal(expression.Value(strconv.Itoa(shard))).
-		And(expression.Key(AttrDueAt).LessThanEqual(expression.Value(fmtTime(now))))
+	kc := expression.Key(schema.AttrDueSh).Equal(expression.Value(strconv.Itoa(shard))).
+		And(expression.Key(schema.AttrDueAt).LessThanEqual(expression.Value(fmtTime(now))))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
 		return err
 	}
-	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(IndexDue),
+	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(schema.IndexDue),
 		KeyConditionExpression: e.KeyCondition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
 		ScanIndexForward: aws.Bool(true), Limit: aws.Int32(250)}
 	for {

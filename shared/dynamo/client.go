@@ -1,3 +1,7 @@
+// Package dynamo is the DynamoDB adapter: the client, a round-trip counter,
+// and the stores the domain packages use, with single-item conditional writes
+// only (no transactions — see docs/architecture.md). The table itself is
+// defined in package schema.
 package dynamo
 
 import (

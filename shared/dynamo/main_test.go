@@ -10,6 +10,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
 // TestMain shares one local stack (dynalite, local-kms) across the package.
@@ -17,6 +18,6 @@ func TestMain(m *testing.M) { devstack.Main(m) }
 
 func deleteItem(ctx context.Context, s *dynamo.Releases, pk, sk string) error {
 	_, err := s.DB.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: aws.String(s.Table), Key: map[string]types.AttributeValue{
-		dynamo.AttrPK: &types.AttributeValueMemberS{Value: pk}, dynamo.AttrSK: &types.AttributeValueMemberS{Value: sk}}})
+		schema.AttrPK: &types.AttributeValueMemberS{Value: pk}, schema.AttrSK: &types.AttributeValueMemberS{Value: sk}}})
 	return err
 }

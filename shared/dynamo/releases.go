@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -93,7 +94,7 @@ func (s *Releases) Register(ctx context.Context, r rollout.Release) (rollout.Rel
 	if err != nil {
 		return rollout.Release{}, false, err
 	}
-	pcond := expression.AttributeNotExists(expression.Name(AttrPK)).
+	pcond := expression.AttributeNotExists(expression.Name(schema.AttrPK)).
 		Or(seq.Equal(s1).And(dig.Equal(d1)))
 	pexpr, err := expression.NewBuilder().WithCondition(pcond).Build()
 	if err != nil {
@@ -195,9 +196,9 @@ func (s *Releases) List(ctx context.Context, limit int, after map[string]string)
 	for {
 		in := &dynamodb.QueryInput{
 			TableName:                 aws.String(s.Table),
-			IndexName:                 aws.String(IndexOrdered),
+			IndexName:                 aws.String(schema.IndexOrdered),
 			KeyConditionExpression:    aws.String("#pk = :pk"),
-			ExpressionAttributeNames:  map[string]string{"#pk": AttrPK},
+			ExpressionAttributeNames:  map[string]string{"#pk": schema.AttrPK},
 			ExpressionAttributeValues: map[string]types.AttributeValue{":pk": &types.AttributeValueMemberS{Value: releasePK}},
 			ScanIndexForward:          aws.Bool(false),
 			ExclusiveStartKey:         start,
@@ -216,7 +217,7 @@ func (s *Releases) List(ctx context.Context, limit int, after map[string]string)
 			}
 			if limit > 0 && len(out) == limit {
 				last := out[len(out)-1]
-				return out, map[string]string{AttrPK: releasePK, AttrSK: releaseSK(last.Version), AttrLSK: seqKey(last.Sequence)}, nil
+				return out, map[string]string{schema.AttrPK: releasePK, schema.AttrSK: releaseSK(last.Version), schema.AttrLSK: seqKey(last.Sequence)}, nil
 			}
 			out = append(out, it.release())
 		}
@@ -230,8 +231,8 @@ func (s *Releases) List(ctx context.Context, limit int, after map[string]string)
 // key is a primary key.
 func key(pk, sk string) map[string]types.AttributeValue {
 	return map[string]types.AttributeValue{
-		AttrPK: &types.AttributeValueMemberS{Value: pk},
-		AttrSK: &types.AttributeValueMemberS{Value: sk},
+		schema.AttrPK: &types.AttributeValueMemberS{Value: pk},
+		schema.AttrSK: &types.AttributeValueMemberS{Value: sk},
 	}
 }
 
@@ -241,7 +242,7 @@ func startKey(after map[string]string, pk string) (map[string]types.AttributeVal
 	if after == nil {
 		return nil, nil
 	}
-	if after[AttrPK] != pk {
+	if after[schema.AttrPK] != pk {
 		return nil, apierr.Invalid("", "cursor", "cursor belongs to another query")
 	}
 	k := make(map[string]types.AttributeValue, len(after))

@@ -1,7 +1,8 @@
-// Package dynamo is the DynamoDB adapter: the single table's definition, the
-// client, and the stores the domain packages use (conditional writes only;
-// no transactions — see docs/architecture.md).
-package dynamo
+// Package schema is the single table's definition: key and index names and
+// the CreateTable input. The stores (package dynamo), the local stack and the
+// CDK app all read it; it depends on nothing of the project, so the CDK
+// module stays independent of the domain packages.
+package schema
 
 import (
 	"context"

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/devstack"
+	"github.com/bettercompute/control-plane/shared/dynamo"
+)
+
+func TestMain(m *testing.M) { devstack.Main(m) }
+
+func TestCheckCommand(t *testing.T) {
+	s := devstack.Shared(t)
+	table := devstack.NewTable(t, s)
+	store := &dynamo.Capacity{DB: s.DynamoDB(), Table: table}
+	ctx := context.Background()
+
+	var out bytes.Buffer
+	if err := runCheck(ctx, store, table, &out); err != nil || !strings.Contains(out.String(), "all capacity invariants hold") {
+		t.Fatalf("empty table: %v %q", err, out.String())
+	}
+	// A quota charge held for a reservation that does not exist.
+	k := capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu"}
+	if err := store.EnsureQuota(ctx, k, 4, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Charge(ctx, k, "ghost", 2); err != nil {
+		t.Fatal(err)
+	}
+	out.Reset()
+	err := runCheck(ctx, store, table, &out)
+	if err != exitError(1) || !strings.Contains(out.String(), "invariant violations") {
+		t.Fatalf("inconsistent table: %v %q", err, out.String())
+	}
+}
