@@ -230,3 +230,17 @@ func TestPassLogIsEMF(t *testing.T) {
 		t.Errorf("summary line %s", buf.String())
 	}
 }
+
+// An idle pass logs at debug: the local gateway's 5 s passes stay quiet.
+func TestIdlePassLogsAtDebug(t *testing.T) {
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, nil)) // info and above
+	capacity.PassResult{}.Log(context.Background(), logger, "bc-table")
+	if buf.Len() != 0 {
+		t.Fatalf("idle pass logged at info: %s", buf.String())
+	}
+	capacity.PassResult{Found: 1}.Log(context.Background(), logger, "bc-table")
+	if buf.Len() == 0 {
+		t.Fatal("a pass that found work was not logged")
+	}
+}

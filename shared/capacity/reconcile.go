@@ -256,8 +256,13 @@ const (
 func (p PassResult) Log(ctx context.Context, logger *slog.Logger, table string) {
 	lagMS := p.Lag.Milliseconds()
 	level := slog.LevelInfo
-	if p.Errors > 0 {
+	switch {
+	case p.Errors > 0:
 		level = slog.LevelWarn
+	case p.Found == 0:
+		// An idle pass is not news (the local gateway runs one every 5 s);
+		// the lag alarm treats the missing point as not breaching.
+		level = slog.LevelDebug
 	}
 	logger.LogAttrs(ctx, level, "reconcile pass",
 		slog.Int("found", p.Found),
