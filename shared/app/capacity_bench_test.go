@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -15,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -71,24 +69,10 @@ func clients(b *testing.B, c int, op func(i int) error) {
 // dynalite), sequentially and with 16 concurrent clients, next to a raw
 // conditional UpdateItem on the same dynalite in the same run.
 func BenchmarkReservationsCreate(b *testing.B) {
-	s := devstack.Shared(b)
 	rt := &dynamo.RoundTrips{}
-	cfg := app.Config{Table: devstack.NewTable(b, s), Region: s.Region, DynamoEndpoint: s.DynamoEndpoint,
-		KMSEndpoint: s.KMSEndpoint, ReleaseThreshold: 1, CursorKey: "bench"}
-	a, err := app.New(context.Background(), cfg, app.WithDecider(capPolicy), app.WithDynamoOptions(rt.Option()), app.WithDevTokens(),
-		app.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		b.Fatal(err)
-	}
-	ep := func(name string) api.Endpoint {
-		e, err := a.Endpoint(context.Background(), name)
-		if err != nil {
-			b.Fatal(err)
-		}
-		return e
-	}
-	create, poolsCreate, offer := ep("reservations.create"), ep("pools.create"), ep("pools.offer")
-	srv := httptest.NewServer(localgw.Handler(a.Gateway, []api.Endpoint{create}))
+	h := newHarness(b, setup{module: "capacity", options: []app.Option{app.WithDynamoOptions(rt.Option()), app.WithDevTokens()}})
+	create := h.endpoint("reservations.create")
+	srv := httptest.NewServer(localgw.Handler(h.app.Gateway, []api.Endpoint{create}))
 	b.Cleanup(srv.Close)
 	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	post := func(body any) (int, string, error) {
@@ -104,25 +88,13 @@ func BenchmarkReservationsCreate(b *testing.B) {
 		out, err := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(out), err
 	}
-	serve := func(e api.Endpoint, body any) (int, string) {
-		raw, _ := json.Marshal(body)
-		req := events.APIGatewayV2HTTPRequest{Body: string(raw)}
-		req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-			JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"sub": "admin"}}}
-		resp := a.Gateway.Serve(context.Background(), e, req)
-		return resp.StatusCode, resp.Body
-	}
 	resources := map[string]any{}
 	for r := 0; r < benchResources; r++ {
 		resources["gpu"+strconv.Itoa(r)] = 128
 	}
-	if st, body := serve(poolsCreate, map[string]any{"tenantId": "acme", "poolId": "bench", "resources": resources}); st != 200 {
-		b.Fatal(body)
-	}
+	h.ok("admin", "pools.create", map[string]any{"tenantId": "acme", "poolId": "bench", "resources": resources})
 	for r := 0; r < benchResources; r++ {
-		if st, body := serve(offer, map[string]any{"tenantId": "acme", "poolId": "bench", "toTenantId": "acme", "resource": "gpu" + strconv.Itoa(r), "max": 1_000_000}); st != 200 {
-			b.Fatal(body)
-		}
+		h.ok("admin", "pools.offer", map[string]any{"tenantId": "acme", "poolId": "bench", "toTenantId": "acme", "resource": "gpu" + strconv.Itoa(r), "max": 1_000_000})
 	}
 	base := time.Now().UTC().Add(time.Minute).Truncate(time.Minute)
 	var seq atomic.Int64
@@ -139,12 +111,12 @@ func BenchmarkReservationsCreate(b *testing.B) {
 		}
 		return nil
 	}
-	db := s.DynamoDB()
+	db := devstack.Shared(b).DynamoDB()
 	raw := func(i int) error {
 		upd := expression.Set(expression.Name("used"), expression.Plus(expression.IfNotExists(expression.Name("used"), expression.Value(0)), expression.Value(1)))
 		e, _ := expression.NewBuilder().WithUpdate(upd).WithCondition(
 			expression.Or(expression.AttributeNotExists(expression.Name("used")), expression.Name("used").LessThan(expression.Value(1<<40)))).Build()
-		_, err := db.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{TableName: aws.String(cfg.Table),
+		_, err := db.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{TableName: aws.String(h.app.Config.Table),
 			Key: map[string]types.AttributeValue{schema.AttrPK: &types.AttributeValueMemberS{Value: "BENCH#" + strconv.Itoa(i%benchResources)},
 				schema.AttrSK: &types.AttributeValueMemberS{Value: "ROW"}},
 			UpdateExpression: e.Update(), ConditionExpression: e.Condition(),

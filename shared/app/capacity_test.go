@@ -2,127 +2,20 @@ package app_test
 
 import (
 	"context"
-	"encoding/json"
-	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-lambda-go/events"
-
-	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/devstack"
-	"github.com/bettercompute/control-plane/shared/iam"
 )
 
-// capPolicy: admin may do anything; alice makes reservations for acme;
-// bob only reads acme's reservations.
-var capPolicy = &iam.Policy{Grants: []iam.Grant{
-	{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}},
-	{Principal: "alice", Permissions: []string{"compute:reservations:*", "compute:quotas:read", "compute:pools:read"}, Scopes: []string{"tenant:acme"}},
-	{Principal: "bob", Permissions: []string{"compute:reservations:read"}, Scopes: []string{"tenant:acme"}},
-}}
-
-// capHarness serves the capacity endpoints through the gateway (the same
-// path an API Gateway event takes in a Lambda) on a fresh table.
-type capHarness struct {
-	t   *testing.T
-	app *app.App
-	eps map[string]api.Endpoint
-	mu  sync.Mutex
-	now time.Time
-}
-
-func newCapHarness(t *testing.T) *capHarness {
-	t.Helper()
-	s := devstack.Shared(t)
-	h := &capHarness{t: t, eps: map[string]api.Endpoint{}, now: time.Now().UTC().Truncate(time.Second)}
-	cfg := app.Config{Table: devstack.NewTable(t, s), Region: s.Region, DynamoEndpoint: s.DynamoEndpoint,
-		KMSEndpoint: s.KMSEndpoint, ReleaseThreshold: 1, CursorKey: "capacity-test"}
-	a, err := app.New(context.Background(), cfg, app.WithDecider(capPolicy), app.WithClock(h.clock),
-		app.WithLogger(slog.New(slog.DiscardHandler)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.app = a
-	for _, m := range api.Catalog {
-		if m.Module == "capacity" {
-			ep, err := a.Endpoint(context.Background(), m.Name)
-			if err != nil {
-				t.Fatal(err)
-			}
-			h.eps[m.Name] = ep
-		}
-	}
-	return h
-}
-
-func (h *capHarness) clock() time.Time { h.mu.Lock(); defer h.mu.Unlock(); return h.now }
-
-type wire struct {
-	Status int
-	Body   map[string]any
-}
-
-func (w wire) code() string {
-	e, _ := w.Body["error"].(map[string]any)
-	c, _ := e["code"].(string)
-	return c
-}
-
-func (w wire) detail(k string) any {
-	e, _ := w.Body["error"].(map[string]any)
-	d, _ := e["details"].(map[string]any)
-	return d[k]
-}
-
-// obj walks a path of object keys ("reservation", "state").
-func (w wire) obj(path ...string) any {
-	var v any = w.Body
-	for _, k := range path {
-		m, _ := v.(map[string]any)
-		v = m[k]
-	}
-	return v
-}
-
-func (h *capHarness) raw(principal, method, body string) wire {
-	h.t.Helper()
-	req := events.APIGatewayV2HTTPRequest{Body: body}
-	req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-		JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"sub": principal}}}
-	resp := h.app.Gateway.Serve(context.Background(), h.eps[method], req)
-	var out map[string]any
-	if err := json.Unmarshal([]byte(resp.Body), &out); err != nil {
-		h.t.Fatalf("%s: body is not JSON: %q", method, resp.Body)
-	}
-	return wire{resp.StatusCode, out}
-}
-
-func (h *capHarness) do(principal, method string, body map[string]any) wire {
-	h.t.Helper()
-	b, _ := json.Marshal(body)
-	return h.raw(principal, method, string(b))
-}
-
-func (h *capHarness) ok(principal, method string, body map[string]any) wire {
-	h.t.Helper()
-	w := h.do(principal, method, body)
-	if w.Status != 200 {
-		h.t.Fatalf("%s %v: %d %v", method, body, w.Status, w.Body)
-	}
-	return w
-}
-
-func (h *capHarness) window(from, to time.Duration) map[string]any {
-	return map[string]any{"start": h.clock().Add(from).Format(time.RFC3339), "end": h.clock().Add(to).Format(time.RFC3339)}
+// window is the reservation window [now+from, now+to) on the harness clock.
+func (h *harness) window(from, to time.Duration) map[string]any {
+	return map[string]any{"start": h.clock.Now().Add(from).Format(time.RFC3339), "end": h.clock.Now().Add(to).Format(time.RFC3339)}
 }
 
 func TestCapacityOverTheWire(t *testing.T) {
-	h := newCapHarness(t)
+	h := newHarness(t, setup{module: "capacity"})
 	p := h.ok("admin", "pools.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resources": map[string]any{"gpu.h100": 2}})
 	if devs, _ := p.obj("pool", "devices").([]any); len(devs) != 2 || p.obj("pool", "ownerTenantId") != "acme" {
 		t.Fatalf("pool %v", p.Body)
@@ -134,7 +27,7 @@ func TestCapacityOverTheWire(t *testing.T) {
 	r := h.ok("alice", "reservations.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resource": "gpu.h100", "count": 1,
 		"window": h.window(0, time.Hour), "clientToken": "t1"})
 	id, _ := r.obj("reservation", "reservationId").(string)
-	if r.obj("reservation", "state") != "placed" || id == "" || r.obj("reservation", "window", "end") != h.clock().Add(time.Hour).Format(time.RFC3339) {
+	if r.obj("reservation", "state") != "placed" || id == "" || r.obj("reservation", "window", "end") != h.clock.Now().Add(time.Hour).Format(time.RFC3339) {
 		t.Fatalf("create %v", r.Body)
 	}
 	if ids, _ := r.obj("reservation", "deviceIds").([]any); len(ids) != 1 || ids[0] != "gpu.h100-0" {
@@ -145,7 +38,7 @@ func TestCapacityOverTheWire(t *testing.T) {
 		t.Errorf("replay %v", again.Body)
 	}
 	// Decided on the draft: bob may not create; the draft is kept, denied.
-	d := h.do("bob", "reservations.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resource": "gpu.h100", "count": 1, "window": h.window(0, time.Hour)})
+	d := h.call("bob", "reservations.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resource": "gpu.h100", "count": 1, "window": h.window(0, time.Hour)})
 	did, _ := d.detail("reservationId").(string)
 	if d.Status != 403 || d.code() != "PERMISSION_DENIED" || did == "" {
 		t.Fatalf("bob create %v", d.Body)
@@ -154,12 +47,12 @@ func TestCapacityOverTheWire(t *testing.T) {
 		t.Errorf("denied draft %v", g.Body)
 	}
 	// Refusals and their HTTP statuses.
-	qe := h.do("admin", "reservations.create", map[string]any{"tenantId": "globex", "poolId": "p1", "resource": "gpu.h100", "count": 2, "window": h.window(0, time.Hour)})
+	qe := h.call("admin", "reservations.create", map[string]any{"tenantId": "globex", "poolId": "p1", "resource": "gpu.h100", "count": 2, "window": h.window(0, time.Hour)})
 	if qe.Status != 429 || qe.code() != "QUOTA_EXCEEDED" || qe.detail("reservationId") == nil {
 		t.Errorf("quota %v", qe.Body)
 	}
 	h.ok("admin", "reservations.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resource": "gpu.h100", "count": 1, "window": h.window(0, time.Hour)})
-	ce := h.do("admin", "reservations.create", map[string]any{"tenantId": "globex", "poolId": "p1", "resource": "gpu.h100", "count": 1, "window": h.window(0, time.Hour)})
+	ce := h.call("admin", "reservations.create", map[string]any{"tenantId": "globex", "poolId": "p1", "resource": "gpu.h100", "count": 1, "window": h.window(0, time.Hour)})
 	if ce.Status != 409 || ce.code() != "CAPACITY_EXHAUSTED" || ce.detail("reservationId") == nil {
 		t.Errorf("capacity %v", ce.Body)
 	}
@@ -186,9 +79,9 @@ func TestCapacityOverTheWire(t *testing.T) {
 }
 
 func TestCapacityWireValidation(t *testing.T) {
-	h := newCapHarness(t)
+	h := newHarness(t, setup{module: "capacity"})
 	h.ok("admin", "pools.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resources": map[string]any{"gpu": 2}})
-	end := h.clock().Add(time.Hour).Format(time.RFC3339)
+	end := h.clock.Now().Add(time.Hour).Format(time.RFC3339)
 	cases := []struct {
 		name, method, body, field string
 	}{
@@ -234,7 +127,7 @@ func TestCapacityWireValidation(t *testing.T) {
 
 // Every capacity method is scoped to the caller's tenant.
 func TestCapacityWireIsolation(t *testing.T) {
-	h := newCapHarness(t)
+	h := newHarness(t, setup{module: "capacity"})
 	h.ok("admin", "pools.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resources": map[string]any{"gpu": 4}})
 	h.ok("admin", "pools.create", map[string]any{"tenantId": "globex", "poolId": "g1", "resources": map[string]any{"gpu": 4}})
 	var acmeIDs []string
@@ -254,11 +147,11 @@ func TestCapacityWireIsolation(t *testing.T) {
 		{"reservations.create", map[string]any{"tenantId": "globex", "poolId": "p1", "resource": "gpu", "count": 1, "window": h.window(0, time.Hour)}},
 	}
 	for _, c := range notFound {
-		if w := h.do("admin", c.method, c.body); w.Status != 404 || w.code() != "NOT_FOUND" {
+		if w := h.call("admin", c.method, c.body); w.Status != 404 || w.code() != "NOT_FOUND" {
 			t.Errorf("%s across tenants: %d %v", c.method, w.Status, w.Body)
 		}
 	}
-	if w := h.do("admin", "pools.create", map[string]any{"tenantId": "globex", "poolId": "p1", "resources": map[string]any{"gpu": 4}}); w.code() != "CONFLICT" {
+	if w := h.call("admin", "pools.create", map[string]any{"tenantId": "globex", "poolId": "p1", "resources": map[string]any{"gpu": 4}}); w.code() != "CONFLICT" {
 		t.Errorf("pool id of another tenant: %v", w.Body)
 	}
 	if w := h.ok("admin", "quotas.get", map[string]any{"tenantId": "globex", "poolId": "p1", "resource": "gpu"}); w.obj("quota", "max") != 0.0 || w.obj("quota", "used") != 0.0 {
@@ -300,7 +193,7 @@ func TestCapacityWireIsolation(t *testing.T) {
 		{"reservations.list", map[string]any{"tenantId": "acme", "cursor": "e30.AAAA"}},
 	}
 	for _, c := range bad {
-		if w := h.do("admin", c.method, c.body); w.Status != 400 || w.detail("field") != "cursor" {
+		if w := h.call("admin", c.method, c.body); w.Status != 400 || w.detail("field") != "cursor" {
 			t.Errorf("%s with a foreign cursor %v: %v", c.method, c.body, w.Body)
 		}
 	}

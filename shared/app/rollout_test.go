@@ -1,119 +1,24 @@
 package app_test
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"encoding/json"
 	"fmt"
-	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
 	kmstypes "github.com/aws/aws-sdk-go-v2/service/kms/types"
 
-	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/devstack"
-	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/kmssign"
 	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/test/teststack"
 )
-
-func TestMain(m *testing.M) { devstack.Main(m) }
-
-var testPolicy = &iam.Policy{Grants: []iam.Grant{
-	{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}},
-	{Principal: "alice", Permissions: []string{"compute:reservations:*"}, Scopes: []string{"tenant:acme"}},
-}}
-
-// harness is an App on a fresh table of the shared local stack.
-type harness struct {
-	t   *testing.T
-	app *app.App
-	eps map[string]api.Endpoint
-}
-
-func newHarness(t *testing.T, cfg func(*app.Config)) (*harness, error) {
-	t.Helper()
-	s := devstack.Shared(t)
-	c := app.Config{Table: devstack.NewTable(t, s), Region: s.Region, DynamoEndpoint: s.DynamoEndpoint,
-		KMSEndpoint: s.KMSEndpoint, ReleaseThreshold: 1, CursorKey: "test-key"}
-	if cfg != nil {
-		cfg(&c)
-	}
-	a, err := app.New(context.Background(), c, app.WithDecider(testPolicy),
-		app.WithLogger(slog.New(slog.NewJSONHandler(testLog{t}, &slog.HandlerOptions{Level: slog.LevelWarn}))))
-	if err != nil {
-		return nil, err
-	}
-	eps, err := a.Endpoints(context.Background())
-	if err != nil {
-		return nil, err
-	}
-	h := &harness{t: t, app: a, eps: map[string]api.Endpoint{}}
-	for _, ep := range eps {
-		h.eps[ep.Method.Name] = ep
-	}
-	return h, nil
-}
-
-type answer struct {
-	Status int
-	Body   map[string]any
-	Raw    string
-}
-
-func (h *harness) call(principal, method string, body any) answer {
-	h.t.Helper()
-	b, err := json.Marshal(body)
-	if err != nil {
-		h.t.Fatal(err)
-	}
-	req := events.APIGatewayV2HTTPRequest{Body: string(b)}
-	req.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-		JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"sub": principal}}}
-	resp := h.app.Gateway.Serve(context.Background(), h.eps[method], req)
-	var out map[string]any
-	if err := json.Unmarshal([]byte(resp.Body), &out); err != nil {
-		h.t.Fatalf("%s: body is not JSON: %q", method, resp.Body)
-	}
-	return answer{Status: resp.StatusCode, Body: out, Raw: resp.Body}
-}
-
-func (a answer) errCode() string {
-	e, _ := a.Body["error"].(map[string]any)
-	s, _ := e["code"].(string)
-	return s
-}
-
-func (a answer) detail(k string) any {
-	e, _ := a.Body["error"].(map[string]any)
-	d, _ := e["details"].(map[string]any)
-	return d[k]
-}
-
-func writePins(t *testing.T, keys ...crypto.Signer) string {
-	t.Helper()
-	var pem bytes.Buffer
-	for _, k := range keys {
-		p, err := rollout.MarshalPublicKeyPEM(k.Public())
-		if err != nil {
-			t.Fatal(err)
-		}
-		pem.Write(p)
-	}
-	path := filepath.Join(t.TempDir(), "pins.pem")
-	if err := os.WriteFile(path, pem.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
 
 func statement(version string, seq int64) []byte {
 	return []byte(fmt.Sprintf(`{"version":%q,"sequence":%d,"binaries":[`+
@@ -142,10 +47,7 @@ func newKey(t *testing.T) crypto.Signer {
 
 func TestReleasesEndToEnd(t *testing.T) {
 	key := newKey(t)
-	h, err := newHarness(t, func(c *app.Config) { c.PinsFile = writePins(t, key) })
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := newHarness(t, setup{config: func(c *app.Config) { c.PinsFile = teststack.WritePins(t, key.Public()) }})
 	m := manifest(t, statement("1.4.0", 7), key)
 	reg := map[string]any{"tenantId": "platform", "manifest": m}
 
@@ -166,11 +68,11 @@ func TestReleasesEndToEnd(t *testing.T) {
 	if a = h.call("admin", "releases.register", reg); a.Status != 200 || a.Body["replayed"] != true {
 		t.Fatalf("replay: %d %s", a.Status, a.Raw)
 	}
-	if a = h.call("alice", "releases.register", reg); a.Status != 403 || a.errCode() != "PERMISSION_DENIED" {
+	if a = h.call("alice", "releases.register", reg); a.Status != 403 || a.code() != "PERMISSION_DENIED" {
 		t.Fatalf("alice: %d %s", a.Status, a.Raw)
 	}
 	conflict := map[string]any{"tenantId": "platform", "manifest": manifest(t, statement("1.4.0", 8), key)}
-	if a = h.call("admin", "releases.register", conflict); a.Status != 409 || a.errCode() != "CONFLICT" {
+	if a = h.call("admin", "releases.register", conflict); a.Status != 409 || a.code() != "CONFLICT" {
 		t.Fatalf("conflict: %d %s", a.Status, a.Raw)
 	}
 	rollback := map[string]any{"tenantId": "platform", "manifest": manifest(t, statement("1.3.9", 6), key)}
@@ -190,10 +92,7 @@ func TestReleasesEndToEnd(t *testing.T) {
 
 func TestReleasesListCursors(t *testing.T) {
 	key := newKey(t)
-	h, err := newHarness(t, func(c *app.Config) { c.PinsFile = writePins(t, key) })
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := newHarness(t, setup{config: func(c *app.Config) { c.PinsFile = teststack.WritePins(t, key.Public()) }})
 	for i := 1; i <= 5; i++ {
 		a := h.call("admin", "releases.register", map[string]any{"tenantId": "platform",
 			"manifest": manifest(t, statement(fmt.Sprintf("2.%d.0", i), int64(i)), key)})
@@ -250,10 +149,7 @@ func TestReleaseSignedWithKMSPinnedKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	keyID := aws.ToString(created.KeyMetadata.KeyId)
-	h, err := newHarness(t, func(c *app.Config) { c.ReleaseKMSKeys = []string{keyID} })
-	if err != nil {
-		t.Fatal(err)
-	}
+	h := newHarness(t, setup{config: func(c *app.Config) { c.ReleaseKMSKeys = []string{keyID} }})
 	signer, err := kmssign.NewSigner(ctx, client, keyID)
 	if err != nil {
 		t.Fatal(err)
@@ -271,26 +167,21 @@ func TestReleaseSignedWithKMSPinnedKey(t *testing.T) {
 func TestReleaseConfigurationFailsAtStart(t *testing.T) {
 	key := newKey(t)
 	cases := map[string]func(*app.Config){
-		"no pins":               func(c *app.Config) {},
-		"threshold above pins":  func(c *app.Config) { c.PinsFile = writePins(t, key); c.ReleaseThreshold = 2 },
-		"same key twice is one": func(c *app.Config) { c.PinsFile = writePins(t, key, key); c.ReleaseThreshold = 2 },
-		"unreadable pins file":  func(c *app.Config) { c.PinsFile = filepath.Join(t.TempDir(), "missing.pem") },
-		"not PEM":               func(c *app.Config) { c.Pins = "not a key" },
-		"unknown KMS key":       func(c *app.Config) { c.ReleaseKMSKeys = []string{"00000000-0000-0000-0000-000000000000"} },
+		"no pins":              func(c *app.Config) {},
+		"threshold above pins": func(c *app.Config) { c.PinsFile = teststack.WritePins(t, key.Public()); c.ReleaseThreshold = 2 },
+		"same key twice is one": func(c *app.Config) {
+			c.PinsFile = teststack.WritePins(t, key.Public(), key.Public())
+			c.ReleaseThreshold = 2
+		},
+		"unreadable pins file": func(c *app.Config) { c.PinsFile = filepath.Join(t.TempDir(), "missing.pem") },
+		"not PEM":              func(c *app.Config) { c.Pins = "not a key" },
+		"unknown KMS key":      func(c *app.Config) { c.ReleaseKMSKeys = []string{"00000000-0000-0000-0000-000000000000"} },
 	}
 	for name, cfg := range cases {
 		t.Run(name, func(t *testing.T) {
-			if _, err := newHarness(t, cfg); err == nil {
+			if _, err := startHarness(t, setup{config: cfg}); err == nil {
 				t.Fatal("start succeeded, want a configuration error")
 			}
 		})
 	}
-}
-
-// testLog shows warnings and errors in the failing test's output.
-type testLog struct{ t *testing.T }
-
-func (w testLog) Write(p []byte) (int, error) {
-	w.t.Log(string(bytes.TrimSpace(p)))
-	return len(p), nil
 }

@@ -5,15 +5,10 @@ package bench
 
 import (
 	"bytes"
-	"context"
 	"crypto"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -22,13 +17,14 @@ import (
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/iam"
-	"github.com/bettercompute/control-plane/shared/localgw"
 	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/test/teststack"
 )
 
 func TestMain(m *testing.M) { devstack.Main(m) }
 
-// server is the full app behind the local gateway on an httptest server.
+// server is the full app behind the local gateway (test/teststack), counting
+// DynamoDB round trips, with a generated release key pinned.
 type server struct {
 	URL string
 	RT  *dynamo.RoundTrips
@@ -37,32 +33,16 @@ type server struct {
 
 func newServer(b *testing.B) *server {
 	b.Helper()
-	s := devstack.Shared(b)
 	key, err := rollout.GenerateKey(rollout.AlgECDSAP256)
 	if err != nil {
 		b.Fatal(err)
 	}
-	pem, _ := rollout.MarshalPublicKeyPEM(key.Public())
-	pins := filepath.Join(b.TempDir(), "pins.pem")
-	if err := os.WriteFile(pins, pem, 0o600); err != nil {
-		b.Fatal(err)
-	}
 	rt := &dynamo.RoundTrips{}
-	cfg := app.Config{Table: devstack.NewTable(b, s), Region: s.Region, DynamoEndpoint: s.DynamoEndpoint,
-		KMSEndpoint: s.KMSEndpoint, PinsFile: pins, ReleaseThreshold: 1, CursorKey: "bench"}
-	a, err := app.New(context.Background(), cfg, app.WithDevTokens(), app.WithDynamoOptions(rt.Option()),
-		app.WithDecider(&iam.Policy{Grants: []iam.Grant{{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}}}}),
-		app.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))))
-	if err != nil {
-		b.Fatal(err)
-	}
-	eps, err := a.Endpoints(context.Background())
-	if err != nil {
-		b.Fatal(err)
-	}
-	ts := httptest.NewServer(localgw.Handler(a.Gateway, eps))
-	b.Cleanup(ts.Close)
-	return &server{URL: ts.URL, RT: rt, Key: key}
+	st := teststack.Start(b, teststack.WithCursorKey("bench"),
+		teststack.WithPins(teststack.Pins{Keys: []crypto.PublicKey{key.Public()}}),
+		teststack.WithDecider(&iam.Policy{Grants: []iam.Grant{{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}}}}),
+		teststack.WithAppOptions(app.WithDynamoOptions(rt.Option())))
+	return &server{URL: st.URL, RT: rt, Key: key}
 }
 
 func (s *server) post(b *testing.B, method string, body []byte) time.Duration {

@@ -16,20 +16,16 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
-	"io"
-	"log/slog"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/devstack"
-	"github.com/bettercompute/control-plane/shared/localgw"
 	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/test/teststack"
 )
 
 func TestMain(m *testing.M) { devstack.Main(m) }
@@ -51,25 +47,12 @@ func newTarget(t *testing.T) *target {
 		}
 		return tg
 	}
-	s := devstack.Shared(t)
+	st := teststack.Start(t, teststack.WithCursorKey("blackbox"))
 	root, err := devstack.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg := app.Config{Table: devstack.NewTable(t, s), Region: s.Region, DynamoEndpoint: s.DynamoEndpoint,
-		KMSEndpoint: s.KMSEndpoint, PolicyFile: filepath.Join(root, devstack.PolicyFile),
-		PinsFile: filepath.Join(root, devstack.PinsFile), ReleaseThreshold: 1, CursorKey: "blackbox"}
-	a, err := app.New(context.Background(), cfg, app.WithDevTokens(), app.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eps, err := a.Endpoints(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(localgw.Handler(a.Gateway, eps))
-	t.Cleanup(srv.Close)
-	return &target{admin: client.New(srv.URL, "dev:admin"), anonymous: client.New(srv.URL, ""),
+	return &target{admin: client.New(st.URL, "dev:admin"), anonymous: client.New(st.URL, ""),
 		releaseKey: loadKey(t, filepath.Join(root, devstack.KeyFile)), local: true}
 }
 

@@ -3,58 +3,25 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"io"
-	"log/slog"
-	"net/http/httptest"
-	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/devstack"
-	"github.com/bettercompute/control-plane/shared/localgw"
+	"github.com/bettercompute/control-plane/test/teststack"
 )
 
 // capacityStack is the full app behind the local gateway with an injected
 // clock: the reconciler's passes (what the local gateway runs every
 // BC_RECONCILE_INTERVAL) are driven by hand, so time moves without sleeps.
 type capacityStack struct {
-	URL string
-	App *app.App
-	mu  sync.Mutex
-	now time.Time
+	*teststack.Stack
+	clock *teststack.Clock
 }
-
-func (c *capacityStack) clock() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
-
-func (c *capacityStack) advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
 
 func newCapacityStack(t *testing.T) *capacityStack {
 	t.Helper()
-	s := devstack.Shared(t)
-	root, err := devstack.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs := &capacityStack{now: time.Now().UTC().Truncate(time.Second)}
-	cfg := app.Config{Table: devstack.NewTable(t, s), Region: s.Region, DynamoEndpoint: s.DynamoEndpoint,
-		KMSEndpoint: s.KMSEndpoint, PolicyFile: filepath.Join(root, devstack.PolicyFile),
-		ReleaseKMSKeys: []string{devstack.DevReleaseKeyID}, ReleaseThreshold: 1, CursorKey: "e2e"}
-	a, err := app.New(context.Background(), cfg, app.WithDevTokens(), app.WithClock(cs.clock),
-		app.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eps, err := a.Endpoints(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(localgw.Handler(a.Gateway, eps))
-	t.Cleanup(srv.Close)
-	cs.URL, cs.App = srv.URL, a
-	return cs
+	clock := teststack.NewClock(time.Now().UTC().Truncate(time.Second))
+	return &capacityStack{Stack: newStack(t, teststack.WithClock(clock.Now)), clock: clock}
 }
 
 func (c *capacityStack) post(t *testing.T, principal, method string, body map[string]any, out any) response {
@@ -78,7 +45,7 @@ func TestReservationFullLife(t *testing.T) {
 	c := newCapacityStack(t)
 	var pool struct{ Pool capacity.Pool }
 	c.post(t, "admin", "pools.create", map[string]any{"tenantId": "acme", "poolId": "life", "resources": map[string]any{"gpu.h100": 2}}, &pool)
-	start := c.clock().Add(30 * time.Second)
+	start := c.clock.Now().Add(30 * time.Second)
 	var res struct{ Reservation capacity.Reservation }
 	c.post(t, "alice", "reservations.create", map[string]any{"tenantId": "acme", "poolId": "life", "resource": "gpu.h100", "count": 2,
 		"window": map[string]any{"start": start.Format(time.RFC3339), "end": start.Add(time.Minute).Format(time.RFC3339)}}, &res)
@@ -116,14 +83,14 @@ func TestReservationFullLife(t *testing.T) {
 		}
 		return nil
 	})
-	c.advance(30 * time.Second) // window start
+	c.clock.Advance(30 * time.Second) // window start
 	if _, err := rc.Pass(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	states = append(states, get().State)
 	pass()
 	states = append(states, get().State)
-	c.advance(time.Minute) // window end
+	c.clock.Advance(time.Minute) // window end
 	pass()
 	final := get()
 	states = append(states, final.State)

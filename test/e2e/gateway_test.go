@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -20,51 +19,23 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/kmssign"
 	"github.com/bettercompute/control-plane/shared/localgw"
 	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/test/teststack"
 )
 
 func TestMain(m *testing.M) { devstack.Main(m) }
 
-// stack is the full app on a fresh table behind the local gateway. Release
+// newStack is the full app on a fresh table behind the local gateway. Release
 // pins come only from local-kms (the seeded dev key), so a release that
 // registers proves the KMS pin path end to end.
-type stack struct {
-	URL  string
-	App  *app.App
-	Eps  []api.Endpoint
-	Devs *devstack.Stack
-}
-
-func newStack(t *testing.T) *stack {
+func newStack(t *testing.T, opts ...teststack.Option) *teststack.Stack {
 	t.Helper()
-	s := devstack.Shared(t)
-	root, err := devstack.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg := app.Config{
-		Table: devstack.NewTable(t, s), Region: s.Region,
-		DynamoEndpoint: s.DynamoEndpoint, KMSEndpoint: s.KMSEndpoint,
-		PolicyFile:       filepath.Join(root, devstack.PolicyFile),
-		ReleaseKMSKeys:   []string{devstack.DevReleaseKeyID},
-		ReleaseThreshold: 1, CursorKey: "e2e",
-	}
-	a, err := app.New(context.Background(), cfg, app.WithDevTokens(),
-		app.WithLogger(slog.New(slog.NewJSONHandler(io.Discard, nil))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eps, err := a.Endpoints(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(localgw.Handler(a.Gateway, eps))
-	t.Cleanup(srv.Close)
-	return &stack{URL: srv.URL, App: a, Eps: eps, Devs: s}
+	e2e := []teststack.Option{teststack.WithCursorKey("e2e"),
+		teststack.WithPins(teststack.Pins{KMSKeys: []string{devstack.DevReleaseKeyID}})}
+	return teststack.Start(t, append(e2e, opts...)...)
 }
 
 type response struct {
@@ -202,8 +173,8 @@ func TestEveryMethodRouted(t *testing.T) {
 func TestNotServed(t *testing.T) {
 	st := newStack(t)
 	m := api.Lookup("reservations.release")
-	eps := make([]api.Endpoint, len(st.Eps))
-	for i, ep := range st.Eps {
+	eps := make([]api.Endpoint, len(st.Endpoints))
+	for i, ep := range st.Endpoints {
 		eps[i] = ep
 		if ep.Method == m {
 			eps[i] = api.NotServed(m)
@@ -252,7 +223,7 @@ func TestReleases(t *testing.T) {
 		t.Fatalf("empty list: %d %s", r.Status, r.Body)
 	}
 
-	kmsKey, err := kmssign.NewSigner(ctx, st.Devs.KMS(), devstack.DevReleaseKeyID)
+	kmsKey, err := kmssign.NewSigner(ctx, st.Dev.KMS(), devstack.DevReleaseKeyID)
 	if err != nil {
 		t.Fatal(err)
 	}
