@@ -255,3 +255,32 @@ func Served(m *api.Method) bool {
 	_, ok := modules[m.Module]
 	return ok
 }
+
+// listPage is a list request's page: its limit, where to start, and the
+// binding its cursors are tied to (the method, the tenant, the filters).
+type listPage struct {
+	Limit   int
+	After   map[string]string // nil: the first page
+	binding string
+}
+
+// page decodes a list's limit (def when absent) and cursor.
+func (a *App) page(call *api.Call, p api.Page, def int, filters ...string) (listPage, error) {
+	lp := listPage{Limit: def, binding: cursor.Binding(call.Method.Name, call.TenantID, filters...)}
+	if p.Limit != nil {
+		lp.Limit = *p.Limit
+	}
+	if p.Cursor != nil {
+		after, err := a.Cursors.Decode(*p.Cursor, lp.binding)
+		if err != nil {
+			return lp, err
+		}
+		lp.After = after
+	}
+	return lp, nil
+}
+
+// next is the cursor of the page after this one ("" when there is none).
+func (a *App) next(lp listPage, last map[string]string) string {
+	return a.Cursors.Encode(lp.binding, last)
+}

@@ -6,7 +6,6 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/cursor"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 )
 
@@ -53,22 +52,6 @@ func (a *App) CapacityStore() *dynamo.Capacity {
 
 func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 	svc := a.CapacityService()
-	// page decodes a list's cursor, bound to the method, tenant and filters.
-	page := func(call *api.Call, p api.Page, filters ...string) (capacity.Page, string, error) {
-		binding := cursor.Binding(call.Method.Name, call.TenantID, filters...)
-		out := capacity.Page{Limit: capacity.DefaultLimit}
-		if p.Limit != nil {
-			out.Limit = *p.Limit
-		}
-		if p.Cursor != nil {
-			after, err := a.Cursors.Decode(*p.Cursor, binding)
-			if err != nil {
-				return out, "", err
-			}
-			out.After = after
-		}
-		return out, binding, nil
-	}
 	return []api.Endpoint{
 		api.Bind(api.Lookup("pools.create"), func(ctx context.Context, call *api.Call, in *api.CreatePoolInput) (any, error) {
 			p, err := svc.CreatePool(ctx, in.TenantID, in.PoolID, in.Resources)
@@ -83,15 +66,15 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 			return PoolResult{p}, err
 		}),
 		api.Bind(api.Lookup("pools.list"), func(ctx context.Context, call *api.Call, in *api.ListPoolsInput) (any, error) {
-			pg, binding, err := page(call, in.Page)
+			lp, err := a.page(call, in.Page, capacity.DefaultLimit)
 			if err != nil {
 				return nil, err
 			}
-			ps, next, err := svc.ListPools(ctx, in.TenantID, pg)
+			ps, next, err := svc.ListPools(ctx, in.TenantID, capacity.Page{Limit: lp.Limit, After: lp.After})
 			if err != nil {
 				return nil, err
 			}
-			return ListPoolsResult{Pools: nonNil(ps), NextCursor: a.Cursors.Encode(binding, next)}, nil
+			return ListPoolsResult{Pools: nonNil(ps), NextCursor: a.next(lp, next)}, nil
 		}),
 		api.Bind(api.Lookup("quotas.get"), func(ctx context.Context, call *api.Call, in *api.GetQuotaInput) (any, error) {
 			q, err := svc.GetQuota(ctx, capacity.QuotaKey{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource})
@@ -99,15 +82,15 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 		}),
 		api.Bind(api.Lookup("quotas.list"), func(ctx context.Context, call *api.Call, in *api.ListQuotasInput) (any, error) {
 			pool := deref(in.PoolID)
-			pg, binding, err := page(call, in.Page, "poolId="+pool)
+			lp, err := a.page(call, in.Page, capacity.DefaultLimit, "poolId="+pool)
 			if err != nil {
 				return nil, err
 			}
-			qs, next, err := svc.ListQuotas(ctx, in.TenantID, pool, pg)
+			qs, next, err := svc.ListQuotas(ctx, in.TenantID, pool, capacity.Page{Limit: lp.Limit, After: lp.After})
 			if err != nil {
 				return nil, err
 			}
-			return ListQuotasResult{Quotas: nonNil(qs), NextCursor: a.Cursors.Encode(binding, next)}, nil
+			return ListQuotasResult{Quotas: nonNil(qs), NextCursor: a.next(lp, next)}, nil
 		}),
 		api.Bind(api.Lookup("reservations.create"), func(ctx context.Context, call *api.Call, in *api.CreateReservationInput) (any, error) {
 			r, err := svc.CreateReservation(ctx, capacity.CreateRequest{
@@ -129,15 +112,15 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 				}
 				f.State = st
 			}
-			pg, binding, err := page(call, in.Page, "poolId="+f.PoolID, "state="+string(f.State))
+			lp, err := a.page(call, in.Page, capacity.DefaultLimit, "poolId="+f.PoolID, "state="+string(f.State))
 			if err != nil {
 				return nil, err
 			}
-			rs, next, err := svc.ListReservations(ctx, in.TenantID, f, pg)
+			rs, next, err := svc.ListReservations(ctx, in.TenantID, f, capacity.Page{Limit: lp.Limit, After: lp.After})
 			if err != nil {
 				return nil, err
 			}
-			return ListReservationsResult{Reservations: nonNil(rs), NextCursor: a.Cursors.Encode(binding, next)}, nil
+			return ListReservationsResult{Reservations: nonNil(rs), NextCursor: a.next(lp, next)}, nil
 		}),
 		api.Bind(api.Lookup("reservations.release"), func(ctx context.Context, call *api.Call, in *api.ReleaseReservationInput) (any, error) {
 			r, err := svc.ReleaseReservation(ctx, in.TenantID, in.ReservationID)

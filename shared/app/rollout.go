@@ -27,7 +27,7 @@ type ListReleasesResult struct {
 }
 
 func rolloutModule(ctx context.Context, a *App) ([]api.Endpoint, error) {
-	svc := &rollout.Service{Store: &dynamo.Releases{DB: a.DB, Table: a.Config.Table}, Cursors: a.Cursors, Now: a.Now}
+	svc := &rollout.Service{Store: &dynamo.Releases{DB: a.DB, Table: a.Config.Table}, Now: a.Now}
 	if a.serves("releases.register") {
 		pins, err := a.releasePins(ctx)
 		if err != nil {
@@ -43,26 +43,17 @@ func rolloutModule(ctx context.Context, a *App) ([]api.Endpoint, error) {
 		return RegisterResult{Release: r, Replayed: replayed}, nil
 	})
 	list := api.Bind(api.Lookup("releases.list"), func(ctx context.Context, call *api.Call, in *api.ListReleasesInput) (any, error) {
-		rs, next, err := svc.List(ctx, call.TenantID, pageOf(in.Page, 0))
+		lp, err := a.page(call, in.Page, 0) // without limit: every release
 		if err != nil {
 			return nil, err
 		}
-		return ListReleasesResult{Releases: rs, NextCursor: next}, nil
+		rs, next, err := svc.List(ctx, lp.Limit, lp.After)
+		if err != nil {
+			return nil, err
+		}
+		return ListReleasesResult{Releases: rs, NextCursor: a.next(lp, next)}, nil
 	})
 	return []api.Endpoint{register, list}, nil
-}
-
-// pageOf turns the wire's limit/cursor into a rollout.Page; def is the
-// limit when none is given (0: everything).
-func pageOf(p api.Page, def int) rollout.Page {
-	out := rollout.Page{Limit: def}
-	if p.Limit != nil {
-		out.Limit = *p.Limit
-	}
-	if p.Cursor != nil {
-		out.Cursor = *p.Cursor
-	}
-	return out
 }
 
 // releasePins loads the release pins once, at start: the PEM bundle (file

@@ -5,7 +5,6 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/cursor"
 )
 
 // Store records releases. Implementations enforce the channel ordering with
@@ -21,18 +20,11 @@ type Store interface {
 	List(ctx context.Context, limit int, after map[string]string) (rs []Release, next map[string]string, err error)
 }
 
-// Cursors makes pagination cursors bound to a query.
-type Cursors interface {
-	Encode(binding string, last map[string]string) string
-	Decode(token, binding string) (map[string]string, error)
-}
-
 // Service is the rollout module.
 type Service struct {
-	Store   Store
-	Pins    *Pins // nil: registration is not configured (UNAVAILABLE)
-	Cursors Cursors
-	Now     func() time.Time
+	Store Store
+	Pins  *Pins // nil: registration is not configured (UNAVAILABLE)
+	Now   func() time.Time
 }
 
 // Register verifies manifest (a DSSE envelope) and records the release.
@@ -62,29 +54,12 @@ func (s *Service) Register(ctx context.Context, manifest []byte, by Audit) (Rele
 	return s.Store.Register(ctx, r)
 }
 
-// Page is one page of a list.
-type Page struct {
-	Limit  int    // 0: everything (releases.list without limit)
-	Cursor string // "" for the first page
-}
-
-// List returns releases, highest sequence first. The cursor is bound to the
-// method and the tenant that asked (releases themselves are not per tenant).
-func (s *Service) List(ctx context.Context, tenantID string, p Page) ([]Release, string, error) {
-	binding := cursor.Binding("releases.list", tenantID)
-	var after map[string]string
-	if p.Cursor != "" {
-		var err error
-		if after, err = s.Cursors.Decode(p.Cursor, binding); err != nil {
-			return nil, "", err
-		}
-	}
-	rs, next, err := s.Store.List(ctx, p.Limit, after)
-	if err != nil {
-		return nil, "", err
-	}
-	if rs == nil {
+// List returns up to limit releases (0: all), highest sequence first,
+// starting after the key `after`; next is the key to continue from.
+func (s *Service) List(ctx context.Context, limit int, after map[string]string) ([]Release, map[string]string, error) {
+	rs, next, err := s.Store.List(ctx, limit, after)
+	if rs == nil && err == nil {
 		rs = []Release{}
 	}
-	return rs, s.Cursors.Encode(binding, next), nil
+	return rs, next, err
 }
