@@ -216,6 +216,7 @@ func (a *App) Endpoint(ctx context.Context, name string) (api.Endpoint, error) {
 		return api.NotServed(m), nil
 	}
 	a.only = name
+	defer func() { a.only = "" }()
 	eps, err := build(ctx, a)
 	if err != nil {
 		return api.Endpoint{}, err
