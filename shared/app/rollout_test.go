@@ -185,3 +185,21 @@ func TestReleaseConfigurationFailsAtStart(t *testing.T) {
 		})
 	}
 }
+
+// The releases.list Lambda serves without release pins (its role has no
+// kms:GetPublicKey); the releases.register Lambda refuses to start without.
+func TestOnlyRegisterNeedsPins(t *testing.T) {
+	s := devstack.Shared(t)
+	cfg := app.Config{Table: devstack.NewTable(t, s), Region: s.Region, DynamoEndpoint: s.DynamoEndpoint,
+		KMSEndpoint: s.KMSEndpoint, ReleaseThreshold: 1, CursorKey: "k"}
+	a, err := app.New(context.Background(), cfg, app.WithDecider(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Endpoint(context.Background(), "releases.list"); err != nil {
+		t.Fatalf("releases.list without pins: %v", err)
+	}
+	if _, err := a.Endpoint(context.Background(), "releases.register"); err == nil {
+		t.Fatal("releases.register started without pins")
+	}
+}
