@@ -2,7 +2,6 @@ package dynamo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"strconv"
@@ -15,7 +14,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
@@ -74,16 +72,6 @@ func dueShard(id string) string {
 	h := fnv.New32a()
 	h.Write([]byte(id))
 	return strconv.Itoa(int(h.Sum32() % schema.DueShards))
-}
-
-// capKey is a primary key (releases.go has its own: the modules stay apart).
-func capKey(pk, sk string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{schema.AttrPK: &types.AttributeValueMemberS{Value: pk}, schema.AttrSK: &types.AttributeValueMemberS{Value: sk}}
-}
-
-func condFailed(err error) bool {
-	var ccf *types.ConditionalCheckFailedException
-	return errors.As(err, &ccf)
 }
 
 // ---- items ----
@@ -279,7 +267,7 @@ func (s *Capacity) ClaimPool(ctx context.Context, p capacity.Pool, due time.Time
 	it := newPoolItem(poolPK(p.PoolID), skPool, kindPool, p)
 	it.DueShard, it.DueAt = dueShard(p.PoolID), fmtTime(due)
 	err := s.put(ctx, it, notExists)
-	if condFailed(err) {
+	if isConditionFailed(err) {
 		stored, gerr := s.GetPool(ctx, p.PoolID)
 		if gerr != nil {
 			return capacity.Pool{}, gerr
@@ -292,7 +280,7 @@ func (s *Capacity) ClaimPool(ctx context.Context, p capacity.Pool, due time.Time
 // GetPool implements capacity.PoolStore.
 func (s *Capacity) GetPool(ctx context.Context, poolID string) (capacity.Pool, error) {
 	var it poolItem
-	ok, err := s.get(ctx, capKey(poolPK(poolID), skPool), &it)
+	ok, err := s.get(ctx, key(poolPK(poolID), skPool), &it)
 	if err != nil {
 		return capacity.Pool{}, err
 	}
@@ -306,7 +294,7 @@ func (s *Capacity) GetPool(ctx context.Context, poolID string) (capacity.Pool, e
 func (s *Capacity) EnsureCalendar(ctx context.Context, poolID, resource string) error {
 	err := s.put(ctx, calendarItem{PK: poolPK(poolID), SK: calSK(resource), Kind: kindCalendar, PoolID: poolID, Resource: resource,
 		Version: 1, Allocs: map[string]allocItem{}}, notExists)
-	if condFailed(err) {
+	if isConditionFailed(err) {
 		return nil
 	}
 	return err
@@ -316,7 +304,7 @@ func (s *Capacity) EnsureCalendar(ctx context.Context, poolID, resource string) 
 func (s *Capacity) EnsureQuota(ctx context.Context, k capacity.QuotaKey, max int64, now time.Time) error {
 	err := s.put(ctx, quotaItem{PK: tenantPK(k.TenantID), SK: quotaSK(k), Kind: kindQuota, TenantID: k.TenantID, PoolID: k.PoolID,
 		Resource: k.Resource, Max: max, Free: max, Holds: map[string]int64{}, UpdatedAt: fmtTime(now)}, notExists)
-	if condFailed(err) {
+	if isConditionFailed(err) {
 		return nil
 	}
 	return err
@@ -330,10 +318,10 @@ func (s *Capacity) ShowPool(ctx context.Context, tenant string, p capacity.Pool)
 
 // PoolReady implements capacity.PoolStore.
 func (s *Capacity) PoolReady(ctx context.Context, poolID string) error {
-	_, err := s.update(ctx, capKey(poolPK(poolID), skPool),
+	_, err := s.update(ctx, key(poolPK(poolID), skPool),
 		expression.Remove(expression.Name(schema.AttrDueAt)).Remove(expression.Name(schema.AttrDueSh)),
 		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueNone)
-	if condFailed(err) {
+	if isConditionFailed(err) {
 		return nil
 	}
 	return err
@@ -342,7 +330,7 @@ func (s *Capacity) PoolReady(ctx context.Context, poolID string) error {
 // VisiblePool implements capacity.PoolStore.
 func (s *Capacity) VisiblePool(ctx context.Context, tenant, poolID string) (capacity.Pool, error) {
 	var it poolItem
-	ok, err := s.get(ctx, capKey(tenantPK(tenant), poolViewSK(poolID)), &it)
+	ok, err := s.get(ctx, key(tenantPK(tenant), poolViewSK(poolID)), &it)
 	if err != nil {
 		return capacity.Pool{}, err
 	}
@@ -388,7 +376,7 @@ func (s *Capacity) queryPartition(ctx context.Context, tenant, prefix string, pa
 		if !strings.HasPrefix(after, prefix) {
 			return nil, errBadCursor
 		}
-		in.ExclusiveStartKey = capKey(tenantPK(tenant), after)
+		in.ExclusiveStartKey = key(tenantPK(tenant), after)
 	}
 	taken, full := 0, false
 	var lastSK string
@@ -421,8 +409,6 @@ func (s *Capacity) queryPartition(ctx context.Context, tenant, prefix string, pa
 	}
 }
 
-var errBadCursor = apierr.Invalid("", "cursor", "cursor is invalid or belongs to another query")
-
 // ---- quotas ----
 
 // SetQuotaMax implements capacity.QuotaStore: max, and free = max − used,
@@ -439,7 +425,7 @@ func (s *Capacity) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int
 		Set(expression.Name("poolId"), expression.Value(k.PoolID)).
 		Set(expression.Name("resource"), expression.Value(k.Resource)).
 		Set(expression.Name("updatedAt"), expression.Value(fmtTime(now)))
-	av, err := s.update(ctx, capKey(tenantPK(k.TenantID), quotaSK(k)), upd, nil, types.ReturnValueAllNew)
+	av, err := s.update(ctx, key(tenantPK(k.TenantID), quotaSK(k)), upd, nil, types.ReturnValueAllNew)
 	if err != nil {
 		return capacity.Quota{}, err
 	}
@@ -453,7 +439,7 @@ func (s *Capacity) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int
 // GetQuota implements capacity.QuotaStore.
 func (s *Capacity) GetQuota(ctx context.Context, k capacity.QuotaKey) (capacity.Quota, error) {
 	var it quotaItem
-	ok, err := s.get(ctx, capKey(tenantPK(k.TenantID), quotaSK(k)), &it)
+	ok, err := s.get(ctx, key(tenantPK(k.TenantID), quotaSK(k)), &it)
 	if err != nil {
 		return capacity.Quota{}, err
 	}
@@ -493,12 +479,12 @@ func (s *Capacity) Charge(ctx context.Context, k capacity.QuotaKey, id string, c
 		Set(expression.Name("free"), expression.Name("free").Minus(n)).
 		Set(holdName(id), n)
 	c := expression.Name("free").GreaterThanEqual(n).And(expression.AttributeNotExists(holdName(id)))
-	_, err := s.update(ctx, capKey(tenantPK(k.TenantID), quotaSK(k)), upd, &c, types.ReturnValueNone)
-	if !condFailed(err) {
+	_, err := s.update(ctx, key(tenantPK(k.TenantID), quotaSK(k)), upd, &c, types.ReturnValueNone)
+	if !isConditionFailed(err) {
 		return err
 	}
 	var it quotaItem
-	if _, err := s.get(ctx, capKey(tenantPK(k.TenantID), quotaSK(k)), &it); err != nil {
+	if _, err := s.get(ctx, key(tenantPK(k.TenantID), quotaSK(k)), &it); err != nil {
 		return err
 	}
 	if _, held := it.Holds[id]; held {
@@ -514,8 +500,8 @@ func (s *Capacity) Credit(ctx context.Context, k capacity.QuotaKey, id string, c
 		Set(expression.Name("free"), expression.Name("free").Plus(n)).
 		Remove(holdName(id))
 	c := expression.Name("holds").AppendName(expression.Name(id)).Equal(n)
-	_, err := s.update(ctx, capKey(tenantPK(k.TenantID), quotaSK(k)), upd, &c, types.ReturnValueNone)
-	if condFailed(err) {
+	_, err := s.update(ctx, key(tenantPK(k.TenantID), quotaSK(k)), upd, &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
 		return nil // nothing held: credited already, or never charged
 	}
 	return err
@@ -526,7 +512,7 @@ func (s *Capacity) Credit(ctx context.Context, k capacity.QuotaKey, id string, c
 // Calendar implements capacity.CalendarStore.
 func (s *Capacity) Calendar(ctx context.Context, poolID, resource string) (capacity.Calendar, error) {
 	var it calendarItem
-	ok, err := s.get(ctx, capKey(poolPK(poolID), calSK(resource)), &it)
+	ok, err := s.get(ctx, key(poolPK(poolID), calSK(resource)), &it)
 	if err != nil || !ok {
 		return capacity.Calendar{PoolID: poolID, Resource: resource}, err
 	}
@@ -553,8 +539,8 @@ func (s *Capacity) Place(ctx context.Context, cal capacity.Calendar, id string, 
 			Set(expression.Name("version"), expression.Value(cal.Version+1))
 		c = expression.Name("version").Equal(expression.Value(cal.Version))
 	}
-	_, err := s.update(ctx, capKey(poolPK(cal.PoolID), calSK(cal.Resource)), upd, &c, types.ReturnValueNone)
-	if condFailed(err) {
+	_, err := s.update(ctx, key(poolPK(cal.PoolID), calSK(cal.Resource)), upd, &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
 		return capacity.ErrStale
 	}
 	return err
@@ -563,9 +549,9 @@ func (s *Capacity) Place(ctx context.Context, cal capacity.Calendar, id string, 
 // Unplace implements capacity.CalendarStore. Removing an alloc does not bump
 // the version: a choice made while the alloc was there is still valid.
 func (s *Capacity) Unplace(ctx context.Context, poolID, resource, id string) error {
-	_, err := s.update(ctx, capKey(poolPK(poolID), calSK(resource)), expression.Remove(allocName(id)),
+	_, err := s.update(ctx, key(poolPK(poolID), calSK(resource)), expression.Remove(allocName(id)),
 		cond(expression.AttributeExists(allocName(id))), types.ReturnValueNone)
-	if condFailed(err) {
+	if isConditionFailed(err) {
 		return nil
 	}
 	return err
@@ -576,7 +562,7 @@ func (s *Capacity) Unplace(ctx context.Context, poolID, resource, id string) err
 // Admission implements capacity.ReservationStore: one BatchGetItem of the
 // tenant's view of the pool and the resource's calendar.
 func (s *Capacity) Admission(ctx context.Context, tenant, poolID, resource string) (capacity.Pool, capacity.Calendar, error) {
-	viewKey, calKey := capKey(tenantPK(tenant), poolViewSK(poolID)), capKey(poolPK(poolID), calSK(resource))
+	viewKey, calKey := key(tenantPK(tenant), poolViewSK(poolID)), key(poolPK(poolID), calSK(resource))
 	keys := []map[string]types.AttributeValue{viewKey, calKey}
 	cal := capacity.Calendar{PoolID: poolID, Resource: resource}
 	var pool *capacity.Pool
@@ -614,7 +600,7 @@ func (s *Capacity) Admission(ctx context.Context, tenant, poolID, resource strin
 // PutDraft implements capacity.ReservationStore.
 func (s *Capacity) PutDraft(ctx context.Context, r capacity.Reservation) (capacity.Reservation, error) {
 	err := s.put(ctx, toReservationItem(r), notExists)
-	if condFailed(err) {
+	if isConditionFailed(err) {
 		stored, gerr := s.GetReservation(ctx, r.TenantID, r.ReservationID)
 		if gerr != nil {
 			return capacity.Reservation{}, gerr
@@ -627,7 +613,7 @@ func (s *Capacity) PutDraft(ctx context.Context, r capacity.Reservation) (capaci
 // GetReservation implements capacity.ReservationStore.
 func (s *Capacity) GetReservation(ctx context.Context, tenant, id string) (capacity.Reservation, error) {
 	var it reservationItem
-	ok, err := s.get(ctx, capKey(tenantPK(tenant), resSK(id)), &it)
+	ok, err := s.get(ctx, key(tenantPK(tenant), resSK(id)), &it)
 	if err != nil {
 		return capacity.Reservation{}, err
 	}
@@ -654,8 +640,8 @@ func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from
 		upd = upd.Set(expression.Name(schema.AttrTTL), expression.Value(it.ExpiresAt))
 	}
 	c := expression.Name("state").Equal(expression.Value(string(from)))
-	_, err := s.update(ctx, capKey(it.PK, it.SK), upd, &c, types.ReturnValueNone)
-	if condFailed(err) {
+	_, err := s.update(ctx, key(it.PK, it.SK), upd, &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
 		return capacity.ErrStale
 	}
 	return err
@@ -664,9 +650,9 @@ func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from
 // ClearDue implements capacity.ReservationStore.
 func (s *Capacity) ClearDue(ctx context.Context, r capacity.Reservation) error {
 	c := expression.Name("state").Equal(expression.Value(string(r.State)))
-	_, err := s.update(ctx, capKey(tenantPK(r.TenantID), resSK(r.ReservationID)),
+	_, err := s.update(ctx, key(tenantPK(r.TenantID), resSK(r.ReservationID)),
 		expression.Remove(expression.Name(schema.AttrDueAt)).Remove(expression.Name(schema.AttrDueSh)), &c, types.ReturnValueNone)
-	if condFailed(err) {
+	if isConditionFailed(err) {
 		return capacity.ErrStale
 	}
 	return err
@@ -711,7 +697,7 @@ func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capaci
 		if !strings.HasPrefix(sk, "RES#") || !strings.HasPrefix(lsk, "RES#") {
 			return nil, nil, errBadCursor
 		}
-		in.ExclusiveStartKey = capKey(pk, sk)
+		in.ExclusiveStartKey = key(pk, sk)
 		in.ExclusiveStartKey[schema.AttrLSK] = &types.AttributeValueMemberS{Value: lsk}
 	}
 	var out []capacity.Reservation

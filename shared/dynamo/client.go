@@ -6,11 +6,15 @@ package dynamo
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
 // NewClient returns a DynamoDB client; endpoint overrides the AWS endpoint
@@ -44,3 +48,20 @@ func (r *RoundTrips) Option() func(*dynamodb.Options) {
 		})
 	}
 }
+
+// key is a primary key.
+func key(pk, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		schema.AttrPK: &types.AttributeValueMemberS{Value: pk},
+		schema.AttrSK: &types.AttributeValueMemberS{Value: sk},
+	}
+}
+
+func isConditionFailed(err error) bool {
+	var ccf *types.ConditionalCheckFailedException
+	return errors.As(err, &ccf)
+}
+
+// errBadCursor refuses a cursor whose key lies outside the query's partition
+// (the HMAC has already bound it to the method, tenant and filters).
+var errBadCursor = apierr.Invalid("", "cursor", "cursor is invalid or belongs to another query")

@@ -2,7 +2,6 @@ package dynamo
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -228,14 +227,6 @@ func (s *Releases) List(ctx context.Context, limit int, after map[string]string)
 	}
 }
 
-// key is a primary key.
-func key(pk, sk string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
-		schema.AttrPK: &types.AttributeValueMemberS{Value: pk},
-		schema.AttrSK: &types.AttributeValueMemberS{Value: sk},
-	}
-}
-
 // startKey turns a decoded cursor into an ExclusiveStartKey, refusing one
 // outside the partition the query is bound to.
 func startKey(after map[string]string, pk string) (map[string]types.AttributeValue, error) {
@@ -243,16 +234,11 @@ func startKey(after map[string]string, pk string) (map[string]types.AttributeVal
 		return nil, nil
 	}
 	if after[schema.AttrPK] != pk {
-		return nil, apierr.Invalid("", "cursor", "cursor belongs to another query")
+		return nil, errBadCursor
 	}
 	k := make(map[string]types.AttributeValue, len(after))
 	for name, v := range after {
 		k[name] = &types.AttributeValueMemberS{Value: v}
 	}
 	return k, nil
-}
-
-func isConditionFailed(err error) bool {
-	var ccf *types.ConditionalCheckFailedException
-	return errors.As(err, &ccf)
 }
