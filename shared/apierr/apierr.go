@@ -5,6 +5,7 @@
 package apierr
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -59,7 +60,9 @@ func HTTPStatus(c Code) int {
 type Error struct {
 	Code    Code           `json:"code"`
 	Message string         `json:"message"`
-	Details map[string]any `json:"details,omitempty"`
+	// Details is always encoded: an empty object when there is nothing to
+	// add (SPEC §2).
+	Details map[string]any `json:"details"`
 	// Cause is logged, never serialized.
 	Cause error `json:"-"`
 }
@@ -72,6 +75,16 @@ func (e *Error) Error() string {
 }
 
 func (e *Error) Unwrap() error { return e.Cause }
+
+// MarshalJSON encodes code, message and details, details as {} when empty.
+func (e *Error) MarshalJSON() ([]byte, error) {
+	type wire Error
+	w := wire(*e)
+	if w.Details == nil {
+		w.Details = map[string]any{}
+	}
+	return json.Marshal(w)
+}
 
 // With returns a copy of e with one more detail.
 func (e *Error) With(key string, value any) *Error {

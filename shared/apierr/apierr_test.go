@@ -221,7 +221,7 @@ func TestJSONShape(t *testing.T) {
 		{"invalid", apierr.Invalid("too_large", "", "request body exceeds 262144 bytes"),
 			`{"code":"INVALID_INPUT","message":"request body exceeds 262144 bytes","details":{"reason":"too_large"}}`},
 		{"no details", apierr.New(apierr.NotFound, "not found"),
-			`{"code":"NOT_FOUND","message":"not found"}`},
+			`{"code":"NOT_FOUND","message":"not found","details":{}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			b, err := json.Marshal(tc.err)

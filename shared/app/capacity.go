@@ -95,7 +95,7 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 		api.Bind(api.Lookup("reservations.create"), func(ctx context.Context, call *api.Call, in *api.CreateReservationInput) (any, error) {
 			r, err := svc.CreateReservation(ctx, capacity.CreateRequest{
 				TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource, Count: in.Count,
-				Start: in.Window.Start, End: in.Window.End, ClientToken: deref(in.ClientToken),
+				Start: in.Window.Start, End: in.Window.End, ClientToken: deref(in.ClientToken), Principal: call.Principal,
 			}, call.Decide)
 			return ReservationResult{r}, err
 		}),

@@ -102,7 +102,6 @@ func TestCapacityWireValidation(t *testing.T) {
 		{"duplicate key", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1,"count":2,"window":{"end":"` + end + `"}}`, "count"},
 		{"window missing", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1}`, "window"},
 		{"clientToken too long", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1,"window":{"end":"` + end + `"},"clientToken":"` + strings.Repeat("x", 65) + `"}`, "clientToken"},
-		{"resource not in pool", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"tpu","count":1,"window":{"end":"` + end + `"}}`, "resource"},
 		{"unknown state", "reservations.list", `{"tenantId":"acme","state":"running"}`, "state"},
 		{"limit 0", "reservations.list", `{"tenantId":"acme","limit":0}`, "limit"},
 		{"limit 1001", "pools.list", `{"tenantId":"acme","limit":1001}`, "limit"},
@@ -119,6 +118,15 @@ func TestCapacityWireValidation(t *testing.T) {
 	// Nothing was written by any of those requests.
 	if l := h.ok("admin", "reservations.list", map[string]any{"tenantId": "acme"}); len(l.obj("reservations").([]any)) != 0 {
 		t.Errorf("bad input left reservations: %v", l.Body)
+	}
+	// A resource the pool lacks is found after the draft and the decision
+	// (SPEC §4.4): INVALID_INPUT, and the draft is kept rejected (invalid).
+	w := h.raw("admin", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"tpu","count":1,"window":{"end":"`+end+`"}}`)
+	if w.Status != 400 || w.detail("field") != "resource" || w.detail("reservationId") == nil {
+		t.Errorf("resource not in pool: %d %v", w.Status, w.Body)
+	}
+	if rs, _ := h.ok("admin", "reservations.list", map[string]any{"tenantId": "acme"}).obj("reservations").([]any); len(rs) != 1 || rs[0].(map[string]any)["reason"] != "invalid" {
+		t.Errorf("after an unknown resource: %v", rs)
 	}
 	if l := h.ok("admin", "pools.list", map[string]any{"tenantId": "acme"}); len(l.obj("pools").([]any)) != 1 {
 		t.Errorf("bad input left pools: %v", l.Body)
@@ -160,12 +168,14 @@ func TestCapacityWireIsolation(t *testing.T) {
 	for method, key := range map[string]string{"pools.list": "pools", "quotas.list": "quotas", "reservations.list": "reservations"} {
 		w := h.ok("admin", method, map[string]any{"tenantId": "globex"})
 		items, _ := w.obj(key).([]any)
-		if len(items) != 1 {
+		if want := map[string]int{"reservations": 2}[key]; len(items) != max(want, 1) {
 			t.Errorf("%s for globex: %v", method, w.Body)
 		}
 		for _, it := range items {
 			m := it.(map[string]any)
-			if m["tenantId"] != nil && m["tenantId"] != "globex" || m["poolId"] != "g1" {
+			// globex's refused attempt on p1 is its own rejected draft.
+			own := m["state"] == "rejected" && m["reason"] == "invalid"
+			if m["tenantId"] != nil && m["tenantId"] != "globex" || m["poolId"] != "g1" && !own {
 				t.Errorf("%s mixes tenants: %v", method, m)
 			}
 		}

@@ -30,8 +30,12 @@ const (
 	// writes of a create that was still in flight (longer than any
 	// function's timeout, so nothing can still be running by then).
 	StaleAfter = 2 * time.Minute
-	// Retention of denied, rejected and expired reservations (DynamoDB TTL).
+	// Retention of rejected and expired reservations (DynamoDB TTL).
 	Retention = 30 * 24 * time.Hour
+	// DeniedRetention of denied ones: a caller without a grant can make
+	// them in a tenant's partition, so they are hidden from plain lists and
+	// kept only a day (SPEC §9).
+	DeniedRetention = 24 * time.Hour
 )
 
 // Sentinel errors of the store and the state machine. The service maps them

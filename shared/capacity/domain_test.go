@@ -189,10 +189,22 @@ func TestCheckSnapshot(t *testing.T) {
 	}
 }
 
+// A token is scoped to (tenant, principal, token): no other principal of the
+// tenant, and no other tenant, derives the same id.
 func TestTokenID(t *testing.T) {
-	a, b := capacity.TokenID("acme", "x"), capacity.TokenID("globex", "x")
-	if a == b || len(a) != 26 || a != capacity.TokenID("acme", "x") {
-		t.Errorf("%s %s", a, b)
+	a := capacity.TokenID("acme", "alice", "job-1")
+	for _, other := range []string{
+		capacity.TokenID("globex", "alice", "job-1"),
+		capacity.TokenID("acme", "mallory", "job-1"),
+		capacity.TokenID("acme", "alice", "job-2"),
+		capacity.TokenID("acme", "alicej", "ob-1"), // separators matter
+	} {
+		if other == a {
+			t.Errorf("TokenID collides: %s", a)
+		}
+	}
+	if len(a) != 26 || a != capacity.TokenID("acme", "alice", "job-1") {
+		t.Errorf("TokenID not stable: %s", a)
 	}
 }
 

@@ -103,9 +103,12 @@ func TestCrashMatrix(t *testing.T) {
 		capacity.FaultPlaced:        fits,
 		capacity.FaultDenied:        {crash: create(deny)},
 		capacity.FaultRejectedQuota: overQuota,
-		capacity.FaultRejectedCap:   noDevices,
-		"create.credited":           noDevices,
-		"create.unplaced":           noDevices,
+		capacity.FaultRejectedInvalid: {crash: func(e *env) {
+			_, _ = e.svc.CreateReservation(ctx, e.req("acme", "nope", "gpu", 1, 0, time.Hour), allow)
+		}},
+		capacity.FaultRejectedCap: noDevices,
+		"create.credited":         noDevices,
+		"create.unplaced":         noDevices,
 		capacity.FaultExpired: {
 			setup: func(e *env) {
 				staleReq = e.req("acme", "p1", "gpu", 1, 0, time.Hour)

@@ -76,6 +76,7 @@ func (s State) CanMoveTo(t State) bool {
 const (
 	ReasonQuota      = "quota"
 	ReasonCapacity   = "capacity"
+	ReasonInvalid    = "invalid" // the pool or resource did not exist for the tenant
 	ReasonStale      = "stale"
 	ReleasedByTenant = "tenant"
 	ReleasedByEnd    = "window_end"
@@ -106,9 +107,15 @@ type Reservation struct {
 	ReleasedBy    string    `json:"releasedBy,omitempty"`
 
 	// Request is the fingerprint of the request as sent (clientToken
-	// replays compare it); ClientToken the token, if any.
+	// replays compare it); ClientToken the token, if any; Principal who
+	// created it (tokens are scoped to it).
 	Request     string `json:"-"`
 	ClientToken string `json:"-"`
+	Principal   string `json:"-"`
+	// Invalid names the request field an allowed draft was refused on
+	// ("poolId": NOT_FOUND, "resource": INVALID_INPUT), so a replay gets the
+	// same answer.
+	Invalid string `json:"-"`
 	// Due is when the reconciler must look at it next (zero: never). It is
 	// what the sparse due index is keyed by.
 	Due time.Time `json:"-"`
@@ -123,10 +130,13 @@ func (r Reservation) Stale(now time.Time) bool {
 }
 
 // ExpiresAt is when storage may delete the reservation (zero: kept):
-// denied, rejected and expired ones are kept for Retention (SPEC §9).
+// denied ones after DeniedRetention, rejected and expired ones after
+// Retention (SPEC §9).
 func (r Reservation) ExpiresAt() time.Time {
 	switch r.State {
-	case Denied, Rejected, Expired:
+	case Denied:
+		return r.UpdatedAt.Add(DeniedRetention)
+	case Rejected, Expired:
 		return r.UpdatedAt.Add(Retention)
 	}
 	return time.Time{}
@@ -159,7 +169,8 @@ func (r Reservation) move(to State, now time.Time) (Reservation, error) {
 // Deny: Better IAM said no to the draft.
 func (r Reservation) Deny(now time.Time) (Reservation, error) { return r.move(Denied, now) }
 
-// Reject: the quota (ReasonQuota) or the devices (ReasonCapacity) did not fit.
+// Reject: the quota (ReasonQuota) or the devices (ReasonCapacity) did not
+// fit, or the pool or resource was not there (ReasonInvalid).
 func (r Reservation) Reject(reason string, now time.Time) (Reservation, error) {
 	n, err := r.move(Rejected, now)
 	if err == nil {
@@ -216,11 +227,12 @@ func Fingerprint(poolID, resource string, count int, start *time.Time, end time.
 
 var crockford = base32.NewEncoding("0123456789ABCDEFGHJKMNPQRSTVWXYZ").WithPadding(base32.NoPadding)
 
-// TokenID derives a reservation id from a tenant's clientToken, so the
-// conditional put of the draft is the idempotency check. It has the shape of
-// a ULID (26 Crockford base32 characters) but is not time-ordered: lists
-// order by createdAt through the `ordered` index, never by id.
-func TokenID(tenant, token string) string {
-	sum := sha256.Sum256([]byte("bc-reservation\x00" + tenant + "\x00" + token))
+// TokenID derives a reservation id from a clientToken, scoped to the tenant
+// and the principal (SPEC §4.4: no other principal can claim or block a
+// token), so the conditional put of the draft is the idempotency check. It
+// has the shape of a ULID (26 Crockford base32 characters) but is not
+// time-ordered: lists order by createdAt, never by id.
+func TokenID(tenant, principal, token string) string {
+	sum := sha256.Sum256([]byte("bc-reservation\x00" + tenant + "\x00" + principal + "\x00" + token))
 	return crockford.EncodeToString(sum[:17])[:26]
 }

@@ -3,6 +3,8 @@ package capacity_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -51,6 +53,10 @@ func TestCreateReservationValidation(t *testing.T) {
 			if f, _ := detail(err, "field").(string); f != c.field {
 				t.Errorf("field %q, want %q", f, c.field)
 			}
+			afterDraft := c.code == apierr.NotFound || c.field == "resource"
+			if id, _ := detail(err, "reservationId").(string); afterDraft != (id != "") {
+				t.Errorf("details.reservationId = %q; a refusal after the draft carries it, one before does not", id)
+			}
 		})
 	}
 	ok := []struct {
@@ -73,9 +79,16 @@ func TestCreateReservationValidation(t *testing.T) {
 			must(e.svc.ReleaseReservation(ctx, "acme", r.ReservationID))
 		})
 	}
+	// What is refused before the draft leaves nothing; a pool or resource
+	// refused after an allow leaves the draft rejected (invalid).
 	rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{}, capacity.Page{Limit: 100}))
-	if len(rs) != len(ok) {
-		t.Errorf("refused requests left %d reservations, want %d", len(rs), len(ok))
+	if len(rs) != len(ok)+3 {
+		t.Errorf("refused requests left %d reservations, want %d", len(rs), len(ok)+3)
+	}
+	for _, r := range rs {
+		if r.State == capacity.Rejected && r.Reason != capacity.ReasonInvalid {
+			t.Errorf("%s rejected for %q, want %q", r.ReservationID, r.Reason, capacity.ReasonInvalid)
+		}
 	}
 	if q := must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu"})); q.Used != 0 {
 		t.Errorf("quota used %d", q.Used)
@@ -393,4 +406,140 @@ func TestListReservations(t *testing.T) {
 	if rs := all(capacity.ListFilter{PoolID: "p2", State: capacity.Placed}, 10); len(rs) != 3 {
 		t.Errorf("both filters: %d", len(rs))
 	}
+}
+
+// TestListMatchesGet lists reservations in every state and compares each
+// listed entry with get of the same id, field by field: a list must never
+// show fields (devices, reason, releasedBy) from another row.
+func TestListMatchesGet(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 4})
+	var ids []string
+	create := func(count int, from, to time.Duration, decide capacity.Decide) {
+		r, err := e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", count, from, to), decide)
+		id := r.ReservationID
+		if id == "" {
+			id, _ = detail(err, "reservationId").(string)
+		}
+		if id == "" {
+			t.Fatalf("create: no reservation id (%v)", err)
+		}
+		ids = append(ids, id)
+		e.clock.Advance(time.Millisecond)
+	}
+	e.offer(t, "acme", "p1", "acme", "gpu", 100)
+	create(3, 0, time.Hour, allow) // placed on 3 devices
+	create(1, 0, time.Hour, allow) // placed, then released
+	must(e.svc.ReleaseReservation(ctx, "acme", ids[1]))
+	create(2, 0, time.Hour, allow)             // rejected: capacity (1 free)
+	create(2, 2*time.Hour, 3*time.Hour, allow) // placed later on
+	create(1, 0, time.Hour, allow)             // placed on the last device
+	e.offer(t, "acme", "p1", "acme", "gpu", 6)
+	create(2, 0, time.Hour, allow) // rejected: quota (used 6 of 6)
+	create(1, 0, time.Hour, deny)  // denied
+	rc := &capacity.Reconciler{Service: e.svc, Due: e.store}
+	e.clock.Advance(2*time.Hour + time.Minute)
+	if _, err := rc.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var listed []capacity.Reservation
+	for _, f := range []capacity.ListFilter{{}, {State: capacity.Denied}} {
+		page := capacity.Page{Limit: 2}
+		for {
+			rs, next := must2(e.svc.ListReservations(ctx, "acme", f, page))
+			listed = append(listed, rs...)
+			if next == nil {
+				break
+			}
+			page.After = next
+		}
+	}
+	if len(listed) != len(ids) {
+		t.Fatalf("listed %d reservations, created %d", len(listed), len(ids))
+	}
+	states := map[capacity.State]bool{}
+	for _, l := range listed {
+		g, err := e.svc.GetReservation(ctx, "acme", l.ReservationID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !reflect.DeepEqual(l, g) {
+			t.Errorf("list and get differ for %s:\nlist %+v\nget  %+v", l.ReservationID, l, g)
+		}
+		states[g.State] = true
+	}
+	for _, s := range []capacity.State{capacity.Released, capacity.Rejected, capacity.Denied, capacity.Active} {
+		if !states[s] {
+			t.Errorf("no %s reservation in the mix: %v", s, states)
+		}
+	}
+	e.check(t)
+}
+
+// TestTokensCannotBeSquatted: a principal without a grant who guesses a
+// tenant's clientTokens (job ids) claims nothing; the tenant's own principal
+// then creates with the same token as if nothing had happened.
+func TestTokensCannotBeSquatted(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 4})
+	req := e.req("acme", "p1", "gpu", 1, 0, time.Hour)
+	req.ClientToken = "job-42"
+	squat := req
+	squat.Principal = "mallory"
+	if _, err := e.svc.CreateReservation(ctx, squat, deny); code(err) != apierr.PermissionDenied {
+		t.Fatalf("mallory: %v", err)
+	}
+	owner := req
+	owner.Principal = "alice"
+	r, err := e.svc.CreateReservation(ctx, owner, allow)
+	if err != nil || r.State != capacity.Placed {
+		t.Fatalf("alice after mallory: %+v %v", r, err)
+	}
+	// The same principal retrying gets its reservation back.
+	if again := must(e.svc.CreateReservation(ctx, owner, allow)); again.ReservationID != r.ReservationID {
+		t.Errorf("alice's retry made %s, first was %s", again.ReservationID, r.ReservationID)
+	}
+	e.check(t)
+}
+
+// TestDeniedLearnsNothing: a denied caller gets the same answer for a pool
+// that exists, one that does not and a resource the pool lacks, and its
+// refused drafts stay out of the tenant's list (listed only on request, kept
+// for a day).
+func TestDeniedLearnsNothing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 4})
+	var answers []string
+	for _, c := range []struct{ pool, res string }{{"p1", "gpu"}, {"nope", "gpu"}, {"p1", "tpu"}} {
+		req := e.req("acme", c.pool, c.res, 1, 0, time.Hour)
+		req.Principal = "mallory"
+		_, err := e.svc.CreateReservation(ctx, req, deny)
+		e2 := apierr.As(err)
+		if e2 == nil || e2.Code != apierr.PermissionDenied || e2.Details["reservationId"] == nil {
+			t.Fatalf("%s/%s: %v", c.pool, c.res, err)
+		}
+		answers = append(answers, fmt.Sprintf("%s %s %v", e2.Code, e2.Message, e2.Details["reason"]))
+	}
+	if answers[0] != answers[1] || answers[0] != answers[2] {
+		t.Errorf("a denied caller can tell the pools apart: %q", answers)
+	}
+	if rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{}, capacity.Page{Limit: 100})); len(rs) != 0 {
+		t.Errorf("denied reservations in the plain list: %d", len(rs))
+	}
+	if rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{PoolID: "p1"}, capacity.Page{Limit: 100})); len(rs) != 0 {
+		t.Errorf("denied reservations in the pool's list: %d", len(rs))
+	}
+	denied, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: capacity.Denied}, capacity.Page{Limit: 100}))
+	if len(denied) != 3 {
+		t.Fatalf("state=denied lists %d, want 3", len(denied))
+	}
+	for _, r := range denied {
+		if r.State != capacity.Denied || !r.ExpiresAt().Equal(r.UpdatedAt.Add(24*time.Hour)) {
+			t.Errorf("%s: state %s, expires %s", r.ReservationID, r.State, r.ExpiresAt())
+		}
+	}
+	e.check(t)
 }

@@ -20,6 +20,7 @@ type CreateRequest struct {
 	Start       *time.Time // nil: now
 	End         time.Time
 	ClientToken string // "" for none
+	Principal   string // who asks: tokens are scoped to it
 }
 
 // Quota names the row the request charges.
@@ -35,8 +36,10 @@ var (
 )
 
 // CreateReservation runs SPEC §4.4: validate → draft → decide once on the
-// draft → charge quota → place → placed. Every refusal after the draft
-// leaves the reservation terminal and carries details.reservationId.
+// draft → check the pool and resource → charge quota → place → placed.
+// Nothing that depends on the pool happens before the decision, so a denied
+// caller learns nothing about the tenant's pools. Every refusal after the
+// draft leaves the reservation terminal and carries details.reservationId.
 //
 // Writes, in order (each followed by a fault point): the draft (conditional
 // put: new id, which is also the clientToken check); on deny the fence
@@ -59,24 +62,14 @@ func (s *Service) CreateReservation(ctx context.Context, req CreateRequest, deci
 			return Reservation{}, err
 		}
 	}
-	pool, cal, err := s.Store.Admission(ctx, req.TenantID, req.PoolID, req.Resource)
-	if errors.Is(err, ErrNotFound) {
-		return Reservation{}, apierr.New(apierr.NotFound, "pool %q not found", req.PoolID)
-	}
-	if err != nil {
-		return Reservation{}, unavailable(err)
-	}
-	if _, ok := pool.Resources[req.Resource]; !ok {
-		return Reservation{}, apierr.Invalid("unknown_resource", "resource", "pool %q has no resource %q", req.PoolID, req.Resource)
-	}
 	draft := Reservation{
 		TenantID: req.TenantID, PoolID: req.PoolID, Resource: req.Resource, Count: req.Count,
 		Window: window, State: Draft, DeviceIDs: []string{}, CreatedAt: now, UpdatedAt: now,
 		Request:     Fingerprint(req.PoolID, req.Resource, req.Count, req.Start, req.End),
-		ClientToken: req.ClientToken, Due: now.Add(StaleAfter),
+		ClientToken: req.ClientToken, Principal: req.Principal, Due: now.Add(StaleAfter),
 	}
 	if req.ClientToken != "" {
-		draft.ReservationID = TokenID(req.TenantID, req.ClientToken)
+		draft.ReservationID = TokenID(req.TenantID, req.Principal, req.ClientToken)
 	} else {
 		draft.ReservationID = ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
 	}
@@ -92,11 +85,11 @@ func (s *Service) CreateReservation(ctx context.Context, req CreateRequest, deci
 		if gerr != nil {
 			return Reservation{}, unavailable(gerr)
 		}
-		return s.replay(ctx, draft, stored, pool, cal, decide)
+		return s.replay(ctx, draft, stored, decide)
 	}
 	stored, err := s.Store.PutDraft(ctx, draft)
 	if errors.Is(err, ErrExists) {
-		return s.replay(ctx, draft, stored, pool, cal, decide)
+		return s.replay(ctx, draft, stored, decide)
 	}
 	if err != nil {
 		return Reservation{}, unavailable(err)
@@ -107,7 +100,26 @@ func (s *Service) CreateReservation(ctx context.Context, req CreateRequest, deci
 	if err := decide(ctx, attributes(draft)); err != nil {
 		return s.refused(ctx, draft, err)
 	}
-	return s.admit(ctx, draft, pool, cal)
+	return s.admitDraft(ctx, draft)
+}
+
+// admitDraft checks an allowed draft's pool and resource, then charges and
+// places it. A pool the tenant cannot see is NOT_FOUND and a resource the
+// pool lacks INVALID_INPUT; either way the draft is rejected (invalid).
+func (s *Service) admitDraft(ctx context.Context, r Reservation) (Reservation, error) {
+	pool, cal, err := s.Store.Admission(ctx, r.TenantID, r.PoolID, r.Resource)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		r.Invalid = "poolId"
+		return s.reject(ctx, r, ReasonInvalid, FaultRejectedInvalid)
+	case err != nil:
+		return Reservation{}, unavailable(err).With("reservationId", r.ReservationID)
+	}
+	if _, ok := pool.Resources[r.Resource]; !ok {
+		r.Invalid = "resource"
+		return s.reject(ctx, r, ReasonInvalid, FaultRejectedInvalid)
+	}
+	return s.admit(ctx, r, pool, cal)
 }
 
 // validateWindow applies SPEC §4.4/§9's window rules at now.
@@ -148,7 +160,7 @@ func attributes(r Reservation) map[string]any {
 // replay answers a request whose id (clientToken) is already stored: the
 // same request gets the first answer (a draft still in flight is driven on,
 // idempotently, by this call too); another request is CONFLICT.
-func (s *Service) replay(ctx context.Context, sent, stored Reservation, pool Pool, cal Calendar, decide Decide) (Reservation, error) {
+func (s *Service) replay(ctx context.Context, sent, stored Reservation, decide Decide) (Reservation, error) {
 	if stored.Request != sent.Request {
 		return Reservation{}, apierr.New(apierr.Conflict, "clientToken was used for another request").With("field", "clientToken")
 	}
@@ -165,7 +177,7 @@ func (s *Service) replay(ctx context.Context, sent, stored Reservation, pool Poo
 	if stored.Stale(s.now()) {
 		return s.expire(ctx, stored)
 	}
-	return s.admit(ctx, stored, pool, cal)
+	return s.admitDraft(ctx, stored)
 }
 
 // answer is the API outcome of a stored reservation: its refusal, or nil.
@@ -176,6 +188,10 @@ func answer(r Reservation) error {
 		e = apierr.New(apierr.PermissionDenied, "the reservation was denied")
 	case r.State == Rejected && r.Reason == ReasonQuota:
 		e = apierr.New(apierr.QuotaExceeded, "the reservation does not fit the quota")
+	case r.State == Rejected && r.Reason == ReasonInvalid && r.Invalid == "resource":
+		e = apierr.Invalid("unknown_resource", "resource", "pool %q has no resource %q", r.PoolID, r.Resource)
+	case r.State == Rejected && r.Reason == ReasonInvalid:
+		e = apierr.New(apierr.NotFound, "pool %q not found", r.PoolID)
 	case r.State == Rejected:
 		e = apierr.New(apierr.CapacityExhausted, "no set of free devices fits the window")
 	default:

@@ -32,22 +32,23 @@ type Service struct {
 // fence is followed by "<flow>.credited" and "<flow>.unplaced", flow being
 // the first part of the fence's point ("create", "release", "reconcile").
 const (
-	FaultPoolClaimed   = "pool.claimed"
-	FaultDraft         = "create.draft"
-	FaultDenied        = "create.denied"
-	FaultCharged       = "create.charged"
-	FaultRejectedQuota = "create.rejected-quota"
-	FaultRejectedCap   = "create.rejected-capacity"
-	FaultAllocated     = "create.allocated"
-	FaultPlaced        = "create.placed"
-	FaultExpired       = "create.expired" // a replay fenced its stale draft
-	FaultFenced        = "release.fenced"
+	FaultPoolClaimed     = "pool.claimed"
+	FaultDraft           = "create.draft"
+	FaultDenied          = "create.denied"
+	FaultCharged         = "create.charged"
+	FaultRejectedQuota   = "create.rejected-quota"
+	FaultRejectedCap     = "create.rejected-capacity"
+	FaultRejectedInvalid = "create.rejected-invalid"
+	FaultAllocated       = "create.allocated"
+	FaultPlaced          = "create.placed"
+	FaultExpired         = "create.expired" // a replay fenced its stale draft
+	FaultFenced          = "release.fenced"
 )
 
 // FaultPoints lists every point of the create and release flows, in flow
 // order (the crash matrix walks it).
 var FaultPoints = []string{
-	FaultDraft, FaultDenied, FaultCharged, FaultRejectedQuota, FaultRejectedCap,
+	FaultDraft, FaultDenied, FaultRejectedInvalid, FaultCharged, FaultRejectedQuota, FaultRejectedCap,
 	"create.credited", "create.unplaced", FaultAllocated, FaultPlaced,
 	FaultFenced, "release.credited", "release.unplaced",
 }
@@ -77,7 +78,7 @@ func (s *Service) logger() *slog.Logger {
 func (s *Service) PlaceRetries() int64 { return s.placeRetries.Load() }
 
 // unavailable maps a store error that is not a domain sentinel.
-func unavailable(err error) error {
+func unavailable(err error) *apierr.Error {
 	if e := apierr.As(err); e != nil {
 		return e
 	}

@@ -166,18 +166,37 @@ type reservationItem struct {
 	ReleasedBy    string   `dynamodbav:"releasedBy,omitempty"`
 	Request       string   `dynamodbav:"request"`
 	ClientToken   string   `dynamodbav:"clientToken,omitempty"`
+	Principal     string   `dynamodbav:"principal,omitempty"`
+	Invalid       string   `dynamodbav:"invalid,omitempty"`
 	DueShard      string   `dynamodbav:"dueShard,omitempty"`
 	DueAt         string   `dynamodbav:"dueAt,omitempty"`
 	ExpiresAt     int64    `dynamodbav:"expiresAt,omitempty"`
 }
 
+// Reservations are ordered for lists by lsk = <prefix><createdAt>#<id>. A
+// denied one moves to its own prefix: a caller without a grant can make
+// them in any tenant's partition, so plain lists never read them; they are
+// listed only when state "denied" is asked for (SPEC §9).
+const (
+	lskListed = "RES#"
+	lskDenied = "DENIED#"
+)
+
+func reservationLSK(r capacity.Reservation) string {
+	prefix := lskListed
+	if r.State == capacity.Denied {
+		prefix = lskDenied
+	}
+	return prefix + fmtTime(r.CreatedAt) + "#" + r.ReservationID
+}
+
 func toReservationItem(r capacity.Reservation) reservationItem {
 	it := reservationItem{
-		PK: tenantPK(r.TenantID), SK: resSK(r.ReservationID), LSK: "RES#" + fmtTime(r.CreatedAt) + "#" + r.ReservationID,
+		PK: tenantPK(r.TenantID), SK: resSK(r.ReservationID), LSK: reservationLSK(r),
 		Kind: kindReservation, ReservationID: r.ReservationID, TenantID: r.TenantID, PoolID: r.PoolID, Resource: r.Resource,
 		Count: r.Count, Start: fmtTime(r.Window.Start), End: fmtTime(r.Window.End), State: string(r.State), Reason: r.Reason,
 		DeviceIDs: r.DeviceIDs, CreatedAt: fmtTime(r.CreatedAt), UpdatedAt: fmtTime(r.UpdatedAt), ReleasedBy: r.ReleasedBy,
-		Request: r.Request, ClientToken: r.ClientToken,
+		Request: r.Request, ClientToken: r.ClientToken, Principal: r.Principal, Invalid: r.Invalid,
 	}
 	if it.DeviceIDs == nil {
 		it.DeviceIDs = []string{}
@@ -196,7 +215,7 @@ func (it reservationItem) reservation() capacity.Reservation {
 		ReservationID: it.ReservationID, TenantID: it.TenantID, PoolID: it.PoolID, Resource: it.Resource, Count: it.Count,
 		Window: capacity.Window{Start: parseTime(it.Start), End: parseTime(it.End)}, State: capacity.State(it.State),
 		Reason: it.Reason, DeviceIDs: it.DeviceIDs, CreatedAt: parseTime(it.CreatedAt), UpdatedAt: parseTime(it.UpdatedAt),
-		ReleasedBy: it.ReleasedBy, Request: it.Request, ClientToken: it.ClientToken,
+		ReleasedBy: it.ReleasedBy, Request: it.Request, ClientToken: it.ClientToken, Principal: it.Principal, Invalid: it.Invalid,
 	}
 	if r.DeviceIDs == nil {
 		r.DeviceIDs = []string{}
@@ -628,8 +647,9 @@ func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from
 	it := toReservationItem(to)
 	upd := expression.Set(expression.Name("state"), expression.Value(it.State)).
 		Set(expression.Name("updatedAt"), expression.Value(it.UpdatedAt)).
-		Set(expression.Name("deviceIds"), expression.Value(it.DeviceIDs))
-	for name, v := range map[string]string{"reason": it.Reason, "releasedBy": it.ReleasedBy, schema.AttrDueAt: it.DueAt, schema.AttrDueSh: it.DueShard} {
+		Set(expression.Name("deviceIds"), expression.Value(it.DeviceIDs)).
+		Set(expression.Name(schema.AttrLSK), expression.Value(it.LSK))
+	for name, v := range map[string]string{"reason": it.Reason, "releasedBy": it.ReleasedBy, "invalid": it.Invalid, schema.AttrDueAt: it.DueAt, schema.AttrDueSh: it.DueShard} {
 		if v != "" {
 			upd = upd.Set(expression.Name(name), expression.Value(v))
 		} else {
@@ -668,15 +688,19 @@ func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capaci
 		limit = capacity.DefaultLimit
 	}
 	pk := tenantPK(tenant)
+	prefix := lskListed
+	if f.State == capacity.Denied {
+		prefix = lskDenied
+	}
 	b := expression.NewBuilder().WithKeyCondition(
-		expression.Key(schema.AttrPK).Equal(expression.Value(pk)).And(expression.Key(schema.AttrLSK).BeginsWith("RES#")))
-	filtered := f.PoolID != "" || f.State != ""
+		expression.Key(schema.AttrPK).Equal(expression.Value(pk)).And(expression.Key(schema.AttrLSK).BeginsWith(prefix)))
+	filtered := f.PoolID != "" || (f.State != "" && f.State != capacity.Denied)
 	if filtered {
 		var conds []expression.ConditionBuilder
 		if f.PoolID != "" {
 			conds = append(conds, expression.Name("poolId").Equal(expression.Value(f.PoolID)))
 		}
-		if f.State != "" {
+		if f.State != "" && f.State != capacity.Denied {
 			conds = append(conds, expression.Name("state").Equal(expression.Value(string(f.State))))
 		}
 		fc := conds[0]
@@ -694,15 +718,15 @@ func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capaci
 		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
 		ScanIndexForward: aws.Bool(false), ConsistentRead: aws.Bool(true)}
 	if sk, lsk := page.After["sk"], page.After["lsk"]; sk != "" || lsk != "" {
-		if !strings.HasPrefix(sk, "RES#") || !strings.HasPrefix(lsk, "RES#") {
+		if !strings.HasPrefix(sk, "RES#") || !strings.HasPrefix(lsk, prefix) {
 			return nil, nil, errBadCursor
 		}
 		in.ExclusiveStartKey = key(pk, sk)
 		in.ExclusiveStartKey[schema.AttrLSK] = &types.AttributeValueMemberS{Value: lsk}
 	}
 	var out []capacity.Reservation
-	var last reservationItem
-	next := func() map[string]string { return map[string]string{"sk": last.SK, "lsk": last.LSK} }
+	var lastSK, lastLSK string
+	next := func() map[string]string { return map[string]string{"sk": lastSK, "lsk": lastLSK} }
 	for {
 		// One more than needed: a full last page then carries no cursor.
 		// Filtered queries read bigger pages (the filter runs after Limit).
@@ -719,10 +743,14 @@ func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capaci
 			if len(out) == limit {
 				return out, next(), nil // a further match exists
 			}
-			if err := attributevalue.UnmarshalMap(item, &last); err != nil {
+			// A fresh item per row: unmarshalling into a reused one keeps the
+			// fields a row lacks (reason, releasedBy) and shares its slices.
+			var it reservationItem
+			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 				return nil, nil, err
 			}
-			out = append(out, last.reservation())
+			lastSK, lastLSK = it.SK, it.LSK
+			out = append(out, it.reservation())
 		}
 		if res.LastEvaluatedKey == nil {
 			return out, nil, nil

@@ -17,14 +17,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"reflect"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
 	"unicode/utf8"
+
+	"github.com/go-json-experiment/json/jsontext"
 )
 
 // FieldError is a decoding or validation failure at a JSON path.
@@ -41,8 +45,8 @@ func (e *FieldError) Error() string {
 	return e.Field + ": " + e.Problem
 }
 
-// Object is a JSON object kept as (canonically re-encoded) JSON for a later,
-// context-specific strict decode.
+// Object is a JSON object kept as sent (well formed, within MaxDepth) for a
+// later, context-specific strict decode.
 type Object json.RawMessage
 
 // MarshalJSON emits the object as is.
@@ -77,175 +81,311 @@ func pattern(name string) *regexp.Regexp {
 	return re
 }
 
-// Decode parses data into v (a non-nil pointer). prefix is prepended to every
-// field path (use "" at the request root).
+// MaxDepth is how deeply arrays and objects may nest in one document. The
+// API's inputs need a handful of levels; the limit keeps a small hostile body
+// (100,000 nested brackets fit in 256 KiB) from costing more than it is long.
+const MaxDepth = 64
+
+// Decode parses data into v (a non-nil pointer), streaming: the Go type is
+// the schema, so the first unknown field, wrong type, duplicate key or
+// violated constraint stops the decode there. Time and memory are linear in
+// len(data) whatever its shape; a JSON path is only built for the error
+// reported. prefix is prepended to every field path (use "" at the root).
 func Decode(data []byte, v any, prefix string) error {
-	root, err := parse(data)
-	if err != nil {
-		if fe, ok := err.(*FieldError); ok && prefix != "" {
-			fe.Field = joinPath(prefix, fe.Field)
-		}
-		return err
-	}
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
 		panic("strictjson: Decode needs a non-nil pointer")
 	}
-	return assign(root, rv.Elem(), prefix, options{})
-}
-
-// ---- parsing: a tree that remembers key order and rejects duplicates ----
-
-type node struct {
-	kind  byte // '{' object, '[' array, 's' string, 'n' number, 'b' bool, '0' null
-	str   string
-	b     bool
-	keys  []string
-	vals  []*node
-	elems []*node
-}
-
-func parse(data []byte) (*node, error) {
+	d := &decoder{prefix: prefix}
 	if !utf8.Valid(data) {
-		return nil, &FieldError{Problem: "body is not valid UTF-8", Kind: "malformed"}
+		return d.fail("malformed", "body is not valid UTF-8")
 	}
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	n, err := parseValue(dec, "")
+	if err := checkSyntax(data, prefix); err != nil {
+		return err
+	}
+	// The document is well formed: the typed pass reports what the schema
+	// refuses, in document order.
+	d.dec = jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowDuplicateNames(true))
+	return d.value(rv.Elem(), options{})
+}
+
+// checkSyntax is the first pass: one JSON value, well formed, no duplicate
+// member names, at most MaxDepth levels, nothing after it. Tokens are read
+// in place, and duplicate names are found through 64-bit hashes of each
+// object's names (keyed per process, so they cannot be aimed at): time and
+// memory stay linear in len(data), a few MB and ms for 256 KiB of any shape.
+func checkSyntax(data []byte, prefix string) error {
+	dec := jsontext.NewDecoder(bytes.NewReader(data), jsontext.AllowDuplicateNames(true))
+	var open []nameSet // one per object open
+	var unquoted []byte
+	for {
+		if k, n := dec.StackIndex(dec.StackDepth()); k == '{' && n%2 == 0 && dec.PeekKind() == '"' {
+			raw, err := dec.ReadValue()
+			if err != nil {
+				return syntaxError(dec, err, prefix)
+			}
+			name := raw[1 : len(raw)-1]
+			if bytes.IndexByte(name, '\\') >= 0 {
+				if unquoted, err = jsontext.AppendUnquote(unquoted[:0], raw); err != nil {
+					return syntaxError(dec, err, prefix)
+				}
+				name = unquoted
+			}
+			if !open[len(open)-1].add(maphash.Bytes(nameSeed, name)) {
+				return duplicateName(data, prefix)
+			}
+			continue
+		}
+		tok, err := dec.ReadToken()
+		if err != nil {
+			return syntaxError(dec, err, prefix)
+		}
+		switch tok.Kind() {
+		case '{', '[':
+			if dec.StackDepth() > MaxDepth {
+				return &FieldError{Field: stackPath(dec, dec.StackPointer(), prefix),
+					Problem: fmt.Sprintf("nesting deeper than %d levels", MaxDepth), Kind: "too_deep"}
+			}
+			if tok.Kind() == '{' {
+				open = append(open, nameSet{})
+			}
+		case '}':
+			open = open[:len(open)-1]
+		}
+		if dec.StackDepth() == 0 {
+			break
+		}
+	}
+	if _, err := dec.ReadToken(); err != io.EOF {
+		return &FieldError{Field: prefix, Problem: "trailing data after the JSON value", Kind: "malformed"}
+	}
+	return nil
+}
+
+// nameSet holds the name hashes of one object: a short list, then a set.
+type nameSet struct {
+	few  []uint64
+	many map[uint64]struct{}
+}
+
+// add records h and reports whether it was new.
+func (s *nameSet) add(h uint64) bool {
+	if s.many != nil {
+		if _, ok := s.many[h]; ok {
+			return false
+		}
+		s.many[h] = struct{}{}
+		return true
+	}
+	if slices.Contains(s.few, h) {
+		return false
+	}
+	if s.few = append(s.few, h); len(s.few) > 16 {
+		s.many = make(map[uint64]struct{}, 64)
+		for _, x := range s.few {
+			s.many[x] = struct{}{}
+		}
+		s.few = nil
+	}
+	return true
+}
+
+var nameSeed = maphash.MakeSeed()
+
+// duplicateName locates a duplicate member name the hashes found, by reading
+// the document again with exact name tracking (only on this error path).
+func duplicateName(data []byte, prefix string) error {
+	dec := jsontext.NewDecoder(bytes.NewReader(data))
+	for {
+		if _, err := dec.ReadToken(); err != nil {
+			var se *jsontext.SyntacticError
+			if errors.As(err, &se) && errors.Is(se.Err, jsontext.ErrDuplicateName) {
+				return syntaxError(dec, err, prefix)
+			}
+			break
+		}
+	}
+	// Two distinct names with equal 64-bit keyed hashes: as good as
+	// impossible, and refused rather than risked.
+	return &FieldError{Field: prefix, Problem: "duplicate key", Kind: "duplicate_key"}
+}
+
+// syntaxError maps a grammar error of the first pass. A duplicate member
+// name is reported at the member ("a.b"), anything else as malformed where
+// it happened.
+func syntaxError(dec *jsontext.Decoder, err error, prefix string) error {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		// A member whose value is missing is named; otherwise the value
+		// left open is.
+		p := dec.StackPointer()
+		if k, n := dec.StackIndex(dec.StackDepth()); k != '{' || n%2 == 0 {
+			p = p.Parent()
+		}
+		return &FieldError{Field: stackPath(dec, p, prefix), Problem: "malformed JSON: unexpected end of input", Kind: "malformed"}
+	}
+	var se *jsontext.SyntacticError
+	if !errors.As(err, &se) {
+		return &FieldError{Field: prefix, Problem: "malformed JSON: " + err.Error(), Kind: "malformed"}
+	}
+	field := stackPath(dec, se.JSONPointer, prefix)
+	if errors.Is(se.Err, jsontext.ErrDuplicateName) {
+		return &FieldError{Field: field, Problem: "duplicate key", Kind: "duplicate_key"}
+	}
+	return &FieldError{Field: field, Problem: fmt.Sprintf("malformed JSON at byte %d: %v", se.ByteOffset, se.Err), Kind: "malformed"}
+}
+
+// stackPath renders a JSON pointer into the decoder's open values as this
+// package's path ("a.b[2].c"): reference token i names a member or an index
+// of the value open at depth i+1.
+func stackPath(dec *jsontext.Decoder, p jsontext.Pointer, prefix string) string {
+	var b strings.Builder
+	b.WriteString(prefix)
+	depth := 0
+	for tok := range p.Tokens() {
+		depth++
+		if depth <= dec.StackDepth() {
+			if k, _ := dec.StackIndex(depth); k == '[' {
+				b.WriteString("[" + tok + "]")
+				continue
+			}
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(tok)
+	}
+	return b.String()
+}
+
+// ---- decoding: one pass over the tokens, driven by the Go type ----
+
+// segment is one step of a JSON path: an object member or an array index.
+type segment struct {
+	name  string
+	index int // ≥ 0 for an array element
+}
+
+type decoder struct {
+	dec    *jsontext.Decoder
+	prefix string
+	path   []segment
+}
+
+func (d *decoder) push(s segment) { d.path = append(d.path, s) }
+func (d *decoder) pop()           { d.path = d.path[:len(d.path)-1] }
+
+// pathString renders the current path ("window.end", "binaries[0].url").
+func (d *decoder) pathString() string {
+	var b strings.Builder
+	b.WriteString(d.prefix)
+	for _, s := range d.path {
+		if s.index >= 0 {
+			b.WriteByte('[')
+			b.WriteString(strconv.Itoa(s.index))
+			b.WriteByte(']')
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteByte('.')
+		}
+		b.WriteString(s.name)
+	}
+	return b.String()
+}
+
+func (d *decoder) fail(kind, problem string) error {
+	return &FieldError{Field: d.pathString(), Problem: problem, Kind: kind}
+}
+
+func (d *decoder) failf(kind, format string, args ...any) error {
+	return d.fail(kind, fmt.Sprintf(format, args...))
+}
+
+// syntax reports a grammar error in the typed pass, which the first pass
+// makes unreachable (kept so a bug shows as malformed, not as a panic).
+func (d *decoder) syntax(err error) error {
+	return d.failf("malformed", "malformed JSON: %v", err)
+}
+
+// read returns the next token, mapping grammar errors.
+func (d *decoder) read() (jsontext.Token, error) {
+	tok, err := d.dec.ReadToken()
 	if err != nil {
-		return nil, err
+		return tok, d.syntax(err)
 	}
-	if _, err := dec.Token(); err != io.EOF {
-		return nil, &FieldError{Problem: "trailing data after the JSON value", Kind: "malformed"}
-	}
-	return n, nil
+	return tok, nil
 }
 
-func parseValue(dec *json.Decoder, path string) (*node, error) {
-	tok, err := dec.Token()
+// open reads the next token, which must begin an object or array (want),
+// and enforces MaxDepth.
+func (d *decoder) open(want jsontext.Kind, describe string) error {
+	if k := d.dec.PeekKind(); k != want {
+		if k == 0 {
+			_, err := d.dec.ReadToken()
+			return d.syntax(err)
+		}
+		return d.typeErr(describe, k)
+	}
+	if _, err := d.read(); err != nil {
+		return err
+	}
+	if d.dec.StackDepth() > MaxDepth {
+		return d.failf("too_deep", "nesting deeper than %d levels", MaxDepth)
+	}
+	return nil
+}
+
+// more reports whether the object or array being read has another member,
+// consuming its end when it has not.
+func (d *decoder) more() (bool, error) {
+	switch d.dec.PeekKind() {
+	case '}', ']':
+		_, err := d.read()
+		return false, err
+	case 0:
+		_, err := d.dec.ReadToken()
+		return false, d.syntax(err)
+	}
+	return true, nil
+}
+
+var kindNames = map[jsontext.Kind]string{'{': "object", '[': "array", '"': "string", '0': "number", 't': "boolean", 'f': "boolean", 'n': "null"}
+
+func (d *decoder) typeErr(want string, got jsontext.Kind) error {
+	return d.failf("type", "expected %s, got %s", want, kindNames[got])
+}
+
+// scalar reads the next token, which must be of one of the kinds (want
+// describes them for the error).
+func (d *decoder) scalar(want string, kinds ...jsontext.Kind) (jsontext.Token, error) {
+	k := d.dec.PeekKind()
+	if k == 0 {
+		_, err := d.dec.ReadToken()
+		return jsontext.Token{}, d.syntax(err)
+	}
+	if !slices.Contains(kinds, k) {
+		return jsontext.Token{}, d.typeErr(want, k)
+	}
+	return d.read()
+}
+
+// raw copies the next value as sent, for a later strict decode (Object,
+// json.RawMessage); the first pass has checked its syntax and depth.
+func (d *decoder) raw() ([]byte, error) {
+	v, err := d.dec.ReadValue()
 	if err != nil {
-		if errors.Is(err, io.EOF) {
-			err = io.ErrUnexpectedEOF
-		}
-		return nil, &FieldError{Field: path, Problem: "malformed JSON: " + err.Error(), Kind: "malformed"}
+		return nil, d.syntax(err)
 	}
-	switch t := tok.(type) {
-	case json.Delim:
-		switch t {
-		case '{':
-			n := &node{kind: '{'}
-			seen := map[string]bool{}
-			for dec.More() {
-				kt, err := dec.Token()
-				if err != nil {
-					return nil, &FieldError{Field: path, Problem: "malformed JSON: " + err.Error(), Kind: "malformed"}
-				}
-				key, ok := kt.(string)
-				if !ok {
-					return nil, &FieldError{Field: path, Problem: "malformed JSON object", Kind: "malformed"}
-				}
-				kp := join(path, key)
-				if seen[key] {
-					return nil, &FieldError{Field: kp, Problem: "duplicate key", Kind: "duplicate_key"}
-				}
-				seen[key] = true
-				v, err := parseValue(dec, kp)
-				if err != nil {
-					return nil, err
-				}
-				n.keys = append(n.keys, key)
-				n.vals = append(n.vals, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, &FieldError{Field: path, Problem: "malformed JSON: " + err.Error(), Kind: "malformed"}
-			}
-			return n, nil
-		case '[':
-			n := &node{kind: '['}
-			for i := 0; dec.More(); i++ {
-				v, err := parseValue(dec, fmt.Sprintf("%s[%d]", path, i))
-				if err != nil {
-					return nil, err
-				}
-				n.elems = append(n.elems, v)
-			}
-			if _, err := dec.Token(); err != nil {
-				return nil, &FieldError{Field: path, Problem: "malformed JSON: " + err.Error(), Kind: "malformed"}
-			}
-			return n, nil
-		}
-	case string:
-		return &node{kind: 's', str: t}, nil
-	case json.Number:
-		return &node{kind: 'n', str: string(t)}, nil
-	case bool:
-		return &node{kind: 'b', b: t}, nil
-	case nil:
-		return &node{kind: '0'}, nil
-	}
-	return nil, &FieldError{Field: path, Problem: "malformed JSON", Kind: "malformed"}
+	return bytes.Clone(v), nil
 }
-
-func (n *node) encode(buf *bytes.Buffer) {
-	switch n.kind {
-	case '{':
-		buf.WriteByte('{')
-		for i, k := range n.keys {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			kb, _ := json.Marshal(k)
-			buf.Write(kb)
-			buf.WriteByte(':')
-			n.vals[i].encode(buf)
-		}
-		buf.WriteByte('}')
-	case '[':
-		buf.WriteByte('[')
-		for i, e := range n.elems {
-			if i > 0 {
-				buf.WriteByte(',')
-			}
-			e.encode(buf)
-		}
-		buf.WriteByte(']')
-	case 's':
-		sb, _ := json.Marshal(n.str)
-		buf.Write(sb)
-	case 'n':
-		buf.WriteString(n.str)
-	case 'b':
-		buf.WriteString(strconv.FormatBool(n.b))
-	default:
-		buf.WriteString("null")
-	}
-}
-
-// joinPath prefixes a relative JSON path ("a.b", "[0].c" or "").
-func joinPath(prefix, rel string) string {
-	if rel == "" || strings.HasPrefix(rel, "[") {
-		return prefix + rel
-	}
-	return prefix + "." + rel
-}
-
-func join(path, key string) string {
-	if path == "" {
-		return key
-	}
-	return path + "." + key
-}
-
-// ---- assignment: walk the tree against the Go type ----
 
 type options struct {
-	required  bool
-	hasMin    bool
-	hasMax    bool
-	min, max  int64
-	pattern   string
-	doc       string
-	omitEmpty bool
+	required bool
+	hasMin   bool
+	hasMax   bool
+	min, max int64
+	pattern  string
+	doc      string
 }
 
 func parseTag(tag string) options {
@@ -283,154 +423,251 @@ var (
 	timeType   = reflect.TypeFor[time.Time]()
 	objectType = reflect.TypeFor[Object]()
 	rawType    = reflect.TypeFor[json.RawMessage]()
-	intLiteral = regexp.MustCompile(`^-?(0|[1-9][0-9]*)$`)
 )
 
-func typeErr(path, want string, n *node) error {
-	got := map[byte]string{'{': "object", '[': "array", 's': "string", 'n': "number", 'b': "boolean", '0': "null"}[n.kind]
-	return &FieldError{Field: path, Problem: fmt.Sprintf("expected %s, got %s", want, got), Kind: "type"}
+// isIntLiteral reports whether a JSON number is written as an integer: no
+// fraction, no exponent (7.0 and 7e0 are not integers here).
+func isIntLiteral(lit string) bool {
+	lit = strings.TrimPrefix(lit, "-")
+	if lit == "" || (lit[0] == '0' && len(lit) > 1) {
+		return false
+	}
+	for i := 0; i < len(lit); i++ {
+		if lit[i] < '0' || lit[i] > '9' {
+			return false
+		}
+	}
+	return true
 }
 
-func constraint(path, format string, args ...any) error {
-	return &FieldError{Field: path, Problem: fmt.Sprintf(format, args...), Kind: "constraint"}
+func (d *decoder) constraint(format string, args ...any) error {
+	return d.failf("constraint", format, args...)
 }
 
-func assign(n *node, v reflect.Value, path string, o options) error {
+// value decodes the next JSON value into v (o: the field's tag options).
+func (d *decoder) value(v reflect.Value, o options) error {
 	t := v.Type()
 	if t.Kind() == reflect.Pointer {
-		if n.kind == '0' {
-			return typeErr(path, describeType(t.Elem()), n)
+		if d.dec.PeekKind() == 'n' {
+			return d.typeErr(describeType(t.Elem()), 'n')
 		}
 		p := reflect.New(t.Elem())
-		if err := assign(n, p.Elem(), path, o); err != nil {
+		if err := d.value(p.Elem(), o); err != nil {
 			return err
 		}
 		v.Set(p)
 		return nil
 	}
-	switch {
-	case t == timeType:
-		if n.kind != 's' {
-			return typeErr(path, "RFC 3339 time string", n)
-		}
-		ts, err := ParseTime(n.str)
+	switch t {
+	case timeType:
+		tok, err := d.scalar("RFC 3339 time string", '"')
 		if err != nil {
-			return constraint(path, "must be an RFC 3339 time with a Z or an offset")
+			return err
+		}
+		ts, err := ParseTime(tok.String())
+		if err != nil {
+			return d.constraint("must be an RFC 3339 time with a Z or an offset")
 		}
 		v.Set(reflect.ValueOf(ts))
 		return nil
-	case t == objectType:
-		if n.kind != '{' {
-			return typeErr(path, "object", n)
+	case objectType, rawType:
+		switch k := d.dec.PeekKind(); {
+		case t == objectType && k != '{':
+			if k == 0 {
+				_, err := d.dec.ReadToken()
+				return d.syntax(err)
+			}
+			return d.typeErr("object", k)
+		case k == 'n':
+			return d.typeErr("value", k)
 		}
-		var buf bytes.Buffer
-		n.encode(&buf)
-		v.SetBytes(buf.Bytes())
-		return nil
-	case t == rawType:
-		if n.kind == '0' {
-			return typeErr(path, "value", n)
+		b, err := d.raw()
+		if err != nil {
+			return err
 		}
-		var buf bytes.Buffer
-		n.encode(&buf)
-		v.SetBytes(buf.Bytes())
+		v.SetBytes(b)
 		return nil
 	}
 	switch t.Kind() {
 	case reflect.Struct:
-		return assignStruct(n, v, path)
+		return d.object(v)
 	case reflect.String:
-		if n.kind != 's' {
-			return typeErr(path, "string", n)
+		tok, err := d.scalar("string", '"')
+		if err != nil {
+			return err
 		}
-		if o.hasMax && int64(utf8.RuneCountInString(n.str)) > o.max {
-			return constraint(path, "must be at most %d characters", o.max)
+		s := tok.String()
+		if o.hasMax && int64(utf8.RuneCountInString(s)) > o.max {
+			return d.constraint("must be at most %d characters", o.max)
 		}
-		if o.hasMin && int64(utf8.RuneCountInString(n.str)) < o.min {
-			return constraint(path, "must be at least %d characters", o.min)
+		if o.hasMin && int64(utf8.RuneCountInString(s)) < o.min {
+			return d.constraint("must be at least %d characters", o.min)
 		}
-		if o.pattern != "" && !pattern(o.pattern).MatchString(n.str) {
-			return constraint(path, "must match %s", pattern(o.pattern))
+		if o.pattern != "" && !pattern(o.pattern).MatchString(s) {
+			return d.constraint("must match %s", pattern(o.pattern))
 		}
-		v.SetString(n.str)
+		v.SetString(s)
 		return nil
 	case reflect.Int, reflect.Int64, reflect.Int32:
-		if n.kind != 'n' || !intLiteral.MatchString(n.str) {
-			return typeErr(path, "integer", n)
+		tok, err := d.scalar("integer", '0')
+		if err != nil {
+			return err
 		}
-		i, err := strconv.ParseInt(n.str, 10, 64)
+		lit := tok.String()
+		if !isIntLiteral(lit) {
+			return d.fail("type", "expected integer, got number")
+		}
+		i, err := strconv.ParseInt(lit, 10, 64)
 		if err != nil || v.OverflowInt(i) {
-			return constraint(path, "integer out of range")
+			return d.constraint("integer out of range")
 		}
 		if o.hasMin && i < o.min {
-			return constraint(path, "must be at least %d", o.min)
+			return d.constraint("must be at least %d", o.min)
 		}
 		if o.hasMax && i > o.max {
-			return constraint(path, "must be at most %d", o.max)
+			return d.constraint("must be at most %d", o.max)
 		}
 		v.SetInt(i)
 		return nil
 	case reflect.Bool:
-		if n.kind != 'b' {
-			return typeErr(path, "boolean", n)
+		tok, err := d.scalar("boolean", 't', 'f')
+		if err != nil {
+			return err
 		}
-		v.SetBool(n.b)
+		v.SetBool(tok.Bool())
 		return nil
 	case reflect.Slice:
-		if n.kind != '[' {
-			return typeErr(path, "array", n)
-		}
-		if o.hasMax && int64(len(n.elems)) > o.max {
-			return constraint(path, "must have at most %d elements", o.max)
-		}
-		if o.hasMin && int64(len(n.elems)) < o.min {
-			return constraint(path, "must have at least %d elements", o.min)
-		}
-		s := reflect.MakeSlice(t, len(n.elems), len(n.elems))
-		for i, e := range n.elems {
-			if err := assign(e, s.Index(i), fmt.Sprintf("%s[%d]", path, i), options{}); err != nil {
-				return err
-			}
-		}
-		v.Set(s)
-		return nil
+		return d.array(v, o)
 	case reflect.Map:
-		if n.kind != '{' {
-			return typeErr(path, "object", n)
-		}
-		if t.Key().Kind() != reflect.String {
-			panic("strictjson: map keys must be strings")
-		}
-		if o.hasMax && int64(len(n.keys)) > o.max {
-			return constraint(path, "must have at most %d entries", o.max)
-		}
-		if o.hasMin && int64(len(n.keys)) < o.min {
-			return constraint(path, "must have at least %d entries", o.min)
-		}
-		m := reflect.MakeMapWithSize(t, len(n.keys))
-		elemOpts := options{}
-		if o.pattern != "" {
-			// For maps, pattern constrains the keys and min/max the count.
-			for _, k := range n.keys {
-				if !pattern(o.pattern).MatchString(k) {
-					return constraint(join(path, k), "key must match %s", pattern(o.pattern))
-				}
-			}
-		}
-		if et := t.Elem(); et.Kind() == reflect.Int || et.Kind() == reflect.Int64 {
-			elemOpts = mapValueOptions(v)
-		}
-		for i, k := range n.keys {
-			ev := reflect.New(t.Elem()).Elem()
-			if err := assign(n.vals[i], ev, join(path, k), elemOpts); err != nil {
-				return err
-			}
-			m.SetMapIndex(reflect.ValueOf(k).Convert(t.Key()), ev)
-		}
-		v.Set(m)
-		return nil
+		return d.mapping(v, o)
 	}
 	panic("strictjson: unsupported type " + t.String())
+}
+
+// array decodes a JSON array into slice v, refusing it as soon as it holds
+// more elements than o allows.
+func (d *decoder) array(v reflect.Value, o options) error {
+	if err := d.open('[', "array"); err != nil {
+		return err
+	}
+	s := reflect.MakeSlice(v.Type(), 0, 0)
+	for i := 0; ; i++ {
+		more, err := d.more()
+		if err != nil {
+			return err
+		}
+		if !more {
+			break
+		}
+		if o.hasMax && int64(i) >= o.max {
+			return d.constraint("must have at most %d elements", o.max)
+		}
+		s = reflect.Append(s, reflect.New(v.Type().Elem()).Elem())
+		d.push(segment{index: i})
+		if err := d.value(s.Index(i), options{}); err != nil {
+			return err
+		}
+		d.pop()
+	}
+	if o.hasMin && int64(s.Len()) < o.min {
+		return d.constraint("must have at least %d elements", o.min)
+	}
+	v.Set(s)
+	return nil
+}
+
+// mapping decodes a JSON object into map v. For maps, the tag's pattern
+// constrains the keys and min/max the number of entries.
+func (d *decoder) mapping(v reflect.Value, o options) error {
+	t := v.Type()
+	if t.Key().Kind() != reflect.String {
+		panic("strictjson: map keys must be strings")
+	}
+	if err := d.open('{', "object"); err != nil {
+		return err
+	}
+	elemOpts := options{}
+	if et := t.Elem(); et.Kind() == reflect.Int || et.Kind() == reflect.Int64 {
+		elemOpts = mapValueOptions(v)
+	}
+	m := reflect.MakeMap(t)
+	for {
+		more, err := d.more()
+		if err != nil {
+			return err
+		}
+		if !more {
+			break
+		}
+		if o.hasMax && int64(m.Len()) >= o.max {
+			return d.constraint("must have at most %d entries", o.max)
+		}
+		tok, err := d.read()
+		if err != nil {
+			return err
+		}
+		k := tok.String()
+		d.push(segment{name: k, index: -1})
+		if o.pattern != "" && !pattern(o.pattern).MatchString(k) {
+			return d.constraint("key must match %s", pattern(o.pattern))
+		}
+		ev := reflect.New(t.Elem()).Elem()
+		if err := d.value(ev, elemOpts); err != nil {
+			return err
+		}
+		d.pop()
+		m.SetMapIndex(reflect.ValueOf(k).Convert(t.Key()), ev)
+	}
+	if o.hasMin && int64(m.Len()) < o.min {
+		return d.constraint("must have at least %d entries", o.min)
+	}
+	v.Set(m)
+	return nil
+}
+
+// object decodes a JSON object into struct v: every member must be a field,
+// every required field present.
+func (d *decoder) object(v reflect.Value) error {
+	if err := d.open('{', "object"); err != nil {
+		return err
+	}
+	st := structOf(v.Type())
+	var present []bool
+	for {
+		more, err := d.more()
+		if err != nil {
+			return err
+		}
+		if !more {
+			break
+		}
+		tok, err := d.read()
+		if err != nil {
+			return err
+		}
+		name := tok.String()
+		d.push(segment{name: name, index: -1})
+		fi, ok := st.byName[name]
+		if !ok {
+			return d.fail("unknown_field", "unknown field")
+		}
+		if present == nil {
+			present = make([]bool, len(st.fields))
+		}
+		present[fi] = true
+		f := st.fields[fi]
+		if err := d.value(v.FieldByIndex(f.index), f.opts); err != nil {
+			return err
+		}
+		d.pop()
+	}
+	for i, f := range st.fields {
+		if f.opts.required && (present == nil || !present[i]) {
+			d.push(segment{name: f.name, index: -1})
+			return d.fail("required", "is required")
+		}
+	}
+	return nil
 }
 
 // mapValueOptions lets a named map type declare bounds for its values with a
@@ -450,13 +687,22 @@ type fieldInfo struct {
 	typ   reflect.Type
 }
 
-var fieldCache sync.Map // reflect.Type -> []fieldInfo
+// structInfo is a struct type's JSON fields, in declaration order, and an
+// index by name.
+type structInfo struct {
+	fields []fieldInfo
+	byName map[string]int
+}
 
-func fields(t reflect.Type) []fieldInfo {
+var fieldCache sync.Map // reflect.Type -> *structInfo
+
+func fields(t reflect.Type) []fieldInfo { return structOf(t).fields }
+
+func structOf(t reflect.Type) *structInfo {
 	if f, ok := fieldCache.Load(t); ok {
-		return f.([]fieldInfo)
+		return f.(*structInfo)
 	}
-	var out []fieldInfo
+	st := &structInfo{byName: map[string]int{}}
 	var walk func(t reflect.Type, index []int)
 	walk = func(t reflect.Type, index []int) {
 		for i := 0; i < t.NumField(); i++ {
@@ -473,40 +719,21 @@ func fields(t reflect.Type) []fieldInfo {
 			if name == "" {
 				name = sf.Name
 			}
-			out = append(out, fieldInfo{name: name, index: idx, opts: parseTag(sf.Tag.Get("bc")), typ: sf.Type})
+			st.byName[name] = len(st.fields)
+			st.fields = append(st.fields, fieldInfo{name: name, index: idx, opts: parseTag(sf.Tag.Get("bc")), typ: sf.Type})
 		}
 	}
 	walk(t, nil)
-	fieldCache.Store(t, out)
-	return out
+	fieldCache.Store(t, st)
+	return st
 }
 
-func assignStruct(n *node, v reflect.Value, path string) error {
-	if n.kind != '{' {
-		return typeErr(path, "object", n)
+// join appends a member name to a dotted path.
+func join(path, key string) string {
+	if path == "" {
+		return key
 	}
-	fs := fields(v.Type())
-	byName := make(map[string]int, len(fs))
-	for i, f := range fs {
-		byName[f.name] = i
-	}
-	present := make([]bool, len(fs))
-	for i, k := range n.keys {
-		fi, ok := byName[k]
-		if !ok {
-			return &FieldError{Field: join(path, k), Problem: "unknown field", Kind: "unknown_field"}
-		}
-		present[fi] = true
-		if err := assign(n.vals[i], v.FieldByIndex(fs[fi].index), join(path, k), fs[fi].opts); err != nil {
-			return err
-		}
-	}
-	for i, f := range fs {
-		if f.opts.required && !present[i] {
-			return &FieldError{Field: join(path, f.name), Problem: "is required", Kind: "required"}
-		}
-	}
-	return nil
+	return path + "." + key
 }
 
 var rfc3339 = regexp.MustCompile(`^\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(\.\d{1,9})?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$`)

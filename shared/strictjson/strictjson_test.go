@@ -496,7 +496,7 @@ func TestDecodeTimes(t *testing.T) {
 func TestDecodeObject(t *testing.T) {
 	ok := []struct{ name, in, want string }{
 		{"empty", `{}`, `{}`},
-		{"compacted, key order kept", "{ \"b\" : 1 ,\n \"a\" : [ true , null , \"x\" ] }", `{"b":1,"a":[true,null,"x"]}`},
+		{"kept as sent", "{ \"b\" : 1 ,\n \"a\" : [ true , null , \"x\" ] }", "{ \"b\" : 1 ,\n \"a\" : [ true , null , \"x\" ] }"},
 		{"number literals kept", `{"n":1.50,"e":7e0,"big":123456789012345678901234567890}`, `{"n":1.50,"e":7e0,"big":123456789012345678901234567890}`},
 		{"nested objects", `{"a":{"b":{"c":"d"}},"x":false}`, `{"a":{"b":{"c":"d"}},"x":false}`},
 		{"null members kept", `{"a":null}`, `{"a":null}`},
@@ -574,7 +574,7 @@ func TestDecodeObject(t *testing.T) {
 		if err := strictjson.Decode([]byte(doc(`"raw":[1, "two" ,{"3":true}]`)), &v, ""); err != nil {
 			t.Fatalf("Decode = %v", err)
 		}
-		if string(v.Raw) != `[1,"two",{"3":true}]` {
+		if string(v.Raw) != `[1, "two" ,{"3":true}]` {
 			t.Errorf("Raw = %s", v.Raw)
 		}
 	})
@@ -666,7 +666,7 @@ func TestDecodeSuccess(t *testing.T) {
 		Counts:   counts{"gpu": 4},
 		Window:   window{End: time.Date(2025, 1, 2, 0, 0, 0, 0, time.UTC)},
 		When:     time.Date(2025, 1, 1, 0, 0, 0, 25e7, time.UTC),
-		Doc:      strictjson.Object(`{"k":[1]}`),
+		Doc:      strictjson.Object(`{"k": [1]}`),
 		Raw:      json.RawMessage(`"s"`),
 		NoTag:    "n",
 	}
@@ -770,5 +770,42 @@ func TestDescribe(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("field %d:\n got %+v\nwant %+v", i, got[i], want[i])
 		}
+	}
+}
+
+// TestDecodeDepth: MaxDepth levels decode, one more is too_deep at the path
+// where the limit was crossed, whatever the shape and wherever it is.
+func TestDecodeDepth(t *testing.T) {
+	nest := func(levels int, open, inner, close string) string {
+		return strings.Repeat(open, levels) + inner + strings.Repeat(close, levels)
+	}
+	// doc and raw sit one level below the root object.
+	within := strictjson.MaxDepth - 1
+	for _, tc := range []struct {
+		name string
+		in   string
+	}{
+		{"arrays in raw", doc(`"raw":` + nest(within, "[", "", "]"))},
+		{"objects in doc", doc(`"doc":` + nest(within-1, `{"a":`, "{}", "}"))},
+	} {
+		t.Run(tc.name+" at the limit", func(t *testing.T) {
+			var v input
+			if err := strictjson.Decode([]byte(tc.in), &v, ""); err != nil {
+				t.Fatalf("Decode = %v", err)
+			}
+		})
+	}
+	deepPath := "doc" + strings.Repeat(".a", within)
+	for _, tc := range []errCase{
+		{"arrays in raw", doc(`"raw":` + nest(within+1, "[", "", "]")), "raw" + strings.Repeat("[0]", within), "too_deep", "nesting deeper than 64"},
+		{"objects in doc", doc(`"doc":` + nest(within, `{"a":`, "{}", "}")), deepPath, "too_deep", "nesting deeper than 64"},
+		{"100,000 arrays at the root", nest(100_000, "[", "", "]"), strings.Repeat("[0]", strictjson.MaxDepth), "too_deep", ""},
+		{"too deep beats a later syntax error", nest(100, "[", "", "]") + "x", anyField, "too_deep", ""},
+		{"a syntax error before the limit wins", "[[x" + nest(100, "[", "", "]"), anyField, "malformed", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var v input
+			checkFieldError(t, strictjson.Decode([]byte(tc.in), &v, ""), tc)
+		})
 	}
 }
