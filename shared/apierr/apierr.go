@@ -58,8 +58,8 @@ func HTTPStatus(c Code) int {
 
 // Error is an API error: a code, a message safe to show, and details.
 type Error struct {
-	Code    Code           `json:"code"`
-	Message string         `json:"message"`
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
 	// Details is always encoded: an empty object when there is nothing to
 	// add (SPEC §2).
 	Details map[string]any `json:"details"`
