@@ -17,11 +17,29 @@ import (
 )
 
 // Release items live in one partition: the channel head (the latest
-// sequence and the version and digest that claimed it) and one item per
-// version, ordered by sequence through the `ordered` LSI.
+// claimed sequence and the version and digest that claimed it) and one item
+// per version, ordered by sequence through the `ordered` LSI once recorded.
 const (
 	releasePK   = "RELEASE"
 	releaseHead = "#HEAD"
+
+	// A version's item is pending from the first write of a registration
+	// until that registration claims the head (then recorded) or is refused
+	// (then refused, and overwritable). Only recorded items carry lsk, so
+	// lists never see the others.
+	relPending  = "pending"
+	relRecorded = "recorded"
+	relRefused  = "refused"
+
+	// ClaimWithin bounds how long after its pending write a registration
+	// may still claim the head; PendingStale is when any other registration
+	// may repair a pending item (commit it if the head holds it, else
+	// refuse it). The gap keeps a slow claimant and a repair from ever
+	// acting on the same item.
+	ClaimWithin  = time.Minute
+	PendingStale = 2 * time.Minute
+	// RefusedRetention: refused items are deleted by TTL after this.
+	RefusedRetention = 24 * time.Hour
 )
 
 func releaseSK(version string) string { return "V#" + version }
@@ -29,16 +47,43 @@ func releaseSK(version string) string { return "V#" + version }
 // seqKey orders sequences as strings: 16 digits cover 2^53−1.
 func seqKey(seq int64) string { return fmt.Sprintf("%016d", seq) }
 
+// Fault points of Register (Releases.Faults), after each write.
+const (
+	FaultReleasePending   = "release.pending"
+	FaultReleaseClaimed   = "release.claimed"
+	FaultReleaseCommitted = "release.committed"
+)
+
 // Releases is the rollout.Store on DynamoDB.
 type Releases struct {
 	DB    *dynamodb.Client
 	Table string
+	Now   func() time.Time // nil: time.Now
+	// Faults is a test-only hook (nil in production): called after each
+	// write of Register; an error stops it there as a crash would.
+	Faults func(point string) error
+}
+
+func (s *Releases) now() time.Time {
+	if s.Now == nil {
+		return time.Now().UTC()
+	}
+	return s.Now().UTC()
+}
+
+func (s *Releases) fault(point string) error {
+	if s.Faults == nil {
+		return nil
+	}
+	return s.Faults(point)
 }
 
 type releaseItem struct {
 	PK           string           `dynamodbav:"pk"`
 	SK           string           `dynamodbav:"sk"`
-	LSK          string           `dynamodbav:"lsk"`
+	LSK          string           `dynamodbav:"lsk,omitempty"`
+	State        string           `dynamodbav:"state"`
+	PendingAt    time.Time        `dynamodbav:"pendingAt"`
 	Version      string           `dynamodbav:"version"`
 	Sequence     int64            `dynamodbav:"seq"`
 	Digest       string           `dynamodbav:"dig"`
@@ -54,133 +99,284 @@ func (it releaseItem) release() rollout.Release {
 		ManifestDigest: it.Digest, Signers: it.Signers, RegisteredAt: it.RegisteredAt.UTC(), RegisteredBy: it.RegisteredBy}
 }
 
-// Register claims the channel head, then writes the release item: 2 round
-// trips on the happy path. A failed condition is classified by one
-// consistent read of the version's item.
+// head is the channel head's claim.
+type head struct {
+	Seq int64  `dynamodbav:"seq"`
+	Ver string `dynamodbav:"ver"`
+	Dig string `dynamodbav:"dig"`
+}
+
+func (h head) holds(seq int64, ver, dig string) bool {
+	return h.Seq == seq && h.Ver == ver && h.Dig == dig
+}
+
+// Register records r (SPEC §4.1, §5), in three single-item conditional
+// writes, each idempotent:
+//
+//  1. put the version's item as pending, if the version is new (or only
+//     refused before). The version check happens here, before the head is
+//     touched: a registration refused as CONFLICT never moves the head.
+//  2. claim the head: seq < r.Sequence, or the head already holds this very
+//     claim (a retry). This is the commit point: the release is registered
+//     once its claim is on the head; a lower or equal sequence is a
+//     rollback, and its pending item is refused.
+//  3. mark the item recorded (it gets its lsk and shows in lists).
+//
+// Whatever crashes where, the head never stays above the highest recorded
+// release: a claim whose step 3 did not happen is completed by the next
+// registration — the winner of the next claim records the head it replaced
+// (step 2 returns it), and a refused claim records the head it ran into.
+// A pending item that never claimed blocks only its own version, until a
+// registration of that version finds it stale and refuses it.
 func (s *Releases) Register(ctx context.Context, r rollout.Release) (rollout.Release, bool, error) {
-	seq := expression.Name("seq")
-	ver := expression.Name("ver")
-	dig := expression.Name("dig")
-	s1, v1, d1 := expression.Value(r.Sequence), expression.Value(r.Version), expression.Value(r.ManifestDigest)
+	for attempt := 0; ; attempt++ {
+		stored, replayed, retry, err := s.register(ctx, r)
+		if !retry || attempt == 2 {
+			return stored, replayed, err
+		}
+	}
+}
+
+func (s *Releases) register(ctx context.Context, r rollout.Release) (stored rollout.Release, replayed, retry bool, err error) {
+	it := releaseItem{PK: releasePK, SK: releaseSK(r.Version), State: relPending, PendingAt: s.now(), Version: r.Version,
+		Sequence: r.Sequence, Digest: r.ManifestDigest, Binaries: r.Binaries, Expires: r.Expires, Signers: r.Signers,
+		RegisteredAt: r.RegisteredAt, RegisteredBy: r.RegisteredBy}
+	err = s.putPending(ctx, it)
+	switch {
+	case isConditionFailed(err):
+		cur, ok, gerr := s.item(ctx, r.Version)
+		if gerr != nil {
+			return rollout.Release{}, false, false, gerr
+		}
+		if !ok {
+			return rollout.Release{}, false, true, nil // gone between the two reads: again
+		}
+		switch {
+		case cur.State == relRecorded && cur.Sequence == r.Sequence:
+			return cur.release(), true, false, nil
+		case cur.State == relRecorded:
+			return rollout.Release{}, false, false, conflict(r.Version, cur.Sequence)
+		case cur.State == relPending && cur.Sequence == r.Sequence && cur.Digest == r.ManifestDigest:
+			it = cur // this very registration, retried: carry on from its item
+		case cur.State == relPending && s.now().Sub(cur.PendingAt) >= PendingStale:
+			if err := s.repair(ctx, cur); err != nil {
+				return rollout.Release{}, false, false, err
+			}
+			return rollout.Release{}, false, true, nil
+		case cur.State == relPending:
+			return rollout.Release{}, false, false, apierr.New(apierr.Conflict,
+				"version %s is being registered with sequence %d", r.Version, cur.Sequence).
+				With("version", r.Version).With("sequence", cur.Sequence)
+		default: // refused: overwritable, raced with another refusal
+			return rollout.Release{}, false, true, nil
+		}
+	case err != nil:
+		return rollout.Release{}, false, false, apierr.Dependency("dynamodb", err)
+	default:
+		if err := s.fault(FaultReleasePending); err != nil {
+			return rollout.Release{}, false, false, err
+		}
+	}
+
+	if s.now().Sub(it.PendingAt) >= ClaimWithin {
+		// Too late to claim: a repair may act on this item soon. Unless the
+		// head already holds it (a crash after the claim), start afresh.
+		h, err := s.head(ctx)
+		if err != nil {
+			return rollout.Release{}, false, false, err
+		}
+		if h.holds(it.Sequence, it.Version, it.Digest) {
+			return s.commit(ctx, it)
+		}
+		if err := s.refuse(ctx, it); err != nil {
+			return rollout.Release{}, false, false, err
+		}
+		return rollout.Release{}, false, true, nil
+	}
+	old, err := s.claim(ctx, it)
+	if isConditionFailed(err) {
+		h, err := s.head(ctx)
+		if err != nil {
+			return rollout.Release{}, false, false, err
+		}
+		// The head's own release is recorded as of its claim: finish it if
+		// its registration did not (or has not yet).
+		if err := s.recordHead(ctx, h); err != nil {
+			return rollout.Release{}, false, false, err
+		}
+		if err := s.refuse(ctx, it); err != nil {
+			return rollout.Release{}, false, false, err
+		}
+		return rollout.Release{}, false, false, apierr.Invalid("rollback", "manifest.payload.sequence",
+			"sequence %d is not above the latest registered sequence %d (a rollback of the release channel)", r.Sequence, h.Seq).
+			With("latestSequence", h.Seq)
+	}
+	if err != nil {
+		return rollout.Release{}, false, false, apierr.Dependency("dynamodb", err)
+	}
+	if err := s.fault(FaultReleaseClaimed); err != nil {
+		return rollout.Release{}, false, false, err
+	}
+	if old != nil && !old.holds(it.Sequence, it.Version, it.Digest) {
+		if err := s.recordHead(ctx, *old); err != nil {
+			return rollout.Release{}, false, false, err
+		}
+	}
+	return s.commit(ctx, it)
+}
+
+func conflict(version string, seq int64) error {
+	return apierr.New(apierr.Conflict, "version %s is already registered with sequence %d", version, seq).
+		With("version", version).With("sequence", seq)
+}
+
+// putPending is step 1.
+func (s *Releases) putPending(ctx context.Context, it releaseItem) error {
+	av, err := attributevalue.MarshalMap(it)
+	if err != nil {
+		return err
+	}
+	cond := expression.AttributeNotExists(expression.Name(schema.AttrPK)).
+		Or(expression.Name("state").Equal(expression.Value(relRefused)))
+	e, err := expression.NewBuilder().WithCondition(cond).Build()
+	if err != nil {
+		return err
+	}
+	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: av,
+		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()})
+	return err
+}
+
+// claim is step 2; it returns the head it replaced (nil if there was none).
+func (s *Releases) claim(ctx context.Context, it releaseItem) (*head, error) {
+	seq, ver, dig := expression.Name("seq"), expression.Name("ver"), expression.Name("dig")
+	s1, v1, d1 := expression.Value(it.Sequence), expression.Value(it.Version), expression.Value(it.Digest)
 	cond := expression.AttributeNotExists(seq).
 		Or(seq.LessThan(s1)).
 		Or(seq.Equal(s1).And(ver.Equal(v1)).And(dig.Equal(d1))) // a retry after a crash continues
-	upd := expression.Set(seq, s1).Set(ver, v1).Set(dig, d1)
-	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
+	e, err := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.Set(seq, s1).Set(ver, v1).Set(dig, d1)).Build()
 	if err != nil {
-		return rollout.Release{}, false, err
+		return nil, err
 	}
-	head, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{
-		TableName:                 aws.String(s.Table),
-		Key:                       key(releasePK, releaseHead),
-		ConditionExpression:       expr.Condition(),
-		UpdateExpression:          expr.Update(),
-		ExpressionAttributeNames:  expr.Names(),
-		ExpressionAttributeValues: expr.Values(),
-		ReturnValues:              types.ReturnValueUpdatedOld,
-	})
-	if isConditionFailed(err) {
-		return s.classify(ctx, r)
+	// The claim must land before a repair may judge the item stale.
+	cctx, cancel := context.WithTimeout(ctx, it.PendingAt.Add(PendingStale-ClaimWithin/2).Sub(s.now()))
+	defer cancel()
+	out, err := s.DB.UpdateItem(cctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.Table), Key: key(releasePK, releaseHead),
+		ConditionExpression: e.Condition(), UpdateExpression: e.Update(),
+		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ReturnValues: types.ReturnValueUpdatedOld})
+	if err != nil || len(out.Attributes) == 0 {
+		return nil, err
 	}
-	if err != nil {
-		return rollout.Release{}, false, apierr.Dependency("dynamodb", err)
+	var h head
+	if err := attributevalue.UnmarshalMap(out.Attributes, &h); err != nil {
+		return nil, err
 	}
-
-	item := releaseItem{PK: releasePK, SK: releaseSK(r.Version), LSK: seqKey(r.Sequence), Version: r.Version,
-		Sequence: r.Sequence, Digest: r.ManifestDigest, Binaries: r.Binaries, Expires: r.Expires, Signers: r.Signers,
-		RegisteredAt: r.RegisteredAt, RegisteredBy: r.RegisteredBy}
-	av, err := attributevalue.MarshalMap(item)
-	if err != nil {
-		return rollout.Release{}, false, err
-	}
-	pcond := expression.AttributeNotExists(expression.Name(schema.AttrPK)).
-		Or(seq.Equal(s1).And(dig.Equal(d1)))
-	pexpr, err := expression.NewBuilder().WithCondition(pcond).Build()
-	if err != nil {
-		return rollout.Release{}, false, err
-	}
-	put, err := s.DB.PutItem(ctx, &dynamodb.PutItemInput{
-		TableName:                 aws.String(s.Table),
-		Item:                      av,
-		ConditionExpression:       pexpr.Condition(),
-		ExpressionAttributeNames:  pexpr.Names(),
-		ExpressionAttributeValues: pexpr.Values(),
-		ReturnValues:              types.ReturnValueAllOld,
-	})
-	if isConditionFailed(err) {
-		// The version exists with another sequence or payload: the head we
-		// claimed must not stand for a release that was never recorded.
-		stored, replayed, cerr := s.classify(ctx, r)
-		if !replayed {
-			s.restoreHead(ctx, r, head.Attributes)
-		}
-		return stored, replayed, cerr
-	}
-	if err != nil {
-		return rollout.Release{}, false, apierr.Dependency("dynamodb", err)
-	}
-	if len(put.Attributes) > 0 { // a racing identical registration wrote it first
-		var old releaseItem
-		if err := attributevalue.UnmarshalMap(put.Attributes, &old); err != nil {
-			return rollout.Release{}, false, err
-		}
-		return old.release(), true, nil
-	}
-	return item.release(), false, nil
+	return &h, nil
 }
 
-// classify decides what a failed condition meant, by one consistent read.
-func (s *Releases) classify(ctx context.Context, r rollout.Release) (rollout.Release, bool, error) {
-	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table),
-		Key: key(releasePK, releaseSK(r.Version)), ConsistentRead: aws.Bool(true)})
+// commit is step 3; an item a twin already recorded is a replay.
+func (s *Releases) commit(ctx context.Context, it releaseItem) (rollout.Release, bool, bool, error) {
+	err := s.mark(ctx, it.Version, it.Sequence, it.Digest, relRecorded)
+	if isConditionFailed(err) {
+		cur, ok, err := s.item(ctx, it.Version)
+		if err != nil {
+			return rollout.Release{}, false, false, err
+		}
+		if ok && cur.State == relRecorded && cur.Sequence == it.Sequence {
+			return cur.release(), true, false, nil
+		}
+		return rollout.Release{}, false, true, nil
+	}
 	if err != nil {
-		return rollout.Release{}, false, apierr.Dependency("dynamodb", err)
+		return rollout.Release{}, false, false, apierr.Dependency("dynamodb", err)
+	}
+	if err := s.fault(FaultReleaseCommitted); err != nil {
+		return rollout.Release{}, false, false, err
+	}
+	it.State = relRecorded
+	return it.release(), false, false, nil
+}
+
+// mark moves a pending item of (version, seq, dig) to recorded or refused.
+func (s *Releases) mark(ctx context.Context, version string, seq int64, dig, to string) error {
+	upd := expression.Set(expression.Name("state"), expression.Value(to))
+	if to == relRecorded {
+		upd = upd.Set(expression.Name(schema.AttrLSK), expression.Value(seqKey(seq)))
+	} else {
+		upd = upd.Set(expression.Name(schema.AttrTTL), expression.Value(s.now().Add(RefusedRetention).Unix()))
+	}
+	cond := expression.Name("state").Equal(expression.Value(relPending)).
+		And(expression.Name("seq").Equal(expression.Value(seq))).
+		And(expression.Name("dig").Equal(expression.Value(dig)))
+	e, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
+	if err != nil {
+		return err
+	}
+	_, err = s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.Table), Key: key(releasePK, releaseSK(version)),
+		ConditionExpression: e.Condition(), UpdateExpression: e.Update(),
+		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()})
+	return err
+}
+
+// refuse marks this registration's pending item refused (idempotent).
+func (s *Releases) refuse(ctx context.Context, it releaseItem) error {
+	if err := s.mark(ctx, it.Version, it.Sequence, it.Digest, relRefused); err != nil && !isConditionFailed(err) {
+		return apierr.Dependency("dynamodb", err)
+	}
+	return nil
+}
+
+// recordHead records the release a head claim stands for, if its item is
+// still pending (a no-op write otherwise).
+func (s *Releases) recordHead(ctx context.Context, h head) error {
+	if h.Ver == "" {
+		return nil
+	}
+	if err := s.mark(ctx, h.Ver, h.Seq, h.Dig, relRecorded); err != nil && !isConditionFailed(err) {
+		return apierr.Dependency("dynamodb", err)
+	}
+	return nil
+}
+
+// repair settles a stale pending item: recorded if the head holds it, else
+// refused.
+func (s *Releases) repair(ctx context.Context, it releaseItem) error {
+	h, err := s.head(ctx)
+	if err != nil {
+		return err
+	}
+	if h.holds(it.Sequence, it.Version, it.Digest) {
+		return s.recordHead(ctx, h)
+	}
+	return s.refuse(ctx, it)
+}
+
+// head reads the channel head consistently (zero if none).
+func (s *Releases) head(ctx context.Context) (head, error) {
+	var h head
+	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table),
+		Key: key(releasePK, releaseHead), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return h, apierr.Dependency("dynamodb", err)
+	}
+	if len(out.Item) > 0 {
+		err = attributevalue.UnmarshalMap(out.Item, &h)
+	}
+	return h, err
+}
+
+// item reads a version's item consistently.
+func (s *Releases) item(ctx context.Context, version string) (releaseItem, bool, error) {
+	var it releaseItem
+	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table),
+		Key: key(releasePK, releaseSK(version)), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return it, false, apierr.Dependency("dynamodb", err)
 	}
 	if len(out.Item) == 0 {
-		return rollout.Release{}, false, apierr.Invalid("rollback", "manifest.payload.sequence",
-			"sequence %d is not above the latest registered sequence (a rollback of the release channel)", r.Sequence)
+		return it, false, nil
 	}
-	var it releaseItem
-	if err := attributevalue.UnmarshalMap(out.Item, &it); err != nil {
-		return rollout.Release{}, false, err
-	}
-	if it.Sequence == r.Sequence {
-		return it.release(), true, nil
-	}
-	return rollout.Release{}, false, apierr.New(apierr.Conflict,
-		"version %s is already registered with sequence %d", r.Version, it.Sequence).
-		With("version", r.Version).With("sequence", it.Sequence)
-}
-
-// restoreHead undoes this registration's head claim, only if the head still
-// holds it (a later registration may have moved it on legitimately).
-func (s *Releases) restoreHead(ctx context.Context, r rollout.Release, old map[string]types.AttributeValue) {
-	seq, ver, dig := expression.Name("seq"), expression.Name("ver"), expression.Name("dig")
-	cond := seq.Equal(expression.Value(r.Sequence)).And(ver.Equal(expression.Value(r.Version))).
-		And(dig.Equal(expression.Value(r.ManifestDigest)))
-	var upd expression.UpdateBuilder
-	if len(old) == 0 {
-		upd = expression.Remove(seq).Remove(ver).Remove(dig)
-	} else {
-		var prev struct {
-			Seq int64  `dynamodbav:"seq"`
-			Ver string `dynamodbav:"ver"`
-			Dig string `dynamodbav:"dig"`
-		}
-		if err := attributevalue.UnmarshalMap(old, &prev); err != nil {
-			return
-		}
-		upd = expression.Set(seq, expression.Value(prev.Seq)).Set(ver, expression.Value(prev.Ver)).Set(dig, expression.Value(prev.Dig))
-	}
-	expr, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
-	if err != nil {
-		return
-	}
-	// Best effort: on failure the head keeps a higher sequence, which only
-	// makes a lower one a rollback — never admits an out-of-order release.
-	_, _ = s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.Table), Key: key(releasePK, releaseHead),
-		ConditionExpression: expr.Condition(), UpdateExpression: expr.Update(),
-		ExpressionAttributeNames: expr.Names(), ExpressionAttributeValues: expr.Values()})
+	return it, true, attributevalue.UnmarshalMap(out.Item, &it)
 }
 
 // List reads release items through the `ordered` LSI, highest sequence

@@ -2,6 +2,7 @@ package dynamo_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -47,8 +48,9 @@ func TestRegisterProtocol(t *testing.T) {
 	if err != nil || replayed || got.Version != "1.0.0" || got.Sequence != 5 {
 		t.Fatalf("first register: %+v replayed=%v err=%v", got, replayed, err)
 	}
-	if n := rt.Count(); n != 2 {
-		t.Errorf("happy path took %d round trips, want 2", n)
+	// pending put, head claim, recorded mark.
+	if n := rt.Count(); n != 3 {
+		t.Errorf("first registration took %d round trips, want 3", n)
 	}
 
 	// Same version, same sequence: the stored release, replayed.
@@ -63,45 +65,28 @@ func TestRegisterProtocol(t *testing.T) {
 		}
 	}
 	// The refused 1.0.0@9 must not have moved the channel head: 2.0.0@6 fits.
+	rt.Reset()
 	if _, _, err = s.Register(ctx, release("2.0.0", 6)); err != nil {
 		t.Fatalf("2.0.0@6 after a refused 1.0.0@9: %v", err)
 	}
+	// …plus the write that makes sure the replaced head is recorded.
+	if n := rt.Count(); n != 4 {
+		t.Errorf("a later registration took %d round trips, want 4", n)
+	}
 	// A new version at or below the head: rollback.
 	for _, seq := range []int64{6, 3} {
-		if _, _, err = s.Register(ctx, release("3.0.0", seq)); code(err) != apierr.InvalidInput || reason(err) != "rollback" {
-			t.Fatalf("3.0.0@%d: want INVALID_INPUT rollback, got %v", seq, err)
+		_, _, err = s.Register(ctx, release("3.0.0", seq))
+		if code(err) != apierr.InvalidInput || reason(err) != "rollback" || apierr.As(err).Details["latestSequence"] != int64(6) {
+			t.Fatalf("3.0.0@%d: want INVALID_INPUT rollback with latestSequence 6, got %v", seq, err)
 		}
 	}
+	// A refused version may be registered again, above the head.
+	if _, _, err = s.Register(ctx, release("3.0.0", 7)); err != nil {
+		t.Fatalf("3.0.0@7 after its rollbacks: %v", err)
+	}
 	rs, next, err := s.List(ctx, 0, nil)
-	if err != nil || next != nil || len(rs) != 2 || rs[0].Version != "2.0.0" || rs[1].Version != "1.0.0" {
+	if err != nil || next != nil || len(rs) != 3 || rs[0].Version != "3.0.0" || rs[1].Version != "2.0.0" || rs[2].Version != "1.0.0" {
 		t.Fatalf("list after refusals: %+v next=%v err=%v", rs, next, err)
-	}
-}
-
-// A crash between the head claim and the release item: the same manifest
-// again continues; another one with the same sequence is a rollback.
-func TestRegisterContinuesAfterCrash(t *testing.T) {
-	ctx := context.Background()
-	s, _ := newReleases(t)
-	r := release("1.0.0", 1)
-	if _, _, err := s.Register(ctx, r); err != nil {
-		t.Fatal(err)
-	}
-	// Simulate the crash: claim the head for 2.0.0@2 by registering and then
-	// deleting its release item (the head keeps the claim).
-	r2 := release("2.0.0", 2)
-	if _, _, err := s.Register(ctx, r2); err != nil {
-		t.Fatal(err)
-	}
-	if err := deleteItem(ctx, s, "RELEASE", "V#2.0.0"); err != nil {
-		t.Fatal(err)
-	}
-	if _, replayed, err := s.Register(ctx, r2); err != nil || replayed {
-		t.Fatalf("retry after crash: replayed=%v err=%v", replayed, err)
-	}
-	other := release("2.0.1", 2)
-	if _, _, err := s.Register(ctx, other); reason(err) != "rollback" {
-		t.Fatalf("another version at the claimed sequence: want rollback, got %v", err)
 	}
 }
 
@@ -215,3 +200,216 @@ func TestListOrderAndPages(t *testing.T) {
 		t.Fatalf("foreign start key: want INVALID_INPUT, got %v", err)
 	}
 }
+
+// highest is the highest recorded sequence (0 when none).
+func highest(t *testing.T, s *dynamo.Releases) int64 {
+	t.Helper()
+	rs, _, err := s.List(context.Background(), 1, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rs) == 0 {
+		return 0
+	}
+	return rs[0].Sequence
+}
+
+// TestRefusedRacersLeaveTheHead: registrations of an already-recorded
+// version with new sequences race (all CONFLICT); the head must not stay
+// above the highest recorded release, so the next valid sequence is
+// accepted. Many rounds, as the interleavings vary.
+func TestRefusedRacersLeaveTheHead(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newReleases(t)
+	const rounds, racers = 40, 8
+	for round := int64(0); round < rounds; round++ {
+		base := round*100 + 1
+		recorded := fmt.Sprintf("1.%d.0", round)
+		if _, _, err := s.Register(ctx, release(recorded, base)); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		var wg sync.WaitGroup
+		errs := make([]error, racers)
+		start := make(chan struct{})
+		for i := range racers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, _, errs[i] = s.Register(ctx, release(recorded, base+1+int64(i)))
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, err := range errs {
+			if code(err) != apierr.Conflict {
+				t.Fatalf("round %d racer %d: %v, want CONFLICT", round, i, err)
+			}
+		}
+		if h := headSeq(t, s); h != base {
+			t.Fatalf("round %d: head at %d after refused registrations, highest recorded is %d", round, h, base)
+		}
+		if _, _, err := s.Register(ctx, release(fmt.Sprintf("2.%d.0", round), base+1)); err != nil {
+			t.Fatalf("round %d: the next valid sequence %d was refused: %v", round, base+1, err)
+		}
+	}
+}
+
+// TestMixedRaces: conflicting, valid and rolled-back registrations race.
+// Afterwards every accepted release is listed, sequences are unique, and the
+// head is exactly the highest recorded release.
+func TestMixedRaces(t *testing.T) {
+	ctx := context.Background()
+	s, _ := newReleases(t)
+	if _, _, err := s.Register(ctx, release("0.0.1", 1)); err != nil {
+		t.Fatal(err)
+	}
+	accepted := map[string]int64{"0.0.1": 1}
+	for round := 0; round < 20; round++ {
+		const racers = 12
+		type result struct {
+			r   rollout.Release
+			err error
+		}
+		results := make([]result, racers)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		top := highest(t, s)
+		for i := range racers {
+			r := release(fmt.Sprintf("3.%d.%d", round, i%4), top+1+int64(i%5)) // same versions, sequences collide
+			if i%6 == 0 {
+				r = release("0.0.1", top+int64(i)) // an old version again
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				_, _, err := s.Register(ctx, r)
+				results[i] = result{r, err}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for _, res := range results {
+			switch code(res.err) {
+			case "":
+				if seq, ok := accepted[res.r.Version]; ok && seq != res.r.Sequence {
+					t.Fatalf("%s accepted at %d and %d", res.r.Version, seq, res.r.Sequence)
+				}
+				accepted[res.r.Version] = res.r.Sequence
+			case apierr.Conflict, apierr.InvalidInput:
+			default:
+				t.Fatalf("%s@%d: %v", res.r.Version, res.r.Sequence, res.err)
+			}
+		}
+		rs, _, err := s.List(ctx, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := map[int64]string{}
+		for _, r := range rs {
+			if other, dup := seen[r.Sequence]; dup {
+				t.Fatalf("sequence %d recorded for %s and %s", r.Sequence, other, r.Version)
+			}
+			seen[r.Sequence] = r.Version
+			if accepted[r.Version] != r.Sequence {
+				t.Fatalf("%s@%d is listed but was not accepted", r.Version, r.Sequence)
+			}
+		}
+		if len(rs) != len(accepted) {
+			t.Fatalf("round %d: %d listed, %d accepted", round, len(rs), len(accepted))
+		}
+		if h := headSeq(t, s); h != rs[0].Sequence {
+			t.Fatalf("round %d: head %d, highest recorded %d", round, h, rs[0].Sequence)
+		}
+	}
+}
+
+// TestRegisterCrashPoints stops a registration after each of its writes and
+// checks what the next registrations make of it: the head never stays above
+// the highest recorded release once another registration has run.
+func TestRegisterCrashPoints(t *testing.T) {
+	ctx := context.Background()
+	errCrash := errors.New("crash")
+	for _, point := range []string{dynamo.FaultReleasePending, dynamo.FaultReleaseClaimed, dynamo.FaultReleaseCommitted} {
+		claimed := point != dynamo.FaultReleasePending
+		crashed := func(t *testing.T) (*dynamo.Releases, *fakeClock) {
+			s, _ := newReleases(t)
+			clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
+			s.Now = clock.Now
+			if _, _, err := s.Register(ctx, release("1.0.0", 1)); err != nil {
+				t.Fatal(err)
+			}
+			s.Faults = func(p string) error {
+				if p == point {
+					return errCrash
+				}
+				return nil
+			}
+			if _, _, err := s.Register(ctx, release("2.0.0", 2)); !errors.Is(err, errCrash) {
+				t.Fatalf("want the crash at %s, got %v", point, err)
+			}
+			s.Faults = nil
+			return s, clock
+		}
+		t.Run(point+"/the same request again", func(t *testing.T) {
+			s, _ := crashed(t)
+			got, _, err := s.Register(ctx, release("2.0.0", 2))
+			if err != nil || got.Sequence != 2 {
+				t.Fatalf("retry: %+v %v", got, err)
+			}
+			if h, top := headSeq(t, s), highest(t, s); h != 2 || top != 2 {
+				t.Fatalf("head %d, highest recorded %d", h, top)
+			}
+		})
+		t.Run(point+"/a higher sequence", func(t *testing.T) {
+			s, _ := crashed(t)
+			if _, _, err := s.Register(ctx, release("3.0.0", 3)); err != nil {
+				t.Fatal(err)
+			}
+			// A claim counts as registered: it is recorded by the next one.
+			rs, _, _ := s.List(ctx, 0, nil)
+			if want := map[bool]int{true: 3, false: 2}[claimed]; len(rs) != want {
+				t.Fatalf("%d releases listed, want %d", len(rs), want)
+			}
+			if h, top := headSeq(t, s), highest(t, s); h != 3 || top != 3 {
+				t.Fatalf("head %d, highest recorded %d", h, top)
+			}
+		})
+		t.Run(point+"/another version at the same sequence", func(t *testing.T) {
+			s, _ := crashed(t)
+			_, _, err := s.Register(ctx, release("2.0.1", 2))
+			if claimed {
+				if reason(err) != "rollback" {
+					t.Fatalf("want rollback behind the crashed claim, got %v", err)
+				}
+			} else if err != nil {
+				t.Fatalf("the crashed registration never claimed: %v", err)
+			}
+			if h, top := headSeq(t, s), highest(t, s); h != 2 || top != 2 {
+				t.Fatalf("head %d, highest recorded %d", h, top)
+			}
+		})
+		t.Run(point+"/the same version again, later, at another sequence", func(t *testing.T) {
+			s, clock := crashed(t)
+			clock.Advance(dynamo.PendingStale)
+			_, _, err := s.Register(ctx, release("2.0.0", 5))
+			if claimed {
+				if code(err) != apierr.Conflict {
+					t.Fatalf("want CONFLICT with the recorded 2.0.0@2, got %v", err)
+				}
+			} else if err != nil {
+				t.Fatalf("a stale pending item must be repaired, got %v", err)
+			}
+		})
+	}
+}
+
+type fakeClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeClock) Now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.now }
+
+func (c *fakeClock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.mu.Unlock() }
