@@ -36,7 +36,7 @@ INFRA_TEST_TARGETS :=
 .PHONY: help tools run test gotest fmt fmt-check vet build docs bench e2e clean distclean
 
 help: ## list the targets
-	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 tools: $(NODE_STAMP) $(LOCAL_KMS) ## install the pinned local servers (idempotent)
 
@@ -86,7 +86,7 @@ build: ## build every Lambda for linux/arm64 (LAMBDA_GOARCH=amd64 for LocalStack
 	done
 	@rmdir build/.bin
 
-e2e: tools ## black-box suite: against BC_API_URL with BC_TOKEN (and BC_E2E_RELEASE_KEY), else an in-process local stack
+e2e: tools ## black-box suite: against BC_API_URL with BC_TOKEN, else an in-process local stack (see test/blackbox)
 	BC_E2E_URL="$(BC_API_URL)" BC_E2E_TOKEN="$(BC_TOKEN)" $(GO) test -count=1 -v ./test/blackbox
 
 docs: ## regenerate the API reference (docs/reference) from the method catalog

@@ -29,8 +29,11 @@ import (
 )
 
 func main() {
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(envOr("BC_LOG_LEVEL", "info")))
+	level, err := app.ParseLogLevel(envOr("BC_LOG_LEVEL", "info"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bc-local:", err)
+		os.Exit(2)
+	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -102,7 +105,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 	fmt.Println(localgw.Quickstart("http://"+ln.Addr().String(), time.Now()))
 	fmt.Printf("For the bc CLI (go run ./cmd/bc …), in another shell:\n  export BC_API_URL=http://%s BC_KMS_ENDPOINT=%s\n\n", ln.Addr(), stack.KMSEndpoint)
 	log.Info("serving", "listen", ln.Addr().String(), "table", cfg.Table, "reconcile_interval", cfg.ReconcileInterval.String())
-	err = localgw.Serve(ctx, ln, localgw.Handler(a.Gateway, eps), log)
+	err = localgw.Serve(ctx, ln, localgw.Handler(a.Gateway, eps, localgw.WithHealth(a.Health)), log)
 	cancel()
 	<-reconciled
 	log.Info("stopping")

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"os"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -25,6 +26,7 @@ func keygen(args []string) error {
 	fs := flag.NewFlagSet("keygen", flag.ContinueOnError)
 	out := fs.String("out", "", "file to write the private key to (PKCS#8 PEM, mode 0600)")
 	alg := fs.String("alg", "ecdsa-p256", "ecdsa-p256 or ed25519")
+	force := fs.Bool("force", false, "replace an existing key file (the old private key is lost)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -39,10 +41,32 @@ func keygen(args []string) error {
 	if err != nil {
 		return err
 	}
-	if err := os.WriteFile(*out, pem, 0o600); err != nil {
+	if err := writeKeyFile(*out, pem, *force); err != nil {
 		return err
 	}
 	return printPublic(k.Public())
+}
+
+// writeKeyFile writes a private key with mode 0600, refusing to replace an
+// existing file unless force: a key that signed releases must not vanish by
+// a repeated command.
+func writeKeyFile(path string, pem []byte, force bool) error {
+	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+	if force {
+		flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("keygen: %s exists; not replacing a private key (use -force to replace it)", path)
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(pem); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func pubkey(args []string) error {

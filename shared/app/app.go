@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/kms"
 
 	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/cursor"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/iam"
@@ -98,7 +99,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*App, error) {
 	}
 	logger := o.logger
 	if logger == nil {
-		logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: parseLevel(cfg.LogLevel)}))
+		level, _ := ParseLogLevel(cfg.LogLevel) // validated by ConfigFromEnv
+		logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	}
 	awsCfg := o.awsCfg
 	if awsCfg == nil {
@@ -167,12 +169,17 @@ func newDecider(cfg Config) (iam.Decider, error) {
 	return nil, fmt.Errorf("no Better IAM configured: set BC_IAM_URL or BC_POLICY_FILE")
 }
 
-func parseLevel(s string) slog.Level {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return slog.LevelInfo
+// Health asks each dependency one cheap question — DynamoDB describes the
+// table, KMS lists one key — so the local gateway's /healthz reports a dead
+// server instead of answering 200 regardless.
+func (a *App) Health(ctx context.Context) error {
+	if _, err := a.DB.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(a.Config.Table)}); err != nil {
+		return apierr.Dependency("dynamodb", err)
 	}
-	return l
+	if _, err := a.KMS.ListKeys(ctx, &kms.ListKeysInput{Limit: aws.Int32(1)}); err != nil {
+		return apierr.Dependency("kms", err)
+	}
+	return nil
 }
 
 // module builds the endpoints of one catalog module.

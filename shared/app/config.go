@@ -5,6 +5,7 @@ package app
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"strconv"
 	"strings"
@@ -58,10 +59,29 @@ func ConfigFromEnv() (Config, error) {
 	if c.ReconcileInterval, err = time.ParseDuration(envOr("BC_RECONCILE_INTERVAL", "5s")); err != nil || c.ReconcileInterval <= 0 {
 		return c, fmt.Errorf("BC_RECONCILE_INTERVAL must be a positive Go duration, got %q", os.Getenv("BC_RECONCILE_INTERVAL"))
 	}
+	if _, err := ParseLogLevel(c.LogLevel); err != nil {
+		return c, err
+	}
 	if c.Region == "" {
 		c.Region = "us-east-1"
 	}
 	return c, nil
+}
+
+// ParseLogLevel accepts debug, info, warn and error (any case); anything
+// else is a configuration error, not a silent "info".
+func ParseLogLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return slog.LevelInfo, fmt.Errorf("BC_LOG_LEVEL must be debug, info, warn or error, got %q", s)
 }
 
 func envOr(key, def string) string {

@@ -74,10 +74,12 @@ func (p PassResult) TransitionCount() int {
 }
 
 // step is what handling one due item did: the transitions this pass made
-// (by target state), or a repair.
+// (by target state), or a repair; gone when the index entry outlived its
+// item (a GSI entry may, for a moment, in DynamoDB).
 type step struct {
 	moved    []string
 	repaired bool
+	gone     bool
 }
 
 // Pass runs one reconciler pass and logs its summary line. Each shard of
@@ -103,6 +105,7 @@ func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 	}
 	type result struct {
 		step
+		due time.Time
 		err error
 	}
 	var mu sync.Mutex
@@ -124,9 +127,6 @@ func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 				}
 				mu.Lock()
 				res.Found++
-				if oldest.IsZero() || d.Due.Before(oldest) {
-					oldest = d.Due
-				}
 				mu.Unlock()
 				items <- d
 				return true
@@ -144,7 +144,7 @@ func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 			defer consumers.Done()
 			for d := range items {
 				st, err := rc.handle(ctx, d, now)
-				results <- result{st, err}
+				results <- result{st, d.Due, err}
 			}
 		}()
 	}
@@ -153,7 +153,14 @@ func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 		for _, k := range r.moved {
 			res.Transitions[k]++
 		}
+		// Lag is the age of the oldest real work: an entry whose item is
+		// gone is skipped and does not hold the metric up.
+		if !r.gone && (oldest.IsZero() || r.due.Before(oldest)) {
+			oldest = r.due
+		}
 		switch {
+		case r.gone:
+			res.Skipped++
 		case r.err != nil:
 			res.Errors++
 			s.logger().Warn("reconcile item", "error", r.err.Error())
@@ -192,6 +199,10 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time) (ste
 				return false, err
 			}
 			_, won, err := s.fenceWon(ctx, to, r.State, point)
+			if errors.Is(err, errGone) {
+				st.gone = true
+				return false, nil
+			}
 			if won {
 				st.moved = append(st.moved, string(to.State))
 				r = to
@@ -212,7 +223,12 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time) (ste
 		if err := s.giveBack(ctx, r, "reconcile"); err != nil {
 			return st, err
 		}
-		if err := s.Store.ClearDue(ctx, r); err != nil && !errors.Is(err, ErrStale) {
+		if err := s.Store.ClearDue(ctx, r); errors.Is(err, ErrStale) {
+			if _, gerr := s.Store.GetReservation(ctx, r.TenantID, r.ReservationID); errors.Is(gerr, ErrNotFound) {
+				st.gone = true
+				return st, nil
+			}
+		} else if err != nil {
 			return st, unavailable(err)
 		}
 		st.repaired = true

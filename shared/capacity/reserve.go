@@ -31,6 +31,9 @@ func (r CreateRequest) Quota() QuotaKey { return QuotaKey{r.TenantID, r.PoolID, 
 type Decide func(ctx context.Context, attributes map[string]any) error
 
 var (
+	// errGone: the reservation a step acts for no longer exists (TTL, or
+	// an index entry that outlived its item).
+	errGone       = errors.New("capacity: reservation is gone")
 	errNoFit      = errors.New("capacity: no devices fit the window")
 	errContention = errors.New("capacity: placement lost too many races")
 )
@@ -285,6 +288,9 @@ func (s *Service) reject(ctx context.Context, r Reservation, reason, point strin
 // (idempotent), so a flow that lost the fence cleans up after itself.
 func (s *Service) fence(ctx context.Context, to Reservation, from State, point string) (Reservation, error) {
 	cur, _, err := s.fenceWon(ctx, to, from, point)
+	if errors.Is(err, errGone) {
+		return Reservation{}, apierr.New(apierr.NotFound, "reservation %q not found", to.ReservationID)
+	}
 	return cur, err
 }
 
@@ -295,7 +301,11 @@ func (s *Service) fenceWon(ctx context.Context, to Reservation, from State, poin
 	err := s.Store.Transition(ctx, to, from)
 	if errors.Is(err, ErrStale) {
 		won = false
-		if cur, err = s.Store.GetReservation(ctx, to.TenantID, to.ReservationID); err != nil {
+		cur, err = s.Store.GetReservation(ctx, to.TenantID, to.ReservationID)
+		if errors.Is(err, ErrNotFound) {
+			return Reservation{}, false, errGone
+		}
+		if err != nil {
 			return Reservation{}, false, unavailable(err)
 		}
 	} else if err != nil {

@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 	"unicode/utf8"
 
@@ -31,37 +32,90 @@ const IntegrationTimeout = 30 * time.Second
 // Handler routes POST {method path} of every endpoint to g.Serve, and
 // answers GET /healthz. Unknown paths are NOT_FOUND and other HTTP methods
 // on a route INVALID_INPUT (details.reason "method_not_allowed"), both in
-// the API's error envelope.
-func Handler(g *api.Gateway, eps []api.Endpoint) http.Handler {
+// the API's error envelope. Routes match the path as sent: like API Gateway,
+// /api/compute/pools%2Flist is not /api/compute/pools/list.
+func Handler(g *api.Gateway, eps []api.Endpoint, opts ...Option) http.Handler {
 	h := &handler{g: g, routes: make(map[string]api.Endpoint, len(eps)), now: time.Now}
 	for _, ep := range eps {
 		h.routes[ep.Method.Path()] = ep
 	}
+	for _, o := range opts {
+		o(h)
+	}
 	return h
+}
+
+// Option adjusts the handler.
+type Option func(*handler)
+
+// WithHealth makes /healthz ask check (the dependencies, cheaply) and answer
+// 503 with its error in the API's envelope when it fails. A result is reused
+// for HealthTTL, so polling the endpoint does not load the dependencies.
+func WithHealth(check func(context.Context) error) Option {
+	return func(h *handler) { h.health = &health{check: check} }
+}
+
+// HealthTTL is how long a health result is reused; HealthTimeout bounds
+// one check.
+const (
+	HealthTTL     = time.Second
+	HealthTimeout = 2 * time.Second
+)
+
+type health struct {
+	check func(context.Context) error
+	mu    sync.Mutex
+	at    time.Time
+	err   error
+}
+
+func (c *health) result(ctx context.Context, now time.Time) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.at.IsZero() || now.Sub(c.at) >= HealthTTL {
+		cctx, cancel := context.WithTimeout(ctx, HealthTimeout)
+		c.err = c.check(cctx)
+		cancel()
+		c.at = now
+	}
+	return c.err
 }
 
 type handler struct {
 	g      *api.Gateway
 	routes map[string]api.Endpoint
 	now    func() time.Time
+	health *health
 }
 
-// HealthPath answers 200 {"status":"ok"} once the gateway serves.
+// HealthPath answers 200 {"status":"ok"} while the gateway serves and its
+// dependencies answer.
 const HealthPath = "/healthz"
 
 func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if r.URL.Path == HealthPath {
+	path := r.URL.EscapedPath()
+	if path == HealthPath {
 		if r.Method != http.MethodGet && r.Method != http.MethodHead {
 			h.methodNotAllowed(w, r, "GET, HEAD")
 			return
+		}
+		if h.health != nil {
+			if err := h.health.result(r.Context(), h.now()); err != nil {
+				e := apierr.As(err)
+				if e == nil {
+					e = apierr.New(apierr.Unavailable, "%v", err)
+				}
+				h.fail(w, r, http.StatusServiceUnavailable, e)
+				return
+			}
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`)
 		return
 	}
-	ep, ok := h.routes[r.URL.Path]
+	ep, ok := h.routes[path]
 	if !ok {
-		h.fail(w, r, http.StatusNotFound, apierr.New(apierr.NotFound, "no route for %s %s", r.Method, r.URL.Path).With("path", r.URL.Path))
+		h.fail(w, r, http.StatusNotFound, apierr.New(apierr.NotFound, "no route for %s %s", r.Method, path).With("path", path))
 		return
 	}
 	if r.Method != http.MethodPost {

@@ -19,6 +19,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/iam"
 )
 
@@ -331,4 +332,50 @@ func TestReconcileLoop(t *testing.T) {
 	}()
 	<-done
 	close(passes)
+}
+
+// /healthz reports what the dependencies say, and reuses a result briefly.
+func TestHealthzChecksDependencies(t *testing.T) {
+	policy, _ := iam.ParsePolicy([]byte(`{"grants":[]}`))
+	g := &api.Gateway{Decider: policy, Logger: slog.New(slog.DiscardHandler)}
+	var mu sync.Mutex
+	var failing error
+	calls := 0
+	h := Handler(g, nil, WithHealth(func(context.Context) error {
+		mu.Lock()
+		defer mu.Unlock()
+		calls++
+		return failing
+	})).(*handler)
+	clock := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	h.now = func() time.Time { return clock }
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	if resp, body := do(t, http.MethodGet, srv.URL+HealthPath, "", nil); resp.StatusCode != 200 {
+		t.Fatalf("healthy: %d %s", resp.StatusCode, body)
+	}
+	mu.Lock()
+	failing = apierr.Dependency("dynamodb", io.ErrUnexpectedEOF)
+	mu.Unlock()
+	// Within HealthTTL the last result stands…
+	if resp, _ := do(t, http.MethodGet, srv.URL+HealthPath, "", nil); resp.StatusCode != 200 || calls != 1 {
+		t.Fatalf("cached: %d after %d checks", resp.StatusCode, calls)
+	}
+	// …after it, the failing dependency shows.
+	clock = clock.Add(HealthTTL)
+	resp, body := do(t, http.MethodGet, srv.URL+HealthPath, "", nil)
+	e := checkEnvelope(t, resp, body, http.StatusServiceUnavailable, "UNAVAILABLE")
+	if e.Error.Details["dependency"] != "dynamodb" {
+		t.Errorf("details %v", e.Error.Details)
+	}
+}
+
+// An encoded slash is not a path separator for routing.
+func TestEncodedSlashIsNotARoute(t *testing.T) {
+	srv, rec := newServer(t)
+	resp, body := do(t, http.MethodPost, srv.URL+"/api/compute/releases%2Flist", "admin", []byte(`{"tenantId":"acme"}`))
+	checkEnvelope(t, resp, body, http.StatusNotFound, "NOT_FOUND")
+	if len(rec.calls) != 0 {
+		t.Errorf("the endpoint was called")
+	}
 }

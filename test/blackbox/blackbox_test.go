@@ -2,12 +2,18 @@
 // HTTP and the project's client (shared/client). It runs against any URL:
 //
 //	make e2e BC_API_URL=https://… BC_TOKEN=<JWT of a principal granted everything>
-//	         [BC_E2E_RELEASE_KEY=<a private key file pinned by that deployment>]
+//	         [BC_E2E_REGISTER_RELEASES=1 BC_E2E_RELEASE_KEY=<a private key file pinned by that deployment>]
 //
 // Without BC_E2E_URL (what `make e2e` sets from BC_API_URL) it starts the
 // local stack in-process — real dynalite and local-kms behind the local
 // gateway — which is how CI runs it. Every run uses fresh tenant and pool ids,
 // so it can run again and again against the same deployment.
+//
+// Against a deployment it never registers a release unless asked to:
+// releases are the platform's, and a test registration must take a sequence
+// above every real one (it uses the clock in microseconds), after which that
+// deployment refuses every normal sequence as a rollback. Only throwaway
+// deployments should set BC_E2E_REGISTER_RELEASES=1.
 package blackbox
 
 import (
@@ -38,6 +44,11 @@ type target struct {
 	local      bool
 }
 
+// registerReleases reports whether the suite may register releases here.
+func (tg *target) registerReleases() bool {
+	return tg.releaseKey != nil && (tg.local || os.Getenv("BC_E2E_REGISTER_RELEASES") == "1")
+}
+
 func newTarget(t *testing.T) *target {
 	t.Helper()
 	if url := os.Getenv("BC_E2E_URL"); url != "" {
@@ -56,8 +67,18 @@ func newTarget(t *testing.T) *target {
 		releaseKey: loadKey(t, filepath.Join(root, devstack.KeyFile)), local: true}
 }
 
+// loadKey reads a private key file; a relative path is taken from the
+// repository root, where `make e2e` runs (go test runs in this package's
+// directory).
 func loadKey(t *testing.T, path string) crypto.Signer {
 	t.Helper()
+	if !filepath.IsAbs(path) {
+		root, err := devstack.Root()
+		if err != nil {
+			t.Fatal(err)
+		}
+		path = filepath.Join(root, path)
+	}
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -94,10 +115,41 @@ func TestAuthentication(t *testing.T) {
 	wantCode(t, err, apierr.Unauthenticated)
 }
 
+// What every deployment answers without anything being written: a list, and
+// manifests that must be refused.
+func TestReleaseRefusals(t *testing.T) {
+	tg := newTarget(t)
+	ctx := context.Background()
+	var list struct {
+		Releases []rollout.Release `json:"releases"`
+	}
+	if err := tg.admin.Call(ctx, "releases.list", obj{"tenantId": "platform", "limit": 1}, &list); err != nil {
+		t.Fatal(err)
+	}
+	stranger, err := rollout.GenerateKey("ed25519")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env, err := rollout.SignEnvelope([]byte(`{"version":"0.0.1","sequence":1,"binaries":[{"platform":"linux/arm64","url":"https://dl.example.com/bcd","sha256":"`+fmt.Sprintf("%064d", 0)+`","size":1}]}`), stranger)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := wantCode(t, tg.admin.Call(ctx, "releases.register", obj{"tenantId": "platform", "manifest": rawJSON(env)}, nil), apierr.InvalidInput)
+	if e.Details["reason"] != "unknown_key" {
+		t.Fatalf("a manifest signed by an unpinned key: reason %v", e.Details["reason"])
+	}
+	tampered := obj{"tenantId": "platform", "manifest": obj{"payloadType": rollout.PayloadType, "payload": "e30", "signatures": []obj{}}}
+	e = wantCode(t, tg.admin.Call(ctx, "releases.register", tampered, nil), apierr.InvalidInput)
+	if e.Details["reason"] != "unknown_key" {
+		t.Fatalf("reason %v", e.Details["reason"])
+	}
+}
+
 func TestReleaseRegisterAndList(t *testing.T) {
 	tg := newTarget(t)
-	if tg.releaseKey == nil {
-		t.Skip("BC_E2E_RELEASE_KEY not set: this deployment's pinned key is unknown") // never in CI: local mode always has the dev key
+	if !tg.registerReleases() {
+		// Never in CI: the in-process stack always registers (dev key).
+		t.Skip("not registering releases on a deployment: set BC_E2E_REGISTER_RELEASES=1 and BC_E2E_RELEASE_KEY on a throwaway one")
 	}
 	ctx := context.Background()
 	// A sequence above anything a deployment has seen: the clock in microseconds.
@@ -127,11 +179,6 @@ func TestReleaseRegisterAndList(t *testing.T) {
 	}
 	if len(list.Releases) != 1 || list.Releases[0].Version != version {
 		t.Fatalf("the newest release is not first: %+v", list.Releases)
-	}
-	tampered := obj{"tenantId": "platform", "manifest": obj{"payloadType": rollout.PayloadType, "payload": "e30", "signatures": []obj{}}}
-	e := wantCode(t, tg.admin.Call(ctx, "releases.register", tampered, nil), apierr.InvalidInput)
-	if e.Details["reason"] != "unknown_key" {
-		t.Fatalf("reason %v", e.Details["reason"])
 	}
 }
 

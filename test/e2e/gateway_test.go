@@ -10,6 +10,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -19,6 +21,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/kmssign"
 	"github.com/bettercompute/control-plane/shared/localgw"
@@ -116,6 +119,23 @@ func TestHealthz(t *testing.T) {
 	if r.Status != http.StatusOK || string(r.Body) != `{"status":"ok"}` {
 		t.Fatalf("healthz: %d %s", r.Status, r.Body)
 	}
+	// The same app pointed at a DynamoDB endpoint nobody serves is unhealthy.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	cfg := st.App.Config
+	cfg.DynamoEndpoint = dead
+	a, err := app.New(context.Background(), cfg, app.WithDecider(st.App.Gateway.Decider), app.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(localgw.Handler(a.Gateway, nil, localgw.WithHealth(a.Health)))
+	defer srv.Close()
+	r = do(t, http.MethodGet, srv.URL+localgw.HealthPath, "", nil)
+	wantError(t, r, http.StatusServiceUnavailable, "UNAVAILABLE", map[string]any{"dependency": "dynamodb"})
 }
 
 func TestErrors(t *testing.T) {

@@ -109,7 +109,7 @@ func Start(tb testing.TB, opts ...Option) *Stack {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := httptest.NewServer(localgw.Handler(a.Gateway, eps))
+	srv := httptest.NewServer(localgw.Handler(a.Gateway, eps, localgw.WithHealth(a.Health)))
 	tb.Cleanup(srv.Close)
 	return &Stack{URL: srv.URL, App: a, Endpoints: eps, Dev: dev}
 }

@@ -1,0 +1,29 @@
+package app
+
+import (
+	"log/slog"
+	"testing"
+)
+
+func TestConfigRefusesBadValues(t *testing.T) {
+	for name, env := range map[string]map[string]string{
+		"log level verbose":     {"BC_LOG_LEVEL": "verbose"},
+		"log level with offset": {"BC_LOG_LEVEL": "info+2"},
+		"threshold 0":           {"BC_RELEASE_THRESHOLD": "0"},
+		"interval not duration": {"BC_RECONCILE_INTERVAL": "5"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			for k, v := range env {
+				t.Setenv(k, v)
+			}
+			if _, err := ConfigFromEnv(); err == nil {
+				t.Errorf("%v accepted", env)
+			}
+		})
+	}
+	for in, want := range map[string]slog.Level{"debug": slog.LevelDebug, "INFO": slog.LevelInfo, "warn": slog.LevelWarn, "Error": slog.LevelError} {
+		if got, err := ParseLogLevel(in); err != nil || got != want {
+			t.Errorf("ParseLogLevel(%q) = %v, %v", in, got, err)
+		}
+	}
+}
