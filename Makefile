@@ -33,7 +33,7 @@ FUNCTIONS    := $(notdir $(patsubst %/,%,$(wildcard functions/*/)))
 # `make test` runs after the Go tests, e.g. INFRA_TEST_TARGETS += infra-test synth.
 INFRA_TEST_TARGETS :=
 
-.PHONY: help tools run test gotest fmt fmt-check vet build docs bench e2e clean distclean
+.PHONY: help tools run test gotest fmt fmt-check vet build docs bench fuzz e2e clean distclean
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -91,6 +91,18 @@ e2e: tools ## black-box suite: against BC_API_URL with BC_TOKEN, else an in-proc
 
 docs: ## regenerate the API reference (docs/reference) from the method catalog
 	$(GO) run ./cmd/docgen
+
+# Native Go fuzz targets (package:function). `make test` runs their seed
+# corpora (the seeds in code and testdata/fuzz); `make fuzz` fuzzes each for
+# FUZZTIME, and what it finds lands in the package's testdata/fuzz to commit.
+FUZZTIME     ?= 30s
+FUZZ_TARGETS := shared/api:FuzzDecodeInput shared/rollout:FuzzVerify shared/cursor:FuzzDecode shared/iam:FuzzParsePolicy
+
+fuzz: ## fuzz every target for FUZZTIME each (e.g. make fuzz FUZZTIME=5m); findings go to testdata/fuzz
+	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
+	  echo "== $$fn in $$pkg for $(FUZZTIME)"; \
+	  $(GO) test ./$$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s || exit 1; \
+	done
 
 bench: tools ## run the benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem ./...

@@ -24,8 +24,8 @@ func (t Tenant) ActingTenant() string { return t.TenantID }
 
 // Page is embedded in every list input.
 type Page struct {
-	Limit  *int    `json:"limit" bc:"min=1,max=1000"`
-	Cursor *string `json:"cursor" bc:"min=1,max=4096"`
+	Limit  *int    `json:"limit,omitempty" bc:"min=1,max=1000"`
+	Cursor *string `json:"cursor,omitempty" bc:"min=1,max=4096"`
 }
 
 // Releases.
@@ -80,14 +80,14 @@ type GetQuotaInput struct {
 
 type ListQuotasInput struct {
 	Tenant
-	PoolID *string `json:"poolId" bc:"pattern=poolId"`
+	PoolID *string `json:"poolId,omitempty" bc:"pattern=poolId"`
 	Page
 }
 
 // Reservations.
 
 type Window struct {
-	Start *time.Time `json:"start" bc:"doc=defaults to now; at most 5 minutes in the past"`
+	Start *time.Time `json:"start,omitempty" bc:"doc=defaults to now; at most 5 minutes in the past"`
 	End   time.Time  `json:"end" bc:"required,doc=after start"`
 }
 
@@ -97,7 +97,7 @@ type CreateReservationInput struct {
 	Resource    string  `json:"resource" bc:"required,pattern=resource"`
 	Count       int     `json:"count" bc:"required,min=1,max=64"`
 	Window      Window  `json:"window" bc:"required"`
-	ClientToken *string `json:"clientToken" bc:"min=1,max=64,doc=idempotency token (per tenant)"`
+	ClientToken *string `json:"clientToken,omitempty" bc:"min=1,max=64,doc=idempotency token (per tenant)"`
 }
 
 type GetReservationInput struct {
@@ -107,8 +107,8 @@ type GetReservationInput struct {
 
 type ListReservationsInput struct {
 	Tenant
-	PoolID *string `json:"poolId" bc:"pattern=poolId"`
-	State  *string `json:"state" bc:"doc=one of the reservation states"`
+	PoolID *string `json:"poolId,omitempty" bc:"pattern=poolId"`
+	State  *string `json:"state,omitempty" bc:"doc=one of the reservation states"`
 	Page
 }
 

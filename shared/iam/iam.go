@@ -41,7 +41,7 @@ type Grant struct {
 
 // Policy is the embedded engine: anything not granted is denied.
 type Policy struct {
-	Grants []Grant `json:"grants"`
+	Grants []Grant `json:"grants" bc:"required"`
 }
 
 // LoadPolicy reads a policy file (BC_POLICY_FILE), strictly.

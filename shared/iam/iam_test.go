@@ -146,11 +146,15 @@ func TestGrantsDoNotCombine(t *testing.T) {
 	})
 }
 
+// An empty grants list denies everything; a policy without the grants
+// member is refused (a misspelt or missing key must not deny silently).
 func TestEmptyPolicyDeniesEverything(t *testing.T) {
-	if _, err := iam.ParsePolicy([]byte(`{"grants":null}`)); err == nil {
-		t.Errorf("ParsePolicy accepted null grants; policy files are decoded strictly")
+	for _, doc := range []string{`{"grants":null}`, `{}`} {
+		if _, err := iam.ParsePolicy([]byte(doc)); err == nil {
+			t.Errorf("ParsePolicy accepted %s; policy files are decoded strictly", doc)
+		}
 	}
-	for _, doc := range []string{`{}`, `{"grants":[]}`} {
+	for _, doc := range []string{`{"grants":[]}`} {
 		p, err := iam.ParsePolicy([]byte(doc))
 		if err != nil {
 			t.Fatalf("ParsePolicy(%s) = %v", doc, err)
