@@ -17,6 +17,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/iam"
+	"github.com/bettercompute/control-plane/shared/meter"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -126,6 +127,8 @@ func (g *Gateway) Serve(ctx context.Context, ep Endpoint, req events.APIGatewayV
 	if call.RequestID == "" {
 		call.RequestID = NewRequestID()
 	}
+	m := &meter.Meter{}
+	ctx = meter.With(ctx, m)
 	var result any
 	var err error
 	defer func() {
@@ -141,7 +144,7 @@ func (g *Gateway) Serve(ctx context.Context, ep Endpoint, req events.APIGatewayV
 			}
 		}
 		resp = g.respond(call, body, err)
-		g.log(ctx, call, err, resp.StatusCode, time.Since(start))
+		g.log(ctx, call, err, resp.StatusCode, time.Since(start), m.Usage())
 	}()
 	call.Principal, err = g.principal(req)
 	if err != nil {
@@ -235,7 +238,7 @@ func ErrorEnvelope(requestID string, err error) (int, []byte) {
 	return apierr.HTTPStatus(e.Code), body
 }
 
-func (g *Gateway) log(ctx context.Context, call *Call, err error, status int, latency time.Duration) {
+func (g *Gateway) log(ctx context.Context, call *Call, err error, status int, latency time.Duration, cost meter.Usage) {
 	logger := g.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -248,6 +251,9 @@ func (g *Gateway) log(ctx context.Context, call *Call, err error, status int, la
 		slog.String("principal", call.Principal),
 		slog.Int("status", status),
 		slog.Float64("latency_ms", float64(latency.Microseconds())/1000),
+		slog.Int("ddb_calls", cost.Calls),
+		slog.Float64("ddb_rcu", cost.RCU),
+		slog.Float64("ddb_wcu", cost.WCU),
 	}
 	if err != nil {
 		outcome = string(apierr.CodeOf(err))

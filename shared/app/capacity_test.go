@@ -1,11 +1,15 @@
 package app_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
 )
 
@@ -207,4 +211,27 @@ func TestCapacityWireIsolation(t *testing.T) {
 			t.Errorf("%s with a foreign cursor %v: %v", c.method, c.body, w.Body)
 		}
 	}
+}
+
+// The per-request log line carries what the request cost in DynamoDB:
+// round trips and the capacity units DynamoDB (here dynalite) reported.
+func TestRequestLogCarriesCost(t *testing.T) {
+	var buf bytes.Buffer
+	h := newHarness(t, setup{module: "capacity", options: []app.Option{app.WithLogger(slog.New(slog.NewJSONHandler(&buf, nil)))}})
+	h.ok("admin", "pools.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resources": map[string]any{"gpu": 4}})
+	buf.Reset()
+	h.ok("admin", "reservations.create", map[string]any{"tenantId": "acme", "poolId": "p1", "resource": "gpu", "count": 1, "window": h.window(0, time.Hour)})
+	var line struct {
+		Method string  `json:"method"`
+		Calls  int     `json:"ddb_calls"`
+		RCU    float64 `json:"ddb_rcu"`
+		WCU    float64 `json:"ddb_wcu"`
+	}
+	if err := json.Unmarshal(buf.Bytes(), &line); err != nil {
+		t.Fatalf("log %q: %v", buf.String(), err)
+	}
+	if line.Method != "reservations.create" || line.Calls < 3 || line.RCU <= 0 || line.WCU < float64(line.Calls-1) {
+		t.Errorf("cost in the log line: %+v (%s)", line, buf.String())
+	}
+	t.Logf("reservations.create: %d round trips, %.1f RCU, %.1f WCU", line.Calls, line.RCU, line.WCU)
 }

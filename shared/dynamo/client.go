@@ -13,17 +13,109 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
+
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
+	"github.com/bettercompute/control-plane/shared/meter"
 )
 
 // NewClient returns a DynamoDB client; endpoint overrides the AWS endpoint
-// (the local stack's dynalite) when not empty.
+// (the local stack's dynalite) when not empty. Every client meters its
+// requests into the meter.Meter of the request's context, if any.
 func NewClient(cfg aws.Config, endpoint string, opts ...func(*dynamodb.Options)) *dynamodb.Client {
+	opts = append([]func(*dynamodb.Options){Metered}, opts...)
 	if endpoint != "" {
 		opts = append([]func(*dynamodb.Options){func(o *dynamodb.Options) { o.BaseEndpoint = aws.String(endpoint) }}, opts...)
 	}
 	return dynamodb.NewFromConfig(cfg, opts...)
+}
+
+// Metered asks DynamoDB for the capacity every request consumes
+// (ReturnConsumedCapacity TOTAL) and records it, with each round trip, into
+// the meter.Meter the request's context carries.
+func Metered(o *dynamodb.Options) {
+	o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+		err := s.Initialize.Add(middleware.InitializeMiddlewareFunc("bcConsumedCapacity",
+			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+				write := askCapacity(in.Parameters)
+				out, md, err := next.HandleInitialize(ctx, in)
+				if m := meter.From(ctx); m != nil {
+					for _, c := range consumed(out.Result) {
+						if c.CapacityUnits != nil {
+							m.Consumed(*c.CapacityUnits, write)
+						}
+					}
+				}
+				return out, md, err
+			}), middleware.After)
+		if err != nil {
+			return err
+		}
+		return s.Finalize.Add(middleware.FinalizeMiddlewareFunc("bcMeterCalls",
+			func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
+				meter.From(ctx).Call()
+				return next.HandleFinalize(ctx, in)
+			}), middleware.After)
+	})
+}
+
+// askCapacity sets ReturnConsumedCapacity on an operation's input and
+// reports whether the operation writes.
+func askCapacity(params any) (write bool) {
+	total := types.ReturnConsumedCapacityTotal
+	switch in := params.(type) {
+	case *dynamodb.GetItemInput:
+		in.ReturnConsumedCapacity = total
+	case *dynamodb.BatchGetItemInput:
+		in.ReturnConsumedCapacity = total
+	case *dynamodb.QueryInput:
+		in.ReturnConsumedCapacity = total
+	case *dynamodb.ScanInput:
+		in.ReturnConsumedCapacity = total
+	case *dynamodb.PutItemInput:
+		in.ReturnConsumedCapacity = total
+		return true
+	case *dynamodb.UpdateItemInput:
+		in.ReturnConsumedCapacity = total
+		return true
+	case *dynamodb.DeleteItemInput:
+		in.ReturnConsumedCapacity = total
+		return true
+	case *dynamodb.BatchWriteItemInput:
+		in.ReturnConsumedCapacity = total
+		return true
+	}
+	return false
+}
+
+// consumed returns the ConsumedCapacity an operation's output reports.
+func consumed(result any) []types.ConsumedCapacity {
+	switch out := result.(type) {
+	case *dynamodb.GetItemOutput:
+		return ptrs(out.ConsumedCapacity)
+	case *dynamodb.QueryOutput:
+		return ptrs(out.ConsumedCapacity)
+	case *dynamodb.ScanOutput:
+		return ptrs(out.ConsumedCapacity)
+	case *dynamodb.PutItemOutput:
+		return ptrs(out.ConsumedCapacity)
+	case *dynamodb.UpdateItemOutput:
+		return ptrs(out.ConsumedCapacity)
+	case *dynamodb.DeleteItemOutput:
+		return ptrs(out.ConsumedCapacity)
+	case *dynamodb.BatchGetItemOutput:
+		return out.ConsumedCapacity
+	case *dynamodb.BatchWriteItemOutput:
+		return out.ConsumedCapacity
+	}
+	return nil
+}
+
+func ptrs(c *types.ConsumedCapacity) []types.ConsumedCapacity {
+	if c == nil {
+		return nil
+	}
+	return []types.ConsumedCapacity{*c}
 }
 
 // RoundTrips counts the HTTP requests a client sends (retries included): how
