@@ -46,12 +46,19 @@ type ListReleasesInput struct {
 type Resources map[string]int
 
 // ValueBounds bounds each device count (strictjson reads it).
-func (Resources) ValueBounds() (int64, int64) { return 1, 4096 }
+func (Resources) ValueBounds() (int64, int64) { return 1, 100_000 }
+
+// NodeSizes maps a resource name to its devices per node.
+type NodeSizes map[string]int
+
+// ValueBounds bounds each node size (strictjson reads it).
+func (NodeSizes) ValueBounds() (int64, int64) { return 1, 64 }
 
 type CreatePoolInput struct {
 	Tenant
 	PoolID    string    `json:"poolId" bc:"required,pattern=poolId"`
-	Resources Resources `json:"resources" bc:"required,min=1,max=64,pattern=resource"`
+	Resources Resources `json:"resources" bc:"required,min=1,max=64,pattern=resource,doc=devices of each resource"`
+	NodeSize  NodeSizes `json:"nodeSize,omitempty" bc:"max=64,pattern=resource,doc=devices per node of each resource (default 8)"`
 }
 
 type OfferPoolInput struct {
@@ -95,8 +102,9 @@ type CreateReservationInput struct {
 	Tenant
 	PoolID      string  `json:"poolId" bc:"required,pattern=poolId"`
 	Resource    string  `json:"resource" bc:"required,pattern=resource"`
-	Count       int     `json:"count" bc:"required,min=1,max=64"`
+	Count       int     `json:"count" bc:"required,min=1,max=1024"`
 	Window      Window  `json:"window" bc:"required"`
+	Topology    *string `json:"topology,omitempty" bc:"doc=node (default: as few nodes as the count needs) or any"`
 	ClientToken *string `json:"clientToken,omitempty" bc:"min=1,max=64,doc=idempotency token (per tenant)"`
 }
 

@@ -54,7 +54,7 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 	svc := a.CapacityService()
 	return []api.Endpoint{
 		api.Bind(api.Lookup("pools.create"), func(ctx context.Context, call *api.Call, in *api.CreatePoolInput) (any, error) {
-			p, err := svc.CreatePool(ctx, in.TenantID, in.PoolID, in.Resources)
+			p, err := svc.CreatePool(ctx, in.TenantID, in.PoolID, in.Resources, in.NodeSize)
 			return PoolResult{p}, err
 		}),
 		api.Bind(api.Lookup("pools.offer"), func(ctx context.Context, call *api.Call, in *api.OfferPoolInput) (any, error) {
@@ -95,7 +95,8 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 		api.Bind(api.Lookup("reservations.create"), func(ctx context.Context, call *api.Call, in *api.CreateReservationInput) (any, error) {
 			r, err := svc.CreateReservation(ctx, capacity.CreateRequest{
 				TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource, Count: in.Count,
-				Start: in.Window.Start, End: in.Window.End, ClientToken: deref(in.ClientToken), Principal: call.Principal,
+				Topology: deref(in.Topology), Start: in.Window.Start, End: in.Window.End,
+				ClientToken: deref(in.ClientToken), Principal: call.Principal,
 			}, call.Decide)
 			return ReservationResult{r}, err
 		}),

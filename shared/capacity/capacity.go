@@ -1,34 +1,37 @@
 // Package capacity is the domain of pools, quotas and reservations (SPEC
 // §4.3–§4.5): who may hold how many devices of a pool (quotas), which
-// devices a tenant holds for which half-open window (reservations), the
-// reservation state machine, the placement choice, the invariant checker and
-// the reconciler pass. It knows nothing of Lambda or DynamoDB: it states what
-// it needs from storage as the Store interface (shared/dynamo implements it
-// with single-item conditional writes) and asks Better IAM through a Decide
-// function handed in by the transport.
+// devices of which nodes a tenant holds for which half-open window
+// (reservations), the reservation state machine, the placement choice, the
+// invariant checker and the reconciler pass. It knows nothing of Lambda or
+// DynamoDB: it states what it needs from storage as the Store interface
+// (shared/dynamo implements it with single-item conditional writes, each
+// item of bounded size) and asks Better IAM through a Decide function
+// handed in by the transport.
 package capacity
 
 import (
 	"errors"
 	"fmt"
 	"sort"
-	"strconv"
 	"time"
 )
 
 // Limits of the model (SPEC §4.3, §4.4, §9, and docs/capacity.md where the
 // spec is silent).
 const (
-	MaxDevicesPerPool = 8192      // sum of a pool's resource counts
-	MaxQuota          = 1_000_000 // pools.offer max
-	MaxCount          = 64        // reservations.create count
-	MaxWindow         = 90 * 24 * time.Hour
-	MaxLeadTime       = 365 * 24 * time.Hour
-	MaxStartSkew      = 5 * time.Minute // how far in the past window.start may be
+	MaxDevicesPerResource = 100_000   // pools.create, per resource
+	MaxResources          = 64        // resources of one pool
+	DefaultNodeSize       = 8         // devices per node when pools.create names none
+	MaxNodeSize           = 64        // a node's devices fit one 64-bit mask
+	MaxQuota              = 1_000_000 // pools.offer max
+	MaxCount              = 1024      // reservations.create count
+	MaxWindow             = 90 * 24 * time.Hour
+	MaxLeadTime           = 365 * 24 * time.Hour
+	MaxStartSkew          = 5 * time.Minute // how far in the past window.start may be
 	// StaleAfter: a draft with no outcome this old is fenced to expired; it is
 	// also how long after any fence the reconciler sweeps once more for the
-	// writes of a create that was still in flight (longer than any
-	// function's timeout, so nothing can still be running by then).
+	// writes of a create that was still in flight (longer than any flow's
+	// deadline, so nothing can still be running by then).
 	StaleAfter = 2 * time.Minute
 	// Retention of rejected and expired reservations (DynamoDB TTL).
 	Retention = 30 * 24 * time.Hour
@@ -36,6 +39,10 @@ const (
 	// them in a tenant's partition, so they are hidden from plain lists and
 	// kept only a day (SPEC §9).
 	DeniedRetention = 24 * time.Hour
+	// InlineDevices: a pool of at most this many devices in all lists them
+	// in its answers (every pool of v0.4 did); a bigger one is described by
+	// its resources and node sizes, from which every id follows.
+	InlineDevices = 8192
 )
 
 // Sentinel errors of the store and the state machine. The service maps them
@@ -45,46 +52,66 @@ var (
 	ErrExists        = errors.New("capacity: already exists")
 	ErrStale         = errors.New("capacity: stored state changed (condition failed)")
 	ErrQuotaExceeded = errors.New("capacity: quota does not fit")
+	ErrBusy          = errors.New("capacity: too many admissions in flight on one quota row")
+	ErrCalendarFull  = errors.New("capacity: a node's day holds its maximum of reservations")
 	ErrNotDraft      = errors.New("capacity: reservation is not a draft")
 	ErrTerminal      = errors.New("capacity: reservation is terminal")
 	ErrTransition    = errors.New("capacity: transition not allowed")
 )
 
-// Pool is a set of devices owned by one tenant (SPEC §9). Pools are immutable
-// once created: the same request returns the stored pool.
+// Pool is a set of devices owned by one tenant (SPEC §9), grouped per
+// resource into nodes of NodeSize devices. Pools are immutable once
+// created: the same request returns the stored pool.
 type Pool struct {
 	PoolID        string         `json:"poolId"`
 	OwnerTenantID string         `json:"ownerTenantId"`
 	Resources     map[string]int `json:"resources"`
-	Devices       []Device       `json:"devices"`
-	CreatedAt     time.Time      `json:"createdAt"`
+	NodeSize      map[string]int `json:"nodeSize"`
+	// Devices lists every device when the pool has at most InlineDevices
+	// (else it is empty and DevicesListed false).
+	Devices       []Device  `json:"devices"`
+	DevicesListed bool      `json:"devicesListed"`
+	CreatedAt     time.Time `json:"createdAt"`
 }
 
-// Device is one device of a pool: "<resource>-<n>", n from 0.
+// Device is one device of a pool: "<resource>-<n>", n from 0, on node
+// "<resource>-node-<⌊n/nodeSize⌋>".
 type Device struct {
 	DeviceID string `json:"deviceId"`
 	Resource string `json:"resource"`
+	NodeID   string `json:"nodeId"`
 }
 
-// NewPool builds a pool with its devices listed (resources by name, then n).
-func NewPool(id, owner string, resources map[string]int, createdAt time.Time) Pool {
-	p := Pool{PoolID: id, OwnerTenantID: owner, Resources: resources, CreatedAt: createdAt.UTC()}
-	p.Devices = p.devices()
-	return p
+// NewPool builds a pool; nodeSize defaults to DefaultNodeSize per resource.
+func NewPool(id, owner string, resources, nodeSize map[string]int, createdAt time.Time) Pool {
+	ns := make(map[string]int, len(resources))
+	for r := range resources {
+		ns[r] = DefaultNodeSize
+		if n, ok := nodeSize[r]; ok {
+			ns[r] = n
+		}
+	}
+	return Pool{PoolID: id, OwnerTenantID: owner, Resources: resources, NodeSize: ns, CreatedAt: createdAt.UTC()}.WithDevices()
 }
 
 // WithDevices fills Devices from Resources (stores keep only the counts).
-func (p Pool) WithDevices() Pool { p.Devices = p.devices(); return p }
-
-func (p Pool) devices() []Device {
-	names := p.ResourceNames()
-	out := make([]Device, 0, p.DeviceCount())
-	for _, r := range names {
-		for n := 0; n < p.Resources[r]; n++ {
-			out = append(out, Device{DeviceID: DeviceID(r, n), Resource: r})
+func (p Pool) WithDevices() Pool {
+	p.Devices, p.DevicesListed = []Device{}, p.DeviceCount() <= InlineDevices
+	if !p.DevicesListed {
+		return p
+	}
+	for _, r := range p.ResourceNames() {
+		t := p.Topology(r)
+		for n := 0; n < t.Devices; n++ {
+			p.Devices = append(p.Devices, Device{DeviceID: DeviceID(r, n), Resource: r, NodeID: NodeID(r, t.NodeOf(n))})
 		}
 	}
-	return out
+	return p
+}
+
+// Topology is one resource's layout in the pool.
+func (p Pool) Topology(resource string) Topology {
+	return Topology{Resource: resource, Devices: p.Resources[resource], NodeSize: p.NodeSize[resource]}
 }
 
 // ResourceNames returns the pool's resource names, sorted.
@@ -110,30 +137,18 @@ func (p Pool) DeviceCount() int {
 // see it too; the store answers that).
 func (p Pool) OwnedBy(tenant string) bool { return p.OwnerTenantID == tenant }
 
-// SameDefinition reports whether p and q define the same pool (owner and
-// resources; createdAt is not part of the definition).
+// SameDefinition reports whether p and q define the same pool (owner,
+// resources and node sizes; createdAt is not part of the definition).
 func (p Pool) SameDefinition(q Pool) bool {
 	if p.PoolID != q.PoolID || p.OwnerTenantID != q.OwnerTenantID || len(p.Resources) != len(q.Resources) {
 		return false
 	}
 	for r, n := range p.Resources {
-		if q.Resources[r] != n {
+		if q.Resources[r] != n || p.NodeSize[r] != q.NodeSize[r] {
 			return false
 		}
 	}
 	return true
-}
-
-// DeviceID names device n of a resource.
-func DeviceID(resource string, n int) string { return resource + "-" + strconv.Itoa(n) }
-
-// DeviceIDs names the devices of indexes, in order.
-func DeviceIDs(resource string, indexes []int) []string {
-	out := make([]string, len(indexes))
-	for i, n := range indexes {
-		out[i] = DeviceID(resource, n)
-	}
-	return out
 }
 
 // QuotaKey names one quota row: a tenant's cap on one resource of a pool.
@@ -152,14 +167,6 @@ type Quota struct {
 	Resource string `json:"resource"`
 	Max      int64  `json:"max"`
 	Used     int64  `json:"used"`
-}
-
-// QuotaRow is the stored row: Free = Max − Used, and Holds maps each charged
-// reservation to its count — the truth the invariant is checked against.
-type QuotaRow struct {
-	Quota
-	Free  int64
-	Holds map[string]int64
 }
 
 // Key returns the row's key.

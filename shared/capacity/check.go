@@ -17,8 +17,9 @@ type Violation struct {
 func (v Violation) String() string { return v.Kind + " " + v.Subject + ": " + v.Detail }
 
 // Check reads the whole table and reports every broken invariant of SPEC
-// §4.4 (none: nil). Run it when no request or pass is in flight: a draft
-// being admitted holds quota and devices legitimately for a moment.
+// §4.4 (none: nil). Run it when no request or pass is in flight and the
+// reconciler has swept what was fenced (a draft being admitted holds quota
+// and devices legitimately for a moment).
 func Check(ctx context.Context, r SnapshotReader) ([]Violation, error) {
 	snap, err := r.Snapshot(ctx)
 	if err != nil {
@@ -28,46 +29,45 @@ func Check(ctx context.Context, r SnapshotReader) ([]Violation, error) {
 }
 
 // CheckSnapshot is Check on a snapshot already read:
-//   - per quota row, used = Σ holds, free = max − used, used ≥ 0;
-//   - every hold is a placed/binding/active reservation of that row with
-//     that count, and every such reservation holds exactly once (so used =
-//     Σ counts of the tenant's non-terminal reservations);
-//   - every calendar alloc is such a reservation with the same devices and
-//     window, and every such reservation has its alloc;
-//   - no device is held by two allocs with overlapping windows;
-//   - so no terminal reservation (or stale draft) holds quota or devices.
+//   - per quota row, used = Σ counts of its placed/binding/active
+//     reservations, free = max − used, used ≥ 0; a charge record left
+//     unsettled belongs to such a reservation, with its count; no credit
+//     record is left;
+//   - a placed reservation that ended was credited;
+//   - every node-day entry is a placed/binding/active reservation's, with
+//     its window and its devices on that node, and every such reservation
+//     has its entry on each of its nodes on each day of its window;
+//   - no device is held by two entries with overlapping windows;
+//   - a node-day's untouched count and entry count match its entries;
+//   - topology "node" is honoured: a count that fits a node on one node,
+//     a larger one on ⌈count / nodeSize⌉ nodes; every reservation holds
+//     exactly count devices of its pool.
 func CheckSnapshot(s Snapshot) []Violation {
 	var out []Violation
 	add := func(kind, subject, format string, args ...any) {
 		out = append(out, Violation{kind, subject, fmt.Sprintf(format, args...)})
 	}
-	type rkey struct{ tenant, id string }
-	res := make(map[rkey]Reservation, len(s.Reservations))
-	for _, r := range s.Reservations {
-		res[rkey{r.TenantID, r.ReservationID}] = r
+	pools := map[string]Pool{}
+	for _, p := range s.Pools {
+		pools[p.PoolID] = p
 	}
-	held := map[rkey]bool{}
+	res := make(map[string]Reservation, len(s.Reservations))
+	usedBy := map[QuotaKey]int64{}
+	for _, r := range s.Reservations {
+		res[r.ReservationID] = r
+		subject := r.PoolID + "/" + r.Resource + "/" + r.ReservationID
+		if r.State.Holding() {
+			usedBy[r.Quota()] += int64(r.Count)
+			checkTopology(r, pools[r.PoolID], subject, add)
+		}
+		if r.State.Terminal() && r.WasPlaced() && !r.Credited {
+			add("uncredited", subject, "%s after placed, its quota not given back", r.State)
+		}
+	}
 	for _, q := range s.Quotas {
 		subject := q.Key().String()
-		var sum int64
-		for id, n := range q.Holds {
-			sum += n
-			r, ok := res[rkey{q.TenantID, id}]
-			switch {
-			case !ok:
-				add("orphan_hold", subject, "holds %d for unknown reservation %s", n, id)
-				continue
-			case r.Quota() != q.Key():
-				add("hold_row", subject, "reservation %s charges %s", id, r.Quota())
-			case !r.State.Holding():
-				add("hold_state", subject, "reservation %s is %s and still holds %d", id, r.State, n)
-			case int64(r.Count) != n:
-				add("hold_count", subject, "reservation %s holds %d, count is %d", id, n, r.Count)
-			}
-			held[rkey{q.TenantID, id}] = true
-		}
-		if sum != q.Used {
-			add("used", subject, "used is %d, the holds sum to %d", q.Used, sum)
+		if want := usedBy[q.Key()]; q.Used != want {
+			add("used", subject, "used is %d, its placed/binding/active reservations count %d", q.Used, want)
 		}
 		if q.Free != q.Max-q.Used {
 			add("free", subject, "free is %d, max − used is %d", q.Free, q.Max-q.Used)
@@ -75,40 +75,72 @@ func CheckSnapshot(s Snapshot) []Violation {
 		if q.Used < 0 {
 			add("used", subject, "used is negative (%d)", q.Used)
 		}
-	}
-	placed := map[rkey]bool{}
-	for _, c := range s.Calendars {
-		subject := c.PoolID + "/" + c.Resource
-		for id, a := range c.Allocs {
-			r, ok := res[rkey{a.TenantID, id}]
+		for id, c := range q.Charging {
+			r, ok := res[id]
 			switch {
 			case !ok:
-				add("orphan_alloc", subject, "devices %v held for unknown reservation %s", a.Devices, id)
-				continue
-			case r.PoolID != c.PoolID || r.Resource != c.Resource:
-				add("alloc_calendar", subject, "reservation %s belongs to %s/%s", id, r.PoolID, r.Resource)
+				add("orphan_charge", subject, "charge of %d for unknown reservation %s", c.Count, id)
 			case !r.State.Holding():
-				add("alloc_state", subject, "reservation %s is %s and still holds devices %v", id, r.State, a.Devices)
-			case !slices.Equal(DeviceIDs(c.Resource, a.Devices), r.DeviceIDs):
-				add("alloc_devices", subject, "reservation %s holds %v, records %v", id, DeviceIDs(c.Resource, a.Devices), r.DeviceIDs)
-			case !a.Window.Start.Equal(r.Window.Start) || !a.Window.End.Equal(r.Window.End):
-				add("alloc_window", subject, "reservation %s alloc window differs", id)
+				add("charge_state", subject, "reservation %s is %s and still has a charge of %d", id, r.State, c.Count)
+			case r.Count != c.Count:
+				add("charge_count", subject, "reservation %s charged %d, count is %d", id, c.Count, r.Count)
 			}
-			placed[rkey{a.TenantID, id}] = true
 		}
-		for _, pair := range c.Conflicts() {
-			add("double_booked", subject, "reservations %s and %s hold a device in overlapping windows", pair[0], pair[1])
+		for id, n := range q.Crediting {
+			add("credit_record", subject, "credit of %d for %s left on the row", n, id)
 		}
 	}
-	for k, r := range res {
+	type want struct {
+		id   string
+		node int
+		day  Day
+	}
+	seen := map[want]bool{}
+	for _, nd := range s.NodeDays {
+		subject := fmt.Sprintf("%s/%s/node-%d/%s", nd.Pool, nd.Resource, nd.Node, nd.Day)
+		for id, e := range nd.Entries {
+			r, ok := res[id]
+			switch {
+			case !ok:
+				add("orphan_entry", subject, "devices %b held for unknown reservation %s", e.Mask, id)
+				continue
+			case r.PoolID != nd.Pool || r.Resource != nd.Resource:
+				add("entry_pool", subject, "reservation %s belongs to %s/%s", id, r.PoolID, r.Resource)
+			case !r.State.Holding():
+				add("entry_state", subject, "reservation %s is %s and still holds devices %b", id, r.State, e.Mask)
+			case !e.Window.Start.Equal(r.Window.Start) || !e.Window.End.Equal(r.Window.End):
+				add("entry_window", subject, "reservation %s: entry window differs", id)
+			}
+			if m := maskOn(r, nd.Node); e.Mask != m {
+				add("entry_devices", subject, "reservation %s holds %b here, records %b", id, e.Mask, m)
+			}
+			seen[want{id, nd.Node, nd.Day}] = true
+		}
+		for _, pair := range nd.Conflicts() {
+			add("double_booked", subject, "reservations %s and %s hold a device in overlapping windows", pair[0], pair[1])
+		}
+		if u := nd.Size - nd.Touched().Count(); nd.Untouched != u {
+			add("untouched", subject, "untouched is %d, its entries leave %d", nd.Untouched, u)
+		}
+		if len(nd.Entries) > MaxEntriesPerNodeDay {
+			add("entries", subject, "%d entries, at most %d", len(nd.Entries), MaxEntriesPerNodeDay)
+		}
+		if p, ok := pools[nd.Pool]; ok {
+			if t := p.Topology(nd.Resource); nd.NodeSize != t.NodeSize || nd.Size != t.Size(nd.Node) {
+				add("node_size", subject, "size %d of %d, the pool says %d of %d", nd.Size, nd.NodeSize, t.Size(nd.Node), t.NodeSize)
+			}
+		}
+	}
+	for _, r := range s.Reservations {
 		if !r.State.Holding() {
 			continue
 		}
-		if !held[k] {
-			add("missing_hold", r.Quota().String(), "reservation %s is %s but holds no quota", r.ReservationID, r.State)
-		}
-		if !placed[k] {
-			add("missing_alloc", r.PoolID+"/"+r.Resource, "reservation %s is %s but holds no devices", r.ReservationID, r.State)
+		for _, nd := range r.Placement() {
+			for _, d := range r.Window.Days() {
+				if !seen[want{r.ReservationID, nd.Node, d}] {
+					add("missing_entry", r.PoolID+"/"+r.Resource, "reservation %s is %s but node %d holds nothing for it on %s", r.ReservationID, r.State, nd.Node, d)
+				}
+			}
 		}
 	}
 	sort.Slice(out, func(i, j int) bool {
@@ -118,4 +150,29 @@ func CheckSnapshot(s Snapshot) []Violation {
 		return out[i].Subject+out[i].Detail < out[j].Subject+out[j].Detail
 	})
 	return out
+}
+
+// maskOn is the mask of r's devices on node k.
+func maskOn(r Reservation, k int) Mask {
+	for _, nd := range r.Placement() {
+		if nd.Node == k {
+			return nd.Mask
+		}
+	}
+	return 0
+}
+
+// checkTopology: count devices of the pool, on as many nodes as the
+// topology allows.
+func checkTopology(r Reservation, p Pool, subject string, add func(kind, subject, format string, args ...any)) {
+	t := p.Topology(r.Resource)
+	if len(r.Devices) != r.Count || slices.ContainsFunc(r.Devices, func(n int) bool { return n < 0 || (t.Devices > 0 && n >= t.Devices) }) {
+		add("device_count", subject, "holds %d devices %v for a count of %d", len(r.Devices), r.Devices, r.Count)
+	}
+	if r.Topology != OnNodes || t.NodeSize == 0 {
+		return
+	}
+	if nodes, want := len(r.Placement()), t.NodesFor(r.Count); nodes != want {
+		add("topology", subject, "count %d on %d nodes, topology node wants %d", r.Count, nodes, want)
+	}
 }

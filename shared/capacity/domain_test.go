@@ -27,7 +27,7 @@ func TestStateMachine(t *testing.T) {
 		"deny":     func(r capacity.Reservation) (capacity.Reservation, error) { return r.Deny(t0) },
 		"reject":   func(r capacity.Reservation) (capacity.Reservation, error) { return r.Reject("quota", t0) },
 		"expire":   func(r capacity.Reservation) (capacity.Reservation, error) { return r.Expire(t0) },
-		"place":    func(r capacity.Reservation) (capacity.Reservation, error) { return r.Place([]string{"gpu-0"}, t0) },
+		"place":    func(r capacity.Reservation) (capacity.Reservation, error) { return r.Place([]int{0}, 8, t0) },
 		"bind":     func(r capacity.Reservation) (capacity.Reservation, error) { return r.StartBinding(t0) },
 		"activate": func(r capacity.Reservation) (capacity.Reservation, error) { return r.Activate(t0) },
 		"release":  func(r capacity.Reservation) (capacity.Reservation, error) { return r.Release("tenant", t0) },
@@ -66,9 +66,9 @@ func TestStateMachine(t *testing.T) {
 		}
 	}
 	// Due: placed at start, active at end, terminal one sweep later.
-	p, _ := draft().Place([]string{"gpu-0"}, t0)
-	if !p.Due.Equal(p.Window.Start) {
-		t.Errorf("placed due %v", p.Due)
+	p, _ := draft().Place([]int{0}, 8, t0)
+	if !p.Due.Equal(p.Window.Start) || p.DeviceIDs[0] != "gpu-0" || p.NodeIDs[0] != "gpu-node-0" {
+		t.Errorf("placed %+v", p)
 	}
 	b, _ := p.StartBinding(t0.Add(time.Hour))
 	a, _ := b.Activate(t0.Add(time.Hour))
@@ -83,6 +83,13 @@ func TestStateMachine(t *testing.T) {
 	if !rej.ExpiresAt().Equal(t0.Add(30 * 24 * time.Hour)) {
 		t.Errorf("rejected expires %v", rej.ExpiresAt())
 	}
+	// The timeline: one event per state entered, the reason with it.
+	if h := rel.History; len(h) != 4 || h[0].State != capacity.Placed || h[3].State != capacity.Released {
+		t.Errorf("history %+v", h)
+	}
+	if h := rej.History; len(h) != 1 || h[0].Reason != "capacity" || !h[0].At.Equal(t0) {
+		t.Errorf("rejected history %+v", h)
+	}
 	if s, ok := capacity.ParseState("active"); !ok || s != capacity.Active {
 		t.Error("ParseState(active)")
 	}
@@ -91,61 +98,148 @@ func TestStateMachine(t *testing.T) {
 	}
 }
 
-func TestChoose(t *testing.T) {
-	w := func(from, to int) capacity.Window {
-		return capacity.Window{Start: t0.Add(time.Duration(from) * time.Hour), End: t0.Add(time.Duration(to) * time.Hour)}
+// node builds a candidate node of size devices on one day whose entries
+// are given as (id, mask, from, to) in hours from t0.
+type alloc struct {
+	id       string
+	mask     capacity.Mask
+	from, to int
+}
+
+func hours(from, to int) capacity.Window {
+	return capacity.Window{Start: t0.Add(time.Duration(from) * time.Hour), End: t0.Add(time.Duration(to) * time.Hour)}
+}
+
+func node(k, size int, allocs ...alloc) capacity.Candidate {
+	nd := capacity.NodeDay{Pool: "p1", Resource: "gpu", Day: capacity.DayOf(t0), Node: k, Size: size, NodeSize: 8,
+		Versions: map[int]int64{}, Entries: map[string]capacity.Entry{}}
+	for _, a := range allocs {
+		nd.Entries[a.id] = capacity.Entry{Mask: a.mask, Window: hours(a.from, a.to)}
 	}
-	cal := capacity.Calendar{Allocs: map[string]capacity.Alloc{
-		"a": {Devices: []int{0, 1}, Window: w(0, 2)},
-		"b": {Devices: []int{3}, Window: w(1, 3)},
-	}}
+	nd.Untouched = size - nd.Touched().Count()
+	return capacity.Candidate{Node: k, Days: []capacity.NodeDay{nd}}
+}
+
+func TestChoose(t *testing.T) {
+	top := capacity.Topology{Resource: "gpu", Devices: 32, NodeSize: 8}
+	// Four nodes, each with a different number of devices free during 1–2.
+	cands := []capacity.Candidate{
+		node(0, 8, alloc{"a", 0b00111111, 0, 2}), // 2 free during 0–2
+		node(1, 8, alloc{"b", 0b00000011, 1, 3}), // 6 free during 1–3
+		node(2, 8, alloc{"c", 0b00000001, 1, 5}), // 7 free during 1–5
+		node(3, 8),                               // 8
+	}
 	cases := []struct {
-		name   string
-		count  int
-		window capacity.Window
-		want   string // "" = no fit
+		name     string
+		count    int
+		topology string
+		window   capacity.Window
+		want     string // "node:mask,…" or the NoFit reason
 	}{
-		{"lowest free first", 2, w(0, 1), "2,3"},
-		{"overlap with both", 1, w(1, 2), "2"},
-		{"too many", 3, w(1, 2), ""},
-		{"adjacent window is free (half-open)", 4, w(3, 4), "0,1,2,3"},
-		{"ends where a starts", 4, w(-1, 0), "0,1,2,3"},
-		{"touching b's end only", 3, w(2, 5), "0,1,2"},
+		{"fullest node that fits", 2, capacity.OnNodes, hours(1, 2), "0:11000000"},
+		{"next fullest when it does not", 3, capacity.OnNodes, hours(1, 2), "1:11100"},
+		{"whole node", 8, capacity.OnNodes, hours(1, 2), "3:11111111"},
+		{"several nodes: a whole one and the fullest for the rest", 10, capacity.OnNodes, hours(1, 2), "0:11000000,3:11111111"},
+		{"several nodes: the remainder on the fullest that holds it", 13, capacity.OnNodes, hours(1, 2), "1:1111100,3:11111111"},
+		{"too few devices on two nodes is topology", 16, capacity.OnNodes, hours(1, 2), "topology"},
+		{"any: fullest nodes first", 9, capacity.AnyDevices, hours(1, 2), "0:11000000,1:11111100,2:10"},
+		{"any: not enough devices", 24, capacity.AnyDevices, hours(1, 2), "capacity"},
+		{"adjacent window is free (half-open)", 8, capacity.OnNodes, hours(5, 6), "2:11111111"},
 	}
 	for _, c := range cases {
-		got, ok := cal.Choose(4, c.count, c.window)
-		s := fmtInts(got)
-		if (c.want == "") == ok || ok && s != c.want {
-			t.Errorf("%s: got %v %v, want %q", c.name, got, ok, c.want)
+		t.Run(c.name, func(t *testing.T) {
+			p, err := capacity.Choose(top, capacity.Request{ID: "new", Count: c.count, Topology: c.topology, Window: c.window}, cands)
+			var got string
+			if nf, ok := err.(capacity.NoFit); ok {
+				got = nf.Reason
+			} else {
+				var parts []string
+				for _, nd := range p {
+					parts = append(parts, strconv.Itoa(nd.Node)+":"+strconv.FormatUint(uint64(nd.Mask), 2))
+				}
+				got = strings.Join(parts, ",")
+				if p.Count() != c.count {
+					t.Errorf("placed %d devices for a count of %d", p.Count(), c.count)
+				}
+			}
+			if got != c.want {
+				t.Errorf("got %s, want %s", got, c.want)
+			}
+		})
+	}
+	// Within a node, devices some allocation of the day uses come first,
+	// keeping untouched ones whole.
+	if p, _ := capacity.Choose(top, capacity.Request{ID: "n", Count: 2, Topology: capacity.OnNodes, Window: hours(3, 4)},
+		[]capacity.Candidate{node(1, 8, alloc{"b", 0b00000011, 1, 3})}); p[0].Mask != 0b11 {
+		t.Errorf("took %b, want the touched devices 0 and 1", p[0].Mask)
+	}
+	// Topology: free devices on too many nodes for the count.
+	spread := []capacity.Candidate{node(0, 8, alloc{"x", 0b11110000, 0, 4}), node(1, 8, alloc{"y", 0b11110000, 0, 4})}
+	if _, err := capacity.Choose(top, capacity.Request{ID: "n", Count: 8, Topology: capacity.OnNodes, Window: hours(0, 1)}, spread); err != (capacity.NoFit{Reason: capacity.ReasonTopology}) {
+		t.Errorf("8 devices on two half-free nodes: %v, want topology", err)
+	}
+	if p, err := capacity.Choose(top, capacity.Request{ID: "n", Count: 8, Topology: capacity.AnyDevices, Window: hours(0, 1)}, spread); err != nil || p.Count() != 8 {
+		t.Errorf("the same with any: %v %v", p, err)
+	}
+	// Equal nodes are taken in an order that depends on the reservation: the
+	// same choice again for one reservation, spread over many.
+	whole := []capacity.Candidate{node(0, 8), node(1, 8), node(2, 8), node(3, 8)}
+	seen := map[int]bool{}
+	for i := range 16 {
+		id := "r" + strconv.Itoa(i)
+		p1, _ := capacity.Choose(top, capacity.Request{ID: id, Count: 8, Topology: capacity.OnNodes, Window: hours(0, 1)}, whole)
+		p2, _ := capacity.Choose(top, capacity.Request{ID: id, Count: 8, Topology: capacity.OnNodes, Window: hours(0, 1)}, whole)
+		if p1[0] != p2[0] {
+			t.Fatalf("%s chose %v then %v", id, p1, p2)
 		}
+		seen[p1[0].Node] = true
+	}
+	if len(seen) < 3 {
+		t.Errorf("16 reservations all chose among %d of 4 equal nodes", len(seen))
 	}
 }
 
-func fmtInts(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = strconv.Itoa(x)
+func TestDays(t *testing.T) {
+	day := capacity.DayOf(t0)
+	midnight := day.Start().Add(24 * time.Hour)
+	for _, c := range []struct {
+		w    capacity.Window
+		want int
+	}{
+		{capacity.Window{Start: t0, End: t0.Add(time.Hour)}, 1},
+		{capacity.Window{Start: t0, End: midnight}, 1}, // half-open: ends where the next day starts
+		{capacity.Window{Start: t0, End: midnight.Add(time.Nanosecond)}, 2},
+		{capacity.Window{Start: midnight.Add(-time.Hour), End: midnight.Add(49 * time.Hour)}, 4},
+	} {
+		if days := c.w.Days(); len(days) != c.want || days[0] != capacity.DayOf(c.w.Start) {
+			t.Errorf("%v: %v", c.w, days)
+		}
 	}
-	return strings.Join(s, ",")
+	if day.String() != "20261129" {
+		t.Errorf("day %s", day)
+	}
 }
 
 // The checker must be able to fail: each broken invariant is reported.
 func TestCheckSnapshot(t *testing.T) {
 	w := capacity.Window{Start: t0, End: t0.Add(time.Hour)}
-	placed := func(id string, devices ...string) capacity.Reservation {
+	placed := func(id string, devices ...int) capacity.Reservation {
 		r := draft()
-		r.ReservationID, r.State, r.Window, r.DeviceIDs = id, capacity.Placed, w, devices
+		r.ReservationID, r.State, r.Window, r.Devices, r.NodeSize, r.Topology = id, capacity.Placed, w, devices, 8, capacity.OnNodes
+		r.History = []capacity.Event{{State: capacity.Placed, At: t0}}
 		return r
 	}
 	good := func() capacity.Snapshot {
+		nd := node(0, 8)
+		nd.Days[0].Entries["r1"] = capacity.Entry{Mask: 0b01, Window: w}
+		nd.Days[0].Entries["r2"] = capacity.Entry{Mask: 0b10, Window: w}
+		nd.Days[0].Untouched = 6
 		return capacity.Snapshot{
+			Pools: []capacity.Pool{capacity.NewPool("p1", "acme", map[string]int{"gpu": 16}, nil, t0)},
 			Quotas: []capacity.QuotaRow{{Quota: capacity.Quota{TenantID: "acme", PoolID: "p1", Resource: "gpu", Max: 4, Used: 2},
-				Free: 2, Holds: map[string]int64{"r1": 1, "r2": 1}}},
-			Reservations: []capacity.Reservation{placed("r1", "gpu-0"), placed("r2", "gpu-1")},
-			Calendars: []capacity.Calendar{{PoolID: "p1", Resource: "gpu", Version: 3, Allocs: map[string]capacity.Alloc{
-				"r1": {TenantID: "acme", Devices: []int{0}, Window: w},
-				"r2": {TenantID: "acme", Devices: []int{1}, Window: w},
-			}}},
+				Free: 2, Charging: map[string]capacity.Charged{"r1": {Count: 1}}}},
+			Reservations: []capacity.Reservation{placed("r1", 0), placed("r2", 1)},
+			NodeDays:     nd.Days,
 		}
 	}
 	if vs := capacity.CheckSnapshot(good()); len(vs) != 0 {
@@ -154,24 +248,26 @@ func TestCheckSnapshot(t *testing.T) {
 	cases := map[string]func(*capacity.Snapshot){
 		"used":          func(s *capacity.Snapshot) { s.Quotas[0].Used, s.Quotas[0].Free = 3, 1 },
 		"free":          func(s *capacity.Snapshot) { s.Quotas[0].Free = 3 },
-		"orphan_hold":   func(s *capacity.Snapshot) { s.Quotas[0].Holds["zz"] = 0 },
-		"hold_state":    func(s *capacity.Snapshot) { s.Reservations[0].State = capacity.Released },
-		"hold_count":    func(s *capacity.Snapshot) { s.Reservations[0].Count = 2 },
-		"missing_hold":  func(s *capacity.Snapshot) { delete(s.Quotas[0].Holds, "r1"); s.Quotas[0].Used, s.Quotas[0].Free = 1, 3 },
-		"missing_alloc": func(s *capacity.Snapshot) { delete(s.Calendars[0].Allocs, "r2") },
-		"orphan_alloc": func(s *capacity.Snapshot) {
-			s.Calendars[0].Allocs["zz"] = capacity.Alloc{TenantID: "acme", Devices: []int{3}, Window: w}
+		"orphan_charge": func(s *capacity.Snapshot) { s.Quotas[0].Charging["zz"] = capacity.Charged{Count: 1} },
+		"charge_count":  func(s *capacity.Snapshot) { s.Quotas[0].Charging["r1"] = capacity.Charged{Count: 2} },
+		"credit_record": func(s *capacity.Snapshot) { s.Quotas[0].Crediting = map[string]int{"r1": 1} },
+		"missing_entry": func(s *capacity.Snapshot) { delete(s.NodeDays[0].Entries, "r2"); s.NodeDays[0].Untouched = 7 },
+		"orphan_entry": func(s *capacity.Snapshot) {
+			s.NodeDays[0].Entries["zz"] = capacity.Entry{Mask: 0b100, Window: w}
+			s.NodeDays[0].Untouched = 5
 		},
-		"alloc_devices": func(s *capacity.Snapshot) { s.Reservations[1].DeviceIDs = []string{"gpu-2"} },
-		"double_booked": func(s *capacity.Snapshot) {
-			a := s.Calendars[0].Allocs["r2"]
-			a.Devices = []int{0}
-			s.Calendars[0].Allocs["r2"] = a
-			s.Reservations[1].DeviceIDs = []string{"gpu-0"}
+		"entry_devices": func(s *capacity.Snapshot) { s.Reservations[1].Devices = []int{2} },
+		"double_booked": func(s *capacity.Snapshot) { s.NodeDays[0].Entries["r2"] = capacity.Entry{Mask: 0b11, Window: w} },
+		"untouched":     func(s *capacity.Snapshot) { s.NodeDays[0].Untouched = 8 },
+		"device_count":  func(s *capacity.Snapshot) { s.Reservations[0].Count = 2 },
+		"uncredited":    func(s *capacity.Snapshot) { s.Reservations[0].State = capacity.Released },
+		"node_size":     func(s *capacity.Snapshot) { s.NodeDays[0].NodeSize = 4 },
+		"topology": func(s *capacity.Snapshot) {
+			s.Reservations[0].Count, s.Reservations[0].Devices = 2, []int{0, 8}
+			s.Quotas[0].Used, s.Quotas[0].Free, s.Quotas[0].Charging = 3, 1, nil
 		},
-		"alloc_state": func(s *capacity.Snapshot) {
-			s.Reservations[1].State = capacity.Expired
-			delete(s.Quotas[0].Holds, "r2")
+		"entry_state": func(s *capacity.Snapshot) {
+			s.Reservations[1].State, s.Reservations[1].Credited = capacity.Expired, true
 			s.Quotas[0].Used, s.Quotas[0].Free = 1, 3
 		},
 	}

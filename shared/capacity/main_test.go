@@ -70,7 +70,7 @@ func (e *env) check(tb testing.TB) {
 
 func (e *env) pool(tb testing.TB, tenant, id string, res map[string]int) capacity.Pool {
 	tb.Helper()
-	p, err := e.svc.CreatePool(context.Background(), tenant, id, res)
+	p, err := e.svc.CreatePool(context.Background(), tenant, id, res, nil)
 	if err != nil {
 		tb.Fatalf("create pool: %v", err)
 	}

@@ -1,79 +1,170 @@
 package capacity
 
 import (
+	"hash/fnv"
+	"slices"
 	"sort"
 	"time"
 )
 
-// Calendar is the placement state of one (pool, resource): which devices
-// each reservation holds for which window. Version orders writes: a
-// placement is written only if the version it was chosen on is still the
-// stored one (optimistic concurrency).
-type Calendar struct {
-	PoolID   string
-	Resource string
-	Version  int64 // 0: no calendar stored yet
-	Allocs   map[string]Alloc
+// Candidate is one node and its state on every day a window overlaps.
+type Candidate struct {
+	Node int
+	Days []NodeDay
 }
 
-// Alloc is one reservation's devices (indexes n of "<resource>-<n>") for its window.
-type Alloc struct {
-	TenantID string
-	Devices  []int
+// Free is the mask of the node's devices free during all of w (ignoring
+// allocations of reservation id itself).
+func (c Candidate) Free(w Window, id string) Mask {
+	free := ^Mask(0)
+	for _, d := range c.Days {
+		free &= d.Free(w, id)
+	}
+	if len(c.Days) == 0 {
+		return 0
+	}
+	return free
+}
+
+// untouched is the mask of devices no allocation uses on any of the days.
+func (c Candidate) untouched() Mask {
+	m := ^Mask(0)
+	for _, d := range c.Days {
+		m &= Full(d.Size) &^ d.Touched()
+	}
+	return m
+}
+
+// NoFit is why no placement was found: ReasonCapacity (not enough free
+// devices) or ReasonTopology (enough, but not on few enough nodes).
+type NoFit struct{ Reason string }
+
+func (e NoFit) Error() string { return "capacity: no placement fits (" + e.Reason + ")" }
+
+// Request is what a placement must satisfy.
+type Request struct {
+	ID       string // the reservation (its own allocations do not count as busy)
+	Count    int
+	Topology string // OnNodes or AnyDevices
 	Window   Window
 }
 
-// Choose picks count devices of the resource (size devices in the pool) free
-// for the whole window w, or ok=false if none fit. The choice is
-// deterministic: the lowest-numbered free devices, so a retry after a lost
-// race on an unchanged calendar chooses the same devices, and tests can state
-// which devices a reservation gets.
-func (c Calendar) Choose(size, count int, w Window) (devices []int, ok bool) {
-	busy := make([]bool, size)
-	for _, a := range c.Allocs {
-		if !a.Window.Overlaps(w) {
-			continue
+// Choose places req on the candidates, best fit (SPEC §4.4):
+//
+//   - topology "node", count ≤ nodeSize: the node with the fewest free
+//     devices that still holds count (the fullest that fits), so whole
+//     nodes stay whole;
+//   - topology "node", a larger count: ⌈count / nodeSize⌉ nodes — whole free
+//     nodes and, for the remainder, the fullest node that holds it;
+//   - topology "any": the fullest nodes first until count is reached.
+//
+// Within a node, devices some allocation of the day already uses are taken
+// before untouched ones (again to keep whole devices whole), lowest first.
+// Among equally good nodes the choice is a hash of the reservation and the
+// node: a retry on the same state chooses the same, while racing creates
+// spread over the ties instead of all taking the first.
+//
+// NoFit is exact only when cands holds every node of the resource.
+func Choose(t Topology, req Request, cands []Candidate) (Placement, error) {
+	type node struct {
+		Candidate
+		free  Mask
+		n     int
+		order uint32
+	}
+	nodes := make([]node, 0, len(cands))
+	total := 0
+	for _, c := range cands {
+		free := c.Free(req.Window, req.ID)
+		if n := free.Count(); n > 0 {
+			nodes = append(nodes, node{c, free, n, tiebreak(req.ID, c.Node)})
+			total += n
 		}
-		for _, d := range a.Devices {
-			if d >= 0 && d < size {
-				busy[d] = true
+	}
+	if total < req.Count {
+		return nil, NoFit{ReasonCapacity}
+	}
+	// Fullest first; ties spread by the hash.
+	sort.Slice(nodes, func(i, j int) bool {
+		if nodes[i].n != nodes[j].n {
+			return nodes[i].n < nodes[j].n
+		}
+		return nodes[i].order < nodes[j].order
+	})
+	take := func(n node, count int) NodeDevices {
+		// Devices already used that day first, then untouched, lowest first.
+		touched := n.free &^ n.untouched()
+		m := touched.Lowest(count)
+		m |= (n.free &^ m).Lowest(count - m.Count())
+		return NodeDevices{Node: n.Node, Mask: m}
+	}
+	var p Placement
+	switch {
+	case req.Topology == AnyDevices:
+		left := req.Count
+		for _, n := range nodes {
+			if left == 0 {
+				break
+			}
+			nd := take(n, min(left, n.n))
+			p, left = append(p, nd), left-nd.Mask.Count()
+		}
+	case req.Count <= t.NodeSize:
+		i := slices.IndexFunc(nodes, func(n node) bool { return n.n >= req.Count })
+		if i < 0 {
+			return nil, NoFit{ReasonTopology}
+		}
+		p = Placement{take(nodes[i], req.Count)}
+	default:
+		want := t.NodesFor(req.Count)
+		rem := req.Count - (want-1)*t.NodeSize
+		var whole []node
+		for _, n := range nodes {
+			if n.n == t.NodeSize {
+				whole = append(whole, n)
 			}
 		}
-	}
-	for d := 0; d < size && len(devices) < count; d++ {
-		if !busy[d] {
-			devices = append(devices, d)
+		if len(whole) >= want-1 {
+			// The remainder goes to the fullest node that holds it and is
+			// not among the whole nodes taken (the last ones in order).
+			used := map[int]bool{}
+			for _, n := range whole[len(whole)-(want-1):] {
+				p, used[n.Node] = append(p, take(n, t.NodeSize)), true
+			}
+			i := slices.IndexFunc(nodes, func(n node) bool { return n.n >= rem && !used[n.Node] })
+			if i >= 0 {
+				p = append(p, take(nodes[i], rem))
+				break
+			}
+			p = nil
+		}
+		// Else: the want nodes with the most free devices, if they hold it.
+		if len(nodes) < want {
+			return nil, NoFit{ReasonTopology}
+		}
+		most := nodes[len(nodes)-want:]
+		sum := 0
+		for _, n := range most {
+			sum += n.n
+		}
+		if sum < req.Count {
+			return nil, NoFit{ReasonTopology}
+		}
+		left := req.Count
+		for i := len(most) - 1; i >= 0; i-- {
+			nd := take(most[i], min(left, most[i].n))
+			p, left = append(p, nd), left-nd.Mask.Count()
 		}
 	}
-	if len(devices) < count {
-		return nil, false
-	}
-	return devices, true
+	sort.Slice(p, func(i, j int) bool { return p[i].Node < p[j].Node })
+	return p, nil
 }
 
-// Conflicts returns pairs of reservations holding one device in overlapping
-// windows (the checker's double-booking test).
-func (c Calendar) Conflicts() [][2]string {
-	type use struct {
-		id string
-		w  Window
-	}
-	byDevice := map[int][]use{}
-	for id, a := range c.Allocs {
-		for _, d := range a.Devices {
-			byDevice[d] = append(byDevice[d], use{id, a.Window})
-		}
-	}
-	var out [][2]string
-	for _, uses := range byDevice {
-		sort.Slice(uses, func(i, j int) bool { return uses[i].w.Start.Before(uses[j].w.Start) })
-		for i := range uses {
-			for j := i + 1; j < len(uses) && uses[j].w.Start.Before(uses[i].w.End); j++ {
-				out = append(out, [2]string{uses[i].id, uses[j].id})
-			}
-		}
-	}
-	return out
+func tiebreak(id string, node int) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	h.Write([]byte{byte(node), byte(node >> 8), byte(node >> 16), byte(node >> 24)})
+	return h.Sum32()
 }
 
 // backoff is the jittered wait before placement attempt n (n ≥ 1): it

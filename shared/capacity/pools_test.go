@@ -13,7 +13,7 @@ func TestCreatePool(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	p := e.pool(t, "acme", "p1", map[string]int{"gpu.h100": 2, "cpu": 1})
-	want := []capacity.Device{{"cpu-0", "cpu"}, {"gpu.h100-0", "gpu.h100"}, {"gpu.h100-1", "gpu.h100"}}
+	want := []capacity.Device{{"cpu-0", "cpu", "cpu-node-0"}, {"gpu.h100-0", "gpu.h100", "gpu.h100-node-0"}, {"gpu.h100-1", "gpu.h100", "gpu.h100-node-0"}}
 	if len(p.Devices) != len(want) {
 		t.Fatalf("devices %v", p.Devices)
 	}
@@ -32,7 +32,7 @@ func TestCreatePool(t *testing.T) {
 		}
 	}
 	e.clock.Advance(time.Minute)
-	again := must(e.svc.CreatePool(ctx, "acme", "p1", map[string]int{"cpu": 1, "gpu.h100": 2}))
+	again := must(e.svc.CreatePool(ctx, "acme", "p1", map[string]int{"cpu": 1, "gpu.h100": 2}, nil))
 	if !again.CreatedAt.Equal(p.CreatedAt) || len(again.Devices) != 3 {
 		t.Errorf("replay returned %+v", again)
 	}
@@ -48,18 +48,21 @@ func TestCreatePool(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if _, err := e.svc.CreatePool(ctx, c.tenant, "p1", c.res); code(err) != c.code {
+			if _, err := e.svc.CreatePool(ctx, c.tenant, "p1", c.res, nil); code(err) != c.code {
 				t.Errorf("got %v, want %s", err, c.code)
 			}
 		})
 	}
-	t.Run("too many devices", func(t *testing.T) {
-		_, err := e.svc.CreatePool(ctx, "acme", "big", map[string]int{"a": 4096, "b": 4096, "c": 1})
-		if code(err) != apierr.InvalidInput || detail(err, "field") != "resources" {
+	t.Run("another node size is another definition", func(t *testing.T) {
+		_, err := e.svc.CreatePool(ctx, "acme", "p1", map[string]int{"gpu.h100": 2, "cpu": 1}, map[string]int{"gpu.h100": 2})
+		if code(err) != apierr.Conflict {
 			t.Errorf("got %v", err)
 		}
-		if _, err := e.svc.GetPool(ctx, "acme", "big"); code(err) != apierr.NotFound {
-			t.Errorf("refused pool exists: %v", err)
+	})
+	t.Run("node size of a resource the pool lacks", func(t *testing.T) {
+		_, err := e.svc.CreatePool(ctx, "acme", "p9", map[string]int{"gpu": 2}, map[string]int{"tpu": 2})
+		if code(err) != apierr.InvalidInput || detail(err, "field") != "nodeSize.tpu" {
+			t.Errorf("got %v", err)
 		}
 	})
 	// Owner sees it, a tenant it was offered to sees it, others do not.
@@ -193,4 +196,36 @@ func must2[A, B any](a A, b B, err error) (A, B) {
 		panic(err)
 	}
 	return a, b
+}
+
+// Devices are grouped into nodes of nodeSize (default 8; the last node may
+// be smaller); a pool of more than capacity.InlineDevices devices is
+// described by its counts and node sizes instead of a device list.
+func TestPoolTopology(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	p := must(e.svc.CreatePool(ctx, "acme", "topo", map[string]int{"gpu": 10, "cpu": 3}, map[string]int{"gpu": 4}))
+	if p.NodeSize["gpu"] != 4 || p.NodeSize["cpu"] != capacity.DefaultNodeSize || !p.DevicesListed || len(p.Devices) != 13 {
+		t.Fatalf("pool %+v", p)
+	}
+	nodes := map[string]string{}
+	for _, d := range p.Devices {
+		nodes[d.DeviceID] = d.NodeID
+	}
+	for dev, node := range map[string]string{"gpu-0": "gpu-node-0", "gpu-3": "gpu-node-0", "gpu-4": "gpu-node-1", "gpu-9": "gpu-node-2", "cpu-2": "cpu-node-0"} {
+		if nodes[dev] != node {
+			t.Errorf("%s on %s, want %s", dev, nodes[dev], node)
+		}
+	}
+	if top := p.Topology("gpu"); top.Nodes() != 3 || top.Size(2) != 2 {
+		t.Errorf("topology %+v: %d nodes, last of %d", top, top.Nodes(), top.Size(2))
+	}
+	big := must(e.svc.CreatePool(ctx, "acme", "big", map[string]int{"gpu": 100_000}, nil))
+	if big.DevicesListed || len(big.Devices) != 0 || big.Resources["gpu"] != 100_000 {
+		t.Errorf("a 100,000-device pool listed %d devices (listed %v)", len(big.Devices), big.DevicesListed)
+	}
+	if got := must(e.svc.GetPool(ctx, "acme", "big")); got.DevicesListed || got.NodeSize["gpu"] != 8 {
+		t.Errorf("get big %+v", got)
+	}
+	e.check(t)
 }

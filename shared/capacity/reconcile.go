@@ -218,17 +218,24 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time) (ste
 		_, err := move(FaultReconcileExpired)(r.Expire(now))
 		return st, err
 	case r.State.Terminal():
-		// One sweep after the fence: give back anything a create that was
-		// still in flight wrote after it, then leave the index.
-		if err := s.giveBack(ctx, r, "reconcile"); err != nil {
+		// One sweep after the fence finishes the give-back a crash may have
+		// cut short. Sweeps take turns (overlapping passes): each first
+		// moves the due entry on, conditionally, and works from the item as
+		// that write returns it.
+		cur, err := s.Store.ClaimDue(ctx, r, now.Add(StaleAfter))
+		switch {
+		case errors.Is(err, ErrNotFound):
+			st.gone = true
+			return st, nil
+		case errors.Is(err, ErrStale):
+			return st, nil // another pass has it, or it moved on
+		case err != nil:
+			return st, unavailable(err)
+		}
+		if err := s.giveBack(ctx, cur, "reconcile"); err != nil {
 			return st, err
 		}
-		if err := s.Store.ClearDue(ctx, r); errors.Is(err, ErrStale) {
-			if _, gerr := s.Store.GetReservation(ctx, r.TenantID, r.ReservationID); errors.Is(gerr, ErrNotFound) {
-				st.gone = true
-				return st, nil
-			}
-		} else if err != nil {
+		if err := s.Store.ClearDue(ctx, cur); err != nil && !errors.Is(err, ErrStale) {
 			return st, unavailable(err)
 		}
 		st.repaired = true
@@ -241,6 +248,11 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time) (ste
 	case r.State == Placed && !now.Before(r.Window.Start):
 		if ok, err := move(FaultReconcileBinding)(r.StartBinding(now)); !ok {
 			return st, err
+		}
+		// A charge record its create could not settle (a crash, a failed
+		// write) goes now; normally the write finds nothing to remove.
+		if err := s.Store.Settle(ctx, r.Quota(), r.ReservationID); err != nil {
+			return st, unavailable(err)
 		}
 		fallthrough
 	case r.State == Binding:

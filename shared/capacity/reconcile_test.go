@@ -46,6 +46,8 @@ func TestCrashMatrix(t *testing.T) {
 		crash func(e *env)
 		// after checks the repaired end state (optional).
 		after func(t *testing.T, e *env)
+		// hook runs at every fault point before the crash check (optional).
+		hook func(e *env, point string)
 	}
 	placedIn := func(e *env, from, to time.Duration) capacity.Reservation {
 		return must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, from, to), allow))
@@ -96,6 +98,26 @@ func TestCrashMatrix(t *testing.T) {
 			}
 		},
 	}
+	// The tenant releases a draft while its create is in flight (between
+	// the charge and the node-day writes): the create loses its fence and
+	// gives back what it charged and wrote.
+	var inFlight bool
+	releasedInFlight := scenario{
+		setup: func(e *env) { inFlight = false },
+		crash: create(allow),
+		hook: func(e *env, p string) {
+			if p != capacity.FaultCharged || inFlight {
+				return
+			}
+			inFlight = true
+			snap := must(e.store.Snapshot(ctx))
+			for _, r := range snap.Reservations {
+				if r.State == capacity.Draft {
+					_, _ = e.svc.ReleaseReservation(ctx, r.TenantID, r.ReservationID)
+				}
+			}
+		},
+	}
 	cases := map[string]scenario{
 		capacity.FaultDraft:         fits,
 		capacity.FaultCharged:       fits,
@@ -107,8 +129,8 @@ func TestCrashMatrix(t *testing.T) {
 			_, _ = e.svc.CreateReservation(ctx, e.req("acme", "nope", "gpu", 1, 0, time.Hour), allow)
 		}},
 		capacity.FaultRejectedCap: noDevices,
-		"create.credited":         noDevices,
-		"create.unplaced":         noDevices,
+		"create.unplaced":         releasedInFlight,
+		"create.credited":         releasedInFlight,
 		capacity.FaultExpired: {
 			setup: func(e *env) {
 				staleReq = e.req("acme", "p1", "gpu", 1, 0, time.Hour)
@@ -142,7 +164,7 @@ func TestCrashMatrix(t *testing.T) {
 		"reconcile.unplaced":            windowEnd,
 		capacity.FaultReconcileSwept:    {setup: func(e *env) { last = placedIn(e, 0, time.Hour); releaseLast(e); e.clock.Advance(3 * time.Minute) }, crash: func(e *env) { _, _ = e.reconciler().Pass(ctx) }},
 		capacity.FaultPoolClaimed: {
-			crash: func(e *env) { _, _ = e.svc.CreatePool(ctx, "acme", "p2", map[string]int{"gpu": 2, "cpu": 1}) },
+			crash: func(e *env) { _, _ = e.svc.CreatePool(ctx, "acme", "p2", map[string]int{"gpu": 2, "cpu": 1}, nil) },
 			after: func(t *testing.T, e *env) {
 				if _, err := e.svc.GetPool(ctx, "acme", "p2"); err != nil {
 					t.Errorf("pool not completed: %v", err)
@@ -168,6 +190,9 @@ func TestCrashMatrix(t *testing.T) {
 			}
 			fired := false
 			e.svc.Faults = func(p string) error {
+				if c.hook != nil {
+					c.hook(e, p)
+				}
 				if p == point && !fired {
 					fired = true
 					return errCrash

@@ -76,6 +76,7 @@ func (s State) CanMoveTo(t State) bool {
 const (
 	ReasonQuota      = "quota"
 	ReasonCapacity   = "capacity"
+	ReasonTopology   = "topology" // devices are free, but not on few enough nodes
 	ReasonInvalid    = "invalid" // the pool or resource did not exist for the tenant
 	ReasonStale      = "stale"
 	ReleasedByTenant = "tenant"
@@ -86,6 +87,23 @@ const (
 type Window struct {
 	Start time.Time `json:"start"`
 	End   time.Time `json:"end"`
+}
+
+// Topology requests of reservations.create (SPEC §4.4).
+const (
+	// OnNodes: a count that fits a node on exactly one node, a larger one
+	// on ⌈count / nodeSize⌉ nodes.
+	OnNodes = "node"
+	// AnyDevices: any free devices, wherever they are.
+	AnyDevices = "any"
+)
+
+// Event is one entry of a reservation's timeline: the state it entered,
+// when, and why (for rejected and expired ones).
+type Event struct {
+	State  State     `json:"state"`
+	At     time.Time `json:"at"`
+	Reason string    `json:"reason,omitempty"`
 }
 
 // Overlaps reports whether two half-open windows share an instant.
@@ -99,12 +117,23 @@ type Reservation struct {
 	Resource      string    `json:"resource"`
 	Count         int       `json:"count"`
 	Window        Window    `json:"window"`
+	Topology      string    `json:"topology"`
 	State         State     `json:"state"`
 	Reason        string    `json:"reason,omitempty"`
 	DeviceIDs     []string  `json:"deviceIds"`
+	NodeIDs       []string  `json:"nodeIds"`
 	CreatedAt     time.Time `json:"createdAt"`
 	UpdatedAt     time.Time `json:"updatedAt"`
 	ReleasedBy    string    `json:"releasedBy,omitempty"`
+	History       []Event   `json:"history"`
+
+	// Devices are the indexes n of "<resource>-<n>" it holds and NodeSize
+	// the resource's node size: what DeviceIDs and NodeIDs are made from.
+	Devices  []int `json:"-"`
+	NodeSize int   `json:"-"`
+	// Credited: the quota a placed reservation held was given back (set
+	// after the credit, so a sweep never credits twice).
+	Credited bool `json:"-"`
 
 	// Request is the fingerprint of the request as sent (clientToken
 	// replays compare it); ClientToken the token, if any; Principal who
@@ -116,6 +145,9 @@ type Reservation struct {
 	// ("poolId": NOT_FOUND, "resource": INVALID_INPUT), so a replay gets the
 	// same answer.
 	Invalid string `json:"-"`
+	// Lease is until when the flow that owns the draft may write for it;
+	// a replay takes a draft over only after it (see CreateReservation).
+	Lease time.Time `json:"-"`
 	// Due is when the reconciler must look at it next (zero: never). It is
 	// what the sparse due index is keyed by.
 	Due time.Time `json:"-"`
@@ -123,6 +155,38 @@ type Reservation struct {
 
 // Quota names the row the reservation charges.
 func (r Reservation) Quota() QuotaKey { return QuotaKey{r.TenantID, r.PoolID, r.Resource} }
+
+// Layout is the reservation's resource topology as far as it knows it.
+func (r Reservation) Layout() Topology {
+	return Topology{Resource: r.Resource, NodeSize: max(r.NodeSize, 1), Devices: MaxDevicesPerResource}
+}
+
+// Placement is where its devices are (empty until placed).
+func (r Reservation) Placement() Placement { return PlacementOf(r.Layout(), r.Devices) }
+
+// WasPlaced reports whether it ever held its devices (and so its quota was
+// charged for good, not only by a create in flight).
+func (r Reservation) WasPlaced() bool {
+	for _, e := range r.History {
+		if e.State == Placed {
+			return true
+		}
+	}
+	return false
+}
+
+// WithIDs renders DeviceIDs and NodeIDs from Devices and NodeSize.
+func (r Reservation) WithIDs() Reservation {
+	r.DeviceIDs, r.NodeIDs = []string{}, []string{}
+	t := r.Layout()
+	for _, n := range r.Devices {
+		r.DeviceIDs = append(r.DeviceIDs, DeviceID(r.Resource, n))
+		if id := NodeID(r.Resource, t.NodeOf(n)); len(r.NodeIDs) == 0 || r.NodeIDs[len(r.NodeIDs)-1] != id {
+			r.NodeIDs = append(r.NodeIDs, id)
+		}
+	}
+	return r
+}
 
 // Stale reports whether a draft has waited for an outcome too long.
 func (r Reservation) Stale(now time.Time) bool {
@@ -153,6 +217,7 @@ func (r Reservation) move(to State, now time.Time) (Reservation, error) {
 		return r, fmt.Errorf("%w: %s → %s", ErrTransition, r.State, to)
 	}
 	r.State, r.UpdatedAt = to, now.UTC()
+	r.History = append(append([]Event(nil), r.History...), Event{State: to, At: r.UpdatedAt})
 	switch to {
 	case Placed:
 		r.Due = r.Window.Start
@@ -169,12 +234,13 @@ func (r Reservation) move(to State, now time.Time) (Reservation, error) {
 // Deny: Better IAM said no to the draft.
 func (r Reservation) Deny(now time.Time) (Reservation, error) { return r.move(Denied, now) }
 
-// Reject: the quota (ReasonQuota) or the devices (ReasonCapacity) did not
-// fit, or the pool or resource was not there (ReasonInvalid).
+// Reject: the quota (ReasonQuota) or the devices (ReasonCapacity,
+// ReasonTopology) did not fit, or the pool or resource was not there
+// (ReasonInvalid).
 func (r Reservation) Reject(reason string, now time.Time) (Reservation, error) {
 	n, err := r.move(Rejected, now)
 	if err == nil {
-		n.Reason = reason
+		n.Reason, n.History[len(n.History)-1].Reason = reason, reason
 	}
 	return n, err
 }
@@ -183,16 +249,18 @@ func (r Reservation) Reject(reason string, now time.Time) (Reservation, error) {
 func (r Reservation) Expire(now time.Time) (Reservation, error) {
 	n, err := r.move(Expired, now)
 	if err == nil {
-		n.Reason = ReasonStale
+		n.Reason, n.History[len(n.History)-1].Reason = ReasonStale, ReasonStale
 	}
 	return n, err
 }
 
-// Place records the devices a charged draft was placed on.
-func (r Reservation) Place(deviceIDs []string, now time.Time) (Reservation, error) {
+// Place records the devices (indexes, and the resource's node size) a
+// charged draft was placed on.
+func (r Reservation) Place(devices []int, nodeSize int, now time.Time) (Reservation, error) {
 	n, err := r.move(Placed, now)
 	if err == nil {
-		n.DeviceIDs = deviceIDs
+		n.Devices, n.NodeSize = devices, nodeSize
+		n = n.WithIDs()
 	}
 	return n, err
 }
@@ -215,13 +283,13 @@ func (r Reservation) Release(by string, now time.Time) (Reservation, error) {
 }
 
 // Fingerprint is the identity of a create request as sent: pool, resource,
-// count and window (an omitted start stays omitted).
-func Fingerprint(poolID, resource string, count int, start *time.Time, end time.Time) string {
+// count, topology and window (an omitted start stays omitted).
+func Fingerprint(poolID, resource string, count int, topology string, start *time.Time, end time.Time) string {
 	s := "-"
 	if start != nil {
 		s = strconv.FormatInt(start.UnixNano(), 10)
 	}
-	sum := sha256.Sum256([]byte(poolID + "\x00" + resource + "\x00" + strconv.Itoa(count) + "\x00" + s + "\x00" + strconv.FormatInt(end.UnixNano(), 10)))
+	sum := sha256.Sum256([]byte(poolID + "\x00" + resource + "\x00" + strconv.Itoa(count) + "\x00" + topology + "\x00" + s + "\x00" + strconv.FormatInt(end.UnixNano(), 10)))
 	return hex.EncodeToString(sum[:16])
 }
 

@@ -35,7 +35,7 @@ func TestCreateReservationValidation(t *testing.T) {
 		{"pool of another tenant", "theirs", "gpu", 1, nil, now.Add(time.Hour), apierr.NotFound, ""},
 		{"resource not in pool", "p1", "tpu", 1, nil, now.Add(time.Hour), apierr.InvalidInput, "resource"},
 		{"count 0", "p1", "gpu", 0, nil, now.Add(time.Hour), apierr.InvalidInput, "count"},
-		{"count 65", "p1", "gpu", 65, nil, now.Add(time.Hour), apierr.InvalidInput, "count"},
+		{"count 1025", "p1", "gpu", 1025, nil, now.Add(time.Hour), apierr.InvalidInput, "count"},
 		{"start too far in the past", "p1", "gpu", 1, at(-5*time.Minute - time.Second), now.Add(time.Hour), apierr.InvalidInput, "window.start"},
 		{"start more than 365 days ahead", "p1", "gpu", 1, at(366 * day), now.Add(367 * day), apierr.InvalidInput, "window.start"},
 		{"end equals start", "p1", "gpu", 1, at(time.Hour), now.Add(time.Hour), apierr.InvalidInput, "window.end"},
@@ -241,6 +241,10 @@ func TestClientToken(t *testing.T) {
 }
 
 // A replay of a draft whose first call died (IAM down) finishes the create.
+// A create that failed half way (here: Better IAM down) leaves its draft
+// and hands its lease back: a retry with the same token takes the draft over
+// two seconds later and finishes it. A retry while a flow holds the lease
+// answers UNAVAILABLE.
 func TestClientTokenResumesDraft(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
@@ -252,9 +256,29 @@ func TestClientTokenResumesDraft(t *testing.T) {
 	if _, err := e.svc.CreateReservation(ctx, req, down); code(err) != apierr.Unavailable {
 		t.Fatal(err)
 	}
+	_, err := e.svc.CreateReservation(ctx, req, allow)
+	if code(err) != apierr.Unavailable || detail(err, "reservationId") == nil {
+		t.Fatalf("retry within the handed-back lease: %v", err)
+	}
+	e.clock.Advance(capacity.LeaseHandBack)
 	r := must(e.svc.CreateReservation(ctx, req, allow))
 	if r.State != capacity.Placed {
 		t.Errorf("resumed %+v", r)
+	}
+	// A flow that crashed (no hand-back) is taken over once its lease ends.
+	req.ClientToken = "y"
+	e.svc.Faults = crashAt(capacity.FaultCharged)
+	_, _ = e.svc.CreateReservation(ctx, req, allow)
+	e.svc.Faults = nil
+	if _, err := e.svc.CreateReservation(ctx, req, allow); code(err) != apierr.Unavailable {
+		t.Fatalf("retry within the crashed flow's lease: %v", err)
+	}
+	e.clock.Advance(capacity.TakeOverAfter)
+	if r := must(e.svc.CreateReservation(ctx, req, allow)); r.State != capacity.Placed {
+		t.Errorf("taken over %+v", r)
+	}
+	if q := must(e.svc.GetQuota(ctx, req.Quota())); q.Used != 2 {
+		t.Errorf("used %d, want 2 (each charged once)", q.Used)
 	}
 	e.check(t)
 }

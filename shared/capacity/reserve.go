@@ -3,7 +3,6 @@ package capacity
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -17,6 +16,7 @@ type CreateRequest struct {
 	PoolID      string
 	Resource    string
 	Count       int
+	Topology    string     // OnNodes (also for ""), AnyDevices
 	Start       *time.Time // nil: now
 	End         time.Time
 	ClientToken string // "" for none
@@ -30,30 +30,60 @@ func (r CreateRequest) Quota() QuotaKey { return QuotaKey{r.TenantID, r.PoolID, 
 // nil (allow), PERMISSION_DENIED, or UNAVAILABLE.
 type Decide func(ctx context.Context, attributes map[string]any) error
 
+// The life of a create's flow (see CreateReservation).
+const (
+	// FlowDeadline: the flow that wrote a draft stops writing for it this
+	// long after (its context ends then).
+	FlowDeadline = 10 * time.Second
+	// TakeOverAfter: a replay of the same request may drive a draft whose
+	// flow is past its deadline (the lease: with margin for a write still
+	// in transit)…
+	TakeOverAfter = 15 * time.Second
+	// LeaseHandBack: a flow that gave up lets a replay take over this soon.
+	LeaseHandBack = 2 * time.Second
+	// TakeOverUntil: …up to this age, so that its own deadline falls well
+	// before StaleAfter, when the reconciler may expire the draft.
+	TakeOverUntil = 90 * time.Second
+	// InlinePlacement: a placement of at most this many nodes is recorded
+	// with the charge on the quota row; a larger one on the draft first.
+	InlinePlacement = 8
+)
+
 var (
 	// errGone: the reservation a step acts for no longer exists (TTL, or
 	// an index entry that outlived its item).
-	errGone       = errors.New("capacity: reservation is gone")
-	errNoFit      = errors.New("capacity: no devices fit the window")
-	errContention = errors.New("capacity: placement lost too many races")
+	errGone        = errors.New("capacity: reservation is gone")
+	errInvalidPool = errors.New("capacity: pool not visible")
+	errInvalidRes  = errors.New("capacity: resource not in the pool")
 )
 
 // CreateReservation runs SPEC §4.4: validate → draft → decide once on the
-// draft → check the pool and resource → charge quota → place → placed.
-// Nothing that depends on the pool happens before the decision, so a denied
-// caller learns nothing about the tenant's pools. Every refusal after the
-// draft leaves the reservation terminal and carries details.reservationId.
+// draft → choose devices → charge quota (recording the choice) → write the
+// choice into the node-days → placed → settle the charge. Nothing that
+// depends on the pool happens before the decision, so a denied caller
+// learns nothing about the tenant's pools. Every refusal after the draft
+// leaves the reservation terminal and carries details.reservationId.
 //
-// Writes, in order (each followed by a fault point): the draft (conditional
-// put: new id, which is also the clientToken check); on deny the fence
-// `denied`; the charge (hold keyed by the id); the calendar alloc; the fence
-// `placed`. A refusal fences first (`rejected`) and then credits/unplaces,
-// so a twin flow of the same id that is still running finds the fence and
-// cleans up after itself.
+// One flow at a time drives a draft: the one that wrote it, until its
+// lease (FlowDeadline), or a replay of the same request that takes the
+// lease over after TakeOverAfter. A replay during a live lease answers
+// UNAVAILABLE (retry): two flows charging one reservation could charge it
+// twice once the first has settled.
+//
+// Happy path, for a count that fits a node and a window within one UTC day:
+// 6 DynamoDB round trips — the draft, the candidates query, the charge,
+// the node-day write, the fence and the settle (the last two at once).
 func (s *Service) CreateReservation(ctx context.Context, req CreateRequest, decide Decide) (Reservation, error) {
 	now := s.now()
 	if req.Count < 1 || req.Count > MaxCount {
 		return Reservation{}, apierr.Invalid("constraint", "count", "count must be 1..%d", MaxCount)
+	}
+	switch req.Topology {
+	case "":
+		req.Topology = OnNodes
+	case OnNodes, AnyDevices:
+	default:
+		return Reservation{}, apierr.Invalid("constraint", "topology", "topology must be %q or %q", OnNodes, AnyDevices)
 	}
 	start := now
 	if req.Start != nil {
@@ -67,9 +97,10 @@ func (s *Service) CreateReservation(ctx context.Context, req CreateRequest, deci
 	}
 	draft := Reservation{
 		TenantID: req.TenantID, PoolID: req.PoolID, Resource: req.Resource, Count: req.Count,
-		Window: window, State: Draft, DeviceIDs: []string{}, CreatedAt: now, UpdatedAt: now,
-		Request:     Fingerprint(req.PoolID, req.Resource, req.Count, req.Start, req.End),
-		ClientToken: req.ClientToken, Principal: req.Principal, Due: now.Add(StaleAfter),
+		Window: window, Topology: req.Topology, State: Draft, DeviceIDs: []string{}, NodeIDs: []string{},
+		CreatedAt: now, UpdatedAt: now, History: []Event{{State: Draft, At: now}},
+		Request:     Fingerprint(req.PoolID, req.Resource, req.Count, req.Topology, req.Start, req.End),
+		ClientToken: req.ClientToken, Principal: req.Principal, Due: now.Add(StaleAfter), Lease: now.Add(TakeOverAfter),
 	}
 	if req.ClientToken != "" {
 		draft.ReservationID = TokenID(req.TenantID, req.Principal, req.ClientToken)
@@ -103,35 +134,21 @@ func (s *Service) CreateReservation(ctx context.Context, req CreateRequest, deci
 	if err := decide(ctx, attributes(draft)); err != nil {
 		return s.refused(ctx, draft, err)
 	}
-	return s.admitDraft(ctx, draft)
-}
-
-// admitDraft checks an allowed draft's pool and resource, then charges and
-// places it. A pool the tenant cannot see is NOT_FOUND and a resource the
-// pool lacks INVALID_INPUT; either way the draft is rejected (invalid).
-func (s *Service) admitDraft(ctx context.Context, r Reservation) (Reservation, error) {
-	pool, cal, err := s.Store.Admission(ctx, r.TenantID, r.PoolID, r.Resource)
-	switch {
-	case errors.Is(err, ErrNotFound):
-		r.Invalid = "poolId"
-		return s.reject(ctx, r, ReasonInvalid, FaultRejectedInvalid)
-	case err != nil:
-		return Reservation{}, unavailable(err).With("reservationId", r.ReservationID)
-	}
-	if _, ok := pool.Resources[r.Resource]; !ok {
-		r.Invalid = "resource"
-		return s.reject(ctx, r, ReasonInvalid, FaultRejectedInvalid)
-	}
-	return s.admit(ctx, r, pool, cal)
+	return s.drive(ctx, draft)
 }
 
 // validateWindow applies SPEC §4.4/§9's window rules at now.
 func validateWindow(startSent bool, w Window, now time.Time) error {
 	switch {
 	case startSent && w.Start.Before(now.Add(-MaxStartSkew)):
-		return apierr.Invalid("constraint", "window.start", "window.start may be at most %v in the past", MaxStartSkew)
+		return apierr.Invalid("constraint", "window.start", "window.start may be at most %v in the past", MaxStartSkew).
+			With("rule", "start_in_past")
 	case w.Start.After(now.Add(MaxLeadTime)):
-		return apierr.Invalid("constraint", "window.start", "window.start may be at most 365 days ahead")
+		return apierr.Invalid("constraint", "window.start", "window.start may be at most 365 days ahead").
+			With("rule", "start_too_far_ahead")
+	case !startSent && !w.End.After(w.Start):
+		return apierr.Invalid("constraint", "window.end", "window.end is in the past (window.start defaults to now)").
+			With("rule", "end_in_past")
 	}
 	return windowShape(w)
 }
@@ -140,9 +157,9 @@ func validateWindow(startSent bool, w Window, now time.Time) error {
 func windowShape(w Window) error {
 	switch {
 	case !w.End.After(w.Start):
-		return apierr.Invalid("constraint", "window.end", "window.end must be after window.start")
+		return apierr.Invalid("constraint", "window.end", "window.end must be after window.start").With("rule", "end_before_start")
 	case w.End.Sub(w.Start) > MaxWindow:
-		return apierr.Invalid("constraint", "window.end", "a window lasts at most 90 days")
+		return apierr.Invalid("constraint", "window.end", "a window lasts at most 90 days").With("rule", "window_too_long")
 	}
 	return nil
 }
@@ -151,7 +168,7 @@ func windowShape(w Window) error {
 func attributes(r Reservation) map[string]any {
 	a := map[string]any{
 		"tenantId": r.TenantID, "reservationId": r.ReservationID, "poolId": r.PoolID,
-		"resource": r.Resource, "count": r.Count,
+		"resource": r.Resource, "count": r.Count, "topology": r.Topology,
 		"window": map[string]any{"start": r.Window.Start.Format(time.RFC3339Nano), "end": r.Window.End.Format(time.RFC3339Nano)},
 	}
 	if r.ClientToken != "" {
@@ -161,8 +178,10 @@ func attributes(r Reservation) map[string]any {
 }
 
 // replay answers a request whose id (clientToken) is already stored: the
-// same request gets the first answer (a draft still in flight is driven on,
-// idempotently, by this call too); another request is CONFLICT.
+// same request gets the first answer, another request is CONFLICT. A draft
+// still driven by its flow answers UNAVAILABLE; one whose flow is past its
+// deadline is taken over and driven on by this call; a stale one is
+// expired.
 func (s *Service) replay(ctx context.Context, sent, stored Reservation, decide Decide) (Reservation, error) {
 	if stored.Request != sent.Request {
 		return Reservation{}, apierr.New(apierr.Conflict, "clientToken was used for another request").With("field", "clientToken")
@@ -177,10 +196,27 @@ func (s *Service) replay(ctx context.Context, sent, stored Reservation, decide D
 	if stored.State != Draft {
 		return stored, answer(stored)
 	}
-	if stored.Stale(s.now()) {
-		return s.expire(ctx, stored)
+	now := s.now()
+	switch {
+	case stored.Stale(now):
+		n, err := stored.Expire(now)
+		if err != nil {
+			return Reservation{}, err
+		}
+		return s.fence(ctx, n, Draft, FaultExpired)
+	case now.Before(stored.Lease) || now.Sub(stored.CreatedAt) >= TakeOverUntil:
+		return Reservation{}, apierr.New(apierr.Unavailable, "the first request with this clientToken is still being processed; retry").
+			With("reservationId", stored.ReservationID)
 	}
-	return s.admitDraft(ctx, stored)
+	lease := now.Add(TakeOverAfter)
+	if err := s.Store.TakeOver(ctx, stored, stored.Lease, lease); errors.Is(err, ErrStale) {
+		return Reservation{}, apierr.New(apierr.Unavailable, "the reservation is being processed; retry").
+			With("reservationId", stored.ReservationID)
+	} else if err != nil {
+		return Reservation{}, unavailable(err).With("reservationId", stored.ReservationID)
+	}
+	stored.Lease = lease
+	return s.drive(ctx, stored)
 }
 
 // answer is the API outcome of a stored reservation: its refusal, or nil.
@@ -190,17 +226,24 @@ func answer(r Reservation) error {
 	case r.State == Denied:
 		e = apierr.New(apierr.PermissionDenied, "the reservation was denied")
 	case r.State == Rejected && r.Reason == ReasonQuota:
-		e = apierr.New(apierr.QuotaExceeded, "the reservation does not fit the quota")
+		e = apierr.New(apierr.QuotaExceeded, "the reservation does not fit the quota").With("requested", r.Count)
 	case r.State == Rejected && r.Reason == ReasonInvalid && r.Invalid == "resource":
 		e = apierr.Invalid("unknown_resource", "resource", "pool %q has no resource %q", r.PoolID, r.Resource)
 	case r.State == Rejected && r.Reason == ReasonInvalid:
 		e = apierr.New(apierr.NotFound, "pool %q not found", r.PoolID)
 	case r.State == Rejected:
-		e = apierr.New(apierr.CapacityExhausted, "no set of free devices fits the window")
+		e = apierr.New(apierr.CapacityExhausted, "%s", noFitMessage(r.Reason)).With("reason", r.Reason)
 	default:
 		return nil
 	}
 	return e.With("reservationId", r.ReservationID)
+}
+
+func noFitMessage(reason string) string {
+	if reason == ReasonTopology {
+		return "devices are free, but not on few enough nodes for the topology; try topology \"any\" or another window"
+	}
+	return "no set of free devices fits the window"
 }
 
 // refused handles a decision that was not allow.
@@ -210,13 +253,14 @@ func (s *Service) refused(ctx context.Context, r Reservation, decision error) (R
 		if e == nil {
 			e = apierr.Dependency("better-iam", decision)
 		}
+		s.handBack(ctx, r)
 		return Reservation{}, e.With("reservationId", r.ReservationID)
 	}
 	d, err := r.Deny(s.now())
 	if err != nil {
 		return Reservation{}, err
 	}
-	// Fenced denied, or already moved on by a twin call: either way this
+	// Fenced denied, or already moved on by another writer: either way this
 	// caller was denied and learns nothing more.
 	if _, err := s.fence(ctx, d, Draft, FaultDenied); err != nil {
 		return Reservation{}, err
@@ -224,52 +268,166 @@ func (s *Service) refused(ctx context.Context, r Reservation, decision error) (R
 	return Reservation{}, e.With("reservationId", r.ReservationID)
 }
 
-// admit charges and places an allowed draft.
-func (s *Service) admit(ctx context.Context, r Reservation, pool Pool, cal Calendar) (Reservation, error) {
-	withID := func(err error) error {
-		if e := apierr.As(err); e != nil {
-			return e.With("reservationId", r.ReservationID)
+// drive admits an allowed draft this flow holds the lease of. A flow that
+// fails half way (a dependency) hands its lease back on the way out, so
+// the client's retry with the same token can take the draft over at once
+// instead of after the lease.
+func (s *Service) drive(ctx context.Context, r Reservation) (Reservation, error) {
+	dctx, cancel := context.WithTimeout(ctx, r.Lease.Add(FlowDeadline-TakeOverAfter).Sub(s.now()))
+	defer cancel()
+	res, err := s.admit(dctx, r)
+	if err == nil {
+		return res, nil
+	}
+	e := apierr.As(err)
+	if e == nil {
+		e = apierr.Dependency("dynamodb", err)
+	}
+	if e.Code == apierr.Unavailable {
+		s.handBack(ctx, r)
+	}
+	if _, ok := e.Details["reservationId"]; !ok {
+		e = e.With("reservationId", r.ReservationID)
+	}
+	return res, e
+}
+
+// handBack lets a replay take over r's draft soon: this flow is done.
+func (s *Service) handBack(ctx context.Context, r Reservation) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+	defer cancel()
+	if err := s.Store.TakeOver(ctx, r, r.Lease, s.now().Add(LeaseHandBack)); err != nil && !errors.Is(err, ErrStale) {
+		s.logger().Warn("hand back lease", "reservation", r.ReservationID, "error", err.Error())
+	}
+}
+
+// admit chooses, charges, places and fences an allowed draft.
+func (s *Service) admit(ctx context.Context, r Reservation) (Reservation, error) {
+	k := r.Quota()
+	req := Request{ID: r.ReservationID, Count: r.Count, Topology: r.Topology, Window: r.Window}
+	pr, p, state, err := s.choose(ctx, r, req)
+	switch {
+	case errors.Is(err, errInvalidPool), errors.Is(err, errInvalidRes):
+		return s.admitInvalid(ctx, r, err)
+	case isNoFit(err):
+		// Quota is checked before capacity (SPEC §9): a request that fits
+		// neither is QUOTA_EXCEEDED.
+		q, qerr := s.Store.GetQuota(ctx, k)
+		if qerr != nil {
+			return Reservation{}, unavailable(qerr)
 		}
-		return apierr.Dependency("dynamodb", err).With("reservationId", r.ReservationID)
+		if q.Used+int64(r.Count) > q.Max {
+			return s.rejectQuota(ctx, r, q)
+		}
+		return s.reject(ctx, r, err.(NoFit).Reason, FaultRejectedCap)
+	case err != nil:
+		return Reservation{}, err
 	}
-	err := s.Store.Charge(ctx, r.Quota(), r.ReservationID, r.Count)
-	if errors.Is(err, ErrQuotaExceeded) {
-		return s.reject(ctx, r, ReasonQuota, FaultRejectedQuota)
+	if err := s.record(ctx, r, pr, p); err != nil {
+		return Reservation{}, err
 	}
-	if err != nil {
-		return Reservation{}, withID(err)
+	ch, err := s.Store.Charge(ctx, k, r.ReservationID, r.Count, inline(p))
+	var qe QuotaExceeded
+	switch {
+	case errors.As(err, &qe):
+		// A missing row also refuses: tell a pool the tenant cannot see
+		// (or a resource it lacks) from a quota that does not fit.
+		switch verr := s.visible(ctx, r); {
+		case errors.Is(verr, errInvalidPool), errors.Is(verr, errInvalidRes):
+			return s.admitInvalid(ctx, r, verr)
+		case verr != nil:
+			return Reservation{}, verr
+		}
+		return s.rejectQuota(ctx, r, qe.Quota)
+	case errors.Is(err, ErrBusy):
+		return Reservation{}, apierr.New(apierr.Unavailable, "too many reservations of this quota are being admitted at once; retry")
+	case err != nil:
+		return Reservation{}, unavailable(err)
+	}
+	if !ch.Fresh && len(ch.Placement) > 0 {
+		// An earlier flow of this reservation charged for a placement of its
+		// own: carry that one on (it is what a repair would undo).
+		p, state = ch.Placement, nil
 	}
 	if err := s.fault(FaultCharged); err != nil {
 		return Reservation{}, err
 	}
-	devices, err := s.place(ctx, r, pool.Resources[r.Resource], cal)
+	p, err = s.allocate(ctx, r, req, pr, p, state)
 	switch {
-	case errors.Is(err, errNoFit):
-		return s.reject(ctx, r, ReasonCapacity, FaultRejectedCap)
-	case errors.Is(err, errContention):
-		// Not CAPACITY_EXHAUSTED: devices may well be free. The charged
-		// draft stays as it is (a twin call of the same clientToken may
-		// share its hold): a retry finishes it, or the reconciler expires
-		// it and gives the charge back.
-		return Reservation{}, apierr.New(apierr.Unavailable, "placement is contended; retry the request").With("reservationId", r.ReservationID)
+	case isNoFit(err):
+		return s.reject(ctx, r, err.(NoFit).Reason, FaultRejectedCap)
 	case err != nil:
-		return Reservation{}, withID(err)
+		return Reservation{}, err
 	}
 	if err := s.fault(FaultAllocated); err != nil {
 		return Reservation{}, err
 	}
-	p, err := r.Place(DeviceIDs(r.Resource, devices), s.now())
+	placed, err := r.Place(p.Devices(pr.NodeSize), pr.NodeSize, s.now())
 	if err != nil {
 		return Reservation{}, err
 	}
-	cur, err := s.fence(ctx, p, Draft, FaultPlaced)
+	cur, err := s.fence(ctx, placed, Draft, FaultPlaced)
 	if err != nil {
-		return Reservation{}, withID(err)
+		return Reservation{}, err
+	}
+	if cur.State == Placed && cur.ReservationID == placed.ReservationID {
+		// The count now lives in the reservation: forget the charge record.
+		// A failure is only logged: a lingering record is consumed by the
+		// credit, and the reconciler settles it when the window starts.
+		if err := s.Store.Settle(ctx, k, r.ReservationID); err != nil {
+			s.logger().Warn("settle charge", "reservation", r.ReservationID, "error", err.Error())
+		}
 	}
 	return cur, answer(cur)
 }
 
-// reject fences a draft rejected for reason, then gives back what it holds.
+// admitInvalid rejects a draft whose pool the tenant cannot see
+// (NOT_FOUND) or whose resource the pool lacks (INVALID_INPUT).
+func (s *Service) admitInvalid(ctx context.Context, r Reservation, why error) (Reservation, error) {
+	r.Invalid = "poolId"
+	if errors.Is(why, errInvalidRes) {
+		r.Invalid = "resource"
+	}
+	return s.reject(ctx, r, ReasonInvalid, FaultRejectedInvalid)
+}
+
+// inline is the part of a placement recorded on the quota row.
+func inline(p Placement) Placement {
+	if len(p) > InlinePlacement {
+		return nil
+	}
+	return p
+}
+
+// record makes a placement too large for the quota row's record durable on
+// the draft, before anything is charged or written for it.
+func (s *Service) record(ctx context.Context, r Reservation, pr PoolResource, p Placement) error {
+	if len(p) <= InlinePlacement {
+		return nil
+	}
+	r.Devices, r.NodeSize = p.Devices(pr.NodeSize), pr.NodeSize
+	if err := s.Store.Transition(ctx, r, Draft); err != nil {
+		return unavailable(err)
+	}
+	return nil
+}
+
+func isNoFit(err error) bool {
+	var nf NoFit
+	return errors.As(err, &nf)
+}
+
+// rejectQuota refuses a draft over quota, with the numbers (SPEC §2).
+func (s *Service) rejectQuota(ctx context.Context, r Reservation, q Quota) (Reservation, error) {
+	cur, err := s.reject(ctx, r, ReasonQuota, FaultRejectedQuota)
+	if e := apierr.As(err); e != nil && e.Code == apierr.QuotaExceeded {
+		err = e.With("used", q.Used).With("max", q.Max)
+	}
+	return cur, err
+}
+
+// reject fences a draft rejected for reason; the fence gives back whatever
+// its charge recorded.
 func (s *Service) reject(ctx context.Context, r Reservation, reason, point string) (Reservation, error) {
 	n, err := r.Reject(reason, s.now())
 	if err != nil {
@@ -284,8 +442,9 @@ func (s *Service) reject(ctx context.Context, r Reservation, reason, point strin
 
 // fence writes to if the stored state is still from. It returns the
 // reservation as it now is: to, or — when another writer moved it first —
-// the stored one. Whenever the result is terminal its holds are given back
-// (idempotent), so a flow that lost the fence cleans up after itself.
+// the stored one. The writer whose fence moved a reservation to a terminal
+// state gives back what it holds; a create flow that finds its draft
+// already terminal gives back what it wrote itself.
 func (s *Service) fence(ctx context.Context, to Reservation, from State, point string) (Reservation, error) {
 	cur, _, err := s.fenceWon(ctx, to, from, point)
 	if errors.Is(err, errGone) {
@@ -296,91 +455,118 @@ func (s *Service) fence(ctx context.Context, to Reservation, from State, point s
 
 // fenceWon is fence that also says whether this call made the transition.
 func (s *Service) fenceWon(ctx context.Context, to Reservation, from State, point string) (Reservation, bool, error) {
-	flow, _, _ := strings.Cut(point, ".")
-	cur, won := to, true
+	flow := flowOf(point)
 	err := s.Store.Transition(ctx, to, from)
 	if errors.Is(err, ErrStale) {
-		won = false
-		cur, err = s.Store.GetReservation(ctx, to.TenantID, to.ReservationID)
-		if errors.Is(err, ErrNotFound) {
+		cur, gerr := s.Store.GetReservation(ctx, to.TenantID, to.ReservationID)
+		if errors.Is(gerr, ErrNotFound) {
 			return Reservation{}, false, errGone
 		}
-		if err != nil {
-			return Reservation{}, false, unavailable(err)
+		if gerr != nil {
+			return Reservation{}, false, unavailable(gerr)
 		}
-	} else if err != nil {
+		if from == Draft && cur.State.Terminal() && !cur.WasPlaced() {
+			// A create (or replay) that lost its fence to a release, a
+			// refusal or an expiry: what it charged and wrote is its own to
+			// give back (idempotent; the sweep does it if this crashes).
+			if err := s.refund(ctx, cur, flow); err != nil {
+				return Reservation{}, false, err
+			}
+		}
+		return cur, false, nil
+	}
+	if err != nil {
 		return Reservation{}, false, unavailable(err)
-	} else if ferr := s.fault(point); ferr != nil {
+	}
+	if ferr := s.fault(point); ferr != nil {
 		return Reservation{}, true, ferr
 	}
-	if cur.State.Terminal() {
-		if err := s.giveBack(ctx, cur, flow); err != nil {
-			return Reservation{}, won, err
+	if to.State.Terminal() {
+		if err := s.giveBack(ctx, to, flow); err != nil {
+			return Reservation{}, true, err
 		}
 	}
-	return cur, won, nil
+	return to, true, nil
 }
 
-// giveBack credits the quota and frees the devices of a terminal
-// reservation; both steps are idempotent conditional writes. flow names the
-// fault points ("<flow>.credited", "<flow>.unplaced").
+// giveBack returns what a terminal reservation holds. Only the writer that
+// fenced it terminal calls it — or, after StaleAfter, the one sweep that
+// holds its due entry — so a placed reservation is credited exactly once:
+// a credit record on the quota row covers retries of the credit write, and
+// the reservation is marked credited before that record is forgotten.
 func (s *Service) giveBack(ctx context.Context, r Reservation, flow string) error {
-	if err := s.Store.Credit(ctx, r.Quota(), r.ReservationID, r.Count); err != nil {
-		return unavailable(err)
+	if !r.WasPlaced() {
+		return s.refund(ctx, r, flow)
 	}
-	if err := s.fault(flow + ".credited"); err != nil {
+	if err := s.free(ctx, r, r.Placement()); err != nil {
 		return err
 	}
-	if err := s.Store.Unplace(ctx, r.PoolID, r.Resource, r.ReservationID); err != nil {
+	if err := s.fault(flow + ".unplaced"); err != nil {
+		return err
+	}
+	if !r.Credited {
+		if err := s.Store.Credit(ctx, r.Quota(), r.ReservationID, r.Count); err != nil {
+			return unavailable(err)
+		}
+		if err := s.fault(flow + ".credited"); err != nil {
+			return err
+		}
+		if err := s.Store.MarkCredited(ctx, r); err != nil && !errors.Is(err, ErrStale) {
+			return unavailable(err)
+		}
+	}
+	if err := s.Store.CreditDone(ctx, r.Quota(), r.ReservationID); err != nil {
 		return unavailable(err)
 	}
-	return s.fault(flow + ".unplaced")
+	return nil
 }
 
-// expire fences a stale draft and gives back whatever it holds.
-func (s *Service) expire(ctx context.Context, r Reservation) (Reservation, error) {
-	n, err := r.Expire(s.now())
+// refund undoes what a draft that never got placed may hold: the devices of
+// the placement its charge recorded, then the charge (used −= count and the
+// record go in one conditional write, so it happens once whoever calls it).
+func (s *Service) refund(ctx context.Context, r Reservation, flow string) error {
+	k := r.Quota()
+	ch, ok, err := s.Store.Pending(ctx, k, r.ReservationID)
 	if err != nil {
-		return Reservation{}, err
+		return unavailable(err)
 	}
-	return s.fence(ctx, n, Draft, FaultExpired)
+	if !ok {
+		return nil
+	}
+	p := ch.Placement
+	if len(p) == 0 && len(r.Devices) > 0 {
+		p = r.Placement() // a large placement was recorded on the draft
+	}
+	if err := s.free(ctx, r, p); err != nil {
+		return err
+	}
+	if err := s.fault(flow + ".unplaced"); err != nil {
+		return err
+	}
+	if err := s.Store.Refund(ctx, k, r.ReservationID, ch.Count); err != nil {
+		return unavailable(err)
+	}
+	return s.fault(flow + ".credited")
 }
 
-// place allocates devices on the calendar: choose on the calendar read,
-// write if its version is unchanged, else read again and retry with
-// jittered backoff. It answers errNoFit only from a calendar it read, never
-// because a race was lost.
-func (s *Service) place(ctx context.Context, r Reservation, size int, cal Calendar) ([]int, error) {
-	attempts := s.PlaceAttempts
-	if attempts <= 0 {
-		attempts = 64
+// free removes r's entries of placement p from every node-day of its window.
+func (s *Service) free(ctx context.Context, r Reservation, p Placement) error {
+	if len(p) == 0 {
+		return nil
 	}
-	for attempt := 1; ; attempt++ {
-		if a, ok := cal.Allocs[r.ReservationID]; ok {
-			return a.Devices, nil // a twin flow (or an earlier try) placed it
-		}
-		devices, ok := cal.Choose(size, r.Count, r.Window)
-		if !ok {
-			return nil, errNoFit
-		}
-		err := s.Store.Place(ctx, cal, r.ReservationID, Alloc{TenantID: r.TenantID, Devices: devices, Window: r.Window})
-		if err == nil {
-			return devices, nil
-		}
-		if !errors.Is(err, ErrStale) {
-			return nil, err
-		}
-		s.placeRetries.Add(1)
-		if attempt >= attempts {
-			return nil, errContention
-		}
-		if err := s.pause(ctx, attempt); err != nil {
-			return nil, err
-		}
-		if cal, err = s.Store.Calendar(ctx, r.PoolID, r.Resource); err != nil {
-			return nil, err
+	pr := PoolResource{PoolID: r.PoolID, Topology: Topology{Resource: r.Resource, NodeSize: r.Layout().NodeSize}}
+	var keys []NodeDayKey
+	for _, nd := range p {
+		for _, d := range r.Window.Days() {
+			keys = append(keys, NodeDayKey{Node: nd.Node, Day: d})
 		}
 	}
+	return s.each(ctx, len(keys), func(i int) error {
+		if err := s.Store.Free(ctx, pr, keys[i], r.ReservationID); err != nil {
+			return unavailable(err)
+		}
+		return nil
+	})
 }
 
 // GetReservation returns one of tenant's reservations.
@@ -404,27 +590,37 @@ func (s *Service) ListReservations(ctx context.Context, tenant string, f ListFil
 	return rs, next, nil
 }
 
+// ReleaseTimeout bounds a release's writes (its fence makes it the one that
+// gives back; the sweep after StaleAfter finishes what it could not).
+const ReleaseTimeout = 20 * time.Second
+
 // ReleaseReservation moves a non-terminal reservation to released (by the
-// tenant) — the fence — then credits and unplaces before answering. A
-// terminal reservation is returned unchanged (its leftovers, if a crash left
-// any, are given back first).
+// tenant) — the fence — then frees its devices and credits its quota
+// before answering. A terminal reservation is returned unchanged. Releasing
+// a draft whose create is still in flight leaves the give-back to that
+// create (it finds the fence) or to the sweep.
 func (s *Service) ReleaseReservation(ctx context.Context, tenant, id string) (Reservation, error) {
+	ctx, cancel := context.WithTimeout(ctx, ReleaseTimeout)
+	defer cancel()
 	for attempt := 0; attempt < 8; attempt++ {
 		r, err := s.GetReservation(ctx, tenant, id)
 		if err != nil {
 			return Reservation{}, err
 		}
 		if r.State.Terminal() {
-			if !r.Due.IsZero() { // not swept yet: make sure nothing is held
-				if err := s.giveBack(ctx, r, "release"); err != nil {
-					return Reservation{}, err
-				}
-			}
 			return r, nil
 		}
 		n, err := r.Release(ReleasedByTenant, s.now())
 		if err != nil {
 			return Reservation{}, err
+		}
+		if r.State == Draft {
+			// Not given back here: a create may still be writing for it.
+			cur, err := s.releaseDraft(ctx, n)
+			if err != nil || cur.State.Terminal() {
+				return cur, err
+			}
+			continue
 		}
 		cur, err := s.fence(ctx, n, r.State, FaultFenced)
 		if err != nil {
@@ -433,7 +629,346 @@ func (s *Service) ReleaseReservation(ctx context.Context, tenant, id string) (Re
 		if cur.State.Terminal() {
 			return cur, nil
 		}
-		// The state moved under us (draft → placed, placed → binding, …): again.
+		// The state moved under us (placed → binding, …): again.
 	}
 	return Reservation{}, apierr.New(apierr.Unavailable, "reservation %q is changing; retry", id)
+}
+
+// releaseDraft fences a draft released without giving anything back.
+func (s *Service) releaseDraft(ctx context.Context, n Reservation) (Reservation, error) {
+	err := s.Store.Transition(ctx, n, Draft)
+	if errors.Is(err, ErrStale) {
+		return s.GetReservation(ctx, n.TenantID, n.ReservationID)
+	}
+	if err != nil {
+		return Reservation{}, unavailable(err)
+	}
+	return n, s.fault(FaultFenced)
+}
+
+// Placement attempts: how many node-day writes a create may lose to racing
+// creates before it answers UNAVAILABLE (never CAPACITY_EXHAUSTED: devices
+// may well be free).
+const defaultPlaceAttempts = 16
+
+// candidateLimit is how many node-days the fast path reads: the fullest
+// ones that may fit, so racing creates have ties to spread over.
+const candidateLimit = 16
+
+// choose reads candidates and chooses a placement. The fast path reads the
+// fullest node-days of the window's first day that may fit (one Query) and,
+// for a longer window, the same nodes' other days (one BatchGetItem). When
+// that finds nothing, the pool is checked (visible to the tenant, the
+// resource in it, its days provisioned) and every node-day of the window is
+// read: an exact answer, whose cost grows with the pool — only on the way
+// to a refusal, or to a fit the fast path cannot see (a device free in a
+// gap between others' reservations of the same day).
+func (s *Service) choose(ctx context.Context, r Reservation, req Request) (PoolResource, Placement, nodeDays, error) {
+	pr, cands, ok, err := s.fastCandidates(ctx, r, req)
+	if err != nil {
+		return pr, nil, nil, err
+	}
+	if ok {
+		if p, err := Choose(pr.Topology, req, cands); err == nil {
+			return pr, p, stateOf(cands), nil
+		}
+	}
+	pool, err := s.visiblePool(ctx, r)
+	if err != nil {
+		return pr, nil, nil, err
+	}
+	pr = PoolResource{PoolID: r.PoolID, Topology: pool.Topology(r.Resource)}
+	all, err := s.allCandidates(ctx, pr, r.Window)
+	if err != nil {
+		return pr, nil, nil, err
+	}
+	p, err := Choose(pr.Topology, req, all)
+	return pr, p, stateOf(all), err
+}
+
+// nodeDays is node-days as read, by (node, day).
+type nodeDays map[NodeDayKey]NodeDay
+
+func stateOf(cands []Candidate) nodeDays {
+	out := make(nodeDays, len(cands))
+	for _, c := range cands {
+		for _, nd := range c.Days {
+			out[NodeDayKey{Node: nd.Node, Day: nd.Day}] = nd
+		}
+	}
+	return out
+}
+
+// fastCandidates is choose's fast path; ok is false when it could not tell
+// (a day not provisioned, or no node-days at all).
+func (s *Service) fastCandidates(ctx context.Context, r Reservation, req Request) (PoolResource, []Candidate, bool, error) {
+	pr := PoolResource{PoolID: r.PoolID, Topology: Topology{Resource: r.Resource}}
+	days := r.Window.Days()
+	minUntouched := req.Count
+	if req.Topology == AnyDevices {
+		minUntouched = 1
+	}
+	first, ok, err := s.Store.Candidates(ctx, pr, days[0], min(minUntouched, MaxNodeSize), candidateLimit)
+	if err != nil || !ok || len(first) == 0 {
+		return pr, nil, false, unavailableOrNil(err)
+	}
+	pr.NodeSize, pr.Devices = first[0].NodeSize, MaxDevicesPerResource
+	if req.Topology == OnNodes && req.Count > pr.NodeSize {
+		// Several whole nodes: read as many untouched ones as it needs.
+		want := pr.NodesFor(req.Count)
+		if first, ok, err = s.Store.Candidates(ctx, pr, days[0], pr.NodeSize, want+candidateLimit); err != nil || !ok {
+			return pr, nil, false, unavailableOrNil(err)
+		}
+	}
+	cands, complete, err := s.withDays(ctx, pr, first, days)
+	return pr, cands, complete && err == nil, err
+}
+
+func unavailableOrNil(err error) error {
+	if err == nil {
+		return nil
+	}
+	return unavailable(err)
+}
+
+// withDays joins the other days of a window to first-day node-days; complete
+// is false when one is missing (a day not provisioned).
+func (s *Service) withDays(ctx context.Context, pr PoolResource, first []NodeDay, days []Day) ([]Candidate, bool, error) {
+	cands := make([]Candidate, len(first))
+	var keys []NodeDayKey
+	for i, nd := range first {
+		cands[i] = Candidate{Node: nd.Node, Days: []NodeDay{nd}}
+		for _, d := range days[1:] {
+			keys = append(keys, NodeDayKey{Node: nd.Node, Day: d})
+		}
+	}
+	if len(keys) == 0 {
+		return cands, true, nil
+	}
+	got, err := s.Store.NodeDays(ctx, pr, keys)
+	if err != nil {
+		return nil, false, unavailable(err)
+	}
+	for i := range cands {
+		for _, d := range days[1:] {
+			nd, ok := got[NodeDayKey{Node: cands[i].Node, Day: d}]
+			if !ok {
+				return nil, false, nil
+			}
+			cands[i].Days = append(cands[i].Days, nd)
+		}
+	}
+	return cands, true, nil
+}
+
+// allCandidates reads every node-day of the window, provisioning the days
+// that are not yet.
+func (s *Service) allCandidates(ctx context.Context, pr PoolResource, w Window) ([]Candidate, error) {
+	byNode := map[int]*Candidate{}
+	var order []int
+	for i, d := range w.Days() {
+		if err := s.Store.Provision(ctx, pr, d); err != nil {
+			return nil, unavailable(err)
+		}
+		err := s.Store.Day(ctx, pr, d, func(nd NodeDay) error {
+			c, ok := byNode[nd.Node]
+			if !ok {
+				if i > 0 {
+					return nil // a node must be free on every day
+				}
+				c = &Candidate{Node: nd.Node}
+				byNode[nd.Node] = c
+				order = append(order, nd.Node)
+			}
+			if len(c.Days) == i {
+				c.Days = append(c.Days, nd)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, unavailable(err)
+		}
+	}
+	out := make([]Candidate, 0, len(order))
+	for _, n := range order {
+		if c := byNode[n]; len(c.Days) == len(w.Days()) {
+			out = append(out, *c)
+		}
+	}
+	return out, nil
+}
+
+// visiblePool reads the pool as the draft's tenant sees it: errInvalidPool
+// if it cannot, errInvalidRes if the resource is not in it.
+func (s *Service) visiblePool(ctx context.Context, r Reservation) (Pool, error) {
+	p, err := s.Store.VisiblePool(ctx, r.TenantID, r.PoolID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Pool{}, errInvalidPool
+	case err != nil:
+		return Pool{}, unavailable(err)
+	}
+	if _, ok := p.Resources[r.Resource]; !ok {
+		return Pool{}, errInvalidRes
+	}
+	return p, nil
+}
+
+// visible is visiblePool's verdict alone.
+func (s *Service) visible(ctx context.Context, r Reservation) error {
+	_, err := s.visiblePool(ctx, r)
+	return err
+}
+
+// allocate writes placement p into its node-days. A write lost to a racing
+// create (the versions of its devices moved) undoes this attempt's other
+// writes, reads again, chooses again and records the new choice on the
+// charge before writing it: what is written is always covered by the
+// charge's record, which is what a repair undoes.
+func (s *Service) allocate(ctx context.Context, r Reservation, req Request, pr PoolResource, p Placement, state nodeDays) (Placement, error) {
+	attempts := s.PlaceAttempts
+	if attempts <= 0 {
+		attempts = defaultPlaceAttempts
+	}
+	days := r.Window.Days()
+	for attempt := 1; ; attempt++ {
+		if !covers(state, p, days) {
+			var err error
+			if state, err = s.nodeDays(ctx, pr, p, days); err != nil {
+				return nil, err
+			}
+		}
+		if !fits(state, p, req, days) {
+			// Taken since it was chosen (by a racing create, or while an
+			// earlier flow of this reservation was down): choose again.
+			var err error
+			if p, state, err = s.rechoose(ctx, r, req, pr); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		lost, err := s.write(ctx, state, p, req, days)
+		if err == nil && !lost {
+			return p, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		s.placeRetries.Add(1)
+		if attempt >= attempts {
+			return nil, apierr.New(apierr.Unavailable, "placement is contended; retry the request")
+		}
+		if err := s.pause(ctx, attempt); err != nil {
+			return nil, err
+		}
+		if p, state, err = s.rechoose(ctx, r, req, pr); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// covers reports whether state holds every node-day p writes.
+func covers(state nodeDays, p Placement, days []Day) bool {
+	for _, nd := range p {
+		for _, d := range days {
+			if _, ok := state[NodeDayKey{Node: nd.Node, Day: d}]; !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// nodeDays reads the node-days a placement writes.
+func (s *Service) nodeDays(ctx context.Context, pr PoolResource, p Placement, days []Day) (nodeDays, error) {
+	keys := make([]NodeDayKey, 0, len(p)*len(days))
+	for _, nd := range p {
+		for _, d := range days {
+			keys = append(keys, NodeDayKey{Node: nd.Node, Day: d})
+		}
+	}
+	got, err := s.Store.NodeDays(ctx, pr, keys)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return got, nil
+}
+
+// fits reports whether p's devices are free for the window in state.
+func fits(state nodeDays, p Placement, req Request, days []Day) bool {
+	for _, nd := range p {
+		for _, d := range days {
+			cur, ok := state[NodeDayKey{Node: nd.Node, Day: d}]
+			if !ok || nd.Mask&^cur.Free(req.Window, req.ID) != 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// write adds the entries of p; lost reports a write refused because the
+// state moved (after undoing this attempt's successful writes).
+func (s *Service) write(ctx context.Context, state nodeDays, p Placement, req Request, days []Day) (lost bool, err error) {
+	type job struct {
+		nd   NodeDay
+		mask Mask
+	}
+	var jobs []job
+	for _, nd := range p {
+		for _, d := range days {
+			jobs = append(jobs, job{state[NodeDayKey{Node: nd.Node, Day: d}], nd.Mask})
+		}
+	}
+	done := make([]bool, len(jobs))
+	errs := make([]error, len(jobs))
+	_ = s.each(ctx, len(jobs), func(i int) error {
+		errs[i] = s.Store.Allocate(ctx, jobs[i].nd, req.ID, Entry{Mask: jobs[i].mask, Window: req.Window})
+		done[i] = errs[i] == nil
+		return nil
+	})
+	var failed error
+	for _, e := range errs {
+		switch {
+		case e == nil:
+		case errors.Is(e, ErrStale), errors.Is(e, ErrCalendarFull):
+			lost = true
+		default:
+			failed = e
+		}
+	}
+	if !lost && failed == nil {
+		return false, nil
+	}
+	// Undo what this attempt wrote; if that fails, the charge's record
+	// still covers it, and a repair frees it.
+	undo := s.each(ctx, len(jobs), func(i int) error {
+		if !done[i] {
+			return nil
+		}
+		return s.Store.Free(ctx, PoolResource{PoolID: jobs[i].nd.Pool, Topology: Topology{Resource: jobs[i].nd.Resource}},
+			NodeDayKey{Node: jobs[i].nd.Node, Day: jobs[i].nd.Day}, req.ID)
+	})
+	if failed != nil || undo != nil {
+		return false, unavailable(errors.Join(failed, undo))
+	}
+	return true, nil
+}
+
+// rechoose reads the candidates again, chooses again and records the new
+// placement on the charge (before anything of it is written).
+func (s *Service) rechoose(ctx context.Context, r Reservation, req Request, pr PoolResource) (Placement, nodeDays, error) {
+	_, p, state, err := s.choose(ctx, r, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(p) > InlinePlacement {
+		err = s.record(ctx, r, pr, p)
+	} else {
+		err = s.Store.Replace(ctx, r.Quota(), r.ReservationID, p)
+	}
+	if err != nil {
+		return nil, nil, unavailable(err)
+	}
+	return p, state, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,14 +23,14 @@ type Service struct {
 	// write of the create, release and reconcile flows with the point's
 	// name; an error stops the flow there as a crash would.
 	Faults func(point string) error
-	// PlaceAttempts bounds the optimistic placement retries (default 64).
+	// PlaceAttempts bounds the optimistic placement retries (default 16).
 	PlaceAttempts int
 
 	placeRetries atomic.Int64
 }
 
 // Fault points (see Service.Faults and docs/capacity.md). A terminal
-// fence is followed by "<flow>.credited" and "<flow>.unplaced", flow being
+// fence is followed by "<flow>.unplaced" and "<flow>.credited", flow being
 // the first part of the fence's point ("create", "release", "reconcile").
 const (
 	FaultPoolClaimed     = "pool.claimed"
@@ -49,8 +50,34 @@ const (
 // order (the crash matrix walks it).
 var FaultPoints = []string{
 	FaultDraft, FaultDenied, FaultRejectedInvalid, FaultCharged, FaultRejectedQuota, FaultRejectedCap,
-	"create.credited", "create.unplaced", FaultAllocated, FaultPlaced,
-	FaultFenced, "release.credited", "release.unplaced",
+	"create.unplaced", "create.credited", FaultAllocated, FaultPlaced,
+	FaultFenced, "release.unplaced", "release.credited",
+}
+
+// flowOf is the flow a fault point belongs to ("create" of "create.draft").
+func flowOf(point string) string {
+	flow, _, _ := strings.Cut(point, ".")
+	return flow
+}
+
+// each runs fn(0..n-1), 16 at a time, and joins their errors.
+func (s *Service) each(ctx context.Context, n int, fn func(i int) error) error {
+	if n == 1 {
+		return fn(0)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	sem := make(chan struct{}, 16)
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			errs[i] = fn(i)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (s *Service) fault(point string) error {
@@ -85,19 +112,26 @@ func unavailable(err error) *apierr.Error {
 	return apierr.Dependency("dynamodb", err)
 }
 
-// CreatePool creates a pool and its owner's quota rows (max = device count).
-// The same request again returns the stored pool; the id owned by another
-// tenant or defined otherwise is CONFLICT.
+// CreatePool creates a pool and its owner's quota rows (max = device
+// count). The same request again returns the stored pool; the id owned by
+// another tenant or defined otherwise is CONFLICT. nodeSize defaults to
+// DefaultNodeSize for a resource it does not name.
 //
 // Protocol: (1) claim the global id with the pool item, marked due; (2) the
-// calendars and (3) the owner's quota rows, each created only if missing;
-// (4) the owner's view; (5) clear the due mark. A crash anywhere leaves the
-// pool due: a retry of the request or the reconciler runs 2–5 again.
-func (s *Service) CreatePool(ctx context.Context, tenant, poolID string, resources map[string]int) (Pool, error) {
-	p := NewPool(poolID, tenant, resources, s.now())
-	if n := p.DeviceCount(); n > MaxDevicesPerPool {
-		return Pool{}, apierr.Invalid("too_many_devices", "resources", "a pool holds at most %d devices, not %d", MaxDevicesPerPool, n)
+// owner's quota rows, each created only if missing; (3) the owner's view;
+// (4) clear the due mark. A crash anywhere leaves the pool due: a retry of
+// the request or the reconciler runs 2–4 again. Node-days are made a day at
+// a time, by the first reservation that needs that day.
+func (s *Service) CreatePool(ctx context.Context, tenant, poolID string, resources, nodeSize map[string]int) (Pool, error) {
+	for r, n := range nodeSize {
+		if _, ok := resources[r]; !ok {
+			return Pool{}, apierr.Invalid("unknown_resource", "nodeSize."+r, "nodeSize names %q, which is not among the resources", r)
+		}
+		if n < 1 || n > MaxNodeSize {
+			return Pool{}, apierr.Invalid("constraint", "nodeSize."+r, "a node holds 1..%d devices", MaxNodeSize)
+		}
 	}
+	p := NewPool(poolID, tenant, resources, nodeSize, s.now())
 	stored, err := s.Store.ClaimPool(ctx, p, p.CreatedAt.Add(StaleAfter))
 	switch {
 	case errors.Is(err, ErrExists):
@@ -120,29 +154,14 @@ func (s *Service) CreatePool(ctx context.Context, tenant, poolID string, resourc
 	return p.WithDevices(), nil
 }
 
-// completePool runs steps 2–5 of CreatePool; every step is idempotent.
+// completePool runs steps 2–4 of CreatePool; every step is idempotent.
 func (s *Service) completePool(ctx context.Context, p Pool) error {
 	names := p.ResourceNames()
-	errs := make([]error, 2*len(names))
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for i, r := range names {
-		for j, step := range []func() error{
-			func() error { return s.Store.EnsureCalendar(ctx, p.PoolID, r) },
-			func() error {
-				return s.Store.EnsureQuota(ctx, QuotaKey{p.OwnerTenantID, p.PoolID, r}, int64(p.Resources[r]), p.CreatedAt)
-			},
-		} {
-			wg.Add(1)
-			sem <- struct{}{}
-			go func() {
-				defer func() { <-sem; wg.Done() }()
-				errs[2*i+j] = step()
-			}()
-		}
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := s.each(ctx, len(names), func(i int) error {
+		r := names[i]
+		return s.Store.EnsureQuota(ctx, QuotaKey{p.OwnerTenantID, p.PoolID, r}, int64(p.Resources[r]), p.CreatedAt)
+	})
+	if err != nil {
 		return unavailable(err)
 	}
 	if err := s.Store.ShowPool(ctx, p.OwnerTenantID, p); err != nil {

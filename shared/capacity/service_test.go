@@ -13,16 +13,20 @@ func TestCreateReservationHappyPath(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.pool(t, "acme", "p1", map[string]int{"gpu.h100": 4})
+	// The first create of a day provisions the day's node-days.
+	first := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu.h100", 1, 0, time.Hour), allow))
+	must(e.svc.ReleaseReservation(ctx, "acme", first.ReservationID))
 	e.rt.Reset()
 	r, err := e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu.h100", 2, 0, time.Hour), allow)
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Draft, candidates, charge, node-day, fence, settle.
 	t.Logf("reservations.create happy path: %d DynamoDB round trips", e.rt.Count())
-	if got := e.rt.Count(); got > 5 {
-		t.Errorf("round trips = %d, want ≤ 5", got)
+	if got := e.rt.Count(); got != 6 {
+		t.Errorf("round trips = %d, want 6", got)
 	}
-	if r.State != capacity.Placed || joined(r.DeviceIDs) != joined(devices("gpu.h100", 0, 1)) {
+	if r.State != capacity.Placed || len(r.DeviceIDs) != 2 || len(r.NodeIDs) != 1 || r.NodeIDs[0] != "gpu.h100-node-0" {
 		t.Fatalf("got %+v", r)
 	}
 	q := must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu.h100"}))

@@ -6,9 +6,10 @@ import (
 )
 
 // Store is what the capacity service needs from storage. Every write is a
-// single-item conditional write (SPEC §5): a multi-item change is a
-// sequence of idempotent steps keyed by the reservation or pool it acts for,
-// and the reconciler finishes or undoes what a crash left half done.
+// single-item conditional write (SPEC §5) on an item of bounded size: a
+// multi-item change is a sequence of idempotent steps keyed by the
+// reservation or pool it acts for, and the reconciler finishes or undoes
+// what a crash left half done.
 type Store interface {
 	PoolStore
 	QuotaStore
@@ -24,8 +25,6 @@ type PoolStore interface {
 	ClaimPool(ctx context.Context, p Pool, due time.Time) (Pool, error)
 	// GetPool reads a pool by id (ErrNotFound).
 	GetPool(ctx context.Context, poolID string) (Pool, error)
-	// EnsureCalendar creates the empty calendar of (pool, resource) unless it exists.
-	EnsureCalendar(ctx context.Context, poolID, resource string) error
 	// EnsureQuota creates a quota row with max unless it exists.
 	EnsureQuota(ctx context.Context, k QuotaKey, max int64, now time.Time) error
 	// ShowPool makes p visible to tenant (idempotent).
@@ -38,7 +37,8 @@ type PoolStore interface {
 	ListPools(ctx context.Context, tenant string, page Page) ([]Pool, map[string]string, error)
 }
 
-// QuotaStore keeps quota rows: max, used, free = max − used and holds.
+// QuotaStore keeps quota rows: max, used, free = max − used, and the
+// admissions in flight on the row (a bounded map, emptied as each settles).
 type QuotaStore interface {
 	// SetQuotaMax sets max (creating the row with used 0) and returns the row.
 	SetQuotaMax(ctx context.Context, k QuotaKey, max int64, now time.Time) (Quota, error)
@@ -46,39 +46,103 @@ type QuotaStore interface {
 	GetQuota(ctx context.Context, k QuotaKey) (Quota, error)
 	// ListQuotas lists tenant's rows, of one pool if poolID is not "".
 	ListQuotas(ctx context.Context, tenant, poolID string, page Page) ([]Quota, map[string]string, error)
-	// Charge adds a hold of count for reservation id if free ≥ count, in one
-	// round trip with no read first. Idempotent: an existing hold is success.
-	// ErrQuotaExceeded when it does not fit (or the row is missing).
-	Charge(ctx context.Context, k QuotaKey, id string, count int) error
-	// Credit removes reservation id's hold, if any (idempotent).
+	// Charge adds count for reservation id if free ≥ count, recording the
+	// placement it is for in the same write, in one round trip with no
+	// read first. A charge already recorded for id is not repeated: its
+	// placement is returned (fresh false). ErrQuotaExceeded (with the row)
+	// when it does not fit or the row is missing; ErrBusy when too many
+	// admissions are in flight on the row.
+	Charge(ctx context.Context, k QuotaKey, id string, count int, p Placement) (Charged, error)
+	// Replace records another placement for id's charge in flight.
+	Replace(ctx context.Context, k QuotaKey, id string, p Placement) error
+	// Settle forgets id's charge in flight once the reservation records it
+	// (placed): the count stays in used.
+	Settle(ctx context.Context, k QuotaKey, id string) error
+	// Pending returns id's charge in flight, if any.
+	Pending(ctx context.Context, k QuotaKey, id string) (Charged, bool, error)
+	// Refund reverses id's charge in flight (a draft that ends unplaced),
+	// if there is one: used −= count and the record goes, in one write.
+	Refund(ctx context.Context, k QuotaKey, id string, count int) error
+	// Credit gives back a placed reservation's count, once: it leaves a
+	// credit record that CreditDone forgets.
 	Credit(ctx context.Context, k QuotaKey, id string, count int) error
+	// CreditDone forgets id's credit record.
+	CreditDone(ctx context.Context, k QuotaKey, id string) error
 }
 
-// CalendarStore keeps one calendar per (pool, resource).
+// QuotaExceeded is ErrQuotaExceeded with the row that refused (max 0 when
+// missing), for the numbers a caller needs to act.
+type QuotaExceeded struct{ Quota Quota }
+
+func (e QuotaExceeded) Error() string { return ErrQuotaExceeded.Error() }
+func (e QuotaExceeded) Unwrap() error { return ErrQuotaExceeded }
+
+// Charged is a charge in flight: its count and the placement it is for.
+type Charged struct {
+	Count     int
+	Placement Placement
+	Fresh     bool // this call made the charge
+}
+
+// CalendarStore keeps the node-day items of each (pool, resource): a
+// resource's nodes, one item per node per UTC day, provisioned a day at a
+// time, and ordered for candidates by how many devices are untouched.
 type CalendarStore interface {
-	// Calendar reads it consistently (Version 0 when none is stored).
-	Calendar(ctx context.Context, poolID, resource string) (Calendar, error)
-	// Place adds id's alloc if the stored version is still cal.Version
-	// (ErrStale otherwise).
-	Place(ctx context.Context, cal Calendar, id string, a Alloc) error
-	// Unplace removes id's alloc, if any (idempotent).
-	Unplace(ctx context.Context, poolID, resource, id string) error
+	// Candidates reads node-days of day with at least minUntouched
+	// untouched devices, fewest first (the fullest that may fit), at most
+	// limit; ok is false when the day is not provisioned yet.
+	Candidates(ctx context.Context, t PoolResource, day Day, minUntouched, limit int) (nds []NodeDay, ok bool, err error)
+	// NodeDays reads node-days by (node, day), consistently; missing ones
+	// are absent from the map.
+	NodeDays(ctx context.Context, t PoolResource, keys []NodeDayKey) (map[NodeDayKey]NodeDay, error)
+	// Day calls fn with every node-day of a day, in node order.
+	Day(ctx context.Context, t PoolResource, day Day, fn func(NodeDay) error) error
+	// Provision creates every node-day of day that is missing, then marks
+	// the day provisioned (idempotent).
+	Provision(ctx context.Context, t PoolResource, day Day) error
+	// Allocate adds id's entry to a node-day read as nd, if the versions
+	// of the devices it takes are still those of nd (ErrStale otherwise;
+	// ErrCalendarFull when the day holds MaxEntriesPerNodeDay). Idempotent.
+	Allocate(ctx context.Context, nd NodeDay, id string, e Entry) error
+	// Free removes id's entry from a node-day (idempotent), reading it first.
+	Free(ctx context.Context, t PoolResource, key NodeDayKey, id string) error
+}
+
+// PoolResource names one resource of a pool and its layout.
+type PoolResource struct {
+	PoolID string
+	Topology
+}
+
+// NodeDayKey names a node-day.
+type NodeDayKey struct {
+	Node int
+	Day  Day
 }
 
 // ReservationStore keeps reservations under their tenant's partition.
 type ReservationStore interface {
-	// Admission reads, in one round trip, the pool as tenant sees it
-	// (ErrNotFound unless owned or offered) and the resource's calendar.
-	Admission(ctx context.Context, tenant, poolID, resource string) (Pool, Calendar, error)
 	// PutDraft writes a new draft; if the id exists it returns the stored
 	// reservation and ErrExists (the clientToken idempotency check).
 	PutDraft(ctx context.Context, r Reservation) (Reservation, error)
 	// GetReservation reads one of tenant's reservations (ErrNotFound).
 	GetReservation(ctx context.Context, tenant, id string) (Reservation, error)
-	// Transition writes to (state, reason, devices, due, …) if the stored
-	// state is still from (ErrStale otherwise).
+	// Transition writes to (state, reason, devices, history, due, …) if
+	// the stored state is still from (ErrStale otherwise).
 	Transition(ctx context.Context, to Reservation, from State) error
-	// ClearDue removes the due marker if the stored state is still r.State.
+	// TakeOver moves a draft's lease from old to lease (ErrStale if another
+	// flow took it or it is no longer a draft).
+	TakeOver(ctx context.Context, r Reservation, old, lease time.Time) error
+	// MarkCredited records that a terminal reservation's quota was given
+	// back (idempotent).
+	MarkCredited(ctx context.Context, r Reservation) error
+	// ClaimDue moves a reservation's due marker from r.Due to until if the
+	// stored state and due are still r's, and returns the stored item as
+	// that write left it (ErrStale otherwise, ErrNotFound if it is gone):
+	// how one reconciler pass at a time takes a due reservation.
+	ClaimDue(ctx context.Context, r Reservation, until time.Time) (Reservation, error)
+	// ClearDue removes the due marker if the stored state and due are
+	// still r's (ErrStale otherwise).
 	ClearDue(ctx context.Context, r Reservation) error
 	// ListReservations lists tenant's reservations, newest first.
 	ListReservations(ctx context.Context, tenant string, f ListFilter, page Page) ([]Reservation, map[string]string, error)
@@ -109,9 +173,18 @@ type DueItem struct {
 
 // Snapshot is everything the invariant checker compares.
 type Snapshot struct {
+	Pools        []Pool
 	Quotas       []QuotaRow
 	Reservations []Reservation
-	Calendars    []Calendar
+	NodeDays     []NodeDay
+}
+
+// QuotaRow is a stored quota row with what it holds in flight.
+type QuotaRow struct {
+	Quota
+	Free     int64
+	Charging map[string]Charged // admissions charged, not yet settled
+	Crediting map[string]int    // credits given, not yet forgotten
 }
 
 // SnapshotReader reads a Snapshot (a full read of the table: an operator's

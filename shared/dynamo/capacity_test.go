@@ -3,6 +3,7 @@ package dynamo_test
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -21,11 +22,19 @@ func newCapacity(t *testing.T) (*dynamo.Capacity, *dynamo.RoundTrips) {
 
 var capT0 = time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
 
-func TestCapacityChargeAndCredit(t *testing.T) {
+func charge(t *testing.T, s *dynamo.Capacity, k capacity.QuotaKey, id string, n int) (capacity.Charged, error) {
+	t.Helper()
+	return s.Charge(context.Background(), k, id, n, capacity.Placement{{Node: 1, Mask: 0b11}})
+}
+
+// A charge records its placement; it is settled, refunded or (once placed)
+// credited exactly once, whatever is retried.
+func TestCapacityQuotaRecords(t *testing.T) {
 	s, rt := newCapacity(t)
 	ctx := context.Background()
 	k := capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu"}
-	if err := s.Charge(ctx, k, "r0", 1); !errors.Is(err, capacity.ErrQuotaExceeded) {
+	var qe capacity.QuotaExceeded
+	if _, err := charge(t, s, k, "r0", 1); !errors.As(err, &qe) || qe.Quota.Max != 0 {
 		t.Fatalf("charge on a missing row: %v (a missing row grants 0)", err)
 	}
 	if err := s.EnsureQuota(ctx, k, 3, capT0); err != nil {
@@ -35,48 +44,95 @@ func TestCapacityChargeAndCredit(t *testing.T) {
 		t.Fatal(err)
 	}
 	rt.Reset()
-	if err := s.Charge(ctx, k, "r1", 2); err != nil {
-		t.Fatal(err)
+	if ch, err := charge(t, s, k, "r1", 2); err != nil || !ch.Fresh {
+		t.Fatal(ch, err)
 	}
 	if rt.Count() != 1 {
 		t.Errorf("charge took %d round trips, want 1", rt.Count())
 	}
-	if err := s.Charge(ctx, k, "r1", 2); err != nil { // idempotent
-		t.Fatalf("repeated charge: %v", err)
+	// Repeated: not charged again, the recorded placement comes back.
+	if ch, err := charge(t, s, k, "r1", 2); err != nil || ch.Fresh || len(ch.Placement) != 1 || ch.Placement[0].Mask != 0b11 {
+		t.Fatalf("repeated charge: %+v %v", ch, err)
 	}
-	if err := s.Charge(ctx, k, "r2", 2); !errors.Is(err, capacity.ErrQuotaExceeded) {
-		t.Fatalf("over max: %v", err)
+	if _, err := charge(t, s, k, "r2", 2); !errors.As(err, &qe) || qe.Quota.Used != 2 || qe.Quota.Max != 3 {
+		t.Fatalf("over max: %v %+v", err, qe)
 	}
-	snap, err := s.Snapshot(ctx)
-	if err != nil || len(snap.Quotas) != 1 {
-		t.Fatal(snap, err)
+	row := func() capacity.QuotaRow {
+		snap, err := s.Snapshot(ctx)
+		if err != nil || len(snap.Quotas) != 1 {
+			t.Fatal(snap, err)
+		}
+		return snap.Quotas[0]
 	}
-	q := snap.Quotas[0]
-	if q.Max != 3 || q.Used != 2 || q.Free != 1 || len(q.Holds) != 1 || q.Holds["r1"] != 2 {
+	if q := row(); q.Max != 3 || q.Used != 2 || q.Free != 1 || len(q.Charging) != 1 || q.Charging["r1"].Count != 2 {
 		t.Errorf("row %+v", q)
 	}
-	for i := 0; i < 2; i++ { // idempotent
-		if err := s.Credit(ctx, k, "r1", 2); err != nil {
+	if err := s.Replace(ctx, k, "r1", capacity.Placement{{Node: 4, Mask: 0b1}}); err != nil {
+		t.Fatal(err)
+	}
+	if ch, ok, err := s.Pending(ctx, k, "r1"); err != nil || !ok || ch.Placement[0].Node != 4 {
+		t.Errorf("pending after replace: %+v %v %v", ch, ok, err)
+	}
+	// Refund: count back and record gone, once.
+	for range 2 {
+		if err := s.Refund(ctx, k, "r1", 2); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if got, _ := s.GetQuota(ctx, k); got.Used != 0 || got.Max != 3 {
-		t.Errorf("after credit %+v", got)
+	if q := row(); q.Used != 0 || len(q.Charging) != 0 {
+		t.Errorf("after refund %+v", q)
+	}
+	// Settle keeps the count; credit gives it back once, whatever is retried.
+	if _, err := charge(t, s, k, "r3", 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Settle(ctx, k, "r3"); err != nil {
+		t.Fatal(err)
+	}
+	if q := row(); q.Used != 3 || len(q.Charging) != 0 {
+		t.Errorf("after settle %+v", q)
+	}
+	for range 2 {
+		if err := s.Credit(ctx, k, "r3", 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q := row(); q.Used != 0 || q.Crediting["r3"] != 3 {
+		t.Errorf("after credit %+v", q)
+	}
+	if err := s.Refund(ctx, k, "r3", 3); err != nil { // a credit record is not a charge
+		t.Fatal(err)
+	}
+	if err := s.CreditDone(ctx, k, "r3"); err != nil {
+		t.Fatal(err)
+	}
+	if q := row(); q.Used != 0 || len(q.Crediting) != 0 || q.Free != 3 {
+		t.Errorf("after credit done %+v", q)
+	}
+	// A charge its create could not settle is consumed by the credit.
+	if _, err := charge(t, s, k, "r4", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Credit(ctx, k, "r4", 1); err != nil {
+		t.Fatal(err)
+	}
+	if q := row(); q.Used != 0 || len(q.Charging) != 0 || q.Crediting["r4"] != 1 {
+		t.Errorf("credit of an unsettled charge %+v", q)
 	}
 	// Setting max keeps free = max − used, also below used.
-	if err := s.Charge(ctx, k, "r3", 3); err != nil {
+	if _, err := charge(t, s, k, "r5", 3); err != nil {
 		t.Fatal(err)
 	}
 	if got, err := s.SetQuotaMax(ctx, k, 1, capT0); err != nil || got.Max != 1 || got.Used != 3 {
 		t.Errorf("set max %+v %v", got, err)
 	}
-	snap, _ = s.Snapshot(ctx)
-	if q := snap.Quotas[0]; q.Free != -2 {
+	if q := row(); q.Free != -2 {
 		t.Errorf("free %d, want -2", q.Free)
 	}
 }
 
-// Racing charges on one row never over-admit.
+// Racing charges on one row never over-admit; past maxInFlight records in
+// flight a charge is refused as busy, not as over quota.
 func TestCapacityChargeRace(t *testing.T) {
 	s, _ := newCapacity(t)
 	ctx := context.Background()
@@ -91,7 +147,7 @@ func TestCapacityChargeRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			err := s.Charge(ctx, k, string(rune('a'+i)), 1)
+			_, err := charge(t, s, k, string(rune('a'+i)), 1)
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil {
@@ -105,41 +161,105 @@ func TestCapacityChargeRace(t *testing.T) {
 	if got, _ := s.GetQuota(ctx, k); won != 5 || got.Used != 5 {
 		t.Errorf("won %d, used %d", won, got.Used)
 	}
+	big := capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "cpu"}
+	if err := s.EnsureQuota(ctx, big, 1000, capT0); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		_, err := charge(t, s, big, "x"+strconv.Itoa(i), 1)
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, capacity.ErrBusy) || i != 64 {
+			t.Fatalf("charge %d: %v, want busy at 64", i, err)
+		}
+		break
+	}
 }
 
-func TestCapacityCalendar(t *testing.T) {
-	s, _ := newCapacity(t)
+func TestCapacityNodeDays(t *testing.T) {
+	s, rt := newCapacity(t)
 	ctx := context.Background()
-	w := capacity.Window{Start: capT0, End: capT0.Add(time.Hour)}
-	cal, err := s.Calendar(ctx, "p1", "gpu")
-	if err != nil || cal.Version != 0 {
-		t.Fatalf("missing calendar %+v %v", cal, err)
+	pr := capacity.PoolResource{PoolID: "p1", Topology: capacity.Topology{Resource: "gpu", Devices: 20, NodeSize: 8}}
+	day := capacity.DayOf(capT0)
+	if nds, ok, err := s.Candidates(ctx, pr, day, 1, 16); err != nil || ok || len(nds) != 0 {
+		t.Fatalf("before provisioning: %v %v %v", nds, ok, err)
 	}
-	// A calendar that does not exist yet is created by the first placement.
-	if err := s.Place(ctx, cal, "r1", capacity.Alloc{TenantID: "acme", Devices: []int{0}, Window: w}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Place(ctx, cal, "r2", capacity.Alloc{TenantID: "acme", Devices: []int{1}, Window: w}); !errors.Is(err, capacity.ErrStale) {
-		t.Fatalf("placement on a stale version: %v", err)
-	}
-	cal, _ = s.Calendar(ctx, "p1", "gpu")
-	if cal.Version != 1 || len(cal.Allocs) != 1 || !cal.Allocs["r1"].Window.End.Equal(w.End) || cal.Allocs["r1"].TenantID != "acme" {
-		t.Fatalf("calendar %+v", cal)
-	}
-	if err := s.Place(ctx, cal, "r2", capacity.Alloc{TenantID: "acme", Devices: []int{1, 2}, Window: w}); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.EnsureCalendar(ctx, "p1", "gpu"); err != nil { // exists: unchanged
-		t.Fatal(err)
-	}
-	for i := 0; i < 2; i++ {
-		if err := s.Unplace(ctx, "p1", "gpu", "r1"); err != nil {
+	for range 2 { // idempotent
+		if err := s.Provision(ctx, pr, day); err != nil {
 			t.Fatal(err)
 		}
 	}
-	cal, _ = s.Calendar(ctx, "p1", "gpu")
-	if cal.Version != 2 || len(cal.Allocs) != 1 || len(cal.Allocs["r2"].Devices) != 2 {
-		t.Errorf("after unplace %+v", cal)
+	nds, ok, err := s.Candidates(ctx, pr, day, 1, 16)
+	if err != nil || !ok || len(nds) != 3 || nds[0].Node != 2 || nds[0].Size != 4 || nds[0].Untouched != 4 || nds[1].Size != 8 {
+		t.Fatalf("provisioned: %+v %v %v", nds, ok, err)
+	}
+	w := capacity.Window{Start: capT0, End: capT0.Add(time.Hour)}
+	n1 := nds[1]
+	if err := s.Allocate(ctx, n1, "r1", capacity.Entry{Mask: 0b0011, Window: w}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Allocate(ctx, n1, "r1", capacity.Entry{Mask: 0b0011, Window: w}); err != nil { // retried: done already
+		t.Fatal(err)
+	}
+	// Another device of the node, on the state read before r1: no conflict.
+	if err := s.Allocate(ctx, n1, "r2", capacity.Entry{Mask: 0b0100, Window: w}); err != nil {
+		t.Fatal(err)
+	}
+	// A device r1 took since that read: stale.
+	if err := s.Allocate(ctx, n1, "r3", capacity.Entry{Mask: 0b0001, Window: w}); !errors.Is(err, capacity.ErrStale) {
+		t.Fatalf("allocation on a moved device: %v", err)
+	}
+	rt.Reset()
+	nds, _, _ = s.Candidates(ctx, pr, day, 1, 16)
+	if rt.Count() != 1 || nds[0].Node != 2 || nds[1].Untouched != 5 || len(nds[1].Entries) != 2 || nds[1].Versions[0] != 1 {
+		t.Fatalf("after allocations (%d round trips): %+v", rt.Count(), nds)
+	}
+	// Fullest first, and only those that may fit.
+	if nds, _, _ := s.Candidates(ctx, pr, day, 6, 16); len(nds) != 1 || nds[0].Untouched != 8 {
+		t.Errorf("untouched ≥ 6: %+v", nds)
+	}
+	got, err := s.NodeDays(ctx, pr, []capacity.NodeDayKey{{Node: n1.Node, Day: day}, {Node: 0, Day: day + 1}})
+	if err != nil || len(got) != 1 || got[capacity.NodeDayKey{Node: n1.Node, Day: day}].Entries["r2"].Mask != 0b0100 {
+		t.Fatalf("NodeDays %+v %v", got, err)
+	}
+	for range 2 { // idempotent
+		if err := s.Free(ctx, pr, capacity.NodeDayKey{Node: n1.Node, Day: day}, "r1"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var days []capacity.NodeDay
+	if err := s.Day(ctx, pr, day, func(nd capacity.NodeDay) error { days = append(days, nd); return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if len(days) != 3 || days[n1.Node].Untouched != 7 || len(days[n1.Node].Entries) != 1 {
+		t.Errorf("after free: %+v", days)
+	}
+}
+
+// A node-day holds at most MaxEntriesPerNodeDay entries.
+func TestCapacityNodeDayFull(t *testing.T) {
+	s, _ := newCapacity(t)
+	ctx := context.Background()
+	pr := capacity.PoolResource{PoolID: "p1", Topology: capacity.Topology{Resource: "gpu", Devices: 1, NodeSize: 1}}
+	day := capacity.DayOf(capT0)
+	if err := s.Provision(ctx, pr, day); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; ; i++ {
+		nds, _, err := s.Candidates(ctx, pr, day, 0, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w := capacity.Window{Start: capT0.Add(time.Duration(i) * time.Second), End: capT0.Add(time.Duration(i+1) * time.Second)}
+		err = s.Allocate(ctx, nds[0], "r"+strconv.Itoa(i), capacity.Entry{Mask: 1, Window: w})
+		if err == nil {
+			continue
+		}
+		if !errors.Is(err, capacity.ErrCalendarFull) || i != capacity.MaxEntriesPerNodeDay {
+			t.Fatalf("allocation %d: %v", i, err)
+		}
+		break
 	}
 }
 

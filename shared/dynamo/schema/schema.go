@@ -23,10 +23,15 @@ const (
 	AttrDueSh = "dueShard"
 	AttrDueAt = "dueAt"
 	AttrTTL   = "expiresAt" // epoch seconds; DynamoDB TTL deletes expired items
+	AttrFit   = "fit"       // sort key (N) of IndexFit
 
 	// IndexOrdered (LSI on pk, lsk): releases by sequence, reservations by
 	// creation time.
 	IndexOrdered = "ordered"
+	// IndexFit (sparse LSI on pk, fit): a resource's node-days of one day,
+	// ordered by how many devices are untouched — where a create finds its
+	// candidates, the fullest that may fit first, in one consistent Query.
+	IndexFit = "fit"
 	// IndexDue (sparse GSI on dueShard, dueAt): what the reconciler queries.
 	// It projects ALL attributes: only items with pending work carry dueAt,
 	// and the reconciler acts on the projected item (every transition is
@@ -48,6 +53,7 @@ func Definition(name string) *dynamodb.CreateTableInput {
 			{AttributeName: aws.String(AttrLSK), AttributeType: s},
 			{AttributeName: aws.String(AttrDueSh), AttributeType: s},
 			{AttributeName: aws.String(AttrDueAt), AttributeType: s},
+			{AttributeName: aws.String(AttrFit), AttributeType: types.ScalarAttributeTypeN},
 		},
 		KeySchema: []types.KeySchemaElement{
 			{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash},
@@ -58,6 +64,13 @@ func Definition(name string) *dynamodb.CreateTableInput {
 			KeySchema: []types.KeySchemaElement{
 				{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash},
 				{AttributeName: aws.String(AttrLSK), KeyType: types.KeyTypeRange},
+			},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+		}, {
+			IndexName: aws.String(IndexFit),
+			KeySchema: []types.KeySchemaElement{
+				{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash},
+				{AttributeName: aws.String(AttrFit), KeyType: types.KeyTypeRange},
 			},
 			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
 		}},

@@ -1,0 +1,89 @@
+package dynamo
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
+)
+
+// The due index is the sparse GSI `due` (dueShard, dueAt): a reservation
+// carries dueAt while it has pending work (a draft in flight, a window start
+// or end, a sweep after a fence), a pool until its creation completes. It is
+// not an item of its own: the index's entries are these items' projections.
+
+// Shards implements capacity.DueStore.
+func (s *Capacity) Shards() int { return schema.DueShards }
+
+// Due implements capacity.DueStore: a Query of one shard of the sparse due
+// index (never a scan), oldest first, page by page, so memory stays flat
+// however many items are due.
+func (s *Capacity) Due(ctx context.Context, shard int, now time.Time, fn func(capacity.DueItem) bool) error {
+	kc := expression.Key(schema.AttrDueSh).Equal(expression.Value(strconv.Itoa(shard))).
+		And(expression.Key(schema.AttrDueAt).LessThanEqual(expression.Value(fmtTime(now))))
+	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
+	if err != nil {
+		return err
+	}
+	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(schema.IndexDue),
+		KeyConditionExpression: e.KeyCondition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+		ScanIndexForward: aws.Bool(true), Limit: aws.Int32(250)}
+	for {
+		res, err := s.DB.Query(ctx, in)
+		if err != nil {
+			return err
+		}
+		for _, item := range res.Items {
+			d, err := dueItem(item)
+			if err != nil {
+				return err
+			}
+			if !fn(d) {
+				return nil
+			}
+		}
+		if res.LastEvaluatedKey == nil {
+			return nil
+		}
+		in.ExclusiveStartKey = res.LastEvaluatedKey
+	}
+}
+
+func dueItem(item map[string]types.AttributeValue) (capacity.DueItem, error) {
+	var head struct {
+		Kind  string `dynamodbav:"kind"`
+		DueAt string `dynamodbav:"dueAt"`
+	}
+	if err := attributevalue.UnmarshalMap(item, &head); err != nil {
+		return capacity.DueItem{}, err
+	}
+	d := capacity.DueItem{Due: parseTime(head.DueAt)}
+	switch head.Kind {
+	case kindReservation:
+		var it reservationItem
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return d, err
+		}
+		r := it.reservation()
+		d.Reservation = &r
+	case kindPool:
+		var it poolItem
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return d, err
+		}
+		p := it.pool()
+		d.Pool = &p
+	default:
+		return d, fmt.Errorf("due index holds an item of kind %q", head.Kind)
+	}
+	return d, nil
+}

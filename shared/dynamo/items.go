@@ -1,0 +1,118 @@
+package dynamo
+
+import (
+	"context"
+	"hash/fnv"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
+)
+
+// timeFormat is fixed-width UTC with nanoseconds: lexical order is time order.
+const timeFormat = "2006-01-02T15:04:05.000000000Z"
+
+func fmtTime(t time.Time) string { return t.UTC().Format(timeFormat) }
+
+func parseTime(s string) time.Time {
+	t, _ := time.Parse(time.RFC3339Nano, s)
+	return t.UTC()
+}
+
+func tenantPK(t string) string { return "TENANT#" + t }
+
+// dueShard spreads due items over schema.DueShards partitions of the due index.
+func dueShard(id string) string {
+	h := fnv.New32a()
+	h.Write([]byte(id))
+	return strconv.Itoa(int(h.Sum32() % schema.DueShards))
+}
+
+func (s *Capacity) put(ctx context.Context, item any, cond *expression.ConditionBuilder) error {
+	av, err := attributevalue.MarshalMap(item)
+	if err != nil {
+		return err
+	}
+	in := &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: av}
+	if cond != nil {
+		e, err := expression.NewBuilder().WithCondition(*cond).Build()
+		if err != nil {
+			return err
+		}
+		in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.Condition(), e.Names(), e.Values()
+	}
+	_, err = s.DB.PutItem(ctx, in)
+	return err
+}
+
+func (s *Capacity) update(ctx context.Context, k map[string]types.AttributeValue, upd expression.UpdateBuilder, cond *expression.ConditionBuilder, rv types.ReturnValue) (map[string]types.AttributeValue, error) {
+	b := expression.NewBuilder().WithUpdate(upd)
+	if cond != nil {
+		b = b.WithCondition(*cond)
+	}
+	e, err := b.Build()
+	if err != nil {
+		return nil, err
+	}
+	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.Table), Key: k,
+		UpdateExpression: e.Update(), ConditionExpression: e.Condition(),
+		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ReturnValues: rv})
+	if err != nil {
+		return nil, err
+	}
+	return out.Attributes, nil
+}
+
+// get reads one item consistently into out; found=false if missing.
+func (s *Capacity) get(ctx context.Context, k map[string]types.AttributeValue, out any) (bool, error) {
+	res, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), Key: k, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return false, err
+	}
+	if res.Item == nil {
+		return false, nil
+	}
+	return true, attributevalue.UnmarshalMap(res.Item, out)
+}
+
+// batchGet reads keys consistently, 100 at a time, calling fn per item.
+func (s *Capacity) batchGet(ctx context.Context, keys []map[string]types.AttributeValue, fn func(map[string]types.AttributeValue) error) error {
+	for len(keys) > 0 {
+		n := min(len(keys), 100)
+		batch := keys[:n]
+		keys = keys[n:]
+		for len(batch) > 0 {
+			res, err := s.DB.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
+				s.Table: {Keys: batch, ConsistentRead: aws.Bool(true)}}})
+			if err != nil {
+				return err
+			}
+			for _, item := range res.Responses[s.Table] {
+				if err := fn(item); err != nil {
+					return err
+				}
+			}
+			batch = res.UnprocessedKeys[s.Table].Keys
+		}
+	}
+	return nil
+}
+
+func cond(c expression.ConditionBuilder) *expression.ConditionBuilder { return &c }
+
+var notExists = cond(expression.AttributeNotExists(expression.Name(schema.AttrPK)))
+
+// path names a member of a map attribute: path("q", id) is q.#id.
+func path(attr string, keys ...string) expression.NameBuilder {
+	n := expression.Name(attr)
+	for _, k := range keys {
+		n = n.AppendName(expression.Name(k))
+	}
+	return n
+}

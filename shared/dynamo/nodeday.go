@@ -1,0 +1,323 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
+)
+
+// A node-day, CAL#<pool>#<resource>#<yyyymmdd> / N#<node>, is one node's
+// placement state for one UTC day:
+//
+//	a    reservation id → {m: device mask, s, e: window in Unix ms} — the
+//	     allocations that overlap the day
+//	v    "d<i>" → version of device i (bumped by every write that adds or
+//	     removes an entry using it)
+//	fit  devices no allocation of the day uses (the `fit` LSI's sort key)
+//	n    number of entries (at most capacity.MaxEntriesPerNodeDay)
+//	size, ns, node, day: the node's devices, the resource's node size
+//
+// A day's partition holds one item per node of the resource, made when the
+// day is first needed (Provision), and a `#DAY` marker with fit 1000 (after
+// every node in the index) saying the day is complete. A create reads its
+// candidates with one consistent Query of the `fit` index — the fullest
+// node-days that may fit, first — and writes one node-day per node and day
+// its window covers.
+//
+// Worst case: 256 entries × ~75 B (26-character id, three numbers) + 64
+// versions × ~12 B + ~150 B ≈ 20 KB. Typical: a few entries, ~300 B.
+const (
+	markerFit = 1000
+	skDay     = "#DAY"
+	// nodeDayRetention: how long a day's items outlive it (TTL), for
+	// pools.usage and the checker to see the recent past.
+	nodeDayRetention = 7 * 24 * time.Hour
+)
+
+func calPK(pool, resource string, d capacity.Day) string {
+	return "CAL#" + pool + "#" + resource + "#" + d.String()
+}
+
+func nodeSK(node int) string { return fmt.Sprintf("N#%06d", node) }
+
+type entryItem struct {
+	M int64 `dynamodbav:"m"`
+	S int64 `dynamodbav:"s"`
+	E int64 `dynamodbav:"e"`
+}
+
+type nodeDayItem struct {
+	PK        string               `dynamodbav:"pk"`
+	SK        string               `dynamodbav:"sk"`
+	Kind      string               `dynamodbav:"kind"`
+	Pool      string               `dynamodbav:"pool"`
+	Resource  string               `dynamodbav:"resource"`
+	Day       int                  `dynamodbav:"day"`
+	Node      int                  `dynamodbav:"node"`
+	Size      int                  `dynamodbav:"size"`
+	NodeSize  int                  `dynamodbav:"ns"`
+	Fit       int                  `dynamodbav:"fit"`
+	N         int                  `dynamodbav:"n"`
+	Versions  map[string]int64     `dynamodbav:"v"`
+	Entries   map[string]entryItem `dynamodbav:"a"`
+	ExpiresAt int64                `dynamodbav:"expiresAt,omitempty"`
+}
+
+func (it nodeDayItem) nodeDay() capacity.NodeDay {
+	nd := capacity.NodeDay{Pool: it.Pool, Resource: it.Resource, Day: capacity.Day(it.Day), Node: it.Node, Size: it.Size,
+		NodeSize: it.NodeSize, Untouched: it.Fit, Versions: map[int]int64{}, Entries: make(map[string]capacity.Entry, len(it.Entries))}
+	for d, v := range it.Versions {
+		if i, err := strconv.Atoi(strings.TrimPrefix(d, "d")); err == nil {
+			nd.Versions[i] = v
+		}
+	}
+	for id, e := range it.Entries {
+		nd.Entries[id] = capacity.Entry{Mask: capacity.Mask(uint64(e.M)),
+			Window: capacity.Window{Start: time.UnixMilli(e.S).UTC(), End: time.UnixMilli(e.E).UTC()}}
+	}
+	return nd
+}
+
+type dayItem struct {
+	PK       string `dynamodbav:"pk"`
+	SK       string `dynamodbav:"sk"`
+	Kind     string `dynamodbav:"kind"`
+	Fit      int    `dynamodbav:"fit"`
+	Nodes    int    `dynamodbav:"nodes"`
+	NodeSize int    `dynamodbav:"ns"`
+	Devices  int    `dynamodbav:"devices"`
+	Expires  int64  `dynamodbav:"expiresAt,omitempty"`
+}
+
+func dayExpiry(d capacity.Day) int64 { return d.Start().Add(24*time.Hour + nodeDayRetention).Unix() }
+
+// Candidates implements capacity.CalendarStore: one consistent Query of
+// the `fit` index, fit ≥ minUntouched, ascending.
+func (s *Capacity) Candidates(ctx context.Context, t capacity.PoolResource, day capacity.Day, minUntouched, limit int) ([]capacity.NodeDay, bool, error) {
+	kc := expression.Key(schema.AttrPK).Equal(expression.Value(calPK(t.PoolID, t.Resource, day))).
+		And(expression.Key(schema.AttrFit).Between(expression.Value(minUntouched), expression.Value(markerFit)))
+	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
+	if err != nil {
+		return nil, false, err
+	}
+	res, err := s.DB.Query(ctx, &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(schema.IndexFit),
+		KeyConditionExpression: e.KeyCondition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+		ConsistentRead: aws.Bool(true), ScanIndexForward: aws.Bool(true), Limit: aws.Int32(int32(limit + 1))})
+	if err != nil {
+		return nil, false, err
+	}
+	var out []capacity.NodeDay
+	marker := false
+	for _, item := range res.Items {
+		if sk := item[schema.AttrSK].(*types.AttributeValueMemberS).Value; sk == skDay {
+			marker = true
+			continue
+		}
+		var it nodeDayItem
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return nil, false, err
+		}
+		if len(out) < limit {
+			out = append(out, it.nodeDay())
+		}
+	}
+	// No marker in a page that is not full: the day is not (wholly) made.
+	return out, marker || len(res.Items) > limit, nil
+}
+
+// NodeDays implements capacity.CalendarStore.
+func (s *Capacity) NodeDays(ctx context.Context, t capacity.PoolResource, keys []capacity.NodeDayKey) (map[capacity.NodeDayKey]capacity.NodeDay, error) {
+	avs := make([]map[string]types.AttributeValue, len(keys))
+	for i, k := range keys {
+		avs[i] = key(calPK(t.PoolID, t.Resource, k.Day), nodeSK(k.Node))
+	}
+	out := make(map[capacity.NodeDayKey]capacity.NodeDay, len(keys))
+	err := s.batchGet(ctx, avs, func(item map[string]types.AttributeValue) error {
+		var it nodeDayItem
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return err
+		}
+		out[capacity.NodeDayKey{Node: it.Node, Day: capacity.Day(it.Day)}] = it.nodeDay()
+		return nil
+	})
+	return out, err
+}
+
+// Day implements capacity.CalendarStore: a consistent Query of the day's
+// partition, page by page.
+func (s *Capacity) Day(ctx context.Context, t capacity.PoolResource, day capacity.Day, fn func(capacity.NodeDay) error) error {
+	kc := expression.Key(schema.AttrPK).Equal(expression.Value(calPK(t.PoolID, t.Resource, day))).
+		And(expression.Key(schema.AttrSK).BeginsWith("N#"))
+	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
+	if err != nil {
+		return err
+	}
+	p := dynamodb.NewQueryPaginator(s.DB, &dynamodb.QueryInput{TableName: aws.String(s.Table),
+		KeyConditionExpression: e.KeyCondition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+		ConsistentRead: aws.Bool(true)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		for _, item := range page.Items {
+			var it nodeDayItem
+			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+				return err
+			}
+			if err := fn(it.nodeDay()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// provisionWorkers bounds the puts of one Provision.
+const provisionWorkers = 32
+
+// Provision implements capacity.CalendarStore: every missing node-day of
+// the day (a conditional put each, so one that a create already wrote is
+// left alone), then the marker. Concurrent provisioners of one day do the
+// same puts; whichever finishes first writes the marker.
+func (s *Capacity) Provision(ctx context.Context, t capacity.PoolResource, day capacity.Day) error {
+	pk := calPK(t.PoolID, t.Resource, day)
+	var marker dayItem
+	if ok, err := s.get(ctx, key(pk, skDay), &marker); err != nil || ok {
+		return err
+	}
+	nodes := t.Nodes()
+	jobs := make(chan int)
+	errc := make(chan error, provisionWorkers)
+	var wg sync.WaitGroup
+	for range min(provisionWorkers, nodes) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := range jobs {
+				it := nodeDayItem{PK: pk, SK: nodeSK(k), Kind: kindNodeDay, Pool: t.PoolID, Resource: t.Resource, Day: int(day),
+					Node: k, Size: t.Size(k), NodeSize: t.NodeSize, Fit: t.Size(k), Versions: map[string]int64{},
+					Entries: map[string]entryItem{}, ExpiresAt: dayExpiry(day)}
+				if err := s.put(ctx, it, notExists); err != nil && !isConditionFailed(err) {
+					errc <- err
+					return
+				}
+			}
+		}()
+	}
+	var err error
+feed:
+	for k := 0; k < nodes; k++ {
+		select {
+		case jobs <- k:
+		case err = <-errc:
+			break feed
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	close(errc)
+	if err != nil {
+		return err
+	}
+	for e := range errc {
+		return e
+	}
+	return s.put(ctx, dayItem{PK: pk, SK: skDay, Kind: kindDay, Fit: markerFit, Nodes: nodes, NodeSize: t.NodeSize,
+		Devices: t.Devices, Expires: dayExpiry(day)}, nil)
+}
+
+func devKey(i int) string { return "d" + strconv.Itoa(i) }
+
+// versions adds, for every device of mask, "its version is still the one
+// read" to c and "bump it" to upd.
+func versions(nd capacity.NodeDay, mask capacity.Mask, c expression.ConditionBuilder, upd expression.UpdateBuilder) (expression.ConditionBuilder, expression.UpdateBuilder) {
+	for i := 0; i < nd.Size; i++ {
+		if !mask.Has(i) {
+			continue
+		}
+		v := nd.Versions[i]
+		name := path("v", devKey(i))
+		if v == 0 {
+			c = c.And(expression.AttributeNotExists(name))
+		} else {
+			c = c.And(name.Equal(expression.Value(v)))
+		}
+		upd = upd.Set(name, expression.Value(v+1))
+	}
+	return c, upd
+}
+
+// Allocate implements capacity.CalendarStore.
+func (s *Capacity) Allocate(ctx context.Context, nd capacity.NodeDay, id string, e capacity.Entry) error {
+	k := key(calPK(nd.Pool, nd.Resource, nd.Day), nodeSK(nd.Node))
+	upd := expression.Set(path("a", id), expression.Value(entryItem{M: int64(e.Mask), S: e.Window.Start.UnixMilli(), E: e.Window.End.UnixMilli()})).
+		Add(expression.Name("n"), expression.Value(1))
+	if delta := nd.UntouchedAfter(id, e.Mask, false) - nd.Untouched; delta != 0 {
+		upd = upd.Add(expression.Name(schema.AttrFit), expression.Value(delta))
+	}
+	c := expression.AttributeNotExists(path("a", id)).
+		And(expression.Name("n").LessThan(expression.Value(capacity.MaxEntriesPerNodeDay)))
+	c, upd = versions(nd, e.Mask, c, upd)
+	_, err := s.update(ctx, k, upd, &c, types.ReturnValueNone)
+	if !isConditionFailed(err) {
+		return err
+	}
+	var cur nodeDayItem
+	if ok, err := s.get(ctx, k, &cur); err != nil || !ok {
+		if err == nil {
+			err = capacity.ErrStale
+		}
+		return err
+	}
+	if got, held := cur.Entries[id]; held && got.M == int64(e.Mask) {
+		return nil // written by an earlier attempt
+	}
+	if cur.N >= capacity.MaxEntriesPerNodeDay {
+		return capacity.ErrCalendarFull
+	}
+	return capacity.ErrStale
+}
+
+// Free implements capacity.CalendarStore: read, then remove the entry with
+// the versions of its devices as read (a racing write on them makes it
+// read again).
+func (s *Capacity) Free(ctx context.Context, t capacity.PoolResource, nk capacity.NodeDayKey, id string) error {
+	k := key(calPK(t.PoolID, t.Resource, nk.Day), nodeSK(nk.Node))
+	for attempt := 0; attempt < 16; attempt++ {
+		var cur nodeDayItem
+		ok, err := s.get(ctx, k, &cur)
+		if err != nil || !ok {
+			return err
+		}
+		nd := cur.nodeDay()
+		e, held := nd.Entries[id]
+		if !held {
+			return nil
+		}
+		upd := expression.Remove(path("a", id)).Add(expression.Name("n"), expression.Value(-1))
+		if delta := nd.UntouchedAfter(id, e.Mask, true) - nd.Untouched; delta != 0 {
+			upd = upd.Add(expression.Name(schema.AttrFit), expression.Value(delta))
+		}
+		c := expression.AttributeExists(path("a", id))
+		c, upd = versions(nd, e.Mask, c, upd)
+		_, err = s.update(ctx, k, upd, &c, types.ReturnValueNone)
+		if !isConditionFailed(err) {
+			return err
+		}
+	}
+	return errors.New("dynamo: a node-day changed too often to free an entry")
+}

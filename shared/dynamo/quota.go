@@ -1,0 +1,285 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+)
+
+// The quota row, TENANT#<tenant> / QUOTA#<pool>#<resource>, holds max,
+// used, free (= max − used, what a charge's condition reads) and `q`, the
+// admissions in flight on it: reservation id → a record
+//
+//	{k: "c", n: count, p: [node, mask, …]}  charged, not yet settled
+//	{k: "r", n: count}                      credited, not yet forgotten
+//
+// A record lives from a create's charge to its settle (one write after the
+// fence placed) or from a credit to its forgetting: `q` holds what is in
+// flight, never the reservations a tenant holds, so the row does not grow
+// with them. A charge refuses to add a record past maxInFlight.
+//
+// Worst case: 64 records × (a 26-character id + k, n and a placement of
+// InlinePlacement nodes, ≈ 150 B) + ~300 B ≈ 9.9 KB. Typical: ~250 B.
+const maxInFlight = 64
+
+func quotaSK(k capacity.QuotaKey) string { return "QUOTA#" + k.PoolID + "#" + k.Resource }
+
+func quotaKey(k capacity.QuotaKey) map[string]types.AttributeValue {
+	return key(tenantPK(k.TenantID), quotaSK(k))
+}
+
+type quotaItem struct {
+	PK        string                  `dynamodbav:"pk"`
+	SK        string                  `dynamodbav:"sk"`
+	Kind      string                  `dynamodbav:"kind"`
+	TenantID  string                  `dynamodbav:"tenantId"`
+	PoolID    string                  `dynamodbav:"poolId"`
+	Resource  string                  `dynamodbav:"resource"`
+	Max       int64                   `dynamodbav:"max"`
+	Used      int64                   `dynamodbav:"used"`
+	Free      int64                   `dynamodbav:"free"`
+	InFlight  map[string]flightRecord `dynamodbav:"q"`
+	UpdatedAt string                  `dynamodbav:"updatedAt"`
+}
+
+// flightRecord is one entry of `q`.
+type flightRecord struct {
+	K string  `dynamodbav:"k"`
+	N int     `dynamodbav:"n"`
+	P []int64 `dynamodbav:"p,omitempty"` // node, mask, node, mask, …
+}
+
+const (
+	recCharge = "c"
+	recCredit = "r"
+)
+
+func placementOf(p []int64) capacity.Placement {
+	var out capacity.Placement
+	for i := 0; i+1 < len(p); i += 2 {
+		out = append(out, capacity.NodeDevices{Node: int(p[i]), Mask: capacity.Mask(uint64(p[i+1]))})
+	}
+	return out
+}
+
+func flatten(p capacity.Placement) []int64 {
+	out := make([]int64, 0, 2*len(p))
+	for _, nd := range p {
+		out = append(out, int64(nd.Node), int64(nd.Mask))
+	}
+	return out
+}
+
+func (it quotaItem) row() capacity.QuotaRow {
+	r := capacity.QuotaRow{Quota: capacity.Quota{TenantID: it.TenantID, PoolID: it.PoolID, Resource: it.Resource, Max: it.Max, Used: it.Used},
+		Free: it.Free, Charging: map[string]capacity.Charged{}, Crediting: map[string]int{}}
+	for id, rec := range it.InFlight {
+		if rec.K == recCharge {
+			r.Charging[id] = capacity.Charged{Count: rec.N, Placement: placementOf(rec.P)}
+		} else {
+			r.Crediting[id] = rec.N
+		}
+	}
+	return r
+}
+
+// EnsureQuota implements capacity.PoolStore.
+func (s *Capacity) EnsureQuota(ctx context.Context, k capacity.QuotaKey, max int64, now time.Time) error {
+	err := s.put(ctx, quotaItem{PK: tenantPK(k.TenantID), SK: quotaSK(k), Kind: kindQuota, TenantID: k.TenantID, PoolID: k.PoolID,
+		Resource: k.Resource, Max: max, Free: max, InFlight: map[string]flightRecord{}, UpdatedAt: fmtTime(now)}, notExists)
+	if isConditionFailed(err) {
+		return nil
+	}
+	return err
+}
+
+// SetQuotaMax implements capacity.QuotaStore: max, and free = max − used,
+// in one write (a row that is missing is created with used 0).
+func (s *Capacity) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int64, now time.Time) (capacity.Quota, error) {
+	used := expression.Name("used").IfNotExists(expression.Value(0))
+	upd := expression.Set(expression.Name("max"), expression.Value(max)).
+		Set(expression.Name("used"), used).
+		Set(expression.Name("free"), expression.Value(max).Minus(used)).
+		Set(expression.Name("q"), expression.Name("q").IfNotExists(expression.Value(map[string]flightRecord{}))).
+		Set(expression.Name("kind"), expression.Value(kindQuota)).
+		Set(expression.Name("tenantId"), expression.Value(k.TenantID)).
+		Set(expression.Name("poolId"), expression.Value(k.PoolID)).
+		Set(expression.Name("resource"), expression.Value(k.Resource)).
+		Set(expression.Name("updatedAt"), expression.Value(fmtTime(now)))
+	av, err := s.update(ctx, quotaKey(k), upd, nil, types.ReturnValueAllNew)
+	if err != nil {
+		return capacity.Quota{}, err
+	}
+	var it quotaItem
+	if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+		return capacity.Quota{}, err
+	}
+	return it.row().Quota, nil
+}
+
+// GetQuota implements capacity.QuotaStore.
+func (s *Capacity) GetQuota(ctx context.Context, k capacity.QuotaKey) (capacity.Quota, error) {
+	it, ok, err := s.quotaRow(ctx, k)
+	if err != nil || !ok {
+		return capacity.Quota{TenantID: k.TenantID, PoolID: k.PoolID, Resource: k.Resource}, err
+	}
+	return it.row().Quota, nil
+}
+
+func (s *Capacity) quotaRow(ctx context.Context, k capacity.QuotaKey) (quotaItem, bool, error) {
+	var it quotaItem
+	ok, err := s.get(ctx, quotaKey(k), &it)
+	return it, ok, err
+}
+
+// ListQuotas implements capacity.QuotaStore.
+func (s *Capacity) ListQuotas(ctx context.Context, tenant, poolID string, page capacity.Page) ([]capacity.Quota, map[string]string, error) {
+	prefix := "QUOTA#"
+	if poolID != "" {
+		prefix += poolID + "#"
+	}
+	var out []capacity.Quota
+	next, err := s.queryPartition(ctx, tenant, prefix, page, func(av map[string]types.AttributeValue) (bool, error) {
+		var it quotaItem
+		if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+			return false, err
+		}
+		out = append(out, it.row().Quota)
+		return true, nil
+	})
+	return out, next, err
+}
+
+func kindOf(id string) expression.NameBuilder { return path("q", id, "k") }
+
+// Charge implements capacity.QuotaStore: one UpdateItem, no read first.
+// Only a failed condition is classified, by one consistent read: the
+// record is there (an earlier flow's charge), the quota does not fit, or —
+// when the read shows neither — the row was full of records in flight at
+// the write and may not be now: the charge is tried again a few times
+// before it answers busy. QUOTA_EXCEEDED is only ever answered from a read
+// in which the count does not fit.
+func (s *Capacity) Charge(ctx context.Context, k capacity.QuotaKey, id string, count int, p capacity.Placement) (capacity.Charged, error) {
+	n := expression.Value(count)
+	rec := flightRecord{K: recCharge, N: count, P: flatten(p)}
+	upd := expression.Set(expression.Name("used"), expression.Name("used").Plus(n)).
+		Set(expression.Name("free"), expression.Name("free").Minus(n)).
+		Set(path("q", id), expression.Value(rec))
+	c := expression.Name("free").GreaterThanEqual(n).
+		And(expression.AttributeNotExists(path("q", id))).
+		And(expression.Name("q").Size().LessThan(expression.Value(maxInFlight)))
+	for attempt := 0; ; attempt++ {
+		_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
+		if err == nil {
+			return capacity.Charged{Count: count, Placement: p, Fresh: true}, nil
+		}
+		if !isConditionFailed(err) {
+			return capacity.Charged{}, err
+		}
+		it, ok, err := s.quotaRow(ctx, k)
+		switch {
+		case err != nil:
+			return capacity.Charged{}, err
+		case !ok:
+			return capacity.Charged{}, capacity.QuotaExceeded{Quota: capacity.Quota{TenantID: k.TenantID, PoolID: k.PoolID, Resource: k.Resource}}
+		}
+		if prev, held := it.InFlight[id]; held && prev.K == recCharge {
+			// Charged by an earlier flow (or attempt) of the same reservation.
+			return capacity.Charged{Count: prev.N, Placement: placementOf(prev.P)}, nil
+		}
+		if it.Free < int64(count) {
+			return capacity.Charged{}, capacity.QuotaExceeded{Quota: it.row().Quota}
+		}
+		if attempt == 3 {
+			return capacity.Charged{}, capacity.ErrBusy
+		}
+	}
+}
+
+// Replace implements capacity.QuotaStore.
+func (s *Capacity) Replace(ctx context.Context, k capacity.QuotaKey, id string, p capacity.Placement) error {
+	c := kindOf(id).Equal(expression.Value(recCharge))
+	_, err := s.update(ctx, quotaKey(k), expression.Set(path("q", id, "p"), expression.Value(flatten(p))), &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return capacity.ErrStale
+	}
+	return err
+}
+
+// Settle implements capacity.QuotaStore.
+func (s *Capacity) Settle(ctx context.Context, k capacity.QuotaKey, id string) error {
+	c := kindOf(id).Equal(expression.Value(recCharge))
+	_, err := s.update(ctx, quotaKey(k), expression.Remove(path("q", id)), &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return nil // settled already, or never charged
+	}
+	return err
+}
+
+// Pending implements capacity.QuotaStore.
+func (s *Capacity) Pending(ctx context.Context, k capacity.QuotaKey, id string) (capacity.Charged, bool, error) {
+	it, ok, err := s.quotaRow(ctx, k)
+	if err != nil || !ok {
+		return capacity.Charged{}, false, err
+	}
+	rec, held := it.InFlight[id]
+	if !held || rec.K != recCharge {
+		return capacity.Charged{}, false, nil
+	}
+	return capacity.Charged{Count: rec.N, Placement: placementOf(rec.P)}, true, nil
+}
+
+// Refund implements capacity.QuotaStore: the record and the count go in
+// one write, conditional on the record, so it happens at most once.
+func (s *Capacity) Refund(ctx context.Context, k capacity.QuotaKey, id string, count int) error {
+	n := expression.Value(count)
+	upd := expression.Set(expression.Name("used"), expression.Name("used").Minus(n)).
+		Set(expression.Name("free"), expression.Name("free").Plus(n)).
+		Remove(path("q", id))
+	c := kindOf(id).Equal(expression.Value(recCharge)).And(path("q", id, "n").Equal(n))
+	_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return nil // refunded already
+	}
+	return err
+}
+
+// Credit implements capacity.QuotaStore. It consumes a charge record a
+// create could not settle; a credit record already there means done.
+func (s *Capacity) Credit(ctx context.Context, k capacity.QuotaKey, id string, count int) error {
+	n := expression.Value(count)
+	upd := expression.Set(expression.Name("used"), expression.Name("used").Minus(n)).
+		Set(expression.Name("free"), expression.Name("free").Plus(n)).
+		Set(path("q", id), expression.Value(flightRecord{K: recCredit, N: count}))
+	c := expression.AttributeNotExists(path("q", id)).Or(kindOf(id).Equal(expression.Value(recCharge)))
+	_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		it, ok, gerr := s.quotaRow(ctx, k)
+		switch {
+		case gerr != nil:
+			return gerr
+		case !ok:
+			return errors.New("dynamo: credit of a quota row that does not exist")
+		case it.InFlight[id].K == recCredit:
+			return nil // credited by an earlier attempt
+		}
+		return errors.New("dynamo: credit refused by the quota row")
+	}
+	return err
+}
+
+// CreditDone implements capacity.QuotaStore.
+func (s *Capacity) CreditDone(ctx context.Context, k capacity.QuotaKey, id string) error {
+	c := kindOf(id).Equal(expression.Value(recCredit))
+	_, err := s.update(ctx, quotaKey(k), expression.Remove(path("q", id)), &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return nil
+	}
+	return err
+}

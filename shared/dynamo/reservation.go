@@ -1,0 +1,331 @@
+package dynamo
+
+import (
+	"context"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
+)
+
+// A reservation, TENANT#<tenant> / RES#<id>, lives under its tenant's
+// partition (a get or list can never reach another tenant's rows). Its
+// devices are kept as indexes (`dev`) with the node size (`ns`): the ids the
+// API shows are rendered from them. `hist` is the timeline (one event per
+// state entered: at most 5). lsk orders lists: RES#<createdAt>#<id>, or
+// DENIED#… for a denied one (see reservationLSK).
+//
+// Worst case: 1,024 device indexes × ~4 B + 5 events × ~60 B + the request's
+// fields (ids ≤ 128 characters) ≈ 5.5 KB. Typical: ~700 B.
+
+func resSK(id string) string { return "RES#" + id }
+
+type eventItem struct {
+	State  string `dynamodbav:"s"`
+	At     string `dynamodbav:"at"`
+	Reason string `dynamodbav:"r,omitempty"`
+}
+
+type reservationItem struct {
+	PK            string      `dynamodbav:"pk"`
+	SK            string      `dynamodbav:"sk"`
+	LSK           string      `dynamodbav:"lsk"`
+	Kind          string      `dynamodbav:"kind"`
+	ReservationID string      `dynamodbav:"reservationId"`
+	TenantID      string      `dynamodbav:"tenantId"`
+	PoolID        string      `dynamodbav:"poolId"`
+	Resource      string      `dynamodbav:"resource"`
+	Count         int         `dynamodbav:"count"`
+	Topology      string      `dynamodbav:"topology"`
+	Start         string      `dynamodbav:"start"`
+	End           string      `dynamodbav:"end"`
+	State         string      `dynamodbav:"state"`
+	Reason        string      `dynamodbav:"reason,omitempty"`
+	Devices       []int       `dynamodbav:"dev"`
+	NodeSize      int         `dynamodbav:"ns,omitempty"`
+	History       []eventItem `dynamodbav:"hist"`
+	CreatedAt     string      `dynamodbav:"createdAt"`
+	UpdatedAt     string      `dynamodbav:"updatedAt"`
+	ReleasedBy    string      `dynamodbav:"releasedBy,omitempty"`
+	Credited      bool        `dynamodbav:"credited,omitempty"`
+	Lease         string      `dynamodbav:"lease,omitempty"`
+	Request       string      `dynamodbav:"request"`
+	ClientToken   string      `dynamodbav:"clientToken,omitempty"`
+	Principal     string      `dynamodbav:"principal,omitempty"`
+	Invalid       string      `dynamodbav:"invalid,omitempty"`
+	DueShard      string      `dynamodbav:"dueShard,omitempty"`
+	DueAt         string      `dynamodbav:"dueAt,omitempty"`
+	ExpiresAt     int64       `dynamodbav:"expiresAt,omitempty"`
+}
+
+// Reservations are ordered for lists by lsk = <prefix><createdAt>#<id>. A
+// denied one moves to its own prefix: a caller without a grant can make
+// them in any tenant's partition, so plain lists never read them; they are
+// listed only when state "denied" is asked for (SPEC §9).
+const (
+	lskListed = "RES#"
+	lskDenied = "DENIED#"
+)
+
+func reservationLSK(r capacity.Reservation) string {
+	prefix := lskListed
+	if r.State == capacity.Denied {
+		prefix = lskDenied
+	}
+	return prefix + fmtTime(r.CreatedAt) + "#" + r.ReservationID
+}
+
+func toReservationItem(r capacity.Reservation) reservationItem {
+	it := reservationItem{
+		PK: tenantPK(r.TenantID), SK: resSK(r.ReservationID), LSK: reservationLSK(r),
+		Kind: kindReservation, ReservationID: r.ReservationID, TenantID: r.TenantID, PoolID: r.PoolID, Resource: r.Resource,
+		Count: r.Count, Topology: r.Topology, Start: fmtTime(r.Window.Start), End: fmtTime(r.Window.End), State: string(r.State),
+		Reason: r.Reason, Devices: r.Devices, NodeSize: r.NodeSize, CreatedAt: fmtTime(r.CreatedAt), UpdatedAt: fmtTime(r.UpdatedAt),
+		ReleasedBy: r.ReleasedBy, Credited: r.Credited, Request: r.Request, ClientToken: r.ClientToken,
+		Principal: r.Principal, Invalid: r.Invalid,
+	}
+	if it.Devices == nil {
+		it.Devices = []int{}
+	}
+	it.History = make([]eventItem, len(r.History))
+	for i, e := range r.History {
+		it.History[i] = eventItem{State: string(e.State), At: fmtTime(e.At), Reason: e.Reason}
+	}
+	if !r.Lease.IsZero() {
+		it.Lease = fmtTime(r.Lease)
+	}
+	if !r.Due.IsZero() {
+		it.DueShard, it.DueAt = dueShard(r.ReservationID), fmtTime(r.Due)
+	}
+	if e := r.ExpiresAt(); !e.IsZero() {
+		it.ExpiresAt = e.Unix()
+	}
+	return it
+}
+
+func (it reservationItem) reservation() capacity.Reservation {
+	r := capacity.Reservation{
+		ReservationID: it.ReservationID, TenantID: it.TenantID, PoolID: it.PoolID, Resource: it.Resource, Count: it.Count,
+		Window: capacity.Window{Start: parseTime(it.Start), End: parseTime(it.End)}, Topology: it.Topology,
+		State: capacity.State(it.State), Reason: it.Reason, Devices: it.Devices, NodeSize: it.NodeSize,
+		CreatedAt: parseTime(it.CreatedAt), UpdatedAt: parseTime(it.UpdatedAt), ReleasedBy: it.ReleasedBy,
+		Credited: it.Credited, Request: it.Request, ClientToken: it.ClientToken, Principal: it.Principal, Invalid: it.Invalid,
+		History: make([]capacity.Event, len(it.History)),
+	}
+	for i, e := range it.History {
+		r.History[i] = capacity.Event{State: capacity.State(e.State), At: parseTime(e.At), Reason: e.Reason}
+	}
+	if it.Lease != "" {
+		r.Lease = parseTime(it.Lease)
+	}
+	if it.DueAt != "" {
+		r.Due = parseTime(it.DueAt)
+	}
+	return r.WithIDs()
+}
+
+func resKey(r capacity.Reservation) map[string]types.AttributeValue {
+	return key(tenantPK(r.TenantID), resSK(r.ReservationID))
+}
+
+// PutDraft implements capacity.ReservationStore.
+func (s *Capacity) PutDraft(ctx context.Context, r capacity.Reservation) (capacity.Reservation, error) {
+	err := s.put(ctx, toReservationItem(r), notExists)
+	if isConditionFailed(err) {
+		stored, gerr := s.GetReservation(ctx, r.TenantID, r.ReservationID)
+		if gerr != nil {
+			return capacity.Reservation{}, gerr
+		}
+		return stored, capacity.ErrExists
+	}
+	return r, err
+}
+
+// GetReservation implements capacity.ReservationStore.
+func (s *Capacity) GetReservation(ctx context.Context, tenant, id string) (capacity.Reservation, error) {
+	var it reservationItem
+	ok, err := s.get(ctx, key(tenantPK(tenant), resSK(id)), &it)
+	if err != nil {
+		return capacity.Reservation{}, err
+	}
+	if !ok {
+		return capacity.Reservation{}, capacity.ErrNotFound
+	}
+	return it.reservation(), nil
+}
+
+// Transition implements capacity.ReservationStore.
+func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from capacity.State) error {
+	it := toReservationItem(to)
+	upd := expression.Set(expression.Name("state"), expression.Value(it.State)).
+		Set(expression.Name("updatedAt"), expression.Value(it.UpdatedAt)).
+		Set(expression.Name("dev"), expression.Value(it.Devices)).
+		Set(expression.Name("hist"), expression.Value(it.History)).
+		Set(expression.Name(schema.AttrLSK), expression.Value(it.LSK))
+	if it.NodeSize > 0 {
+		upd = upd.Set(expression.Name("ns"), expression.Value(it.NodeSize))
+	}
+	for name, v := range map[string]string{"reason": it.Reason, "releasedBy": it.ReleasedBy, "invalid": it.Invalid,
+		schema.AttrDueAt: it.DueAt, schema.AttrDueSh: it.DueShard} {
+		if v != "" {
+			upd = upd.Set(expression.Name(name), expression.Value(v))
+		} else {
+			upd = upd.Remove(expression.Name(name))
+		}
+	}
+	if it.ExpiresAt != 0 {
+		upd = upd.Set(expression.Name(schema.AttrTTL), expression.Value(it.ExpiresAt))
+	}
+	c := expression.Name("state").Equal(expression.Value(string(from)))
+	_, err := s.update(ctx, resKey(to), upd, &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return capacity.ErrStale
+	}
+	return err
+}
+
+// TakeOver implements capacity.ReservationStore.
+func (s *Capacity) TakeOver(ctx context.Context, r capacity.Reservation, old, lease time.Time) error {
+	c := expression.Name("state").Equal(expression.Value(string(capacity.Draft))).
+		And(expression.Name("lease").Equal(expression.Value(fmtTime(old))))
+	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("lease"), expression.Value(fmtTime(lease))), &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return capacity.ErrStale
+	}
+	return err
+}
+
+// MarkCredited implements capacity.ReservationStore.
+func (s *Capacity) MarkCredited(ctx context.Context, r capacity.Reservation) error {
+	c := expression.AttributeExists(expression.Name(schema.AttrPK))
+	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("credited"), expression.Value(true)), &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return capacity.ErrStale
+	}
+	return err
+}
+
+// ClaimDue implements capacity.ReservationStore.
+func (s *Capacity) ClaimDue(ctx context.Context, r capacity.Reservation, until time.Time) (capacity.Reservation, error) {
+	c := expression.Name("state").Equal(expression.Value(string(r.State))).
+		And(expression.Name(schema.AttrDueAt).Equal(expression.Value(fmtTime(r.Due))))
+	av, err := s.update(ctx, resKey(r), expression.Set(expression.Name(schema.AttrDueAt), expression.Value(fmtTime(until))).
+		Set(expression.Name(schema.AttrDueSh), expression.Value(dueShard(r.ReservationID))), &c, types.ReturnValueAllNew)
+	if isConditionFailed(err) {
+		if _, gerr := s.GetReservation(ctx, r.TenantID, r.ReservationID); gerr != nil {
+			return capacity.Reservation{}, gerr
+		}
+		return capacity.Reservation{}, capacity.ErrStale
+	}
+	if err != nil {
+		return capacity.Reservation{}, err
+	}
+	var it reservationItem
+	if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+		return capacity.Reservation{}, err
+	}
+	return it.reservation(), nil
+}
+
+// ClearDue implements capacity.ReservationStore.
+func (s *Capacity) ClearDue(ctx context.Context, r capacity.Reservation) error {
+	c := expression.Name("state").Equal(expression.Value(string(r.State))).
+		And(expression.Name(schema.AttrDueAt).Equal(expression.Value(fmtTime(r.Due))))
+	_, err := s.update(ctx, resKey(r),
+		expression.Remove(expression.Name(schema.AttrDueAt)).Remove(expression.Name(schema.AttrDueSh)), &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return capacity.ErrStale
+	}
+	return err
+}
+
+// ListReservations implements capacity.ReservationStore: the tenant's
+// partition through the `ordered` index (createdAt#id), newest first; pool
+// and state filters are filter expressions, so a page is filled by reading
+// on until limit matches or the end. The cursor is the last returned item.
+func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capacity.ListFilter, page capacity.Page) ([]capacity.Reservation, map[string]string, error) {
+	limit := page.Limit
+	if limit <= 0 {
+		limit = capacity.DefaultLimit
+	}
+	pk := tenantPK(tenant)
+	prefix := lskListed
+	if f.State == capacity.Denied {
+		prefix = lskDenied
+	}
+	b := expression.NewBuilder().WithKeyCondition(
+		expression.Key(schema.AttrPK).Equal(expression.Value(pk)).And(expression.Key(schema.AttrLSK).BeginsWith(prefix)))
+	var conds []expression.ConditionBuilder
+	if f.PoolID != "" {
+		conds = append(conds, expression.Name("poolId").Equal(expression.Value(f.PoolID)))
+	}
+	if f.State != "" && f.State != capacity.Denied {
+		conds = append(conds, expression.Name("state").Equal(expression.Value(string(f.State))))
+	}
+	filtered := len(conds) > 0
+	if filtered {
+		fc := conds[0]
+		if len(conds) == 2 {
+			fc = fc.And(conds[1])
+		}
+		b = b.WithFilter(fc)
+	}
+	e, err := b.Build()
+	if err != nil {
+		return nil, nil, err
+	}
+	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(schema.IndexOrdered),
+		KeyConditionExpression: e.KeyCondition(), FilterExpression: e.Filter(),
+		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+		ScanIndexForward: aws.Bool(false), ConsistentRead: aws.Bool(true)}
+	if sk, lsk := page.After["sk"], page.After["lsk"]; sk != "" || lsk != "" {
+		if !strings.HasPrefix(sk, "RES#") || !strings.HasPrefix(lsk, prefix) {
+			return nil, nil, errBadCursor
+		}
+		in.ExclusiveStartKey = key(pk, sk)
+		in.ExclusiveStartKey[schema.AttrLSK] = &types.AttributeValueMemberS{Value: lsk}
+	}
+	var out []capacity.Reservation
+	var lastSK, lastLSK string
+	next := func() map[string]string { return map[string]string{"sk": lastSK, "lsk": lastLSK} }
+	for {
+		// One more than needed: a full last page then carries no cursor.
+		// Filtered queries read bigger pages (the filter runs after Limit).
+		want := limit - len(out) + 1
+		if filtered {
+			want = min(1000, max(want, 100))
+		}
+		in.Limit = aws.Int32(int32(want))
+		res, err := s.DB.Query(ctx, in)
+		if err != nil {
+			return nil, nil, err
+		}
+		for _, item := range res.Items {
+			if len(out) == limit {
+				return out, next(), nil // a further match exists
+			}
+			// A fresh item per row: unmarshalling into a reused one keeps the
+			// fields a row lacks (reason, releasedBy) and shares its slices.
+			var it reservationItem
+			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+				return nil, nil, err
+			}
+			lastSK, lastLSK = it.SK, it.LSK
+			out = append(out, it.reservation())
+		}
+		if res.LastEvaluatedKey == nil {
+			return out, nil, nil
+		}
+		if len(out) == limit {
+			return out, next(), nil
+		}
+		in.ExclusiveStartKey = res.LastEvaluatedKey
+	}
+}
