@@ -77,7 +77,7 @@ const (
 	ReasonQuota      = "quota"
 	ReasonCapacity   = "capacity"
 	ReasonTopology   = "topology" // devices are free, but not on few enough nodes
-	ReasonInvalid    = "invalid" // the pool or resource did not exist for the tenant
+	ReasonInvalid    = "invalid"  // the pool or resource did not exist for the tenant
 	ReasonStale      = "stale"
 	ReleasedByTenant = "tenant"
 	ReleasedByEnd    = "window_end"

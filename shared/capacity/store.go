@@ -182,9 +182,9 @@ type Snapshot struct {
 // QuotaRow is a stored quota row with what it holds in flight.
 type QuotaRow struct {
 	Quota
-	Free     int64
-	Charging map[string]Charged // admissions charged, not yet settled
-	Crediting map[string]int    // credits given, not yet forgotten
+	Free      int64
+	Charging  map[string]Charged // admissions charged, not yet settled
+	Crediting map[string]int     // credits given, not yet forgotten
 }
 
 // SnapshotReader reads a Snapshot (a full read of the table: an operator's
