@@ -141,7 +141,7 @@ var Catalog = []*Method{
 			{"Errors", "`NOT_FOUND` when the pool is not visible to the tenant; `INVALID_INPUT` for a resource not in the pool or a bad window; `PERMISSION_DENIED` (reservation `denied`), `QUOTA_EXCEEDED` and `CAPACITY_EXHAUSTED` (reservation `rejected`) carry `details.reservationId`."},
 		},
 		Input:   reflect.TypeFor[CreateReservationInput](),
-		Actions: []string{"dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}},
+		Actions: []string{"dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}},
 	{Name: "reservations.get", Kind: Read, Permission: "compute:reservations:read", Scope: tenantScope, Module: "capacity",
 		Summary: "Returns one of the tenant's reservations; another tenant's id is `NOT_FOUND`.",
 		Input:   reflect.TypeFor[GetReservationInput](),
