@@ -89,3 +89,22 @@ func (n NodeDay) Conflicts() [][2]string {
 func (w Window) OverlapsDay(d Day) bool {
 	return w.Start.Before(d.Start().Add(24*time.Hour)) && d.Start().Before(w.End)
 }
+
+// Add records id's entry on the node-day as a placement's write does (its
+// devices' versions bumped, the untouched count updated). For seeding
+// state in bulk; the create path writes through CalendarStore.Allocate.
+func (n *NodeDay) Add(id string, e Entry) {
+	if n.Entries == nil {
+		n.Entries = map[string]Entry{}
+	}
+	if n.Versions == nil {
+		n.Versions = map[int]int64{}
+	}
+	n.Untouched = n.UntouchedAfter(id, e.Mask, false)
+	n.Entries[id] = e
+	for i := 0; i < n.Size; i++ {
+		if e.Mask.Has(i) {
+			n.Versions[i]++
+		}
+	}
+}

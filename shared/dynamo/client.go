@@ -157,3 +157,24 @@ func isConditionFailed(err error) bool {
 // errBadCursor refuses a cursor whose key lies outside the query's partition
 // (the HMAC has already bound it to the method, tenant and filters).
 var errBadCursor = apierr.Invalid("", "cursor", "cursor is invalid or belongs to another query")
+
+// MeterAll records every request of a client into m, whatever the request's
+// context carries (benchmarks total a run's cost with it).
+func MeterAll(m *meter.Meter) func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("bcMeterAll",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					write := askCapacity(in.Parameters)
+					out, md, err := next.HandleInitialize(ctx, in)
+					m.Call()
+					for _, c := range consumed(out.Result) {
+						if c.CapacityUnits != nil {
+							m.Consumed(*c.CapacityUnits, write)
+						}
+					}
+					return out, md, err
+				}), middleware.After)
+		})
+	}
+}

@@ -243,8 +243,11 @@ feed:
 func devKey(i int) string { return "d" + strconv.Itoa(i) }
 
 // versions adds, for every device of mask, "its version is still the one
-// read" to c and "bump it" to upd.
-func versions(nd capacity.NodeDay, mask capacity.Mask, c expression.ConditionBuilder, upd expression.UpdateBuilder) (expression.ConditionBuilder, expression.UpdateBuilder) {
+// read" to the conditions and "bump it" to upd. The conditions are joined
+// into one flat AND by the caller: chaining ConditionBuilder.And nests a
+// level of parentheses per device, which dynalite's parser takes
+// exponential time over (seconds at seven devices).
+func versions(nd capacity.NodeDay, mask capacity.Mask, conds []expression.ConditionBuilder, upd expression.UpdateBuilder) ([]expression.ConditionBuilder, expression.UpdateBuilder) {
 	for i := 0; i < nd.Size; i++ {
 		if !mask.Has(i) {
 			continue
@@ -252,13 +255,18 @@ func versions(nd capacity.NodeDay, mask capacity.Mask, c expression.ConditionBui
 		v := nd.Versions[i]
 		name := path("v", devKey(i))
 		if v == 0 {
-			c = c.And(expression.AttributeNotExists(name))
+			conds = append(conds, expression.AttributeNotExists(name))
 		} else {
-			c = c.And(name.Equal(expression.Value(v)))
+			conds = append(conds, name.Equal(expression.Value(v)))
 		}
 		upd = upd.Set(name, expression.Value(v+1))
 	}
-	return c, upd
+	return conds, upd
+}
+
+// all joins conditions into one flat AND (at least two).
+func all(conds []expression.ConditionBuilder) expression.ConditionBuilder {
+	return expression.And(conds[0], conds[1], conds[2:]...)
 }
 
 // Allocate implements capacity.CalendarStore.
@@ -269,9 +277,9 @@ func (s *Capacity) Allocate(ctx context.Context, nd capacity.NodeDay, id string,
 	if delta := nd.UntouchedAfter(id, e.Mask, false) - nd.Untouched; delta != 0 {
 		upd = upd.Add(expression.Name(schema.AttrFit), expression.Value(delta))
 	}
-	c := expression.AttributeNotExists(path("a", id)).
-		And(expression.Name("n").LessThan(expression.Value(capacity.MaxEntriesPerNodeDay)))
-	c, upd = versions(nd, e.Mask, c, upd)
+	conds, upd := versions(nd, e.Mask, []expression.ConditionBuilder{expression.AttributeNotExists(path("a", id)),
+		expression.Name("n").LessThan(expression.Value(capacity.MaxEntriesPerNodeDay))}, upd)
+	c := all(conds)
 	_, err := s.update(ctx, k, upd, &c, types.ReturnValueNone)
 	if !isConditionFailed(err) {
 		return err
@@ -312,8 +320,11 @@ func (s *Capacity) Free(ctx context.Context, t capacity.PoolResource, nk capacit
 		if delta := nd.UntouchedAfter(id, e.Mask, true) - nd.Untouched; delta != 0 {
 			upd = upd.Add(expression.Name(schema.AttrFit), expression.Value(delta))
 		}
-		c := expression.AttributeExists(path("a", id))
-		c, upd = versions(nd, e.Mask, c, upd)
+		conds, upd := versions(nd, e.Mask, []expression.ConditionBuilder{expression.AttributeExists(path("a", id))}, upd)
+		c := conds[0]
+		if len(conds) > 1 {
+			c = all(conds)
+		}
 		_, err = s.update(ctx, k, upd, &c, types.ReturnValueNone)
 		if !isConditionFailed(err) {
 			return err

@@ -46,6 +46,14 @@ func newServer(b *testing.B) *server {
 }
 
 func (s *server) post(b *testing.B, method string, body []byte) time.Duration {
+	d, _ := s.do(b, method, body)
+	return d
+}
+
+// do calls a method as the admin principal and fails the benchmark on any
+// answer but 200; it returns the latency and the response body.
+func (s *server) do(b *testing.B, method string, body []byte) (time.Duration, []byte) {
+	b.Helper()
 	start := time.Now()
 	req, _ := http.NewRequest(http.MethodPost, s.URL+"/api/compute/"+method, bytes.NewReader(body))
 	req.Header.Set("Authorization", "Bearer dev:admin")
@@ -58,7 +66,7 @@ func (s *server) post(b *testing.B, method string, body []byte) time.Duration {
 	if resp.StatusCode != 200 {
 		b.Fatalf("%s: %d %s", method, resp.StatusCode, data)
 	}
-	return time.Since(start)
+	return time.Since(start), data
 }
 
 func (s *server) manifest(b *testing.B, seq int) []byte {

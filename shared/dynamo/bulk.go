@@ -1,0 +1,91 @@
+package dynamo
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+)
+
+// BulkLoad writes placed reservations as the create path would have left
+// them — the reservation items, their entries in every node-day of their
+// windows, and the quota rows' used — with unconditional batch writes. It
+// is for benchmarks and tests that need a large, consistent state quickly;
+// it requires that nothing else writes those items meanwhile and that the
+// reservations do not overlap. nodeDays are the node-days to write (made
+// with their entries by capacity.Apply); quotas the rows to write whole.
+func (s *Capacity) BulkLoad(ctx context.Context, reservations []capacity.Reservation, nodeDays []capacity.NodeDay, quotas []capacity.Quota) error {
+	var reqs []types.WriteRequest
+	add := func(item any) error {
+		av, err := attributevalue.MarshalMap(item)
+		if err != nil {
+			return err
+		}
+		reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: av}})
+		return nil
+	}
+	for _, r := range reservations {
+		if err := add(toReservationItem(r)); err != nil {
+			return err
+		}
+	}
+	for _, nd := range nodeDays {
+		it := nodeDayItem{PK: calPK(nd.Pool, nd.Resource, nd.Day), SK: nodeSK(nd.Node), Kind: kindNodeDay, Pool: nd.Pool,
+			Resource: nd.Resource, Day: int(nd.Day), Node: nd.Node, Size: nd.Size, NodeSize: nd.NodeSize, Fit: nd.Untouched,
+			N: len(nd.Entries), Versions: map[string]int64{}, Entries: map[string]entryItem{}, ExpiresAt: dayExpiry(nd.Day)}
+		for i, v := range nd.Versions {
+			it.Versions[devKey(i)] = v
+		}
+		for id, e := range nd.Entries {
+			it.Entries[id] = entryItem{M: int64(e.Mask), S: e.Window.Start.UnixMilli(), E: e.Window.End.UnixMilli()}
+		}
+		if err := add(it); err != nil {
+			return err
+		}
+	}
+	for _, q := range quotas {
+		k := q.Key()
+		if err := add(quotaItem{PK: tenantPK(k.TenantID), SK: quotaSK(k), Kind: kindQuota, TenantID: k.TenantID, PoolID: k.PoolID,
+			Resource: k.Resource, Max: q.Max, Used: q.Used, Free: q.Max - q.Used, InFlight: map[string]flightRecord{}}); err != nil {
+			return err
+		}
+	}
+	return s.batchWrite(ctx, reqs)
+}
+
+// batchWrite writes requests 25 at a time, 8 batches at once.
+func (s *Capacity) batchWrite(ctx context.Context, reqs []types.WriteRequest) error {
+	sem := make(chan struct{}, 8)
+	errc := make(chan error, (len(reqs)+24)/25)
+	for start := 0; start < len(reqs); start += 25 {
+		batch := reqs[start:min(start+25, len(reqs))]
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem }()
+			for len(batch) > 0 {
+				out, err := s.DB.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.Table: batch}})
+				if err != nil {
+					errc <- fmt.Errorf("bulk load: %w", err)
+					return
+				}
+				batch = out.UnprocessedItems[s.Table]
+			}
+		}()
+	}
+	for range cap(sem) {
+		sem <- struct{}{}
+	}
+	close(errc)
+	return <-errc
+}
+
+// PutDay marks a day provisioned (with BulkLoad's node-days).
+func (s *Capacity) PutDay(ctx context.Context, t capacity.PoolResource, day capacity.Day) error {
+	return s.put(ctx, dayItem{PK: calPK(t.PoolID, t.Resource, day), SK: skDay, Kind: kindDay, Fit: markerFit,
+		Nodes: t.Nodes(), NodeSize: t.NodeSize, Devices: t.Devices, Expires: dayExpiry(day)}, nil)
+}
+

@@ -1,0 +1,310 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
+	"github.com/bettercompute/control-plane/shared/iam"
+	"github.com/bettercompute/control-plane/shared/meter"
+	"github.com/bettercompute/control-plane/test/teststack"
+)
+
+// The capacity benchmarks (issue "capacity at scale"): cost and latency of
+// reservations.create from 0 to 100,000 live allocations in one pool,
+// against a raw conditional UpdateItem on the same dynalite in the same
+// run; placement retries of 64 concurrent creates; what a count-1,024
+// create costs; and how well placement packs nodes.
+
+const (
+	scaleDevices  = 100_000 // the largest resource a pool may have
+	scaleNodeSize = 8
+	busyPerNode   = 4 // seeded allocations per loaded node and day
+)
+
+// scale is the full app behind the local gateway on a fresh table, with a
+// meter totalling every DynamoDB request, and a 100,000-device pool.
+type scale struct {
+	st    *teststack.Stack
+	store *dynamo.Capacity
+	m     *meter.Meter
+	top   capacity.Topology
+	now   time.Time
+}
+
+func newScale(b *testing.B, devices int) *scale {
+	b.Helper()
+	m := &meter.Meter{}
+	st := teststack.Start(b, teststack.WithCursorKey("bench"),
+		teststack.WithDecider(&iam.Policy{Grants: []iam.Grant{{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}}}}),
+		teststack.WithAppOptions(app.WithDynamoOptions(dynamo.MeterAll(m))))
+	s := &scale{st: st, store: &dynamo.Capacity{DB: st.Dev.DynamoDB(), Table: st.App.Config.Table}, m: m,
+		top: capacity.Topology{Resource: "gpu", Devices: devices, NodeSize: scaleNodeSize}, now: time.Now().UTC()}
+	s.call(b, "pools.create", map[string]any{"tenantId": "owner", "poolId": "scale", "resources": map[string]any{"gpu": devices},
+		"nodeSize": map[string]any{"gpu": scaleNodeSize}})
+	s.call(b, "pools.offer", map[string]any{"tenantId": "owner", "poolId": "scale", "toTenantId": "acme", "resource": "gpu", "max": 1_000_000})
+	return s
+}
+
+func (s *scale) call(b *testing.B, method string, body any) []byte {
+	b.Helper()
+	raw, _ := json.Marshal(body)
+	srv := &server{URL: s.st.URL}
+	_, out := srv.do(b, strings.Replace(method, ".", "/", 1), raw)
+	return out
+}
+
+// seed loads live placed single-device reservations through the store:
+// half today (all day), half tomorrow, busyPerNode per node and day on as
+// many nodes as that takes; tenantLive of them are acme's (its quota's
+// used), the rest another tenant's. Every node-day of both days is written
+// (the days are provisioned).
+func (s *scale) seed(b *testing.B, live, tenantLive int) {
+	b.Helper()
+	ctx := context.Background()
+	today := capacity.DayOf(s.now)
+	nds := map[capacity.NodeDayKey]*capacity.NodeDay{}
+	for _, d := range []capacity.Day{today, today + 1} {
+		for k := 0; k < s.top.Nodes(); k++ {
+			nds[capacity.NodeDayKey{Node: k, Day: d}] = &capacity.NodeDay{Pool: "scale", Resource: "gpu", Day: d, Node: k,
+				Size: s.top.Size(k), NodeSize: s.top.NodeSize, Untouched: s.top.Size(k)}
+		}
+	}
+	var rs []capacity.Reservation
+	acme := 0
+	for i := 0; i < live; i++ {
+		day := today + capacity.Day(i%2)
+		slot := i / 2
+		node, dev := slot/busyPerNode, slot%busyPerNode
+		w := capacity.Window{Start: day.Start(), End: day.Start().Add(24*time.Hour - time.Minute)}
+		tenant := "others"
+		if acme < tenantLive {
+			tenant, acme = "acme", acme+1
+		}
+		id := fmt.Sprintf("SEED%06d", i)
+		r := capacity.Reservation{ReservationID: id, TenantID: tenant, PoolID: "scale", Resource: "gpu", Count: 1, Window: w,
+			Topology: capacity.OnNodes, State: capacity.Placed, CreatedAt: s.now, UpdatedAt: s.now,
+			History: []capacity.Event{{State: capacity.Draft, At: s.now}, {State: capacity.Placed, At: s.now}},
+			Devices: []int{node*scaleNodeSize + dev}, NodeSize: scaleNodeSize, Request: "seed", Due: w.Start}
+		rs = append(rs, r)
+		nds[capacity.NodeDayKey{Node: node, Day: day}].Add(id, capacity.Entry{Mask: 1 << uint(dev), Window: w})
+	}
+	days := make([]capacity.NodeDay, 0, len(nds))
+	for _, nd := range nds {
+		days = append(days, *nd)
+	}
+	quotas := []capacity.Quota{{TenantID: "acme", PoolID: "scale", Resource: "gpu", Max: 1_000_000, Used: int64(tenantLive)}}
+	if live > tenantLive {
+		quotas = append(quotas, capacity.Quota{TenantID: "others", PoolID: "scale", Resource: "gpu", Max: 1_000_000, Used: int64(live - tenantLive)})
+	}
+	if err := s.store.BulkLoad(ctx, rs, days, quotas); err != nil {
+		b.Fatal(err)
+	}
+	pr := capacity.PoolResource{PoolID: "scale", Topology: s.top}
+	for _, d := range []capacity.Day{today, today + 1} {
+		if err := s.store.PutDay(ctx, pr, d); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// creates runs n sequential single-device creates for the next hour over
+// HTTP and returns their latencies and the DynamoDB cost per create.
+func (s *scale) creates(b *testing.B, n, count int) ([]time.Duration, meter.Usage) {
+	b.Helper()
+	srv := &server{URL: s.st.URL}
+	end := s.now.Add(time.Hour).Format(time.RFC3339)
+	body := func() []byte {
+		raw, _ := json.Marshal(map[string]any{"tenantId": "acme", "poolId": "scale", "resource": "gpu", "count": count,
+			"window": map[string]any{"end": end}})
+		return raw
+	}
+	for range 3 { // the first create of a day provisions it (when not seeded)
+		srv.do(b, "reservations/create", body())
+	}
+	before := s.m.Usage()
+	lat := make([]time.Duration, n)
+	for i := range lat {
+		lat[i], _ = srv.do(b, "reservations/create", body())
+	}
+	after := s.m.Usage()
+	per := meter.Usage{Calls: (after.Calls - before.Calls) / n, RCU: (after.RCU - before.RCU) / float64(n), WCU: (after.WCU - before.WCU) / float64(n)}
+	return lat, per
+}
+
+func pct(lat []time.Duration, p float64) float64 {
+	l := slices.Clone(lat)
+	slices.Sort(l)
+	return float64(l[int(p*float64(len(l)-1))].Microseconds()) / 1000
+}
+
+// rawUpdate is the latency of one conditional UpdateItem on the same
+// dynalite, the floor a create is compared with.
+func rawUpdate(b *testing.B, st *teststack.Stack, n int) []time.Duration {
+	b.Helper()
+	db := st.Dev.DynamoDB()
+	upd := expression.Set(expression.Name("used"), expression.Plus(expression.IfNotExists(expression.Name("used"), expression.Value(0)), expression.Value(1)))
+	e, _ := expression.NewBuilder().WithUpdate(upd).WithCondition(
+		expression.Or(expression.AttributeNotExists(expression.Name("used")), expression.Name("used").LessThan(expression.Value(1<<40)))).Build()
+	lat := make([]time.Duration, n)
+	for i := range lat {
+		start := time.Now()
+		_, err := db.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{TableName: aws.String(st.App.Config.Table),
+			Key: map[string]types.AttributeValue{schema.AttrPK: &types.AttributeValueMemberS{Value: "BENCH#" + strconv.Itoa(i%64)},
+				schema.AttrSK: &types.AttributeValueMemberS{Value: "ROW"}},
+			UpdateExpression: e.Update(), ConditionExpression: e.Condition(),
+			ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		lat[i] = time.Since(start)
+	}
+	return lat
+}
+
+// BenchmarkCreateAtScale: reservations.create (count 1, the next hour)
+// through the local gateway at 0 to 100,000 live allocations in one
+// 100,000-device pool, 10,000 of them the creating tenant's. Reported per
+// create: p50/p99, DynamoDB round trips, read and write units; at 0 live
+// also the p50 of one raw conditional UpdateItem and the ratio.
+func BenchmarkCreateAtScale(b *testing.B) {
+	const n = 300
+	var base meter.Usage
+	var baseP50 float64
+	for _, live := range []int{0, 1_000, 10_000, 100_000} {
+		b.Run(fmt.Sprintf("live-%d", live), func(b *testing.B) {
+			for b.Loop() {
+				s := newScale(b, scaleDevices)
+				s.seed(b, live, min(live, 10_000))
+				lat, per := s.creates(b, n, 1)
+				p50 := pct(lat, 0.5)
+				b.ReportMetric(p50, "p50-ms")
+				b.ReportMetric(pct(lat, 0.99), "p99-ms")
+				b.ReportMetric(float64(per.Calls), "ddb-calls/op")
+				b.ReportMetric(per.RCU, "rcu/op")
+				b.ReportMetric(per.WCU, "wcu/op")
+				if live == 0 {
+					base, baseP50 = per, p50
+					raw := pct(rawUpdate(b, s.st, n), 0.5)
+					b.ReportMetric(raw, "raw-update-p50-ms")
+					b.ReportMetric(p50/raw, "create/raw-p50")
+				} else if base.Units() > 0 {
+					b.ReportMetric(per.Units()/base.Units(), "units-vs-0-live")
+					b.ReportMetric(p50/baseP50, "p50-vs-0-live")
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkConcurrentCreates: 64 creates at once on one 4,096-device pool,
+// many rounds, straight on the capacity service (its retry counter): the
+// placement retries per create, for single devices and whole nodes.
+func BenchmarkConcurrentCreates(b *testing.B) {
+	for _, count := range []int{1, 4, 8} {
+		b.Run(fmt.Sprintf("count-%d", count), func(b *testing.B) {
+			for b.Loop() {
+				s := newScale(b, 4096)
+				svc := s.st.App.CapacityService()
+				ctx := context.Background()
+				end := s.now.Add(time.Hour)
+				warm := capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: 1, End: end}
+				if _, err := svc.CreateReservation(ctx, warm, allowAll); err != nil { // provisions today
+					b.Fatal(err)
+				}
+				const racers, rounds = 64, 6
+				creates, failed := 0, 0
+				for range rounds {
+					var wg sync.WaitGroup
+					var mu sync.Mutex
+					for range racers {
+						wg.Add(1)
+						go func() {
+							defer wg.Done()
+							_, err := svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: count, End: end}, allowAll)
+							mu.Lock()
+							creates++
+							if err != nil {
+								failed++
+							}
+							mu.Unlock()
+						}()
+					}
+					wg.Wait()
+				}
+				b.ReportMetric(float64(svc.PlaceRetries())/float64(creates), "retries/create")
+				b.ReportMetric(float64(failed), "failed")
+			}
+		})
+	}
+}
+
+func allowAll(context.Context, map[string]any) error { return nil }
+
+// BenchmarkLargeCreate: what one count-1,024 create (128 whole nodes)
+// costs, on a day already provisioned.
+func BenchmarkLargeCreate(b *testing.B) {
+	for b.Loop() {
+		s := newScale(b, 4096)
+		s.seed(b, 0, 0)
+		lat, per := s.creates(b, 1, 1024)
+		b.ReportMetric(float64(lat[0].Microseconds())/1000, "ms")
+		b.ReportMetric(float64(per.Calls), "ddb-calls/op")
+		b.ReportMetric(per.RCU, "rcu/op")
+		b.ReportMetric(per.WCU, "wcu/op")
+	}
+}
+
+// BenchmarkFragmentation: creates of 1..8 devices (topology node) fill a
+// 4,096-device pool to 75% for the same window; how many whole nodes are
+// left, next to what an optimal packing of the same requests leaves
+// (every node full but one: nodes − ⌈Σcount / 8⌉).
+func BenchmarkFragmentation(b *testing.B) {
+	for b.Loop() {
+		s := newScale(b, 4096)
+		s.seed(b, 0, 0)
+		svc := s.st.App.CapacityService()
+		ctx := context.Background()
+		end := s.now.Add(time.Hour)
+		rng := rand.New(rand.NewPCG(1, 2))
+		total := 0
+		for total < 4096*3/4 {
+			c := 1 + rng.IntN(8)
+			if _, err := svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: c, End: end}, allowAll); err != nil {
+				b.Fatal(err)
+			}
+			total += c
+		}
+		whole := 0
+		pr := capacity.PoolResource{PoolID: "scale", Topology: s.top}
+		if err := s.store.Day(ctx, pr, capacity.DayOf(s.now), func(nd capacity.NodeDay) error {
+			if nd.Untouched == nd.Size {
+				whole++
+			}
+			return nil
+		}); err != nil {
+			b.Fatal(err)
+		}
+		optimal := s.top.Nodes() - (total+scaleNodeSize-1)/scaleNodeSize
+		b.ReportMetric(float64(whole), "whole-free-nodes")
+		b.ReportMetric(float64(optimal), "optimal-whole-free-nodes")
+		b.ReportMetric(float64(whole)/float64(optimal), "of-optimal")
+	}
+}
+
