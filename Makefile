@@ -93,7 +93,9 @@ build: ## build every Lambda for linux/arm64 (LAMBDA_GOARCH=amd64 for LocalStack
 # make lambda-test: the bootstraps for this machine's architecture, each run
 # under the emulator with the environment the synthesized template gives it
 # (test/lambdastack); test/lambda checks each function, and the black-box
-# suite's every request is compared with the local gateway's answer.
+# suite's every request is compared with the local gateway's answer. One
+# package at a time (-p 1): the init times are measured without the other
+# package's emulators competing for the 2 cores.
 LAMBDA_TEST_DIR := build/lambda-test
 LAMBDA_TEMPLATE ?= cdk.out/BetterCompute.template.json
 
@@ -111,7 +113,7 @@ lambda-test: tools $(RIE) synth lambda-build ## every Lambda under the official 
 	$(GO) vet -tags lambdatest ./test/lambda
 	BC_LAMBDA_RIE=$(CURDIR)/$(RIE) BC_LAMBDA_BOOTSTRAPS=$(CURDIR)/$(LAMBDA_TEST_DIR) BC_LAMBDA_TEMPLATE=$(CURDIR)/$(LAMBDA_TEMPLATE) \
 	  BC_LAMBDA_REPORT=$(CURDIR)/$(LAMBDA_TEST_DIR)/init-report.txt \
-	  $(GO) test -count=1 -timeout $(TEST_TIMEOUT) -tags lambdatest ./test/lambda ./test/blackbox
+	  $(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) -tags lambdatest ./test/lambda ./test/blackbox
 	@cat $(LAMBDA_TEST_DIR)/init-report.txt
 
 e2e: tools ## black-box suite: against BC_API_URL with BC_TOKEN, else an in-process local stack (see test/blackbox)
