@@ -23,7 +23,7 @@ LOCALSTACK_LAMBDA_ARCH ?= $(if $(filter aarch64 arm64,$(shell uname -m)),arm64,x
 
 .PHONY: infra-test synth deploy localstack-deploy
 
-infra-test: ## gofmt, vet and the CDK assertions on the stack built from the catalog (offline)
+infra-test: tools ## gofmt, vet, the CDK assertions, the cdk-nag rule packs and the CloudFormation schema check (offline)
 	@out=$$(gofmt -l infra); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	cd infra && $(GO) vet ./... && $(CDK_ENV) $(GO) test ./...
 

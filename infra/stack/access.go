@@ -10,19 +10,25 @@ import (
 )
 
 // ReconcilerActions are the reconciler's actions, declared beside the
-// catalog (it is not an API method).
-var ReconcilerActions = api.ReconcilerActions
+// catalog (it is not an API method), and where its Query reads.
+var (
+	ReconcilerActions = api.ReconcilerActions
+	ReconcilerIndexes = api.ReconcilerIndexes
+)
 
 // Access is what one function's role may do, derived from its declared
 // actions (least privilege, SPEC §5).
 type Access struct {
 	TableItem  []string // item actions on the table itself
-	TableQuery []string // Query/Scan: on the table and Indexes
-	Indexes    []string // index names Query may use; nil means every index
+	TableQuery []string // Query/Scan: only where Indexes says
+	// Indexes are the secondary indexes Query may read, or api.BaseTable for
+	// the table itself (the catalog's Indexes).
+	Indexes []string
 	// TableKey is what the role may ask of the table's KMS key, only through
 	// DynamoDB: decrypt to read, and encrypt to write.
-	TableKey []string
-	Signing  []string // KMS actions on the release signing key
+	TableKey  []string
+	Signing   []string // KMS actions on the release signing key
+	CursorKey []string // Secrets Manager actions on the cursor key secret
 }
 
 // Writes reports whether the actions change table items.
@@ -47,10 +53,18 @@ var (
 )
 
 // AccessFor splits declared actions into what they apply to. An action of a
-// service the stack does not know where to apply is an error: the catalog and
-// the infrastructure must be made to agree, not silently widened.
+// service the stack does not know where to apply is an error, and so is a
+// Query without Indexes (or Indexes without a Query), or an index the table
+// does not have: the catalog and the infrastructure must be made to agree,
+// not silently widened.
 func AccessFor(fn string, actions []string, indexes []string) (Access, error) {
 	a := Access{Indexes: indexes}
+	known := tableIndexes()
+	for _, ix := range indexes {
+		if !known[ix] {
+			return a, fmt.Errorf("function %s: index %q is not in the table definition (shared/dynamo/schema)", fn, ix)
+		}
+	}
 	seen := map[string]bool{}
 	for _, act := range actions {
 		if seen[act] {
@@ -71,9 +85,14 @@ func AccessFor(fn string, actions []string, indexes []string) (Access, error) {
 			return a, fmt.Errorf("function %s: %s is never granted to a function", fn, act)
 		case service == "kms":
 			a.Signing = append(a.Signing, act)
+		case act == api.ReadsCursorKey:
+			a.CursorKey = append(a.CursorKey, act)
 		default:
 			return a, fmt.Errorf("function %s: action %q: the stack does not know which resource it applies to", fn, act)
 		}
+	}
+	if (len(a.TableQuery) > 0) != (len(indexes) > 0) {
+		return a, fmt.Errorf("function %s: Query/Scan %v on indexes %v: a Query needs the catalog's Indexes, and Indexes a Query", fn, a.TableQuery, indexes)
 	}
 	if len(a.TableItem)+len(a.TableQuery) > 0 {
 		a.TableKey = append(a.TableKey, tableKeyRead...)
@@ -82,6 +101,20 @@ func AccessFor(fn string, actions []string, indexes []string) (Access, error) {
 		}
 	}
 	return a, nil
+}
+
+// tableIndexes are the names Indexes may hold: the definition's indexes and
+// api.BaseTable.
+func tableIndexes() map[string]bool {
+	def := schema.Definition("x")
+	known := map[string]bool{api.BaseTable: true}
+	for _, ix := range def.LocalSecondaryIndexes {
+		known[*ix.IndexName] = true
+	}
+	for _, ix := range def.GlobalSecondaryIndexes {
+		known[*ix.IndexName] = true
+	}
+	return known
 }
 
 // Function is one Lambda of the stack.
@@ -98,10 +131,16 @@ type Function struct {
 // signatures), so they get more CPU (Lambda CPU scales with memory) and time.
 // API Gateway's HTTP API integrations time out at 30 s regardless.
 var (
-	readSizing       = [2]float64{256, 5}
-	mutationSizing   = [2]float64{512, 10}
-	reconcilerSizing = [2]float64{512, 60} // one bounded pass a minute
+	readSizing     = [2]float64{256, 5}
+	mutationSizing = [2]float64{512, 10}
+	// One bounded pass a minute: the timeout stays below the period so a
+	// pass ends before the next tick (and reserved concurrency 1 keeps two
+	// from ever running at once).
+	reconcilerSizing = [2]float64{512, 50}
 )
+
+// ReconcilerPeriod is how often EventBridge starts a pass (seconds).
+const ReconcilerPeriod = 60
 
 // Functions is every function of the stack, built from the catalog.
 func Functions() ([]Function, error) {
@@ -116,7 +155,7 @@ func Functions() ([]Function, error) {
 		default:
 			return nil, fmt.Errorf("method %s: unknown kind %q", m.Name, m.Kind)
 		}
-		acc, err := AccessFor(m.FunctionName(), m.Actions, nil)
+		acc, err := AccessFor(m.FunctionName(), m.Actions, m.Indexes)
 		if err != nil {
 			return nil, err
 		}
@@ -125,7 +164,7 @@ func Functions() ([]Function, error) {
 		}
 		out = append(out, Function{Name: m.FunctionName(), Method: m, Access: acc, Memory: size[0], Timeout: size[1]})
 	}
-	acc, err := AccessFor(api.ReconcilerFunction, ReconcilerActions, []string{schema.IndexDue})
+	acc, err := AccessFor(api.ReconcilerFunction, ReconcilerActions, ReconcilerIndexes)
 	if err != nil {
 		return nil, err
 	}

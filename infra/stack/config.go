@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/url"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 )
@@ -27,6 +28,12 @@ type Config struct {
 	ReleasePins      string
 	ReleaseThreshold int // releaseThreshold → BC_RELEASE_THRESHOLD
 
+	// The signing key's policy names who may sign (releaseSignerRoleArn; empty:
+	// nobody, with a warning) and who administers it (releaseKeyAdminRoleArn;
+	// empty: the account, through IAM). Both are IAM role ARNs.
+	ReleaseSignerRole   string
+	ReleaseKeyAdminRole string
+
 	AssetRoot string // assetRoot: folder holding <function>/bootstrap (default build)
 	// Placeholders: placeholderAssets=auto synthesizes with placeholder
 	// bootstraps when any is missing under AssetRoot (make synth, offline CI).
@@ -34,9 +41,9 @@ type Config struct {
 	Architecture string // lambdaArchitecture: arm64 (default) or x86_64 (LocalStack on amd64 hosts)
 
 	LogRetentionDays int     // logRetentionDays
-	LogLevel         string  // logLevel → BC_LOG_LEVEL
-	ThrottleRate     float64 // throttleRateLimit: steady requests per second on the stage
-	ThrottleBurst    float64 // throttleBurstLimit
+	LogLevel         string  // logLevel → BC_LOG_LEVEL and Lambda's application log level: debug or info
+	ThrottleRate     float64 // throttleRateLimit: steady requests per second of each route
+	ThrottleBurst    float64 // throttleBurstLimit: burst of each route
 	AlarmEmail       string  // alarmEmail: optional subscriber of the alarm topic
 	// Destroy: removalPolicy=destroy deletes the table and keys with the stack
 	// (LocalStack, throwaway stacks). The default retains them.
@@ -45,23 +52,25 @@ type Config struct {
 
 // Context keys, in the order cdk.json lists them.
 const (
-	CtxStackName        = "stackName"
-	CtxJWTIssuer        = "jwtIssuer"
-	CtxJWTAudience      = "jwtAudience"
-	CtxIAMURL           = "iamUrl"
-	CtxPolicyFile       = "policyFile"
-	CtxReleasePins      = "releasePins"
-	CtxReleasePinsFile  = "releasePinsFile"
-	CtxReleaseThreshold = "releaseThreshold"
-	CtxAssetRoot        = "assetRoot"
-	CtxPlaceholders     = "placeholderAssets"
-	CtxArchitecture     = "lambdaArchitecture"
-	CtxLogRetentionDays = "logRetentionDays"
-	CtxLogLevel         = "logLevel"
-	CtxThrottleRate     = "throttleRateLimit"
-	CtxThrottleBurst    = "throttleBurstLimit"
-	CtxAlarmEmail       = "alarmEmail"
-	CtxRemovalPolicy    = "removalPolicy"
+	CtxStackName         = "stackName"
+	CtxJWTIssuer         = "jwtIssuer"
+	CtxJWTAudience       = "jwtAudience"
+	CtxIAMURL            = "iamUrl"
+	CtxPolicyFile        = "policyFile"
+	CtxReleasePins       = "releasePins"
+	CtxReleasePinsFile   = "releasePinsFile"
+	CtxReleaseThreshold  = "releaseThreshold"
+	CtxReleaseSignerRole = "releaseSignerRoleArn"
+	CtxReleaseKeyAdmin   = "releaseKeyAdminRoleArn"
+	CtxAssetRoot         = "assetRoot"
+	CtxPlaceholders      = "placeholderAssets"
+	CtxArchitecture      = "lambdaArchitecture"
+	CtxLogRetentionDays  = "logRetentionDays"
+	CtxLogLevel          = "logLevel"
+	CtxThrottleRate      = "throttleRateLimit"
+	CtxThrottleBurst     = "throttleBurstLimit"
+	CtxAlarmEmail        = "alarmEmail"
+	CtxRemovalPolicy     = "removalPolicy"
 )
 
 // Architectures a function may be built for (lambdaArchitecture).
@@ -163,6 +172,8 @@ func ConfigFrom(get func(key string) any) (Config, error) {
 		}
 	}
 	integer(CtxReleaseThreshold, &c.ReleaseThreshold)
+	str(CtxReleaseSignerRole, &c.ReleaseSignerRole)
+	str(CtxReleaseKeyAdmin, &c.ReleaseKeyAdminRole)
 	str(CtxAssetRoot, &c.AssetRoot)
 	switch v := get(CtxPlaceholders).(type) {
 	case nil, bool:
@@ -199,6 +210,16 @@ func ConfigFrom(get func(key string) any) (Config, error) {
 	if c.ReleaseThreshold < 1 {
 		fail(CtxReleaseThreshold, "want an integer ≥ 1, got %d", c.ReleaseThreshold)
 	}
+	for key, arn := range map[string]string{CtxReleaseSignerRole: c.ReleaseSignerRole, CtxReleaseKeyAdmin: c.ReleaseKeyAdminRole} {
+		if arn != "" && !roleARN.MatchString(arn) {
+			fail(key, "want an IAM role ARN (arn:aws:iam::<account>:role/<name>), got %q", arn)
+		}
+	}
+	if _, ok := applicationLogLevels[c.LogLevel]; !ok {
+		// warn or error would drop the per-request line, which is also the
+		// request's metrics record (EMF).
+		fail(CtxLogLevel, "want debug or info (each request's log line carries its metrics), got %q", c.LogLevel)
+	}
 	if c.Architecture != ArchARM64 && c.Architecture != ArchX86 {
 		fail(CtxArchitecture, "want %s or %s, got %q", ArchARM64, ArchX86, c.Architecture)
 	}
@@ -220,6 +241,8 @@ func ConfigFrom(get func(key string) any) (Config, error) {
 	}
 	return c, nil
 }
+
+var roleARN = regexp.MustCompile(`^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$`)
 
 func splitList(s string) []string {
 	var out []string

@@ -70,7 +70,7 @@ func TestCDKJSONDefaults(t *testing.T) {
 		t.Errorf("cdk.json defaults differ from ConfigFrom's:\n cdk.json %+v\n built in %+v", fromFile, builtIn)
 	}
 	for _, key := range []string{CtxStackName, CtxJWTIssuer, CtxJWTAudience, CtxIAMURL, CtxPolicyFile, CtxReleasePins,
-		CtxReleasePinsFile, CtxReleaseThreshold, CtxAssetRoot, CtxPlaceholders, CtxArchitecture, CtxLogRetentionDays,
+		CtxReleasePinsFile, CtxReleaseThreshold, CtxReleaseSignerRole, CtxReleaseKeyAdmin, CtxAssetRoot, CtxPlaceholders, CtxArchitecture, CtxLogRetentionDays,
 		CtxLogLevel, CtxThrottleRate, CtxThrottleBurst, CtxAlarmEmail, CtxRemovalPolicy} {
 		if _, ok := cdk.Context[key]; !ok {
 			t.Errorf("cdk.json does not list context key %s", key)
@@ -105,16 +105,19 @@ func TestConfigReleasePinsFile(t *testing.T) {
 
 func TestConfigFromRejects(t *testing.T) {
 	for key, bad := range map[string]any{
-		CtxJWTIssuer:        "http://insecure.example.com",
-		CtxJWTAudience:      "",
-		CtxPolicyFile:       "policy.json", // with iamUrl set too
-		CtxReleaseThreshold: "0",
-		CtxArchitecture:     "riscv64",
-		CtxLogRetentionDays: 31,
-		CtxThrottleBurst:    "-1",
-		CtxRemovalPolicy:    "snapshot",
-		CtxPlaceholders:     "maybe",
-		CtxStackName:        42.0,
+		CtxJWTIssuer:         "http://insecure.example.com",
+		CtxJWTAudience:       "",
+		CtxPolicyFile:        "policy.json", // with iamUrl set too
+		CtxReleaseThreshold:  "0",
+		CtxArchitecture:      "riscv64",
+		CtxLogRetentionDays:  31,
+		CtxThrottleBurst:     "-1",
+		CtxRemovalPolicy:     "snapshot",
+		CtxPlaceholders:      "maybe",
+		CtxStackName:         42.0,
+		CtxLogLevel:          "warn", // would drop the request lines, and with them the metrics
+		CtxReleaseSignerRole: "arn:aws:iam::123456789012:user/alice",
+		CtxReleaseKeyAdmin:   "admins",
 	} {
 		ctx := validContext()
 		ctx[key] = bad
@@ -129,13 +132,24 @@ func TestConfigFromRejects(t *testing.T) {
 }
 
 func TestAccessFor(t *testing.T) {
-	a, err := AccessFor("f", []string{"dynamodb:Query", "dynamodb:GetItem", "kms:GetPublicKey", "dynamodb:GetItem"}, nil)
+	a, err := AccessFor("f", []string{"dynamodb:Query", "dynamodb:GetItem", "kms:GetPublicKey", "dynamodb:GetItem", api.ReadsCursorKey},
+		[]string{schema.IndexOrdered, api.BaseTable})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if a.Writes() || strings.Join(a.TableQuery, ",") != "dynamodb:Query" || strings.Join(a.TableItem, ",") != "dynamodb:GetItem" ||
-		strings.Join(a.Signing, ",") != "kms:GetPublicKey" || strings.Join(a.TableKey, ",") != "kms:Decrypt,kms:DescribeKey" {
+		strings.Join(a.Signing, ",") != "kms:GetPublicKey" || strings.Join(a.TableKey, ",") != "kms:Decrypt,kms:DescribeKey" ||
+		strings.Join(a.CursorKey, ",") != api.ReadsCursorKey || strings.Join(a.Indexes, ",") != "ordered,(table)" {
 		t.Errorf("read access: %+v", a)
+	}
+	for name, tc := range map[string]struct{ actions, indexes []string }{
+		"query without indexes":    {[]string{"dynamodb:Query"}, nil},
+		"indexes without a query":  {[]string{"dynamodb:GetItem"}, []string{schema.IndexOrdered}},
+		"an index the table lacks": {[]string{"dynamodb:Query"}, []string{"fit-typo"}},
+	} {
+		if _, err := AccessFor("f", tc.actions, tc.indexes); err == nil {
+			t.Errorf("%s accepted", name)
+		}
 	}
 	if a, _ = AccessFor("f", []string{"dynamodb:UpdateItem"}, nil); !a.Writes() || len(a.TableKey) != 5 {
 		t.Errorf("write access: %+v", a)
@@ -143,7 +157,7 @@ func TestAccessFor(t *testing.T) {
 	if a, _ = AccessFor("f", nil, nil); len(a.TableKey) != 0 {
 		t.Errorf("no actions still reaches the table key: %+v", a)
 	}
-	for _, bad := range []string{"kms:Sign", "kms:CreateKey", "s3:GetObject", "dynamodb:*", "GetItem"} {
+	for _, bad := range []string{"kms:Sign", "kms:CreateKey", "s3:GetObject", "dynamodb:*", "GetItem", "secretsmanager:PutSecretValue"} {
 		if _, err := AccessFor("f", []string{bad}, nil); err == nil {
 			t.Errorf("%s accepted", bad)
 		}

@@ -1,33 +1,56 @@
 package stack
 
 import (
+	"fmt"
+	"slices"
+	"strings"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssnssubscriptions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/interfaces/interfacesawscloudwatch"
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/metrics"
 )
 
-// The reconciler's lag metric, which the reconciler writes as a CloudWatch
-// embedded metric format (EMF) record in its pass summary log line
-// (capacity.PassResult.Log): milliseconds between the oldest due item's
-// dueAt and the pass (0 when nothing is due), dimension Table = BC_TABLE.
+// The metrics the functions write as CloudWatch embedded metric format (EMF)
+// records in their logs: each request line (api.RequestMetrics) and each
+// reconciler pass line (capacity.PassMetrics), with dimension Table =
+// BC_TABLE. CloudWatch Logs extracts them; no function calls PutMetricData.
 const (
-	MetricNamespace = capacity.MetricNamespace
-	MetricLag       = capacity.MetricLag
-	DimensionTable  = capacity.DimensionTable
+	MetricNamespace   = metrics.Namespace
+	MetricLag         = capacity.MetricLag
+	MetricTransitions = capacity.MetricTransitions
+	MetricRepaired    = capacity.MetricRepaired
+	DimensionTable    = metrics.DimensionTable
 )
 
 // Alarm thresholds (documented in docs/infrastructure.md).
 const (
-	api5xxPerFiveMinutes        = 5             // 5xx responses in 5 minutes
+	api5xxPercent               = 5             // % of answers that are 5xx in 5 minutes …
+	api5xxMinRequests           = 20            // … once there were this many requests,
+	api5xxLowTraffic            = 5             // or this many 5xx when there were fewer
 	reconcilerErrorsFiveMinutes = 3             // failed passes in 5 minutes (of ~5)
 	reconcilerLagMillis         = 5 * 60 * 1000 // due work overdue by 5 minutes
+)
+
+// Alarm ids (construct ids; CloudFormation names them <stack>-<id>-<suffix>).
+const (
+	AlarmAPI5xxRate        = "Api5xxRateAlarm"
+	AlarmLambdaThrottles   = "LambdaThrottlesAlarm"
+	AlarmTableThrottles    = "TableThrottledRequestsAlarm"
+	AlarmTableSystemErrors = "TableSystemErrorsAlarm"
+	AlarmReconcilerErrors  = "ReconcilerErrorsAlarm"
+	AlarmReconcilerStopped = "ReconcilerNotRunningAlarm"
+	AlarmReconcilerLag     = "ReconcilerLagAlarm"
+	AlarmReconcilerDLQ     = "ReconcilerDLQAlarm"
 )
 
 // addObservability creates the alarms, their SNS topic and the dashboard.
@@ -38,6 +61,10 @@ func (s *Stack) addObservability(cfg Config, fns []Function) {
 	})
 	if cfg.AlarmEmail != "" {
 		topic.AddSubscription(awssnssubscriptions.NewEmailSubscription(jsii.String(cfg.AlarmEmail), nil))
+	} else {
+		awscdk.Annotations_Of(topic).AddWarningV2(jsii.String("bettercompute:alarms-notify-nobody"),
+			jsii.String("context "+CtxAlarmEmail+" is empty: the alarms notify an SNS topic nobody subscribes to "+
+				"(set -c "+CtxAlarmEmail+"=… or subscribe to the topic yourself: docs/infrastructure.md, Alarms)"), nil)
 	}
 	notify := awscloudwatchactions.NewSnsAction(topic)
 	five := awscdk.Duration_Minutes(jsii.Number(5))
@@ -59,35 +86,105 @@ func (s *Stack) addObservability(cfg Config, fns []Function) {
 	quiet := awscloudwatch.TreatMissingData_NOT_BREACHING
 	sum := &awscloudwatch.MetricOptions{Statistic: jsii.String("Sum"), Period: five}
 
-	alarm("Api5xxAlarm", "API answered 5xx (UNAVAILABLE or INTERNAL): check the functions' logs by requestId",
-		s.API.MetricServerError(sum), api5xxPerFiveMinutes, gte, quiet)
-	for _, f := range fns {
-		alarm(f.Name+"-ThrottlesAlarm", "Lambda "+f.Name+" was throttled (account concurrency or stage limits)",
-			s.Lambdas[f.Name].MetricThrottles(sum), 1, gte, quiet)
-	}
+	// A rate, so a busy hour's handful of UNAVAILABLE does not page while a
+	// quiet API that fails every call still does.
+	rate := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+		Expression: jsii.String(fmt.Sprintf("IF(requests >= %d, 100 * errors / requests, IF(errors >= %d, 100, 0))",
+			api5xxMinRequests, api5xxLowTraffic)),
+		UsingMetrics: &map[string]awscloudwatch.IMetric{
+			"errors": s.API.MetricServerError(sum), "requests": s.API.MetricCount(sum),
+		},
+		Label:  jsii.String("5xx % of requests"),
+		Period: five,
+	})
+	alarm(AlarmAPI5xxRate, fmt.Sprintf("At least %d%% of the API's answers were 5xx (UNAVAILABLE or INTERNAL) in 5 minutes (or %d 5xx under %d requests): check the functions' logs by requestId",
+		api5xxPercent, api5xxLowTraffic, api5xxMinRequests), rate, api5xxPercent, gte, quiet)
+
+	// One alarm for every function: Lambda's own total across the account's
+	// functions in the region (the per-function lines are on the dashboard).
+	// A math expression cannot sum 13 functions (alarms take at most 10
+	// metrics).
+	throttles := awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace: jsii.String("AWS/Lambda"), MetricName: jsii.String("Throttles"),
+		Statistic: jsii.String("Sum"), Period: five,
+	})
+	alarm(AlarmLambdaThrottles, "Lambda throttled invocations in this account and region (concurrency limit, or the reconciler's reserved 1 while a pass runs): see the dashboard's per-function throttles",
+		throttles, 1, gte, quiet)
+
+	ops := tableOperations(fns)
+	alarm(AlarmTableThrottles, "DynamoDB throttled requests on the table (on-demand throttles past twice the previous peak, or a hot partition): requests answer UNAVAILABLE after the SDK's retries",
+		s.Table.MetricThrottledRequestsForOperations(&awsdynamodb.OperationsMetricOptions{Operations: &ops, Period: five}), 1, gte, quiet)
+	alarm(AlarmTableSystemErrors, "DynamoDB answered the table's requests with server errors (HTTP 500): requests answer UNAVAILABLE after the SDK's retries",
+		s.Table.MetricSystemErrorsForOperations(&awsdynamodb.SystemErrorsForOperationsMetricOptions{Operations: &ops, Period: five}), 1, gte, quiet)
+
 	reconciler := s.Lambdas[api.ReconcilerFunction]
-	alarm("ReconcilerErrorsAlarm", "Reconciler passes are failing: reservations stop moving and crashed creates stay unrepaired",
+	alarm(AlarmReconcilerErrors, "Reconciler passes are failing: reservations stop moving and crashed creates stay unrepaired",
 		reconciler.MetricErrors(sum), reconcilerErrorsFiveMinutes, gte, quiet)
-	alarm("ReconcilerNotRunningAlarm", "The reconciler has not been invoked for 5 minutes (schedule disabled or delivery failing)",
+	alarm(AlarmReconcilerStopped, "The reconciler has not been invoked for 5 minutes (schedule disabled or delivery failing)",
 		reconciler.MetricInvocations(sum), 1, awscloudwatch.ComparisonOperator_LESS_THAN_THRESHOLD,
 		awscloudwatch.TreatMissingData_BREACHING)
-	lag := awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
-		Namespace:     jsii.String(MetricNamespace),
-		MetricName:    jsii.String(MetricLag),
-		DimensionsMap: &map[string]*string{DimensionTable: s.Table.TableName()},
-		Statistic:     jsii.String("Maximum"),
-		Period:        five,
-		Unit:          awscloudwatch.Unit_MILLISECONDS, // as emitted: an alarm on another unit sees no data
-	})
-	alarm("ReconcilerLagAlarm", "Due reservation work is more than 5 minutes overdue (metric BetterCompute/Lag from the reconciler's EMF logs)",
+	lag := s.passMetric(MetricLag, "Maximum", five, awscloudwatch.Unit_MILLISECONDS)
+	alarm(AlarmReconcilerLag, "Due reservation work is more than 5 minutes overdue (metric BetterCompute/Lag from the reconciler's EMF logs)",
 		lag, reconcilerLagMillis, gte, quiet)
 	dlqDepth := s.DLQ.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
 		Statistic: jsii.String("Maximum"), Period: five,
 	})
-	alarm("ReconcilerDLQAlarm", "EventBridge could not deliver reconciler ticks: see the messages in the dead-letter queue",
+	alarm(AlarmReconcilerDLQ, "EventBridge could not deliver reconciler ticks: see the messages in the dead-letter queue",
 		dlqDepth, 1, gte, quiet)
 
 	s.addDashboard(fns, alarms, lag, dlqDepth)
+}
+
+// passMetric is one of the reconciler's EMF metrics of this deployment.
+func (s *Stack) passMetric(name, stat string, period awscdk.Duration, unit awscloudwatch.Unit) awscloudwatch.Metric {
+	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace:     jsii.String(MetricNamespace),
+		MetricName:    jsii.String(name),
+		DimensionsMap: &map[string]*string{DimensionTable: s.Table.TableName()},
+		Statistic:     jsii.String(stat),
+		Period:        period,
+		Unit:          unit, // as emitted: an alarm on another unit sees no data
+	})
+}
+
+// requestMetric is one of the request lines' EMF metrics of this deployment,
+// with more dimensions (method or outcome) when given.
+func (s *Stack) requestMetric(name, stat, label string, dims map[string]string) awscloudwatch.Metric {
+	d := map[string]*string{DimensionTable: s.Table.TableName()}
+	for k, v := range dims {
+		d[k] = jsii.String(v)
+	}
+	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+		Namespace: jsii.String(MetricNamespace), MetricName: jsii.String(name), DimensionsMap: &d,
+		Statistic: jsii.String(stat), Label: jsii.String(label), Period: awscdk.Duration_Minutes(jsii.Number(1)),
+	})
+}
+
+// tableOperations are the DynamoDB operations the functions may call (their
+// declared actions), for the table's per-operation metrics.
+func tableOperations(fns []Function) []awsdynamodb.Operation {
+	seen := map[string]bool{}
+	for _, f := range fns {
+		for _, a := range slices.Concat(f.Access.TableItem, f.Access.TableQuery) {
+			seen[strings.TrimPrefix(a, "dynamodb:")] = true
+		}
+	}
+	var out []awsdynamodb.Operation
+	for _, op := range []struct {
+		action string
+		op     awsdynamodb.Operation
+	}{
+		{"GetItem", awsdynamodb.Operation_GET_ITEM}, {"BatchGetItem", awsdynamodb.Operation_BATCH_GET_ITEM},
+		{"Query", awsdynamodb.Operation_QUERY}, {"Scan", awsdynamodb.Operation_SCAN},
+		{"PutItem", awsdynamodb.Operation_PUT_ITEM}, {"UpdateItem", awsdynamodb.Operation_UPDATE_ITEM},
+		{"DeleteItem", awsdynamodb.Operation_DELETE_ITEM}, {"BatchWriteItem", awsdynamodb.Operation_BATCH_WRITE_ITEM},
+		{"TransactGetItems", awsdynamodb.Operation_TRANSACT_GET_ITEMS}, {"TransactWriteItems", awsdynamodb.Operation_TRANSACT_WRITE_ITEMS},
+	} {
+		if seen[op.action] {
+			out = append(out, op.op)
+		}
+	}
+	return out
 }
 
 func (s *Stack) addDashboard(fns []Function, alarms []awscloudwatch.IAlarm, lag, dlqDepth awscloudwatch.IMetric) {
@@ -109,11 +206,19 @@ func (s *Stack) addDashboard(fns []Function, alarms []awscloudwatch.IAlarm, lag,
 		}
 		return out
 	}
+	perMethod := func(metric func(m *api.Method, i int) awscloudwatch.IMetric) []awscloudwatch.IMetric {
+		out := make([]awscloudwatch.IMetric, 0, len(api.Catalog))
+		for i, m := range api.Catalog {
+			out = append(out, metric(m, i))
+		}
+		return out
+	}
 	label := func(o *awscloudwatch.MetricOptions, l string) *awscloudwatch.MetricOptions {
 		c := *o
 		c.Label = jsii.String(l)
 		return &c
 	}
+	method := func(m *api.Method) map[string]string { return map[string]string{api.DimensionMethod: m.Name} }
 
 	d := awscloudwatch.NewDashboard(s.Stack, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
 		DefaultInterval: awscdk.Duration_Hours(jsii.Number(3)),
@@ -133,6 +238,43 @@ func (s *Stack) addDashboard(fns []Function, alarms []awscloudwatch.IAlarm, lag,
 			s.API.MetricIntegrationLatency(label(opt("p99"), "integration p99")),
 		}),
 	)
+	// From the request lines (EMF): what each method costs and how it answers.
+	d.AddWidgets(
+		graph("Latency p50 by method (ms, in the function)", 12, perMethod(func(m *api.Method, _ int) awscloudwatch.IMetric {
+			return s.requestMetric(api.MetricLatency, "p50", m.Name, method(m))
+		})),
+		graph("Latency p99 by method (ms, in the function)", 12, perMethod(func(m *api.Method, _ int) awscloudwatch.IMetric {
+			return s.requestMetric(api.MetricLatency, "p99", m.Name, method(m))
+		})),
+	)
+	all := s.requestMetric(api.MetricLatency, "SampleCount", "answers", nil)
+	var byCode []awscloudwatch.IMetric
+	for i, c := range apierr.Codes {
+		byCode = append(byCode, awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+			Expression: jsii.String(fmt.Sprintf("100 * FILL(c%d, 0) / answers", i)),
+			UsingMetrics: &map[string]awscloudwatch.IMetric{
+				fmt.Sprintf("c%d", i): s.requestMetric(api.MetricLatency, "SampleCount", string(c), map[string]string{api.DimensionOutcome: string(c)}),
+				"answers":             all,
+			},
+			Label: jsii.String(string(c)), Period: one,
+		}))
+	}
+	d.AddWidgets(
+		graph("Answers by error code (% of all answers)", 8, byCode),
+		graph("DynamoDB capacity units by method (read + write, sum)", 8, perMethod(func(m *api.Method, i int) awscloudwatch.IMetric {
+			return awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+				Expression: jsii.String(fmt.Sprintf("FILL(r%d, 0) + FILL(w%d, 0)", i, i)),
+				UsingMetrics: &map[string]awscloudwatch.IMetric{
+					fmt.Sprintf("r%d", i): s.requestMetric(api.MetricRCU, "Sum", m.Name+" read", method(m)),
+					fmt.Sprintf("w%d", i): s.requestMetric(api.MetricWCU, "Sum", m.Name+" write", method(m)),
+				},
+				Label: jsii.String(m.Name), Period: one,
+			})
+		})),
+		graph("DynamoDB round trips per request by method (average)", 8, perMethod(func(m *api.Method, _ int) awscloudwatch.IMetric {
+			return s.requestMetric(api.MetricDynamoCalls, "Average", m.Name, method(m))
+		})),
+	)
 	d.AddWidgets(
 		graph("Function errors", 8, perFunction(func(n string) awscloudwatch.IMetric {
 			return s.Lambdas[n].MetricErrors(label(opt("Sum"), n))
@@ -146,12 +288,16 @@ func (s *Stack) addDashboard(fns []Function, alarms []awscloudwatch.IAlarm, lag,
 	)
 	reconciler := s.Lambdas[api.ReconcilerFunction]
 	d.AddWidgets(
-		graph("Reconciler passes", 8, []awscloudwatch.IMetric{
+		graph("Reconciler passes", 6, []awscloudwatch.IMetric{
 			reconciler.MetricInvocations(label(opt("Sum"), "passes")),
 			reconciler.MetricErrors(label(opt("Sum"), "failed")),
 		}),
-		graph("Reconciler lag (ms) and DLQ depth", 8, []awscloudwatch.IMetric{lag}, dlqDepth),
-		graph("Table", 8, []awscloudwatch.IMetric{
+		graph("Reconciler transitions and repairs", 6, []awscloudwatch.IMetric{
+			s.passMetric(MetricTransitions, "Sum", one, awscloudwatch.Unit_COUNT),
+			s.passMetric(MetricRepaired, "Sum", one, awscloudwatch.Unit_COUNT),
+		}),
+		graph("Reconciler lag (ms) and DLQ depth", 6, []awscloudwatch.IMetric{lag}, dlqDepth),
+		graph("Table", 6, []awscloudwatch.IMetric{
 			s.Table.MetricConsumedReadCapacityUnits(label(opt("Sum"), "read units")),
 			s.Table.MetricConsumedWriteCapacityUnits(label(opt("Sum"), "write units")),
 		}, s.Table.MetricConditionalCheckFailedRequests(label(opt("Sum"), "conditional check failed"))),

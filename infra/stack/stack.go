@@ -33,6 +33,7 @@ type Stack struct {
 	Table      awsdynamodb.Table
 	TableKey   awskms.Key
 	SigningKey awskms.Key
+	CursorKey  awssecretsmanager.Secret
 	API        awsapigatewayv2.HttpApi
 	Stage      awsapigatewayv2.HttpStage
 	DLQ        awssqs.Queue
@@ -53,7 +54,7 @@ const (
 const (
 	envTable            = "BC_TABLE"
 	envLogLevel         = "BC_LOG_LEVEL"
-	envCursorKey        = "BC_CURSOR_KEY"
+	envCursorSecret     = "BC_CURSOR_SECRET_ARN"
 	envIAMURL           = "BC_IAM_URL"
 	envPolicyFile       = "BC_POLICY_FILE"
 	envReleaseKMSKeys   = "BC_RELEASE_KMS_KEYS"
@@ -97,20 +98,23 @@ func New(scope constructs.Construct, cfg Config, props *awscdk.StackProps) (*Sta
 		RemovalPolicy:     stateful,
 		PendingWindow:     pendingWindow(cfg),
 	})
+	s.TableKey.AddToResourcePolicy(grantGuard(), nil)
 	s.SigningKey = awskms.NewKey(s.Stack, jsii.String("ReleaseSigningKey"), &awskms.KeyProps{
 		Description:   jsii.String("Better Compute: signs bcd release manifests (operators sign with the CLI; functions only read the public key)"),
 		KeySpec:       awskms.KeySpec_ECC_NIST_P256,
 		KeyUsage:      awskms.KeyUsage_SIGN_VERIFY,
+		Policy:        signingKeyPolicy(s.Stack, cfg),
 		RemovalPolicy: stateful,
 		PendingWindow: pendingWindow(cfg),
 	})
 	if s.Table, err = newTable(s, s.TableKey, stateful, !cfg.Destroy); err != nil {
 		return nil, err
 	}
-	// Pagination cursors are HMAC'd with this key. CloudFormation resolves the
-	// reference at deploy time; the template never holds the value.
-	cursorKey := awssecretsmanager.NewSecret(s.Stack, jsii.String("CursorKey"), &awssecretsmanager.SecretProps{
-		Description: jsii.String("Better Compute: HMAC key of pagination cursors (BC_CURSOR_KEY)"),
+	// Pagination cursors are HMAC'd with this key. The functions that page
+	// read it at cold start (BC_CURSOR_SECRET_ARN, GetSecretValue granted to
+	// them alone): neither the template nor any environment holds the value.
+	s.CursorKey = awssecretsmanager.NewSecret(s.Stack, jsii.String("CursorKey"), &awssecretsmanager.SecretProps{
+		Description: jsii.String("Better Compute: HMAC key of pagination cursors (read by the list functions through BC_CURSOR_SECRET_ARN)"),
 		GenerateSecretString: &awssecretsmanager.SecretStringGenerator{
 			PasswordLength: jsii.Number(64), ExcludePunctuation: jsii.Bool(true),
 		},
@@ -123,9 +127,8 @@ func New(scope constructs.Construct, cfg Config, props *awscdk.StackProps) (*Sta
 	})
 
 	common := map[string]*string{
-		envTable:     s.Table.TableName(),
-		envLogLevel:  jsii.String(cfg.LogLevel),
-		envCursorKey: cursorKey.SecretValue().UnsafeUnwrap(),
+		envTable:    s.Table.TableName(),
+		envLogLevel: jsii.String(cfg.LogLevel),
 	}
 	if cfg.IAMURL != "" {
 		common[envIAMURL] = jsii.String(cfg.IAMURL)
@@ -142,6 +145,9 @@ func New(scope constructs.Construct, cfg Config, props *awscdk.StackProps) (*Sta
 		for k, v := range common {
 			env[k] = v
 		}
+		if len(f.Access.CursorKey) > 0 {
+			env[envCursorSecret] = s.CursorKey.SecretArn()
+		}
 		if f.VerifiesReleases() {
 			env[envReleaseKMSKeys] = s.SigningKey.KeyId()
 			env[envReleaseThreshold] = jsii.String(strconv.Itoa(cfg.ReleaseThreshold))
@@ -155,6 +161,7 @@ func New(scope constructs.Construct, cfg Config, props *awscdk.StackProps) (*Sta
 	s.addAPI(cfg, fns, stateful)
 	s.addSchedule()
 	s.addObservability(cfg, fns)
+	s.applyRulePacks(fns)
 
 	awscdk.NewCfnOutput(s.Stack, jsii.String(OutputAPIURL), &awscdk.CfnOutputProps{
 		Value: s.Stage.Url(), Description: jsii.String("Base URL of the API (POST <url>api/compute/<resource>/<method>)"),
@@ -213,12 +220,24 @@ func (s *Stack) addFunction(f Function, cfg Config, arch awslambda.Architecture,
 		Environment:  &env,
 		Role:         role,
 		LogGroup:     logs,
+		// JSON: the platform's lines (START, REPORT with the init duration, …)
+		// are JSON objects like the function's own, and Lambda filters the
+		// function's lines by their "level" at logLevel.
+		LoggingFormat:         awslambda.LoggingFormat_JSON,
+		ApplicationLogLevelV2: applicationLogLevels[cfg.LogLevel],
+		SystemLogLevelV2:      awslambda.SystemLogLevel_INFO,
+		// Lambda's own segments (init, invocation, overhead) per request.
+		Tracing: awslambda.Tracing_ACTIVE,
 	}
 	if f.Method == nil {
 		// EventBridge invokes asynchronously; the next tick is the retry, so
 		// Lambda does not retry a failed pass (passes are idempotent, §4.5).
 		props.RetryAttempts = jsii.Number(0)
-		props.MaxEventAge = awscdk.Duration_Seconds(jsii.Number(60))
+		props.MaxEventAge = awscdk.Duration_Seconds(jsii.Number(ReconcilerPeriod))
+		// One pass at a time: a tick that finds a pass still running waits
+		// in Lambda's async queue (at most MaxEventAge) instead of starting
+		// a second one, and API traffic can never starve the reconciler.
+		props.ReservedConcurrentExecutions = jsii.Number(1)
 	}
 	fn := awslambda.NewFunction(scope, jsii.String("Function"), props)
 	s.Lambdas[f.Name] = fn
@@ -239,12 +258,14 @@ func (s *Stack) statements(a Access) []awsiam.PolicyStatement {
 	table := s.Table.TableArn()
 	stmt(a.TableItem, table)
 	if len(a.TableQuery) > 0 {
-		resources := []*string{table}
-		if a.Indexes == nil {
-			resources = append(resources, jsii.String(*table+"/index/*"))
-		}
+		// Only where the catalog says the method's Query reads.
+		var resources []*string
 		for _, ix := range a.Indexes {
-			resources = append(resources, jsii.String(*table+"/index/"+ix))
+			if ix == api.BaseTable {
+				resources = append(resources, table)
+			} else {
+				resources = append(resources, jsii.String(*table+"/index/"+ix))
+			}
 		}
 		stmt(a.TableQuery, resources...)
 	}
@@ -259,7 +280,73 @@ func (s *Stack) statements(a Access) []awsiam.PolicyStatement {
 		}))
 	}
 	stmt(a.Signing, s.SigningKey.KeyArn())
+	stmt(a.CursorKey, s.CursorKey.SecretArn())
 	return out
+}
+
+// applicationLogLevels maps logLevel to Lambda's application log level.
+var applicationLogLevels = map[string]awslambda.ApplicationLogLevel{
+	"debug": awslambda.ApplicationLogLevel_DEBUG,
+	"info":  awslambda.ApplicationLogLevel_INFO,
+}
+
+// keyAdministration are the actions of a key administrator: manage the key,
+// its policy, tags, aliases and deletion; never use it (no Sign, no grants).
+var keyAdministration = []string{
+	"kms:DescribeKey", "kms:GetKeyPolicy", "kms:PutKeyPolicy", "kms:ListKeyPolicies", "kms:GetKeyRotationStatus",
+	"kms:ListResourceTags", "kms:TagResource", "kms:UntagResource", "kms:UpdateKeyDescription",
+	"kms:EnableKey", "kms:DisableKey", "kms:ScheduleKeyDeletion", "kms:CancelKeyDeletion",
+	"kms:CreateAlias", "kms:UpdateAlias", "kms:DeleteAlias", "kms:ListGrants", "kms:RevokeGrant",
+}
+
+// signingKeyPolicy is the release key's whole key policy. Unlike the default
+// (kms:* to the account, which lets any principal whose IAM policy allows
+// kms:Sign sign releases), it names who may sign: only the role of context
+// releaseSignerRoleArn, with ECDSA_SHA_256. Administration goes to
+// releaseKeyAdminRoleArn (default: the account, through IAM) and never
+// includes Sign; the account may read the public key (what releases-register
+// pins through its own IAM policy). No statement allows kms:*.
+func signingKeyPolicy(scope constructs.Construct, cfg Config) awsiam.PolicyDocument {
+	account := awsiam.NewAccountRootPrincipal()
+	var admin awsiam.IPrincipal = account
+	if cfg.ReleaseKeyAdminRole != "" {
+		admin = awsiam.NewArnPrincipal(jsii.String(cfg.ReleaseKeyAdminRole))
+	}
+	statements := []awsiam.PolicyStatement{
+		awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid: jsii.String("KeyAdministration"), Principals: &[]awsiam.IPrincipal{admin},
+			Actions: jsii.Strings(keyAdministration...), Resources: jsii.Strings("*"),
+		}),
+		awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid: jsii.String("AccountReadsThePublicKey"), Principals: &[]awsiam.IPrincipal{account},
+			Actions: jsii.Strings("kms:GetPublicKey", "kms:DescribeKey"), Resources: jsii.Strings("*"),
+		}),
+		grantGuard(),
+	}
+	if cfg.ReleaseSignerRole != "" {
+		statements = append(statements, awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid:        jsii.String("SignReleases"),
+			Principals: &[]awsiam.IPrincipal{awsiam.NewArnPrincipal(jsii.String(cfg.ReleaseSignerRole))},
+			Actions:    jsii.Strings("kms:Sign", "kms:GetPublicKey", "kms:DescribeKey"), Resources: jsii.Strings("*"),
+			Conditions: &map[string]any{"StringEquals": map[string]any{"kms:SigningAlgorithm": "ECDSA_SHA_256"}},
+		}))
+	} else {
+		awscdk.Annotations_Of(scope).AddWarningV2(jsii.String("bettercompute:no-release-signer"),
+			jsii.String("context "+CtxReleaseSignerRole+" is empty: no principal may sign releases with the stack's signing key (set it to the role operators sign with)"), nil)
+	}
+	return awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &statements})
+}
+
+// grantGuard denies kms:CreateGrant unless the grant is for an AWS service
+// acting on a resource (DynamoDB creates its own grants on the table key):
+// nobody can hand out use of a key through a grant.
+func grantGuard() awsiam.PolicyStatement {
+	return awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid: jsii.String("GrantsOnlyForAWSResources"), Effect: awsiam.Effect_DENY,
+		Principals: &[]awsiam.IPrincipal{awsiam.NewAnyPrincipal()},
+		Actions:    jsii.Strings("kms:CreateGrant"), Resources: jsii.Strings("*"),
+		Conditions: &map[string]any{"Bool": map[string]any{"kms:GrantIsForAWSResource": "false"}},
+	})
 }
 
 // addAPI creates the HTTP API, its throttled stage and one JWT-authorized
@@ -318,7 +405,7 @@ const accessLogFormat = `{"requestId":"$context.requestId","ip":"$context.identi
 func (s *Stack) addSchedule() {
 	s.Schedule = awsevents.NewRule(s.Stack, jsii.String("ReconcilerSchedule"), &awsevents.RuleProps{
 		Description: jsii.String("Better Compute: one reconciler pass a minute (capacity.reservations)"),
-		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Minutes(jsii.Number(1))),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Seconds(jsii.Number(ReconcilerPeriod))),
 	})
 	s.Schedule.AddTarget(awseventstargets.NewLambdaFunction(s.Lambdas[api.ReconcilerFunction], &awseventstargets.LambdaFunctionProps{
 		DeadLetterQueue: s.DLQ,

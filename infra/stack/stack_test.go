@@ -28,6 +28,7 @@ var (
 	ids    = map[string]fnIDs{}  // function name → logical ids
 	ref    = map[string]string{} // the stack's singletons → logical id
 	tested Config
+	stack  awscdk.Stack
 )
 
 type resource struct {
@@ -44,6 +45,8 @@ const (
 )
 
 var testAudience = []any{"aud-one", "aud-two"}
+
+const testSigner = "arn:aws:iam::123456789012:role/release-signer"
 
 func TestMain(m *testing.M) {
 	code, err := synth(m)
@@ -85,6 +88,7 @@ func synth(m *testing.M) (int, error) {
 	ctx[CtxJWTAudience] = testAudience
 	ctx[CtxReleasePins] = testPins
 	ctx[CtxReleaseThreshold] = "2" // as -c gives it
+	ctx[CtxReleaseSignerRole] = testSigner
 	app := awscdk.NewApp(&awscdk.AppProps{
 		Context: &ctx, Outdir: jsii.String(filepath.Join(dir, "cdk.out")), StackTraces: jsii.Bool(false),
 	})
@@ -96,6 +100,7 @@ func synth(m *testing.M) (int, error) {
 		return 0, err
 	}
 	tmpl = assertions.Template_FromStack(s.Stack, nil)
+	stack = s.Stack
 
 	logical := func(c constructs.IConstruct) string {
 		return *s.Stack.GetLogicalId(c.Node().DefaultChild().(awscdk.CfnElement))
@@ -110,6 +115,7 @@ func synth(m *testing.M) (int, error) {
 	ref["api"] = logical(s.API)
 	ref["stage"] = logical(s.Stage)
 	ref["dlq"] = logical(s.DLQ)
+	ref["cursorKey"] = logical(s.CursorKey)
 	ref["schedule"] = logical(s.Schedule)
 
 	var doc struct {
@@ -210,8 +216,22 @@ func TestOneFunctionPerMethodPlusReconciler(t *testing.T) {
 		if v := path(p, "Environment", "Variables", "BC_IAM_URL"); v != tested.IAMURL {
 			t.Errorf("%s: BC_IAM_URL is %v", name, v)
 		}
-		if v, _ := json.Marshal(path(p, "Environment", "Variables", "BC_CURSOR_KEY")); !strings.Contains(string(v), "resolve:secretsmanager") {
-			t.Errorf("%s: BC_CURSOR_KEY is %s, want a Secrets Manager reference", name, v)
+		// The cursor key is read at cold start, only where cursors are made.
+		vars := path(p, "Environment", "Variables").(map[string]any)
+		if _, ok := vars["BC_CURSOR_KEY"]; ok {
+			t.Errorf("%s: BC_CURSOR_KEY in the environment", name)
+		}
+		if pages := slices.Contains(actionsOf(name), api.ReadsCursorKey); pages != equal(vars["BC_CURSOR_SECRET_ARN"], refTo(ref["cursorKey"])) {
+			t.Errorf("%s: BC_CURSOR_SECRET_ARN = %v, pages with cursors: %v", name, vars["BC_CURSOR_SECRET_ARN"], pages)
+		}
+		if !equal(p["LoggingConfig"], map[string]any{"ApplicationLogLevel": "INFO", "LogFormat": "JSON", "LogGroup": refTo(id.Logs), "SystemLogLevel": "INFO"}) {
+			t.Errorf("%s: logging %v, want JSON with application and system levels", name, p["LoggingConfig"])
+		}
+		if !equal(p["TracingConfig"], map[string]any{"Mode": "Active"}) {
+			t.Errorf("%s: tracing %v", name, p["TracingConfig"])
+		}
+		if reserved, isReconciler := p["ReservedConcurrentExecutions"], name == api.ReconcilerFunction; isReconciler != (reserved != nil) || (isReconciler && reserved != 1.0) {
+			t.Errorf("%s: reserved concurrency %v (only the reconciler has 1)", name, reserved)
 		}
 		if !equal(p["Role"], getAtt(id.Role, "Arn")) {
 			t.Errorf("%s: runs as %v, want its own role", name, p["Role"])
@@ -223,6 +243,9 @@ func TestOneFunctionPerMethodPlusReconciler(t *testing.T) {
 			"MemorySize":  reconcilerSizing[0], "Timeout": reconcilerSizing[1],
 		})
 	})
+	if reconcilerSizing[1] >= ReconcilerPeriod {
+		t.Errorf("reconciler timeout %v s is not below its period %d s: passes could overlap", reconcilerSizing[1], ReconcilerPeriod)
+	}
 }
 
 func TestReleaseConfigReachesOnlyVerifiers(t *testing.T) {
@@ -239,6 +262,19 @@ func TestReleaseConfigReachesOnlyVerifiers(t *testing.T) {
 	if vars := path(props(ids["releases-register"].Function), "Environment", "Variables").(map[string]any); vars["BC_RELEASE_KMS_KEYS"] == nil {
 		t.Errorf("releases-register does not get the signing key id")
 	}
+}
+
+// indexesOf is where the catalog (or the stack) says a function's Query reads.
+func indexesOf(fn string) []string {
+	if fn == api.ReconcilerFunction {
+		return ReconcilerIndexes
+	}
+	for _, m := range api.Catalog {
+		if m.FunctionName() == fn {
+			return m.Indexes
+		}
+	}
+	return nil
 }
 
 // actionsOf is what the catalog (or, for the reconciler, the stack) declares.
@@ -411,26 +447,47 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 	table := jsonOf(getAtt(ref["table"], "Arn"))
 	tableKey := jsonOf(getAtt(ref["tableKey"], "Arn"))
 	signingKey := jsonOf(getAtt(ref["signingKey"], "Arn"))
+	cursorKey := jsonOf(refTo(ref["cursorKey"]))
 	writes := []string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:TransactWriteItems"}
 	for name, id := range ids {
 		t.Run(name, func(t *testing.T) {
 			declared := actionsOf(name)
-			var dynamoActs, kmsActs []string
+			var dynamoActs, itemActs, queryActs, kmsActs, secretActs []string
 			for _, a := range declared {
-				if strings.HasPrefix(a, "dynamodb:") {
+				switch {
+				case a == "dynamodb:Query":
 					dynamoActs = append(dynamoActs, a)
-				} else {
+					queryActs = append(queryActs, a)
+				case strings.HasPrefix(a, "dynamodb:"):
+					dynamoActs = append(dynamoActs, a)
+					itemActs = append(itemActs, a)
+				case strings.HasPrefix(a, "secretsmanager:"):
+					secretActs = append(secretActs, a)
+				default:
 					kmsActs = append(kmsActs, a)
 				}
 			}
 			got := grants(t, name)
 			logs := jsonOf(getAtt(id.Logs, "Arn"))
-			want := map[string][]string{logs: {"logs:CreateLogStream", "logs:PutLogEvents"}}
-			if len(dynamoActs) > 0 {
-				want[table] = sorted(dynamoActs)
+			want := map[string][]string{logs: {"logs:CreateLogStream", "logs:PutLogEvents"},
+				// Active tracing; X-Ray has no resource-level permissions.
+				"*": {"xray:PutTelemetryRecords", "xray:PutTraceSegments"}}
+			if len(itemActs) > 0 {
+				want[table] = sorted(itemActs)
+			}
+			// Query reads exactly where the catalog says.
+			for _, ix := range indexesOf(name) {
+				r := table
+				if ix != api.BaseTable {
+					r = jsonOf(map[string]any{"Fn::Join": []any{"", []any{getAtt(ref["table"], "Arn"), "/index/" + ix}}})
+				}
+				want[r] = sorted(want[r], queryActs)
 			}
 			if len(kmsActs) > 0 {
 				want[signingKey] = sorted(kmsActs)
+			}
+			if len(secretActs) > 0 {
+				want[cursorKey] = sorted(secretActs)
 			}
 			if len(dynamoActs) > 0 {
 				keyActs := []string{"kms:Decrypt", "kms:DescribeKey"}
@@ -439,7 +496,6 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 				}
 				want[tableKey] = sorted(keyActs)
 			}
-			// Query (and only Query/Scan) also reaches the indexes.
 			for r, acts := range got {
 				if strings.Contains(r, "/index/") {
 					for _, a := range acts {
@@ -450,7 +506,9 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 					if name == api.ReconcilerFunction && !strings.Contains(r, "/index/"+schema.IndexDue+`"`) {
 						t.Errorf("reconciler may query %s, want only the %s index", r, schema.IndexDue)
 					}
-					delete(got, r)
+					if strings.Contains(r, "/index/*") {
+						t.Errorf("Query on every index: %s", r)
+					}
 				}
 			}
 			if !equal(got, want) {
@@ -465,7 +523,7 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 						t.Errorf("kms:Sign granted on %s", r)
 					}
 				}
-				if r == `"*"` {
+				if r == "*" && !equal(acts, []string{"xray:PutTelemetryRecords", "xray:PutTraceSegments"}) {
 					t.Errorf("actions %v on every resource", acts)
 				}
 			}
@@ -486,10 +544,15 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 			}
 		})
 	}
-	// Spelled out for the method the issue names.
+	// Spelled out for the methods the issues name: releases-list queries
+	// only the ordered index and writes nothing; pools-list only the table.
 	list := grants(t, "releases-list")
-	if !slices.Contains(list[table], "dynamodb:Query") || slices.Contains(list[table], "dynamodb:PutItem") || slices.Contains(list[table], "dynamodb:UpdateItem") {
-		t.Errorf("releases-list may %v on the table", list[table])
+	ordered := jsonOf(map[string]any{"Fn::Join": []any{"", []any{getAtt(ref["table"], "Arn"), "/index/ordered"}}})
+	if !equal(list[ordered], []string{"dynamodb:Query"}) || list[table] != nil {
+		t.Errorf("releases-list may %v on the ordered index and %v on the table", list[ordered], list[table])
+	}
+	if pools := grants(t, "pools-list"); !equal(pools[table], []string{"dynamodb:Query"}) || pools[ordered] != nil {
+		t.Errorf("pools-list may %v on the table, %v on the ordered index", pools[table], pools[ordered])
 	}
 	if _, ok := list[signingKey]; ok {
 		t.Errorf("releases-list may use the signing key")
@@ -570,6 +633,49 @@ func TestSigningKey(t *testing.T) {
 			"Properties": map[string]any{"KeyUsage": "SIGN_VERIFY"}, "DeletionPolicy": "Retain",
 		})
 	})
+	// Its own key policy: only the named signer role may sign, and nobody
+	// gets kms:* (which would let any IAM principal allowed kms:Sign sign).
+	signers := map[string]bool{}
+	for _, st := range keyStatements(t, "signingKey") {
+		acts := strs(st["Action"])
+		if slices.Contains(acts, "kms:*") {
+			t.Errorf("statement %s allows kms:*", jsonOf(st))
+		}
+		if st["Effect"] == "Allow" && slices.Contains(acts, "kms:Sign") {
+			signers[jsonOf(st["Principal"])] = true
+			if !equal(path(st, "Condition", "StringEquals", "kms:SigningAlgorithm"), "ECDSA_SHA_256") {
+				t.Errorf("signing without an algorithm condition: %s", jsonOf(st))
+			}
+		}
+		if st["Sid"] == "KeyAdministration" && (slices.Contains(acts, "kms:Sign") || slices.Contains(acts, "kms:CreateGrant")) {
+			t.Errorf("administrators may use the key: %v", acts)
+		}
+	}
+	if want := jsonOf(map[string]any{"AWS": testSigner}); len(signers) != 1 || !signers[want] {
+		t.Errorf("principals allowed kms:Sign: %v, want only %s", signers, want)
+	}
+	for _, key := range []string{"signingKey", "tableKey"} {
+		guarded := false
+		for _, st := range keyStatements(t, key) {
+			guarded = guarded || (st["Effect"] == "Deny" && equal(st["Action"], "kms:CreateGrant") &&
+				equal(path(st, "Condition", "Bool", "kms:GrantIsForAWSResource"), "false"))
+		}
+		if !guarded {
+			t.Errorf("%s: no statement denies kms:CreateGrant for anything but AWS resources", key)
+		}
+	}
+}
+
+func keyStatements(t *testing.T, key string) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	for _, st := range path(props(ref[key]), "KeyPolicy", "Statement").([]any) {
+		out = append(out, st.(map[string]any))
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s has no key policy statements", key)
+	}
+	return out
 }
 
 func TestReconcilerSchedule(t *testing.T) {
@@ -625,35 +731,65 @@ func TestAlarms(t *testing.T) {
 	alarms := ofType("AWS::CloudWatch::Alarm")
 	has := func(what string, match func(p map[string]any) bool) {
 		t.Helper()
+		n := 0
 		for _, a := range alarms {
 			if match(a.Properties) {
+				n++
 				if len(strs(a.Properties["AlarmActions"])) == 0 {
 					t.Errorf("%s alarm notifies no one", what)
 				}
-				return
 			}
 		}
-		t.Errorf("no %s alarm", what)
+		if n != 1 {
+			t.Errorf("%d %s alarms, want 1", n, what)
+		}
 	}
 	metric := func(ns, name string) func(p map[string]any) bool {
 		return func(p map[string]any) bool { return p["Namespace"] == ns && p["MetricName"] == name }
 	}
 	dim := func(p map[string]any, want any) bool {
-		for _, d := range p["Dimensions"].([]any) {
+		dims, _ := p["Dimensions"].([]any)
+		for _, d := range dims {
 			if equal(path(d, "Value"), want) {
 				return true
 			}
 		}
 		return false
 	}
-	has("API 5xx", metric("AWS/ApiGateway", "5xx"))
-	for name, id := range ids {
-		has(name+" throttles", func(p map[string]any) bool {
-			return metric("AWS/Lambda", "Throttles")(p) && dim(p, refTo(id.Function))
-		})
+	// expression: an alarm on metric math over these metrics.
+	expression := func(contains string, metrics ...string) func(p map[string]any) bool {
+		return func(p map[string]any) bool {
+			ms, _ := p["Metrics"].([]any)
+			var expr string
+			names := map[string]bool{}
+			for _, m := range ms {
+				if e, ok := path(m, "Expression").(string); ok {
+					expr += e
+				}
+				if n, ok := path(m, "MetricStat", "Metric", "MetricName").(string); ok {
+					names[n] = true
+				}
+			}
+			for _, n := range metrics {
+				if !names[n] {
+					return false
+				}
+			}
+			return strings.Contains(expr, contains)
+		}
 	}
+	has("API 5xx rate", expression("100 * errors / requests", "5xx", "Count"))
+	// One throttle alarm, on Lambda's own total, instead of one per function.
+	has("Lambda throttles", func(p map[string]any) bool {
+		return metric("AWS/Lambda", "Throttles")(p) && p["Dimensions"] == nil
+	})
+	has("table throttled requests", expression("+", "ThrottledRequests"))
+	has("table system errors", expression("+", "SystemErrors"))
 	rec := refTo(ids[api.ReconcilerFunction].Function)
 	has("reconciler errors", func(p map[string]any) bool { return metric("AWS/Lambda", "Errors")(p) && dim(p, rec) })
+	has("reconciler not running", func(p map[string]any) bool {
+		return metric("AWS/Lambda", "Invocations")(p) && dim(p, rec) && p["TreatMissingData"] == "breaching"
+	})
 	has("reconciler lag", func(p map[string]any) bool {
 		// The unit must be the one the reconciler emits (capacity.PassResult.Log).
 		return metric(MetricNamespace, MetricLag)(p) && dim(p, refTo(ref["table"])) && p["Unit"] == "Milliseconds"
@@ -661,6 +797,9 @@ func TestAlarms(t *testing.T) {
 	has("DLQ depth", func(p map[string]any) bool {
 		return metric("AWS/SQS", "ApproximateNumberOfMessagesVisible")(p) && dim(p, getAtt(ref["dlq"], "QueueName"))
 	})
+	if len(alarms) != 8 {
+		t.Errorf("%d alarms, want the 8 above", len(alarms))
+	}
 	check(t, "dashboard", func() { tmpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Dashboard"), jsii.Number(1)) })
 }
 

@@ -29,10 +29,21 @@ type Method struct {
 	// method asks Better IAM once, on the draft it wrote (reservations.create).
 	DecideOnDraft bool
 	Input         reflect.Type
-	// Actions are the AWS actions the method's Lambda may call on the table
-	// (and KMS); the CDK app grants exactly these (least privilege).
+	// Actions are the AWS actions the method's Lambda may call on the table,
+	// KMS and the cursor key secret; the CDK app grants exactly these (least
+	// privilege).
 	Actions []string
+	// Indexes are where its dynamodb:Query reads: secondary index names of
+	// the table, or BaseTable. The CDK app grants Query on exactly these.
+	Indexes []string
 }
+
+// BaseTable in Indexes: the method queries the table itself (no index).
+const BaseTable = "(table)"
+
+// ReadsCursorKey is the action of methods that page with cursors: the
+// Lambda reads the cursor key secret once, at cold start.
+const ReadsCursorKey = "secretsmanager:GetSecretValue"
 
 // Note is a labelled paragraph of a method's reference page.
 type Note struct{ Label, Text string }
@@ -69,6 +80,9 @@ const ReconcilerFunction = "reconciler"
 // calendars and half-created pools (get, put, update; never delete).
 var ReconcilerActions = []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
 
+// ReconcilerIndexes are where the reconciler's Query reads: the due index.
+var ReconcilerIndexes = []string{"due"}
+
 const (
 	tenantScope = "tenant:{tenantId}"
 	fleetScope  = "compute-fleet"
@@ -103,7 +117,7 @@ var Catalog = []*Method{
 		Summary: "Returns every registered release, highest sequence first.",
 		Notes:   []Note{{"", "The list is not filtered by tenant: releases belong to the platform. Without `limit` it returns every release."}},
 		Input:   reflect.TypeFor[ListReleasesInput](),
-		Actions: []string{"dynamodb:Query"}},
+		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{"ordered"}},
 	{Name: "pools.create", Kind: Mutation, Permission: "compute:pools:admin", Scope: tenantScope, Module: "capacity",
 		Summary: "Creates a pool owned by the tenant with that many devices of each resource (device ids `<resource>-<n>`, n from 0), and the owner's quota rows with `max` = the device count.",
 		Notes: []Note{
@@ -125,7 +139,7 @@ var Catalog = []*Method{
 	{Name: "pools.list", Kind: Read, Permission: "compute:pools:read", Scope: tenantScope, Module: "capacity",
 		Summary: "Lists the pools owned by or offered to the tenant.",
 		Input:   reflect.TypeFor[ListPoolsInput](),
-		Actions: []string{"dynamodb:Query"}},
+		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{BaseTable}},
 	{Name: "quotas.get", Kind: Read, Permission: "compute:quotas:read", Scope: tenantScope, Module: "capacity",
 		Summary: "Returns the tenant's quota for one pool and resource; a missing row is `max 0, used 0` (a missing row grants 0), not `NOT_FOUND`.",
 		Input:   reflect.TypeFor[GetQuotaInput](),
@@ -133,7 +147,7 @@ var Catalog = []*Method{
 	{Name: "quotas.list", Kind: Read, Permission: "compute:quotas:read", Scope: tenantScope, Module: "capacity",
 		Summary: "Lists the tenant's quota rows, optionally for one pool.",
 		Input:   reflect.TypeFor[ListQuotasInput](),
-		Actions: []string{"dynamodb:Query"}},
+		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{BaseTable}},
 	{Name: "reservations.create", Kind: Mutation, Permission: "compute:reservations:create", Scope: tenantScope, Module: "capacity", DecideOnDraft: true,
 		Summary: "Writes the request as a draft, asks Better IAM once on the draft (the request as attributes), then charges quota and places the reservation on free devices; returns it `placed` with its `deviceIds`.",
 		Notes: []Note{
@@ -141,7 +155,7 @@ var Catalog = []*Method{
 			{"Errors", "`NOT_FOUND` when the pool is not visible to the tenant; `INVALID_INPUT` for a resource not in the pool or a bad window; `PERMISSION_DENIED` (reservation `denied`), `QUOTA_EXCEEDED` and `CAPACITY_EXHAUSTED` (reservation `rejected`) carry `details.reservationId`."},
 		},
 		Input:   reflect.TypeFor[CreateReservationInput](),
-		Actions: []string{"dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}},
+		Actions: []string{"dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, Indexes: []string{"fit", BaseTable}},
 	{Name: "reservations.get", Kind: Read, Permission: "compute:reservations:read", Scope: tenantScope, Module: "capacity",
 		Summary: "Returns one of the tenant's reservations; another tenant's id is `NOT_FOUND`.",
 		Input:   reflect.TypeFor[GetReservationInput](),
@@ -149,7 +163,7 @@ var Catalog = []*Method{
 	{Name: "reservations.list", Kind: Read, Permission: "compute:reservations:read", Scope: tenantScope, Module: "capacity",
 		Summary: "Lists the tenant's reservations, newest first, optionally filtered by pool and state.",
 		Input:   reflect.TypeFor[ListReservationsInput](),
-		Actions: []string{"dynamodb:Query"}},
+		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{"ordered"}},
 	{Name: "reservations.release", Kind: Mutation, Permission: "compute:reservations:release", Scope: tenantScope, Module: "capacity",
 		Summary: "Moves a non-terminal reservation to `released` (`releasedBy: \"tenant\"`), then credits its quota and frees its devices before answering; a terminal reservation is returned unchanged.",
 		Input:   reflect.TypeFor[ReleaseReservationInput](),

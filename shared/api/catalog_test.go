@@ -9,6 +9,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -148,9 +149,14 @@ func TestCatalogMethods(t *testing.T) {
 					}
 				}
 			}
+			checkIndexes(t, m.Actions, m.Indexes)
+			if pages := hasField(m.Input, "cursor"); pages != slices.Contains(m.Actions, api.ReadsCursorKey) {
+				t.Errorf("input pages with cursors: %v, declares %s: %v (exactly the methods that page read the cursor key)",
+					pages, api.ReadsCursorKey, !pages)
+			}
 			for _, a := range m.Actions {
-				if !strings.HasPrefix(a, "dynamodb:") && !strings.HasPrefix(a, "kms:") {
-					t.Errorf("action %q is neither DynamoDB nor KMS", a)
+				if !strings.HasPrefix(a, "dynamodb:") && !strings.HasPrefix(a, "kms:") && a != api.ReadsCursorKey {
+					t.Errorf("action %q is neither DynamoDB, KMS nor the cursor key's", a)
 				}
 				if strings.Contains(a, "*") {
 					t.Errorf("action %q is a wildcard (least privilege)", a)
@@ -161,6 +167,44 @@ func TestCatalogMethods(t *testing.T) {
 	if len(noActions) > 0 {
 		t.Logf("methods without Actions (not checked for write actions): %v", noActions)
 	}
+}
+
+func TestReconcilerIndexes(t *testing.T) {
+	checkIndexes(t, api.ReconcilerActions, api.ReconcilerIndexes)
+	if slices.Contains(api.ReconcilerActions, api.ReadsCursorKey) {
+		t.Errorf("the reconciler pages no cursors, yet reads the cursor key")
+	}
+}
+
+// checkIndexes: Query is declared exactly when Indexes says where it reads,
+// and each is an index of the table definition (or the table itself).
+func checkIndexes(t *testing.T, actions, indexes []string) {
+	t.Helper()
+	if queries := slices.Contains(actions, "dynamodb:Query"); queries != (len(indexes) > 0) {
+		t.Errorf("declares dynamodb:Query: %v, Indexes: %v (Query needs them, and only Query)", queries, indexes)
+	}
+	def := schema.Definition("x")
+	known := map[string]bool{api.BaseTable: true}
+	for _, ix := range def.LocalSecondaryIndexes {
+		known[*ix.IndexName] = true
+	}
+	for _, ix := range def.GlobalSecondaryIndexes {
+		known[*ix.IndexName] = true
+	}
+	for _, ix := range indexes {
+		if !known[ix] {
+			t.Errorf("index %q is not in the table definition (shared/dynamo/schema)", ix)
+		}
+	}
+}
+
+func hasField(typ reflect.Type, jsonName string) bool {
+	for _, d := range strictjson.Describe(typ) {
+		if d.Name == jsonName {
+			return true
+		}
+	}
+	return false
 }
 
 // checkInput: the method's Input is a struct that embeds api.Tenant, so

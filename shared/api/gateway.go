@@ -18,6 +18,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/meter"
+	"github.com/bettercompute/control-plane/shared/metrics"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -110,13 +111,92 @@ type Gateway struct {
 	// AllowDevTokens accepts "Authorization: Bearer dev:<principal>". Only the
 	// local gateway sets it; Lambdas behind API Gateway never do.
 	AllowDevTokens bool
+	// Table names the deployment (BC_TABLE). When set, each request line is
+	// also a CloudWatch EMF record of RequestMetrics with this as its Table
+	// dimension.
+	Table string
 }
 
-// Lambda returns the function lambda.Start wants for one endpoint.
-func (g *Gateway) Lambda(ep Endpoint) func(context.Context, events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
-	return func(ctx context.Context, req events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+// The request line's members that RequestMetrics publishes: its latency,
+// DynamoDB round trips and capacity units, by method and by outcome ("ok"
+// or the error code).
+const (
+	MetricLatency     = "latency_ms"
+	MetricDynamoCalls = "ddb_calls"
+	MetricRCU         = "ddb_rcu"
+	MetricWCU         = "ddb_wcu"
+	DimensionMethod   = "method"
+	DimensionOutcome  = "outcome"
+	OutcomeOK         = "ok"
+)
+
+// RequestMetrics are the EMF directives of every request line: latency and
+// DynamoDB cost per method (and in total), and latency by outcome, whose
+// sample count is the number of answers with each code.
+var RequestMetrics = []metrics.Directive{
+	{
+		Dimensions: [][]string{{metrics.DimensionTable}, {metrics.DimensionTable, DimensionMethod}},
+		Metrics: []metrics.Metric{
+			{Name: MetricLatency, Unit: metrics.Milliseconds},
+			{Name: MetricDynamoCalls, Unit: metrics.Count},
+			{Name: MetricRCU, Unit: metrics.Count},
+			{Name: MetricWCU, Unit: metrics.Count},
+		},
+	},
+	{
+		Dimensions: [][]string{{metrics.DimensionTable, DimensionOutcome}},
+		Metrics:    []metrics.Metric{{Name: MetricLatency, Unit: metrics.Milliseconds}},
+	},
+}
+
+// Lambda returns the function lambda.Start wants for one endpoint. A payload
+// that is not an API Gateway HTTP API event (payload format 2.0), such as a
+// test event or another service's, is answered INVALID_INPUT (details.reason
+// "not_api_gateway_event"), never served as an empty request.
+func (g *Gateway) Lambda(ep Endpoint) func(context.Context, json.RawMessage) (events.APIGatewayV2HTTPResponse, error) {
+	return func(ctx context.Context, payload json.RawMessage) (events.APIGatewayV2HTTPResponse, error) {
+		var req events.APIGatewayV2HTTPRequest
+		if err := json.Unmarshal(payload, &req); err != nil || req.Version != "2.0" || req.RequestContext.HTTP.Method == "" {
+			start := time.Now()
+			call := &Call{RequestID: NewRequestID(), Method: ep.Method}
+			err := apierr.Invalid("not_api_gateway_event", "",
+				"the function takes API Gateway HTTP API events (payload format 2.0); got %s", describePayload(payload))
+			resp := g.respond(call, nil, err)
+			g.log(ctx, call, err, resp.StatusCode, time.Since(start), meter.Usage{})
+			return resp, nil
+		}
 		return g.Serve(ctx, ep, req), nil
 	}
+}
+
+// describePayload says what an unexpected payload looks like, briefly.
+func describePayload(p json.RawMessage) string {
+	var probe struct {
+		Version    string `json:"version"`
+		Source     string `json:"source"`
+		DetailType string `json:"detail-type"`
+	}
+	switch {
+	case json.Unmarshal(p, &probe) != nil:
+		t := strings.TrimSpace(string(p))
+		if t == "" {
+			return "an empty payload"
+		}
+		switch t[0] {
+		case '[':
+			return "a JSON array"
+		case '"':
+			return "a JSON string"
+		case '{':
+			return "a JSON object"
+		}
+		return "a JSON value that is not an object"
+	case probe.DetailType != "":
+		return fmt.Sprintf("an EventBridge event (%s from %s)", probe.DetailType, probe.Source)
+	case probe.Version != "":
+		return fmt.Sprintf("an event of version %q", probe.Version)
+	}
+	return "a JSON value without the HTTP API request context"
 }
 
 // Serve handles one request. It never panics and never returns a Go error:
@@ -243,17 +323,17 @@ func (g *Gateway) log(ctx context.Context, call *Call, err error, status int, la
 	if logger == nil {
 		logger = slog.Default()
 	}
-	outcome, level := "ok", slog.LevelInfo
+	outcome, level := OutcomeOK, slog.LevelInfo
 	attrs := []slog.Attr{
 		slog.String("request_id", call.RequestID),
-		slog.String("method", call.Method.Name),
+		slog.String(DimensionMethod, call.Method.Name),
 		slog.String("tenant", call.TenantID),
 		slog.String("principal", call.Principal),
 		slog.Int("status", status),
-		slog.Float64("latency_ms", float64(latency.Microseconds())/1000),
-		slog.Int("ddb_calls", cost.Calls),
-		slog.Float64("ddb_rcu", cost.RCU),
-		slog.Float64("ddb_wcu", cost.WCU),
+		slog.Float64(MetricLatency, float64(latency.Microseconds())/1000),
+		slog.Int(MetricDynamoCalls, cost.Calls),
+		slog.Float64(MetricRCU, cost.RCU),
+		slog.Float64(MetricWCU, cost.WCU),
 	}
 	if err != nil {
 		outcome = string(apierr.CodeOf(err))
@@ -262,7 +342,10 @@ func (g *Gateway) log(ctx context.Context, call *Call, err error, status int, la
 			attrs = append(attrs, slog.String("error", err.Error()))
 		}
 	}
-	attrs = append(attrs, slog.String("outcome", outcome))
+	attrs = append(attrs, slog.String(DimensionOutcome, outcome))
+	if g.Table != "" {
+		attrs = append(attrs, slog.String(metrics.DimensionTable, g.Table), metrics.Attr(time.Now(), RequestMetrics...))
+	}
 	logger.LogAttrs(ctx, level, "request", attrs...)
 }
 

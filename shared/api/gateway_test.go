@@ -17,6 +17,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/iam"
+	"github.com/bettercompute/control-plane/shared/metrics"
 )
 
 // fakeDecider answers every request with one decision (or error) and
@@ -79,12 +80,14 @@ const goodBody = `{"tenantId":"acme","poolId":"pool-1"}`
 // authorizer accepted a token whose sub is sub.
 func jwtRequest(sub, body string) events.APIGatewayV2HTTPRequest {
 	return events.APIGatewayV2HTTPRequest{
+		Version:  "2.0",
 		RouteKey: "POST /api/compute/pools/get",
 		RawPath:  "/api/compute/pools/get",
 		Headers:  map[string]string{"content-type": "application/json"},
 		Body:     body,
 		RequestContext: events.APIGatewayV2HTTPRequestContext{
 			RequestID: "apigw-req-1",
+			HTTP:      events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/api/compute/pools/get"},
 			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
 				JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"sub": sub, "iss": "https://issuer"}},
 			},
@@ -98,8 +101,9 @@ func headerRequest(authorization, body string) events.APIGatewayV2HTTPRequest {
 	if authorization != "" {
 		h["authorization"] = authorization
 	}
-	return events.APIGatewayV2HTTPRequest{RawPath: "/api/compute/pools/get", Headers: h, Body: body,
-		RequestContext: events.APIGatewayV2HTTPRequestContext{RequestID: "apigw-req-2"}}
+	return events.APIGatewayV2HTTPRequest{Version: "2.0", RawPath: "/api/compute/pools/get", Headers: h, Body: body,
+		RequestContext: events.APIGatewayV2HTTPRequestContext{RequestID: "apigw-req-2",
+			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/api/compute/pools/get"}}}
 }
 
 // envelope is the error body of SPEC §2.
@@ -790,19 +794,105 @@ func TestNotServed(t *testing.T) {
 	})
 }
 
+func payload(t *testing.T, req events.APIGatewayV2HTTPRequest) json.RawMessage {
+	t.Helper()
+	b, err := json.Marshal(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
 func TestLambdaAdapter(t *testing.T) {
 	g, _ := newGateway(allow(), false)
-	fn := g.Lambda(poolsGet(&handlerSpy{}, nil))
-	resp, err := fn(context.Background(), jwtRequest("alice", goodBody))
+	spy := &handlerSpy{}
+	fn := g.Lambda(poolsGet(spy, nil))
+	resp, err := fn(context.Background(), payload(t, jwtRequest("alice", goodBody)))
 	if err != nil {
 		t.Fatalf("Lambda handler returned a Go error: %v", err)
 	}
 	if resp.StatusCode != 200 {
 		t.Errorf("status = %d, body %s", resp.StatusCode, resp.Body)
 	}
-	resp, err = fn(context.Background(), headerRequest("", goodBody))
+	resp, err = fn(context.Background(), payload(t, headerRequest("", goodBody)))
 	if err != nil || resp.StatusCode != 401 {
 		t.Errorf("unauthenticated: %d, %v; want 401, nil", resp.StatusCode, err)
+	}
+	if spy.calls != 1 {
+		t.Errorf("handler ran %d times, want 1", spy.calls)
+	}
+}
+
+// Whatever else reaches the function is answered INVALID_INPUT, never served
+// as an empty (unauthenticated) request and never a crash.
+func TestLambdaAdapterRefusesOtherPayloads(t *testing.T) {
+	v1 := jwtRequest("alice", goodBody)
+	v1.Version = "1.0"
+	for _, tc := range []struct{ name, payload, says string }{
+		{"empty object", `{}`, "without the HTTP API request context"},
+		{"null", `null`, "without the HTTP API request context"},
+		{"array", `[1,2]`, "a JSON array"},
+		{"string", `"ping"`, "a JSON string"},
+		{"number", `42`, "not an object"},
+		{"scheduled event", `{"version":"0","id":"x","detail-type":"Scheduled Event","source":"aws.events","detail":{}}`, "EventBridge event (Scheduled Event from aws.events)"},
+		{"payload format 1.0", string(payload(t, v1)), `version "1.0"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g, buf := newGateway(allow(), false)
+			spy := &handlerSpy{}
+			resp, err := g.Lambda(poolsGet(spy, nil))(context.Background(), json.RawMessage(tc.payload))
+			if err != nil {
+				t.Fatalf("Go error %v", err)
+			}
+			env := wantError(t, resp, 400, apierr.InvalidInput)
+			if env.Error.Details["reason"] != "not_api_gateway_event" || !strings.Contains(env.Error.Message, tc.says) {
+				t.Errorf("error %+v, want reason not_api_gateway_event and a message saying %q", env.Error, tc.says)
+			}
+			if spy.calls != 0 {
+				t.Errorf("the handler ran")
+			}
+			if line := oneLogLine(t, buf); line["outcome"] != "INVALID_INPUT" || line["method"] != "pools.get" {
+				t.Errorf("log line %v", line)
+			}
+		})
+	}
+}
+
+// With Table set, the request line is an EMF record of RequestMetrics.
+func TestRequestLineIsAnEMFRecord(t *testing.T) {
+	g, buf := newGateway(allow(), false)
+	g.Table = "bc-prod"
+	resp := g.Serve(context.Background(), poolsGet(&handlerSpy{}, nil), jwtRequest("alice", goodBody))
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %d", resp.StatusCode)
+	}
+	points, ok, err := metrics.Parse(buf.Bytes())
+	if err != nil || !ok {
+		t.Fatalf("request line %s: record %v, %v", buf.Bytes(), ok, err)
+	}
+	got := map[string]metrics.Point{}
+	for _, p := range points {
+		got[p.Key()] = p
+	}
+	for _, d := range api.RequestMetrics {
+		for _, dims := range d.Dimensions {
+			for _, m := range d.Metrics {
+				p, ok := got[metrics.Key(metrics.Namespace, m.Name, dims...)]
+				if !ok || p.Unit != m.Unit || p.Dimensions[metrics.DimensionTable] != "bc-prod" {
+					t.Errorf("%s %v: %+v", m.Name, dims, p)
+				}
+				if dim, ok := p.Dimensions[api.DimensionOutcome]; ok && dim != api.OutcomeOK {
+					t.Errorf("outcome %q", dim)
+				}
+			}
+		}
+	}
+	// Without a table the line stays a plain log line.
+	g.Table = ""
+	buf.Reset()
+	g.Serve(context.Background(), poolsGet(&handlerSpy{}, nil), jwtRequest("alice", goodBody))
+	if _, ok, _ := metrics.Parse(buf.Bytes()); ok {
+		t.Errorf("a gateway without Table wrote an EMF record")
 	}
 }
 

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
@@ -34,6 +36,8 @@ type App struct {
 	// only names the one method a Lambda serves ("" for all): modules skip
 	// start-up work (like fetching KMS pins) that method does not need.
 	only string
+	// cursorFallback: no cursor key was configured (see New).
+	cursorFallback bool
 }
 
 // serves reports whether this process serves method name.
@@ -81,14 +85,30 @@ func FromEnv(ctx context.Context, opts ...Option) (*App, error) {
 	return New(ctx, cfg, opts...)
 }
 
-// MustFromEnv is FromEnv for mains: a bad configuration stops the process.
+// MustFromEnv is FromEnv for mains: a bad configuration stops the process
+// with one JSON line saying why (in Lambda, an init failure: the runtime
+// exits and Lambda reports Runtime.ExitError).
 func MustFromEnv(ctx context.Context, opts ...Option) *App {
 	a, err := FromEnv(ctx, opts...)
 	if err != nil {
-		slog.Error("configuration", "error", err.Error())
+		newLogger(slog.LevelError).Error("configuration", "error", err.Error())
 		os.Exit(1)
 	}
 	return a
+}
+
+// newLogger is the JSON logger on stderr. Its time member is "timestamp":
+// with the JSON log format, Lambda filters application logs by their "level"
+// and needs an RFC 3339 "timestamp" to do so (a line without one counts as
+// INFO).
+func newLogger(level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level,
+		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
+			if a.Key == slog.TimeKey && len(groups) == 0 {
+				a.Key = "timestamp"
+			}
+			return a
+		}}))
 }
 
 // New builds an App from cfg.
@@ -100,7 +120,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*App, error) {
 	logger := o.logger
 	if logger == nil {
 		level, _ := ParseLogLevel(cfg.LogLevel) // validated by ConfigFromEnv
-		logger = slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+		logger = newLogger(level)
 	}
 	awsCfg := o.awsCfg
 	if awsCfg == nil {
@@ -114,12 +134,17 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*App, error) {
 		}
 	}
 	key := []byte(cfg.CursorKey)
-	if len(key) == 0 {
+	if cfg.CursorSecretARN != "" {
+		if key, err = readSecret(ctx, *awsCfg, cfg); err != nil {
+			return nil, err
+		}
+	}
+	fallback := len(key) == 0
+	if fallback {
 		// Cross-tenant safety never rests on this key (every query is bound to
 		// the caller's partition); it only makes tampering detectable.
 		sum := sha256.Sum256([]byte("bc-cursor:" + cfg.Table))
 		key = sum[:]
-		logger.Warn("BC_CURSOR_KEY is not set; cursors are keyed by the table name")
 	}
 	now := o.now
 	if now == nil {
@@ -129,10 +154,12 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*App, error) {
 		Config:  cfg,
 		AWS:     *awsCfg,
 		DB:      dynamo.NewClient(*awsCfg, cfg.DynamoEndpoint, o.dynamoOpt...),
-		Gateway: &api.Gateway{Decider: decider, Logger: logger, AllowDevTokens: o.devTokens},
+		Gateway: &api.Gateway{Decider: decider, Logger: logger, AllowDevTokens: o.devTokens, Table: cfg.Table},
 		Cursors: cursor.New(key),
 		Logger:  logger,
 		Now:     now,
+
+		cursorFallback: fallback,
 	}
 	a.KMS = kms.NewFromConfig(*awsCfg, func(ko *kms.Options) {
 		if cfg.KMSEndpoint != "" {
@@ -154,6 +181,35 @@ func lambdaAWSConfig(cfg Config) *aws.Config {
 	return &aws.Config{
 		Region:      cfg.Region,
 		Credentials: aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider(id, secret, os.Getenv("AWS_SESSION_TOKEN"))),
+	}
+}
+
+// readSecret reads the cursor key from Secrets Manager (a cold start's one
+// extra round trip, only in the functions that page).
+func readSecret(ctx context.Context, awsCfg aws.Config, cfg Config) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	sm := secretsmanager.NewFromConfig(awsCfg, func(o *secretsmanager.Options) {
+		if cfg.SecretsEndpoint != "" {
+			o.BaseEndpoint = aws.String(cfg.SecretsEndpoint)
+		}
+	})
+	out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(cfg.CursorSecretARN)})
+	if err != nil {
+		return nil, fmt.Errorf("BC_CURSOR_SECRET_ARN: reading the cursor key: %w", err)
+	}
+	if aws.ToString(out.SecretString) == "" {
+		return nil, fmt.Errorf("BC_CURSOR_SECRET_ARN: secret %s holds no string", cfg.CursorSecretARN)
+	}
+	return []byte(*out.SecretString), nil
+}
+
+// warnCursorKey says, where a method pages with cursors, that no key was
+// configured.
+func (a *App) warnCursorKey(m *api.Method) {
+	if a.cursorFallback && slices.Contains(m.Actions, api.ReadsCursorKey) {
+		a.Logger.Warn("no cursor key (BC_CURSOR_KEY or BC_CURSOR_SECRET_ARN); cursors are keyed by the table name", "method", m.Name)
+		a.cursorFallback = false // once
 	}
 }
 
@@ -203,6 +259,7 @@ func (a *App) Endpoints(ctx context.Context) ([]api.Endpoint, error) {
 	}
 	out := make([]api.Endpoint, 0, len(api.Catalog))
 	for _, m := range api.Catalog {
+		a.warnCursorKey(m)
 		ep, ok := built[m.Name]
 		if !ok {
 			ep = api.NotServed(m)
@@ -218,6 +275,7 @@ func (a *App) Endpoint(ctx context.Context, name string) (api.Endpoint, error) {
 	if m == nil {
 		return api.Endpoint{}, fmt.Errorf("no method %q in the catalog", name)
 	}
+	a.warnCursorKey(m)
 	build, ok := modules[m.Module]
 	if !ok {
 		return api.NotServed(m), nil

@@ -28,6 +28,10 @@ type Config struct {
 	ReleaseThreshold int      // BC_RELEASE_THRESHOLD (default 1)
 
 	CursorKey string // BC_CURSOR_KEY: HMAC key for pagination cursors
+	// CursorSecretARN (BC_CURSOR_SECRET_ARN): a Secrets Manager secret whose
+	// string is the cursor key, read once at start (deployed list functions).
+	CursorSecretARN string
+	SecretsEndpoint string // BC_SECRETSMANAGER_ENDPOINT: a local Secrets Manager API
 
 	ReconcileInterval time.Duration // BC_RECONCILE_INTERVAL (local gateway; default 5s)
 	LogLevel          string        // BC_LOG_LEVEL: debug, info (default), warn, error
@@ -47,6 +51,7 @@ func ConfigFromEnv() (Config, error) {
 		CursorKey:      os.Getenv("BC_CURSOR_KEY"),
 		LogLevel:       envOr("BC_LOG_LEVEL", "info"),
 	}
+	c.CursorSecretARN, c.SecretsEndpoint = os.Getenv("BC_CURSOR_SECRET_ARN"), os.Getenv("BC_SECRETSMANAGER_ENDPOINT")
 	for _, k := range strings.Split(os.Getenv("BC_RELEASE_KMS_KEYS"), ",") {
 		if k = strings.TrimSpace(k); k != "" {
 			c.ReleaseKMSKeys = append(c.ReleaseKMSKeys, k)
@@ -61,6 +66,9 @@ func ConfigFromEnv() (Config, error) {
 	}
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		return c, err
+	}
+	if c.CursorKey != "" && c.CursorSecretARN != "" {
+		return c, fmt.Errorf("set one of BC_CURSOR_KEY and BC_CURSOR_SECRET_ARN, not both")
 	}
 	if c.Region == "" {
 		c.Region = "us-east-1"

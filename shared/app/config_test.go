@@ -11,6 +11,7 @@ func TestConfigRefusesBadValues(t *testing.T) {
 		"log level with offset": {"BC_LOG_LEVEL": "info+2"},
 		"threshold 0":           {"BC_RELEASE_THRESHOLD": "0"},
 		"interval not duration": {"BC_RECONCILE_INTERVAL": "5"},
+		"two cursor keys":       {"BC_CURSOR_KEY": "k", "BC_CURSOR_SECRET_ARN": "arn:aws:secretsmanager:us-east-1:1:secret:k"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			for k, v := range env {

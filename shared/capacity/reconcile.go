@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/bettercompute/control-plane/shared/metrics"
 )
 
 // Binder binds a reservation's devices to its tenant when its window
@@ -270,17 +272,30 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time) (ste
 	return st, nil
 }
 
-// The lag metric of a pass's summary line: milliseconds between the oldest
-// due item's dueAt and the pass, with the table as dimension. The CDK app
-// alarms on these names.
+// The metrics of a pass's summary line: the lag (milliseconds between the
+// oldest due item's dueAt and the pass), the transitions it made and the
+// repairs it did, with the table as dimension. The CDK app alarms on and
+// graphs these names.
 const (
-	MetricNamespace = "BetterCompute"
-	MetricLag       = "Lag"
-	DimensionTable  = "Table"
+	MetricNamespace   = metrics.Namespace
+	MetricLag         = "Lag"
+	MetricTransitions = "transitioned"
+	MetricRepaired    = "repaired"
+	DimensionTable    = metrics.DimensionTable
 )
 
+// PassMetrics is the EMF directive of a pass's summary line.
+var PassMetrics = metrics.Directive{
+	Dimensions: [][]string{{DimensionTable}},
+	Metrics: []metrics.Metric{
+		{Name: MetricLag, Unit: metrics.Milliseconds},
+		{Name: MetricTransitions, Unit: metrics.Count},
+		{Name: MetricRepaired, Unit: metrics.Count},
+	},
+}
+
 // Log writes the pass's summary as one JSON line that is also a CloudWatch
-// embedded-metric-format record of MetricLag.
+// embedded-metric-format record of PassMetrics.
 func (p PassResult) Log(ctx context.Context, logger *slog.Logger, table string) {
 	lagMS := p.Lag.Milliseconds()
 	level := slog.LevelInfo
@@ -295,21 +310,14 @@ func (p PassResult) Log(ctx context.Context, logger *slog.Logger, table string) 
 	logger.LogAttrs(ctx, level, "reconcile pass",
 		slog.Int("found", p.Found),
 		slog.Any("transitions", p.Transitions),
-		slog.Int("transitioned", p.TransitionCount()),
-		slog.Int("repaired", p.Repaired),
+		slog.Int(MetricTransitions, p.TransitionCount()),
+		slog.Int(MetricRepaired, p.Repaired),
 		slog.Int("skipped", p.Skipped),
 		slog.Int("errors", p.Errors),
 		slog.Bool("stoppedEarly", p.Stopped),
 		slog.Float64("took_ms", float64(p.Took.Microseconds())/1000),
 		slog.String(DimensionTable, table),
 		slog.Int64(MetricLag, lagMS),
-		slog.Any("_aws", map[string]any{
-			"Timestamp": time.Now().UnixMilli(),
-			"CloudWatchMetrics": []any{map[string]any{
-				"Namespace":  MetricNamespace,
-				"Dimensions": [][]string{{DimensionTable}},
-				"Metrics":    []any{map[string]any{"Name": MetricLag, "Unit": "Milliseconds"}},
-			}},
-		}),
+		metrics.Attr(time.Now(), PassMetrics),
 	)
 }

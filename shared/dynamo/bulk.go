@@ -88,4 +88,3 @@ func (s *Capacity) PutDay(ctx context.Context, t capacity.PoolResource, day capa
 	return s.put(ctx, dayItem{PK: calPK(t.PoolID, t.Resource, day), SK: skDay, Kind: kindDay, Fit: markerFit,
 		Nodes: t.Nodes(), NodeSize: t.NodeSize, Devices: t.Devices, Expires: dayExpiry(day)}, nil)
 }
-

@@ -307,4 +307,3 @@ func BenchmarkFragmentation(b *testing.B) {
 		b.ReportMetric(float64(whole)/float64(optimal), "of-optimal")
 	}
 }
-

@@ -6,7 +6,11 @@
 //
 // Without BC_E2E_URL (what `make e2e` sets from BC_API_URL) it starts the
 // local stack in-process — real dynalite and local-kms behind the local
-// gateway — which is how CI runs it. Every run uses fresh tenant and pool ids,
+// gateway — which is how CI runs it. Under `make lambda-test` (the
+// artefacts of test/lambdastack in the environment) every request also goes
+// to the real bootstraps under the Lambda runtime interface emulator, with
+// the policy file and with a remote Better IAM, and any answer that differs
+// from the local gateway's fails the test. Every run uses fresh tenant and pool ids,
 // so it can run again and again against the same deployment.
 //
 // Against a deployment it never registers a release unless asked to:
@@ -31,6 +35,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/test/lambdastack"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -58,12 +63,23 @@ func newTarget(t *testing.T) *target {
 		}
 		return tg
 	}
-	st := teststack.Start(t, teststack.WithCursorKey("blackbox"))
 	root, err := devstack.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &target{admin: client.New(st.URL, "dev:admin"), anonymous: client.New(st.URL, ""),
+	url := ""
+	if art, ok := lambdastack.FromEnv(); ok {
+		// make lambda-test: every request also goes to the built Lambdas under
+		// the runtime interface emulator, in both Better IAM modes, and their
+		// answers must equal the local gateway's.
+		ref := teststack.Start(t, teststack.WithCursorKey(lambdastack.CursorKey))
+		url = lambdastack.Twin(t, ref.URL,
+			lambdastack.New(t, art, lambdastack.PolicyFile).StartAll(t).URL,
+			lambdastack.New(t, art, lambdastack.RemoteIAM).StartAll(t).URL)
+	} else {
+		url = teststack.Start(t, teststack.WithCursorKey("blackbox")).URL
+	}
+	return &target{admin: client.New(url, "dev:admin"), anonymous: client.New(url, ""),
 		releaseKey: loadKey(t, filepath.Join(root, devstack.KeyFile)), local: true}
 }
 

@@ -1,0 +1,246 @@
+package stack
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/cxapi"
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/bettercompute/control-plane/infra/cfnspec"
+	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/iam"
+	"github.com/bettercompute/control-plane/shared/metrics"
+)
+
+// findings are the rule packs' annotations on the tested stack, by level.
+func findings(level string) []*cxapi.SynthesisMessage {
+	a := assertions.Annotations_FromStack(stack)
+	pack := assertions.Match_StringLikeRegexp(jsii.String(`(AwsSolutions|Serverless)-`))
+	switch level {
+	case "error":
+		return *a.FindError(jsii.String("*"), pack)
+	case "warning":
+		return *a.FindWarning(jsii.String("*"), pack)
+	}
+	return *a.FindInfo(jsii.String("*"), pack)
+}
+
+// The AwsSolutions and Serverless packs find nothing that is not suppressed
+// in code, and every suppression still matches a finding (a stale one would
+// hide the next real finding on that resource).
+func TestRulePacks(t *testing.T) {
+	for _, level := range []string{"error", "warning"} {
+		for _, m := range findings(level) {
+			t.Errorf("unsuppressed %s at %s: %v", level, *m.Id, m.Entry.Data)
+		}
+	}
+	suppressed := map[string]bool{}
+	perPack := map[string]int{}
+	for _, m := range findings("info") {
+		text := fmt.Sprint(m.Entry.Data)
+		rule := regexp.MustCompile(`((?:AwsSolutions|Serverless)-[A-Za-z0-9]+) was triggered but suppressed`).FindStringSubmatch(text)
+		if rule == nil {
+			continue
+		}
+		applies := regexp.MustCompile(`^CdkNagSuppression\[([^\]]+)\]`).FindStringSubmatch(text)
+		key := *m.Id + " " + rule[1]
+		if applies != nil {
+			key += " " + applies[1]
+		}
+		suppressed[key] = true
+		perPack[strings.SplitN(rule[1], "-", 2)[0]]++
+	}
+	fns, err := Functions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range Suppressions(fns) {
+		if s.Rule == "" || len(s.Resources) == 0 || len(s.Reason) < 40 {
+			t.Errorf("suppression %+v: every suppression names its rule, its resources and a reason", s)
+		}
+		for _, r := range s.Resources {
+			keys := []string{"/" + *stack.Node().Path() + "/" + r + " " + s.Rule}
+			if len(s.AppliesTo) > 0 {
+				keys = nil
+				for _, a := range s.AppliesTo {
+					keys = append(keys, "/"+*stack.Node().Path()+"/"+r+" "+s.Rule+" "+a)
+				}
+			}
+			for _, k := range keys {
+				if !suppressed[k] {
+					t.Errorf("suppression %s matches no finding (stale: remove it)", k)
+				}
+			}
+		}
+	}
+	t.Logf("suppressed findings by pack: %v", perPack)
+}
+
+// Every resource's properties are what CloudFormation's registry schemas
+// accept (the spec of @aws-cdk/aws-service-spec, pinned by package-lock.json).
+func TestTemplateMatchesRegistrySchemas(t *testing.T) {
+	spec, err := cfnspec.Load("../../node_modules/@aws-cdk/aws-service-spec/db.json.gz")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := json.Marshal(tmpl.ToJSON())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found, err := spec.Validate(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range found {
+		t.Errorf("%s", f)
+	}
+	counts := map[string]int{}
+	for _, r := range res {
+		counts[r.Type]++
+	}
+	t.Logf("%d resources checked: %v", len(res), counts)
+}
+
+// records are real EMF lines: a request answered ok, one answered with an
+// error code, and a reconciler pass summary.
+func records(t *testing.T) map[string]metrics.Point {
+	t.Helper()
+	var buf bytes.Buffer
+	logger := slog.New(slog.NewJSONHandler(&buf, nil))
+	admin := &iam.Policy{Grants: []iam.Grant{{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}}}}
+	g := &api.Gateway{Decider: admin, Logger: logger, Table: "bc-table"}
+	ep := api.Bind(api.Lookup("pools.get"), func(_ context.Context, _ *api.Call, in *api.GetPoolInput) (any, error) {
+		if in.PoolID == "missing" {
+			return nil, apierr.New(apierr.NotFound, "no pool")
+		}
+		return map[string]string{"poolId": in.PoolID}, nil
+	})
+	for _, pool := range []string{"p1", "missing"} {
+		g.Serve(context.Background(), ep, events.APIGatewayV2HTTPRequest{Version: "2.0",
+			Body: `{"tenantId":"acme","poolId":"` + pool + `"}`,
+			RequestContext: events.APIGatewayV2HTTPRequestContext{RequestID: "r-" + pool,
+				HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST"},
+				Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+					JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"sub": "admin"}}}}})
+	}
+	capacity.PassResult{Found: 2, Transitions: map[string]int{"active": 1}, Repaired: 1, Lag: 2 * time.Second}.
+		Log(context.Background(), logger, "bc-table")
+	out := map[string]metrics.Point{}
+	lines := bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n"))
+	if len(lines) != 3 {
+		t.Fatalf("%d log lines, want 3:\n%s", len(lines), buf.Bytes())
+	}
+	for _, line := range lines {
+		points, ok, err := metrics.Parse(line)
+		if err != nil || !ok {
+			t.Fatalf("not an EMF record (%v): %s", err, line)
+		}
+		for _, p := range points {
+			out[p.Key()] = p
+		}
+	}
+	return out
+}
+
+// Every BetterCompute metric the dashboard graphs or an alarm watches is one
+// the functions' EMF records publish, with the same dimensions.
+func TestDashboardAndAlarmMetricsExistInTheRecords(t *testing.T) {
+	published := records(t)
+	var used []string
+	for _, r := range ofType("AWS::CloudWatch::Dashboard") {
+		used = append(used, dashboardMetrics(t, r.Properties["DashboardBody"])...)
+	}
+	for _, a := range ofType("AWS::CloudWatch::Alarm") {
+		p := a.Properties
+		if p["Namespace"] == MetricNamespace {
+			var dims []string
+			for _, d := range p["Dimensions"].([]any) {
+				dims = append(dims, path(d, "Name").(string))
+			}
+			used = append(used, metrics.Key(MetricNamespace, p["MetricName"].(string), dims...))
+		}
+	}
+	seen := map[string]bool{}
+	for _, k := range used {
+		seen[k] = true
+		if _, ok := published[k]; !ok {
+			t.Errorf("the dashboard or an alarm uses %s, which no record publishes", k)
+		}
+	}
+	// And what operators asked for is there: latency and cost by method,
+	// answers by code, the reconciler's transitions, repairs and lag.
+	for _, k := range []string{
+		metrics.Key(MetricNamespace, api.MetricLatency, DimensionTable, api.DimensionMethod),
+		metrics.Key(MetricNamespace, api.MetricLatency, DimensionTable, api.DimensionOutcome),
+		metrics.Key(MetricNamespace, api.MetricLatency, DimensionTable),
+		metrics.Key(MetricNamespace, api.MetricRCU, DimensionTable, api.DimensionMethod),
+		metrics.Key(MetricNamespace, api.MetricWCU, DimensionTable, api.DimensionMethod),
+		metrics.Key(MetricNamespace, api.MetricDynamoCalls, DimensionTable, api.DimensionMethod),
+		metrics.Key(MetricNamespace, MetricTransitions, DimensionTable),
+		metrics.Key(MetricNamespace, MetricRepaired, DimensionTable),
+		metrics.Key(MetricNamespace, MetricLag, DimensionTable),
+	} {
+		if !seen[k] {
+			t.Errorf("the dashboard does not show %s", k)
+		}
+	}
+}
+
+// dashboardMetrics reads the dashboard body (a Fn::Join of JSON text and
+// references) and returns the keys of its BetterCompute metrics.
+func dashboardMetrics(t *testing.T, body any) []string {
+	t.Helper()
+	var text strings.Builder
+	parts, _ := path(body, "Fn::Join").([]any)
+	if len(parts) != 2 {
+		t.Fatalf("dashboard body %s", jsonOf(body))
+	}
+	for _, p := range parts[1].([]any) {
+		if s, ok := p.(string); ok {
+			text.WriteString(s)
+		} else {
+			text.WriteString("REF") // a reference inside a JSON string
+		}
+	}
+	var d struct {
+		Widgets []struct {
+			Properties struct {
+				Metrics [][]any `json:"metrics"`
+			} `json:"properties"`
+		} `json:"widgets"`
+	}
+	if err := json.Unmarshal([]byte(text.String()), &d); err != nil {
+		t.Fatalf("dashboard body: %v\n%s", err, text.String())
+	}
+	var out []string
+	for _, w := range d.Widgets {
+		for _, m := range w.Properties.Metrics {
+			if len(m) < 2 || m[0] != MetricNamespace {
+				continue
+			}
+			var dims []string
+			for i := 2; i+1 < len(m); i += 2 {
+				if name, ok := m[i].(string); ok {
+					dims = append(dims, name)
+				}
+			}
+			out = append(out, metrics.Key(MetricNamespace, m[1].(string), dims...))
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("the dashboard graphs no %s metric", MetricNamespace)
+	}
+	return out
+}
