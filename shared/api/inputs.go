@@ -79,6 +79,16 @@ type ListPoolsInput struct {
 	Page
 }
 
+type PoolUsageInput struct {
+	Tenant
+	PoolID   string     `json:"poolId" bc:"required,pattern=poolId"`
+	Resource string     `json:"resource" bc:"required,pattern=resource"`
+	From     *time.Time `json:"from,omitempty" bc:"doc=start of the span; defaults to now"`
+	Hours    *int       `json:"hours,omitempty" bc:"min=1,max=24,doc=length of the span (default 24)"`
+	Limit    *int       `json:"limit,omitempty" bc:"min=1,max=100,doc=nodes per page (default 50)"`
+	Cursor   *string    `json:"cursor,omitempty" bc:"min=1,max=4096"`
+}
+
 type GetQuotaInput struct {
 	Tenant
 	PoolID   string `json:"poolId" bc:"required,pattern=poolId"`

@@ -2,6 +2,8 @@ package app
 
 import (
 	"context"
+	"strconv"
+	"time"
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
@@ -32,6 +34,10 @@ type (
 	ListQuotasResult struct {
 		Quotas     []capacity.Quota `json:"quotas"`
 		NextCursor string           `json:"nextCursor,omitempty"`
+	}
+	PoolUsageResult struct {
+		Usage      capacity.Usage `json:"usage"`
+		NextCursor string         `json:"nextCursor,omitempty"`
 	}
 	ListReservationsResult struct {
 		Reservations []capacity.Reservation `json:"reservations"`
@@ -75,6 +81,27 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 				return nil, err
 			}
 			return ListPoolsResult{Pools: nonNil(ps), NextCursor: a.next(lp, next)}, nil
+		}),
+		api.Bind(api.Lookup("pools.usage"), func(ctx context.Context, call *api.Call, in *api.PoolUsageInput) (any, error) {
+			q := capacity.UsageRequest{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource, Hours: deref(in.Hours)}
+			if in.From != nil {
+				q.From = *in.From
+			}
+			from := ""
+			if in.From != nil {
+				from = in.From.UTC().Format(time.RFC3339Nano)
+			}
+			lp, err := a.page(call, api.Page{Limit: in.Limit, Cursor: in.Cursor}, capacity.DefaultUsageNodes,
+				"poolId="+in.PoolID, "resource="+in.Resource, "from="+from, "hours="+strconv.Itoa(q.Hours))
+			if err != nil {
+				return nil, err
+			}
+			q.Page = capacity.Page{Limit: lp.Limit, After: lp.After}
+			u, next, err := svc.PoolUsage(ctx, q)
+			if err != nil {
+				return nil, err
+			}
+			return PoolUsageResult{Usage: u, NextCursor: a.next(lp, next)}, nil
 		}),
 		api.Bind(api.Lookup("quotas.get"), func(ctx context.Context, call *api.Call, in *api.GetQuotaInput) (any, error) {
 			q, err := svc.GetQuota(ctx, capacity.QuotaKey{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource})

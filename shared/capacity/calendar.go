@@ -13,6 +13,10 @@ const MaxEntriesPerNodeDay = 256
 // and two placements on different devices of one node never conflict), and
 // Untouched, the number of devices no allocation of the day uses — what
 // candidates are ordered by.
+//
+// A node-day nothing was ever placed on need not be stored: Stored is
+// false for one made up as empty (EmptyNodeDay), and the first placement
+// on it creates it if it is still missing.
 type NodeDay struct {
 	Pool      string
 	Resource  string
@@ -20,9 +24,24 @@ type NodeDay struct {
 	Node      int
 	Size      int // devices on the node
 	NodeSize  int // the resource's node size (the last node may be smaller)
+	Devices   int // the resource's devices in the pool
+	Stored    bool
 	Untouched int
 	Versions  map[int]int64 // device index on the node → version (absent: 0)
 	Entries   map[string]Entry
+}
+
+// EmptyNodeDay is node-day k of day as it is before anything is placed on
+// it (not stored).
+func EmptyNodeDay(t PoolResource, k NodeDayKey) NodeDay {
+	size := t.Size(k.Node)
+	return NodeDay{Pool: t.PoolID, Resource: t.Resource, Day: k.Day, Node: k.Node, Size: size, NodeSize: t.NodeSize,
+		Devices: t.Devices, Untouched: size, Versions: map[int]int64{}, Entries: map[string]Entry{}}
+}
+
+// Topology is the layout of the resource the node-day belongs to.
+func (n NodeDay) Topology() PoolResource {
+	return PoolResource{PoolID: n.Pool, Topology: Topology{Resource: n.Resource, Devices: n.Devices, NodeSize: n.NodeSize}}
 }
 
 // Entry is one reservation's devices on a node, for its whole window.

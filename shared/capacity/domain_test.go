@@ -137,14 +137,14 @@ func TestChoose(t *testing.T) {
 		want     string // "node:mask,…" or the NoFit reason
 	}{
 		{"fullest node that fits", 2, capacity.OnNodes, hours(1, 2), "0:11000000"},
-		{"next fullest when it does not", 3, capacity.OnNodes, hours(1, 2), "1:11100"},
+		{"next fullest when it does not, in a free aligned quad", 3, capacity.OnNodes, hours(1, 2), "1:1110000"},
 		{"whole node", 8, capacity.OnNodes, hours(1, 2), "3:11111111"},
 		{"several nodes: a whole one and the fullest for the rest", 10, capacity.OnNodes, hours(1, 2), "0:11000000,3:11111111"},
 		{"several nodes: the remainder on the fullest that holds it", 13, capacity.OnNodes, hours(1, 2), "1:1111100,3:11111111"},
 		{"too few devices on two nodes is topology", 16, capacity.OnNodes, hours(1, 2), "topology"},
-		{"any: fullest nodes first", 9, capacity.AnyDevices, hours(1, 2), "0:11000000,1:11111100,2:10"},
+		{"any: fullest nodes first", 9, capacity.AnyDevices, hours(1, 2), "0:11000000,1:11111100,2:1000000"},
 		{"any: not enough devices", 24, capacity.AnyDevices, hours(1, 2), "capacity"},
-		{"adjacent window is free (half-open)", 8, capacity.OnNodes, hours(5, 6), "2:11111111"},
+		{"a node used at other times of the day before an unused one", 8, capacity.OnNodes, hours(5, 6), "0:11111111"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -7,32 +7,47 @@ import (
 	"time"
 )
 
-// Candidate is one node and its state on every day a window overlaps.
+// Candidate is one node and its state over a window: either its node-days
+// (Days, one per day of the window, as read) or, when the exact path reads
+// a whole pool without keeping its node-days, a Summary.
 type Candidate struct {
-	Node int
-	Days []NodeDay
+	Node    int
+	Days    []NodeDay
+	Summary *Summary
 }
 
-// Free is the mask of the node's devices free during all of w (ignoring
-// allocations of reservation id itself).
-func (c Candidate) Free(w Window, id string) Mask {
-	free := ^Mask(0)
-	for _, d := range c.Days {
-		free &= d.Free(w, id)
+// Summary is a node's state over one request's window, boiled down.
+type Summary struct {
+	Size      int
+	Free      Mask // free during all of the window
+	Untouched Mask // used by no allocation on any of the window's days
+}
+
+// summary is c's Summary for req (computed from Days when not given).
+func (c Candidate) summary(req Request) Summary {
+	if c.Summary != nil {
+		return *c.Summary
 	}
 	if len(c.Days) == 0 {
-		return 0
+		return Summary{}
 	}
-	return free
+	s := Summary{Size: c.Days[0].Size, Free: ^Mask(0), Untouched: ^Mask(0)}
+	for _, d := range c.Days {
+		s.Add(d, req)
+	}
+	return s
 }
 
-// untouched is the mask of devices no allocation uses on any of the days.
-func (c Candidate) untouched() Mask {
-	m := ^Mask(0)
-	for _, d := range c.Days {
-		m &= Full(d.Size) &^ d.Touched()
-	}
-	return m
+// Add narrows s by one more day of the window.
+func (s *Summary) Add(d NodeDay, req Request) {
+	s.Free &= d.Free(req.Window, req.ID)
+	s.Untouched &= Full(d.Size) &^ d.Touched()
+}
+
+// NewSummary is the summary of a node of size devices before any day is
+// added: everything free.
+func NewSummary(size int) Summary {
+	return Summary{Size: size, Free: Full(size), Untouched: Full(size)}
 }
 
 // NoFit is why no placement was found: ReasonCapacity (not enough free
@@ -47,56 +62,70 @@ type Request struct {
 	Count    int
 	Topology string // OnNodes or AnyDevices
 	Window   Window
+	// Attempt counts placements this create already lost to racing
+	// creates; Spread asks for any node that fits rather than the fullest
+	// (after a lost race, or when racing creates are expected): see
+	// docs/capacity.md, "Placement under contention".
+	Attempt int
+	Spread  bool
 }
 
-// Choose places req on the candidates, best fit (SPEC §4.4):
+// Choose places req on the candidates (SPEC §4.4):
 //
-//   - topology "node", count ≤ nodeSize: the node with the fewest free
-//     devices that still holds count (the fullest that fits), so whole
-//     nodes stay whole;
+//   - topology "node", count ≤ nodeSize: best fit — the node with the
+//     fewest free devices that still holds count (the fullest that fits),
+//     so whole nodes stay whole; among those, the one more used at other
+//     times of the day; with req.Spread, any node that fits;
 //   - topology "node", a larger count: ⌈count / nodeSize⌉ nodes — whole free
 //     nodes and, for the remainder, the fullest node that holds it;
 //   - topology "any": the fullest nodes first until count is reached.
 //
-// Within a node, devices some allocation of the day already uses are taken
-// before untouched ones (again to keep whole devices whole), lowest first.
-// Among equally good nodes the choice is a hash of the reservation and the
-// node: a retry on the same state chooses the same, while racing creates
-// spread over the ties instead of all taking the first.
+// Within a node, devices are taken as an aligned block of the next power
+// of two (a pair, a quad, …: how NVLink switches group devices, and two
+// creates racing for one node then collide only on the same block), those
+// some allocation of the day already uses first (to keep untouched devices
+// whole), lowest first.
+//
+// Among equally good nodes and blocks the choice is a hash of the
+// reservation, the attempt and the node: a retry on the same state chooses
+// the same, while racing creates spread over the ties instead of all
+// taking the first.
 //
 // NoFit is exact only when cands holds every node of the resource.
 func Choose(t Topology, req Request, cands []Candidate) (Placement, error) {
 	type node struct {
-		Candidate
-		free  Mask
+		Summary
+		Node  int
 		n     int
 		order uint32
 	}
 	nodes := make([]node, 0, len(cands))
 	total := 0
 	for _, c := range cands {
-		free := c.Free(req.Window, req.ID)
-		if n := free.Count(); n > 0 {
-			nodes = append(nodes, node{c, free, n, tiebreak(req.ID, c.Node)})
+		s := c.summary(req)
+		if n := s.Free.Count(); n > 0 {
+			nodes = append(nodes, node{s, c.Node, n, tiebreak(req.ID, req.Attempt, c.Node)})
 			total += n
 		}
 	}
 	if total < req.Count {
 		return nil, NoFit{ReasonCapacity}
 	}
-	// Fullest first; ties spread by the hash.
+	// Fullest first; then those more used at other times of the window's
+	// days (keeping wholly unused nodes for long reservations); ties
+	// spread by the hash.
 	sort.Slice(nodes, func(i, j int) bool {
-		if nodes[i].n != nodes[j].n {
-			return nodes[i].n < nodes[j].n
+		a, b := nodes[i], nodes[j]
+		if a.n != b.n {
+			return a.n < b.n
 		}
-		return nodes[i].order < nodes[j].order
+		if ua, ub := a.Untouched.Count(), b.Untouched.Count(); ua != ub {
+			return ua < ub
+		}
+		return a.order < b.order
 	})
 	take := func(n node, count int) NodeDevices {
-		// Devices already used that day first, then untouched, lowest first.
-		touched := n.free &^ n.untouched()
-		m := touched.Lowest(count)
-		m |= (n.free &^ m).Lowest(count - m.Count())
-		return NodeDevices{Node: n.Node, Mask: m}
+		return NodeDevices{Node: n.Node, Mask: takeBlock(n.Summary, count, n.order)}
 	}
 	var p Placement
 	switch {
@@ -110,9 +139,19 @@ func Choose(t Topology, req Request, cands []Candidate) (Placement, error) {
 			p, left = append(p, nd), left-nd.Mask.Count()
 		}
 	case req.Count <= t.NodeSize:
-		i := slices.IndexFunc(nodes, func(n node) bool { return n.n >= req.Count })
-		if i < 0 {
+		fits := slices.IndexFunc(nodes, func(n node) bool { return n.n >= req.Count })
+		if fits < 0 {
 			return nil, NoFit{ReasonTopology}
+		}
+		i := fits
+		if req.Spread {
+			// Any node that fits, by the hash (the order sorts ties only).
+			best := uint32(0)
+			for j := fits; j < len(nodes); j++ {
+				if h := tiebreak(req.ID, req.Attempt+1, nodes[j].Node); j == fits || h < best {
+					i, best = j, h
+				}
+			}
 		}
 		p = Placement{take(nodes[i], req.Count)}
 	default:
@@ -160,10 +199,47 @@ func Choose(t Topology, req Request, cands []Candidate) (Placement, error) {
 	return p, nil
 }
 
-func tiebreak(id string, node int) uint32 {
+// takeBlock picks count of a node's free devices: within one free aligned
+// block of the next power of two if there is one (the block with the most
+// devices already used that day, ties by h), else wherever they are free;
+// devices already used that day first, lowest first.
+func takeBlock(s Summary, count int, h uint32) Mask {
+	pick := func(within Mask) Mask {
+		touched := within &^ s.Untouched
+		m := touched.Lowest(count)
+		return m | (within &^ m).Lowest(count-m.Count())
+	}
+	b := 1
+	for b < count {
+		b <<= 1
+	}
+	if b > s.Size {
+		return pick(s.Free)
+	}
+	var blocks []Mask
+	most := -1
+	for start := 0; start+b <= s.Size; start += b {
+		blk := Full(b) << uint(start)
+		if s.Free&blk != blk {
+			continue
+		}
+		switch used := (blk &^ s.Untouched).Count(); {
+		case used > most:
+			blocks, most = []Mask{blk}, used
+		case used == most:
+			blocks = append(blocks, blk)
+		}
+	}
+	if len(blocks) == 0 {
+		return pick(s.Free)
+	}
+	return pick(blocks[int(h>>8)%len(blocks)])
+}
+
+func tiebreak(id string, attempt, node int) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(id))
-	h.Write([]byte{byte(node), byte(node >> 8), byte(node >> 16), byte(node >> 24)})
+	h.Write([]byte{byte(attempt), byte(node), byte(node >> 8), byte(node >> 16), byte(node >> 24)})
 	return h.Sum32()
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/metrics"
@@ -39,6 +40,33 @@ var ReconcileFaultPoints = []string{
 	"reconcile.credited", "reconcile.unplaced", FaultReconcileSwept,
 }
 
+// pool completes a pool's creation if a crash cut it short, provisions its
+// days ahead and marks it due again at the start of the next day (when the
+// next day enters the ProvisionDays ahead).
+func (rc *Reconciler) pool(ctx context.Context, p Pool, due, now time.Time, budget *atomic.Int64) (step, error) {
+	s := rc.Service
+	if now.Before(due) {
+		return step{}, nil
+	}
+	var st step
+	if due.Equal(p.CreatedAt.Add(StaleAfter)) {
+		// Still due from its claim: the create did not finish.
+		if err := s.completePool(ctx, p, now); err != nil {
+			return st, err
+		}
+		st.repaired = true
+	}
+	days, done, err := s.provisionPool(ctx, p, now, budget)
+	st.provisioned = days
+	if err != nil || !done {
+		return st, err
+	}
+	if err := s.Store.PoolDue(ctx, p.PoolID, (DayOf(now) + 1).Start()); err != nil {
+		return st, unavailable(err)
+	}
+	return st, nil
+}
+
 // Reconciler is capacity.reservations (SPEC §4.5): each pass finds due
 // items through the sparse due index and moves each forward with
 // conditional writes on the state it read, so overlapping and repeated
@@ -52,13 +80,22 @@ type Reconciler struct {
 	// Margin: the pass stops taking work this long before the context's
 	// deadline (default 10% of the time left, at most 5s).
 	Margin time.Duration
+	// ProvisionBudget bounds the node-days one pass provisions (default
+	// DefaultProvisionBudget); pools left over stay due for the next.
+	ProvisionBudget int
 }
+
+// DefaultProvisionBudget: node-days one pass provisions at most (about
+// 15 s of writes at 16 at once on DynamoDB; a day of the largest resource,
+// 100,000 one-device nodes, is always started when budget is left).
+const DefaultProvisionBudget = 50_000
 
 // PassResult summarizes one pass.
 type PassResult struct {
 	Found       int            `json:"found"`
 	Transitions map[string]int `json:"transitions"` // by target state
 	Repaired    int            `json:"repaired"`    // terminal leftovers swept, pools completed
+	Provisioned int            `json:"provisioned"` // node-days of days ahead stored (whole days)
 	Skipped     int            `json:"skipped"`     // not yet due, or another pass got there first
 	Errors      int            `json:"errors"`
 	Lag         time.Duration  `json:"-"` // now − oldest dueAt found (0 if none)
@@ -79,9 +116,10 @@ func (p PassResult) TransitionCount() int {
 // (by target state), or a repair; gone when the index entry outlived its
 // item (a GSI entry may, for a moment, in DynamoDB).
 type step struct {
-	moved    []string
-	repaired bool
-	gone     bool
+	moved       []string
+	repaired    bool
+	gone        bool
+	provisioned int
 }
 
 // Pass runs one reconciler pass and logs its summary line. Each shard of
@@ -112,6 +150,11 @@ func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 	}
 	var mu sync.Mutex
 	var oldest time.Time
+	var budget atomic.Int64
+	budget.Store(int64(rc.ProvisionBudget))
+	if rc.ProvisionBudget <= 0 {
+		budget.Store(DefaultProvisionBudget)
+	}
 	items := make(chan DueItem, workers)
 	results := make(chan result, workers)
 	var producers, consumers sync.WaitGroup
@@ -145,7 +188,7 @@ func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 		go func() {
 			defer consumers.Done()
 			for d := range items {
-				st, err := rc.handle(ctx, d, now)
+				st, err := rc.handle(ctx, d, now, &budget)
 				results <- result{st, d.Due, err}
 			}
 		}()
@@ -155,6 +198,7 @@ func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 		for _, k := range r.moved {
 			res.Transitions[k]++
 		}
+		res.Provisioned += r.provisioned
 		// Lag is the age of the oldest real work: an entry whose item is
 		// gone is skipped and does not hold the metric up.
 		if !r.gone && (oldest.IsZero() || r.due.Before(oldest)) {
@@ -180,16 +224,10 @@ func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 }
 
 // handle moves one due item forward as far as it can go now.
-func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time) (step, error) {
+func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time, budget *atomic.Int64) (step, error) {
 	s := rc.Service
 	if d.Pool != nil {
-		if now.Before(d.Due) {
-			return step{}, nil
-		}
-		if err := s.completePool(ctx, *d.Pool); err != nil {
-			return step{}, err
-		}
-		return step{repaired: true}, nil
+		return rc.pool(ctx, *d.Pool, d.Due, now, budget)
 	}
 	r := *d.Reservation
 	var st step

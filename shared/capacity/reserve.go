@@ -71,8 +71,11 @@ var (
 // twice once the first has settled.
 //
 // Happy path, for a count that fits a node and a window within one UTC day:
-// 6 DynamoDB round trips — the draft, the candidates query, the charge,
-// the node-day write, the fence and the settle (the last two at once).
+// 6 DynamoDB round trips, 5 one after another — the draft and, at the same
+// time, the candidates query (read ahead; dropped unread when the request
+// is refused or replayed, so the decision still comes before anything the
+// caller could learn about the pool), the charge, the node-day write, the
+// fence and the settle.
 func (s *Service) CreateReservation(ctx context.Context, req CreateRequest, decide Decide) (Reservation, error) {
 	now := s.now()
 	if req.Count < 1 || req.Count > MaxCount {
@@ -121,6 +124,7 @@ func (s *Service) CreateReservation(ctx context.Context, req CreateRequest, deci
 		}
 		return s.replay(ctx, draft, stored, decide)
 	}
+	ahead := s.readAhead(ctx, draft)
 	stored, err := s.Store.PutDraft(ctx, draft)
 	if errors.Is(err, ErrExists) {
 		return s.replay(ctx, draft, stored, decide)
@@ -134,7 +138,33 @@ func (s *Service) CreateReservation(ctx context.Context, req CreateRequest, deci
 	if err := decide(ctx, attributes(draft)); err != nil {
 		return s.refused(ctx, draft, err)
 	}
-	return s.drive(ctx, draft)
+	return s.drive(context.WithValue(ctx, aheadKey{}, ahead), draft)
+}
+
+// ahead is a candidate read started beside the draft's write.
+type ahead struct {
+	done  chan struct{}
+	pr    PoolResource
+	req   Request
+	cands []Candidate
+	err   error
+}
+
+type aheadKey struct{}
+
+// readAhead starts the fast path's candidate read for a new draft.
+func (s *Service) readAhead(ctx context.Context, r Reservation) *ahead {
+	a := &ahead{done: make(chan struct{}), req: requestOf(r)}
+	go func() {
+		defer close(a.done)
+		a.pr, a.cands, a.err = s.fastCandidates(ctx, r, &a.req)
+	}()
+	return a
+}
+
+// requestOf is the placement request of a draft.
+func requestOf(r Reservation) Request {
+	return Request{ID: r.ReservationID, Count: r.Count, Topology: r.Topology, Window: r.Window}
 }
 
 // validateWindow applies SPEC §4.4/§9's window rules at now.
@@ -304,7 +334,7 @@ func (s *Service) handBack(ctx context.Context, r Reservation) {
 // admit chooses, charges, places and fences an allowed draft.
 func (s *Service) admit(ctx context.Context, r Reservation) (Reservation, error) {
 	k := r.Quota()
-	req := Request{ID: r.ReservationID, Count: r.Count, Topology: r.Topology, Window: r.Window}
+	req := requestOf(r)
 	pr, p, state, err := s.choose(ctx, r, req)
 	switch {
 	case errors.Is(err, errInvalidPool), errors.Is(err, errInvalidRes):
@@ -652,23 +682,34 @@ func (s *Service) releaseDraft(ctx context.Context, n Reservation) (Reservation,
 const defaultPlaceAttempts = 16
 
 // candidateLimit is how many node-days the fast path reads: the fullest
-// ones that may fit, so racing creates have ties to spread over.
+// ones that may fit, so racing creates have ties to spread over, and few
+// enough that the read stays within one or two read units.
 const candidateLimit = 16
 
 // choose reads candidates and chooses a placement. The fast path reads the
-// fullest node-days of the window's first day that may fit (one Query) and,
-// for a longer window, the same nodes' other days (one BatchGetItem). When
-// that finds nothing, the pool is checked (visible to the tenant, the
-// resource in it, its days provisioned) and every node-day of the window is
-// read: an exact answer, whose cost grows with the pool — only on the way
-// to a refusal, or to a fit the fast path cannot see (a device free in a
-// gap between others' reservations of the same day).
+// fullest stored node-days of the window's first day that may fit (one
+// Query) and, for a longer window, the same nodes' other days (one
+// BatchGetItem; a day not stored is empty). When that finds nothing, the
+// pool is checked (visible to the tenant, the resource in it) and every
+// stored node-day of the window is read, nodes never stored counting as
+// empty: an exact answer, whose cost grows with the pool — only on the way
+// to a refusal, to a fit the fast path cannot see (a device free in a gap
+// between others' reservations of the same day), or to the first
+// placement on a day that is neither provisioned nor used yet.
 func (s *Service) choose(ctx context.Context, r Reservation, req Request) (PoolResource, Placement, nodeDays, error) {
-	pr, cands, ok, err := s.fastCandidates(ctx, r, req)
+	var pr PoolResource
+	var cands []Candidate
+	var err error
+	if a, ok := ctx.Value(aheadKey{}).(*ahead); ok && req.Attempt == 0 && a.req.ID == req.ID {
+		<-a.done
+		pr, cands, err, req = a.pr, a.cands, a.err, a.req
+	} else {
+		pr, cands, err = s.fastCandidates(ctx, r, &req)
+	}
 	if err != nil {
 		return pr, nil, nil, err
 	}
-	if ok {
+	if len(cands) > 0 {
 		if p, err := Choose(pr.Topology, req, cands); err == nil {
 			return pr, p, stateOf(cands), nil
 		}
@@ -678,15 +719,16 @@ func (s *Service) choose(ctx context.Context, r Reservation, req Request) (PoolR
 		return pr, nil, nil, err
 	}
 	pr = PoolResource{PoolID: r.PoolID, Topology: pool.Topology(r.Resource)}
-	all, err := s.allCandidates(ctx, pr, r.Window)
+	s.learn(pr)
+	all, err := s.allCandidates(ctx, pr, req)
 	if err != nil {
 		return pr, nil, nil, err
 	}
 	p, err := Choose(pr.Topology, req, all)
-	return pr, p, stateOf(all), err
+	return pr, p, nil, err
 }
 
-// nodeDays is node-days as read, by (node, day).
+// nodeDays is node-days as read (or, missing, made up empty), by (node, day).
 type nodeDays map[NodeDayKey]NodeDay
 
 func stateOf(cands []Candidate) nodeDays {
@@ -699,41 +741,72 @@ func stateOf(cands []Candidate) nodeDays {
 	return out
 }
 
-// fastCandidates is choose's fast path; ok is false when it could not tell
-// (a day not provisioned, or no node-days at all).
-func (s *Service) fastCandidates(ctx context.Context, r Reservation, req Request) (PoolResource, []Candidate, bool, error) {
+// fastCandidates is choose's fast path: the candidates it read (none when
+// it could not tell). It may set req.Spread (see spreadNow).
+func (s *Service) fastCandidates(ctx context.Context, r Reservation, req *Request) (PoolResource, []Candidate, error) {
 	pr := PoolResource{PoolID: r.PoolID, Topology: Topology{Resource: r.Resource}}
 	days := r.Window.Days()
-	minUntouched := req.Count
+	minUntouched, from := req.Count, uint32(0)
 	if req.Topology == AnyDevices {
 		minUntouched = 1
 	}
-	first, ok, err := s.Store.Candidates(ctx, pr, days[0], min(minUntouched, MaxNodeSize), candidateLimit)
-	if err != nil || !ok || len(first) == 0 {
-		return pr, nil, false, unavailableOrNil(err)
+	known, haveTopology := s.known(pr)
+	switch {
+	case haveTopology && req.Topology == OnNodes && req.Count >= known.NodeSize:
+		// Whole nodes: start the read at a point of the whole nodes' order
+		// that depends on the reservation, so racing creates read (and
+		// take) different ones.
+		minUntouched, from = known.NodeSize, spreadFrom(req)
+	case haveTopology && req.Topology == OnNodes && (req.Attempt > 0 || s.spreadNow(req.ID)):
+		// Lost a race, or racing creates are likely: read from a point of
+		// the order that depends on the reservation and take any node that
+		// fits; a fresh whole node when racing is likely (the fullest
+		// partial ones are where racers collide).
+		req.Spread, from = true, spreadFrom(req)
+		if req.Attempt == 0 {
+			minUntouched = known.NodeSize
+		}
 	}
-	pr.NodeSize, pr.Devices = first[0].NodeSize, MaxDevicesPerResource
+	first, _, err := s.Store.Candidates(ctx, pr, days[0], min(minUntouched, MaxNodeSize), candidateLimit, from)
+	if err != nil {
+		return pr, nil, unavailable(err)
+	}
+	if len(first) == 0 && from > 0 {
+		// Nothing from there on: read from the start.
+		if first, _, err = s.Store.Candidates(ctx, pr, days[0], min(req.Count, MaxNodeSize), candidateLimit, 0); err != nil {
+			return pr, nil, unavailable(err)
+		}
+	}
+	if len(first) == 0 {
+		return pr, nil, nil
+	}
+	pr = first[0].Topology()
+	s.learn(pr)
 	if req.Topology == OnNodes && req.Count > pr.NodeSize {
 		// Several whole nodes: read as many untouched ones as it needs.
 		want := pr.NodesFor(req.Count)
-		if first, ok, err = s.Store.Candidates(ctx, pr, days[0], pr.NodeSize, want+candidateLimit); err != nil || !ok {
-			return pr, nil, false, unavailableOrNil(err)
+		if first, _, err = s.Store.Candidates(ctx, pr, days[0], pr.NodeSize, want+candidateLimit, spreadFrom(req)); err != nil {
+			return pr, nil, unavailable(err)
+		}
+		if len(first) < want {
+			if first, _, err = s.Store.Candidates(ctx, pr, days[0], pr.NodeSize, want+candidateLimit, 0); err != nil {
+				return pr, nil, unavailable(err)
+			}
 		}
 	}
-	cands, complete, err := s.withDays(ctx, pr, first, days)
-	return pr, cands, complete && err == nil, err
+	cands, err := s.withDays(ctx, pr, first, days)
+	return pr, cands, err
 }
 
-func unavailableOrNil(err error) error {
-	if err == nil {
-		return nil
-	}
-	return unavailable(err)
+// spreadFrom is where a request's candidate read starts in the order of
+// equally untouched node-days: a hash of the reservation and the attempt.
+func spreadFrom(req *Request) uint32 {
+	return tiebreak(req.ID, req.Attempt, -1) >> 12
 }
 
-// withDays joins the other days of a window to first-day node-days; complete
-// is false when one is missing (a day not provisioned).
-func (s *Service) withDays(ctx context.Context, pr PoolResource, first []NodeDay, days []Day) ([]Candidate, bool, error) {
+// withDays joins the other days of a window to first-day node-days (a day
+// not stored is empty).
+func (s *Service) withDays(ctx context.Context, pr PoolResource, first []NodeDay, days []Day) ([]Candidate, error) {
 	cands := make([]Candidate, len(first))
 	var keys []NodeDayKey
 	for i, nd := range first {
@@ -743,45 +816,32 @@ func (s *Service) withDays(ctx context.Context, pr PoolResource, first []NodeDay
 		}
 	}
 	if len(keys) == 0 {
-		return cands, true, nil
+		return cands, nil
 	}
-	got, err := s.Store.NodeDays(ctx, pr, keys)
+	got, err := s.nodeDays(ctx, pr, keys)
 	if err != nil {
-		return nil, false, unavailable(err)
+		return nil, err
 	}
 	for i := range cands {
 		for _, d := range days[1:] {
-			nd, ok := got[NodeDayKey{Node: cands[i].Node, Day: d}]
-			if !ok {
-				return nil, false, nil
-			}
-			cands[i].Days = append(cands[i].Days, nd)
+			cands[i].Days = append(cands[i].Days, got[NodeDayKey{Node: cands[i].Node, Day: d}])
 		}
 	}
-	return cands, true, nil
+	return cands, nil
 }
 
-// allCandidates reads every node-day of the window, provisioning the days
-// that are not yet.
-func (s *Service) allCandidates(ctx context.Context, pr PoolResource, w Window) ([]Candidate, error) {
-	byNode := map[int]*Candidate{}
-	var order []int
-	for i, d := range w.Days() {
-		if err := s.Store.Provision(ctx, pr, d); err != nil {
-			return nil, unavailable(err)
-		}
+// allCandidates reads every stored node-day of the window, one day at a
+// time, keeping only each node's summary (memory grows with the nodes, not
+// with the window); nodes never stored are empty.
+func (s *Service) allCandidates(ctx context.Context, pr PoolResource, req Request) ([]Candidate, error) {
+	sums := make([]Summary, pr.Nodes())
+	for k := range sums {
+		sums[k] = NewSummary(pr.Size(k))
+	}
+	for _, d := range req.Window.Days() {
 		err := s.Store.Day(ctx, pr, d, func(nd NodeDay) error {
-			c, ok := byNode[nd.Node]
-			if !ok {
-				if i > 0 {
-					return nil // a node must be free on every day
-				}
-				c = &Candidate{Node: nd.Node}
-				byNode[nd.Node] = c
-				order = append(order, nd.Node)
-			}
-			if len(c.Days) == i {
-				c.Days = append(c.Days, nd)
+			if nd.Node < len(sums) {
+				sums[nd.Node].Add(nd, req)
 			}
 			return nil
 		})
@@ -789,11 +849,9 @@ func (s *Service) allCandidates(ctx context.Context, pr PoolResource, w Window) 
 			return nil, unavailable(err)
 		}
 	}
-	out := make([]Candidate, 0, len(order))
-	for _, n := range order {
-		if c := byNode[n]; len(c.Days) == len(w.Days()) {
-			out = append(out, *c)
-		}
+	out := make([]Candidate, len(sums))
+	for k := range sums {
+		out[k] = Candidate{Node: k, Summary: &sums[k]}
 	}
 	return out, nil
 }
@@ -834,13 +892,15 @@ func (s *Service) allocate(ctx context.Context, r Reservation, req Request, pr P
 	for attempt := 1; ; attempt++ {
 		if !covers(state, p, days) {
 			var err error
-			if state, err = s.nodeDays(ctx, pr, p, days); err != nil {
+			if state, err = s.placementDays(ctx, pr, p, days); err != nil {
 				return nil, err
 			}
 		}
 		if !fits(state, p, req, days) {
 			// Taken since it was chosen (by a racing create, or while an
 			// earlier flow of this reservation was down): choose again.
+			s.contended(true)
+			req.Attempt++
 			var err error
 			if p, state, err = s.rechoose(ctx, r, req, pr); err != nil {
 				return nil, err
@@ -848,11 +908,12 @@ func (s *Service) allocate(ctx context.Context, r Reservation, req Request, pr P
 			continue
 		}
 		lost, err := s.write(ctx, state, p, req, days)
-		if err == nil && !lost {
-			return p, nil
-		}
 		if err != nil {
 			return nil, err
+		}
+		s.contended(lost)
+		if !lost {
+			return p, nil
 		}
 		s.placeRetries.Add(1)
 		if attempt >= attempts {
@@ -861,6 +922,7 @@ func (s *Service) allocate(ctx context.Context, r Reservation, req Request, pr P
 		if err := s.pause(ctx, attempt); err != nil {
 			return nil, err
 		}
+		req.Attempt++
 		if p, state, err = s.rechoose(ctx, r, req, pr); err != nil {
 			return nil, err
 		}
@@ -879,17 +941,28 @@ func covers(state nodeDays, p Placement, days []Day) bool {
 	return true
 }
 
-// nodeDays reads the node-days a placement writes.
-func (s *Service) nodeDays(ctx context.Context, pr PoolResource, p Placement, days []Day) (nodeDays, error) {
+// placementDays reads the node-days a placement writes.
+func (s *Service) placementDays(ctx context.Context, pr PoolResource, p Placement, days []Day) (nodeDays, error) {
 	keys := make([]NodeDayKey, 0, len(p)*len(days))
 	for _, nd := range p {
 		for _, d := range days {
 			keys = append(keys, NodeDayKey{Node: nd.Node, Day: d})
 		}
 	}
+	return s.nodeDays(ctx, pr, keys)
+}
+
+// nodeDays reads node-days by key; a missing one is made up empty (pr must
+// carry the resource's layout).
+func (s *Service) nodeDays(ctx context.Context, pr PoolResource, keys []NodeDayKey) (nodeDays, error) {
 	got, err := s.Store.NodeDays(ctx, pr, keys)
 	if err != nil {
 		return nil, unavailable(err)
+	}
+	for _, k := range keys {
+		if _, ok := got[k]; !ok {
+			got[k] = EmptyNodeDay(pr, k)
+		}
 	}
 	return got, nil
 }
@@ -946,8 +1019,7 @@ func (s *Service) write(ctx context.Context, state nodeDays, p Placement, req Re
 		if !done[i] {
 			return nil
 		}
-		return s.Store.Free(ctx, PoolResource{PoolID: jobs[i].nd.Pool, Topology: Topology{Resource: jobs[i].nd.Resource}},
-			NodeDayKey{Node: jobs[i].nd.Node, Day: jobs[i].nd.Day}, req.ID)
+		return s.Store.Free(ctx, jobs[i].nd.Topology(), NodeDayKey{Node: jobs[i].nd.Node, Day: jobs[i].nd.Day}, req.ID)
 	})
 	if failed != nil || undo != nil {
 		return false, unavailable(errors.Join(failed, undo))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
@@ -27,6 +28,11 @@ type Service struct {
 	PlaceAttempts int
 
 	placeRetries atomic.Int64
+	// contention is a moving average of placement writes lost to racing
+	// creates (float64 bits); topologies caches resource layouts seen
+	// (immutable once a pool exists): both steer candidate reads only.
+	contention atomic.Uint64
+	topologies sync.Map // pool + "/" + resource → Topology
 }
 
 // Fault points (see Service.Faults and docs/capacity.md). A terminal
@@ -104,6 +110,53 @@ func (s *Service) logger() *slog.Logger {
 // PlaceRetries is how many placement writes lost a race since start.
 func (s *Service) PlaceRetries() int64 { return s.placeRetries.Load() }
 
+// Contention tuning (docs/capacity.md, "Placement under contention"): the
+// moving average of lost placement writes weighs the last ~32 writes;
+// a create reads from a fresh whole node instead of the fullest ones with
+// probability spreadGain × that average, at most spreadMax.
+const (
+	contentionWindow = 32
+	spreadGain       = 8
+	spreadMax        = 0.75
+)
+
+// contended feeds one placement write's outcome into the moving average.
+func (s *Service) contended(lost bool) {
+	x := 0.0
+	if lost {
+		x = 1
+	}
+	for {
+		old := s.contention.Load()
+		avg := math.Float64frombits(old)
+		if s.contention.CompareAndSwap(old, math.Float64bits(avg+(x-avg)/contentionWindow)) {
+			return
+		}
+	}
+}
+
+// spreadNow reports whether a create (by its id's hash) should place away
+// from the fullest nodes because this process has been losing races.
+func (s *Service) spreadNow(id string) bool {
+	p := min(spreadMax, spreadGain*math.Float64frombits(s.contention.Load()))
+	return p > 0 && float64(tiebreak(id, 0, -2))/(1<<32) < p
+}
+
+// learn remembers a resource's layout; known recalls it.
+func (s *Service) learn(pr PoolResource) {
+	if pr.NodeSize > 0 && pr.Devices > 0 {
+		s.topologies.Store(pr.PoolID+"/"+pr.Resource, pr.Topology)
+	}
+}
+
+func (s *Service) known(pr PoolResource) (Topology, bool) {
+	t, ok := s.topologies.Load(pr.PoolID + "/" + pr.Resource)
+	if !ok {
+		return Topology{}, false
+	}
+	return t.(Topology), true
+}
+
 // unavailable maps a store error that is not a domain sentinel.
 func unavailable(err error) *apierr.Error {
 	if e := apierr.As(err); e != nil {
@@ -119,9 +172,10 @@ func unavailable(err error) *apierr.Error {
 //
 // Protocol: (1) claim the global id with the pool item, marked due; (2) the
 // owner's quota rows, each created only if missing; (3) the owner's view;
-// (4) clear the due mark. A crash anywhere leaves the pool due: a retry of
-// the request or the reconciler runs 2–4 again. Node-days are made a day at
-// a time, by the first reservation that needs that day.
+// (4) move the due mark to now. A crash anywhere leaves the pool due: a
+// retry of the request or the reconciler runs 2–4 again. The pool stays in
+// the due index for good: the reconciler provisions its days ahead
+// (ProvisionDays) and marks it due again the next day.
 func (s *Service) CreatePool(ctx context.Context, tenant, poolID string, resources, nodeSize map[string]int) (Pool, error) {
 	for r, n := range nodeSize {
 		if _, ok := resources[r]; !ok {
@@ -148,14 +202,15 @@ func (s *Service) CreatePool(ctx context.Context, tenant, poolID string, resourc
 	if err := s.fault(FaultPoolClaimed); err != nil {
 		return Pool{}, err
 	}
-	if err := s.completePool(ctx, p); err != nil {
+	if err := s.completePool(ctx, p, s.now()); err != nil {
 		return Pool{}, err
 	}
 	return p.WithDevices(), nil
 }
 
-// completePool runs steps 2–4 of CreatePool; every step is idempotent.
-func (s *Service) completePool(ctx context.Context, p Pool) error {
+// completePool runs steps 2–4 of CreatePool, leaving the pool due at next;
+// every step is idempotent.
+func (s *Service) completePool(ctx context.Context, p Pool, next time.Time) error {
 	names := p.ResourceNames()
 	err := s.each(ctx, len(names), func(i int) error {
 		r := names[i]
@@ -167,10 +222,41 @@ func (s *Service) completePool(ctx context.Context, p Pool) error {
 	if err := s.Store.ShowPool(ctx, p.OwnerTenantID, p); err != nil {
 		return unavailable(err)
 	}
-	if err := s.Store.PoolReady(ctx, p.PoolID); err != nil {
+	if err := s.Store.PoolDue(ctx, p.PoolID, next); err != nil {
 		return unavailable(err)
 	}
 	return nil
+}
+
+// ProvisionDays is how many days, today first, the reconciler keeps
+// provisioned for every pool: every node-day stored, so candidate reads
+// find whole nodes too (docs/capacity.md). Days further ahead are stored
+// node by node as reservations are placed on them.
+const ProvisionDays = 8
+
+// provisionPool provisions the days ahead of p from now's day while the
+// pass's budget of node-days lasts (a day is started only with budget
+// left); done is false when it ran out first (the pool stays due, for the
+// next pass).
+func (s *Service) provisionPool(ctx context.Context, p Pool, now time.Time, budget *atomic.Int64) (days int, done bool, err error) {
+	today := DayOf(now)
+	for _, name := range p.ResourceNames() {
+		pr := PoolResource{PoolID: p.PoolID, Topology: p.Topology(name)}
+		for d := today; d < today+ProvisionDays; d++ {
+			if budget.Load() <= 0 {
+				return days, false, nil
+			}
+			made, err := s.Store.Provision(ctx, pr, d)
+			if err != nil {
+				return days, false, unavailable(err)
+			}
+			if made {
+				days++
+				budget.Add(-int64(pr.Nodes()))
+			}
+		}
+	}
+	return days, true, nil
 }
 
 // OfferPool sets toTenant's quota max on one resource of a pool tenant owns.

@@ -29,8 +29,9 @@ type PoolStore interface {
 	EnsureQuota(ctx context.Context, k QuotaKey, max int64, now time.Time) error
 	// ShowPool makes p visible to tenant (idempotent).
 	ShowPool(ctx context.Context, tenant string, p Pool) error
-	// PoolReady clears the pool's due marker: its creation is complete.
-	PoolReady(ctx context.Context, poolID string) error
+	// PoolDue moves the pool's due marker to next: its creation is
+	// complete, and the reconciler provisions its days ahead then.
+	PoolDue(ctx context.Context, poolID string, next time.Time) error
 	// VisiblePool reads a pool owned by or offered to tenant (else ErrNotFound).
 	VisiblePool(ctx context.Context, tenant, poolID string) (Pool, error)
 	// ListPools lists the pools visible to tenant by id.
@@ -84,25 +85,34 @@ type Charged struct {
 	Fresh     bool // this call made the charge
 }
 
-// CalendarStore keeps the node-day items of each (pool, resource): a
-// resource's nodes, one item per node per UTC day, provisioned a day at a
-// time, and ordered for candidates by how many devices are untouched.
+// CalendarStore keeps the node-day items of each (pool, resource): one
+// item per node per UTC day, ordered for candidates by how many devices
+// are untouched. A node-day is stored once something is placed on it, or
+// when the reconciler provisions its day ahead (every node of the day, so
+// whole nodes are found by the same ordered read); a missing one is empty.
 type CalendarStore interface {
-	// Candidates reads node-days of day with at least minUntouched
+	// Candidates reads stored node-days of day with at least minUntouched
 	// untouched devices, fewest first (the fullest that may fit), at most
-	// limit; ok is false when the day is not provisioned yet.
-	Candidates(ctx context.Context, t PoolResource, day Day, minUntouched, limit int) (nds []NodeDay, ok bool, err error)
+	// limit. from ∈ [0, 2^20) rotates where the read starts among the
+	// node-days of the first such count (racing creates then read
+	// different ones). ok is true when the read saw the whole day: the day
+	// is provisioned, or limit node-days were found.
+	Candidates(ctx context.Context, t PoolResource, day Day, minUntouched, limit int, from uint32) (nds []NodeDay, ok bool, err error)
 	// NodeDays reads node-days by (node, day), consistently; missing ones
 	// are absent from the map.
 	NodeDays(ctx context.Context, t PoolResource, keys []NodeDayKey) (map[NodeDayKey]NodeDay, error)
-	// Day calls fn with every node-day of a day, in node order.
+	// Day calls fn with every stored node-day of a day, in node order.
 	Day(ctx context.Context, t PoolResource, day Day, fn func(NodeDay) error) error
-	// Provision creates every node-day of day that is missing, then marks
-	// the day provisioned (idempotent).
-	Provision(ctx context.Context, t PoolResource, day Day) error
+	// NodeRange calls fn with the stored node-days of nodes first..last
+	// (inclusive) of a day, in node order.
+	NodeRange(ctx context.Context, t PoolResource, day Day, first, last int, fn func(NodeDay) error) error
+	// Provision stores every missing node-day of day, then marks the day
+	// provisioned (idempotent); made is false if it already was.
+	Provision(ctx context.Context, t PoolResource, day Day) (made bool, err error)
 	// Allocate adds id's entry to a node-day read as nd, if the versions
 	// of the devices it takes are still those of nd (ErrStale otherwise;
-	// ErrCalendarFull when the day holds MaxEntriesPerNodeDay). Idempotent.
+	// ErrCalendarFull when the day holds MaxEntriesPerNodeDay); one read
+	// as missing (nd.Stored false) is created, if it still is. Idempotent.
 	Allocate(ctx context.Context, nd NodeDay, id string, e Entry) error
 	// Free removes id's entry from a node-day (idempotent), reading it first.
 	Free(ctx context.Context, t PoolResource, key NodeDayKey, id string) error
@@ -163,8 +173,8 @@ type DueStore interface {
 	Due(ctx context.Context, shard int, now time.Time, fn func(DueItem) bool) error
 }
 
-// DueItem is one due item: a reservation, or a pool whose creation is not
-// marked complete.
+// DueItem is one due item: a reservation, or a pool (whose creation is not
+// marked complete, or whose days ahead are due to be provisioned).
 type DueItem struct {
 	Due         time.Time
 	Reservation *Reservation

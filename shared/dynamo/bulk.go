@@ -34,16 +34,7 @@ func (s *Capacity) BulkLoad(ctx context.Context, reservations []capacity.Reserva
 		}
 	}
 	for _, nd := range nodeDays {
-		it := nodeDayItem{PK: calPK(nd.Pool, nd.Resource, nd.Day), SK: nodeSK(nd.Node), Kind: kindNodeDay, Pool: nd.Pool,
-			Resource: nd.Resource, Day: int(nd.Day), Node: nd.Node, Size: nd.Size, NodeSize: nd.NodeSize, Fit: nd.Untouched,
-			N: len(nd.Entries), Versions: map[string]int64{}, Entries: map[string]entryItem{}, ExpiresAt: dayExpiry(nd.Day)}
-		for i, v := range nd.Versions {
-			it.Versions[devKey(i)] = v
-		}
-		for id, e := range nd.Entries {
-			it.Entries[id] = entryItem{M: int64(e.Mask), S: e.Window.Start.UnixMilli(), E: e.Window.End.UnixMilli()}
-		}
-		if err := add(it); err != nil {
+		if err := add(newNodeDayItem(nd)); err != nil {
 			return err
 		}
 	}
@@ -83,7 +74,7 @@ func (s *Capacity) batchWrite(ctx context.Context, reqs []types.WriteRequest) er
 	return <-errc
 }
 
-// PutDay marks a day provisioned (with BulkLoad's node-days).
+// PutDay marks a day provisioned (every node-day of it stored).
 func (s *Capacity) PutDay(ctx context.Context, t capacity.PoolResource, day capacity.Day) error {
 	return s.put(ctx, dayItem{PK: calPK(t.PoolID, t.Resource, day), SK: skDay, Kind: kindDay, Fit: markerFit,
 		Nodes: t.Nodes(), NodeSize: t.NodeSize, Devices: t.Devices, Expires: dayExpiry(day)}, nil)

@@ -182,20 +182,37 @@ func TestCapacityNodeDays(t *testing.T) {
 	ctx := context.Background()
 	pr := capacity.PoolResource{PoolID: "p1", Topology: capacity.Topology{Resource: "gpu", Devices: 20, NodeSize: 8}}
 	day := capacity.DayOf(capT0)
-	if nds, ok, err := s.Candidates(ctx, pr, day, 1, 16); err != nil || ok || len(nds) != 0 {
-		t.Fatalf("before provisioning: %v %v %v", nds, ok, err)
+	w := capacity.Window{Start: capT0, End: capT0.Add(time.Hour)}
+	if nds, ok, err := s.Candidates(ctx, pr, day, 1, 16, 0); err != nil || ok || len(nds) != 0 {
+		t.Fatalf("before anything is stored: %v %v %v", nds, ok, err)
 	}
-	for range 2 { // idempotent
-		if err := s.Provision(ctx, pr, day); err != nil {
-			t.Fatal(err)
+	// The first placement on a node-day read as missing stores it; a
+	// racing one that also read it missing loses.
+	empty := capacity.EmptyNodeDay(pr, capacity.NodeDayKey{Node: 0, Day: day})
+	if err := s.Allocate(ctx, empty, "r0", capacity.Entry{Mask: 0b1, Window: w}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Allocate(ctx, empty, "rx", capacity.Entry{Mask: 0b10, Window: w}); !errors.Is(err, capacity.ErrStale) {
+		t.Fatalf("second create of a node-day: %v, want stale", err)
+	}
+	if len(empty.Entries) != 0 {
+		t.Fatalf("Allocate changed the node-day it was given: %+v", empty)
+	}
+	nds, ok, err := s.Candidates(ctx, pr, day, 1, 16, 0)
+	if err != nil || ok || len(nds) != 1 || !nds[0].Stored || nds[0].Untouched != 7 || nds[0].Devices != 20 || nds[0].Entries["r0"].Mask != 1 {
+		t.Fatalf("one node-day stored by a placement: %+v %v %v", nds, ok, err)
+	}
+	for i, want := range []bool{true, false} { // idempotent
+		if made, err := s.Provision(ctx, pr, day); err != nil || made != want {
+			t.Fatalf("provision %d: made %v, %v", i, made, err)
 		}
 	}
-	nds, ok, err := s.Candidates(ctx, pr, day, 1, 16)
-	if err != nil || !ok || len(nds) != 3 || nds[0].Node != 2 || nds[0].Size != 4 || nds[0].Untouched != 4 || nds[1].Size != 8 {
-		t.Fatalf("provisioned: %+v %v %v", nds, ok, err)
+	nds, ok, err = s.Candidates(ctx, pr, day, 1, 16, 0)
+	if err != nil || !ok || len(nds) != 3 || nds[0].Node != 2 || nds[0].Size != 4 || nds[0].Untouched != 4 ||
+		nds[1].Node != 0 || nds[1].Untouched != 7 || nds[2].Size != 8 {
+		t.Fatalf("provisioned (node 0 kept as placed): %+v %v %v", nds, ok, err)
 	}
-	w := capacity.Window{Start: capT0, End: capT0.Add(time.Hour)}
-	n1 := nds[1]
+	n1 := nds[2]
 	if err := s.Allocate(ctx, n1, "r1", capacity.Entry{Mask: 0b0011, Window: w}); err != nil {
 		t.Fatal(err)
 	}
@@ -211,12 +228,12 @@ func TestCapacityNodeDays(t *testing.T) {
 		t.Fatalf("allocation on a moved device: %v", err)
 	}
 	rt.Reset()
-	nds, _, _ = s.Candidates(ctx, pr, day, 1, 16)
-	if rt.Count() != 1 || nds[0].Node != 2 || nds[1].Untouched != 5 || len(nds[1].Entries) != 2 || nds[1].Versions[0] != 1 {
+	nds, _, _ = s.Candidates(ctx, pr, day, 1, 16, 0)
+	if rt.Count() != 1 || nds[0].Node != 2 || nds[1].Node != n1.Node || nds[1].Untouched != 5 || len(nds[1].Entries) != 2 || nds[1].Versions[0] != 1 {
 		t.Fatalf("after allocations (%d round trips): %+v", rt.Count(), nds)
 	}
 	// Fullest first, and only those that may fit.
-	if nds, _, _ := s.Candidates(ctx, pr, day, 6, 16); len(nds) != 1 || nds[0].Untouched != 8 {
+	if nds, _, _ := s.Candidates(ctx, pr, day, 6, 16, 0); len(nds) != 1 || nds[0].Untouched != 7 {
 		t.Errorf("untouched ≥ 6: %+v", nds)
 	}
 	got, err := s.NodeDays(ctx, pr, []capacity.NodeDayKey{{Node: n1.Node, Day: day}, {Node: 0, Day: day + 1}})
@@ -237,17 +254,48 @@ func TestCapacityNodeDays(t *testing.T) {
 	}
 }
 
+// Equally untouched node-days come in an order unrelated to their index,
+// and a read can start part-way through it.
+func TestCapacityCandidatesSpread(t *testing.T) {
+	s, _ := newCapacity(t)
+	ctx := context.Background()
+	pr := capacity.PoolResource{PoolID: "p1", Topology: capacity.Topology{Resource: "gpu", Devices: 64 * 8, NodeSize: 8}}
+	day := capacity.DayOf(capT0)
+	if _, err := s.Provision(ctx, pr, day); err != nil {
+		t.Fatal(err)
+	}
+	all, _, err := s.Candidates(ctx, pr, day, 8, 64, 0)
+	if err != nil || len(all) != 64 {
+		t.Fatalf("%d candidates, %v", len(all), err)
+	}
+	inOrder := 0
+	for i := 1; i < len(all); i++ {
+		if all[i].Node == all[i-1].Node+1 {
+			inOrder++
+		}
+	}
+	if inOrder > 8 {
+		t.Errorf("%d of 63 neighbours in index order: not scrambled", inOrder)
+	}
+	// From the 40th node's place on, the read starts there.
+	from := dynamo.Spread(all[40].Node)
+	part, ok, err := s.Candidates(ctx, pr, day, 8, 8, from)
+	if err != nil || !ok || len(part) != 8 || part[0].Node != all[40].Node || part[7].Node != all[47].Node {
+		t.Fatalf("from the 40th: %v %v %v", part, ok, err)
+	}
+}
+
 // A node-day holds at most MaxEntriesPerNodeDay entries.
 func TestCapacityNodeDayFull(t *testing.T) {
 	s, _ := newCapacity(t)
 	ctx := context.Background()
 	pr := capacity.PoolResource{PoolID: "p1", Topology: capacity.Topology{Resource: "gpu", Devices: 1, NodeSize: 1}}
 	day := capacity.DayOf(capT0)
-	if err := s.Provision(ctx, pr, day); err != nil {
+	if _, err := s.Provision(ctx, pr, day); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; ; i++ {
-		nds, _, err := s.Candidates(ctx, pr, day, 0, 1)
+		nds, _, err := s.Candidates(ctx, pr, day, 0, 1, 0)
 		if err != nil {
 			t.Fatal(err)
 		}

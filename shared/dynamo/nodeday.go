@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"sync"
@@ -26,26 +27,38 @@ import (
 //	     allocations that overlap the day
 //	v    "d<i>" → version of device i (bumped by every write that adds or
 //	     removes an entry using it)
-//	fit  devices no allocation of the day uses (the `fit` LSI's sort key)
+//	fit  untouched·2^20 + spread(node): devices no allocation of the day
+//	     uses, then a fixed scramble of the node (the `fit` LSI's sort key)
 //	n    number of entries (at most capacity.MaxEntriesPerNodeDay)
-//	size, ns, node, day: the node's devices, the resource's node size
+//	size, ns, devices, node, day: the node's devices, the resource's node
+//	     size and device count (so any node-day tells the layout)
 //
-// A day's partition holds one item per node of the resource, made when the
-// day is first needed (Provision), and a `#DAY` marker with fit 1000 (after
-// every node in the index) saying the day is complete. A create reads its
+// A node-day is stored by the first placement on it (a conditional put) or
+// when the reconciler provisions its day: every node of the day, then a
+// `#DAY` marker whose fit sorts after every node's. A create reads its
 // candidates with one consistent Query of the `fit` index — the fullest
-// node-days that may fit, first — and writes one node-day per node and day
-// its window covers.
+// node-days that may fit, first; ties (equally untouched nodes) come in
+// spread order, and a read may start part-way through the first count
+// (racing creates then read different ones) — and writes one node-day per
+// node and day its window covers.
 //
 // Worst case: 256 entries × ~75 B (26-character id, three numbers) + 64
-// versions × ~12 B + ~150 B ≈ 20 KB. Typical: a few entries, ~300 B.
+// versions × ~12 B + ~170 B ≈ 20 KB. Typical: a few entries, ~300 B.
 const (
-	markerFit = 1000
+	fitShift  = 20
+	markerFit = (capacity.MaxNodeSize + 1) << fitShift
 	skDay     = "#DAY"
 	// nodeDayRetention: how long a day's items outlive it (TTL), for
 	// pools.usage and the checker to see the recent past.
 	nodeDayRetention = 7 * 24 * time.Hour
 )
+
+// fitKey is a node-day's `fit`: its untouched devices, then its spread.
+func fitKey(untouched, node int) int { return untouched<<fitShift | int(spread(node)) }
+
+// spread scrambles a node index into [0, 2^20) (Fibonacci hashing), so
+// equally untouched nodes sort in an order unrelated to their index.
+func spread(node int) uint32 { return uint32(node) * 2654435769 >> (32 - fitShift) }
 
 func calPK(pool, resource string, d capacity.Day) string {
 	return "CAL#" + pool + "#" + resource + "#" + d.String()
@@ -69,6 +82,7 @@ type nodeDayItem struct {
 	Node      int                  `dynamodbav:"node"`
 	Size      int                  `dynamodbav:"size"`
 	NodeSize  int                  `dynamodbav:"ns"`
+	Devices   int                  `dynamodbav:"devices"`
 	Fit       int                  `dynamodbav:"fit"`
 	N         int                  `dynamodbav:"n"`
 	Versions  map[string]int64     `dynamodbav:"v"`
@@ -78,7 +92,8 @@ type nodeDayItem struct {
 
 func (it nodeDayItem) nodeDay() capacity.NodeDay {
 	nd := capacity.NodeDay{Pool: it.Pool, Resource: it.Resource, Day: capacity.Day(it.Day), Node: it.Node, Size: it.Size,
-		NodeSize: it.NodeSize, Untouched: it.Fit, Versions: map[int]int64{}, Entries: make(map[string]capacity.Entry, len(it.Entries))}
+		NodeSize: it.NodeSize, Devices: it.Devices, Stored: true, Untouched: it.Fit >> fitShift, Versions: map[int]int64{},
+		Entries: make(map[string]capacity.Entry, len(it.Entries))}
 	for d, v := range it.Versions {
 		if i, err := strconv.Atoi(strings.TrimPrefix(d, "d")); err == nil {
 			nd.Versions[i] = v
@@ -105,10 +120,11 @@ type dayItem struct {
 func dayExpiry(d capacity.Day) int64 { return d.Start().Add(24*time.Hour + nodeDayRetention).Unix() }
 
 // Candidates implements capacity.CalendarStore: one consistent Query of
-// the `fit` index, fit ≥ minUntouched, ascending.
-func (s *Capacity) Candidates(ctx context.Context, t capacity.PoolResource, day capacity.Day, minUntouched, limit int) ([]capacity.NodeDay, bool, error) {
+// the `fit` index from minUntouched (and from's spread) up, ascending.
+func (s *Capacity) Candidates(ctx context.Context, t capacity.PoolResource, day capacity.Day, minUntouched, limit int, from uint32) ([]capacity.NodeDay, bool, error) {
+	lo := minUntouched<<fitShift | int(from&(1<<fitShift-1))
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(calPK(t.PoolID, t.Resource, day))).
-		And(expression.Key(schema.AttrFit).Between(expression.Value(minUntouched), expression.Value(markerFit)))
+		And(expression.Key(schema.AttrFit).Between(expression.Value(lo), expression.Value(markerFit)))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
 		return nil, false, err
@@ -134,7 +150,6 @@ func (s *Capacity) Candidates(ctx context.Context, t capacity.PoolResource, day 
 			out = append(out, it.nodeDay())
 		}
 	}
-	// No marker in a page that is not full: the day is not (wholly) made.
 	return out, marker || len(res.Items) > limit, nil
 }
 
@@ -159,8 +174,21 @@ func (s *Capacity) NodeDays(ctx context.Context, t capacity.PoolResource, keys [
 // Day implements capacity.CalendarStore: a consistent Query of the day's
 // partition, page by page.
 func (s *Capacity) Day(ctx context.Context, t capacity.PoolResource, day capacity.Day, fn func(capacity.NodeDay) error) error {
-	kc := expression.Key(schema.AttrPK).Equal(expression.Value(calPK(t.PoolID, t.Resource, day))).
-		And(expression.Key(schema.AttrSK).BeginsWith("N#"))
+	return s.nodeQuery(ctx, expression.Key(schema.AttrPK).Equal(expression.Value(calPK(t.PoolID, t.Resource, day))).
+		And(expression.Key(schema.AttrSK).BeginsWith("N#")), fn)
+}
+
+// NodeRange implements capacity.CalendarStore: a consistent Query of a
+// range of the day's partition.
+func (s *Capacity) NodeRange(ctx context.Context, t capacity.PoolResource, day capacity.Day, first, last int, fn func(capacity.NodeDay) error) error {
+	if last < first {
+		return nil
+	}
+	return s.nodeQuery(ctx, expression.Key(schema.AttrPK).Equal(expression.Value(calPK(t.PoolID, t.Resource, day))).
+		And(expression.Key(schema.AttrSK).Between(expression.Value(nodeSK(first)), expression.Value(nodeSK(last)))), fn)
+}
+
+func (s *Capacity) nodeQuery(ctx context.Context, kc expression.KeyConditionBuilder, fn func(capacity.NodeDay) error) error {
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
 		return err
@@ -193,11 +221,11 @@ const provisionWorkers = 32
 // the day (a conditional put each, so one that a create already wrote is
 // left alone), then the marker. Concurrent provisioners of one day do the
 // same puts; whichever finishes first writes the marker.
-func (s *Capacity) Provision(ctx context.Context, t capacity.PoolResource, day capacity.Day) error {
+func (s *Capacity) Provision(ctx context.Context, t capacity.PoolResource, day capacity.Day) (bool, error) {
 	pk := calPK(t.PoolID, t.Resource, day)
 	var marker dayItem
 	if ok, err := s.get(ctx, key(pk, skDay), &marker); err != nil || ok {
-		return err
+		return false, err
 	}
 	nodes := t.Nodes()
 	jobs := make(chan int)
@@ -208,9 +236,7 @@ func (s *Capacity) Provision(ctx context.Context, t capacity.PoolResource, day c
 		go func() {
 			defer wg.Done()
 			for k := range jobs {
-				it := nodeDayItem{PK: pk, SK: nodeSK(k), Kind: kindNodeDay, Pool: t.PoolID, Resource: t.Resource, Day: int(day),
-					Node: k, Size: t.Size(k), NodeSize: t.NodeSize, Fit: t.Size(k), Versions: map[string]int64{},
-					Entries: map[string]entryItem{}, ExpiresAt: dayExpiry(day)}
+				it := newNodeDayItem(capacity.EmptyNodeDay(t, capacity.NodeDayKey{Node: k, Day: day}))
 				if err := s.put(ctx, it, notExists); err != nil && !isConditionFailed(err) {
 					errc <- err
 					return
@@ -231,13 +257,27 @@ feed:
 	wg.Wait()
 	close(errc)
 	if err != nil {
-		return err
+		return false, err
 	}
 	for e := range errc {
-		return e
+		return false, e
 	}
-	return s.put(ctx, dayItem{PK: pk, SK: skDay, Kind: kindDay, Fit: markerFit, Nodes: nodes, NodeSize: t.NodeSize,
-		Devices: t.Devices, Expires: dayExpiry(day)}, nil)
+	return true, s.PutDay(ctx, t, day)
+}
+
+// newNodeDayItem is the item of a node-day (entries, versions and all).
+func newNodeDayItem(nd capacity.NodeDay) nodeDayItem {
+	it := nodeDayItem{PK: calPK(nd.Pool, nd.Resource, nd.Day), SK: nodeSK(nd.Node), Kind: kindNodeDay, Pool: nd.Pool,
+		Resource: nd.Resource, Day: int(nd.Day), Node: nd.Node, Size: nd.Size, NodeSize: nd.NodeSize, Devices: nd.Devices,
+		Fit: fitKey(nd.Untouched, nd.Node), N: len(nd.Entries), Versions: map[string]int64{}, Entries: map[string]entryItem{},
+		ExpiresAt: dayExpiry(nd.Day)}
+	for i, v := range nd.Versions {
+		it.Versions[devKey(i)] = v
+	}
+	for id, e := range nd.Entries {
+		it.Entries[id] = entryItem{M: int64(e.Mask), S: e.Window.Start.UnixMilli(), E: e.Window.End.UnixMilli()}
+	}
+	return it
 }
 
 func devKey(i int) string { return "d" + strconv.Itoa(i) }
@@ -264,7 +304,10 @@ func versions(nd capacity.NodeDay, mask capacity.Mask, conds []expression.Condit
 	return conds, upd
 }
 
-// all joins conditions into one flat AND (at least two).
+// all joins conditions into one flat AND (at least two). Every condition
+// of more than two terms is built with it (or expression.Or's flat form):
+// dynalite's parser takes time exponential in the nesting of parentheses
+// that chained And calls produce.
 func all(conds []expression.ConditionBuilder) expression.ConditionBuilder {
 	return expression.And(conds[0], conds[1], conds[2:]...)
 }
@@ -272,10 +315,20 @@ func all(conds []expression.ConditionBuilder) expression.ConditionBuilder {
 // Allocate implements capacity.CalendarStore.
 func (s *Capacity) Allocate(ctx context.Context, nd capacity.NodeDay, id string, e capacity.Entry) error {
 	k := key(calPK(nd.Pool, nd.Resource, nd.Day), nodeSK(nd.Node))
+	if !nd.Stored {
+		// Read as missing: create it with the entry, if it still is.
+		nd.Versions, nd.Entries = maps.Clone(nd.Versions), maps.Clone(nd.Entries)
+		nd.Add(id, e)
+		err := s.put(ctx, newNodeDayItem(nd), notExists)
+		if isConditionFailed(err) {
+			return capacity.ErrStale
+		}
+		return err
+	}
 	upd := expression.Set(path("a", id), expression.Value(entryItem{M: int64(e.Mask), S: e.Window.Start.UnixMilli(), E: e.Window.End.UnixMilli()})).
 		Add(expression.Name("n"), expression.Value(1))
 	if delta := nd.UntouchedAfter(id, e.Mask, false) - nd.Untouched; delta != 0 {
-		upd = upd.Add(expression.Name(schema.AttrFit), expression.Value(delta))
+		upd = upd.Add(expression.Name(schema.AttrFit), expression.Value(delta<<fitShift))
 	}
 	conds, upd := versions(nd, e.Mask, []expression.ConditionBuilder{expression.AttributeNotExists(path("a", id)),
 		expression.Name("n").LessThan(expression.Value(capacity.MaxEntriesPerNodeDay))}, upd)
@@ -318,7 +371,7 @@ func (s *Capacity) Free(ctx context.Context, t capacity.PoolResource, nk capacit
 		}
 		upd := expression.Remove(path("a", id)).Add(expression.Name("n"), expression.Value(-1))
 		if delta := nd.UntouchedAfter(id, e.Mask, true) - nd.Untouched; delta != 0 {
-			upd = upd.Add(expression.Name(schema.AttrFit), expression.Value(delta))
+			upd = upd.Add(expression.Name(schema.AttrFit), expression.Value(delta<<fitShift))
 		}
 		conds, upd := versions(nd, e.Mask, []expression.ConditionBuilder{expression.AttributeExists(path("a", id))}, upd)
 		c := conds[0]

@@ -12,8 +12,9 @@ import (
 )
 
 // The pool item, POOL#<poolId> / #POOL, is the global claim of a pool id
-// and the pool's definition (immutable). It carries dueShard/dueAt until
-// the pool's creation is complete.
+// and the pool's definition (immutable). It carries dueShard/dueAt for
+// good: first until its creation is complete, then for the reconciler to
+// provision its days ahead each day.
 //
 // Worst case: 64 resources × (a 63-character name + a count + a node size,
 // twice ≈ 150 B) ≈ 9.6 KB. Typical: ~200 B.
@@ -73,10 +74,11 @@ func (s *Capacity) GetPool(ctx context.Context, poolID string) (capacity.Pool, e
 	return it.pool(), nil
 }
 
-// PoolReady implements capacity.PoolStore.
-func (s *Capacity) PoolReady(ctx context.Context, poolID string) error {
+// PoolDue implements capacity.PoolStore.
+func (s *Capacity) PoolDue(ctx context.Context, poolID string, next time.Time) error {
 	_, err := s.update(ctx, key(poolPK(poolID), skPool),
-		expression.Remove(expression.Name(schema.AttrDueAt)).Remove(expression.Name(schema.AttrDueSh)),
+		expression.Set(expression.Name(schema.AttrDueAt), expression.Value(fmtTime(next))).
+			Set(expression.Name(schema.AttrDueSh), expression.Value(dueShard(poolID))),
 		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueNone)
 	if isConditionFailed(err) {
 		return nil

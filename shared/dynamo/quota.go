@@ -171,9 +171,8 @@ func (s *Capacity) Charge(ctx context.Context, k capacity.QuotaKey, id string, c
 	upd := expression.Set(expression.Name("used"), expression.Name("used").Plus(n)).
 		Set(expression.Name("free"), expression.Name("free").Minus(n)).
 		Set(path("q", id), expression.Value(rec))
-	c := expression.Name("free").GreaterThanEqual(n).
-		And(expression.AttributeNotExists(path("q", id))).
-		And(expression.Name("q").Size().LessThan(expression.Value(maxInFlight)))
+	c := all([]expression.ConditionBuilder{expression.Name("free").GreaterThanEqual(n),
+		expression.AttributeNotExists(path("q", id)), expression.Name("q").Size().LessThan(expression.Value(maxInFlight))})
 	for attempt := 0; ; attempt++ {
 		_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
 		if err == nil {

@@ -251,9 +251,8 @@ func (s *Releases) putPending(ctx context.Context, it releaseItem) error {
 func (s *Releases) claim(ctx context.Context, it releaseItem) (*head, error) {
 	seq, ver, dig := expression.Name("seq"), expression.Name("ver"), expression.Name("dig")
 	s1, v1, d1 := expression.Value(it.Sequence), expression.Value(it.Version), expression.Value(it.Digest)
-	cond := expression.AttributeNotExists(seq).
-		Or(seq.LessThan(s1)).
-		Or(seq.Equal(s1).And(ver.Equal(v1)).And(dig.Equal(d1))) // a retry after a crash continues
+	cond := expression.Or(expression.AttributeNotExists(seq), seq.LessThan(s1),
+		all([]expression.ConditionBuilder{seq.Equal(s1), ver.Equal(v1), dig.Equal(d1)})) // a retry after a crash continues
 	e, err := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.Set(seq, s1).Set(ver, v1).Set(dig, d1)).Build()
 	if err != nil {
 		return nil, err

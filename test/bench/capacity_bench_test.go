@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
 
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
@@ -82,8 +83,8 @@ func (s *scale) seed(b *testing.B, live, tenantLive int) {
 	nds := map[capacity.NodeDayKey]*capacity.NodeDay{}
 	for _, d := range []capacity.Day{today, today + 1} {
 		for k := 0; k < s.top.Nodes(); k++ {
-			nds[capacity.NodeDayKey{Node: k, Day: d}] = &capacity.NodeDay{Pool: "scale", Resource: "gpu", Day: d, Node: k,
-				Size: s.top.Size(k), NodeSize: s.top.NodeSize, Untouched: s.top.Size(k)}
+			nd := capacity.EmptyNodeDay(capacity.PoolResource{PoolID: "scale", Topology: s.top}, capacity.NodeDayKey{Node: k, Day: d})
+			nds[capacity.NodeDayKey{Node: k, Day: d}] = &nd
 		}
 	}
 	var rs []capacity.Reservation
@@ -213,31 +214,53 @@ func BenchmarkCreateAtScale(b *testing.B) {
 	}
 }
 
-// BenchmarkConcurrentCreates: 64 creates at once on one 4,096-device pool,
-// many rounds, straight on the capacity service (its retry counter): the
-// placement retries per create, for single devices and whole nodes.
+// provision runs one reconciler pass: the pool's days ahead are stored, as
+// they are a minute after a pool is created.
+func (s *scale) provision(b *testing.B) {
+	b.Helper()
+	res, err := s.st.App.Reconciler().Pass(context.Background())
+	if err != nil || res.Provisioned == 0 {
+		b.Fatalf("provisioning pass: %+v %v", res, err)
+	}
+}
+
+// BenchmarkConcurrentCreates: 64 creates at once on one 4,096-device pool
+// (its days provisioned), six rounds, straight on the capacity service
+// (its retry counter): the placement retries per create, for single
+// devices, quads, whole nodes and a mix of 1..8.
 func BenchmarkConcurrentCreates(b *testing.B) {
-	for _, count := range []int{1, 4, 8} {
-		b.Run(fmt.Sprintf("count-%d", count), func(b *testing.B) {
+	for _, count := range []int{1, 4, 8, 0} {
+		name := fmt.Sprintf("count-%d", count)
+		if count == 0 {
+			name = "count-1..8"
+		}
+		b.Run(name, func(b *testing.B) {
 			for b.Loop() {
 				s := newScale(b, 4096)
+				s.provision(b)
 				svc := s.st.App.CapacityService()
 				ctx := context.Background()
 				end := s.now.Add(time.Hour)
 				warm := capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: 1, End: end}
-				if _, err := svc.CreateReservation(ctx, warm, allowAll); err != nil { // provisions today
+				if _, err := svc.CreateReservation(ctx, warm, allowAll); err != nil {
 					b.Fatal(err)
 				}
+				rng := rand.New(rand.NewPCG(3, 4))
 				const racers, rounds = 64, 6
+				before := svc.PlaceRetries()
 				creates, failed := 0, 0
 				for range rounds {
 					var wg sync.WaitGroup
 					var mu sync.Mutex
 					for range racers {
+						c := count
+						if c == 0 {
+							c = 1 + rng.IntN(8)
+						}
 						wg.Add(1)
 						go func() {
 							defer wg.Done()
-							_, err := svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: count, End: end}, allowAll)
+							_, err := svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: c, End: end}, allowAll)
 							mu.Lock()
 							creates++
 							if err != nil {
@@ -248,7 +271,7 @@ func BenchmarkConcurrentCreates(b *testing.B) {
 					}
 					wg.Wait()
 				}
-				b.ReportMetric(float64(svc.PlaceRetries())/float64(creates), "retries/create")
+				b.ReportMetric(float64(svc.PlaceRetries()-before)/float64(creates), "retries/create")
 				b.ReportMetric(float64(failed), "failed")
 			}
 		})
@@ -278,7 +301,7 @@ func BenchmarkLargeCreate(b *testing.B) {
 func BenchmarkFragmentation(b *testing.B) {
 	for b.Loop() {
 		s := newScale(b, 4096)
-		s.seed(b, 0, 0)
+		s.provision(b)
 		svc := s.st.App.CapacityService()
 		ctx := context.Background()
 		end := s.now.Add(time.Hour)
@@ -305,5 +328,81 @@ func BenchmarkFragmentation(b *testing.B) {
 		b.ReportMetric(float64(whole), "whole-free-nodes")
 		b.ReportMetric(float64(optimal), "optimal-whole-free-nodes")
 		b.ReportMetric(float64(whole)/float64(optimal), "of-optimal")
+	}
+}
+
+// opTimes records how long each kind of DynamoDB request takes, by
+// operation and item kind (the key's prefix).
+type opTimes struct {
+	mu sync.Mutex
+	by map[string]time.Duration
+}
+
+func (t *opTimes) option() func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
+			return s.Initialize.Add(middleware.InitializeMiddlewareFunc("benchOpTimes",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					start := time.Now()
+					out, md, err := next.HandleInitialize(ctx, in)
+					d := time.Since(start)
+					kind := middleware.GetOperationName(ctx)
+					var k map[string]types.AttributeValue
+					switch p := in.Parameters.(type) {
+					case *dynamodb.UpdateItemInput:
+						k = p.Key
+					case *dynamodb.PutItemInput:
+						k = p.Item
+					}
+					if sk, ok := k[schema.AttrSK].(*types.AttributeValueMemberS); ok {
+						kind += " " + strings.SplitN(sk.Value, "#", 2)[0]
+					}
+					t.mu.Lock()
+					t.by[kind] += d
+					t.mu.Unlock()
+					return out, md, err
+				}), middleware.After)
+		})
+	}
+}
+
+// BenchmarkCreateBreakdown: where a create's time goes, through the local
+// gateway on a provisioned 4,096-device pool: the time of each kind of
+// DynamoDB request per create (the draft's PutItem and the candidates'
+// Query run at once), their sum, and the create's p50.
+func BenchmarkCreateBreakdown(b *testing.B) {
+	for b.Loop() {
+		ot := &opTimes{by: map[string]time.Duration{}}
+		st := teststack.Start(b, teststack.WithCursorKey("bench"),
+			teststack.WithDecider(&iam.Policy{Grants: []iam.Grant{{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}}}}),
+			teststack.WithAppOptions(app.WithDynamoOptions(ot.option())))
+		srv := &server{URL: st.URL}
+		raw, _ := json.Marshal(map[string]any{"tenantId": "owner", "poolId": "p", "resources": map[string]any{"gpu": 4096}})
+		srv.do(b, "pools/create", raw)
+		if _, err := st.App.Reconciler().Pass(context.Background()); err != nil {
+			b.Fatal(err)
+		}
+		body, _ := json.Marshal(map[string]any{"tenantId": "owner", "poolId": "p", "resource": "gpu", "count": 1,
+			"window": map[string]any{"end": time.Now().Add(time.Hour).Format(time.RFC3339)}})
+		for range 20 { // warm dynalite's JIT
+			srv.do(b, "reservations/create", body)
+		}
+		ot.mu.Lock()
+		clear(ot.by)
+		ot.mu.Unlock()
+		const n = 300
+		lat := make([]time.Duration, n)
+		for i := range lat {
+			lat[i], _ = srv.do(b, "reservations/create", body)
+		}
+		var sum time.Duration
+		for kind, d := range ot.by {
+			ms := float64(d.Microseconds()) / 1000 / n
+			sum += d
+			b.ReportMetric(ms, strings.ReplaceAll(kind, " ", ":")+"-ms")
+		}
+		b.ReportMetric(float64(sum.Microseconds())/1000/n, "ddb-sum-ms")
+		b.ReportMetric(pct(lat, 0.5), "p50-ms")
+		b.ReportMetric(pct(rawUpdate(b, st, n), 0.5), "raw-update-p50-ms")
 	}
 }

@@ -1,0 +1,191 @@
+package capacity
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+)
+
+// Usage is one page of a resource's nodes and what is placed on them over
+// a span (pools.usage): the view an operator draws (bc pools show).
+type Usage struct {
+	PoolID    string      `json:"poolId"`
+	Resource  string      `json:"resource"`
+	NodeSize  int         `json:"nodeSize"`
+	Devices   int         `json:"devices"`
+	NodeCount int         `json:"nodeCount"`
+	From      time.Time   `json:"from"`
+	To        time.Time   `json:"to"`
+	Page      UsageTotals `json:"page"`
+	Nodes     []NodeUsage `json:"nodes"`
+}
+
+// UsageTotals sums a page's nodes (a caller adds pages up).
+type UsageTotals struct {
+	Nodes          int `json:"nodes"`
+	Devices        int `json:"devices"`
+	BusyNow        int `json:"busyNow"`           // devices held at From
+	WholeFreeNow   int `json:"wholeFreeNow"`      // nodes with no device held at From
+	WholeFreeAll   int `json:"wholeFreeSpan"`     // nodes with no device held at any time of the span
+	BusyDeviceSecs int `json:"busyDeviceSeconds"` // device-seconds held within the span
+}
+
+// NodeUsage is one node over the span.
+type NodeUsage struct {
+	NodeID  string `json:"nodeId"`
+	Size    int    `json:"size"`
+	BusyNow int    `json:"busyNow"`
+	Busy    []Busy `json:"busy"`
+}
+
+// Busy is one reservation's devices on a node, clipped to the span. The
+// reservation's id is given to the pool's owner only: a tenant the pool
+// is offered to sees when devices are taken, not by whom.
+type Busy struct {
+	DeviceIDs     []string  `json:"deviceIds"`
+	Start         time.Time `json:"start"`
+	End           time.Time `json:"end"`
+	ReservationID string    `json:"reservationId,omitempty"`
+}
+
+// Usage limits: a span of at most MaxUsageHours, at most MaxUsageNodes
+// nodes a page (worst case 100 nodes × 2 days × 256 entries of ~120 B ≈
+// 6 MB would pass Lambda's response limit; real pages are far smaller, and
+// the entries of one reservation over two days are given once).
+const (
+	MaxUsageHours     = 24
+	DefaultUsageNodes = 50
+	MaxUsageNodes     = 100
+)
+
+// UsageRequest asks for a page of usage.
+type UsageRequest struct {
+	TenantID, PoolID, Resource string
+	From                       time.Time // zero: now
+	Hours                      int       // 0: MaxUsageHours
+	Page                       Page      // After: {"node": "<k>"}
+}
+
+// PoolUsage reads a page of nodes of one resource of a pool the tenant can
+// see, with their reservations over [from, from+hours). It reads only the
+// page's node-days (one Query per day of the span): its cost follows the
+// page, not the pool.
+func (s *Service) PoolUsage(ctx context.Context, q UsageRequest) (Usage, map[string]string, error) {
+	p, err := s.Store.VisiblePool(ctx, q.TenantID, q.PoolID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Usage{}, nil, apierr.New(apierr.NotFound, "pool %q not found", q.PoolID)
+	case err != nil:
+		return Usage{}, nil, unavailable(err)
+	}
+	if _, ok := p.Resources[q.Resource]; !ok {
+		return Usage{}, nil, apierr.Invalid("unknown_resource", "resource", "pool %q has no resource %q", q.PoolID, q.Resource)
+	}
+	from := q.From
+	if from.IsZero() {
+		from = s.now()
+	}
+	from = from.UTC().Truncate(time.Second)
+	hours := q.Hours
+	if hours == 0 {
+		hours = MaxUsageHours
+	}
+	limit := q.Page.Limit
+	if limit <= 0 {
+		limit = DefaultUsageNodes
+	}
+	span := Window{Start: from, End: from.Add(time.Duration(hours) * time.Hour)}
+	pr := PoolResource{PoolID: p.PoolID, Topology: p.Topology(q.Resource)}
+	first := 0
+	if a, ok := q.Page.After["node"]; ok {
+		n, err := strconv.Atoi(a)
+		if err != nil || n < 0 {
+			return Usage{}, nil, apierr.Invalid("", "cursor", "cursor is invalid")
+		}
+		first = n
+	}
+	last := min(first+limit, pr.Nodes()) - 1
+	u := Usage{PoolID: p.PoolID, Resource: q.Resource, NodeSize: pr.NodeSize, Devices: pr.Devices, NodeCount: pr.Nodes(),
+		From: span.Start, To: span.End, Nodes: []NodeUsage{}}
+	type held struct {
+		mask Mask
+		w    Window
+	}
+	byNode := map[int]map[string]held{}
+	for _, d := range span.Days() {
+		err := s.Store.NodeRange(ctx, pr, d, first, last, func(nd NodeDay) error {
+			for id, e := range nd.Entries {
+				if !e.Window.Overlaps(span) {
+					continue
+				}
+				if byNode[nd.Node] == nil {
+					byNode[nd.Node] = map[string]held{}
+				}
+				byNode[nd.Node][id] = held{e.Mask, e.Window}
+			}
+			return nil
+		})
+		if err != nil {
+			return Usage{}, nil, unavailable(err)
+		}
+	}
+	owner := p.OwnedBy(q.TenantID)
+	for k := first; k <= last; k++ {
+		n := NodeUsage{NodeID: NodeID(q.Resource, k), Size: pr.Size(k), Busy: []Busy{}}
+		var now Mask
+		for id, h := range byNode[k] {
+			b := Busy{Start: maxTime(h.w.Start, span.Start), End: minTime(h.w.End, span.End)}
+			for _, dev := range (Placement{{Node: k, Mask: h.mask}}).Devices(pr.NodeSize) {
+				b.DeviceIDs = append(b.DeviceIDs, DeviceID(q.Resource, dev))
+			}
+			if owner {
+				b.ReservationID = id
+			}
+			if !h.w.Start.After(span.Start) && h.w.End.After(span.Start) {
+				now |= h.mask
+			}
+			u.Page.BusyDeviceSecs += h.mask.Count() * int(b.End.Sub(b.Start)/time.Second)
+			n.Busy = append(n.Busy, b)
+		}
+		sort.Slice(n.Busy, func(i, j int) bool {
+			if !n.Busy[i].Start.Equal(n.Busy[j].Start) {
+				return n.Busy[i].Start.Before(n.Busy[j].Start)
+			}
+			return n.Busy[i].DeviceIDs[0] < n.Busy[j].DeviceIDs[0]
+		})
+		n.BusyNow = now.Count()
+		u.Page.Nodes++
+		u.Page.Devices += n.Size
+		u.Page.BusyNow += n.BusyNow
+		if n.BusyNow == 0 {
+			u.Page.WholeFreeNow++
+		}
+		if len(n.Busy) == 0 {
+			u.Page.WholeFreeAll++
+		}
+		u.Nodes = append(u.Nodes, n)
+	}
+	var next map[string]string
+	if last+1 < pr.Nodes() {
+		next = map[string]string{"node": strconv.Itoa(last + 1)}
+	}
+	return u, next, nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

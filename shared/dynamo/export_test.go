@@ -1,0 +1,4 @@
+package dynamo
+
+// Spread exports spread to the package's external tests.
+var Spread = spread
