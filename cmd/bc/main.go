@@ -8,6 +8,8 @@
 //	bc call    METHOD [FIELD=string | FIELD:=json | FIELD:=@file.json | @body.json]...
 //	                                                    call an API method (BC_API_URL, BC_TOKEN)
 //	bc methods                                          list the catalog's methods
+//	bc pools show POOL [-tenant T] [-resource R] [-hours H] [-nodes N] [-ascii] [-json]
+//	                                                    draw a pool's nodes over the next hours
 //	bc check   [-table NAME]                            check the capacity invariants of a table
 package main
 
@@ -22,7 +24,7 @@ func main() {
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) error{
-		"keygen": keygen, "pubkey": pubkey, "sign": sign, "call": call, "methods": methods, "check": check,
+		"keygen": keygen, "pubkey": pubkey, "sign": sign, "call": call, "methods": methods, "check": check, "pools": pools,
 	}
 	run, ok := cmds[os.Args[1]]
 	if !ok {
@@ -53,9 +55,11 @@ func usage() {
   call    METHOD [FIELD=str] [FIELD:=json] [FIELD:=@file] [@body.json]
                                                       call an API method
   methods                                             list the API methods
+  pools show POOL [-tenant T] [-resource R] [-hours H] [-nodes N] [-ascii] [-json]
+                                                      draw a pool's nodes over the next hours
   check   [-table NAME]                               check capacity invariants
 
-Environment: BC_API_URL (default http://127.0.0.1:8080), BC_TOKEN (default dev:admin),
+Environment: BC_API_URL (default http://127.0.0.1:8080), BC_TOKEN (default dev:admin), BC_TENANT,
 BC_KMS_ENDPOINT and AWS_REGION for -kms-key, BC_TABLE and BC_DYNAMODB_ENDPOINT for check.
 `)
 }

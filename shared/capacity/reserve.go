@@ -155,9 +155,13 @@ type aheadKey struct{}
 // readAhead starts the fast path's candidate read for a new draft.
 func (s *Service) readAhead(ctx context.Context, r Reservation) *ahead {
 	a := &ahead{done: make(chan struct{}), req: requestOf(r)}
+	// Not cancelled with the request: a refused or replayed request leaves
+	// it to finish (one read) rather than abort it half sent.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), FlowDeadline)
 	go func() {
 		defer close(a.done)
-		a.pr, a.cands, a.err = s.fastCandidates(ctx, r, &a.req)
+		defer cancel()
+		a.pr, a.cands, a.err = s.fastCandidates(rctx, r, &a.req)
 	}()
 	return a
 }
@@ -353,7 +357,13 @@ func (s *Service) admit(ctx context.Context, r Reservation) (Reservation, error)
 	case err != nil:
 		return Reservation{}, err
 	}
-	if err := s.record(ctx, r, pr, p); err != nil {
+	carried := false
+	if r.State == Draft && len(r.Devices) > 0 {
+		// An earlier flow recorded a large placement on the draft and may
+		// have written part of it: carry that one on (it is what a repair
+		// would undo).
+		p, state, carried = r.Placement(), nil, true
+	} else if err := s.record(ctx, r, pr, p); err != nil {
 		return Reservation{}, err
 	}
 	ch, err := s.Store.Charge(ctx, k, r.ReservationID, r.Count, inline(p))
@@ -377,12 +387,12 @@ func (s *Service) admit(ctx context.Context, r Reservation) (Reservation, error)
 	if !ch.Fresh && len(ch.Placement) > 0 {
 		// An earlier flow of this reservation charged for a placement of its
 		// own: carry that one on (it is what a repair would undo).
-		p, state = ch.Placement, nil
+		p, state, carried = ch.Placement, nil, true
 	}
 	if err := s.fault(FaultCharged); err != nil {
 		return Reservation{}, err
 	}
-	p, err = s.allocate(ctx, r, req, pr, p, state)
+	p, err = s.allocate(ctx, r, req, pr, p, state, carried)
 	switch {
 	case isNoFit(err):
 		return s.reject(ctx, r, err.(NoFit).Reason, FaultRejectedCap)
@@ -777,6 +787,13 @@ func (s *Service) fastCandidates(ctx context.Context, r Reservation, req *Reques
 			return pr, nil, unavailable(err)
 		}
 	}
+	if len(first) == 0 && !haveTopology && req.Topology == OnNodes && req.Count > 1 {
+		// The layout is not known yet and no node has count untouched
+		// devices: several whole nodes may still do; any node-day tells.
+		if first, _, err = s.Store.Candidates(ctx, pr, days[0], 1, 1, 0); err != nil {
+			return pr, nil, unavailable(err)
+		}
+	}
 	if len(first) == 0 {
 		return pr, nil, nil
 	}
@@ -882,8 +899,10 @@ func (s *Service) visible(ctx context.Context, r Reservation) error {
 // create (the versions of its devices moved) undoes this attempt's other
 // writes, reads again, chooses again and records the new choice on the
 // charge before writing it: what is written is always covered by the
-// charge's record, which is what a repair undoes.
-func (s *Service) allocate(ctx context.Context, r Reservation, req Request, pr PoolResource, p Placement, state nodeDays) (Placement, error) {
+// charge's record, which is what a repair undoes. A placement carried over
+// from an earlier flow (which may have written part of it, its success
+// hidden by an error) that no longer fits is freed before it is replaced.
+func (s *Service) allocate(ctx context.Context, r Reservation, req Request, pr PoolResource, p Placement, state nodeDays, carried bool) (Placement, error) {
 	attempts := s.PlaceAttempts
 	if attempts <= 0 {
 		attempts = defaultPlaceAttempts
@@ -900,6 +919,12 @@ func (s *Service) allocate(ctx context.Context, r Reservation, req Request, pr P
 			// Taken since it was chosen (by a racing create, or while an
 			// earlier flow of this reservation was down): choose again.
 			s.contended(true)
+			if carried {
+				if err := s.free(ctx, r, p); err != nil {
+					return nil, err
+				}
+				carried = false
+			}
 			req.Attempt++
 			var err error
 			if p, state, err = s.rechoose(ctx, r, req, pr); err != nil {

@@ -89,7 +89,7 @@ func (s *Service) PoolUsage(ctx context.Context, q UsageRequest) (Usage, map[str
 	if from.IsZero() {
 		from = s.now()
 	}
-	from = from.UTC().Truncate(time.Second)
+	from = from.UTC()
 	hours := q.Hours
 	if hours == 0 {
 		hours = MaxUsageHours

@@ -273,14 +273,15 @@ func modulePath(gomod []byte) string {
 	return ""
 }
 
-type tools struct{ node, dynalite, localKMS string }
+type tools struct{ node, guard, dynalite, localKMS string }
 
 func findTools(root string) (tools, error) {
 	t := tools{
+		guard:    filepath.Join(root, "shared", "devstack", "dynalite-guard.js"),
 		dynalite: filepath.Join(root, "node_modules", "dynalite", "cli.js"),
 		localKMS: filepath.Join(root, ".tools", "bin", "local-kms"),
 	}
-	for _, p := range []string{t.dynalite, t.localKMS} {
+	for _, p := range []string{t.guard, t.dynalite, t.localKMS} {
 		if _, err := os.Stat(p); err != nil {
 			return t, fmt.Errorf("devstack: %w: %s is missing; run `make tools`", ErrToolsMissing, p)
 		}
@@ -306,7 +307,9 @@ func startDynalite(ctx context.Context, t tools, dir string, s *Stack) (*child, 
 		if err != nil {
 			return nil, "", err
 		}
-		args := []string{t.dynalite, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
+		// Through dynalite-guard.js: a client dropping a connection mid-request
+		// must not end the server.
+		args := []string{t.guard, t.dynalite, "--host", "127.0.0.1", "--port", strconv.Itoa(port),
 			"--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"}
 		if dir != "" {
 			args = append(args, "--path", dir)

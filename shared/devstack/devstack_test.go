@@ -360,3 +360,30 @@ func BenchmarkStart(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+// A client that drops its connection half way through a request body (a
+// cancelled context does) leaves dynalite serving: unguarded, dynalite
+// 4.0.0 rethrows the stream's error and exits.
+func TestDynaliteSurvivesAbortedRequests(t *testing.T) {
+	s := Shared(t)
+	u, err := url.Parse(s.DynamoEndpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		conn, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fmt.Fprintf(conn, "POST / HTTP/1.1\r\nHost: %s\r\nContent-Type: application/x-amz-json-1.0\r\n"+
+			"X-Amz-Target: DynamoDB_20120810.ListTables\r\nContent-Length: 1000\r\n\r\n{\"Limit\":", u.Host)
+		conn.Close()
+	}
+	// The server still answers (after it has seen the aborts).
+	for i := range 20 {
+		_, err = s.DynamoDB().ListTables(context.Background(), &dynamodb.ListTablesInput{Limit: aws.Int32(1)})
+		if err != nil {
+			t.Fatalf("ListTables %d after aborted requests: %v", i, err)
+		}
+	}
+}

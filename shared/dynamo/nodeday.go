@@ -315,16 +315,38 @@ func all(conds []expression.ConditionBuilder) expression.ConditionBuilder {
 // Allocate implements capacity.CalendarStore.
 func (s *Capacity) Allocate(ctx context.Context, nd capacity.NodeDay, id string, e capacity.Entry) error {
 	k := key(calPK(nd.Pool, nd.Resource, nd.Day), nodeSK(nd.Node))
+	var err error
 	if !nd.Stored {
 		// Read as missing: create it with the entry, if it still is.
 		nd.Versions, nd.Entries = maps.Clone(nd.Versions), maps.Clone(nd.Entries)
 		nd.Add(id, e)
-		err := s.put(ctx, newNodeDayItem(nd), notExists)
-		if isConditionFailed(err) {
-			return capacity.ErrStale
+		err = s.put(ctx, newNodeDayItem(nd), notExists)
+	} else {
+		err = s.allocate(ctx, k, nd, id, e)
+	}
+	if !isConditionFailed(err) {
+		return err
+	}
+	// Refused: written by an earlier attempt (an SDK retry of a write whose
+	// answer was lost), or the node-day moved or is full.
+	var cur nodeDayItem
+	if ok, err := s.get(ctx, k, &cur); err != nil || !ok {
+		if err == nil {
+			err = capacity.ErrStale
 		}
 		return err
 	}
+	if got, held := cur.Entries[id]; held && got.M == int64(e.Mask) {
+		return nil
+	}
+	if cur.N >= capacity.MaxEntriesPerNodeDay {
+		return capacity.ErrCalendarFull
+	}
+	return capacity.ErrStale
+}
+
+// allocate is Allocate's conditional update of a stored node-day.
+func (s *Capacity) allocate(ctx context.Context, k map[string]types.AttributeValue, nd capacity.NodeDay, id string, e capacity.Entry) error {
 	upd := expression.Set(path("a", id), expression.Value(entryItem{M: int64(e.Mask), S: e.Window.Start.UnixMilli(), E: e.Window.End.UnixMilli()})).
 		Add(expression.Name("n"), expression.Value(1))
 	if delta := nd.UntouchedAfter(id, e.Mask, false) - nd.Untouched; delta != 0 {
@@ -334,23 +356,7 @@ func (s *Capacity) Allocate(ctx context.Context, nd capacity.NodeDay, id string,
 		expression.Name("n").LessThan(expression.Value(capacity.MaxEntriesPerNodeDay))}, upd)
 	c := all(conds)
 	_, err := s.update(ctx, k, upd, &c, types.ReturnValueNone)
-	if !isConditionFailed(err) {
-		return err
-	}
-	var cur nodeDayItem
-	if ok, err := s.get(ctx, k, &cur); err != nil || !ok {
-		if err == nil {
-			err = capacity.ErrStale
-		}
-		return err
-	}
-	if got, held := cur.Entries[id]; held && got.M == int64(e.Mask) {
-		return nil // written by an earlier attempt
-	}
-	if cur.N >= capacity.MaxEntriesPerNodeDay {
-		return capacity.ErrCalendarFull
-	}
-	return capacity.ErrStale
+	return err
 }
 
 // Free implements capacity.CalendarStore: read, then remove the entry with

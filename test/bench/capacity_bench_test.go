@@ -71,17 +71,19 @@ func (s *scale) call(b *testing.B, method string, body any) []byte {
 	return out
 }
 
-// seed loads live placed single-device reservations through the store:
-// half today (all day), half tomorrow, busyPerNode per node and day on as
-// many nodes as that takes; tenantLive of them are acme's (its quota's
-// used), the rest another tenant's. Every node-day of both days is written
-// (the days are provisioned).
+// seed loads live placed single-device reservations through the store,
+// each for a whole UTC day: busyPerNode on every node of today, then of
+// tomorrow, and so on; tenantLive of them are acme's (its quota's used), the
+// rest another tenant's. Every node-day of those days (and of tomorrow at
+// least) is written: the days are provisioned.
 func (s *scale) seed(b *testing.B, live, tenantLive int) {
 	b.Helper()
 	ctx := context.Background()
 	today := capacity.DayOf(s.now)
+	perDay := s.top.Nodes() * busyPerNode
+	last := today + capacity.Day(max(1, (live-1)/perDay))
 	nds := map[capacity.NodeDayKey]*capacity.NodeDay{}
-	for _, d := range []capacity.Day{today, today + 1} {
+	for d := today; d <= last; d++ {
 		for k := 0; k < s.top.Nodes(); k++ {
 			nd := capacity.EmptyNodeDay(capacity.PoolResource{PoolID: "scale", Topology: s.top}, capacity.NodeDayKey{Node: k, Day: d})
 			nds[capacity.NodeDayKey{Node: k, Day: d}] = &nd
@@ -90,8 +92,8 @@ func (s *scale) seed(b *testing.B, live, tenantLive int) {
 	var rs []capacity.Reservation
 	acme := 0
 	for i := 0; i < live; i++ {
-		day := today + capacity.Day(i%2)
-		slot := i / 2
+		day := today + capacity.Day(i/perDay)
+		slot := i % perDay
 		node, dev := slot/busyPerNode, slot%busyPerNode
 		w := capacity.Window{Start: day.Start(), End: day.Start().Add(24*time.Hour - time.Minute)}
 		tenant := "others"
@@ -118,16 +120,18 @@ func (s *scale) seed(b *testing.B, live, tenantLive int) {
 		b.Fatal(err)
 	}
 	pr := capacity.PoolResource{PoolID: "scale", Topology: s.top}
-	for _, d := range []capacity.Day{today, today + 1} {
+	for d := today; d <= last; d++ {
 		if err := s.store.PutDay(ctx, pr, d); err != nil {
 			b.Fatal(err)
 		}
 	}
 }
 
-// creates runs n sequential single-device creates for the next hour over
-// HTTP and returns their latencies and the DynamoDB cost per create.
-func (s *scale) creates(b *testing.B, n, count int) ([]time.Duration, meter.Usage) {
+// creates runs n sequential creates for the next hour over HTTP, each
+// followed by one raw conditional UpdateItem on the same dynalite (so both
+// see the same machine), after a warm-up of dynalite's JIT; it returns
+// both latencies and the DynamoDB cost per create.
+func (s *scale) creates(b *testing.B, n, count int) (lat, raw []time.Duration, per meter.Usage) {
 	b.Helper()
 	srv := &server{URL: s.st.URL}
 	end := s.now.Add(time.Hour).Format(time.RFC3339)
@@ -136,17 +140,24 @@ func (s *scale) creates(b *testing.B, n, count int) ([]time.Duration, meter.Usag
 			"window": map[string]any{"end": end}})
 		return raw
 	}
-	for range 3 { // the first create of a day provisions it (when not seeded)
+	update := rawUpdater(b, s.st)
+	for i := range 30 {
 		srv.do(b, "reservations/create", body())
+		update(i)
 	}
-	before := s.m.Usage()
-	lat := make([]time.Duration, n)
+	var used meter.Usage
+	lat, raw = make([]time.Duration, n), make([]time.Duration, n)
 	for i := range lat {
+		before := s.m.Usage()
 		lat[i], _ = srv.do(b, "reservations/create", body())
+		after := s.m.Usage()
+		used.Calls += after.Calls - before.Calls
+		used.RCU += after.RCU - before.RCU
+		used.WCU += after.WCU - before.WCU
+		raw[i] = update(i)
 	}
-	after := s.m.Usage()
-	per := meter.Usage{Calls: (after.Calls - before.Calls) / n, RCU: (after.RCU - before.RCU) / float64(n), WCU: (after.WCU - before.WCU) / float64(n)}
-	return lat, per
+	per = meter.Usage{Calls: used.Calls / n, RCU: used.RCU / float64(n), WCU: used.WCU / float64(n)}
+	return lat, raw, per
 }
 
 func pct(lat []time.Duration, p float64) float64 {
@@ -155,16 +166,16 @@ func pct(lat []time.Duration, p float64) float64 {
 	return float64(l[int(p*float64(len(l)-1))].Microseconds()) / 1000
 }
 
-// rawUpdate is the latency of one conditional UpdateItem on the same
-// dynalite, the floor a create is compared with.
-func rawUpdate(b *testing.B, st *teststack.Stack, n int) []time.Duration {
+// rawUpdater returns a function doing one raw conditional UpdateItem on
+// the same dynalite (the floor a create is compared with) and returning
+// its latency.
+func rawUpdater(b *testing.B, st *teststack.Stack) func(i int) time.Duration {
 	b.Helper()
 	db := st.Dev.DynamoDB()
 	upd := expression.Set(expression.Name("used"), expression.Plus(expression.IfNotExists(expression.Name("used"), expression.Value(0)), expression.Value(1)))
 	e, _ := expression.NewBuilder().WithUpdate(upd).WithCondition(
 		expression.Or(expression.AttributeNotExists(expression.Name("used")), expression.Name("used").LessThan(expression.Value(1<<40)))).Build()
-	lat := make([]time.Duration, n)
-	for i := range lat {
+	return func(i int) time.Duration {
 		start := time.Now()
 		_, err := db.UpdateItem(context.Background(), &dynamodb.UpdateItemInput{TableName: aws.String(st.App.Config.Table),
 			Key: map[string]types.AttributeValue{schema.AttrPK: &types.AttributeValueMemberS{Value: "BENCH#" + strconv.Itoa(i%64)},
@@ -174,40 +185,60 @@ func rawUpdate(b *testing.B, st *teststack.Stack, n int) []time.Duration {
 		if err != nil {
 			b.Fatal(err)
 		}
-		lat[i] = time.Since(start)
+		return time.Since(start)
+	}
+}
+
+// rawUpdate is n raw UpdateItem latencies.
+func rawUpdate(b *testing.B, st *teststack.Stack, n int) []time.Duration {
+	update := rawUpdater(b, st)
+	lat := make([]time.Duration, n)
+	for i := range lat {
+		lat[i] = update(i)
 	}
 	return lat
 }
 
 // BenchmarkCreateAtScale: reservations.create (count 1, the next hour)
 // through the local gateway at 0 to 100,000 live allocations in one
-// 100,000-device pool, 10,000 of them the creating tenant's. Reported per
-// create: p50/p99, DynamoDB round trips, read and write units; at 0 live
-// also the p50 of one raw conditional UpdateItem and the ratio.
+// 100,000-device pool and in one 4,096-device pool, 10,000 of them (at
+// most) the creating tenant's. Reported per
+// create: p50/p99, DynamoDB round trips, read and write units, the p50 of a
+// raw conditional UpdateItem interleaved with the creates and the ratio;
+// above 0 live, units and p50 against those at 0 (and the p50 ratio of the
+// ratios, which cancels the machine's drift between levels).
 func BenchmarkCreateAtScale(b *testing.B) {
-	const n = 300
-	var base meter.Usage
-	var baseP50 float64
-	for _, live := range []int{0, 1_000, 10_000, 100_000} {
-		b.Run(fmt.Sprintf("live-%d", live), func(b *testing.B) {
+	const n = 400
+	levels := []struct{ devices, live int }{
+		{scaleDevices, 0}, {scaleDevices, 1_000}, {scaleDevices, 10_000}, {scaleDevices, 100_000},
+		// The pool: 4,096 devices, live reservations on today and
+		// the days after (two per device already broke the old calendar).
+		{4096, 0}, {4096, 500}, {4096, 6_000}, {4096, 100_000},
+	}
+	type baseline struct {
+		units, p50, ratio float64
+	}
+	base := map[int]baseline{}
+	for _, l := range levels {
+		b.Run(fmt.Sprintf("pool-%d/live-%d", l.devices, l.live), func(b *testing.B) {
 			for b.Loop() {
-				s := newScale(b, scaleDevices)
-				s.seed(b, live, min(live, 10_000))
-				lat, per := s.creates(b, n, 1)
-				p50 := pct(lat, 0.5)
+				s := newScale(b, l.devices)
+				s.seed(b, l.live, min(l.live, 10_000))
+				lat, raw, per := s.creates(b, n, 1)
+				p50, rawP50 := pct(lat, 0.5), pct(raw, 0.5)
 				b.ReportMetric(p50, "p50-ms")
 				b.ReportMetric(pct(lat, 0.99), "p99-ms")
 				b.ReportMetric(float64(per.Calls), "ddb-calls/op")
 				b.ReportMetric(per.RCU, "rcu/op")
 				b.ReportMetric(per.WCU, "wcu/op")
-				if live == 0 {
-					base, baseP50 = per, p50
-					raw := pct(rawUpdate(b, s.st, n), 0.5)
-					b.ReportMetric(raw, "raw-update-p50-ms")
-					b.ReportMetric(p50/raw, "create/raw-p50")
-				} else if base.Units() > 0 {
-					b.ReportMetric(per.Units()/base.Units(), "units-vs-0-live")
-					b.ReportMetric(p50/baseP50, "p50-vs-0-live")
+				b.ReportMetric(rawP50, "raw-update-p50-ms")
+				b.ReportMetric(p50/rawP50, "create/raw-p50")
+				if l.live == 0 {
+					base[l.devices] = baseline{per.Units(), p50, p50 / rawP50}
+				} else if bl, ok := base[l.devices]; ok {
+					b.ReportMetric(per.Units()/bl.units, "units-vs-0-live")
+					b.ReportMetric(p50/bl.p50, "p50-vs-0-live")
+					b.ReportMetric((p50/rawP50)/bl.ratio, "raw-normalised-p50-vs-0-live")
 				}
 			}
 		})
@@ -286,11 +317,16 @@ func BenchmarkLargeCreate(b *testing.B) {
 	for b.Loop() {
 		s := newScale(b, 4096)
 		s.seed(b, 0, 0)
-		lat, per := s.creates(b, 1, 1024)
-		b.ReportMetric(float64(lat[0].Microseconds())/1000, "ms")
-		b.ReportMetric(float64(per.Calls), "ddb-calls/op")
-		b.ReportMetric(per.RCU, "rcu/op")
-		b.ReportMetric(per.WCU, "wcu/op")
+		srv := &server{URL: s.st.URL}
+		raw, _ := json.Marshal(map[string]any{"tenantId": "acme", "poolId": "scale", "resource": "gpu", "count": 1024,
+			"window": map[string]any{"end": s.now.Add(time.Hour).Format(time.RFC3339)}})
+		before := s.m.Usage()
+		d, _ := srv.do(b, "reservations/create", raw)
+		after := s.m.Usage()
+		b.ReportMetric(float64(d.Microseconds())/1000, "ms")
+		b.ReportMetric(float64(after.Calls-before.Calls), "ddb-calls/op")
+		b.ReportMetric(after.RCU-before.RCU, "rcu/op")
+		b.ReportMetric(after.WCU-before.WCU, "wcu/op")
 	}
 }
 

@@ -247,6 +247,23 @@ func TestCapacityPath(t *testing.T) {
 	if q := getQuota(acme); q.Used != 3 {
 		t.Fatalf("quota after create %+v", q)
 	}
+	// The pool's one node shows the three devices held now.
+	var usage struct {
+		Usage struct {
+			Page  struct{ BusyNow, Devices int }
+			Nodes []struct {
+				NodeID string
+				Busy   []struct{ ReservationID string }
+			}
+		}
+	}
+	if err := tg.admin.Call(ctx, "pools.usage", obj{"tenantId": acme, "poolId": pool, "resource": "gpu.h100"}, &usage); err != nil {
+		t.Fatal(err)
+	}
+	if u := usage.Usage; u.Page.BusyNow != 3 || u.Page.Devices != 4 || len(u.Nodes) != 1 || len(u.Nodes[0].Busy) != 1 ||
+		u.Nodes[0].Busy[0].ReservationID != r.ReservationID {
+		t.Fatalf("usage %+v", u)
+	}
 	// The same clientToken again returns the same reservation.
 	var again struct{ Reservation reservation }
 	if err := tg.admin.Call(ctx, "reservations.create", create, &again); err != nil || again.Reservation.ReservationID != r.ReservationID {
