@@ -153,8 +153,18 @@ func (p *Pins) signers(env []envelopeSignature, sigs [][]byte, pae []byte) ([]st
 		slices.Sort(ids)
 		return ids, nil
 	case len(credited) == 0 && !named:
+		// Say which keys signed and which are pinned: the usual cause is a
+		// manifest signed with a key this deployment does not pin.
+		signed := []string{}
+		for _, s := range env {
+			if s.KeyID != "" && !slices.Contains(signed, s.KeyID) {
+				signed = append(signed, s.KeyID)
+			}
+		}
 		return nil, apierr.Invalid(ReasonUnknownKey, "manifest.signatures",
-			"manifest.signatures: no signature by a pinned release key")
+			"manifest.signatures: no signature by a pinned release key (signed by %s; pinned: %s)",
+			listOrNone(signed), listOrNone(p.ids)).
+			With("signerKeyIds", signed).With("pinnedKeyIds", slices.Clone(p.ids))
 	case badField != "":
 		return nil, apierr.Invalid(ReasonBadSignature, badField,
 			"%s: the signature does not verify under the pinned key it names", badField)
@@ -355,4 +365,12 @@ func decodeBase64(s string) ([]byte, error) {
 		}
 	}
 	return nil, errBase64
+}
+
+// listOrNone joins ids for a message ("none" when empty).
+func listOrNone(ids []string) string {
+	if len(ids) == 0 {
+		return "none"
+	}
+	return strings.Join(ids, ", ")
 }

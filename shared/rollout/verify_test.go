@@ -584,3 +584,25 @@ func (s mismatchedSigner) Public() crypto.PublicKey { return s.pub }
 func (s mismatchedSigner) Sign(r io.Reader, msg []byte, opts crypto.SignerOpts) ([]byte, error) {
 	return s.inner.Sign(r, msg, opts)
 }
+
+// unknown_key says which keys signed and which are pinned.
+func TestUnknownKeyNamesTheKeys(t *testing.T) {
+	ecA, edB := newKey(t, rollout.AlgECDSAP256), newKey(t, rollout.AlgEd25519)
+	stranger := newKey(t, rollout.AlgECDSAP256)
+	_, err := mustPins(t, 1, ecA, edB).Verify(signed(t, statement(), stranger), testNow)
+	e := apierr.As(err)
+	if e == nil || e.Details["reason"] != "unknown_key" {
+		t.Fatalf("got %v", err)
+	}
+	want := keyID(t, stranger.Public())
+	if got, _ := e.Details["signerKeyIds"].([]string); len(got) != 1 || got[0] != want {
+		t.Errorf("signerKeyIds %v, want [%s]", e.Details["signerKeyIds"], want)
+	}
+	pinned := sorted(keyID(t, ecA.Public()), keyID(t, edB.Public()))
+	if got, _ := e.Details["pinnedKeyIds"].([]string); !slices.Equal(got, pinned) {
+		t.Errorf("pinnedKeyIds %v, want %v", e.Details["pinnedKeyIds"], pinned)
+	}
+	if !strings.Contains(e.Message, want) || !strings.Contains(e.Message, pinned[0]) {
+		t.Errorf("message %q names neither key", e.Message)
+	}
+}
