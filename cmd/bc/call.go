@@ -2,43 +2,62 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/client"
 )
 
-func call(args []string) error {
-	if len(args) < 1 {
-		return errors.New("call: METHOD is required (see `bc methods`)")
+// callCommand is the generic `bc call METHOD [FIELD=value]…`: any method
+// with a body built from httpie-style arguments; `bc call METHOD -h` shows
+// the method's fields.
+func (c *cli) callCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "call METHOD [FIELD=string | FIELD:=json | FIELD:=@file.json | @body.json]...",
+		Short: "Call any API method with a body built from arguments",
+		Long: `Calls an API method (see bc methods) with a JSON body built from the arguments: FIELD=value sets a
+string, FIELD:=json sets raw JSON, FIELD:=@file.json the JSON of a file, @body.json starts from a whole
+body; later arguments win. bc call METHOD -h lists the method's fields. The answer is printed as JSON.`,
+		DisableFlagParsing: true,
+		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
+			if len(args) > 0 {
+				return nil, cobra.ShellCompDirectiveNoFileComp
+			}
+			var names []string
+			for _, m := range api.Catalog {
+				names = append(names, m.Name)
+			}
+			return names, cobra.ShellCompDirectiveNoFileComp
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+				return cmd.Help()
+			}
+			m := api.Lookup(args[0])
+			if m == nil {
+				return usageErr(fmt.Errorf("call: no method %q (see bc methods)", args[0]))
+			}
+			if slices.Contains(args[1:], "-h") || slices.Contains(args[1:], "--help") {
+				fmt.Fprintln(c.out, methodHelp(m, fieldsOf(m)))
+				return nil
+			}
+			body, err := buildBody(args[1:], os.ReadFile)
+			if err != nil {
+				return usageErr(err)
+			}
+			raw, err := c.call(cmd.Context(), m.Name, body)
+			if err != nil {
+				return err
+			}
+			return writeJSON(c.out, raw)
+		},
 	}
-	method := args[0]
-	if api.Lookup(method) == nil {
-		return fmt.Errorf("call: no method %q (see `bc methods`)", method)
-	}
-	body, err := buildBody(args[1:], os.ReadFile)
-	if err != nil {
-		return err
-	}
-	c := client.New(envOr("BC_API_URL", "http://127.0.0.1:8080"), envOr("BC_TOKEN", "dev:admin"))
-	resp, err := c.Do(context.Background(), method, body)
-	if err != nil {
-		return err
-	}
-	var pretty bytes.Buffer
-	if json.Indent(&pretty, resp.Body, "", "  ") != nil {
-		pretty.Write(resp.Body)
-	}
-	fmt.Println(pretty.String())
-	if resp.Status != 200 {
-		return exitError(1)
-	}
-	return nil
 }
 
 // buildBody builds the request JSON from httpie-style arguments:
@@ -103,9 +122,28 @@ func buildBody(args []string, readFile func(string) ([]byte, error)) ([]byte, er
 	return buf.Bytes(), nil
 }
 
-func methods([]string) error {
-	for _, m := range api.Catalog {
-		fmt.Printf("%-22s %-8s %s @ %s\n", m.Name, m.Kind, m.Permission, m.Scope)
+// methodsCommand lists the catalog: every method, its kind and
+// authorization, and with --fields its input fields.
+func (c *cli) methodsCommand() *cobra.Command {
+	var withFields bool
+	cmd := &cobra.Command{
+		Use:   "methods",
+		Short: "List the API's methods (with --fields, their input fields)",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "METHOD\tKIND\tAUTHORIZATION\tCLI")
+			for _, m := range api.Catalog {
+				fmt.Fprintf(tw, "%s\t%s\t%s @ %s\tbc %s %s\n", m.Name, m.Kind, m.Permission, m.Scope, m.Resource(), m.Verb())
+				if withFields {
+					for _, f := range fieldsOf(m) {
+						fmt.Fprintf(tw, "\t  %s\t%s\t%s\n", f.Name, flagName(f), f.usage())
+					}
+				}
+			}
+			return tw.Flush()
+		},
 	}
-	return nil
+	cmd.Flags().BoolVar(&withFields, "fields", false, "also list each method's input fields")
+	return cmd
 }

@@ -2,35 +2,61 @@ package main
 
 import (
 	"context"
-	"flag"
+	"errors"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 )
 
-// check reads a whole table and reports every broken capacity invariant
-// (SPEC §4.4); it exits 1 when there is any. Run it while no request or
-// reconciler pass is in flight.
-func check(args []string) error {
-	fs := flag.NewFlagSet("check", flag.ContinueOnError)
-	table := fs.String("table", envOr("BC_TABLE", "better-compute"), "table name")
-	endpoint := fs.String("endpoint", os.Getenv("BC_DYNAMODB_ENDPOINT"), "DynamoDB endpoint (the local stack's dynalite); empty: AWS")
-	if err := fs.Parse(args); err != nil {
-		return err
+// checkCommand reads a whole table and reports every broken capacity
+// invariant (SPEC §4.4); it exits 1 when there is any. Run it while no
+// request or reconciler pass is in flight.
+func (c *cli) checkCommand() *cobra.Command {
+	var table, endpoint string
+	var inAWS bool
+	cmd := &cobra.Command{
+		Use:   "check",
+		Short: "Check the capacity invariants of a table (exit 1 on any violation)",
+		Long: `Reads the whole table (a consistent scan: an operator's tool, never run it on a busy production
+table) and reports every broken capacity invariant: quota used against live reservations, charges
+in flight, node-day entries against reservations, double bookings, topology. Against the local
+stack set BC_DYNAMODB_ENDPOINT (make run prints it) or --dynamodb-endpoint; against AWS pass --aws
+(credentials from the usual AWS chain).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if endpoint == "" && !inAWS {
+				return usageErr(errors.New("check: no DynamoDB endpoint: set BC_DYNAMODB_ENDPOINT or --dynamodb-endpoint (make run prints it), or pass --aws to read a table in AWS"))
+			}
+			ctx := cmd.Context()
+			cfg, err := awsConfig(ctx, c.envOr("AWS_REGION", "us-east-1"), endpoint != "", c.getenv("AWS_ACCESS_KEY_ID") != "")
+			if err != nil {
+				return localErr(err)
+			}
+			err = runCheck(ctx, &dynamo.Capacity{DB: dynamo.NewClient(cfg, endpoint), Table: table}, table, c.out)
+			if err != nil && !errors.As(err, new(exitCode)) {
+				return unreachable{url: endpointOr(endpoint), err: err}
+			}
+			return err
+		},
 	}
-	ctx := context.Background()
-	cfg, err := awsConfig(ctx, *endpoint != "")
-	if err != nil {
-		return err
+	cmd.Flags().StringVar(&table, "table", c.envOr("BC_TABLE", "better-compute"), "table name ($BC_TABLE)")
+	cmd.Flags().StringVar(&endpoint, "dynamodb-endpoint", c.getenv("BC_DYNAMODB_ENDPOINT"), "DynamoDB endpoint: the local stack's ($BC_DYNAMODB_ENDPOINT)")
+	cmd.Flags().BoolVar(&inAWS, "aws", false, "read the table in AWS (no endpoint)")
+	return cmd
+}
+
+func endpointOr(e string) string {
+	if e == "" {
+		return "AWS DynamoDB"
 	}
-	return runCheck(ctx, &dynamo.Capacity{DB: dynamo.NewClient(cfg, *endpoint), Table: *table}, *table, os.Stdout)
+	return e
 }
 
 func runCheck(ctx context.Context, r capacity.SnapshotReader, table string, out io.Writer) error {
@@ -43,7 +69,7 @@ func runCheck(ctx context.Context, r capacity.SnapshotReader, table string, out 
 	}
 	if len(vs) > 0 {
 		fmt.Fprintf(out, "%s: %d invariant violations\n", table, len(vs))
-		return exitError(1)
+		return exitCode(exitAPIError)
 	}
 	fmt.Fprintf(out, "%s: all capacity invariants hold\n", table)
 	return nil
@@ -51,9 +77,9 @@ func runCheck(ctx context.Context, r capacity.SnapshotReader, table string, out 
 
 // awsConfig is the SDK's default chain (profiles, SSO, …); against a local
 // server any credentials do.
-func awsConfig(ctx context.Context, local bool) (aws.Config, error) {
-	opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithRegion(envOr("AWS_REGION", "us-east-1"))}
-	if local && os.Getenv("AWS_ACCESS_KEY_ID") == "" {
+func awsConfig(ctx context.Context, region string, local, haveKeys bool) (aws.Config, error) {
+	opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithRegion(region)}
+	if local && !haveKeys {
 		opts = append(opts, awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("local", "local", "")))
 	}
 	return awsconfig.LoadDefaultConfig(ctx, opts...)

@@ -34,7 +34,7 @@ func TestCheckCommand(t *testing.T) {
 	}
 	out.Reset()
 	err := runCheck(ctx, store, table, &out)
-	if err != exitError(1) || !strings.Contains(out.String(), "invariant violations") {
+	if err != exitCode(exitAPIError) || !strings.Contains(out.String(), "invariant violations") {
 		t.Fatalf("inconsistent table: %v %q", err, out.String())
 	}
 }

@@ -4,47 +4,49 @@ import (
 	"context"
 	"crypto"
 	"errors"
-	"flag"
 	"fmt"
 	"io/fs"
 	"os"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
+	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/control-plane/shared/kmssign"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
-// multi is a repeatable string flag.
-type multi []string
-
-func (m *multi) String() string     { return fmt.Sprint(*m) }
-func (m *multi) Set(v string) error { *m = append(*m, v); return nil }
-
-func keygen(args []string) error {
-	fs := flag.NewFlagSet("keygen", flag.ContinueOnError)
-	out := fs.String("out", "", "file to write the private key to (PKCS#8 PEM, mode 0600)")
-	alg := fs.String("alg", "ecdsa-p256", "ecdsa-p256 or ed25519")
-	force := fs.Bool("force", false, "replace an existing key file (the old private key is lost)")
-	if err := fs.Parse(args); err != nil {
-		return err
+// keygenCommand makes a release signing key.
+func (c *cli) keygenCommand() *cobra.Command {
+	var out, alg string
+	var force bool
+	cmd := &cobra.Command{
+		Use:   "keygen --out KEY.pem [--alg ecdsa-p256|ed25519] [--force]",
+		Short: "Make a release signing key; print its keyid and public PEM (for pins)",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			if out == "" {
+				return usageErr(errors.New("keygen: --out is required"))
+			}
+			k, err := rollout.GenerateKey(alg)
+			if err != nil {
+				return usageErr(err)
+			}
+			pem, err := rollout.MarshalPrivateKeyPEM(k)
+			if err != nil {
+				return localErr(err)
+			}
+			if err := writeKeyFile(out, pem, force); err != nil {
+				return localErr(err)
+			}
+			return c.printPublic(k.Public())
+		},
 	}
-	if *out == "" {
-		return errors.New("keygen: -out is required")
-	}
-	k, err := rollout.GenerateKey(*alg)
-	if err != nil {
-		return err
-	}
-	pem, err := rollout.MarshalPrivateKeyPEM(k)
-	if err != nil {
-		return err
-	}
-	if err := writeKeyFile(*out, pem, *force); err != nil {
-		return err
-	}
-	return printPublic(k.Public())
+	cmd.Flags().StringVar(&out, "out", "", "file to write the private key to (PKCS#8 PEM, mode 0600)")
+	cmd.Flags().StringVar(&alg, "alg", rollout.AlgECDSAP256, "ecdsa-p256 or ed25519")
+	cmd.Flags().BoolVar(&force, "force", false, "replace an existing key file (the old private key is lost)")
+	_ = cmd.RegisterFlagCompletionFunc("alg", fixed(rollout.AlgECDSAP256, rollout.AlgEd25519))
+	return cmd
 }
 
 // writeKeyFile writes a private key with mode 0600, refusing to replace an
@@ -57,7 +59,7 @@ func writeKeyFile(path string, pem []byte, force bool) error {
 	}
 	f, err := os.OpenFile(path, flags, 0o600)
 	if errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("keygen: %s exists; not replacing a private key (use -force to replace it)", path)
+		return fmt.Errorf("keygen: %s exists; not replacing a private key (use --force to replace it)", path)
 	}
 	if err != nil {
 		return err
@@ -69,76 +71,88 @@ func writeKeyFile(path string, pem []byte, force bool) error {
 	return f.Close()
 }
 
-func pubkey(args []string) error {
-	fs := flag.NewFlagSet("pubkey", flag.ContinueOnError)
-	keyFile := fs.String("key", "", "private key file (PEM)")
-	kmsKey := fs.String("kms-key", "", "KMS key id, ARN or alias")
-	if err := fs.Parse(args); err != nil {
-		return err
+// pubkeyCommand prints a key's keyid and public PEM.
+func (c *cli) pubkeyCommand() *cobra.Command {
+	var keyFile, kmsKey string
+	cmd := &cobra.Command{
+		Use:   "pubkey (--key KEY.pem | --kms-key ID)",
+		Short: "Print a signing key's keyid and public PEM (for pins)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var signers []crypto.Signer
+			var err error
+			switch {
+			case keyFile != "" && kmsKey == "":
+				signers, err = c.loadSigners(cmd.Context(), []string{keyFile}, nil)
+			case kmsKey != "" && keyFile == "":
+				signers, err = c.loadSigners(cmd.Context(), nil, []string{kmsKey})
+			default:
+				return usageErr(errors.New("pubkey: give one of --key and --kms-key"))
+			}
+			if err != nil {
+				return localErr(err)
+			}
+			return c.printPublic(signers[0].Public())
+		},
 	}
-	var signers []crypto.Signer
-	var err error
-	switch {
-	case *keyFile != "" && *kmsKey == "":
-		signers, err = loadSigners(context.Background(), multi{*keyFile}, nil)
-	case *kmsKey != "" && *keyFile == "":
-		signers, err = loadSigners(context.Background(), nil, multi{*kmsKey})
-	default:
-		return errors.New("pubkey: give one of -key and -kms-key")
-	}
-	if err != nil {
-		return err
-	}
-	return printPublic(signers[0].Public())
+	cmd.Flags().StringVar(&keyFile, "key", "", "private key file (PEM)")
+	cmd.Flags().StringVar(&kmsKey, "kms-key", "", "KMS key id, ARN or alias (BC_KMS_ENDPOINT for local-kms)")
+	return cmd
 }
 
-func printPublic(pub crypto.PublicKey) error {
+func (c *cli) printPublic(pub crypto.PublicKey) error {
 	id, err := rollout.KeyID(pub)
 	if err != nil {
-		return err
+		return localErr(err)
 	}
 	pem, err := rollout.MarshalPublicKeyPEM(pub)
 	if err != nil {
-		return err
+		return localErr(err)
 	}
-	fmt.Fprintf(os.Stderr, "keyid: %s\n", id)
-	_, err = os.Stdout.Write(pem)
+	fmt.Fprintf(c.errOut, "keyid: %s\n", id)
+	_, err = c.out.Write(pem)
 	return err
 }
 
-func sign(args []string) error {
-	fs := flag.NewFlagSet("sign", flag.ContinueOnError)
-	statement := fs.String("statement", "", "release statement JSON file (signed as is)")
-	out := fs.String("out", "", "write the envelope here instead of stdout")
-	var keys, kmsKeys multi
-	fs.Var(&keys, "key", "private key file (repeatable)")
-	fs.Var(&kmsKeys, "kms-key", "KMS key id, ARN or alias (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		return err
+// signCommand signs a release statement into a DSSE envelope.
+func (c *cli) signCommand() *cobra.Command {
+	var statement, out string
+	var keys, kmsKeys []string
+	cmd := &cobra.Command{
+		Use:   "sign --statement FILE (--key KEY.pem | --kms-key ID)... [--out FILE]",
+		Short: "Sign a release statement into a DSSE envelope (the manifest of releases register)",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if statement == "" || len(keys)+len(kmsKeys) == 0 {
+				return usageErr(errors.New("sign: --statement and at least one --key or --kms-key are required"))
+			}
+			payload, err := os.ReadFile(statement)
+			if err != nil {
+				return localErr(err)
+			}
+			signers, err := c.loadSigners(cmd.Context(), keys, kmsKeys)
+			if err != nil {
+				return localErr(err)
+			}
+			env, err := rollout.SignEnvelope(payload, signers...)
+			if err != nil {
+				return localErr(err)
+			}
+			if out != "" {
+				return localErr(os.WriteFile(out, append(env, '\n'), 0o644))
+			}
+			_, err = fmt.Fprintln(c.out, string(env))
+			return err
+		},
 	}
-	if *statement == "" || len(keys)+len(kmsKeys) == 0 {
-		return errors.New("sign: -statement and at least one -key or -kms-key are required")
-	}
-	payload, err := os.ReadFile(*statement)
-	if err != nil {
-		return err
-	}
-	signers, err := loadSigners(context.Background(), keys, kmsKeys)
-	if err != nil {
-		return err
-	}
-	env, err := rollout.SignEnvelope(payload, signers...)
-	if err != nil {
-		return err
-	}
-	if *out != "" {
-		return os.WriteFile(*out, append(env, '\n'), 0o644)
-	}
-	_, err = fmt.Println(string(env))
-	return err
+	cmd.Flags().StringVar(&statement, "statement", "", "release statement JSON file (signed as is)")
+	cmd.Flags().StringVar(&out, "out", "", "write the envelope here instead of stdout")
+	cmd.Flags().StringArrayVar(&keys, "key", nil, "private key file (repeatable)")
+	cmd.Flags().StringArrayVar(&kmsKeys, "kms-key", nil, "KMS key id, ARN or alias (repeatable; BC_KMS_ENDPOINT for local-kms)")
+	return cmd
 }
 
-func loadSigners(ctx context.Context, keyFiles, kmsKeys multi) ([]crypto.Signer, error) {
+func (c *cli) loadSigners(ctx context.Context, keyFiles, kmsKeys []string) ([]crypto.Signer, error) {
 	var out []crypto.Signer
 	for _, f := range keyFiles {
 		data, err := os.ReadFile(f)
@@ -154,7 +168,7 @@ func loadSigners(ctx context.Context, keyFiles, kmsKeys multi) ([]crypto.Signer,
 	if len(kmsKeys) == 0 {
 		return out, nil
 	}
-	client, err := kmsClient(ctx)
+	client, err := c.kmsClient(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -169,9 +183,9 @@ func loadSigners(ctx context.Context, keyFiles, kmsKeys multi) ([]crypto.Signer,
 }
 
 // kmsClient talks to AWS KMS, or to BC_KMS_ENDPOINT (local-kms) when set.
-func kmsClient(ctx context.Context) (*kms.Client, error) {
-	endpoint := os.Getenv("BC_KMS_ENDPOINT")
-	cfg, err := awsConfig(ctx, endpoint != "")
+func (c *cli) kmsClient(ctx context.Context) (*kms.Client, error) {
+	endpoint := c.getenv("BC_KMS_ENDPOINT")
+	cfg, err := awsConfig(ctx, c.envOr("AWS_REGION", "us-east-1"), endpoint != "", c.getenv("AWS_ACCESS_KEY_ID") != "")
 	if err != nil {
 		return nil, err
 	}

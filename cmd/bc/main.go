@@ -1,72 +1,242 @@
-// Command bc is the Better Compute CLI: release keys and signing, and a
-// caller for every API method.
+// Command bc is the Better Compute CLI: every API method as a resource verb
+// (bc reservations create --pool p --resource gpu.h100 --count 4 --end +2h),
+// generated from the method catalog, plus the generic `bc call`, a pool's
+// chart (bc pools show), a reservation's life as it happens (bc reservations
+// watch), release keys and signing, and the invariant checker.
 //
-//	bc keygen  -out KEY.pem [-alg ecdsa-p256|ed25519]   new signing key; prints keyid and public PEM
-//	bc pubkey  (-key KEY.pem | -kms-key ID)             keyid and public PEM of a key (for pins)
-//	bc sign    -statement FILE (-key KEY.pem | -kms-key ID)... [-out FILE]
-//	                                                    sign a release statement into a DSSE envelope
-//	bc call    METHOD [FIELD=string | FIELD:=json | FIELD:=@file.json | @body.json]...
-//	                                                    call an API method (BC_API_URL, BC_TOKEN)
-//	bc methods                                          list the catalog's methods
-//	bc pools show POOL [-tenant T] [-resource R] [-hours H] [-nodes N] [-ascii] [-json]
-//	                                                    draw a pool's nodes over the next hours
-//	bc check   [-table NAME]                            check the capacity invariants of a table
+// Exit codes: 0 success; 1 the API answered an error (or `check` found
+// violations, or `watch` ended in a state other than the one waited for);
+// 2 a bad command line; 3 the API could not be reached; 4 a local failure
+// (a file, a key, a signature).
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/client"
+)
+
+// Exit codes (documented in the package comment and README).
+const (
+	exitOK          = 0
+	exitAPIError    = 1
+	exitUsage       = 2
+	exitUnreachable = 3
+	exitLocal       = 4
 )
 
 func main() {
-	if len(os.Args) < 2 {
-		usage()
-		os.Exit(2)
-	}
-	cmds := map[string]func([]string) error{
-		"keygen": keygen, "pubkey": pubkey, "sign": sign, "call": call, "methods": methods, "check": check, "pools": pools,
-	}
-	run, ok := cmds[os.Args[1]]
-	if !ok {
-		usage()
-		os.Exit(2)
-	}
-	if err := run(os.Args[2:]); err != nil {
-		fmt.Fprintln(os.Stderr, "bc:", err)
-		if e, ok := err.(exitError); ok {
-			os.Exit(int(e))
-		}
-		os.Exit(1)
-	}
+	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
 }
 
-// exitError ends the process with a code, having printed its output.
-type exitError int
+// cli is one invocation: where it writes, what it reads from the
+// environment, and its global flags.
+type cli struct {
+	out, errOut io.Writer
+	getenv      func(string) string
+	now         func() time.Time
+	sleep       func(context.Context, time.Duration) error
 
-func (e exitError) Error() string { return fmt.Sprintf("exit status %d", int(e)) }
-
-func usage() {
-	fmt.Fprint(os.Stderr, `usage: bc <command> [flags]
-
-  keygen  -out KEY.pem [-alg ecdsa-p256|ed25519]      new release signing key
-  pubkey  -key KEY.pem | -kms-key ID                  keyid and public PEM (for pins)
-  sign    -statement FILE (-key KEY.pem|-kms-key ID)... [-out FILE]
-                                                      sign a release statement (DSSE)
-  call    METHOD [FIELD=str] [FIELD:=json] [FIELD:=@file] [@body.json]
-                                                      call an API method
-  methods                                             list the API methods
-  pools show POOL [-tenant T] [-resource R] [-hours H] [-nodes N] [-ascii] [-json]
-                                                      draw a pool's nodes over the next hours
-  check   [-table NAME]                               check capacity invariants
-
-Environment: BC_API_URL (default http://127.0.0.1:8080), BC_TOKEN (default dev:admin), BC_TENANT,
-BC_KMS_ENDPOINT and AWS_REGION for -kms-key, BC_TABLE and BC_DYNAMODB_ENDPOINT for check.
-`)
+	apiURL, token, tenant, output string
+	client                        *client.Client
 }
 
-func envOr(key, def string) string {
-	if v := os.Getenv(key); v != "" {
+// run executes one command line and returns its exit code.
+func run(ctx context.Context, args []string, out, errOut io.Writer, getenv func(string) string) int {
+	c := &cli{out: out, errOut: errOut, getenv: getenv, now: time.Now, sleep: sleepCtx}
+	return c.exec(ctx, args)
+}
+
+func (c *cli) exec(ctx context.Context, args []string) int {
+	root := c.root()
+	root.SetArgs(args)
+	root.SetOut(c.out)
+	root.SetErr(c.errOut)
+	err := root.ExecuteContext(ctx)
+	return c.report(err)
+}
+
+func (c *cli) envOr(key, def string) string {
+	if v := c.getenv(key); v != "" {
 		return v
 	}
 	return def
+}
+
+func (c *cli) root() *cobra.Command {
+	root := &cobra.Command{
+		Use:   "bc",
+		Short: "The Better Compute CLI",
+		Long: `bc calls the Better Compute API: every method as <resource> <verb> (see "bc <resource> --help"),
+plus release signing keys, the invariant checker and shell completion.
+
+Exit codes: 0 success; 1 the API answered an error (or check found violations, or watch ended
+in another state than the one waited for); 2 a bad command line; 3 the API could not be reached;
+4 a local failure (a file, a key, a signature).`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			switch c.output {
+			case "table", "json":
+			default:
+				return usageErr(fmt.Errorf("-o must be table or json, not %q", c.output))
+			}
+			c.client = client.New(c.apiURL, c.token)
+			return nil
+		},
+	}
+	pf := root.PersistentFlags()
+	pf.StringVar(&c.apiURL, "api-url", c.envOr("BC_API_URL", "http://127.0.0.1:8080"), "API base URL ($BC_API_URL)")
+	pf.StringVar(&c.token, "token", c.envOr("BC_TOKEN", "dev:admin"), "bearer token: a JWT, or dev:<principal> on the local gateway ($BC_TOKEN)")
+	pf.StringVar(&c.tenant, "tenant", c.getenv("BC_TENANT"), "tenant to act as ($BC_TENANT)")
+	pf.StringVarP(&c.output, "output", "o", "table", "output: table or json")
+	_ = root.RegisterFlagCompletionFunc("output", fixed("table", "json"))
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
+
+	for _, r := range c.resourceCommands() {
+		root.AddCommand(r)
+	}
+	root.AddCommand(c.callCommand(), c.methodsCommand(), c.checkCommand(),
+		c.keygenCommand(), c.pubkeyCommand(), c.signCommand())
+	root.CompletionOptions.HiddenDefaultCmd = false
+	return root
+}
+
+// usageError is a bad command line (exit 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usageErr(err error) error { return usageError{err} }
+
+// localError is a local failure: a file, a key (exit 4).
+type localError struct{ err error }
+
+func (e localError) Error() string { return e.err.Error() }
+func (e localError) Unwrap() error { return e.err }
+
+func localErr(err error) error {
+	if err == nil {
+		return nil
+	}
+	return localError{err}
+}
+
+// exitCode ends the process with a code, having printed what it had to.
+type exitCode int
+
+func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
+
+// unreachable is a transport failure talking to the API (exit 3).
+type unreachable struct {
+	url string
+	err error
+}
+
+func (e unreachable) Error() string { return e.err.Error() }
+
+// report prints err as a person should read it and returns the exit code.
+func (c *cli) report(err error) int {
+	var (
+		ae   *apierr.Error
+		ue   usageError
+		le   localError
+		code exitCode
+		un   unreachable
+	)
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.As(err, &code):
+		return int(code)
+	case errors.As(err, &un):
+		fmt.Fprintf(c.errOut, "bc: cannot reach the API at %s: %s\n", un.url, transportCause(un.err))
+		fmt.Fprintln(c.errOut, "    Is it running? Locally: make run (it prints the exports); else set BC_API_URL or --api-url.")
+		return exitUnreachable
+	case errors.As(err, &ae):
+		fmt.Fprintf(c.errOut, "%s (HTTP %d): %s\n", ae.Code, apierr.HTTPStatus(ae.Code), ae.Message)
+		if d := detailLine(ae); d != "" {
+			fmt.Fprintf(c.errOut, "    details: %s\n", d)
+		}
+		if h := hint(ae); h != "" {
+			fmt.Fprintf(c.errOut, "    %s\n", h)
+		}
+		return exitAPIError
+	case errors.As(err, &ue), isCobraUsage(err):
+		fmt.Fprintf(c.errOut, "bc: %s\n    See bc --help, or bc <resource> <verb> --help.\n", err)
+		return exitUsage
+	case errors.As(err, &le):
+		fmt.Fprintf(c.errOut, "bc: %s\n", err)
+		return exitLocal
+	default:
+		fmt.Fprintf(c.errOut, "bc: %s\n", err)
+		return exitLocal
+	}
+}
+
+// isCobraUsage recognises cobra's own argument errors.
+func isCobraUsage(err error) bool {
+	m := err.Error()
+	return strings.HasPrefix(m, "unknown command") || strings.HasPrefix(m, "unknown flag") ||
+		strings.HasPrefix(m, "unknown shorthand flag") || strings.Contains(m, "arg(s)") ||
+		strings.HasPrefix(m, "required flag") || strings.HasPrefix(m, "invalid argument")
+}
+
+// transportCause says in words why a connection failed.
+func transportCause(err error) string {
+	var op *net.OpError
+	switch {
+	case errors.As(err, &op) && op.Op == "dial":
+		return "connection refused (nothing listens there)"
+	case errors.Is(err, context.DeadlineExceeded):
+		return "no answer in time"
+	}
+	var dns *net.DNSError
+	if errors.As(err, &dns) {
+		return "unknown host " + dns.Name
+	}
+	return err.Error()
+}
+
+// call sends one request and returns the raw answer of a 200, an
+// *apierr.Error for an API error, or unreachable.
+func (c *cli) call(ctx context.Context, method string, body []byte) ([]byte, error) {
+	resp, err := c.client.Do(ctx, method, body)
+	if err != nil {
+		return nil, unreachable{url: c.apiURL, err: err}
+	}
+	if resp.Status != http.StatusOK {
+		return nil, client.ErrorOf(resp)
+	}
+	return resp.Body, nil
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// fixed completes a flag with a fixed list of values.
+func fixed(values ...string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
+		return values, cobra.ShellCompDirectiveNoFileComp
+	}
 }

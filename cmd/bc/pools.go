@@ -4,54 +4,46 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
-	"os"
 	"sort"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/client"
 )
 
-// pools runs `bc pools show POOL`: the pool's nodes over the next hours,
-// drawn from pools.get and pools.usage alone.
-func pools(args []string) error {
-	if len(args) < 1 || args[0] != "show" {
-		return errors.New("pools: usage: bc pools show POOL [-tenant T] [-resource R] [-hours H] [-nodes N] [-ascii] [-json]")
+// poolsShowCommand is `bc pools show POOL`: the pool's nodes over the next
+// hours, drawn from pools.get and pools.usage alone.
+func (c *cli) poolsShowCommand() *cobra.Command {
+	o := showOptions{}
+	cmd := &cobra.Command{
+		Use:   "show POOL",
+		Short: "Draw a pool's nodes over the next hours (utilisation now, whole nodes free)",
+		Long: `Draws each resource of the pool as one row per node and one column per slot of the span, each cell
+shaded by the share of the node's devices held then, under a header with utilisation now, whole
+nodes free now and for the whole span, and held device-time. It reads pools.get and pools.usage
+(pages of 100 nodes, until --nodes). -o json prints the pools.usage pages instead.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			o.Pool, o.Tenant, o.JSON = args[0], c.tenant, c.output == "json"
+			switch {
+			case o.Tenant == "":
+				return usageErr(errors.New("pools show: --tenant (or BC_TENANT) is required"))
+			case o.Hours < 1 || o.Hours > capacity.MaxUsageHours:
+				return usageErr(fmt.Errorf("pools show: --hours must be 1..%d", capacity.MaxUsageHours))
+			case o.Nodes < 1:
+				return usageErr(errors.New("pools show: --nodes must be at least 1"))
+			}
+			return c.showPool(cmd.Context(), c.out, o)
+		},
 	}
-	fs := flag.NewFlagSet("pools show", flag.ContinueOnError)
-	tenant := fs.String("tenant", os.Getenv("BC_TENANT"), "tenant to act as (default $BC_TENANT)")
-	resource := fs.String("resource", "", "one resource (default: every resource of the pool)")
-	hours := fs.Int("hours", 24, "span to draw, from now (1..24)")
-	nodes := fs.Int("nodes", 64, "nodes to draw per resource (pages of 100 are read until then)")
-	ascii := fs.Bool("ascii", false, "draw with ASCII shades")
-	asJSON := fs.Bool("json", false, "print the pools.usage pages as JSON instead")
-	var pool string
-	rest := args[1:]
-	if len(rest) > 0 && rest[0] != "" && rest[0][0] != '-' {
-		pool, rest = rest[0], rest[1:]
-	}
-	if err := fs.Parse(rest); err != nil {
-		return err
-	}
-	if pool == "" && fs.NArg() > 0 {
-		pool = fs.Arg(0)
-	}
-	switch {
-	case pool == "":
-		return errors.New("pools show: POOL is required")
-	case *tenant == "":
-		return errors.New("pools show: -tenant (or BC_TENANT) is required")
-	case *hours < 1 || *hours > capacity.MaxUsageHours:
-		return fmt.Errorf("pools show: -hours must be 1..%d", capacity.MaxUsageHours)
-	case *nodes < 1:
-		return errors.New("pools show: -nodes must be at least 1")
-	}
-	c := client.New(envOr("BC_API_URL", "http://127.0.0.1:8080"), envOr("BC_TOKEN", "dev:admin"))
-	return showPool(context.Background(), c, os.Stdout, showOptions{Tenant: *tenant, Pool: pool, Resource: *resource,
-		Hours: *hours, Nodes: *nodes, ASCII: *ascii, JSON: *asJSON})
+	cmd.Flags().StringVar(&o.Resource, "resource", "", "one resource (default: every resource of the pool)")
+	cmd.Flags().IntVar(&o.Hours, "hours", 24, "span to draw, from now (1..24)")
+	cmd.Flags().IntVar(&o.Nodes, "nodes", 64, "nodes to draw per resource")
+	cmd.Flags().BoolVar(&o.ASCII, "ascii", false, "draw with ASCII shades")
+	return cmd
 }
 
 type showOptions struct {
@@ -61,13 +53,11 @@ type showOptions struct {
 	From                   time.Time // zero: now, to the minute
 }
 
-func showPool(ctx context.Context, c *client.Client, w io.Writer, o showOptions) error {
+func (c *cli) showPool(ctx context.Context, w io.Writer, o showOptions) error {
 	resources := []string{o.Resource}
 	if o.Resource == "" {
-		var got struct {
-			Pool capacity.Pool `json:"pool"`
-		}
-		if err := c.Call(ctx, "pools.get", map[string]any{"tenantId": o.Tenant, "poolId": o.Pool}, &got); err != nil {
+		var got poolAnswer
+		if err := c.callJSON(ctx, "pools.get", map[string]any{"tenantId": o.Tenant, "poolId": o.Pool}, &got); err != nil {
 			return err
 		}
 		resources = got.Pool.ResourceNames()
@@ -75,7 +65,7 @@ func showPool(ctx context.Context, c *client.Client, w io.Writer, o showOptions)
 	}
 	var all [][]capacity.Usage
 	for i, res := range resources {
-		pages, err := usagePages(ctx, c, o, res)
+		pages, err := c.usagePages(ctx, o, res)
 		if err != nil {
 			return err
 		}
@@ -97,11 +87,11 @@ func showPool(ctx context.Context, c *client.Client, w io.Writer, o showOptions)
 
 // usagePages reads pools.usage pages of one resource until o.Nodes nodes
 // (the first page fixes the span's start for the others).
-func usagePages(ctx context.Context, c *client.Client, o showOptions, res string) ([]capacity.Usage, error) {
+func (c *cli) usagePages(ctx context.Context, o showOptions, res string) ([]capacity.Usage, error) {
 	var pages []capacity.Usage
 	from := o.From
 	if from.IsZero() {
-		from = time.Now().UTC().Truncate(time.Minute)
+		from = c.now().UTC().Truncate(time.Minute)
 	}
 	in := map[string]any{"tenantId": o.Tenant, "poolId": o.Pool, "resource": res, "hours": o.Hours, "from": from}
 	shown := 0
@@ -111,7 +101,7 @@ func usagePages(ctx context.Context, c *client.Client, o showOptions, res string
 			Usage      capacity.Usage `json:"usage"`
 			NextCursor string         `json:"nextCursor"`
 		}
-		if err := c.Call(ctx, "pools.usage", in, &out); err != nil {
+		if err := c.callJSON(ctx, "pools.usage", in, &out); err != nil {
 			return nil, err
 		}
 		pages = append(pages, out.Usage)
@@ -122,4 +112,17 @@ func usagePages(ctx context.Context, c *client.Client, o showOptions, res string
 		in["cursor"] = out.NextCursor
 	}
 	return pages, nil
+}
+
+// callJSON calls a method with in as its body and decodes the answer.
+func (c *cli) callJSON(ctx context.Context, method string, in, out any) error {
+	body, err := json.Marshal(in)
+	if err != nil {
+		return err
+	}
+	raw, err := c.call(ctx, method, body)
+	if err != nil {
+		return err
+	}
+	return json.Unmarshal(raw, out)
 }

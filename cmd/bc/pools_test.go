@@ -5,6 +5,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -41,6 +42,7 @@ func TestPoolsShow(t *testing.T) {
 	st := teststack.Start(t, teststack.WithCursorKey("test"),
 		teststack.WithDecider(&iam.Policy{Grants: []iam.Grant{{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}}}}))
 	c := client.New(st.URL, "dev:admin")
+	cl := &cli{out: io.Discard, errOut: io.Discard, getenv: func(string) string { return "" }, now: time.Now, client: c, apiURL: st.URL}
 	ctx := context.Background()
 	call := func(method string, in map[string]any) map[string]any {
 		t.Helper()
@@ -62,7 +64,7 @@ func TestPoolsShow(t *testing.T) {
 			"window": map[string]any{"start": at(r.start), "end": at(r.end)}, "clientToken": fmt.Sprintf("show-%d-%v", r.count, r.start)})
 	}
 	var out bytes.Buffer
-	if err := showPool(ctx, c, &out, showOptions{Tenant: "acme", Pool: "p1", Hours: 6, Nodes: 64, ASCII: true, From: from}); err != nil {
+	if err := cl.showPool(ctx, &out, showOptions{Tenant: "acme", Pool: "p1", Hours: 6, Nodes: 64, ASCII: true, From: from}); err != nil {
 		t.Fatal(err)
 	}
 	// The date and the hours on the axis change with the day; the rest not.
@@ -73,14 +75,14 @@ func TestPoolsShow(t *testing.T) {
 	golden(t, "pools-show.golden", strings.Join(lines, "\n"))
 	// Fewer nodes than the resource has: pages stop there, totals say so.
 	out.Reset()
-	if err := showPool(ctx, c, &out, showOptions{Tenant: "acme", Pool: "p1", Resource: "gpu", Hours: 6, Nodes: 2, From: from}); err != nil {
+	if err := cl.showPool(ctx, &out, showOptions{Tenant: "acme", Pool: "p1", Resource: "gpu", Hours: 6, Nodes: 2, From: from}); err != nil {
 		t.Fatal(err)
 	}
 	if !strings.Contains(out.String(), "(the 2 nodes shown)") || strings.Contains(out.String(), "gpu-node-2") {
 		t.Errorf("two nodes of three:\n%s", out.String())
 	}
 	// A tenant that cannot see the pool gets the API's answer.
-	if err := showPool(ctx, c, &out, showOptions{Tenant: "globex", Pool: "p1", Hours: 6, Nodes: 64}); err == nil || !strings.Contains(err.Error(), "not found") {
+	if err := cl.showPool(ctx, &out, showOptions{Tenant: "globex", Pool: "p1", Hours: 6, Nodes: 64}); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("another tenant: %v", err)
 	}
 }

@@ -1,0 +1,441 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/strictjson"
+)
+
+// resourceCommands builds `bc <resource> <verb>` for every catalog method:
+// flags from the method's input fields (names that read naturally, types
+// and limits from the catalog), tables by default, -o json, --all over
+// pages; plus the verbs that are not one call (pools show, reservations
+// watch).
+func (c *cli) resourceCommands() []*cobra.Command {
+	byName := map[string]*cobra.Command{}
+	var order []string
+	group := func(name, summary string) *cobra.Command {
+		return &cobra.Command{Use: name, Short: firstSentence(summary), Long: summary, Args: cobra.ArbitraryArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				if len(args) > 0 {
+					return usageErr(fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath()))
+				}
+				return cmd.Help()
+			}}
+	}
+	for _, r := range api.ResourceDocs {
+		byName[r.Name] = group(r.Name, r.Summary)
+		order = append(order, r.Name)
+	}
+	for _, m := range api.Catalog {
+		parent, ok := byName[m.Resource()]
+		if !ok {
+			parent = group(m.Resource(), "The "+m.Resource()+" methods.")
+			byName[m.Resource()] = parent
+			order = append(order, m.Resource())
+		}
+		parent.AddCommand(c.methodCommand(m))
+	}
+	byName["pools"].AddCommand(c.poolsShowCommand())
+	byName["reservations"].AddCommand(c.watchCommand())
+	out := make([]*cobra.Command, 0, len(order))
+	for _, name := range order {
+		out = append(out, byName[name])
+	}
+	return out
+}
+
+// field is one input field as a flag or argument of a verb.
+type field struct {
+	strictjson.FieldDoc
+	flag       string // flag name without dashes; "" for an argument or a global
+	positional bool
+	global     bool // tenantId: the --tenant flag
+}
+
+// fieldsOf maps a method's input fields to flags and arguments.
+func fieldsOf(m *api.Method) []field {
+	var out []field
+	for _, f := range strictjson.Describe(m.Input) {
+		fl := field{FieldDoc: f}
+		switch f.Name {
+		case "tenantId":
+			fl.global = true
+		case "window":
+			continue // its start and end are flags of their own
+		case "poolId":
+			if m.Resource() == "pools" && m.Verb() != "list" {
+				fl.positional = true
+			} else {
+				fl.flag = "pool"
+			}
+		case "reservationId":
+			fl.positional = true
+		case "window.start":
+			fl.flag = "start"
+		case "window.end":
+			fl.flag = "end"
+		case "toTenantId":
+			fl.flag = "to"
+		case "clientToken":
+			fl.flag = "client-token"
+		case "resources":
+			fl.flag = "devices"
+		default:
+			fl.flag = kebab(f.Name)
+		}
+		out = append(out, fl)
+	}
+	return out
+}
+
+func (f field) kind() string {
+	switch {
+	case strings.HasPrefix(f.Type, "string (RFC 3339"):
+		return "time"
+	case f.Type == "integer":
+		return "int"
+	case strings.HasPrefix(f.Type, "map of string to integer"):
+		return "counts"
+	case f.Type == "object" || f.Type == "any":
+		return "json"
+	}
+	return "string"
+}
+
+func (f field) usage() string {
+	var parts []string
+	switch f.kind() {
+	case "time":
+		parts = append(parts, "a time: RFC 3339 (2026-12-01T10:00:00Z), now, or relative (+2h, +30m, +1d)")
+	case "counts":
+		parts = append(parts, "RESOURCE=N, repeatable")
+	case "json":
+		parts = append(parts, "a JSON file (- for stdin)")
+	default:
+		parts = append(parts, f.Type)
+	}
+	if f.Doc != "" {
+		parts = append(parts, f.Doc)
+	}
+	if f.Constraints != "" {
+		parts = append(parts, f.Constraints)
+	}
+	if f.Required {
+		parts = append(parts, "required")
+	}
+	return strings.Join(parts, "; ")
+}
+
+// methodCommand is `bc <resource> <verb>` for one method.
+func (c *cli) methodCommand(m *api.Method) *cobra.Command {
+	fields := fieldsOf(m)
+	var positional *field
+	for i := range fields {
+		if fields[i].positional {
+			positional = &fields[i]
+		}
+	}
+	use := m.Verb()
+	if positional != nil {
+		use += " " + strings.ToUpper(strings.TrimSuffix(positional.Name, "Id"))
+	}
+	cmd := &cobra.Command{
+		Use:   use,
+		Short: firstSentence(m.Summary),
+		Long:  methodHelp(m, fields),
+		Args:  cobra.ExactArgs(boolInt(positional != nil)),
+	}
+	values := map[string]*string{}
+	multi := map[string]*[]string{}
+	for _, f := range fields {
+		switch {
+		case f.flag == "":
+		case f.kind() == "counts":
+			multi[f.flag] = cmd.Flags().StringArray(f.flag, nil, f.usage())
+		default:
+			values[f.flag] = cmd.Flags().String(f.flag, "", f.usage())
+		}
+	}
+	for _, f := range fields {
+		switch f.Name {
+		case "state":
+			_ = cmd.RegisterFlagCompletionFunc(f.flag, fixed(stateNames()...))
+		case "topology":
+			_ = cmd.RegisterFlagCompletionFunc(f.flag, fixed(capacity.OnNodes, capacity.AnyDevices))
+		}
+	}
+	paged := slicesContainsField(fields, "cursor")
+	var all bool
+	if paged {
+		cmd.Flags().BoolVar(&all, "all", false, "follow nextCursor and print every page")
+	}
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		body := map[string]any{}
+		for _, f := range fields {
+			var raw string
+			var set bool
+			switch {
+			case f.global:
+				raw, set = c.tenant, c.tenant != ""
+				if m.Scope == "compute-fleet" && !cmd.Flags().Changed("tenant") {
+					// The fleet's releases are the platform's, whatever tenant
+					// BC_TENANT names for capacity work.
+					raw, set = "platform", true
+				}
+			case f.positional:
+				raw, set = args[0], true
+			case f.kind() == "counts":
+				set = len(*multi[f.flag]) > 0
+			default:
+				raw, set = *values[f.flag], cmd.Flags().Changed(f.flag)
+			}
+			if !set {
+				if f.Required {
+					return usageErr(fmt.Errorf("%s: %s is required", m.Name, flagName(f)))
+				}
+				continue
+			}
+			v, err := c.parseValue(f, raw, multi[f.flag])
+			if err != nil {
+				return err
+			}
+			setPath(body, f.Name, v)
+		}
+		return c.invoke(cmd, m, body, all)
+	}
+	return cmd
+}
+
+func flagName(f field) string {
+	switch {
+	case f.global:
+		return "--tenant (or BC_TENANT)"
+	case f.positional:
+		return strings.ToUpper(strings.TrimSuffix(f.Name, "Id"))
+	}
+	return "--" + f.flag
+}
+
+func (c *cli) parseValue(f field, raw string, multi *[]string) (any, error) {
+	switch f.kind() {
+	case "int":
+		n, err := strconv.Atoi(raw)
+		if err != nil {
+			return nil, usageErr(fmt.Errorf("%s: %q is not an integer", flagName(f), raw))
+		}
+		return n, nil
+	case "time":
+		t, err := parseWhen(raw, c.now())
+		if err != nil {
+			return nil, usageErr(fmt.Errorf("%s: %w", flagName(f), err))
+		}
+		return t.UTC().Format(time.RFC3339Nano), nil
+	case "counts":
+		out := map[string]int{}
+		for _, kv := range *multi {
+			k, v, ok := strings.Cut(kv, "=")
+			n, err := strconv.Atoi(v)
+			if !ok || err != nil {
+				return nil, usageErr(fmt.Errorf("%s: %q is not RESOURCE=N", flagName(f), kv))
+			}
+			out[k] = n
+		}
+		return out, nil
+	case "json":
+		var data []byte
+		var err error
+		if raw == "-" {
+			data, err = io.ReadAll(os.Stdin)
+		} else {
+			data, err = os.ReadFile(raw)
+		}
+		if err != nil {
+			return nil, localErr(err)
+		}
+		if !json.Valid(data) {
+			return nil, localErr(fmt.Errorf("%s: %s is not JSON", flagName(f), raw))
+		}
+		return json.RawMessage(bytes.TrimSpace(data)), nil
+	}
+	return raw, nil
+}
+
+// parseWhen reads a time: RFC 3339, "now", or now plus a duration
+// ("+2h", "+90m", "-5m", "+1d", "+1d12h").
+func parseWhen(s string, now time.Time) (time.Time, error) {
+	switch {
+	case s == "now":
+		return now, nil
+	case strings.HasPrefix(s, "+"), strings.HasPrefix(s, "-"):
+		sign := time.Duration(1)
+		if s[0] == '-' {
+			sign = -1
+		}
+		rest := s[1:]
+		var days time.Duration
+		if d, tail, ok := strings.Cut(rest, "d"); ok {
+			n, err := strconv.Atoi(d)
+			if err != nil {
+				return time.Time{}, fmt.Errorf("%q is not a relative time like +2h or +1d", s)
+			}
+			days, rest = time.Duration(n)*24*time.Hour, tail
+		}
+		var dur time.Duration
+		if rest != "" {
+			var err error
+			if dur, err = time.ParseDuration(rest); err != nil {
+				return time.Time{}, fmt.Errorf("%q is not a relative time like +2h or +1d", s)
+			}
+		}
+		return now.Add(sign * (days + dur)), nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, fmt.Errorf("%q is not a time (RFC 3339 like 2026-12-01T10:00:00Z, now, or +2h)", s)
+	}
+	return t, nil
+}
+
+// setPath sets a dotted path ("window.end") in a nested object.
+func setPath(obj map[string]any, path string, v any) {
+	head, rest, nested := strings.Cut(path, ".")
+	if !nested {
+		obj[head] = v
+		return
+	}
+	child, ok := obj[head].(map[string]any)
+	if !ok {
+		child = map[string]any{}
+		obj[head] = child
+	}
+	setPath(child, rest, v)
+}
+
+// invoke calls the method (every page with all) and prints the answer.
+func (c *cli) invoke(cmd *cobra.Command, m *api.Method, body map[string]any, all bool) error {
+	ctx := cmd.Context()
+	var pages [][]byte
+	for {
+		raw, _ := json.Marshal(body)
+		ans, err := c.call(ctx, m.Name, raw)
+		if err != nil {
+			return err
+		}
+		pages = append(pages, ans)
+		var next struct {
+			NextCursor string `json:"nextCursor"`
+		}
+		_ = json.Unmarshal(ans, &next)
+		if !all || next.NextCursor == "" {
+			break
+		}
+		body["cursor"] = next.NextCursor
+	}
+	if c.output == "json" {
+		return writeJSON(c.out, mergePages(pages))
+	}
+	return renderTable(c.out, m.Name, pages)
+}
+
+// mergePages joins list pages: the first page's object with every page's
+// items in its list field and no nextCursor.
+func mergePages(pages [][]byte) json.RawMessage {
+	if len(pages) == 1 {
+		return pages[0]
+	}
+	var first map[string]json.RawMessage
+	if json.Unmarshal(pages[0], &first) != nil {
+		return pages[0]
+	}
+	for key := range first {
+		if key == "nextCursor" {
+			continue
+		}
+		var items []json.RawMessage
+		if json.Unmarshal(first[key], &items) != nil {
+			continue
+		}
+		for _, p := range pages[1:] {
+			var obj map[string]json.RawMessage
+			var more []json.RawMessage
+			if json.Unmarshal(p, &obj) == nil && json.Unmarshal(obj[key], &more) == nil {
+				items = append(items, more...)
+			}
+		}
+		first[key], _ = json.Marshal(items)
+	}
+	delete(first, "nextCursor")
+	out, _ := json.Marshal(first)
+	return out
+}
+
+func writeJSON(w io.Writer, raw []byte) error {
+	var pretty bytes.Buffer
+	if json.Indent(&pretty, raw, "", "  ") != nil {
+		pretty.Reset()
+		pretty.Write(raw)
+	}
+	pretty.WriteByte('\n')
+	_, err := w.Write(pretty.Bytes())
+	return err
+}
+
+// methodHelp is a verb's --help text: the catalog's summary, its
+// authorization and its fields with their types and limits.
+func methodHelp(m *api.Method, fields []field) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s\n\nMethod %s (POST %s), %s; authorization %s @ %s.\n", m.Summary, m.Name, m.Path(), m.Kind, m.Permission, m.Scope)
+	for _, n := range m.Notes {
+		fmt.Fprintf(&b, "\n%s: %s\n", n.Label, n.Text)
+	}
+	b.WriteString("\nFields (request field → how to set it):\n")
+	for _, f := range fields {
+		fmt.Fprintf(&b, "  %-14s %-24s %s\n", f.Name, flagName(f), f.usage())
+	}
+	return strings.TrimRight(b.String(), "\n")
+}
+
+func firstSentence(s string) string {
+	if i := strings.Index(s, ". "); i > 0 {
+		return s[:i+1]
+	}
+	return s
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func slicesContainsField(fs []field, name string) bool {
+	for _, f := range fs {
+		if f.Name == name {
+			return true
+		}
+	}
+	return false
+}
+
+func stateNames() []string {
+	out := make([]string, 0, len(capacity.States))
+	for _, s := range capacity.States {
+		out = append(out, string(s))
+	}
+	sort.Strings(out)
+	return out
+}

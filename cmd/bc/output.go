@@ -1,0 +1,229 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/rollout"
+)
+
+// The answers' shapes as the CLI reads them.
+type (
+	poolAnswer        struct{ Pool capacity.Pool }
+	quotaAnswer       struct{ Quota capacity.Quota }
+	reservationAnswer struct{ Reservation capacity.Reservation }
+	registerAnswer    struct {
+		Release  rollout.Release
+		Replayed bool
+	}
+	listAnswer struct {
+		Pools        []capacity.Pool
+		Quotas       []capacity.Quota
+		Reservations []capacity.Reservation
+		Releases     []rollout.Release
+	}
+	usageAnswer struct{ Usage capacity.Usage }
+)
+
+// renderTable prints a method's answer pages as a person reads them.
+func renderTable(w io.Writer, method string, pages [][]byte) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	defer tw.Flush()
+	decode := func(p []byte, v any) error {
+		if err := json.Unmarshal(p, v); err != nil {
+			return fmt.Errorf("%s: unexpected answer: %w", method, err)
+		}
+		return nil
+	}
+	var list listAnswer
+	if strings.HasSuffix(method, ".list") {
+		for _, p := range pages {
+			var page listAnswer
+			if err := decode(p, &page); err != nil {
+				return err
+			}
+			list.Pools = append(list.Pools, page.Pools...)
+			list.Quotas = append(list.Quotas, page.Quotas...)
+			list.Reservations = append(list.Reservations, page.Reservations...)
+			list.Releases = append(list.Releases, page.Releases...)
+		}
+	}
+	switch method {
+	case "pools.create", "pools.get":
+		var a poolAnswer
+		if err := decode(pages[0], &a); err != nil {
+			return err
+		}
+		printPool(tw, a.Pool)
+	case "pools.list":
+		fmt.Fprintln(tw, "POOL\tOWNER\tRESOURCES\tCREATED")
+		for _, p := range list.Pools {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.PoolID, p.OwnerTenantID, resourceList(p), stamp(p.CreatedAt))
+		}
+	case "pools.offer", "quotas.get":
+		var a quotaAnswer
+		if err := decode(pages[0], &a); err != nil {
+			return err
+		}
+		printQuotas(tw, []capacity.Quota{a.Quota})
+	case "quotas.list":
+		printQuotas(tw, list.Quotas)
+	case "pools.usage":
+		fmt.Fprintln(tw, "NODE\tHELD NOW\tDEVICES\tSTART\tEND\tRESERVATION")
+		for _, p := range pages {
+			var a usageAnswer
+			if err := decode(p, &a); err != nil {
+				return err
+			}
+			for _, n := range a.Usage.Nodes {
+				if len(n.Busy) == 0 {
+					fmt.Fprintf(tw, "%s\t%d/%d\t-\t\t\t\n", n.NodeID, n.BusyNow, n.Size)
+				}
+				for i, b := range n.Busy {
+					node, now := n.NodeID, fmt.Sprintf("%d/%d", n.BusyNow, n.Size)
+					if i > 0 {
+						node, now = "", ""
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", node, now, shortDevices(b.DeviceIDs), stamp(b.Start), stamp(b.End), dash(b.ReservationID))
+				}
+			}
+		}
+	case "reservations.create", "reservations.get", "reservations.release":
+		var a reservationAnswer
+		if err := decode(pages[0], &a); err != nil {
+			return err
+		}
+		printReservation(tw, a.Reservation)
+	case "reservations.list":
+		fmt.Fprintln(tw, "RESERVATION\tSTATE\tPOOL\tRESOURCE\tCOUNT\tSTART\tEND\tNODES")
+		for _, r := range list.Reservations {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ReservationID, stateWithReason(r), r.PoolID, r.Resource, r.Count,
+				stamp(r.Window.Start), stamp(r.Window.End), dash(strings.Join(r.NodeIDs, ",")))
+		}
+	case "releases.register":
+		var a registerAnswer
+		if err := decode(pages[0], &a); err != nil {
+			return err
+		}
+		printRelease(tw, a.Release, a.Replayed)
+	case "releases.list":
+		fmt.Fprintln(tw, "VERSION\tSEQUENCE\tPLATFORMS\tREGISTERED\tBY")
+		for _, r := range list.Releases {
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", r.Version, r.Sequence, platforms(r), stamp(r.RegisteredAt), r.RegisteredBy.Principal)
+		}
+	default:
+		tw.Flush()
+		return writeJSON(w, mergePages(pages))
+	}
+	return nil
+}
+
+func printPool(w io.Writer, p capacity.Pool) {
+	fmt.Fprintf(w, "pool\t%s\nowner\t%s\ncreated\t%s\n\n", p.PoolID, p.OwnerTenantID, stamp(p.CreatedAt))
+	fmt.Fprintln(w, "RESOURCE\tDEVICES\tNODE SIZE\tNODES")
+	for _, r := range sortedKeys(p.Resources) {
+		t := p.Topology(r)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\n", r, t.Devices, t.NodeSize, t.Nodes())
+	}
+}
+
+func printQuotas(w io.Writer, qs []capacity.Quota) {
+	fmt.Fprintln(w, "TENANT\tPOOL\tRESOURCE\tMAX\tUSED\tFREE")
+	for _, q := range qs {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\n", q.TenantID, q.PoolID, q.Resource, q.Max, q.Used, q.Max-q.Used)
+	}
+}
+
+func printReservation(w io.Writer, r capacity.Reservation) {
+	fmt.Fprintf(w, "reservation\t%s\nstate\t%s\n", r.ReservationID, stateWithReason(r))
+	if r.ReleasedBy != "" {
+		fmt.Fprintf(w, "released by\t%s\n", r.ReleasedBy)
+	}
+	fmt.Fprintf(w, "tenant\t%s\npool\t%s\nresource\t%s × %d (topology %s)\nwindow\t%s → %s\n",
+		r.TenantID, r.PoolID, r.Resource, r.Count, r.Topology, stamp(r.Window.Start), stamp(r.Window.End))
+	if len(r.NodeIDs) > 0 {
+		fmt.Fprintf(w, "nodes\t%s\ndevices\t%s\n", strings.Join(r.NodeIDs, ", "), strings.Join(r.DeviceIDs, ", "))
+	}
+	printTimeline(w, r.History)
+}
+
+// printTimeline prints a reservation's history: when it entered each state.
+func printTimeline(w io.Writer, h []capacity.Event) {
+	fmt.Fprintln(w, "\nSTATE\tAT\tREASON")
+	for _, e := range h {
+		fmt.Fprintf(w, "%s\t%s\t%s\n", e.State, stamp(e.At), dash(e.Reason))
+	}
+}
+
+func printRelease(w io.Writer, r rollout.Release, replayed bool) {
+	fmt.Fprintf(w, "version\t%s\nsequence\t%d\nmanifest digest\t%s\nsigners\t%s\nregistered\t%s by %s/%s\n",
+		r.Version, r.Sequence, r.ManifestDigest, strings.Join(r.Signers, ", "), stamp(r.RegisteredAt), r.RegisteredBy.TenantID, r.RegisteredBy.Principal)
+	if replayed {
+		fmt.Fprintln(w, "replayed\tyes: this version was already recorded with this sequence")
+	}
+	fmt.Fprintln(w, "\nPLATFORM\tSIZE\tSHA256\tURL")
+	for _, b := range r.Binaries {
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", b.Platform, b.Size, b.SHA256, b.URL)
+	}
+}
+
+func stateWithReason(r capacity.Reservation) string {
+	if r.Reason != "" {
+		return string(r.State) + " (" + r.Reason + ")"
+	}
+	return string(r.State)
+}
+
+func resourceList(p capacity.Pool) string {
+	var parts []string
+	for _, r := range sortedKeys(p.Resources) {
+		parts = append(parts, r+"×"+strconv.Itoa(p.Resources[r]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func platforms(r rollout.Release) string {
+	var ps []string
+	for _, b := range r.Binaries {
+		ps = append(ps, b.Platform)
+	}
+	return strings.Join(ps, ", ")
+}
+
+// shortDevices lists a node's devices, compactly past four.
+func shortDevices(ids []string) string {
+	if len(ids) > 4 {
+		return fmt.Sprintf("%s … %s (%d)", ids[0], ids[len(ids)-1], len(ids))
+	}
+	return strings.Join(ids, ",")
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return t.UTC().Format("2006-01-02 15:04:05Z")
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func sortedKeys(m map[string]int) []string {
+	out := make([]string, 0, len(m))
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}

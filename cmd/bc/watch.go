@@ -1,0 +1,99 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+)
+
+// watchCommand is `bc reservations watch ID`: the reservation's timeline,
+// then each transition as it happens, until a terminal state (or --until).
+func (c *cli) watchCommand() *cobra.Command {
+	var until string
+	var every time.Duration
+	cmd := &cobra.Command{
+		Use:   "watch ID",
+		Short: "Print a reservation's transitions as they happen, until it is terminal",
+		Long: `Prints the reservation's timeline so far (reservations.get), then each state it enters, polling
+every --interval, and exits when it reaches a terminal state (denied, rejected, expired, released)
+or the state given by --until. The exit code is 0 when it ended in the state waited for (with
+--until) or in any terminal state (without), 1 when --until can no longer be reached.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if until != "" {
+				if _, ok := capacity.ParseState(until); !ok {
+					return usageErr(fmt.Errorf("--until: %q is not a state (%v)", until, stateNames()))
+				}
+			}
+			if every <= 0 {
+				return usageErr(fmt.Errorf("--interval must be positive"))
+			}
+			if c.tenant == "" {
+				return usageErr(fmt.Errorf("reservations watch: --tenant (or BC_TENANT) is required"))
+			}
+			body, _ := json.Marshal(map[string]string{"tenantId": c.tenant, "reservationId": args[0]})
+			seen := 0
+			for {
+				raw, err := c.call(cmd.Context(), "reservations.get", body)
+				if err != nil {
+					return err
+				}
+				var a reservationAnswer
+				if err := json.Unmarshal(raw, &a); err != nil {
+					return fmt.Errorf("reservations.get: unexpected answer: %w", err)
+				}
+				r := a.Reservation
+				for ; seen < len(r.History); seen++ {
+					e := r.History[seen]
+					line := fmt.Sprintf("%s  %s", stamp(e.At), e.State)
+					if e.Reason != "" {
+						line += " (" + e.Reason + ")"
+					}
+					if e.State == capacity.Placed && len(r.NodeIDs) > 0 {
+						line += fmt.Sprintf("  %d × %s on %v", r.Count, r.Resource, r.NodeIDs)
+					}
+					if e.State == capacity.Released && r.ReleasedBy != "" {
+						line += "  by " + r.ReleasedBy
+					}
+					if c.output == "json" {
+						out, _ := json.Marshal(e)
+						line = string(out)
+					}
+					fmt.Fprintln(c.out, line)
+				}
+				switch {
+				case until != "" && string(r.State) == until:
+					return nil
+				case r.State.Terminal() && until == "":
+					return nil
+				case r.State.Terminal():
+					fmt.Fprintf(c.errOut, "bc: %s is %s: it will not become %s\n", r.ReservationID, r.State, until)
+					return exitCode(exitAPIError)
+				case until != "" && passed(r.State, capacity.State(until)):
+					fmt.Fprintf(c.errOut, "bc: %s is %s, past %s\n", r.ReservationID, r.State, until)
+					return exitCode(exitAPIError)
+				}
+				if err := c.sleep(cmd.Context(), every); err != nil {
+					return err
+				}
+			}
+		},
+	}
+	cmd.Flags().StringVar(&until, "until", "", "exit once the reservation is in this state (e.g. active)")
+	cmd.Flags().DurationVar(&every, "interval", time.Second, "how often to ask")
+	_ = cmd.RegisterFlagCompletionFunc("until", fixed(stateNames()...))
+	return cmd
+}
+
+// passed reports whether a live reservation in state cur can no longer
+// reach want (the life goes placed → binding → active).
+func passed(cur, want capacity.State) bool {
+	order := map[capacity.State]int{capacity.Draft: 0, capacity.Placed: 1, capacity.Binding: 2, capacity.Active: 3}
+	c, ok1 := order[cur]
+	w, ok2 := order[want]
+	return ok1 && ok2 && c > w
+}
