@@ -13,6 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
 )
 
 // timeFormat is fixed-width UTC with nanoseconds: lexical order is time order.
@@ -79,6 +81,21 @@ func (s *Capacity) get(ctx context.Context, k map[string]types.AttributeValue, o
 		return false, nil
 	}
 	return true, attributevalue.UnmarshalMap(res.Item, out)
+}
+
+// getOne reads one item as I and converts it; a missing item is
+// capacity.ErrNotFound.
+func getOne[I, T any](ctx context.Context, s *Capacity, k map[string]types.AttributeValue, convert func(I) T) (T, error) {
+	var it I
+	var zero T
+	ok, err := s.get(ctx, k, &it)
+	switch {
+	case err != nil:
+		return zero, err
+	case !ok:
+		return zero, capacity.ErrNotFound
+	}
+	return convert(it), nil
 }
 
 // batchGet reads keys consistently, 100 at a time, calling fn per item.

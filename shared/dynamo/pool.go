@@ -63,15 +63,7 @@ func (s *Capacity) ClaimPool(ctx context.Context, p capacity.Pool, due time.Time
 
 // GetPool implements capacity.PoolStore.
 func (s *Capacity) GetPool(ctx context.Context, poolID string) (capacity.Pool, error) {
-	var it poolItem
-	ok, err := s.get(ctx, key(poolPK(poolID), skPool), &it)
-	if err != nil {
-		return capacity.Pool{}, err
-	}
-	if !ok {
-		return capacity.Pool{}, capacity.ErrNotFound
-	}
-	return it.pool(), nil
+	return getOne(ctx, s, key(poolPK(poolID), skPool), poolItem.pool)
 }
 
 // PoolDue implements capacity.PoolStore.

@@ -32,15 +32,7 @@ func (s *Capacity) ShowPool(ctx context.Context, tenant string, p capacity.Pool)
 
 // VisiblePool implements capacity.PoolStore.
 func (s *Capacity) VisiblePool(ctx context.Context, tenant, poolID string) (capacity.Pool, error) {
-	var it poolItem
-	ok, err := s.get(ctx, key(tenantPK(tenant), poolViewSK(poolID)), &it)
-	if err != nil {
-		return capacity.Pool{}, err
-	}
-	if !ok {
-		return capacity.Pool{}, capacity.ErrNotFound
-	}
-	return it.pool(), nil
+	return getOne(ctx, s, key(tenantPK(tenant), poolViewSK(poolID)), poolItem.pool)
 }
 
 // ListPools implements capacity.PoolStore.

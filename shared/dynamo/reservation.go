@@ -150,15 +150,7 @@ func (s *Capacity) PutDraft(ctx context.Context, r capacity.Reservation) (capaci
 
 // GetReservation implements capacity.ReservationStore.
 func (s *Capacity) GetReservation(ctx context.Context, tenant, id string) (capacity.Reservation, error) {
-	var it reservationItem
-	ok, err := s.get(ctx, key(tenantPK(tenant), resSK(id)), &it)
-	if err != nil {
-		return capacity.Reservation{}, err
-	}
-	if !ok {
-		return capacity.Reservation{}, capacity.ErrNotFound
-	}
-	return it.reservation(), nil
+	return getOne(ctx, s, key(tenantPK(tenant), resSK(id)), reservationItem.reservation)
 }
 
 // Transition implements capacity.ReservationStore.
