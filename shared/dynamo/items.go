@@ -12,9 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/bettercompute/control-plane/shared/dynamo/schema"
-
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
 // timeFormat is fixed-width UTC with nanoseconds: lexical order is time order.
