@@ -224,3 +224,19 @@ func TestPoolUsage(t *testing.T) {
 		t.Errorf("a resource not in the pool: %v", err)
 	}
 }
+
+// A window is kept to the millisecond, as node-day entries are: a create
+// at a clock with nanoseconds (no start given) leaves entries and the
+// reservation agreeing (found with bc check on make run).
+func TestWindowsAreMilliseconds(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 8})
+	e.clock.Advance(123456789 * time.Nanosecond)
+	end := e.clock.Now().Add(time.Hour + 987654321*time.Nanosecond)
+	r := must(e.svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 1, End: end}, allow))
+	if r.Window.Start.Nanosecond()%int(time.Millisecond) != 0 || r.Window.End.Nanosecond()%int(time.Millisecond) != 0 {
+		t.Errorf("window %v kept sub-millisecond time", r.Window)
+	}
+	e.check(t)
+}

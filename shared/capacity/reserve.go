@@ -92,7 +92,9 @@ func (s *Service) CreateReservation(ctx context.Context, req CreateRequest, deci
 	if req.Start != nil {
 		start = req.Start.UTC()
 	}
-	window := Window{Start: start, End: req.End.UTC()}
+	// Windows have millisecond precision, as node-day entries store them:
+	// a window is exactly what its devices are held for.
+	window := Window{Start: start.Truncate(time.Millisecond), End: req.End.UTC().Truncate(time.Millisecond)}
 	if req.Start != nil { // what does not depend on the time is refused before any read
 		if err := windowShape(window); err != nil {
 			return Reservation{}, err
