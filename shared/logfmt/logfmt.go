@@ -17,6 +17,8 @@ import (
 	"sync"
 	"unicode"
 	"unicode/utf8"
+
+	"github.com/bettercompute/control-plane/shared/metrics"
 )
 
 // Format is how log records are written.
@@ -45,9 +47,10 @@ func New(w io.Writer, f Format, level slog.Leveler) *slog.Logger {
 		}}))
 }
 
-// emfKey is the member that makes a JSON line a CloudWatch EMF record
-// (shared/metrics.Attr); outside CloudWatch it is noise.
-const emfKey = "_aws"
+// emfOnly are the members a line carries only for CloudWatch's EMF: the
+// "_aws" metadata (shared/metrics.Attr) and the Table dimension (the table
+// is logged once at start).
+var emfOnly = map[string]bool{"_aws": true, metrics.DimensionTable: true}
 
 // TextHandler writes a record as
 //
@@ -55,7 +58,7 @@ const emfKey = "_aws"
 //
 // in local time. Strings are quoted only when they need it, groups are
 // flattened into dotted keys, maps and structs are compact JSON, and the
-// EMF member is left out.
+// EMF members are left out.
 type TextHandler struct {
 	w      io.Writer
 	mu     *sync.Mutex // shared by the handlers WithAttrs and WithGroup derive
@@ -116,7 +119,7 @@ func (h *TextHandler) WithGroup(name string) slog.Handler {
 
 func appendAttr(buf []byte, prefix string, a slog.Attr) []byte {
 	a.Value = a.Value.Resolve()
-	if a.Equal(slog.Attr{}) || (prefix == "" && a.Key == emfKey) {
+	if a.Equal(slog.Attr{}) || (prefix == "" && emfOnly[a.Key]) {
 		return buf
 	}
 	if a.Value.Kind() == slog.KindGroup {
