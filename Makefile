@@ -143,7 +143,7 @@ BENCH         ?= .
 BENCH_RESULTS := docs/bench/results.txt
 BENCH_OUT      = $(if $(filter .,$(BENCH)),$(BENCH_RESULTS),build/bench/results.txt)
 
-bench: tools ## run the benchmarks (~15 min), record docs/bench/results.txt and regenerate docs/performance.md's tables (BENCH=regexp: a subset, docs untouched)
+bench: tools ## run every benchmark, record docs/bench/results.txt and regenerate docs/performance.md's tables (BENCH=regexp: a subset, docs untouched)
 	$(GO) run ./cmd/benchdoc run -out $(BENCH_OUT) -- \
 	  $(GO) test -p 1 -run '^$$' -bench '$(BENCH)' -benchmem -timeout 60m ./...
 	$(if $(filter .,$(BENCH)),$(GO) run ./cmd/benchdoc doc -results $(BENCH_RESULTS) -doc docs/performance.md)
