@@ -134,8 +134,19 @@ fuzz: ## fuzz every target for FUZZTIME each (e.g. make fuzz FUZZTIME=5m); findi
 	  $(GO) test ./$$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s || exit 1; \
 	done
 
-bench: tools ## run the benchmarks
-	$(GO) test -run '^$$' -bench . -benchmem ./...
+# make bench: every benchmark, one package at a time (-p 1: none competes
+# with another for the 2 cores); cmd/benchdoc writes the raw output behind a
+# header to BENCH_RESULTS and makes docs/performance.md's tables anew from
+# it. BENCH=regexp runs a subset into build/bench/results.txt instead and
+# leaves the docs alone.
+BENCH         ?= .
+BENCH_RESULTS := docs/bench/results.txt
+BENCH_OUT      = $(if $(filter .,$(BENCH)),$(BENCH_RESULTS),build/bench/results.txt)
+
+bench: tools ## run every benchmark, record docs/bench/results.txt and regenerate docs/performance.md's tables (BENCH=regexp: a subset, docs untouched)
+	$(GO) run ./cmd/benchdoc run -out $(BENCH_OUT) -- \
+	  $(GO) test -p 1 -run '^$$' -bench '$(BENCH)' -benchmem -timeout 60m ./...
+	$(if $(filter .,$(BENCH)),$(GO) run ./cmd/benchdoc doc -results $(BENCH_RESULTS) -doc docs/performance.md)
 
 clean: ## remove build output and the local stack's state (.local/)
 	rm -rf build .local

@@ -6,7 +6,8 @@
 //
 // Every BC_* variable of the app is honoured; unset ones default to the
 // dev configuration under localstack/ (policy, release pins, the seeded
-// local-kms release key). State lives under BC_STATE_DIR (default .local/).
+// local-kms release key: see devEnv). State lives under BC_STATE_DIR
+// (default .local/); logs are text unless BC_LOG_FORMAT=json.
 package main
 
 import (
@@ -26,6 +27,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/localgw"
+	"github.com/bettercompute/control-plane/shared/logfmt"
 )
 
 func main() {
@@ -34,7 +36,12 @@ func main() {
 		fmt.Fprintln(os.Stderr, "bc-local:", err)
 		os.Exit(2)
 	}
-	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	format, err := app.ParseLogFormat(envOr("BC_LOG_FORMAT", string(logfmt.Text)))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bc-local:", err)
+		os.Exit(2)
+	}
+	log := logfmt.New(os.Stderr, format, level)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := run(ctx, log); err != nil {
@@ -68,10 +75,9 @@ func run(ctx context.Context, log *slog.Logger) error {
 	for k, v := range stack.Env() {
 		os.Setenv(k, v)
 	}
-	for k, v := range devstack.DevDefaults(root) {
-		if os.Getenv(k) == "" && (k != "BC_POLICY_FILE" || os.Getenv("BC_IAM_URL") == "") {
-			os.Setenv(k, v)
-		}
+	defaulted := devEnv(root, os.LookupEnv)
+	for k, v := range defaulted {
+		os.Setenv(k, v)
 	}
 	if os.Getenv("BC_CURSOR_KEY") == "" {
 		key, err := cursorKey(filepath.Join(stateDir, "cursor.key"))
@@ -96,14 +102,19 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	pins, err := a.ReleasePins(ctx) // validated by Endpoints
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	reconciled := make(chan struct{})
 	go func() {
 		defer close(reconciled)
 		localgw.Reconcile(ctx, cfg.ReconcileInterval, a.Reconcile, log)
 	}()
-	fmt.Println(localgw.Quickstart("http://"+ln.Addr().String(), time.Now()))
-	fmt.Printf("For the bc CLI (go run ./cmd/bc …), in another shell:\n  export BC_API_URL=http://%s BC_KMS_ENDPOINT=%s\n\n", ln.Addr(), stack.KMSEndpoint)
+	fmt.Println(pinReport(pins, cfg.ReleaseThreshold, defaulted))
+	fmt.Println(localgw.Quickstart(localgw.Stack{URL: "http://" + ln.Addr().String(), DynamoEndpoint: stack.DynamoEndpoint,
+		KMSEndpoint: stack.KMSEndpoint, Table: cfg.Table, Region: cfg.Region}, time.Now()))
 	log.Info("serving", "listen", ln.Addr().String(), "table", cfg.Table, "reconcile_interval", cfg.ReconcileInterval.String())
 	err = localgw.Serve(ctx, ln, localgw.Handler(a.Gateway, eps, localgw.WithHealth(a.Health)), log)
 	cancel()

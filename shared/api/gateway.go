@@ -318,31 +318,39 @@ func ErrorEnvelope(requestID string, err error) (int, []byte) {
 	return apierr.HTTPStatus(e.Code), body
 }
 
+// log writes the request's one line: what was asked and answered first,
+// who asked and the request id after. A 4xx line carries the message the
+// caller was shown; INTERNAL and UNAVAILABLE lines carry the cause, which
+// the caller never sees.
 func (g *Gateway) log(ctx context.Context, call *Call, err error, status int, latency time.Duration, cost meter.Usage) {
 	logger := g.Logger
 	if logger == nil {
 		logger = slog.Default()
 	}
 	outcome, level := OutcomeOK, slog.LevelInfo
+	if err != nil {
+		outcome = string(apierr.CodeOf(err))
+	}
 	attrs := []slog.Attr{
-		slog.String("request_id", call.RequestID),
 		slog.String(DimensionMethod, call.Method.Name),
-		slog.String("tenant", call.TenantID),
-		slog.String("principal", call.Principal),
 		slog.Int("status", status),
+		slog.String(DimensionOutcome, outcome),
 		slog.Float64(MetricLatency, float64(latency.Microseconds())/1000),
 		slog.Int(MetricDynamoCalls, cost.Calls),
 		slog.Float64(MetricRCU, cost.RCU),
 		slog.Float64(MetricWCU, cost.WCU),
+		slog.String("tenant", call.TenantID),
+		slog.String("principal", call.Principal),
+		slog.String("request_id", call.RequestID),
 	}
-	if err != nil {
-		outcome = string(apierr.CodeOf(err))
-		if code := apierr.CodeOf(err); code == apierr.Internal || code == apierr.Unavailable {
-			level = slog.LevelError
-			attrs = append(attrs, slog.String("error", err.Error()))
-		}
+	switch code := apierr.CodeOf(err); {
+	case err == nil:
+	case code == apierr.Internal || code == apierr.Unavailable:
+		level = slog.LevelError
+		attrs = append(attrs, slog.String("error", err.Error()))
+	default:
+		attrs = append(attrs, slog.String("error", apierr.As(err).Message))
 	}
-	attrs = append(attrs, slog.String(DimensionOutcome, outcome))
 	if g.Table != "" {
 		attrs = append(attrs, slog.String(metrics.DimensionTable, g.Table), metrics.Attr(time.Now(), RequestMetrics...))
 	}

@@ -635,6 +635,14 @@ func TestOneLogLinePerRequest(t *testing.T) {
 			if ms, ok := line["latency_ms"].(float64); !ok || ms < 0 {
 				t.Errorf("latency_ms = %v, want a number >= 0", line["latency_ms"])
 			}
+			// A 4xx line says why, in the words the caller was shown.
+			var env struct {
+				Error struct{ Message string } `json:"error"`
+			}
+			_ = json.Unmarshal([]byte(resp.Body), &env)
+			if line["error"] != nil && line["error"] != env.Error.Message || (line["error"] == nil) != (tc.status == 200) {
+				t.Errorf("log line error %q, answer's message %q", line["error"], env.Error.Message)
+			}
 		})
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/cursor"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/iam"
+	"github.com/bettercompute/control-plane/shared/logfmt"
 )
 
 // App holds the clients every module shares.
@@ -73,7 +74,7 @@ func WithClock(now func() time.Time) Option { return func(o *options) { o.now = 
 // (the CLI passes the SDK's full default chain: profiles, SSO, …).
 func WithAWSConfig(c aws.Config) Option { return func(o *options) { o.awsCfg = &c } }
 
-// WithLogger replaces the JSON logger on stderr.
+// WithLogger replaces the logger on stderr (BC_LOG_FORMAT, BC_LOG_LEVEL).
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
 // FromEnv builds an App from BC_* variables.
@@ -91,24 +92,15 @@ func FromEnv(ctx context.Context, opts ...Option) (*App, error) {
 func MustFromEnv(ctx context.Context, opts ...Option) *App {
 	a, err := FromEnv(ctx, opts...)
 	if err != nil {
-		newLogger(slog.LevelError).Error("configuration", "error", err.Error())
+		newLogger(logfmt.JSON, slog.LevelError).Error("configuration", "error", err.Error())
 		os.Exit(1)
 	}
 	return a
 }
 
-// newLogger is the JSON logger on stderr. Its time member is "timestamp":
-// with the JSON log format, Lambda filters application logs by their "level"
-// and needs an RFC 3339 "timestamp" to do so (a line without one counts as
-// INFO).
-func newLogger(level slog.Level) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: level,
-		ReplaceAttr: func(groups []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey && len(groups) == 0 {
-				a.Key = "timestamp"
-			}
-			return a
-		}}))
+// newLogger is the logger on stderr in the configured format (logfmt).
+func newLogger(f logfmt.Format, level slog.Level) *slog.Logger {
+	return logfmt.New(os.Stderr, f, level)
 }
 
 // New builds an App from cfg.
@@ -120,7 +112,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*App, error) {
 	logger := o.logger
 	if logger == nil {
 		level, _ := ParseLogLevel(cfg.LogLevel) // validated by ConfigFromEnv
-		logger = newLogger(level)
+		logger = newLogger(cfg.LogFormat, level)
 	}
 	awsCfg := o.awsCfg
 	if awsCfg == nil {

@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bettercompute/control-plane/shared/logfmt"
 )
 
 // Config is everything the control plane reads from its environment (BC_*).
@@ -35,6 +37,7 @@ type Config struct {
 
 	ReconcileInterval time.Duration // BC_RECONCILE_INTERVAL (local gateway; default 5s)
 	LogLevel          string        // BC_LOG_LEVEL: debug, info (default), warn, error
+	LogFormat         logfmt.Format // BC_LOG_FORMAT: json (default) or text
 }
 
 // ConfigFromEnv reads Config; a malformed value is an error at start.
@@ -67,6 +70,13 @@ func ConfigFromEnv() (Config, error) {
 	if _, err := ParseLogLevel(c.LogLevel); err != nil {
 		return c, err
 	}
+	if c.LogFormat, err = ParseLogFormat(envOr("BC_LOG_FORMAT", string(logfmt.JSON))); err != nil {
+		return c, err
+	}
+	if c.LogFormat == logfmt.Text && os.Getenv("AWS_LAMBDA_FUNCTION_NAME") != "" {
+		// CloudWatch filters by level and extracts the metrics from JSON lines only.
+		return c, fmt.Errorf("BC_LOG_FORMAT=text is for local runs; Lambda needs json")
+	}
 	if c.CursorKey != "" && c.CursorSecretARN != "" {
 		return c, fmt.Errorf("set one of BC_CURSOR_KEY and BC_CURSOR_SECRET_ARN, not both")
 	}
@@ -90,6 +100,16 @@ func ParseLogLevel(s string) (slog.Level, error) {
 		return slog.LevelError, nil
 	}
 	return slog.LevelInfo, fmt.Errorf("BC_LOG_LEVEL must be debug, info, warn or error, got %q", s)
+}
+
+// ParseLogFormat accepts json and text (any case); anything else is a
+// configuration error.
+func ParseLogFormat(s string) (logfmt.Format, error) {
+	switch f := logfmt.Format(strings.ToLower(s)); f {
+	case logfmt.JSON, logfmt.Text:
+		return f, nil
+	}
+	return logfmt.JSON, fmt.Errorf("BC_LOG_FORMAT must be json or text, got %q", s)
 }
 
 func envOr(key, def string) string {

@@ -56,30 +56,47 @@ func rolloutModule(ctx context.Context, a *App) ([]api.Endpoint, error) {
 	return []api.Endpoint{register, list}, nil
 }
 
-// releasePins loads the release pins once, at start: the PEM bundle (file
-// and/or inline) and the public keys of the configured KMS keys. Any
-// problem, including a threshold above the number of pins, fails the start.
-func (a *App) releasePins(ctx context.Context) (*rollout.Pins, error) {
-	var keys []crypto.PublicKey
-	add := func(source string, pem []byte) error {
+// Pin is one configured release key and the setting that pinned it.
+type Pin struct {
+	KeyID    string
+	Variable string // BC_RELEASE_PINS_FILE, BC_RELEASE_PINS or BC_RELEASE_KMS_KEYS
+	From     string // the file's path or the KMS key id ("" inline)
+	Key      crypto.PublicKey
+}
+
+// ReleasePins reads every configured release key in configuration order:
+// the PEM bundle (file, then inline), then the public keys of the KMS keys.
+// A key configured twice is listed twice (it counts once).
+func (a *App) ReleasePins(ctx context.Context) ([]Pin, error) {
+	var pins []Pin
+	add := func(variable, from string, keys ...crypto.PublicKey) error {
+		for _, k := range keys {
+			id, err := rollout.KeyID(k)
+			if err != nil {
+				return fmt.Errorf("%s: %w", variable, err)
+			}
+			pins = append(pins, Pin{KeyID: id, Variable: variable, From: from, Key: k})
+		}
+		return nil
+	}
+	bundle := func(variable, from string, pem []byte) error {
 		ks, err := rollout.ParsePEMBundle(pem)
 		if err != nil {
-			return fmt.Errorf("%s: %w", source, err)
+			return fmt.Errorf("%s: %w", variable, err)
 		}
-		keys = append(keys, ks...)
-		return nil
+		return add(variable, from, ks...)
 	}
 	if f := a.Config.PinsFile; f != "" {
 		data, err := os.ReadFile(f)
 		if err != nil {
 			return nil, fmt.Errorf("BC_RELEASE_PINS_FILE: %w", err)
 		}
-		if err := add("BC_RELEASE_PINS_FILE", data); err != nil {
+		if err := bundle("BC_RELEASE_PINS_FILE", f, data); err != nil {
 			return nil, err
 		}
 	}
 	if a.Config.Pins != "" {
-		if err := add("BC_RELEASE_PINS", []byte(a.Config.Pins)); err != nil {
+		if err := bundle("BC_RELEASE_PINS", "", []byte(a.Config.Pins)); err != nil {
 			return nil, err
 		}
 	}
@@ -88,14 +105,30 @@ func (a *App) releasePins(ctx context.Context) (*rollout.Pins, error) {
 		if err != nil {
 			return nil, fmt.Errorf("BC_RELEASE_KMS_KEYS: %w", err)
 		}
-		keys = append(keys, pub)
+		if err := add("BC_RELEASE_KMS_KEYS", id, pub); err != nil {
+			return nil, err
+		}
 	}
-	if len(keys) == 0 {
+	return pins, nil
+}
+
+// releasePins loads the release pins once, at start. Any problem, including
+// a threshold above the number of distinct pinned keys, fails the start.
+func (a *App) releasePins(ctx context.Context) (*rollout.Pins, error) {
+	pins, err := a.ReleasePins(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(pins) == 0 {
 		return nil, fmt.Errorf("no release pins: set BC_RELEASE_PINS_FILE, BC_RELEASE_PINS or BC_RELEASE_KMS_KEYS")
 	}
-	pins, err := rollout.NewPins(keys, a.Config.ReleaseThreshold)
+	keys := make([]crypto.PublicKey, len(pins))
+	for i, p := range pins {
+		keys[i] = p.Key
+	}
+	ps, err := rollout.NewPins(keys, a.Config.ReleaseThreshold)
 	if err != nil {
 		return nil, fmt.Errorf("release pins: %w", err)
 	}
-	return pins, nil
+	return ps, nil
 }

@@ -5,6 +5,7 @@ import (
 	"crypto"
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -201,5 +202,49 @@ func TestOnlyRegisterNeedsPins(t *testing.T) {
 	}
 	if _, err := a.Endpoint(context.Background(), "releases.register"); err == nil {
 		t.Fatal("releases.register started without pins")
+	}
+}
+
+// ReleasePins lists each configured key with the setting that pinned it,
+// in configuration order: what `make run` prints at start.
+func TestReleasePinsSayWhereEachCameFrom(t *testing.T) {
+	s := devstack.Shared(t)
+	fileKey, inlineKey := newKey(t), newKey(t)
+	file := teststack.WritePins(t, fileKey.Public())
+	inline, err := rollout.MarshalPublicKeyPEM(inlineKey.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := app.Config{Region: s.Region, KMSEndpoint: s.KMSEndpoint, PinsFile: file, Pins: string(inline),
+		ReleaseKMSKeys: []string{devstack.DevReleaseKeyAlias}}
+	a, err := app.New(context.Background(), cfg, app.WithDecider(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pins, err := a.ReleasePins(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := func(k crypto.PublicKey) string { s, _ := rollout.KeyID(k); return s }
+	root, _ := devstack.Root()
+	devPEM, err := os.ReadFile(filepath.Join(root, devstack.PinsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	devKeys, err := rollout.ParsePEMBundle(devPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{
+		id(fileKey.Public()) + " BC_RELEASE_PINS_FILE " + file,
+		id(inlineKey.Public()) + " BC_RELEASE_PINS ",
+		id(devKeys[0]) + " BC_RELEASE_KMS_KEYS " + devstack.DevReleaseKeyAlias,
+	}
+	var got []string
+	for _, p := range pins {
+		got = append(got, p.KeyID+" "+p.Variable+" "+p.From)
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("pins:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 }

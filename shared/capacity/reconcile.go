@@ -94,7 +94,8 @@ const DefaultProvisionBudget = 50_000
 type PassResult struct {
 	Found       int            `json:"found"`
 	Transitions map[string]int `json:"transitions"` // by target state
-	Repaired    int            `json:"repaired"`    // terminal leftovers swept, pools completed
+	Repaired    int            `json:"repaired"`    // crash leftovers: stale drafts expired, pool creations completed
+	Swept       int            `json:"swept"`       // terminal reservations' give-back re-run (routine)
 	Provisioned int            `json:"provisioned"` // node-days of days ahead stored (whole days)
 	Skipped     int            `json:"skipped"`     // not yet due, or another pass got there first
 	Errors      int            `json:"errors"`
@@ -113,11 +114,13 @@ func (p PassResult) TransitionCount() int {
 }
 
 // step is what handling one due item did: the transitions this pass made
-// (by target state), or a repair; gone when the index entry outlived its
-// item (a GSI entry may, for a moment, in DynamoDB).
+// (by target state), a repair of what a crash left, or a sweep; gone when
+// the index entry outlived its item (a GSI entry may, for a moment, in
+// DynamoDB).
 type step struct {
 	moved       []string
 	repaired    bool
+	swept       bool
 	gone        bool
 	provisioned int
 }
@@ -212,6 +215,8 @@ func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 			s.logger().Warn("reconcile item", "error", r.err.Error())
 		case r.repaired:
 			res.Repaired++
+		case r.swept:
+			res.Swept++
 		case len(r.moved) == 0:
 			res.Skipped++
 		}
@@ -255,11 +260,14 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time, budg
 		if !r.Stale(now) {
 			return st, nil
 		}
-		_, err := move(FaultReconcileExpired)(r.Expire(now))
+		// A draft this old is a create that died: a repair.
+		ok, err := move(FaultReconcileExpired)(r.Expire(now))
+		st.repaired = ok
 		return st, err
 	case r.State.Terminal():
 		// One sweep after the fence finishes the give-back a crash may have
-		// cut short. Sweeps take turns (overlapping passes): each first
+		// cut short. Every terminal reservation gets one and it normally
+		// finds nothing left, so it is counted apart from repairs. Sweeps take turns (overlapping passes): each first
 		// moves the due entry on, conditionally, and works from the item as
 		// that write returns it.
 		cur, err := s.Store.ClaimDue(ctx, r, now.Add(StaleAfter))
@@ -278,7 +286,7 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time, budg
 		if err := s.Store.ClearDue(ctx, cur); err != nil && !errors.Is(err, ErrStale) {
 			return st, unavailable(err)
 		}
-		st.repaired = true
+		st.swept = true
 		return st, s.fault(FaultReconcileSwept)
 	case !now.Before(r.Window.End):
 		// The window is over — also when it passed entirely while the
@@ -311,14 +319,15 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time, budg
 }
 
 // The metrics of a pass's summary line: the lag (milliseconds between the
-// oldest due item's dueAt and the pass), the transitions it made and the
-// repairs it did, with the table as dimension. The CDK app alarms on and
-// graphs these names.
+// oldest due item's dueAt and the pass), the transitions it made, the
+// repairs it did and the sweeps, with the table as dimension. The CDK app
+// alarms on and graphs these names.
 const (
 	MetricNamespace   = metrics.Namespace
 	MetricLag         = "Lag"
 	MetricTransitions = "transitioned"
 	MetricRepaired    = "repaired"
+	MetricSwept       = "swept"
 	DimensionTable    = metrics.DimensionTable
 )
 
@@ -329,11 +338,12 @@ var PassMetrics = metrics.Directive{
 		{Name: MetricLag, Unit: metrics.Milliseconds},
 		{Name: MetricTransitions, Unit: metrics.Count},
 		{Name: MetricRepaired, Unit: metrics.Count},
+		{Name: MetricSwept, Unit: metrics.Count},
 	},
 }
 
-// Log writes the pass's summary as one JSON line that is also a CloudWatch
-// embedded-metric-format record of PassMetrics.
+// Log writes the pass's summary as one line; in JSON (the Lambda's format)
+// it is also a CloudWatch embedded-metric-format record of PassMetrics.
 func (p PassResult) Log(ctx context.Context, logger *slog.Logger, table string) {
 	lagMS := p.Lag.Milliseconds()
 	level := slog.LevelInfo
@@ -350,6 +360,7 @@ func (p PassResult) Log(ctx context.Context, logger *slog.Logger, table string) 
 		slog.Any("transitions", p.Transitions),
 		slog.Int(MetricTransitions, p.TransitionCount()),
 		slog.Int(MetricRepaired, p.Repaired),
+		slog.Int(MetricSwept, p.Swept),
 		slog.Int("skipped", p.Skipped),
 		slog.Int("errors", p.Errors),
 		slog.Bool("stoppedEarly", p.Stopped),

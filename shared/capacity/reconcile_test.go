@@ -221,6 +221,32 @@ func TestCrashMatrix(t *testing.T) {
 	}
 }
 
+// A pass counts what crashes left (a stale draft, a pool whose creation
+// stopped) as repairs, apart from the routine sweep every terminal
+// reservation gets.
+func TestPassCountsRepairsApartFromSweeps(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 2})
+	released := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow))
+	must(e.svc.ReleaseReservation(ctx, "acme", released.ReservationID))
+	e.svc.Faults = crashAt(capacity.FaultCharged)
+	_, _ = e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow)
+	e.svc.Faults = crashAt(capacity.FaultPoolClaimed)
+	_, _ = e.svc.CreatePool(ctx, "acme", "p2", map[string]int{"gpu": 1}, nil)
+	e.svc.Faults = nil
+
+	e.clock.Advance(capacity.StaleAfter + time.Second)
+	if res := e.pass(t); res.Repaired != 2 || res.Swept != 1 || res.Transitions["expired"] != 1 {
+		t.Errorf("first pass: %+v, want 2 repaired (the draft, the pool) and 1 swept (the release)", res)
+	}
+	e.clock.Advance(capacity.StaleAfter + time.Second)
+	if res := e.pass(t); res.Repaired != 0 || res.Swept != 1 {
+		t.Errorf("second pass: %+v, want the expired draft swept and nothing repaired", res)
+	}
+	e.check(t)
+}
+
 func crashAt(point string) func(string) error {
 	return func(p string) error {
 		if p == point {
@@ -260,7 +286,7 @@ func TestReservationLife(t *testing.T) {
 	}
 	e.check(t)
 	e.clock.Advance(capacity.StaleAfter)
-	if res = e.pass(t); res.Repaired != 1 {
+	if res = e.pass(t); res.Swept != 1 || res.Repaired != 0 {
 		t.Errorf("sweep: %+v", res)
 	}
 	if res = e.pass(t); res.Found != 0 {

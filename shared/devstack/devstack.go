@@ -11,6 +11,7 @@ package devstack
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -58,8 +59,10 @@ var ErrToolsMissing = errors.New("local tools are not installed")
 // Options configures Start.
 type Options struct {
 	// StateDir keeps dynalite's LevelDB (StateDir/dynamodb) and local-kms's
-	// data (StateDir/kms) across runs. Empty: dynalite runs in memory and
-	// local-kms in a temporary directory removed by Close.
+	// data (StateDir/kms) across runs, and the servers' ports (PortsFile):
+	// a restart takes the same ports while they are free, so endpoints a
+	// user exported stay valid. Empty: dynalite runs in memory and
+	// local-kms in a temporary directory removed by Close, on any free ports.
 	StateDir string
 	// KMSSeed is the path of a local-kms seed file (e.g. KMSSeedFile under
 	// the root). Empty: no seed. A seed local-kms skips fails Start.
@@ -127,6 +130,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		}
 	}()
 	dynamoDir, kmsDir := "", ""
+	var last ports
 	if o.StateDir != "" {
 		if o.StateDir, err = filepath.Abs(o.StateDir); err != nil {
 			return nil, fmt.Errorf("devstack: state dir: %w", err)
@@ -140,6 +144,7 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 		if s.lock, err = lockStateDir(o.StateDir); err != nil {
 			return nil, err
 		}
+		last = readPorts(o.StateDir)
 	} else {
 		sweepTempDirs(s.log)
 		if s.tmpDir, err = os.MkdirTemp("", tempPrefix); err != nil {
@@ -155,8 +160,8 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	var wg sync.WaitGroup
 	var dynErr, kmsErr error
 	var dyn, km *child
-	wg.Go(func() { dyn, s.DynamoEndpoint, dynErr = startDynalite(ctx, tools, dynamoDir, s) })
-	wg.Go(func() { km, s.KMSEndpoint, kmsErr = startKMS(ctx, tools, kmsDir, o.KMSSeed, s) })
+	wg.Go(func() { dyn, s.DynamoEndpoint, dynErr = startDynalite(ctx, tools, dynamoDir, last.DynamoDB, s) })
+	wg.Go(func() { km, s.KMSEndpoint, kmsErr = startKMS(ctx, tools, kmsDir, o.KMSSeed, last.KMS, s) })
 	wg.Wait()
 	for _, c := range []*child{dyn, km} {
 		if c != nil {
@@ -165,6 +170,11 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 	}
 	if err := errors.Join(dynErr, kmsErr); err != nil {
 		return nil, err
+	}
+	if o.StateDir != "" {
+		if err := writePorts(o.StateDir, ports{DynamoDB: portOf(s.DynamoEndpoint), KMS: portOf(s.KMSEndpoint)}); err != nil {
+			s.log.Warn("devstack: ports not remembered", "error", err.Error())
+		}
 	}
 	s.log.Info("devstack started", "dynamodb", s.DynamoEndpoint, "kms", s.KMSEndpoint,
 		"region", s.Region, "state_dir", o.StateDir, "ms", time.Since(began).Milliseconds())
@@ -295,17 +305,21 @@ func findTools(root string) (tools, error) {
 
 var dynaliteListening = regexp.MustCompile(`^Dynalite listening at: \S+:(\d+)$`)
 
-// startDynalite starts dynalite on a free loopback port. dynalite cannot
-// listen on port 0 (its CLI treats 0 as "default 4567"), so a port is chosen
-// here; when another process takes it first, dynalite exits with EADDRINUSE
-// and the next attempt uses another port. Ready means: this child printed
-// its listening line (so the port is ours) and ListTables answers.
-func startDynalite(ctx context.Context, t tools, dir string, s *Stack) (*child, string, error) {
+// startDynalite starts dynalite on a free loopback port: prefer when it is
+// free, else any. dynalite cannot listen on port 0 (its CLI treats 0 as
+// "default 4567"), so a port is chosen here; when another process takes it
+// first, dynalite exits with EADDRINUSE and the next attempt uses another
+// port. Ready means: this child printed its listening line (so the port is
+// ours) and ListTables answers.
+func startDynalite(ctx context.Context, t tools, dir string, prefer int, s *Stack) (*child, string, error) {
 	var lastErr error
 	for attempt := 1; attempt <= 5; attempt++ {
-		port, err := freePort()
-		if err != nil {
-			return nil, "", err
+		port := prefer
+		if attempt > 1 || !portFree("127.0.0.1", port) {
+			var err error
+			if port, err = freePort(); err != nil {
+				return nil, "", err
+			}
 		}
 		// Through dynalite-guard.js: a client dropping a connection mid-request
 		// must not end the server.
@@ -350,10 +364,23 @@ var (
 	kmsSeedSkipped = regexp.MustCompile(`Error parsing YAML|Unable to read seed`)
 )
 
-// startKMS starts local-kms with PORT=0: it binds a free port itself (on
-// 0.0.0.0; it cannot bind loopback only) and logs it, so no port can be
-// taken under it — with a fixed port it panics when the port is in use.
-func startKMS(ctx context.Context, t tools, dataDir, seed string, s *Stack) (*child, string, error) {
+// startKMS starts local-kms on prefer when that port is free, else with
+// PORT=0: it binds a free port itself (on 0.0.0.0; it cannot bind loopback
+// only) and logs it, so no port can be taken under it. With a fixed port it
+// panics when the port is in use: should another process take prefer
+// between the check and the bind, it is started again with PORT=0.
+func startKMS(ctx context.Context, t tools, dataDir, seed string, prefer int, s *Stack) (*child, string, error) {
+	if portFree("", prefer) {
+		c, endpoint, err := startKMSOn(ctx, t, dataDir, seed, prefer, s)
+		if err == nil || c == nil || !c.exited() {
+			return c, endpoint, err
+		}
+		s.log.Info("local-kms port taken; retrying on another", "port", prefer)
+	}
+	return startKMSOn(ctx, t, dataDir, seed, 0, s)
+}
+
+func startKMSOn(ctx context.Context, t tools, dataDir, seed string, port int, s *Stack) (*child, string, error) {
 	seedPath := filepath.Join(dataDir, "no-seed.yaml") // local-kms defaults to /init/seed.yaml
 	if seed != "" {
 		var err error
@@ -361,7 +388,7 @@ func startKMS(ctx context.Context, t tools, dataDir, seed string, s *Stack) (*ch
 			return nil, "", fmt.Errorf("devstack: kms seed: %w", err)
 		}
 	}
-	env := []string{"PORT=0", "KMS_REGION=" + s.Region, "KMS_ACCOUNT_ID=" + KMSAccountID,
+	env := []string{"PORT=" + strconv.Itoa(port), "KMS_REGION=" + s.Region, "KMS_ACCOUNT_ID=" + KMSAccountID,
 		"KMS_DATA_PATH=" + dataDir, "KMS_SEED_PATH=" + seedPath}
 	var mu sync.Mutex
 	var seedErr string
@@ -454,4 +481,49 @@ func freePort() (int, error) {
 	}
 	defer l.Close()
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// PortsFile (under Options.StateDir) holds the ports of the last start.
+const PortsFile = "ports.json"
+
+type ports struct {
+	DynamoDB int `json:"dynamodb"`
+	KMS      int `json:"kms"`
+}
+
+// readPorts returns the ports of the last start (zero when unknown).
+func readPorts(stateDir string) ports {
+	var p ports
+	if data, err := os.ReadFile(filepath.Join(stateDir, PortsFile)); err == nil {
+		_ = json.Unmarshal(data, &p)
+	}
+	return p
+}
+
+func writePorts(stateDir string, p ports) error {
+	data, err := json.Marshal(p)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(stateDir, PortsFile), append(data, '\n'), 0o644)
+}
+
+func portOf(endpoint string) int {
+	i := strings.LastIndexByte(endpoint, ':')
+	p, _ := strconv.Atoi(endpoint[i+1:])
+	return p
+}
+
+// portFree reports whether port (1..65535) can be bound on host ("" for
+// every interface) right now.
+func portFree(host string, port int) bool {
+	if port <= 0 || port > 65535 {
+		return false
+	}
+	l, err := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return false
+	}
+	l.Close()
+	return true
 }

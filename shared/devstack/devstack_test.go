@@ -10,10 +10,13 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -232,11 +235,15 @@ func TestStateDirPersists(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	before := []string{s.DynamoEndpoint, s.KMSEndpoint}
 	s, err = Start(ctx, opts)
 	if err != nil {
 		t.Fatalf("restart: %v", err)
 	}
 	defer s.Close()
+	if after := []string{s.DynamoEndpoint, s.KMSEndpoint}; !slices.Equal(after, before) {
+		t.Errorf("endpoints moved across a restart: %v, then %v", before, after)
+	}
 	got, err := s.DynamoDB().GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String("persisted"), Key: item, ConsistentRead: aws.Bool(true)})
 	if err != nil || got.Item == nil {
 		t.Fatalf("item lost across restart: %v %v", got, err)
@@ -246,6 +253,67 @@ func TestStateDirPersists(t *testing.T) {
 	}
 	if _, err := s.KMS().GetPublicKey(ctx, &kms.GetPublicKeyInput{KeyId: aws.String(DevReleaseKeyID)}); err != nil {
 		t.Errorf("seeded key after restart: %v", err)
+	}
+}
+
+// A remembered port another process holds now is given up for a free
+// one, and the new ports are remembered.
+func TestRememberedPortsTakenFallBack(t *testing.T) {
+	ctx := context.Background()
+	dir := t.TempDir()
+	s, err := Start(ctx, Options{StateDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := readPorts(dir)
+	if first.DynamoDB != portOf(s.DynamoEndpoint) || first.KMS != portOf(s.KMSEndpoint) {
+		t.Errorf("remembered %+v, endpoints %s %s", first, s.DynamoEndpoint, s.KMSEndpoint)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for _, addr := range []string{"127.0.0.1:" + strconv.Itoa(first.DynamoDB), ":" + strconv.Itoa(first.KMS)} {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("taking %s: %v", addr, err)
+		}
+		defer l.Close()
+	}
+	s, err = Start(ctx, Options{StateDir: dir})
+	if err != nil {
+		t.Fatalf("start with the remembered ports taken: %v", err)
+	}
+	defer s.Close()
+	now := readPorts(dir)
+	if now.DynamoDB == first.DynamoDB || now.KMS == first.KMS || now.DynamoDB != portOf(s.DynamoEndpoint) || now.KMS != portOf(s.KMSEndpoint) {
+		t.Errorf("ports %+v after %+v were taken; endpoints %s %s", now, first, s.DynamoEndpoint, s.KMSEndpoint)
+	}
+	if _, err := s.KMS().ListKeys(ctx, &kms.ListKeysInput{}); err != nil {
+		t.Error(err)
+	}
+}
+
+// local-kms on a port taken between the check and its bind exits during
+// start, which is what startKMS takes as the cue to retry on PORT=0.
+func TestKMSOnATakenPortExits(t *testing.T) {
+	l, err := net.Listen("tcp", ":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	tl, err := findTools(root(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Stack{Region: DefaultRegion, log: slog.New(slog.DiscardHandler)}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	c, _, err := startKMSOn(ctx, tl, t.TempDir(), "", l.Addr().(*net.TCPAddr).Port, s)
+	if err == nil || c == nil || !c.exited() {
+		if c != nil {
+			c.stop(time.Second)
+		}
+		t.Fatalf("local-kms on a taken port: err %v, exited %v", err, c != nil && c.exited())
 	}
 }
 

@@ -10,7 +10,11 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -249,10 +253,13 @@ func TestWriteResponse(t *testing.T) {
 	}
 }
 
+var testStack = Stack{URL: "http://127.0.0.1:8080", DynamoEndpoint: "http://127.0.0.1:41001",
+	KMSEndpoint: "http://127.0.0.1:41002", Table: "better-compute", Region: "us-east-1"}
+
 // Every quickstart call is a valid request of its method.
 func TestQuickstart(t *testing.T) {
 	now := time.Now()
-	text := Quickstart("http://127.0.0.1:8080", now)
+	text := Quickstart(testStack, now)
 	for _, ex := range Examples(now) {
 		m := api.Lookup(ex.Method)
 		if m == nil {
@@ -264,6 +271,60 @@ func TestQuickstart(t *testing.T) {
 		if !strings.Contains(text, "http://127.0.0.1:8080"+m.Path()) || !strings.Contains(text, ex.Body) {
 			t.Errorf("quickstart text misses %s", ex.Method)
 		}
+	}
+}
+
+// The printed export command, pasted into a shell, sets every variable the
+// bc CLI reads to this stack's values.
+func TestExportsSetWhatTheCLIReads(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Skip("no bash")
+	}
+	s := testStack
+	s.Table = "it's a table" // a value that needs quoting
+	if !strings.Contains(Quickstart(s, time.Now()), s.Exports()) {
+		t.Fatal("the quickstart does not print the exports")
+	}
+	out, err := exec.Command("bash", "-c", s.Exports()+"\nenv").Output()
+	if err != nil {
+		t.Fatalf("bash: %v\n%s", err, s.Exports())
+	}
+	env := map[string]string{}
+	for line := range strings.Lines(string(out)) {
+		if k, v, ok := strings.Cut(strings.TrimSuffix(line, "\n"), "="); ok {
+			env[k] = v
+		}
+	}
+	exported := map[string]bool{}
+	for _, kv := range s.CLIEnv() {
+		exported[kv[0]] = true
+		if env[kv[0]] != kv[1] || kv[1] == "" {
+			t.Errorf("%s=%q after the export, want %q", kv[0], env[kv[0]], kv[1])
+		}
+	}
+	// What cmd/bc reads, from its source: a variable it starts reading
+	// must be exported too (or listed here with why not).
+	notExported := map[string]string{"AWS_ACCESS_KEY_ID": "unset, the CLI uses dummy credentials against local endpoints"}
+	files, _ := filepath.Glob("../../cmd/bc/*.go")
+	reads := regexp.MustCompile(`(?:Getenv|envOr)\("([A-Z0-9_]+)"`)
+	seen := 0
+	for _, f := range files {
+		if strings.HasSuffix(f, "_test.go") {
+			continue
+		}
+		src, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range reads.FindAllSubmatch(src, -1) {
+			seen++
+			if v := string(m[1]); !exported[v] && notExported[v] == "" {
+				t.Errorf("cmd/bc reads %s (%s), which the quickstart does not export", v, f)
+			}
+		}
+	}
+	if seen == 0 {
+		t.Fatal("found no variable cmd/bc reads: the pattern is stale")
 	}
 }
 

@@ -22,7 +22,8 @@ type Example struct {
 func Examples(now time.Time) []Example {
 	end := now.UTC().Add(time.Hour).Truncate(time.Minute).Format(time.RFC3339)
 	return []Example{
-		{"List releases (platform admin)", "releases.list", "admin", `{"tenantId":"acme"}`},
+		// Releases are the platform's (SPEC §4.1): not a tenant's.
+		{"List releases (platform admin)", "releases.list", "admin", `{"tenantId":"platform"}`},
 		{"Create a pool of 8 H100s owned by tenant acme", "pools.create", "admin",
 			`{"tenantId":"acme","poolId":"gpu-pool-1","resources":{"gpu.h100":8}}`},
 		{"Reserve 2 of them for the next hour", "reservations.create", "admin",
@@ -30,17 +31,62 @@ func Examples(now time.Time) []Example {
 	}
 }
 
+// Stack is what the quickstart tells of a running local stack.
+type Stack struct {
+	URL            string // the local gateway, http://host:port
+	DynamoEndpoint string
+	KMSEndpoint    string
+	Table          string
+	Region         string
+}
+
+// CLIEnv is the environment of the bc CLI against the stack, in print order:
+// every variable cmd/bc reads (a test checks), so `bc call`, `bc pools
+// show`, `bc sign -kms-key` and `bc check` work as pasted. No AWS
+// credentials: against a local endpoint the CLI uses dummy ones.
+func (s Stack) CLIEnv() [][2]string {
+	return [][2]string{
+		{"BC_API_URL", s.URL},
+		{"BC_TOKEN", "dev:admin"},
+		{"BC_TENANT", "acme"},
+		{"BC_DYNAMODB_ENDPOINT", s.DynamoEndpoint},
+		{"BC_KMS_ENDPOINT", s.KMSEndpoint},
+		{"BC_TABLE", s.Table},
+		{"AWS_REGION", s.Region},
+	}
+}
+
+// Exports is CLIEnv as one shell export command, a variable a line.
+func (s Stack) Exports() string {
+	lines := make([]string, 0, len(s.CLIEnv()))
+	for _, kv := range s.CLIEnv() {
+		lines = append(lines, kv[0]+"="+shellQuote(kv[1]))
+	}
+	return "export " + strings.Join(lines, " \\\n  ")
+}
+
+// shellQuote leaves a word of safe characters bare and single-quotes
+// anything else.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_./:@%+,=-") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
 // Quickstart is the copy-paste text `make run` prints: curl calls against
-// baseURL with dev tokens (Bearer dev:<principal>, local gateway only).
-func Quickstart(baseURL string, now time.Time) string {
+// the stack with dev tokens (Bearer dev:<principal>, local gateway only),
+// then the environment for the bc CLI.
+func Quickstart(s Stack, now time.Time) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Better Compute local stack: %s (health: %s%s)\n", baseURL, baseURL, HealthPath)
+	fmt.Fprintf(&b, "Better Compute local stack: %s (health: %s%s)\n", s.URL, s.URL, HealthPath)
 	b.WriteString("Principals (localstack/policy.json): admin (everything), alice and ops (tenant acme).\n")
 	for _, ex := range Examples(now) {
 		m := api.Lookup(ex.Method)
 		fmt.Fprintf(&b, "\n# %s\ncurl -sS -X POST %s%s \\\n  -H 'Authorization: Bearer dev:%s' -H 'Content-Type: application/json' \\\n  -d '%s'\n",
-			ex.Title, baseURL, m.Path(), ex.Principal, ex.Body)
+			ex.Title, s.URL, m.Path(), ex.Principal, ex.Body)
 	}
+	fmt.Fprintf(&b, "\n# The bc CLI (go run ./cmd/bc …) in another shell; the ports stay across restarts while free:\n%s\n", s.Exports())
 	b.WriteString("\nStop with Ctrl-C; state persists under BC_STATE_DIR (default .local/).\n")
 	return b.String()
 }

@@ -117,7 +117,7 @@ func TestFaults(t *testing.T) {
 		t.Error("answer under faults:", b)
 	}
 
-	// The reconciler runs to quiescence: a pass that moves and repairs nothing.
+	// The reconciler runs to quiescence: a pass that moves, repairs and sweeps nothing.
 	rc := st.App.Reconciler()
 	for pass := 0; ; pass++ {
 		clock.Advance(capacity.StaleAfter + time.Second)
@@ -125,7 +125,7 @@ func TestFaults(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if res.Errors == 0 && res.TransitionCount() == 0 && res.Repaired == 0 {
+		if res.Errors == 0 && res.TransitionCount() == 0 && res.Repaired == 0 && res.Swept == 0 {
 			break
 		}
 		if pass == 10 {
