@@ -306,7 +306,7 @@ func TestExportsSetWhatTheCLIReads(t *testing.T) {
 	// must be exported too (or listed here with why not).
 	notExported := map[string]string{"AWS_ACCESS_KEY_ID": "unset, the CLI uses dummy credentials against local endpoints"}
 	files, _ := filepath.Glob("../../cmd/bc/*.go")
-	reads := regexp.MustCompile(`(?:Getenv|envOr)\("([A-Z0-9_]+)"`)
+	reads := regexp.MustCompile(`(?:[Gg]etenv|envOr)\("([A-Z0-9_]+)"`)
 	seen := 0
 	for _, f := range files {
 		if strings.HasSuffix(f, "_test.go") {
