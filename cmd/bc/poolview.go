@@ -55,7 +55,7 @@ func (v poolView) Draw(w io.Writer, pages []capacity.Usage) {
 	if t.Nodes < first.NodeCount {
 		scope = fmt.Sprintf(" (the %d nodes shown)", t.Nodes)
 	}
-	fmt.Fprintf(w, "now: %s busy (%d of %d devices) · %d whole nodes free now · %d free for the whole span · %s over the span%s\n",
+	fmt.Fprintf(w, "now: %s busy (%d of %d devices) · whole nodes free: %d now, %d for the whole span · %s held over the span%s\n",
 		percent(t.BusyNow, t.Devices), t.BusyNow, t.Devices, t.WholeFreeNow, t.WholeFreeAll,
 		percent(t.BusyDeviceSecs, t.Devices*int(span/time.Second)), scope)
 	label := 0
