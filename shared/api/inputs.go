@@ -114,8 +114,8 @@ type CreateReservationInput struct {
 	Resource    string  `json:"resource" bc:"required,pattern=resource"`
 	Count       int     `json:"count" bc:"required,min=1,max=1024"`
 	Window      Window  `json:"window" bc:"required"`
-	Topology    *string `json:"topology,omitempty" bc:"doc=node (default: as few nodes as the count needs) or any"`
-	ClientToken *string `json:"clientToken,omitempty" bc:"min=1,max=64,doc=idempotency token (per tenant)"`
+	Topology    *string `json:"topology,omitempty" enum:"topology" bc:"doc=how to spread the devices over nodes (default node)"`
+	ClientToken *string `json:"clientToken,omitempty" bc:"min=1,max=64,doc=idempotency token (per tenant and principal)"`
 }
 
 type GetReservationInput struct {
@@ -126,7 +126,7 @@ type GetReservationInput struct {
 type ListReservationsInput struct {
 	Tenant
 	PoolID *string `json:"poolId,omitempty" bc:"pattern=poolId"`
-	State  *string `json:"state,omitempty" bc:"doc=one of the reservation states"`
+	State  *string `json:"state,omitempty" enum:"state" bc:"doc=only reservations in this state (denied ones are listed only this way)"`
 	Page
 }
 
