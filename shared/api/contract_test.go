@@ -408,3 +408,23 @@ func TestReferenceLinksStayInside(t *testing.T) {
 		}
 	}
 }
+
+// Every ${constant} a doc tag quotes is replaced by its value wherever the
+// doc is shown.
+func TestDocConstantsExpanded(t *testing.T) {
+	served := func(*api.Method) bool { return true }
+	out := []string{api.Index(served)}
+	for _, r := range api.ResourceDocs {
+		out = append(out, api.Reference(r, served))
+	}
+	doc, err := api.OpenAPI()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out = append(out, string(doc))
+	for _, text := range out {
+		if i := strings.Index(text, "${"); i >= 0 {
+			t.Errorf("unexpanded constant: …%s…", text[max(0, i-60):min(len(text), i+40)])
+		}
+	}
+}

@@ -58,7 +58,7 @@ type CreatePoolInput struct {
 	Tenant
 	PoolID    string    `json:"poolId" bc:"required,pattern=poolId"`
 	Resources Resources `json:"resources" bc:"required,min=1,max=64,pattern=resource,doc=devices of each resource"`
-	NodeSize  NodeSizes `json:"nodeSize,omitempty" bc:"max=64,pattern=resource,doc=devices per node of each resource (default 8)"`
+	NodeSize  NodeSizes `json:"nodeSize,omitempty" bc:"max=64,pattern=resource,doc=devices per node of each resource (default ${capacity.DefaultNodeSize})"`
 }
 
 type OfferPoolInput struct {
@@ -84,8 +84,8 @@ type PoolUsageInput struct {
 	PoolID   string     `json:"poolId" bc:"required,pattern=poolId"`
 	Resource string     `json:"resource" bc:"required,pattern=resource"`
 	From     *time.Time `json:"from,omitempty" bc:"doc=start of the span; defaults to now"`
-	Hours    *int       `json:"hours,omitempty" bc:"min=1,max=24,doc=length of the span (default 24)"`
-	Limit    *int       `json:"limit,omitempty" bc:"min=1,max=100,doc=nodes per page (default 50)"`
+	Hours    *int       `json:"hours,omitempty" bc:"min=1,max=24,doc=length of the span in hours (default ${capacity.MaxUsageHours})"`
+	Limit    *int       `json:"limit,omitempty" bc:"min=1,max=100,doc=nodes per page (default ${capacity.DefaultUsageNodes})"`
 	Cursor   *string    `json:"cursor,omitempty" bc:"min=1,max=4096"`
 }
 
@@ -104,8 +104,8 @@ type ListQuotasInput struct {
 // Reservations.
 
 type Window struct {
-	Start *time.Time `json:"start,omitempty" bc:"doc=defaults to now; at most 5 minutes in the past"`
-	End   time.Time  `json:"end" bc:"required,doc=after start"`
+	Start *time.Time `json:"start,omitempty" bc:"doc=defaults to now; at most ${capacity.MaxStartSkew} in the past and ${capacity.MaxLeadTime} ahead"`
+	End   time.Time  `json:"end" bc:"required,doc=after start; at most ${capacity.MaxWindow} after it"`
 }
 
 type CreateReservationInput struct {

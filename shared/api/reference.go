@@ -81,7 +81,7 @@ func inputTable(p printer, m *Method) {
 			c = append(c, "one of "+enumValues(e))
 		}
 		if f.Doc != "" {
-			c = append(c, f.Doc)
+			c = append(c, expandDoc(f.Doc))
 		}
 		p("| `%s` | %s | %s | %s |\n", f.Name, f.Type, yesNo(f.Required), cell(codePatterns.ReplaceAllString(strings.Join(c, "; "), "$1 `$2`")))
 	}

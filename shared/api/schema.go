@@ -15,15 +15,21 @@ import (
 // docConstants are the limits a `doc` tag may quote as ${name}: a tag is
 // text, so this is how it states a constant without repeating its value.
 var docConstants = map[string]string{
-	"capacity.InlineDevices": num(capacity.InlineDevices),
-	"capacity.MaxQuota":      num(capacity.MaxQuota),
-	"capacity.MaxCount":      num(capacity.MaxCount),
+	"capacity.InlineDevices":     num(capacity.InlineDevices),
+	"capacity.MaxQuota":          num(capacity.MaxQuota),
+	"capacity.MaxCount":          num(capacity.MaxCount),
+	"capacity.DefaultNodeSize":   num(capacity.DefaultNodeSize),
+	"capacity.MaxUsageHours":     num(capacity.MaxUsageHours),
+	"capacity.DefaultUsageNodes": num(capacity.DefaultUsageNodes),
+	"capacity.MaxStartSkew":      human(capacity.MaxStartSkew),
+	"capacity.MaxLeadTime":       human(capacity.MaxLeadTime),
+	"capacity.MaxWindow":         human(capacity.MaxWindow),
 }
 
 var docConstant = regexp.MustCompile(`\$\{([A-Za-z.]+)\}`)
 
 // expandDoc replaces ${name} in a doc tag by the constant's value; an
-// unknown name panics (TestOutputsDocumented reaches every tag).
+// unknown name panics (the tests render every tag).
 func expandDoc(s string) string {
 	return docConstant.ReplaceAllStringFunc(s, func(m string) string {
 		v, ok := docConstants[m[2:len(m)-1]]
