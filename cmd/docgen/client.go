@@ -42,15 +42,9 @@ func goName(m *api.Method) string {
 	return strings.ToUpper(id[:1]) + id[1:]
 }
 
-// comment is m's summary's first sentence, its first letter lowered.
+// comment is m's brief, its first letter lowered (it follows a colon).
 func comment(m *api.Method) string {
-	s := m.Summary
-	if i := strings.Index(s, ". "); i >= 0 {
-		s = s[:i+1]
-	}
-	if !strings.HasSuffix(s, ".") {
-		s += "."
-	}
+	s := m.Brief()
 	return strings.ToLower(s[:1]) + s[1:]
 }
 

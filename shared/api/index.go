@@ -27,7 +27,7 @@ func Index(served func(*Method) bool) string {
 	for _, r := range ResourceDocs {
 		for _, m := range r.Methods() {
 			p("| [`%s`](%s.md#%s) | %s | `%s` @ `%s` | %s | %s | %s |\n", m.Name, r.Name, m.Verb(), m.Kind, m.Permission, m.Scope,
-				m.Phase, status(m, served), cell(firstSentence(m.Summary)))
+				m.Phase, status(m, served), cell(m.Brief()))
 		}
 	}
 
@@ -173,10 +173,11 @@ func fieldOf(t reflect.Type, name string) strictjson.Field {
 	panic(fmt.Sprintf("api: %v has no member %q", t, name))
 }
 
-// firstSentence is a summary's first sentence, for the index.
-func firstSentence(s string) string {
-	if i := strings.Index(s, ". "); i >= 0 {
-		return s[:i+1]
+// Brief is the first sentence of m's summary: the index's and the OpenAPI
+// operation's summary, the typed client's comment.
+func (m *Method) Brief() string {
+	if i := strings.Index(m.Summary, ". "); i >= 0 {
+		return m.Summary[:i+1]
 	}
-	return s
+	return m.Summary
 }

@@ -113,7 +113,7 @@ func operation(s *schemas, m *Method) *object {
 	return obj(
 		"operationId", m.OperationID(),
 		"tags", []string{m.Resource()},
-		"summary", firstSentence(m.Summary),
+		"summary", m.Brief(),
 		"description", desc+auth,
 		"x-permission", m.Permission,
 		"x-scope", m.Scope,

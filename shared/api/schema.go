@@ -62,7 +62,7 @@ func DescribeOutput(t reflect.Type) []OutputField {
 			if prefix != "" {
 				name = prefix + "." + name
 			}
-			out = append(out, OutputField{Name: name, Type: typeName(f.Type), Always: !f.OmitEmpty,
+			out = append(out, OutputField{Name: name, Type: strictjson.TypeName(f.Type), Always: !f.OmitEmpty,
 				Doc: expandDoc(f.Doc), Enum: LookupEnum(f.Tag.Get("enum"))})
 			switch e := deref(f.Type); {
 			case isStruct(e):
@@ -85,30 +85,6 @@ func deref(t reflect.Type) reflect.Type {
 
 // isStruct: a struct encoded as a JSON object (a time is a string).
 func isStruct(t reflect.Type) bool { return t.Kind() == reflect.Struct && !strictjson.IsTime(t) }
-
-// typeName is a member's type in the words of the reference's tables.
-func typeName(t reflect.Type) string {
-	t = deref(t)
-	switch {
-	case strictjson.IsTime(t):
-		return "string (RFC 3339 time)"
-	case strictjson.IsObject(t), isStruct(t):
-		return "object"
-	}
-	switch t.Kind() {
-	case reflect.String:
-		return "string"
-	case reflect.Int, reflect.Int32, reflect.Int64:
-		return "integer"
-	case reflect.Bool:
-		return "boolean"
-	case reflect.Slice:
-		return "array of " + typeName(t.Elem())
-	case reflect.Map:
-		return "map of string to " + typeName(t.Elem())
-	}
-	panic("api: no JSON type for " + t.String())
-}
 
 // object is a JSON object that keeps its members in the order they were
 // set, so the generated OpenAPI document reads top-down and is the same

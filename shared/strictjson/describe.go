@@ -167,6 +167,10 @@ func ValueBounds(t reflect.Type) (lo, hi int64, ok bool) {
 	return lo, hi, true
 }
 
+// TypeName is a JSON type in the words of the reference's tables
+// ("string (RFC 3339 time)", "array of object", "map of string to integer").
+func TypeName(t reflect.Type) string { return describeType(t) }
+
 // IsTime reports whether t is decoded as an RFC 3339 time; IsObject whether
 // it is kept as a raw JSON object (Object).
 func IsTime(t reflect.Type) bool   { return t == timeType }
