@@ -119,7 +119,7 @@ lambda-test: tools $(RIE) synth lambda-build ## every Lambda under the official 
 e2e: tools ## black-box suite: against BC_API_URL with BC_TOKEN, else an in-process local stack (see test/blackbox)
 	BC_E2E_URL="$(BC_API_URL)" BC_E2E_TOKEN="$(BC_TOKEN)" $(GO) test -count=1 -v ./test/blackbox
 
-docs: ## regenerate the API reference (docs/reference) from the method catalog
+docs: ## regenerate from the method catalog: docs/reference, docs/openapi.json, shared/client/methods.go
 	$(GO) run ./cmd/docgen
 
 # Native Go fuzz targets (package:function). `make test` runs their seed

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
@@ -128,7 +129,7 @@ func (f field) usage() string {
 		parts = append(parts, f.Type)
 	}
 	if f.Doc != "" {
-		parts = append(parts, f.Doc)
+		parts = append(parts, api.ExpandDoc(f.Doc))
 	}
 	if f.Constraints != "" {
 		parts = append(parts, f.Constraints)
@@ -404,6 +405,20 @@ func methodHelp(m *api.Method, fields []field) string {
 	b.WriteString("\nFields (request field → how to set it):\n")
 	for _, f := range fields {
 		fmt.Fprintf(&b, "  %-14s %-24s %s\n", f.Name, flagName(f), f.usage())
+	}
+	if len(m.Errors) > 0 {
+		b.WriteString("\nErrors (besides those of every method; docs/reference has them all):\n")
+		for _, e := range m.Errors {
+			var keys []string
+			for _, d := range e.Details {
+				keys = append(keys, d.Key)
+			}
+			line := fmt.Sprintf("  %s (HTTP %d): %s", e.Code, apierr.HTTPStatus(e.Code), e.When)
+			if len(keys) > 0 {
+				line += " [details: " + strings.Join(keys, ", ") + "]"
+			}
+			b.WriteString(line + "\n")
+		}
 	}
 	return strings.TrimRight(b.String(), "\n")
 }

@@ -3,6 +3,11 @@ package api
 import (
 	"reflect"
 	"strings"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
 // Kind says whether a method changes state.
@@ -24,11 +29,18 @@ type Method struct {
 	Phase      string
 	Status     string // "registered" once served by this release
 	Summary    string // one paragraph for the reference
-	Notes      []Note // labelled paragraphs (Replay, Errors, …)
+	Notes      []Note // labelled paragraphs (Replay, Paging, …)
 	// DecideOnDraft: the gateway does not authorize before the method; the
 	// method asks Better IAM once, on the draft it wrote (reservations.create).
 	DecideOnDraft bool
 	Input         reflect.Type
+	// Output is the result object of a 200 answer; its fields (and those
+	// of the types it holds) carry `doc` tags: the reference's output table
+	// and the OpenAPI response schema.
+	Output reflect.Type
+	// Errors are the method's own ways to fail; ErrorCases adds those of
+	// every method (decoding, authentication, authorization, dependencies).
+	Errors []ErrorCase
 	// Actions are the AWS actions the method's Lambda may call on the table,
 	// KMS and the cursor key secret; the CDK app grants exactly these (least
 	// privilege).
@@ -52,7 +64,6 @@ type Note struct{ Label, Text string }
 type Resource struct {
 	Name    string
 	Summary string
-	Guide   string
 }
 
 // Resource returns the part of Name before the dot ("releases").
@@ -92,90 +103,140 @@ const (
 
 // Resources of the reference, in order.
 var ResourceDocs = []Resource{
-	{Name: "releases", Guide: "/docs/guides/rollouts",
-		Summary: "Releases are signed bcd builds the platform may roll out to its nodes. A release is registered from a signed manifest, which must verify under the release key pins given to `rolloutModule`, and rollouts can then target its version. Both methods decide `compute:fleet:admin` on the fleet scope."},
-	{Name: "pools", Guide: "/docs/guides/capacity/pools",
-		Summary: "A pool is a set of devices owned by one tenant, which offers its capacity to tenants (itself included) as quotas. Pool ids are a global namespace. `create` makes the pool and its owner's quota rows; `offer` sets another tenant's quota `max` on it."},
-	{Name: "quotas", Guide: "/docs/guides/capacity/quotas-and-usage",
-		Summary: "A quota caps how much of one resource a tenant may hold in one pool at the same time, as a `max` and a `used` counter per tenant, pool and resource. A missing row grants 0; `pools.create` and `pools.offer` create the rows, and admissions charge them with `QUOTA_EXCEEDED` when a request does not fit."},
-	{Name: "reservations", Guide: "/docs/guides/capacity/reservations",
-		Summary: "A reservation is a tenant's claim on devices of one pool for a time window. `create` first writes the request as a draft, Better IAM decides once on that draft with the request as attributes, and only an allowed draft is charged against quota and placed. A reservation holds its quota charge until it reaches a terminal state, and the `capacity.reservations` reconciler drives it through `placed`, `binding` and `active` to `released`."},
+	{Name: "releases",
+		Summary: "A release is a signed build of `bcd`, the node daemon, recorded with its per-platform binaries. `register` verifies a release manifest (a DSSE envelope) under the release keys pinned in the deployment's configuration and records the release; `list` returns the recorded releases, highest sequence first. Releases belong to the platform, not to a tenant: both methods decide `compute:fleet:admin` on the fleet scope. Rolling a release out to nodes is not part of this API."},
+	{Name: "pools",
+		Summary: "A pool is a set of devices owned by one tenant, grouped per resource into nodes, whose capacity the owner offers to tenants (itself included) as quotas. Pool ids are a global namespace. `create` makes the pool and its owner's quota rows; `offer` sets another tenant's quota `max` on it; `get` and `list` return the pools a tenant owns or was offered; `usage` shows what is placed on a page of its nodes over a span."},
+	{Name: "quotas",
+		Summary: "A quota caps how many devices of one resource a tenant may hold in one pool at the same time: a `max` and a `used` counter per tenant, pool and resource. A missing row grants 0. `pools.create` and `pools.offer` write the rows; `reservations.create` charges them (`QUOTA_EXCEEDED` when a count does not fit) and a reservation's end credits them. These methods read them."},
+	{Name: "reservations",
+		Summary: "A reservation is a tenant's claim on devices of one pool for a time window. `create` writes the request as a draft, Better IAM decides once on that draft (the request as attributes), and only an allowed draft is charged against quota and placed on devices. A reservation holds its quota charge until it is terminal; the reconciler moves it through `placed`, `binding` and `active` to `released` at the window's end (see [the state machine](README.md#reservation-states))."},
 }
 
-// Catalog is every method of phase v0.4 (SPEC §4).
+// Catalog is every method (SPEC §4, and pools.usage of phase v0.5).
 var Catalog = []*Method{
 	{Name: "releases.register", Kind: Mutation, Permission: "compute:fleet:admin", Scope: fleetScope, Module: "rollout",
-		Summary: "Verifies a signed bcd release manifest under the configured release pins and records the release; returns it with its per-platform binaries.",
+		Summary: "Verifies a signed `bcd` release manifest under the pinned release keys and records the release; returns it with its per-platform binaries.",
 		Notes: []Note{
-			{"Manifest", "A DSSE envelope `{\"payloadType\": \"application/vnd.bettercompute.release.v1+json\", \"payload\": <base64>, \"signatures\": [{\"keyid\": <hex SHA-256 of the signer's SubjectPublicKeyInfo DER>, \"sig\": <base64>}]}` whose payload is the release statement `{\"version\": SemVer, \"sequence\": 1..2^53-1, \"expires\"?: RFC 3339, \"binaries\": [{\"platform\": \"os/arch[/variant]\", \"url\": https, \"sha256\": 64 hex, \"size\": >0}]}`. Signatures are over DSSE PAE(payloadType, payload) with ECDSA P-256/SHA-256 or Ed25519; it verifies when at least the threshold of distinct pinned keys signed it."},
+			{"Manifest", "A DSSE envelope `{\"payloadType\": \"" + rollout.PayloadType + "\", \"payload\": <base64>, \"signatures\": [{\"keyid\": <hex SHA-256 of the signer's SubjectPublicKeyInfo DER>, \"sig\": <base64>}]}` whose payload is the release statement `{\"version\": SemVer, \"sequence\": 1..2^53-1, \"expires\"?: RFC 3339, \"binaries\": [{\"platform\": \"os/arch[/variant]\", \"url\": https, \"sha256\": 64 hex, \"size\": >0}]}`. Signatures are over DSSE PAE(payloadType, payload) with ECDSA P-256/SHA-256 or Ed25519; it verifies when at least the threshold of distinct pinned keys signed it."},
 			{"Replay", "Registering a manifest whose version is already recorded with the same sequence returns the stored release (`replayed: true`); the same version with another sequence is `CONFLICT`."},
-			{"Errors", "`INVALID_INPUT` when the manifest does not verify (`details.reason` says why: `malformed`, `payload_type`, `unknown_key`, `bad_signature`, `threshold`, `invalid_field`, `expired`), when its sequence is not above the latest registered one (a rollback of the release channel, `details.reason` is `rollback`), when it lists several binaries for one platform (`duplicate_platform`), or when it lists no Linux binary (`no_linux_binary`)."},
 		},
-		Input:   reflect.TypeFor[RegisterReleaseInput](),
+		Input: reflect.TypeFor[RegisterReleaseInput](), Output: reflect.TypeFor[RegisterResult](),
+		Errors: []ErrorCase{
+			{apierr.InvalidInput, "the manifest does not verify, in this order of precedence: the envelope is malformed, its payloadType is wrong, no signature is by a pinned key (`unknown_key`, which also carries `signerKeyIds` and `pinnedKeyIds`), a signature naming a pinned key does not verify, too few pinned keys signed, the statement is malformed or a field invalid, it expired, two binaries share a platform, no binary is for linux",
+				[]Detail{detail("field"), detail("reason", "malformed", rollout.ReasonPayloadType, rollout.ReasonUnknownKey, rollout.ReasonBadSignature, rollout.ReasonThreshold, rollout.ReasonInvalidField, rollout.ReasonExpired, rollout.ReasonDuplicatePlatform, rollout.ReasonNoLinuxBinary), detail("signerKeyIds"), detail("pinnedKeyIds")}},
+			{apierr.InvalidInput, "the sequence is not above the latest registered one (a rollback of the release channel)",
+				[]Detail{detail("field", "manifest.payload.sequence"), detail("reason", "rollback"), detail("latestSequence")}},
+			{apierr.Conflict, "the version is already registered, or being registered, with another sequence",
+				[]Detail{detail("version"), detail("sequence")}},
+			{apierr.Unavailable, "DynamoDB failed (retry), or this deployment has no release keys pinned (no `dependency`)",
+				[]Detail{detail("dependency")}},
+		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "kms:GetPublicKey"}},
 	{Name: "releases.list", Kind: Read, Permission: "compute:fleet:admin", Scope: fleetScope, Module: "rollout",
-		Summary: "Returns every registered release, highest sequence first.",
+		Summary: "Returns the registered releases, highest sequence first.",
 		Notes:   []Note{{"", "The list is not filtered by tenant: releases belong to the platform. Without `limit` it returns every release."}},
-		Input:   reflect.TypeFor[ListReleasesInput](),
+		Input:   reflect.TypeFor[ListReleasesInput](), Output: reflect.TypeFor[ListReleasesResult](),
 		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{"ordered"}},
 	{Name: "pools.create", Kind: Mutation, Permission: "compute:pools:admin", Scope: tenantScope, Module: "capacity",
-		Summary: "Creates a pool owned by the tenant with that many devices of each resource (device ids `<resource>-<n>`, n from 0), and the owner's quota rows with `max` = the device count.",
+		Summary: "Creates a pool owned by the tenant with that many devices of each resource (device ids `<resource>-<n>`, n from 0), grouped into nodes of `nodeSize` devices (node ids `<resource>-node-<k>`, device n on node ⌊n / nodeSize⌋), and the owner's quota rows with `max` = the device count.",
 		Notes: []Note{
 			{"Replay", "The same request again returns the stored pool."},
-			{"Errors", "`CONFLICT` when the pool id exists with another definition or belongs to another tenant (pool ids are global); `INVALID_INPUT` for an empty `resources`."},
 		},
-		Input:   reflect.TypeFor[CreatePoolInput](),
+		Input: reflect.TypeFor[CreatePoolInput](), Output: reflect.TypeFor[PoolResult](),
+		Errors: []ErrorCase{
+			{apierr.InvalidInput, "`nodeSize` names a resource that is not in `resources`, or a size out of range",
+				[]Detail{detail("field", "nodeSize.<resource>"), detail("reason", "unknown_resource", "constraint")}},
+			{apierr.Conflict, "the pool id belongs to another tenant (`field: poolId`; pool ids are global), or exists with another definition (`field: resources`)",
+				[]Detail{detail("field", "poolId", "resources")}},
+		},
 		Actions: []string{"dynamodb:PutItem", "dynamodb:GetItem", "dynamodb:UpdateItem"}},
 	{Name: "pools.offer", Kind: Mutation, Permission: "compute:pools:admin", Scope: tenantScope, Module: "capacity",
 		Summary: "The pool's owner sets `toTenantId`'s quota `max` for one resource of the pool, creating the row with `used` 0 if missing. Lowering `max` below `used` evicts nothing; no new admission fits until `used` falls.",
-		Notes:   []Note{{"Errors", "`NOT_FOUND` when the caller does not own the pool; `INVALID_INPUT` when the resource is not in the pool."}},
-		Input:   reflect.TypeFor[OfferPoolInput](),
+		Input:   reflect.TypeFor[OfferPoolInput](), Output: reflect.TypeFor[QuotaResult](),
+		Errors: []ErrorCase{
+			{apierr.InvalidInput, "the pool has no such resource", []Detail{detail("field", "resource"), detail("reason", "unknown_resource")}},
+			{apierr.NotFound, "the pool does not exist or the caller's tenant does not own it", nil},
+		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}},
 	{Name: "pools.get", Kind: Read, Permission: "compute:pools:read", Scope: tenantScope, Module: "capacity",
 		Summary: "Returns a pool owned by or offered to the tenant.",
-		Notes:   []Note{{"Errors", "`NOT_FOUND` when the pool does not exist or is neither owned by nor offered to the tenant."}},
-		Input:   reflect.TypeFor[GetPoolInput](),
+		Input:   reflect.TypeFor[GetPoolInput](), Output: reflect.TypeFor[PoolResult](),
+		Errors: []ErrorCase{
+			{apierr.NotFound, "the pool does not exist or is neither owned by nor offered to the tenant", nil},
+		},
 		Actions: []string{"dynamodb:GetItem"}},
 	{Name: "pools.list", Kind: Read, Permission: "compute:pools:read", Scope: tenantScope, Module: "capacity",
-		Summary: "Lists the pools owned by or offered to the tenant.",
-		Input:   reflect.TypeFor[ListPoolsInput](),
+		Summary: "Lists the pools owned by or offered to the tenant, by pool id.",
+		Notes:   []Note{{"Paging", "A page may end before `limit` pools when the pools listed so far hold many devices (an answer stays far below Lambda's 6 MB response limit); `nextCursor` continues."}},
+		Input:   reflect.TypeFor[ListPoolsInput](), Output: reflect.TypeFor[ListPoolsResult](),
 		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{BaseTable}},
 	{Name: "pools.usage", Kind: Read, Permission: "compute:pools:read", Scope: tenantScope, Module: "capacity", Phase: "v0.5",
-		Summary: "Returns a page of one resource's nodes with what is placed on them over a span (default the next 24 hours): each node's busy device intervals, and the page's totals (devices held now, nodes wholly free now and for the whole span). What `bc pools show` draws.",
+		Summary: "Returns a page of one resource's nodes with what is placed on them over a span (default the next " + human(capacity.MaxUsageHours*time.Hour) + "): each node's busy device intervals, and the page's totals (devices held now, nodes wholly free now and for the whole span). What `bc pools show` draws.",
 		Notes: []Note{
 			{"Visibility", "Any tenant that can see the pool sees when devices are held; only the pool's owner sees by which reservation (`reservationId`)."},
-			{"Paging", "By node, at most 100 nodes a page; `nextCursor` continues with the next node. Its cost follows the page (one query per day of the span), not the pool."},
-			{"Errors", "`NOT_FOUND` when the pool is not visible to the tenant; `INVALID_INPUT` for a resource not in the pool."},
+			{"Paging", "By node, at most " + num(capacity.MaxUsageNodes) + " nodes a page (default " + num(capacity.DefaultUsageNodes) + "); `nextCursor` continues with the next node. Its cost follows the page (one query per day of the span), not the pool."},
 		},
-		Input:   reflect.TypeFor[PoolUsageInput](),
+		Input: reflect.TypeFor[PoolUsageInput](), Output: reflect.TypeFor[PoolUsageResult](),
+		Errors: []ErrorCase{
+			{apierr.InvalidInput, "the pool has no such resource", []Detail{detail("field", "resource"), detail("reason", "unknown_resource")}},
+			{apierr.NotFound, "the pool is not visible to the tenant", nil},
+		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:Query", ReadsCursorKey}, Indexes: []string{BaseTable}},
 	{Name: "quotas.get", Kind: Read, Permission: "compute:quotas:read", Scope: tenantScope, Module: "capacity",
-		Summary: "Returns the tenant's quota for one pool and resource; a missing row is `max 0, used 0` (a missing row grants 0), not `NOT_FOUND`.",
-		Input:   reflect.TypeFor[GetQuotaInput](),
+		Summary: "Returns the tenant's quota for one pool and resource; a missing row is `max 0, used 0` (a missing row grants 0), not `NOT_FOUND`, so it reveals nothing about pools the tenant cannot see.",
+		Input:   reflect.TypeFor[GetQuotaInput](), Output: reflect.TypeFor[QuotaResult](),
 		Actions: []string{"dynamodb:GetItem"}},
 	{Name: "quotas.list", Kind: Read, Permission: "compute:quotas:read", Scope: tenantScope, Module: "capacity",
-		Summary: "Lists the tenant's quota rows, optionally for one pool.",
-		Input:   reflect.TypeFor[ListQuotasInput](),
+		Summary: "Lists the tenant's quota rows, optionally for one pool; a row with `max` 0 is listed too.",
+		Input:   reflect.TypeFor[ListQuotasInput](), Output: reflect.TypeFor[ListQuotasResult](),
 		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{BaseTable}},
 	{Name: "reservations.create", Kind: Mutation, Permission: "compute:reservations:create", Scope: tenantScope, Module: "capacity", DecideOnDraft: true,
 		Summary: "Writes the request as a draft, asks Better IAM once on the draft (the request as attributes), then charges quota and places the reservation on free devices; returns it `placed` with its `deviceIds`.",
 		Notes: []Note{
-			{"Replay", "A retry with the same tenant and `clientToken` returns the first reservation (or the first answer's error); the same token with a different request is `CONFLICT`."},
-			{"Errors", "`NOT_FOUND` when the pool is not visible to the tenant; `INVALID_INPUT` for a resource not in the pool or a bad window; `PERMISSION_DENIED` (reservation `denied`), `QUOTA_EXCEEDED` and `CAPACITY_EXHAUSTED` (reservation `rejected`) carry `details.reservationId`."},
+			{"Order", "Only the request's shape is checked before the draft is written; the decision comes before anything that depends on the pool, so a denied caller learns nothing about the tenant's pools. Quota is checked before capacity."},
+			{"Replay", "A retry with the same tenant, principal and `clientToken` gets the first answer: the reservation as it is now, or the first answer's error with the same `details.reservationId`. The same token with a different request (pool, resource, count, topology, window as sent) is `CONFLICT`."},
+			{"Placement", "Best fit: a count that fits a node goes on the fullest node that still holds it, so whole nodes stay whole. Windows are half-open `[start, end)`: adjacent windows do not overlap."},
 		},
-		Input:   reflect.TypeFor[CreateReservationInput](),
+		Input: reflect.TypeFor[CreateReservationInput](), Output: reflect.TypeFor[ReservationResult](),
+		Errors: []ErrorCase{
+			{apierr.InvalidInput, "`topology` is neither `node` nor `any`", []Detail{detail("field", "topology"), detail("reason", "constraint")}},
+			{apierr.InvalidInput, "the window breaks a rule (`details.rule`); checked before the draft is written",
+				[]Detail{detail("field", "window.start", "window.end"), detail("reason", "constraint"), detail("rule", RuleEnum.Strings()...)}},
+			{apierr.InvalidInput, "allowed, but the pool has no such resource: the reservation is `rejected` (`reason: invalid`)",
+				[]Detail{detail("field", "resource"), detail("reason", "unknown_resource"), detail("reservationId")}},
+			{apierr.PermissionDenied, "Better IAM denied the draft: the reservation is `denied`", []Detail{detail("reservationId"), detail("reason")}},
+			{apierr.NotFound, "allowed, but the pool is not visible to the tenant: the reservation is `rejected` (`reason: invalid`)", []Detail{detail("reservationId")}},
+			{apierr.Conflict, "the `clientToken` was used for another request", []Detail{detail("field", "clientToken")}},
+			{apierr.CapacityExhausted, "no set of free devices fits the window (`capacity`), or they are free but not on few enough nodes (`topology`): the reservation is `rejected`, no quota left charged",
+				[]Detail{detail("reservationId"), detail("reason", capacity.ReasonCapacity, capacity.ReasonTopology)}},
+			{apierr.QuotaExceeded, "`used + count` would pass the quota's `max`: the reservation is `rejected` (`reason: quota`)",
+				[]Detail{detail("reservationId"), detail("requested"), detail("used"), detail("max")}},
+			{apierr.Unavailable, "a dependency failed, the first request with this `clientToken` is still in flight, too many creates of one quota row are in flight at once, or placement stayed contended; retry (with the same `clientToken`, to get the same reservation)",
+				[]Detail{detail("dependency"), detail("reservationId")}},
+		},
 		Actions: []string{"dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, Indexes: []string{"fit", BaseTable}},
 	{Name: "reservations.get", Kind: Read, Permission: "compute:reservations:read", Scope: tenantScope, Module: "capacity",
-		Summary: "Returns one of the tenant's reservations; another tenant's id is `NOT_FOUND`.",
-		Input:   reflect.TypeFor[GetReservationInput](),
+		Summary: "Returns one of the tenant's reservations, in any state.",
+		Input:   reflect.TypeFor[GetReservationInput](), Output: reflect.TypeFor[ReservationResult](),
+		Errors: []ErrorCase{
+			{apierr.NotFound, "no such reservation for this tenant (another tenant's id included), or it was deleted after its retention", nil},
+		},
 		Actions: []string{"dynamodb:GetItem"}},
 	{Name: "reservations.list", Kind: Read, Permission: "compute:reservations:read", Scope: tenantScope, Module: "capacity",
-		Summary: "Lists the tenant's reservations, newest first, optionally filtered by pool and state.",
-		Input:   reflect.TypeFor[ListReservationsInput](),
+		Summary: "Lists the tenant's reservations, newest first, optionally filtered by pool and state. Denied reservations are listed only when `state` is `denied`.",
+		Input:   reflect.TypeFor[ListReservationsInput](), Output: reflect.TypeFor[ListReservationsResult](),
+		Errors: []ErrorCase{
+			{apierr.InvalidInput, "`state` is not a reservation state", []Detail{detail("field", "state"), detail("reason", "constraint")}},
+		},
 		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{"ordered"}},
 	{Name: "reservations.release", Kind: Mutation, Permission: "compute:reservations:release", Scope: tenantScope, Module: "capacity",
-		Summary: "Moves a non-terminal reservation to `released` (`releasedBy: \"tenant\"`), then credits its quota and frees its devices before answering; a terminal reservation is returned unchanged.",
-		Input:   reflect.TypeFor[ReleaseReservationInput](),
+		Summary: "Moves a non-terminal reservation to `released` (`releasedBy: \"tenant\"`), then credits its quota and frees its devices before answering; a terminal reservation is returned unchanged. Releasing a `draft` is allowed: it fences the create in flight.",
+		Input:   reflect.TypeFor[ReleaseReservationInput](), Output: reflect.TypeFor[ReservationResult](),
+		Errors: []ErrorCase{
+			{apierr.NotFound, "no such reservation for this tenant (another tenant's id included)", nil},
+			{apierr.Unavailable, "a dependency failed, or the reservation kept changing state under the release; retry", []Detail{detail("dependency")}},
+		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}},
 }
 

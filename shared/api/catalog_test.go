@@ -32,8 +32,8 @@ var specMethods = []struct {
 	{"reservations.release", "mutation", "compute:reservations:release", "tenant:{tenantId}", "capacity", false},
 }
 
-// extensions are methods the SPEC's table does not list (docs/api/README.md
-// says why each exists).
+// extensions are methods the SPEC's table does not list (their reference
+// pages say what each adds).
 var extensions = map[string]string{"pools.usage": "v0.5"}
 
 func TestCatalogMatchesSpec(t *testing.T) {

@@ -61,10 +61,14 @@ type Endpoint struct {
 type tenanted interface{ ActingTenant() string }
 
 // Bind makes an Endpoint from a typed handler; In must be the method's
-// catalog input type (checked at start, so a mismatch cannot ship).
-func Bind[In any](m *Method, fn func(ctx context.Context, call *Call, in *In) (any, error)) Endpoint {
+// catalog input type and Out its output type (checked at start, so a
+// mismatch cannot ship). Out may be `any` (tests), which is not checked.
+func Bind[In, Out any](m *Method, fn func(ctx context.Context, call *Call, in *In) (Out, error)) Endpoint {
 	if reflect.TypeFor[In]() != m.Input {
 		panic(fmt.Sprintf("api: %s takes %v, handler takes %v", m.Name, m.Input, reflect.TypeFor[In]()))
+	}
+	if out := reflect.TypeFor[Out](); out.Kind() != reflect.Interface && out != m.Output {
+		panic(fmt.Sprintf("api: %s answers %v, handler answers %v", m.Name, m.Output, out))
 	}
 	if _, ok := any(new(In)).(tenanted); !ok {
 		panic(fmt.Sprintf("api: %s input %v does not embed api.Tenant", m.Name, m.Input))
@@ -80,7 +84,11 @@ func Bind[In any](m *Method, fn func(ctx context.Context, call *Call, in *In) (a
 				return nil, err
 			}
 		}
-		return fn(ctx, call, in)
+		out, err := fn(ctx, call, in)
+		if err != nil {
+			return nil, err
+		}
+		return out, nil
 	}}
 }
 

@@ -58,7 +58,7 @@ type CreatePoolInput struct {
 	Tenant
 	PoolID    string    `json:"poolId" bc:"required,pattern=poolId"`
 	Resources Resources `json:"resources" bc:"required,min=1,max=64,pattern=resource,doc=devices of each resource"`
-	NodeSize  NodeSizes `json:"nodeSize,omitempty" bc:"max=64,pattern=resource,doc=devices per node of each resource (default 8)"`
+	NodeSize  NodeSizes `json:"nodeSize,omitempty" bc:"max=64,pattern=resource,doc=devices per node of each resource (default ${capacity.DefaultNodeSize})"`
 }
 
 type OfferPoolInput struct {
@@ -84,8 +84,8 @@ type PoolUsageInput struct {
 	PoolID   string     `json:"poolId" bc:"required,pattern=poolId"`
 	Resource string     `json:"resource" bc:"required,pattern=resource"`
 	From     *time.Time `json:"from,omitempty" bc:"doc=start of the span; defaults to now"`
-	Hours    *int       `json:"hours,omitempty" bc:"min=1,max=24,doc=length of the span (default 24)"`
-	Limit    *int       `json:"limit,omitempty" bc:"min=1,max=100,doc=nodes per page (default 50)"`
+	Hours    *int       `json:"hours,omitempty" bc:"min=1,max=24,doc=length of the span in hours (default ${capacity.MaxUsageHours})"`
+	Limit    *int       `json:"limit,omitempty" bc:"min=1,max=100,doc=nodes per page (default ${capacity.DefaultUsageNodes})"`
 	Cursor   *string    `json:"cursor,omitempty" bc:"min=1,max=4096"`
 }
 
@@ -104,8 +104,8 @@ type ListQuotasInput struct {
 // Reservations.
 
 type Window struct {
-	Start *time.Time `json:"start,omitempty" bc:"doc=defaults to now; at most 5 minutes in the past"`
-	End   time.Time  `json:"end" bc:"required,doc=after start"`
+	Start *time.Time `json:"start,omitempty" bc:"doc=defaults to now; at most ${capacity.MaxStartSkew} in the past and ${capacity.MaxLeadTime} ahead"`
+	End   time.Time  `json:"end" bc:"required,doc=after start; at most ${capacity.MaxWindow} after it"`
 }
 
 type CreateReservationInput struct {
@@ -114,8 +114,8 @@ type CreateReservationInput struct {
 	Resource    string  `json:"resource" bc:"required,pattern=resource"`
 	Count       int     `json:"count" bc:"required,min=1,max=1024"`
 	Window      Window  `json:"window" bc:"required"`
-	Topology    *string `json:"topology,omitempty" bc:"doc=node (default: as few nodes as the count needs) or any"`
-	ClientToken *string `json:"clientToken,omitempty" bc:"min=1,max=64,doc=idempotency token (per tenant)"`
+	Topology    *string `json:"topology,omitempty" enum:"topology" bc:"doc=how to spread the devices over nodes (default node)"`
+	ClientToken *string `json:"clientToken,omitempty" bc:"min=1,max=64,doc=idempotency token (per tenant and principal)"`
 }
 
 type GetReservationInput struct {
@@ -126,7 +126,7 @@ type GetReservationInput struct {
 type ListReservationsInput struct {
 	Tenant
 	PoolID *string `json:"poolId,omitempty" bc:"pattern=poolId"`
-	State  *string `json:"state,omitempty" bc:"doc=one of the reservation states"`
+	State  *string `json:"state,omitempty" enum:"state" bc:"doc=only reservations in this state (denied ones are listed only this way)"`
 	Page
 }
 

@@ -2,25 +2,22 @@ package api
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 
+	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
-// Reference renders the API reference page of one resource in the seed's
-// format: summary, method table, then each method's description, notes,
-// kind, authorization, module, phase and input table. served reports
-// whether this build serves a method.
+// Reference renders the API reference page of one resource: summary,
+// method table, then per method its description, notes, kind,
+// authorization, module, phase, and its input, output and error tables.
+// served reports whether this build serves a method.
 func Reference(r Resource, served func(*Method) bool) string {
-	var ms []*Method
-	for _, m := range Catalog {
-		if m.Resource() == r.Name {
-			ms = append(ms, m)
-		}
-	}
+	ms := r.Methods()
 	var b strings.Builder
 	p := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
-	p("# %s\n\n%s See [%s](%s).\n\n", r.Name, r.Summary, guideTitle(r.Guide), r.Guide)
+	p("# %s\n\n%s\n\nWire conventions, authentication, errors, paging and limits: [the index](README.md). Machine-readable: [openapi.json](../openapi.json).\n\n", r.Name, r.Summary)
 	n := 0
 	for _, m := range ms {
 		if served(m) {
@@ -52,35 +49,114 @@ func Reference(r Resource, served func(*Method) bool) string {
 		if m.DecideOnDraft {
 			p(" (decided once, on the draft)")
 		}
-		p("\n- Module: `%s`\n- Phase: %s (%s)\n\n### Input\n\n", m.Module, m.Phase, status(m, served))
-		p("| Field | Type | Required | Constraints |\n|---|---|---|---|\n")
-		for _, f := range strictjson.Describe(m.Input) {
-			c := f.Constraints
-			if f.Doc != "" {
-				if c != "" {
-					c += "; "
-				}
-				c += f.Doc
-			}
-			req := "no"
-			if f.Required {
-				req = "yes"
-			}
-			p("| `%s` | %s | %s | %s |\n", f.Name, f.Type, req, strings.ReplaceAll(c, "|", "\\|"))
+		p("\n- Module: `%s`\n- Phase: %s (%s)\n\n", m.Module, m.Phase, status(m, served))
+		inputTable(p, m)
+		outputTable(p, m)
+		errorTable(p, m)
+	}
+	return b.String()
+}
+
+// Methods returns the resource's methods in catalog order.
+func (r Resource) Methods() []*Method {
+	var ms []*Method
+	for _, m := range Catalog {
+		if m.Resource() == r.Name {
+			ms = append(ms, m)
+		}
+	}
+	return ms
+}
+
+type printer func(format string, args ...any)
+
+func inputTable(p printer, m *Method) {
+	p("### Input\n\n| Field | Type | Required | Constraints |\n|---|---|---|---|\n")
+	for _, f := range strictjson.Describe(m.Input) {
+		var c []string
+		if f.Constraints != "" {
+			c = append(c, f.Constraints)
+		}
+		if e := LookupEnum(f.Enum); e != nil {
+			c = append(c, "one of "+enumValues(e))
+		}
+		if f.Doc != "" {
+			c = append(c, ExpandDoc(f.Doc))
+		}
+		p("| `%s` | %s | %s | %s |\n", f.Name, f.Type, yesNo(f.Required), cell(codePatterns.ReplaceAllString(strings.Join(c, "; "), "$1 `$2`")))
+	}
+}
+
+func outputTable(p printer, m *Method) {
+	p("\n### Output\n\n| Field | Type | Always | Description |\n|---|---|---|---|\n")
+	for _, f := range DescribeOutput(m.Output) {
+		d := f.Doc
+		if f.Enum != nil {
+			d += "; one of " + enumValues(f.Enum)
+		}
+		p("| `%s` | %s | %s | %s |\n", f.Name, f.Type, yesNo(f.Always), cell(d))
+	}
+}
+
+func errorTable(p printer, m *Method) {
+	p("\n### Errors\n\n| Code | HTTP | When | Details |\n|---|---|---|---|\n")
+	for _, e := range m.ErrorCases() {
+		p("| `%s` | %d | %s | %s |\n", e.Code, apierr.HTTPStatus(e.Code), cell(e.When), cell(describeDetails(e.Details)))
+	}
+}
+
+// enumValues lists an enum's values, linked to their meanings in the index.
+func enumValues(e *Enum) string {
+	vs := make([]string, len(e.Values))
+	for i, v := range e.Values {
+		vs[i] = "`" + v.Value + "`"
+	}
+	return strings.Join(vs, ", ") + " ([meanings](README.md#" + enumAnchor(e) + "))"
+}
+
+func enumAnchor(e *Enum) string {
+	if e == StateEnum {
+		return "reservation-states"
+	}
+	return strings.ToLower(e.Name)
+}
+
+func yesNo(b bool) string {
+	if b {
+		return "yes"
+	}
+	return "no"
+}
+
+// cell makes text safe in a table cell: pipes escaped, and outside code
+// spans angle brackets too (a doc's <resource> is text, not an HTML tag).
+func cell(s string) string {
+	var b strings.Builder
+	code := false
+	for _, r := range s {
+		switch {
+		case r == '|':
+			b.WriteString("\\|")
+		case r == '`':
+			code = !code
+			b.WriteRune(r)
+		case !code && r == '<':
+			b.WriteString("&lt;")
+		case !code && r == '>':
+			b.WriteString("&gt;")
+		default:
+			b.WriteRune(r)
 		}
 	}
 	return b.String()
 }
+
+// codePatterns shows the patterns of Describe's constraints as code.
+var codePatterns = regexp.MustCompile(`(matches|keys match) (\^\S*\$)`)
 
 func status(m *Method, served func(*Method) bool) string {
 	if served(m) {
 		return m.Status
 	}
 	return "not served"
-}
-
-func guideTitle(path string) string {
-	parts := strings.Split(strings.TrimRight(path, "/"), "/")
-	last := strings.ReplaceAll(parts[len(parts)-1], "-", " ")
-	return strings.ToUpper(last[:1]) + last[1:]
 }

@@ -16,35 +16,6 @@ func init() {
 	reconcile = reconcileCapacity
 }
 
-// Results of the capacity methods (SPEC §4.3, §4.4).
-type (
-	PoolResult struct {
-		Pool capacity.Pool `json:"pool"`
-	}
-	QuotaResult struct {
-		Quota capacity.Quota `json:"quota"`
-	}
-	ReservationResult struct {
-		Reservation capacity.Reservation `json:"reservation"`
-	}
-	ListPoolsResult struct {
-		Pools      []capacity.Pool `json:"pools"`
-		NextCursor string          `json:"nextCursor,omitempty"`
-	}
-	ListQuotasResult struct {
-		Quotas     []capacity.Quota `json:"quotas"`
-		NextCursor string           `json:"nextCursor,omitempty"`
-	}
-	PoolUsageResult struct {
-		Usage      capacity.Usage `json:"usage"`
-		NextCursor string         `json:"nextCursor,omitempty"`
-	}
-	ListReservationsResult struct {
-		Reservations []capacity.Reservation `json:"reservations"`
-		NextCursor   string                 `json:"nextCursor,omitempty"`
-	}
-)
-
 // CapacityService builds the capacity service on the app's table and clock.
 func (a *App) CapacityService() *capacity.Service {
 	return &capacity.Service{Store: a.CapacityStore(), Now: a.Now, Logger: a.Logger}
@@ -59,30 +30,30 @@ func (a *App) CapacityStore() *dynamo.Capacity {
 func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 	svc := a.CapacityService()
 	return []api.Endpoint{
-		api.Bind(api.Lookup("pools.create"), func(ctx context.Context, call *api.Call, in *api.CreatePoolInput) (any, error) {
+		api.Bind(api.Lookup("pools.create"), func(ctx context.Context, call *api.Call, in *api.CreatePoolInput) (api.PoolResult, error) {
 			p, err := svc.CreatePool(ctx, in.TenantID, in.PoolID, in.Resources, in.NodeSize)
-			return PoolResult{p}, err
+			return api.PoolResult{Pool: p}, err
 		}),
-		api.Bind(api.Lookup("pools.offer"), func(ctx context.Context, call *api.Call, in *api.OfferPoolInput) (any, error) {
+		api.Bind(api.Lookup("pools.offer"), func(ctx context.Context, call *api.Call, in *api.OfferPoolInput) (api.QuotaResult, error) {
 			q, err := svc.OfferPool(ctx, in.TenantID, in.PoolID, in.ToTenantID, in.Resource, in.Max)
-			return QuotaResult{q}, err
+			return api.QuotaResult{Quota: q}, err
 		}),
-		api.Bind(api.Lookup("pools.get"), func(ctx context.Context, call *api.Call, in *api.GetPoolInput) (any, error) {
+		api.Bind(api.Lookup("pools.get"), func(ctx context.Context, call *api.Call, in *api.GetPoolInput) (api.PoolResult, error) {
 			p, err := svc.GetPool(ctx, in.TenantID, in.PoolID)
-			return PoolResult{p}, err
+			return api.PoolResult{Pool: p}, err
 		}),
-		api.Bind(api.Lookup("pools.list"), func(ctx context.Context, call *api.Call, in *api.ListPoolsInput) (any, error) {
+		api.Bind(api.Lookup("pools.list"), func(ctx context.Context, call *api.Call, in *api.ListPoolsInput) (api.ListPoolsResult, error) {
 			lp, err := a.page(call, in.Page, capacity.DefaultLimit)
 			if err != nil {
-				return nil, err
+				return api.ListPoolsResult{}, err
 			}
 			ps, next, err := svc.ListPools(ctx, in.TenantID, capacity.Page{Limit: lp.Limit, After: lp.After})
 			if err != nil {
-				return nil, err
+				return api.ListPoolsResult{}, err
 			}
-			return ListPoolsResult{Pools: nonNil(ps), NextCursor: a.next(lp, next)}, nil
+			return api.ListPoolsResult{Pools: nonNil(ps), NextCursor: a.next(lp, next)}, nil
 		}),
-		api.Bind(api.Lookup("pools.usage"), func(ctx context.Context, call *api.Call, in *api.PoolUsageInput) (any, error) {
+		api.Bind(api.Lookup("pools.usage"), func(ctx context.Context, call *api.Call, in *api.PoolUsageInput) (api.PoolUsageResult, error) {
 			q := capacity.UsageRequest{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource, Hours: deref(in.Hours)}
 			if in.From != nil {
 				q.From = *in.From
@@ -94,65 +65,65 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 			lp, err := a.page(call, api.Page{Limit: in.Limit, Cursor: in.Cursor}, capacity.DefaultUsageNodes,
 				"poolId="+in.PoolID, "resource="+in.Resource, "from="+from, "hours="+strconv.Itoa(q.Hours))
 			if err != nil {
-				return nil, err
+				return api.PoolUsageResult{}, err
 			}
 			q.Page = capacity.Page{Limit: lp.Limit, After: lp.After}
 			u, next, err := svc.PoolUsage(ctx, q)
 			if err != nil {
-				return nil, err
+				return api.PoolUsageResult{}, err
 			}
-			return PoolUsageResult{Usage: u, NextCursor: a.next(lp, next)}, nil
+			return api.PoolUsageResult{Usage: u, NextCursor: a.next(lp, next)}, nil
 		}),
-		api.Bind(api.Lookup("quotas.get"), func(ctx context.Context, call *api.Call, in *api.GetQuotaInput) (any, error) {
+		api.Bind(api.Lookup("quotas.get"), func(ctx context.Context, call *api.Call, in *api.GetQuotaInput) (api.QuotaResult, error) {
 			q, err := svc.GetQuota(ctx, capacity.QuotaKey{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource})
-			return QuotaResult{q}, err
+			return api.QuotaResult{Quota: q}, err
 		}),
-		api.Bind(api.Lookup("quotas.list"), func(ctx context.Context, call *api.Call, in *api.ListQuotasInput) (any, error) {
+		api.Bind(api.Lookup("quotas.list"), func(ctx context.Context, call *api.Call, in *api.ListQuotasInput) (api.ListQuotasResult, error) {
 			pool := deref(in.PoolID)
 			lp, err := a.page(call, in.Page, capacity.DefaultLimit, "poolId="+pool)
 			if err != nil {
-				return nil, err
+				return api.ListQuotasResult{}, err
 			}
 			qs, next, err := svc.ListQuotas(ctx, in.TenantID, pool, capacity.Page{Limit: lp.Limit, After: lp.After})
 			if err != nil {
-				return nil, err
+				return api.ListQuotasResult{}, err
 			}
-			return ListQuotasResult{Quotas: nonNil(qs), NextCursor: a.next(lp, next)}, nil
+			return api.ListQuotasResult{Quotas: nonNil(qs), NextCursor: a.next(lp, next)}, nil
 		}),
-		api.Bind(api.Lookup("reservations.create"), func(ctx context.Context, call *api.Call, in *api.CreateReservationInput) (any, error) {
+		api.Bind(api.Lookup("reservations.create"), func(ctx context.Context, call *api.Call, in *api.CreateReservationInput) (api.ReservationResult, error) {
 			r, err := svc.CreateReservation(ctx, capacity.CreateRequest{
 				TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource, Count: in.Count,
 				Topology: deref(in.Topology), Start: in.Window.Start, End: in.Window.End,
 				ClientToken: deref(in.ClientToken), Principal: call.Principal,
 			}, call.Decide)
-			return ReservationResult{r}, err
+			return api.ReservationResult{Reservation: r}, err
 		}),
-		api.Bind(api.Lookup("reservations.get"), func(ctx context.Context, call *api.Call, in *api.GetReservationInput) (any, error) {
+		api.Bind(api.Lookup("reservations.get"), func(ctx context.Context, call *api.Call, in *api.GetReservationInput) (api.ReservationResult, error) {
 			r, err := svc.GetReservation(ctx, in.TenantID, in.ReservationID)
-			return ReservationResult{r}, err
+			return api.ReservationResult{Reservation: r}, err
 		}),
-		api.Bind(api.Lookup("reservations.list"), func(ctx context.Context, call *api.Call, in *api.ListReservationsInput) (any, error) {
+		api.Bind(api.Lookup("reservations.list"), func(ctx context.Context, call *api.Call, in *api.ListReservationsInput) (api.ListReservationsResult, error) {
 			f := capacity.ListFilter{PoolID: deref(in.PoolID)}
 			if in.State != nil {
 				st, ok := capacity.ParseState(*in.State)
 				if !ok {
-					return nil, apierr.Invalid("constraint", "state", "state must be one of %v", capacity.States)
+					return api.ListReservationsResult{}, apierr.Invalid("constraint", "state", "state must be one of %v", capacity.States)
 				}
 				f.State = st
 			}
 			lp, err := a.page(call, in.Page, capacity.DefaultLimit, "poolId="+f.PoolID, "state="+string(f.State))
 			if err != nil {
-				return nil, err
+				return api.ListReservationsResult{}, err
 			}
 			rs, next, err := svc.ListReservations(ctx, in.TenantID, f, capacity.Page{Limit: lp.Limit, After: lp.After})
 			if err != nil {
-				return nil, err
+				return api.ListReservationsResult{}, err
 			}
-			return ListReservationsResult{Reservations: nonNil(rs), NextCursor: a.next(lp, next)}, nil
+			return api.ListReservationsResult{Reservations: nonNil(rs), NextCursor: a.next(lp, next)}, nil
 		}),
-		api.Bind(api.Lookup("reservations.release"), func(ctx context.Context, call *api.Call, in *api.ReleaseReservationInput) (any, error) {
+		api.Bind(api.Lookup("reservations.release"), func(ctx context.Context, call *api.Call, in *api.ReleaseReservationInput) (api.ReservationResult, error) {
 			r, err := svc.ReleaseReservation(ctx, in.TenantID, in.ReservationID)
-			return ReservationResult{r}, err
+			return api.ReservationResult{Reservation: r}, err
 		}),
 	}, nil
 }

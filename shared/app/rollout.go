@@ -14,18 +14,6 @@ import (
 
 func init() { modules["rollout"] = rolloutModule }
 
-// RegisterResult is the result of releases.register.
-type RegisterResult struct {
-	Release  rollout.Release `json:"release"`
-	Replayed bool            `json:"replayed"`
-}
-
-// ListReleasesResult is the result of releases.list.
-type ListReleasesResult struct {
-	Releases   []rollout.Release `json:"releases"`
-	NextCursor string            `json:"nextCursor,omitempty"`
-}
-
 func rolloutModule(ctx context.Context, a *App) ([]api.Endpoint, error) {
 	svc := &rollout.Service{Store: &dynamo.Releases{DB: a.DB, Table: a.Config.Table}, Now: a.Now}
 	if a.serves("releases.register") {
@@ -35,23 +23,23 @@ func rolloutModule(ctx context.Context, a *App) ([]api.Endpoint, error) {
 		}
 		svc.Pins = pins
 	}
-	register := api.Bind(api.Lookup("releases.register"), func(ctx context.Context, call *api.Call, in *api.RegisterReleaseInput) (any, error) {
+	register := api.Bind(api.Lookup("releases.register"), func(ctx context.Context, call *api.Call, in *api.RegisterReleaseInput) (api.RegisterResult, error) {
 		r, replayed, err := svc.Register(ctx, in.Manifest, rollout.Audit{TenantID: call.TenantID, Principal: call.Principal})
 		if err != nil {
-			return nil, err
+			return api.RegisterResult{}, err
 		}
-		return RegisterResult{Release: r, Replayed: replayed}, nil
+		return api.RegisterResult{Release: r, Replayed: replayed}, nil
 	})
-	list := api.Bind(api.Lookup("releases.list"), func(ctx context.Context, call *api.Call, in *api.ListReleasesInput) (any, error) {
+	list := api.Bind(api.Lookup("releases.list"), func(ctx context.Context, call *api.Call, in *api.ListReleasesInput) (api.ListReleasesResult, error) {
 		lp, err := a.page(call, in.Page, 0) // without limit: every release
 		if err != nil {
-			return nil, err
+			return api.ListReleasesResult{}, err
 		}
 		rs, next, err := svc.List(ctx, lp.Limit, lp.After)
 		if err != nil {
-			return nil, err
+			return api.ListReleasesResult{}, err
 		}
-		return ListReleasesResult{Releases: rs, NextCursor: a.next(lp, next)}, nil
+		return api.ListReleasesResult{Releases: rs, NextCursor: a.next(lp, next)}, nil
 	})
 	return []api.Endpoint{register, list}, nil
 }

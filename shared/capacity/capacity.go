@@ -63,23 +63,23 @@ var (
 // resource into nodes of NodeSize devices. Pools are immutable once
 // created: the same request returns the stored pool.
 type Pool struct {
-	PoolID        string         `json:"poolId"`
-	OwnerTenantID string         `json:"ownerTenantId"`
-	Resources     map[string]int `json:"resources"`
-	NodeSize      map[string]int `json:"nodeSize"`
+	PoolID        string         `json:"poolId" doc:"the pool's id (pool ids are a global namespace)"`
+	OwnerTenantID string         `json:"ownerTenantId" doc:"the tenant that created and owns the pool"`
+	Resources     map[string]int `json:"resources" doc:"devices of each resource: resource name → device count"`
+	NodeSize      map[string]int `json:"nodeSize" doc:"devices per node of each resource: resource name → node size (the last node of a resource may be smaller)"`
 	// Devices lists every device when the pool has at most InlineDevices
 	// (else it is empty and DevicesListed false).
-	Devices       []Device  `json:"devices"`
-	DevicesListed bool      `json:"devicesListed"`
-	CreatedAt     time.Time `json:"createdAt"`
+	Devices       []Device  `json:"devices" doc:"every device of the pool, by resource name then index, when devicesListed; empty otherwise"`
+	DevicesListed bool      `json:"devicesListed" doc:"true when devices lists every device: pools of at most ${capacity.InlineDevices} devices in all. A larger pool answers devices empty (every id follows from resources and nodeSize); pools.usage reads its nodes a page at a time"`
+	CreatedAt     time.Time `json:"createdAt" doc:"when the pool was created"`
 }
 
 // Device is one device of a pool: "<resource>-<n>", n from 0, on node
 // "<resource>-node-<⌊n/nodeSize⌋>".
 type Device struct {
-	DeviceID string `json:"deviceId"`
-	Resource string `json:"resource"`
-	NodeID   string `json:"nodeId"`
+	DeviceID string `json:"deviceId" doc:"the device's id: <resource>-<n>, n from 0"`
+	Resource string `json:"resource" doc:"the resource it is a device of"`
+	NodeID   string `json:"nodeId" doc:"the node holding it: <resource>-node-<k>, k = ⌊n / nodeSize⌋"`
 }
 
 // NewPool builds a pool; nodeSize defaults to DefaultNodeSize per resource.
@@ -162,11 +162,11 @@ func (k QuotaKey) String() string { return fmt.Sprintf("%s/%s/%s", k.TenantID, k
 
 // Quota is the API's view of a quota row (SPEC §4.3).
 type Quota struct {
-	TenantID string `json:"tenantId"`
-	PoolID   string `json:"poolId"`
-	Resource string `json:"resource"`
-	Max      int64  `json:"max"`
-	Used     int64  `json:"used"`
+	TenantID string `json:"tenantId" doc:"the tenant the quota is for"`
+	PoolID   string `json:"poolId" doc:"the pool"`
+	Resource string `json:"resource" doc:"the pool's resource"`
+	Max      int64  `json:"max" doc:"how many devices the tenant may hold at once (0..${capacity.MaxQuota}); may exceed the pool's devices: a cap, not a guarantee"`
+	Used     int64  `json:"used" doc:"devices held now: the sum of count over the tenant's placed, binding and active reservations of this pool and resource (above max after max was lowered)"`
 }
 
 // Key returns the row's key.

@@ -85,8 +85,8 @@ const (
 
 // Window is a half-open interval [Start, End).
 type Window struct {
-	Start time.Time `json:"start"`
-	End   time.Time `json:"end"`
+	Start time.Time `json:"start" doc:"the first instant held"`
+	End   time.Time `json:"end" doc:"the first instant no longer held"`
 }
 
 // Topology requests of reservations.create (SPEC §4.4).
@@ -101,9 +101,9 @@ const (
 // Event is one entry of a reservation's timeline: the state it entered,
 // when, and why (for rejected and expired ones).
 type Event struct {
-	State  State     `json:"state"`
-	At     time.Time `json:"at"`
-	Reason string    `json:"reason,omitempty"`
+	State  State     `json:"state" enum:"state" doc:"the state entered"`
+	At     time.Time `json:"at" doc:"when"`
+	Reason string    `json:"reason,omitempty" enum:"reason" doc:"why, on a rejected or expired entry"`
 }
 
 // Overlaps reports whether two half-open windows share an instant.
@@ -111,21 +111,21 @@ func (w Window) Overlaps(o Window) bool { return w.Start.Before(o.End) && o.Star
 
 // Reservation is a tenant's claim on devices of one pool for a window.
 type Reservation struct {
-	ReservationID string    `json:"reservationId"`
-	TenantID      string    `json:"tenantId"`
-	PoolID        string    `json:"poolId"`
-	Resource      string    `json:"resource"`
-	Count         int       `json:"count"`
-	Window        Window    `json:"window"`
-	Topology      string    `json:"topology"`
-	State         State     `json:"state"`
-	Reason        string    `json:"reason,omitempty"`
-	DeviceIDs     []string  `json:"deviceIds"`
-	NodeIDs       []string  `json:"nodeIds"`
-	CreatedAt     time.Time `json:"createdAt"`
-	UpdatedAt     time.Time `json:"updatedAt"`
-	ReleasedBy    string    `json:"releasedBy,omitempty"`
-	History       []Event   `json:"history"`
+	ReservationID string    `json:"reservationId" doc:"the reservation's id: a ULID, or with a clientToken one derived from tenant, principal and token (26 characters either way)"`
+	TenantID      string    `json:"tenantId" doc:"the tenant that holds it"`
+	PoolID        string    `json:"poolId" doc:"the pool its devices are in"`
+	Resource      string    `json:"resource" doc:"the pool's resource"`
+	Count         int       `json:"count" doc:"how many devices (1..${capacity.MaxCount})"`
+	Window        Window    `json:"window" doc:"the half-open window [start, end) the devices are held for; start is the creation time when the request omitted it"`
+	Topology      string    `json:"topology" enum:"topology" doc:"how the devices were to be spread over nodes"`
+	State         State     `json:"state" enum:"state" doc:"where it is in its life (see the reservation states)"`
+	Reason        string    `json:"reason,omitempty" enum:"reason" doc:"why it was rejected or expired; absent otherwise"`
+	DeviceIDs     []string  `json:"deviceIds" doc:"the devices held (<resource>-<n>); empty until placed, kept once it ended"`
+	NodeIDs       []string  `json:"nodeIds" doc:"the nodes of those devices, each once"`
+	CreatedAt     time.Time `json:"createdAt" doc:"when the draft was written"`
+	UpdatedAt     time.Time `json:"updatedAt" doc:"when its state last changed"`
+	ReleasedBy    string    `json:"releasedBy,omitempty" enum:"releasedBy" doc:"who released it; only on released reservations"`
+	History       []Event   `json:"history" doc:"the timeline: one entry per state entered, oldest first (the first is draft)"`
 
 	// Devices are the indexes n of "<resource>-<n>" it holds and NodeSize
 	// the resource's node size: what DeviceIDs and NodeIDs are made from.

@@ -13,43 +13,43 @@ import (
 // Usage is one page of a resource's nodes and what is placed on them over
 // a span (pools.usage): the view an operator draws (bc pools show).
 type Usage struct {
-	PoolID    string      `json:"poolId"`
-	Resource  string      `json:"resource"`
-	NodeSize  int         `json:"nodeSize"`
-	Devices   int         `json:"devices"`
-	NodeCount int         `json:"nodeCount"`
-	From      time.Time   `json:"from"`
-	To        time.Time   `json:"to"`
-	Page      UsageTotals `json:"page"`
-	Nodes     []NodeUsage `json:"nodes"`
+	PoolID    string      `json:"poolId" doc:"the pool"`
+	Resource  string      `json:"resource" doc:"the resource whose nodes these are"`
+	NodeSize  int         `json:"nodeSize" doc:"devices per node of the resource"`
+	Devices   int         `json:"devices" doc:"devices of the resource in the pool"`
+	NodeCount int         `json:"nodeCount" doc:"nodes of the resource in the pool (the last may be smaller)"`
+	From      time.Time   `json:"from" doc:"the start of the span"`
+	To        time.Time   `json:"to" doc:"the end of the span: from + hours"`
+	Page      UsageTotals `json:"page" doc:"totals over this page's nodes (add pages up for the whole resource)"`
+	Nodes     []NodeUsage `json:"nodes" doc:"the page's nodes, by node index"`
 }
 
 // UsageTotals sums a page's nodes (a caller adds pages up).
 type UsageTotals struct {
-	Nodes          int `json:"nodes"`
-	Devices        int `json:"devices"`
-	BusyNow        int `json:"busyNow"`           // devices held at From
-	WholeFreeNow   int `json:"wholeFreeNow"`      // nodes with no device held at From
-	WholeFreeAll   int `json:"wholeFreeSpan"`     // nodes with no device held at any time of the span
-	BusyDeviceSecs int `json:"busyDeviceSeconds"` // device-seconds held within the span
+	Nodes          int `json:"nodes" doc:"nodes on this page"`
+	Devices        int `json:"devices" doc:"devices on those nodes"`
+	BusyNow        int `json:"busyNow" doc:"devices held at from"`
+	WholeFreeNow   int `json:"wholeFreeNow" doc:"nodes with no device held at from"`
+	WholeFreeAll   int `json:"wholeFreeSpan" doc:"nodes with no device held at any time of the span"`
+	BusyDeviceSecs int `json:"busyDeviceSeconds" doc:"device-seconds held within the span"`
 }
 
 // NodeUsage is one node over the span.
 type NodeUsage struct {
-	NodeID  string `json:"nodeId"`
-	Size    int    `json:"size"`
-	BusyNow int    `json:"busyNow"`
-	Busy    []Busy `json:"busy"`
+	NodeID  string `json:"nodeId" doc:"the node: <resource>-node-<k>"`
+	Size    int    `json:"size" doc:"devices on the node"`
+	BusyNow int    `json:"busyNow" doc:"devices held at from"`
+	Busy    []Busy `json:"busy" doc:"what is held on the node within the span, by start"`
 }
 
 // Busy is one reservation's devices on a node, clipped to the span. The
 // reservation's id is given to the pool's owner only: a tenant the pool
 // is offered to sees when devices are taken, not by whom.
 type Busy struct {
-	DeviceIDs     []string  `json:"deviceIds"`
-	Start         time.Time `json:"start"`
-	End           time.Time `json:"end"`
-	ReservationID string    `json:"reservationId,omitempty"`
+	DeviceIDs     []string  `json:"deviceIds" doc:"the node's devices one reservation holds"`
+	Start         time.Time `json:"start" doc:"from when, clipped to the span"`
+	End           time.Time `json:"end" doc:"until when, clipped to the span"`
+	ReservationID string    `json:"reservationId,omitempty" doc:"the reservation holding them: shown to the pool's owner only"`
 }
 
 // Usage limits: a span of at most MaxUsageHours, at most MaxUsageNodes

@@ -12,10 +12,10 @@ const PayloadType = "application/vnd.bettercompute.release.v1+json"
 
 // Binary is one per-platform build of bcd.
 type Binary struct {
-	Platform string `json:"platform" bc:"required,pattern=platform"`
-	URL      string `json:"url" bc:"required,max=2048"`
-	SHA256   string `json:"sha256" bc:"required,pattern=sha256hex"`
-	Size     int64  `json:"size" bc:"required,min=1"`
+	Platform string `json:"platform" bc:"required,pattern=platform" doc:"os/arch or os/arch/variant, lowercase (linux/arm64)"`
+	URL      string `json:"url" bc:"required,max=2048" doc:"https URL the binary is downloaded from"`
+	SHA256   string `json:"sha256" bc:"required,pattern=sha256hex" doc:"hex SHA-256 of the binary"`
+	Size     int64  `json:"size" bc:"required,min=1" doc:"the binary's size in bytes"`
 }
 
 // Statement is the signed release statement (the DSSE payload).
@@ -28,18 +28,18 @@ type Statement struct {
 
 // Release is a recorded release.
 type Release struct {
-	Version        string     `json:"version"`
-	Sequence       int64      `json:"sequence"`
-	Binaries       []Binary   `json:"binaries"`
-	Expires        *time.Time `json:"expires,omitempty"`
-	ManifestDigest string     `json:"manifestDigest"`
-	Signers        []string   `json:"signers"`
-	RegisteredAt   time.Time  `json:"registeredAt"`
-	RegisteredBy   Audit      `json:"registeredBy"`
+	Version        string     `json:"version" doc:"SemVer 2.0 version (build metadata makes a distinct version)"`
+	Sequence       int64      `json:"sequence" doc:"the release channel's order (1..2^53-1): each registered release has a sequence above every earlier one"`
+	Binaries       []Binary   `json:"binaries" doc:"one build per platform"`
+	Expires        *time.Time `json:"expires,omitempty" doc:"the statement's expiry, when it has one: a manifest past it is no longer registered"`
+	ManifestDigest string     `json:"manifestDigest" doc:"sha256: + hex SHA-256 of the envelope's decoded payload (the signed statement)"`
+	Signers        []string   `json:"signers" doc:"keyids of the pinned keys whose signatures verified, sorted (hex SHA-256 of each key's SubjectPublicKeyInfo DER)"`
+	RegisteredAt   time.Time  `json:"registeredAt" doc:"when it was recorded (millisecond precision)"`
+	RegisteredBy   Audit      `json:"registeredBy" doc:"who registered it, for audit"`
 }
 
 // Audit records who registered a release.
 type Audit struct {
-	TenantID  string `json:"tenantId"`
-	Principal string `json:"principal"`
+	TenantID  string `json:"tenantId" doc:"the tenantId of the register call"`
+	Principal string `json:"principal" doc:"the authenticated principal that called it"`
 }

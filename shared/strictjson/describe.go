@@ -13,6 +13,7 @@ type FieldDoc struct {
 	Required    bool
 	Constraints string
 	Doc         string
+	Enum        string // the field's `enum` tag: the name of its documented values
 }
 
 // Describe lists the fields of struct type t (nested structs flattened with
@@ -22,13 +23,14 @@ func Describe(t reflect.Type) []FieldDoc {
 	var walk func(t reflect.Type, prefix string)
 	walk = func(t reflect.Type, prefix string) {
 		for _, f := range fields(t) {
+			enum := t.FieldByIndex(f.index).Tag.Get("enum")
 			ft := f.typ
 			if ft.Kind() == reflect.Pointer {
 				ft = ft.Elem()
 			}
 			name := join(prefix, f.name)
 			out = append(out, FieldDoc{Name: name, Type: describeType(ft), Required: f.opts.required,
-				Constraints: describeOptions(ft, f.opts), Doc: f.opts.doc})
+				Constraints: describeOptions(ft, f.opts), Doc: f.opts.doc, Enum: enum})
 			if ft.Kind() == reflect.Struct && ft != timeType {
 				walk(ft, name)
 			}
@@ -107,3 +109,69 @@ func describeOptions(t reflect.Type, o options) string {
 	}
 	return strings.Join(parts, "; ")
 }
+
+// Field is one JSON member of a struct as Decode reads it: what a schema
+// generator needs to state the same rules (one struct level; nested structs
+// are walked by the caller).
+type Field struct {
+	Name      string
+	Type      reflect.Type // as declared (a pointer marks an optional member)
+	Required  bool
+	OmitEmpty bool // the json tag says omitempty (encoders leave it out when empty)
+	// Min and Max bound a string's length in characters, an integer's
+	// value, or an array's or map's entries; nil when unbounded.
+	Min, Max *int64
+	// Pattern is the regular expression a string (or a map's keys) must match.
+	Pattern string
+	Doc     string // from `bc:"doc=…"`, else the field's `doc:"…"` tag
+	Tag     reflect.StructTag
+}
+
+// Fields lists the JSON members of struct type t in declaration order,
+// embedded structs flattened, as Decode reads them.
+func Fields(t reflect.Type) []Field {
+	var out []Field
+	for _, f := range fields(t) {
+		sf := t.FieldByIndex(f.index)
+		_, jopts, _ := strings.Cut(sf.Tag.Get("json"), ",")
+		d := Field{Name: f.name, Type: f.typ, Required: f.opts.required, OmitEmpty: strings.Contains(","+jopts+",", ",omitempty,"),
+			Doc: f.opts.doc, Tag: sf.Tag}
+		if d.Doc == "" {
+			d.Doc = sf.Tag.Get("doc")
+		}
+		if f.opts.hasMin {
+			d.Min = &f.opts.min
+		}
+		if f.opts.hasMax {
+			d.Max = &f.opts.max
+		}
+		if f.opts.pattern != "" {
+			d.Pattern = pattern(f.opts.pattern).String()
+		}
+		out = append(out, d)
+	}
+	return out
+}
+
+// ValueBounds returns the bounds a map type declares for its values (see
+// Resources in shared/api), if any.
+func ValueBounds(t reflect.Type) (lo, hi int64, ok bool) {
+	if t.Kind() != reflect.Map {
+		return 0, 0, false
+	}
+	b, ok := reflect.New(t).Elem().Interface().(interface{ ValueBounds() (int64, int64) })
+	if !ok {
+		return 0, 0, false
+	}
+	lo, hi = b.ValueBounds()
+	return lo, hi, true
+}
+
+// TypeName is a JSON type in the words of the reference's tables
+// ("string (RFC 3339 time)", "array of object", "map of string to integer").
+func TypeName(t reflect.Type) string { return describeType(t) }
+
+// IsTime reports whether t is decoded as an RFC 3339 time; IsObject whether
+// it is kept as a raw JSON object (Object).
+func IsTime(t reflect.Type) bool   { return t == timeType }
+func IsObject(t reflect.Type) bool { return t == objectType }

@@ -32,10 +32,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/strictjson"
 	"github.com/bettercompute/control-plane/test/lambdastack"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -185,21 +188,17 @@ func TestReleaseRegisterAndList(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	in := obj{"tenantId": "platform", "manifest": rawJSON(env)}
-	var reg struct {
-		Release  rollout.Release `json:"release"`
-		Replayed bool            `json:"replayed"`
-	}
-	if err := tg.admin.Call(ctx, "releases.register", in, &reg); err != nil || reg.Replayed || reg.Release.Version != version {
+	// The typed client (shared/client/methods.go, generated from the catalog).
+	in := &api.RegisterReleaseInput{Tenant: api.Tenant{TenantID: "platform"}, Manifest: strictjson.Object(env)}
+	reg, err := tg.admin.ReleasesRegister(ctx, in)
+	if err != nil || reg.Replayed || reg.Release.Version != version {
 		t.Fatalf("register: %+v %v", reg, err)
 	}
-	if err := tg.admin.Call(ctx, "releases.register", in, &reg); err != nil || !reg.Replayed {
+	if reg, err = tg.admin.ReleasesRegister(ctx, in); err != nil || !reg.Replayed {
 		t.Fatalf("replay: %+v %v", reg, err)
 	}
-	var list struct {
-		Releases []rollout.Release `json:"releases"`
-	}
-	if err := tg.admin.Call(ctx, "releases.list", obj{"tenantId": "platform", "limit": 1}, &list); err != nil {
+	list, err := tg.admin.ReleasesList(ctx, &api.ListReleasesInput{Tenant: api.Tenant{TenantID: "platform"}, Page: api.Page{Limit: ptr(1)}})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if len(list.Releases) != 1 || list.Releases[0].Version != version {
@@ -211,17 +210,7 @@ type rawJSON []byte
 
 func (r rawJSON) MarshalJSON() ([]byte, error) { return r, nil }
 
-type quota struct {
-	Max  int64 `json:"max"`
-	Used int64 `json:"used"`
-}
-
-type reservation struct {
-	ReservationID string   `json:"reservationId"`
-	State         string   `json:"state"`
-	DeviceIDs     []string `json:"deviceIds"`
-	ReleasedBy    string   `json:"releasedBy"`
-}
+func ptr[T any](v T) *T { return &v }
 
 // A tenant's whole path: pool, quota, reservation, release, with another
 // tenant unable to see any of it.
@@ -229,13 +218,14 @@ func TestCapacityPath(t *testing.T) {
 	tg := newTarget(t)
 	ctx := context.Background()
 	acme, other, pool := unique("acme"), unique("other"), unique("pool")
+	c := tg.admin // the typed client (shared/client/methods.go)
 
-	if err := tg.admin.Call(ctx, "pools.create", obj{"tenantId": acme, "poolId": pool, "resources": obj{"gpu.h100": 4}}, nil); err != nil {
+	if _, err := c.PoolsCreate(ctx, &api.CreatePoolInput{Tenant: api.Tenant{TenantID: acme}, PoolID: pool, Resources: api.Resources{"gpu.h100": 4}}); err != nil {
 		t.Fatal(err)
 	}
-	getQuota := func(tenant string) quota {
-		var out struct{ Quota quota }
-		if err := tg.admin.Call(ctx, "quotas.get", obj{"tenantId": tenant, "poolId": pool, "resource": "gpu.h100"}, &out); err != nil {
+	getQuota := func(tenant string) capacity.Quota {
+		out, err := c.QuotasGet(ctx, &api.GetQuotaInput{Tenant: api.Tenant{TenantID: tenant}, PoolID: pool, Resource: "gpu.h100"})
+		if err != nil {
 			t.Fatal(err)
 		}
 		return out.Quota
@@ -243,30 +233,23 @@ func TestCapacityPath(t *testing.T) {
 	if q := getQuota(acme); q.Max != 4 || q.Used != 0 {
 		t.Fatalf("owner quota %+v", q)
 	}
-	end := time.Now().UTC().Add(2 * time.Hour).Format(time.RFC3339)
-	create := obj{"tenantId": acme, "poolId": pool, "resource": "gpu.h100", "count": 3, "window": obj{"end": end}, "clientToken": unique("tok")}
-	var created struct{ Reservation reservation }
-	if err := tg.admin.Call(ctx, "reservations.create", create, &created); err != nil {
+	end := time.Now().UTC().Add(2 * time.Hour)
+	create := &api.CreateReservationInput{Tenant: api.Tenant{TenantID: acme}, PoolID: pool, Resource: "gpu.h100", Count: 3,
+		Window: api.Window{End: end}, ClientToken: ptr(unique("tok"))}
+	created, err := c.ReservationsCreate(ctx, create)
+	if err != nil {
 		t.Fatal(err)
 	}
 	r := created.Reservation
-	if r.State != "placed" || len(r.DeviceIDs) != 3 {
+	if r.State != capacity.Placed || len(r.DeviceIDs) != 3 || len(r.History) != 2 || r.History[1].State != capacity.Placed {
 		t.Fatalf("reservation %+v", r)
 	}
 	if q := getQuota(acme); q.Used != 3 {
 		t.Fatalf("quota after create %+v", q)
 	}
 	// The pool's one node shows the three devices held now.
-	var usage struct {
-		Usage struct {
-			Page  struct{ BusyNow, Devices int }
-			Nodes []struct {
-				NodeID string
-				Busy   []struct{ ReservationID string }
-			}
-		}
-	}
-	if err := tg.admin.Call(ctx, "pools.usage", obj{"tenantId": acme, "poolId": pool, "resource": "gpu.h100"}, &usage); err != nil {
+	usage, err := c.PoolsUsage(ctx, &api.PoolUsageInput{Tenant: api.Tenant{TenantID: acme}, PoolID: pool, Resource: "gpu.h100"})
+	if err != nil {
 		t.Fatal(err)
 	}
 	if u := usage.Usage; u.Page.BusyNow != 3 || u.Page.Devices != 4 || len(u.Nodes) != 1 || len(u.Nodes[0].Busy) != 1 ||
@@ -274,36 +257,55 @@ func TestCapacityPath(t *testing.T) {
 		t.Fatalf("usage %+v", u)
 	}
 	// The same clientToken again returns the same reservation.
-	var again struct{ Reservation reservation }
-	if err := tg.admin.Call(ctx, "reservations.create", create, &again); err != nil || again.Reservation.ReservationID != r.ReservationID {
+	if again, err := c.ReservationsCreate(ctx, create); err != nil || again.Reservation.ReservationID != r.ReservationID {
 		t.Fatalf("clientToken replay: %+v %v", again, err)
 	}
-	// Two more do not fit the quota of 4.
-	over := obj{"tenantId": acme, "poolId": pool, "resource": "gpu.h100", "count": 2, "window": obj{"end": end}}
-	if e := wantCode(t, tg.admin.Call(ctx, "reservations.create", over, nil), apierr.QuotaExceeded); e.Details["reservationId"] == nil {
-		t.Fatal("QUOTA_EXCEEDED without details.reservationId")
+	// Two more do not fit the quota of 4: the error carries the numbers.
+	over := *create
+	over.Count, over.ClientToken = 2, nil
+	_, err = c.ReservationsCreate(ctx, &over)
+	if e := wantCode(t, err, apierr.QuotaExceeded); e.Details["reservationId"] == nil || e.Details["requested"] != float64(2) ||
+		e.Details["used"] != float64(3) || e.Details["max"] != float64(4) {
+		t.Fatalf("QUOTA_EXCEEDED details %v", e.Details)
 	}
 	// Another tenant sees nothing of acme's.
-	wantCode(t, tg.admin.Call(ctx, "reservations.get", obj{"tenantId": other, "reservationId": r.ReservationID}, nil), apierr.NotFound)
-	wantCode(t, tg.admin.Call(ctx, "pools.get", obj{"tenantId": other, "poolId": pool}, nil), apierr.NotFound)
-	var list struct{ Reservations []reservation }
-	if err := tg.admin.Call(ctx, "reservations.list", obj{"tenantId": other}, &list); err != nil || len(list.Reservations) != 0 {
+	_, err = c.ReservationsGet(ctx, &api.GetReservationInput{Tenant: api.Tenant{TenantID: other}, ReservationID: r.ReservationID})
+	wantCode(t, err, apierr.NotFound)
+	_, err = c.PoolsGet(ctx, &api.GetPoolInput{Tenant: api.Tenant{TenantID: other}, PoolID: pool})
+	wantCode(t, err, apierr.NotFound)
+	if list, err := c.ReservationsList(ctx, &api.ListReservationsInput{Tenant: api.Tenant{TenantID: other}}); err != nil || len(list.Reservations) != 0 {
 		t.Fatalf("other tenant's list: %+v %v", list, err)
 	}
+	// Following cursors a page of one at a time finds both of acme's
+	// reservations (the placed one and the one refused over quota), newest first.
+	var ids []string
+	for page, err := range c.ReservationsListPages(ctx, api.ListReservationsInput{Tenant: api.Tenant{TenantID: acme}, Page: api.Page{Limit: ptr(1)}}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, x := range page.Reservations {
+			ids = append(ids, x.ReservationID)
+		}
+	}
+	if len(ids) != 2 || ids[1] != r.ReservationID {
+		t.Fatalf("pages of acme's reservations: %v", ids)
+	}
 
-	var released struct{ Reservation reservation }
-	if err := tg.admin.Call(ctx, "reservations.release", obj{"tenantId": acme, "reservationId": r.ReservationID}, &released); err != nil {
+	released, err := c.ReservationsRelease(ctx, &api.ReleaseReservationInput{Tenant: api.Tenant{TenantID: acme}, ReservationID: r.ReservationID})
+	if err != nil {
 		t.Fatal(err)
 	}
-	if released.Reservation.State != "released" || released.Reservation.ReleasedBy != "tenant" {
+	if released.Reservation.State != capacity.Released || released.Reservation.ReleasedBy != capacity.ReleasedByTenant {
 		t.Fatalf("released %+v", released.Reservation)
 	}
 	if q := getQuota(acme); q.Used != 0 {
 		t.Fatalf("quota after release %+v", q)
 	}
 	// Bad input gets a clear error naming the field.
-	bad := obj{"tenantId": acme, "poolId": pool, "resource": "gpu.h100", "count": 0, "window": obj{"end": end}}
-	if e := wantCode(t, tg.admin.Call(ctx, "reservations.create", bad, nil), apierr.InvalidInput); e.Details["field"] != "count" {
+	bad := *create
+	bad.Count, bad.ClientToken = 0, nil
+	_, err = c.ReservationsCreate(ctx, &bad)
+	if e := wantCode(t, err, apierr.InvalidInput); e.Details["field"] != "count" {
 		t.Fatalf("details %v", e.Details)
 	}
 }

@@ -1,0 +1,59 @@
+package api
+
+import (
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/rollout"
+)
+
+// The result objects of the methods (SPEC §4): each method's Output in the
+// catalog. Their `doc` tags, and those of the domain types they carry
+// (shared/capacity, shared/rollout), are the reference's output tables and
+// the OpenAPI document's response schemas.
+
+// Releases.
+
+type RegisterResult struct {
+	Release  rollout.Release `json:"release" doc:"the recorded release (the stored one on a replay)"`
+	Replayed bool            `json:"replayed" doc:"true when this version was already recorded with this sequence and the stored release is returned unchanged"`
+}
+
+type ListReleasesResult struct {
+	Releases   []rollout.Release `json:"releases" doc:"registered releases, highest sequence first"`
+	NextCursor string            `json:"nextCursor,omitempty" doc:"present when more releases follow: send it as cursor (with the same filters) for the next page"`
+}
+
+// Pools and quotas.
+
+type PoolResult struct {
+	Pool capacity.Pool `json:"pool" doc:"the pool"`
+}
+
+type ListPoolsResult struct {
+	Pools      []capacity.Pool `json:"pools" doc:"pools owned by or offered to the tenant, by pool id"`
+	NextCursor string          `json:"nextCursor,omitempty" doc:"present when more pools follow: send it as cursor for the next page"`
+}
+
+type PoolUsageResult struct {
+	Usage      capacity.Usage `json:"usage" doc:"a page of the resource's nodes and what is placed on them over the span"`
+	NextCursor string         `json:"nextCursor,omitempty" doc:"present when more nodes follow: send it as cursor (with the same poolId, resource, from and hours) for the next page"`
+}
+
+type QuotaResult struct {
+	Quota capacity.Quota `json:"quota" doc:"the quota row (a missing row reads as max 0, used 0)"`
+}
+
+type ListQuotasResult struct {
+	Quotas     []capacity.Quota `json:"quotas" doc:"the tenant's quota rows, by pool and resource"`
+	NextCursor string           `json:"nextCursor,omitempty" doc:"present when more rows follow: send it as cursor (with the same poolId) for the next page"`
+}
+
+// Reservations.
+
+type ReservationResult struct {
+	Reservation capacity.Reservation `json:"reservation" doc:"the reservation as it is now"`
+}
+
+type ListReservationsResult struct {
+	Reservations []capacity.Reservation `json:"reservations" doc:"the tenant's reservations, newest first (createdAt descending, ties by id descending); denied ones only when state is denied"`
+	NextCursor   string                 `json:"nextCursor,omitempty" doc:"present when more reservations follow: send it as cursor (with the same poolId and state) for the next page"`
+}
