@@ -121,6 +121,10 @@ func TestWatch(t *testing.T) {
 		t.Fatal(errOut)
 	}
 	id := regexp.MustCompile(`"reservationId": "([0-9A-Z]{26})"`).FindStringSubmatch(out)[1]
+	// pools show from now (no --from): the reservation starting now is held now.
+	if out, _, _ := bcRun(t, env, "pools", "show", "p1"); !strings.Contains(out, "(2 of 8 devices)") {
+		t.Errorf("pools show right after a create:\n%s", out)
+	}
 	watch := func(args ...string) (string, string, int) {
 		var o, e strings.Builder
 		c := &cli{out: &o, errOut: &e, getenv: func(k string) string { return env[k] }, now: time.Now,

@@ -50,7 +50,7 @@ type showOptions struct {
 	Tenant, Pool, Resource string
 	Hours, Nodes           int
 	ASCII, JSON            bool
-	From                   time.Time // zero: now, to the minute
+	From                   time.Time // zero: now
 }
 
 func (c *cli) showPool(ctx context.Context, w io.Writer, o showOptions) error {
@@ -91,7 +91,7 @@ func (c *cli) usagePages(ctx context.Context, o showOptions, res string) ([]capa
 	var pages []capacity.Usage
 	from := o.From
 	if from.IsZero() {
-		from = c.now().UTC().Truncate(time.Minute)
+		from = c.now().UTC()
 	}
 	in := map[string]any{"tenantId": o.Tenant, "poolId": o.Pool, "resource": res, "hours": o.Hours, "from": from}
 	shown := 0
