@@ -215,8 +215,14 @@ func (v *validator) object(path string, obj map[string]any, props map[string]pro
 // value checks one value against a property's current type, or any type
 // CloudFormation still accepts for it.
 func (v *validator) value(path string, val any, p property) {
+	v.anyOf(path, val, append([]propType{p.Type}, p.PreviousTypes...))
+}
+
+// anyOf accepts val when one of types accepts it, and otherwise reports what
+// the first type found wrong.
+func (v *validator) anyOf(path string, val any, types []propType) {
 	var first []Finding
-	for i, t := range append([]propType{p.Type}, p.PreviousTypes...) {
+	for i, t := range types {
 		probe := &validator{spec: v.spec, params: v.params, resources: v.resources, id: v.id}
 		probe.check(path, val, t)
 		if len(probe.findings) == 0 {
@@ -312,18 +318,7 @@ func (v *validator) check(path string, val any, t propType) {
 			v.check(path+"."+k, e, *t.Element)
 		}
 	case "union":
-		var first []Finding
-		for i, alt := range t.Types {
-			probe := &validator{spec: v.spec, params: v.params, resources: v.resources, id: v.id}
-			probe.check(path, val, alt)
-			if len(probe.findings) == 0 {
-				return
-			}
-			if i == 0 {
-				first = probe.findings
-			}
-		}
-		v.findings = append(v.findings, first...)
+		v.anyOf(path, val, t.Types)
 	default:
 		v.fail(path, "the specification has a type this checker does not know: "+t.Type)
 	}

@@ -106,13 +106,9 @@ func AccessFor(fn string, actions []string, indexes []string) (Access, error) {
 // tableIndexes are the names Indexes may hold: the definition's indexes and
 // api.BaseTable.
 func tableIndexes() map[string]bool {
-	def := schema.Definition("x")
 	known := map[string]bool{api.BaseTable: true}
-	for _, ix := range def.LocalSecondaryIndexes {
-		known[*ix.IndexName] = true
-	}
-	for _, ix := range def.GlobalSecondaryIndexes {
-		known[*ix.IndexName] = true
+	for _, ix := range schema.IndexNames() {
+		known[ix] = true
 	}
 	return known
 }

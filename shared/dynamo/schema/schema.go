@@ -85,6 +85,20 @@ func Definition(name string) *dynamodb.CreateTableInput {
 	}
 }
 
+// IndexNames are the names of the table's secondary indexes, local and
+// global, as Definition declares them.
+func IndexNames() []string {
+	def := Definition("x")
+	var names []string
+	for _, ix := range def.LocalSecondaryIndexes {
+		names = append(names, *ix.IndexName)
+	}
+	for _, ix := range def.GlobalSecondaryIndexes {
+		names = append(names, *ix.IndexName)
+	}
+	return names
+}
+
 // CreateTable creates the table if it does not exist and waits until it is
 // active. TTL is enabled where the server supports it (dynalite does not:
 // that is reported, not fatal, so local runs work).
