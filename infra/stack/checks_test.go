@@ -180,7 +180,7 @@ func TestDashboardAndAlarmMetricsExistInTheRecords(t *testing.T) {
 		}
 	}
 	// And what operators asked for is there: latency and cost by method,
-	// answers by code, the reconciler's transitions, repairs and lag.
+	// answers by code, the reconciler's transitions, repairs, sweeps and lag.
 	for _, k := range []string{
 		metrics.Key(MetricNamespace, api.MetricLatency, DimensionTable, api.DimensionMethod),
 		metrics.Key(MetricNamespace, api.MetricLatency, DimensionTable, api.DimensionOutcome),
@@ -190,6 +190,7 @@ func TestDashboardAndAlarmMetricsExistInTheRecords(t *testing.T) {
 		metrics.Key(MetricNamespace, api.MetricDynamoCalls, DimensionTable, api.DimensionMethod),
 		metrics.Key(MetricNamespace, MetricTransitions, DimensionTable),
 		metrics.Key(MetricNamespace, MetricRepaired, DimensionTable),
+		metrics.Key(MetricNamespace, MetricSwept, DimensionTable),
 		metrics.Key(MetricNamespace, MetricLag, DimensionTable),
 	} {
 		if !seen[k] {

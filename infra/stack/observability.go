@@ -29,6 +29,7 @@ const (
 	MetricLag         = capacity.MetricLag
 	MetricTransitions = capacity.MetricTransitions
 	MetricRepaired    = capacity.MetricRepaired
+	MetricSwept       = capacity.MetricSwept
 	DimensionTable    = metrics.DimensionTable
 )
 
@@ -292,9 +293,10 @@ func (s *Stack) addDashboard(fns []Function, alarms []awscloudwatch.IAlarm, lag,
 			reconciler.MetricInvocations(label(opt("Sum"), "passes")),
 			reconciler.MetricErrors(label(opt("Sum"), "failed")),
 		}),
-		graph("Reconciler transitions and repairs", 6, []awscloudwatch.IMetric{
+		graph("Reconciler transitions, repairs and sweeps", 6, []awscloudwatch.IMetric{
 			s.passMetric(MetricTransitions, "Sum", one, awscloudwatch.Unit_COUNT),
 			s.passMetric(MetricRepaired, "Sum", one, awscloudwatch.Unit_COUNT),
+			s.passMetric(MetricSwept, "Sum", one, awscloudwatch.Unit_COUNT),
 		}),
 		graph("Reconciler lag (ms) and DLQ depth", 6, []awscloudwatch.IMetric{lag}, dlqDepth),
 		graph("Table", 6, []awscloudwatch.IMetric{
