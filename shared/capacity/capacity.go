@@ -43,6 +43,14 @@ const (
 	// in its answers (every pool of v0.4 did); a bigger one is described by
 	// its resources and node sizes, from which every id follows.
 	InlineDevices = 8192
+	// MaxInFlight: creates charged on one quota row and not yet settled
+	// (and credits not yet forgotten) at once; one more answers UNAVAILABLE
+	// and is retried. It bounds the quota row's size (docs/capacity.md).
+	MaxInFlight = 64
+	// PoolPageDevices: a pools.list page stops early once its pools list
+	// this many devices inline, so an answer stays far below Lambda's 6 MB
+	// response limit.
+	PoolPageDevices = 40_000
 )
 
 // Sentinel errors of the store and the state machine. The service maps them

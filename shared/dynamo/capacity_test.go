@@ -131,7 +131,7 @@ func TestCapacityQuotaRecords(t *testing.T) {
 	}
 }
 
-// Racing charges on one row never over-admit; past maxInFlight records in
+// Racing charges on one row never over-admit; past capacity.MaxInFlight records in
 // flight a charge is refused as busy, not as over quota.
 func TestCapacityChargeRace(t *testing.T) {
 	s, _ := newCapacity(t)

@@ -21,10 +21,6 @@ import (
 
 func poolViewSK(id string) string { return "POOL#" + id }
 
-// A list page of pools stops early once its pools list this many devices
-// inline, so a response stays far below Lambda's 6 MB payload limit.
-const poolPageDevices = 40_000
-
 // ShowPool implements capacity.PoolStore.
 func (s *Capacity) ShowPool(ctx context.Context, tenant string, p capacity.Pool) error {
 	return s.put(ctx, newPoolItem(tenantPK(tenant), poolViewSK(p.PoolID), kindPoolView, p), nil)
@@ -47,7 +43,7 @@ func (s *Capacity) ListPools(ctx context.Context, tenant string, page capacity.P
 		p := it.pool().WithDevices()
 		out = append(out, p)
 		devices += len(p.Devices)
-		return devices < poolPageDevices, nil
+		return devices < capacity.PoolPageDevices, nil
 	})
 	return out, next, err
 }

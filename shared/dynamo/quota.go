@@ -22,12 +22,10 @@ import (
 // A record lives from a create's charge to its settle (one write after the
 // fence placed) or from a credit to its forgetting: `q` holds what is in
 // flight, never the reservations a tenant holds, so the row does not grow
-// with them. A charge refuses to add a record past maxInFlight.
+// with them. A charge refuses to add a record past capacity.MaxInFlight.
 //
 // Worst case: 64 records × (a 26-character id + k, n and a placement of
 // InlinePlacement nodes, ≈ 150 B) + ~300 B ≈ 9.9 KB. Typical: ~250 B.
-const maxInFlight = 64
-
 func quotaSK(k capacity.QuotaKey) string { return "QUOTA#" + k.PoolID + "#" + k.Resource }
 
 func quotaKey(k capacity.QuotaKey) map[string]types.AttributeValue {
@@ -172,7 +170,7 @@ func (s *Capacity) Charge(ctx context.Context, k capacity.QuotaKey, id string, c
 		Set(expression.Name("free"), expression.Name("free").Minus(n)).
 		Set(path("q", id), expression.Value(rec))
 	c := all([]expression.ConditionBuilder{expression.Name("free").GreaterThanEqual(n),
-		expression.AttributeNotExists(path("q", id)), expression.Name("q").Size().LessThan(expression.Value(maxInFlight))})
+		expression.AttributeNotExists(path("q", id)), expression.Name("q").Size().LessThan(expression.Value(capacity.MaxInFlight))})
 	for attempt := 0; ; attempt++ {
 		_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
 		if err == nil {
