@@ -2,6 +2,7 @@ package capacity_test
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -228,4 +229,68 @@ func TestPoolTopology(t *testing.T) {
 		t.Errorf("get big %+v", got)
 	}
 	e.check(t)
+}
+
+// TestPoolAndQuotaListsMatchGet: every listed pool and quota row equals get
+// of the same id, field by field. The pools differ in the fields a decoder
+// reusing one variable would leak from row to row: resources, node sizes,
+// listed or unlisted devices, owner.
+func TestPoolAndQuotaListsMatchGet(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	must(e.svc.CreatePool(ctx, "acme", "a-two", map[string]int{"gpu.h100": 16, "cpu": 2}, map[string]int{"gpu.h100": 4}))
+	e.pool(t, "acme", "b-one", map[string]int{"gpu": 1})
+	e.pool(t, "acme", "c-big", map[string]int{"gpu": capacity.InlineDevices + 8})
+	e.pool(t, "globex", "d-offered", map[string]int{"tpu": 3})
+	e.offer(t, "globex", "d-offered", "acme", "tpu", 2)
+	e.offer(t, "acme", "b-one", "acme", "gpu", 1)
+	must(e.svc.CreateReservation(ctx, e.req("acme", "b-one", "gpu", 1, 0, time.Hour), allow))
+
+	// Pages of one and one page of all: a decoder sharing state across
+	// rows shows only when a page holds several.
+	var pools []capacity.Pool
+	for _, limit := range []int{1, 10} {
+		for page := (capacity.Page{Limit: limit}); ; {
+			ps, next := must2(e.svc.ListPools(ctx, "acme", page))
+			pools = append(pools, ps...)
+			if next == nil {
+				break
+			}
+			page.After = next
+		}
+	}
+	if len(pools) != 8 {
+		t.Fatalf("listed %d pools, want 4 twice", len(pools))
+	}
+	for _, l := range pools {
+		if g := must(e.svc.GetPool(ctx, "acme", l.PoolID)); !reflect.DeepEqual(l, g) {
+			t.Errorf("pool %s: list and get differ:\nlist %+v\nget  %+v", l.PoolID, l, g)
+		}
+	}
+
+	var quotas []capacity.Quota
+	for _, limit := range []int{1, 10} {
+		for page := (capacity.Page{Limit: limit}); ; {
+			qs, next := must2(e.svc.ListQuotas(ctx, "acme", "", page))
+			quotas = append(quotas, qs...)
+			if next == nil {
+				break
+			}
+			page.After = next
+		}
+	}
+	if len(quotas) < 8 {
+		t.Fatalf("listed %d quota rows, want at least 4 twice: %+v", len(quotas), quotas)
+	}
+	used := false
+	for _, l := range quotas {
+		g := must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: l.TenantID, PoolID: l.PoolID, Resource: l.Resource}))
+		if l != g {
+			t.Errorf("quota %s/%s: list %+v, get %+v", l.PoolID, l.Resource, l, g)
+		}
+		used = used || l.Used > 0
+	}
+	if !used {
+		t.Errorf("no quota row with used > 0 in the mix: %+v", quotas)
+	}
 }
