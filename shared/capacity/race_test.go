@@ -2,7 +2,9 @@ package capacity_test
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -162,6 +164,44 @@ func TestLostRaceIsNotCapacityExhausted(t *testing.T) {
 	}
 	t.Logf("8 creates, 1 attempt each: %v", out)
 	e.clock.Advance(capacity.StaleAfter + time.Second)
+	e.pass(t)
+	e.check(t)
+}
+
+// TestRechoiceTooLargeForTheChargeIsRepaired: a create whose placement is
+// taken between its charge and its writes chooses again; when the new
+// placement spans more nodes than the charge's record holds, the record must
+// stop naming the old placement (the draft holds the new one), so a crash
+// right after the writes is repaired by freeing what was really written.
+func TestRechoiceTooLargeForTheChargeIsRepaired(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 16 * capacity.DefaultNodeSize})
+	e.offer(t, "acme", "p1", "acme", "gpu", 1000)
+	req := e.req("acme", "p1", "gpu", 18, 0, time.Hour)
+	req.Topology = capacity.AnyDevices // first choice: 3 nodes (8 + 8 + 2)
+
+	var filling, filled, crashed atomic.Bool
+	e.svc.Faults = func(point string) error {
+		switch {
+		case point == capacity.FaultCharged && filling.CompareAndSwap(false, true):
+			// After the charge, before the writes: leave every node 2 free
+			// devices, so the rechoice needs 9 nodes (more than the record's 8).
+			for range 16 {
+				must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", capacity.DefaultNodeSize-2, 0, time.Hour), allow))
+			}
+			filled.Store(true)
+		case point == capacity.FaultAllocated && filled.Load() && crashed.CompareAndSwap(false, true):
+			return errors.New("crash after the writes")
+		}
+		return nil
+	}
+	if _, err := e.svc.CreateReservation(ctx, req, allow); err == nil || !crashed.Load() {
+		t.Fatalf("create: %v, crashed %v (the fault did not fire)", err, crashed.Load())
+	}
+	e.svc.Faults = nil
+	e.clock.Advance(capacity.StaleAfter + time.Second)
+	e.pass(t)
 	e.pass(t)
 	e.check(t)
 }

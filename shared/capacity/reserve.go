@@ -1061,12 +1061,13 @@ func (s *Service) rechoose(ctx context.Context, r Reservation, req Request, pr P
 	if err != nil {
 		return nil, nil, err
 	}
-	if len(p) > InlinePlacement {
-		err = s.record(ctx, r, pr, p)
-	} else {
-		err = s.Store.Replace(ctx, r.Quota(), r.ReservationID, p)
+	// A large placement goes on the draft first; the charge's record then
+	// names the new placement, or none (a repair reads the draft's devices),
+	// never the one this attempt gave up.
+	if err := s.record(ctx, r, pr, p); err != nil {
+		return nil, nil, err
 	}
-	if err != nil {
+	if err := s.Store.Replace(ctx, r.Quota(), r.ReservationID, inline(p)); err != nil {
 		return nil, nil, unavailable(err)
 	}
 	return p, state, nil
