@@ -763,6 +763,15 @@ func (s *Service) fastCandidates(ctx context.Context, r Reservation, req *Reques
 		minUntouched = 1
 	}
 	known, haveTopology := s.known(pr)
+	if haveTopology && req.Topology == OnNodes && req.Count > known.NodeSize {
+		pr.Topology = known
+		first, err := s.wholeNodes(ctx, pr, req, days[0])
+		if err != nil {
+			return pr, nil, err
+		}
+		cands, err := s.withDays(ctx, pr, first, days)
+		return pr, cands, err
+	}
 	switch {
 	case haveTopology && req.Topology == OnNodes && req.Count >= known.NodeSize:
 		// Whole nodes: start the read at a point of the whole nodes' order
@@ -802,19 +811,27 @@ func (s *Service) fastCandidates(ctx context.Context, r Reservation, req *Reques
 	pr = first[0].Topology()
 	s.learn(pr)
 	if req.Topology == OnNodes && req.Count > pr.NodeSize {
-		// Several whole nodes: read as many untouched ones as it needs.
-		want := pr.NodesFor(req.Count)
-		if first, _, err = s.Store.Candidates(ctx, pr, days[0], pr.NodeSize, want+candidateLimit, spreadFrom(req)); err != nil {
-			return pr, nil, unavailable(err)
-		}
-		if len(first) < want {
-			if first, _, err = s.Store.Candidates(ctx, pr, days[0], pr.NodeSize, want+candidateLimit, 0); err != nil {
-				return pr, nil, unavailable(err)
-			}
+		if first, err = s.wholeNodes(ctx, pr, req, days[0]); err != nil {
+			return pr, nil, err
 		}
 	}
 	cands, err := s.withDays(ctx, pr, first, days)
 	return pr, cands, err
+}
+
+// wholeNodes reads as many untouched node-days of day as a request of
+// several whole nodes needs (and candidateLimit more), from the request's
+// spread point, then from the start when that found too few.
+func (s *Service) wholeNodes(ctx context.Context, pr PoolResource, req *Request, day Day) ([]NodeDay, error) {
+	want := pr.NodesFor(req.Count)
+	first, _, err := s.Store.Candidates(ctx, pr, day, pr.NodeSize, want+candidateLimit, spreadFrom(req))
+	if err == nil && len(first) < want {
+		first, _, err = s.Store.Candidates(ctx, pr, day, pr.NodeSize, want+candidateLimit, 0)
+	}
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return first, nil
 }
 
 // spreadFrom is where a request's candidate read starts in the order of

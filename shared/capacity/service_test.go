@@ -53,3 +53,24 @@ func TestCreateReservationHappyPath(t *testing.T) {
 	}
 	e.check(t)
 }
+
+// TestMultiNodeCreateRoundTrips: once the layout is known, a create of
+// several whole nodes reads its candidates in one Query: draft, candidates,
+// charge, one write per node-day, fence, settle.
+func TestMultiNodeCreateRoundTrips(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 8 * capacity.DefaultNodeSize})
+	e.offer(t, "acme", "p1", "acme", "gpu", 1000)
+	e.pass(t) // provisions the pool's next days: every node-day is stored
+	must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 2*capacity.DefaultNodeSize, 0, time.Hour), allow))
+	e.rt.Reset()
+	r := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 2*capacity.DefaultNodeSize, 0, time.Hour), allow))
+	if r.State != capacity.Placed || len(r.NodeIDs) != 2 {
+		t.Fatalf("got %+v", r)
+	}
+	if got := e.rt.Count(); got != 7 {
+		t.Errorf("round trips = %d, want 7 (draft, candidates, charge, 2 node-days, fence, settle)", got)
+	}
+	e.check(t)
+}
