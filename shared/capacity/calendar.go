@@ -1,7 +1,5 @@
 package capacity
 
-import "time"
-
 // MaxEntriesPerNodeDay bounds the reservations one node's day may hold
 // (what keeps its item small: see docs/capacity.md). A day that is full
 // refuses more, as a node with no free device would.
@@ -102,11 +100,6 @@ func (n NodeDay) Conflicts() [][2]string {
 		}
 	}
 	return out
-}
-
-// Overlaps reports whether the window overlaps day d.
-func (w Window) OverlapsDay(d Day) bool {
-	return w.Start.Before(d.Start().Add(24*time.Hour)) && d.Start().Before(w.End)
 }
 
 // Add records id's entry on the node-day as a placement's write does (its

@@ -99,7 +99,7 @@ func NewPool(id, owner string, resources, nodeSize map[string]int, createdAt tim
 			ns[r] = n
 		}
 	}
-	return Pool{PoolID: id, OwnerTenantID: owner, Resources: resources, NodeSize: ns, CreatedAt: createdAt.UTC()}.WithDevices()
+	return Pool{PoolID: id, OwnerTenantID: owner, Resources: resources, NodeSize: ns, CreatedAt: createdAt.UTC()}
 }
 
 // WithDevices fills Devices from Resources (stores keep only the counts).

@@ -264,9 +264,9 @@ func answer(r Reservation) error {
 	case r.State == Rejected && r.Reason == ReasonQuota:
 		e = apierr.New(apierr.QuotaExceeded, "the reservation does not fit the quota").With("requested", r.Count)
 	case r.State == Rejected && r.Reason == ReasonInvalid && r.Invalid == "resource":
-		e = apierr.Invalid("unknown_resource", "resource", "pool %q has no resource %q", r.PoolID, r.Resource)
+		e = errNoResource(r.PoolID, r.Resource)
 	case r.State == Rejected && r.Reason == ReasonInvalid:
-		e = apierr.New(apierr.NotFound, "pool %q not found", r.PoolID)
+		e = errPoolNotFound(r.PoolID)
 	case r.State == Rejected:
 		e = apierr.New(apierr.CapacityExhausted, "%s", noFitMessage(r.Reason)).With("reason", r.Reason)
 	default:

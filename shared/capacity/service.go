@@ -157,6 +157,17 @@ func (s *Service) known(pr PoolResource) (Topology, bool) {
 	return t.(Topology), true
 }
 
+// errPoolNotFound answers for a pool the tenant cannot see (or that does
+// not exist: the two are not told apart).
+func errPoolNotFound(id string) *apierr.Error {
+	return apierr.New(apierr.NotFound, "pool %q not found", id)
+}
+
+// errNoResource answers for a resource the pool does not have.
+func errNoResource(pool, resource string) *apierr.Error {
+	return apierr.Invalid("unknown_resource", "resource", "pool %q has no resource %q", pool, resource)
+}
+
 // unavailable maps a store error that is not a domain sentinel.
 func unavailable(err error) *apierr.Error {
 	if e := apierr.As(err); e != nil {
@@ -265,13 +276,13 @@ func (s *Service) provisionPool(ctx context.Context, p Pool, now time.Time, budg
 func (s *Service) OfferPool(ctx context.Context, tenant, poolID, toTenant, resource string, max int64) (Quota, error) {
 	p, err := s.Store.GetPool(ctx, poolID)
 	if errors.Is(err, ErrNotFound) || (err == nil && !p.OwnedBy(tenant)) {
-		return Quota{}, apierr.New(apierr.NotFound, "pool %q not found", poolID)
+		return Quota{}, errPoolNotFound(poolID)
 	}
 	if err != nil {
 		return Quota{}, unavailable(err)
 	}
 	if _, ok := p.Resources[resource]; !ok {
-		return Quota{}, apierr.Invalid("unknown_resource", "resource", "pool %q has no resource %q", poolID, resource)
+		return Quota{}, errNoResource(poolID, resource)
 	}
 	if max < 0 || max > MaxQuota {
 		return Quota{}, apierr.Invalid("constraint", "max", "max must be 0..%d", MaxQuota)
@@ -290,7 +301,7 @@ func (s *Service) OfferPool(ctx context.Context, tenant, poolID, toTenant, resou
 func (s *Service) GetPool(ctx context.Context, tenant, poolID string) (Pool, error) {
 	p, err := s.Store.VisiblePool(ctx, tenant, poolID)
 	if errors.Is(err, ErrNotFound) {
-		return Pool{}, apierr.New(apierr.NotFound, "pool %q not found", poolID)
+		return Pool{}, errPoolNotFound(poolID)
 	}
 	if err != nil {
 		return Pool{}, unavailable(err)

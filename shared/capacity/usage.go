@@ -78,12 +78,12 @@ func (s *Service) PoolUsage(ctx context.Context, q UsageRequest) (Usage, map[str
 	p, err := s.Store.VisiblePool(ctx, q.TenantID, q.PoolID)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return Usage{}, nil, apierr.New(apierr.NotFound, "pool %q not found", q.PoolID)
+		return Usage{}, nil, errPoolNotFound(q.PoolID)
 	case err != nil:
 		return Usage{}, nil, unavailable(err)
 	}
 	if _, ok := p.Resources[q.Resource]; !ok {
-		return Usage{}, nil, apierr.Invalid("unknown_resource", "resource", "pool %q has no resource %q", q.PoolID, q.Resource)
+		return Usage{}, nil, errNoResource(q.PoolID, q.Resource)
 	}
 	from := q.From
 	if from.IsZero() {

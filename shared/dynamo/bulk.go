@@ -17,7 +17,7 @@ import (
 // is for benchmarks and tests that need a large, consistent state quickly;
 // it requires that nothing else writes those items meanwhile and that the
 // reservations do not overlap. nodeDays are the node-days to write (made
-// with their entries by capacity.Apply); quotas the rows to write whole.
+// with their entries by NodeDay.Add); quotas the rows to write whole.
 func (s *Capacity) BulkLoad(ctx context.Context, reservations []capacity.Reservation, nodeDays []capacity.NodeDay, quotas []capacity.Quota) error {
 	var reqs []types.WriteRequest
 	add := func(item any) error {
@@ -39,9 +39,7 @@ func (s *Capacity) BulkLoad(ctx context.Context, reservations []capacity.Reserva
 		}
 	}
 	for _, q := range quotas {
-		k := q.Key()
-		if err := add(quotaItem{PK: tenantPK(k.TenantID), SK: quotaSK(k), Kind: kindQuota, TenantID: k.TenantID, PoolID: k.PoolID,
-			Resource: k.Resource, Max: q.Max, Used: q.Used, Free: q.Max - q.Used, InFlight: map[string]flightRecord{}}); err != nil {
+		if err := add(newQuotaItem(q.Key(), q.Max, q.Used)); err != nil {
 			return err
 		}
 	}

@@ -40,9 +40,11 @@ func (s *Capacity) ListPools(ctx context.Context, tenant string, page capacity.P
 		if err := attributevalue.UnmarshalMap(av, &it); err != nil {
 			return false, err
 		}
-		p := it.pool().WithDevices()
+		p := it.pool()
 		out = append(out, p)
-		devices += len(p.Devices)
+		if n := p.DeviceCount(); n <= capacity.InlineDevices {
+			devices += n // what the answer lists (the service fills Devices)
+		}
 		return devices < capacity.PoolPageDevices, nil
 	})
 	return out, next, err

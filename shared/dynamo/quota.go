@@ -87,10 +87,17 @@ func (it quotaItem) row() capacity.QuotaRow {
 	return r
 }
 
+// newQuotaItem is a quota row holding max and used, nothing in flight.
+func newQuotaItem(k capacity.QuotaKey, max, used int64) quotaItem {
+	return quotaItem{PK: tenantPK(k.TenantID), SK: quotaSK(k), Kind: kindQuota, TenantID: k.TenantID, PoolID: k.PoolID,
+		Resource: k.Resource, Max: max, Used: used, Free: max - used, InFlight: map[string]flightRecord{}}
+}
+
 // EnsureQuota implements capacity.PoolStore.
 func (s *Capacity) EnsureQuota(ctx context.Context, k capacity.QuotaKey, max int64, now time.Time) error {
-	err := s.put(ctx, quotaItem{PK: tenantPK(k.TenantID), SK: quotaSK(k), Kind: kindQuota, TenantID: k.TenantID, PoolID: k.PoolID,
-		Resource: k.Resource, Max: max, Free: max, InFlight: map[string]flightRecord{}, UpdatedAt: fmtTime(now)}, notExists)
+	it := newQuotaItem(k, max, 0)
+	it.UpdatedAt = fmtTime(now)
+	err := s.put(ctx, it, notExists)
 	if isConditionFailed(err) {
 		return nil
 	}
