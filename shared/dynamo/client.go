@@ -39,13 +39,7 @@ func Metered(o *dynamodb.Options) {
 			func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
 				write := askCapacity(in.Parameters)
 				out, md, err := next.HandleInitialize(ctx, in)
-				if m := meter.From(ctx); m != nil {
-					for _, c := range consumed(out.Result) {
-						if c.CapacityUnits != nil {
-							m.Consumed(*c.CapacityUnits, write)
-						}
-					}
-				}
+				recordConsumed(meter.From(ctx), write, out.Result)
 				return out, md, err
 			}), middleware.After)
 		if err != nil {
@@ -57,6 +51,18 @@ func Metered(o *dynamodb.Options) {
 				return next.HandleFinalize(ctx, in)
 			}), middleware.After)
 	})
+}
+
+// recordConsumed adds the capacity an operation's result reports to m (nil: none).
+func recordConsumed(m *meter.Meter, write bool, result any) {
+	if m == nil {
+		return
+	}
+	for _, c := range consumed(result) {
+		if c.CapacityUnits != nil {
+			m.Consumed(*c.CapacityUnits, write)
+		}
+	}
 }
 
 // askCapacity sets ReturnConsumedCapacity on an operation's input and
@@ -168,11 +174,7 @@ func MeterAll(m *meter.Meter) func(*dynamodb.Options) {
 					write := askCapacity(in.Parameters)
 					out, md, err := next.HandleInitialize(ctx, in)
 					m.Call()
-					for _, c := range consumed(out.Result) {
-						if c.CapacityUnits != nil {
-							m.Consumed(*c.CapacityUnits, write)
-						}
-					}
+					recordConsumed(m, write, out.Result)
 					return out, md, err
 				}), middleware.After)
 		})
