@@ -168,7 +168,7 @@ var Catalog = []*Method{
 		Actions: []string{"dynamodb:GetItem"}},
 	{Name: "pools.list", Kind: Read, Permission: "compute:pools:read", Scope: tenantScope, Module: "capacity",
 		Summary: "Lists the pools owned by or offered to the tenant, by pool id.",
-		Notes:   []Note{{"Paging", "A page may end before `limit` pools once the pools listed so far list ${capacity.PoolPageDevices} devices (an answer stays far below Lambda's 6 MB response limit); `nextCursor` continues."}},
+		Notes:   []Note{{"Paging", "A page may end before `limit` pools once the pools listed so far list " + num(capacity.PoolPageDevices) + " devices (an answer stays far below Lambda's 6 MB response limit); `nextCursor` continues."}},
 		Input:   reflect.TypeFor[ListPoolsInput](), Output: reflect.TypeFor[ListPoolsResult](),
 		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{BaseTable}},
 	{Name: "pools.usage", Kind: Read, Permission: "compute:pools:read", Scope: tenantScope, Module: "capacity", Phase: "v0.5",
@@ -212,7 +212,7 @@ var Catalog = []*Method{
 				[]Detail{detail("reservationId"), detail("reason", capacity.ReasonCapacity, capacity.ReasonTopology)}},
 			{apierr.QuotaExceeded, "`used + count` would pass the quota's `max`: the reservation is `rejected` (`reason: quota`)",
 				[]Detail{detail("reservationId"), detail("requested"), detail("used"), detail("max")}},
-			{apierr.Unavailable, "a dependency failed, the first request with this `clientToken` is still in flight, more than ${capacity.MaxInFlight} creates of one quota row are in flight at once, or placement stayed contended; retry (with the same `clientToken`, to get the same reservation)",
+			{apierr.Unavailable, "a dependency failed, the first request with this `clientToken` is still in flight, more than " + num(capacity.MaxInFlight) + " creates of one quota row are in flight at once, or placement stayed contended; retry (with the same `clientToken`, to get the same reservation)",
 				[]Detail{detail("dependency"), detail("reservationId")}},
 		},
 		Actions: []string{"dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, Indexes: []string{"fit", BaseTable}},
@@ -247,14 +247,6 @@ func init() {
 		}
 		if m.Status == "" {
 			m.Status = registered
-		}
-		// The texts may quote limits as ${name}, like doc tags.
-		m.Summary = ExpandDoc(m.Summary)
-		for i := range m.Notes {
-			m.Notes[i].Text = ExpandDoc(m.Notes[i].Text)
-		}
-		for i := range m.Errors {
-			m.Errors[i].When = ExpandDoc(m.Errors[i].When)
 		}
 	}
 }

@@ -133,22 +133,6 @@ type StatusCodes struct {
 	Codes  []apierr.Code
 }
 
-// DetailsOf lists the details keys m's errors with code may carry.
-func (m *Method) DetailsOf(code apierr.Code) []string {
-	var keys []string
-	for _, e := range m.ErrorCases() {
-		if e.Code != code {
-			continue
-		}
-		for _, d := range e.Details {
-			if !slices.Contains(keys, d.Key) {
-				keys = append(keys, d.Key)
-			}
-		}
-	}
-	return keys
-}
-
 // describeDetails writes a case's details for a table cell.
 func describeDetails(ds []Detail) string {
 	var parts []string

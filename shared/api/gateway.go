@@ -317,12 +317,7 @@ func ErrorEnvelope(requestID string, err error) (int, []byte) {
 	if e == nil || e.Code == apierr.Internal {
 		e = &apierr.Error{Code: apierr.Internal, Message: "internal error; quote the request id"}
 	}
-	if e.Details == nil {
-		c := *e
-		c.Details = map[string]any{}
-		e = &c
-	}
-	body, _ := json.Marshal(errorBody{Error: e, RequestID: requestID})
+	body, _ := json.Marshal(errorBody{Error: e, RequestID: requestID}) // details {} when empty: Error.MarshalJSON
 	return apierr.HTTPStatus(e.Code), body
 }
 

@@ -24,8 +24,6 @@ var docConstants = map[string]string{
 	"capacity.MaxStartSkew":      human(capacity.MaxStartSkew),
 	"capacity.MaxLeadTime":       human(capacity.MaxLeadTime),
 	"capacity.MaxWindow":         human(capacity.MaxWindow),
-	"capacity.MaxInFlight":       num(capacity.MaxInFlight),
-	"capacity.PoolPageDevices":   num(capacity.PoolPageDevices),
 }
 
 var docConstant = regexp.MustCompile(`\$\{([A-Za-z.]+)\}`)

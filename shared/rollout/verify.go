@@ -258,10 +258,8 @@ var (
 
 func fieldNames(t reflect.Type) map[string]bool {
 	names := map[string]bool{}
-	for _, f := range strictjson.Describe(t) {
-		if !strings.Contains(f.Name, ".") {
-			names[f.Name] = true
-		}
+	for _, f := range strictjson.Fields(t) {
+		names[f.Name] = true
 	}
 	return names
 }

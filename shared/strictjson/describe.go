@@ -100,11 +100,8 @@ func describeOptions(t reflect.Type, o options) string {
 		if t.Kind() == reflect.Map && o.pattern != "" {
 			parts = append(parts, "keys match "+pattern(o.pattern).String())
 		}
-		if t.Kind() == reflect.Map {
-			if b, ok := reflect.New(t).Elem().Interface().(interface{ ValueBounds() (int64, int64) }); ok {
-				lo, hi := b.ValueBounds()
-				parts = append(parts, fmt.Sprintf("values %d..%d", lo, hi))
-			}
+		if lo, hi, ok := ValueBounds(t); ok {
+			parts = append(parts, fmt.Sprintf("values %d..%d", lo, hi))
 		}
 	}
 	return strings.Join(parts, "; ")
@@ -153,8 +150,9 @@ func Fields(t reflect.Type) []Field {
 	return out
 }
 
-// ValueBounds returns the bounds a map type declares for its values (see
-// Resources in shared/api), if any.
+// ValueBounds returns the bounds a named map type declares for its values
+// with a method `ValueBounds() (min, max int64)` (see Resources in
+// shared/api), if any: Decode enforces them, Describe states them.
 func ValueBounds(t reflect.Type) (lo, hi int64, ok bool) {
 	if t.Kind() != reflect.Map {
 		return 0, 0, false

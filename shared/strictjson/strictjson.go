@@ -588,7 +588,9 @@ func (d *decoder) mapping(v reflect.Value, o options) error {
 	}
 	elemOpts := options{}
 	if et := t.Elem(); et.Kind() == reflect.Int || et.Kind() == reflect.Int64 {
-		elemOpts = mapValueOptions(v)
+		if lo, hi, ok := ValueBounds(t); ok {
+			elemOpts = options{hasMin: true, min: lo, hasMax: true, max: hi}
+		}
 	}
 	m := reflect.MakeMap(t)
 	for {
@@ -668,16 +670,6 @@ func (d *decoder) object(v reflect.Value) error {
 		}
 	}
 	return nil
-}
-
-// mapValueOptions lets a named map type declare bounds for its values with a
-// method `ValueBounds() (min, max int64)`.
-func mapValueOptions(v reflect.Value) options {
-	if b, ok := v.Interface().(interface{ ValueBounds() (int64, int64) }); ok {
-		lo, hi := b.ValueBounds()
-		return options{hasMin: true, min: lo, hasMax: true, max: hi}
-	}
-	return options{}
 }
 
 type fieldInfo struct {
