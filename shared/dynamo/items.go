@@ -35,12 +35,19 @@ func dueShard(id string) string {
 	return strconv.Itoa(int(h.Sum32() % schema.DueShards))
 }
 
-func (s *Capacity) put(ctx context.Context, item any, cond *expression.ConditionBuilder) error {
+// table is the one table the stores share: its single-item reads and
+// conditional writes, the same for every item kind.
+type table struct {
+	db   *dynamodb.Client
+	name string
+}
+
+func (t table) put(ctx context.Context, item any, cond *expression.ConditionBuilder) error {
 	av, err := attributevalue.MarshalMap(item)
 	if err != nil {
 		return err
 	}
-	in := &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: av}
+	in := &dynamodb.PutItemInput{TableName: aws.String(t.name), Item: av}
 	if cond != nil {
 		e, err := expression.NewBuilder().WithCondition(*cond).Build()
 		if err != nil {
@@ -48,11 +55,11 @@ func (s *Capacity) put(ctx context.Context, item any, cond *expression.Condition
 		}
 		in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.Condition(), e.Names(), e.Values()
 	}
-	_, err = s.DB.PutItem(ctx, in)
+	_, err = t.db.PutItem(ctx, in)
 	return err
 }
 
-func (s *Capacity) update(ctx context.Context, k map[string]types.AttributeValue, upd expression.UpdateBuilder, cond *expression.ConditionBuilder, rv types.ReturnValue) (map[string]types.AttributeValue, error) {
+func (t table) update(ctx context.Context, k map[string]types.AttributeValue, upd expression.UpdateBuilder, cond *expression.ConditionBuilder, rv types.ReturnValue) (map[string]types.AttributeValue, error) {
 	b := expression.NewBuilder().WithUpdate(upd)
 	if cond != nil {
 		b = b.WithCondition(*cond)
@@ -61,7 +68,7 @@ func (s *Capacity) update(ctx context.Context, k map[string]types.AttributeValue
 	if err != nil {
 		return nil, err
 	}
-	out, err := s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.Table), Key: k,
+	out, err := t.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(t.name), Key: k,
 		UpdateExpression: e.Update(), ConditionExpression: e.Condition(),
 		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ReturnValues: rv})
 	if err != nil {
@@ -71,15 +78,29 @@ func (s *Capacity) update(ctx context.Context, k map[string]types.AttributeValue
 }
 
 // get reads one item consistently into out; found=false if missing.
-func (s *Capacity) get(ctx context.Context, k map[string]types.AttributeValue, out any) (bool, error) {
-	res, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), Key: k, ConsistentRead: aws.Bool(true)})
+func (t table) get(ctx context.Context, k map[string]types.AttributeValue, out any) (bool, error) {
+	res, err := t.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(t.name), Key: k, ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return false, err
 	}
-	if res.Item == nil {
+	if len(res.Item) == 0 {
 		return false, nil
 	}
 	return true, attributevalue.UnmarshalMap(res.Item, out)
+}
+
+func (s *Capacity) table() table { return table{s.DB, s.Table} }
+
+func (s *Capacity) put(ctx context.Context, item any, cond *expression.ConditionBuilder) error {
+	return s.table().put(ctx, item, cond)
+}
+
+func (s *Capacity) update(ctx context.Context, k map[string]types.AttributeValue, upd expression.UpdateBuilder, cond *expression.ConditionBuilder, rv types.ReturnValue) (map[string]types.AttributeValue, error) {
+	return s.table().update(ctx, k, upd, cond, rv)
+}
+
+func (s *Capacity) get(ctx context.Context, k map[string]types.AttributeValue, out any) (bool, error) {
+	return s.table().get(ctx, k, out)
 }
 
 // getOne reads one item as I and converts it; a missing item is

@@ -232,19 +232,9 @@ func conflict(version string, seq int64) error {
 
 // putPending is step 1.
 func (s *Releases) putPending(ctx context.Context, it releaseItem) error {
-	av, err := attributevalue.MarshalMap(it)
-	if err != nil {
-		return err
-	}
 	cond := expression.AttributeNotExists(expression.Name(schema.AttrPK)).
 		Or(expression.Name("state").Equal(expression.Value(relRefused)))
-	e, err := expression.NewBuilder().WithCondition(cond).Build()
-	if err != nil {
-		return err
-	}
-	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: av,
-		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()})
-	return err
+	return s.table().put(ctx, it, &cond)
 }
 
 // claim is step 2; it returns the head it replaced (nil if there was none).
@@ -253,21 +243,15 @@ func (s *Releases) claim(ctx context.Context, it releaseItem) (*head, error) {
 	s1, v1, d1 := expression.Value(it.Sequence), expression.Value(it.Version), expression.Value(it.Digest)
 	cond := expression.Or(expression.AttributeNotExists(seq), seq.LessThan(s1),
 		all([]expression.ConditionBuilder{seq.Equal(s1), ver.Equal(v1), dig.Equal(d1)})) // a retry after a crash continues
-	e, err := expression.NewBuilder().WithCondition(cond).WithUpdate(expression.Set(seq, s1).Set(ver, v1).Set(dig, d1)).Build()
-	if err != nil {
-		return nil, err
-	}
 	// The claim must land before a repair may judge the item stale.
 	cctx, cancel := context.WithTimeout(ctx, it.PendingAt.Add(PendingStale-ClaimWithin/2).Sub(s.now()))
 	defer cancel()
-	out, err := s.DB.UpdateItem(cctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.Table), Key: key(releasePK, releaseHead),
-		ConditionExpression: e.Condition(), UpdateExpression: e.Update(),
-		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ReturnValues: types.ReturnValueUpdatedOld})
-	if err != nil || len(out.Attributes) == 0 {
+	old, err := s.table().update(cctx, key(releasePK, releaseHead), expression.Set(seq, s1).Set(ver, v1).Set(dig, d1), &cond, types.ReturnValueUpdatedOld)
+	if err != nil || len(old) == 0 {
 		return nil, err
 	}
 	var h head
-	if err := attributevalue.UnmarshalMap(out.Attributes, &h); err != nil {
+	if err := attributevalue.UnmarshalMap(old, &h); err != nil {
 		return nil, err
 	}
 	return &h, nil
@@ -307,13 +291,7 @@ func (s *Releases) mark(ctx context.Context, version string, seq int64, dig, to 
 	cond := expression.Name("state").Equal(expression.Value(relPending)).
 		And(expression.Name("seq").Equal(expression.Value(seq))).
 		And(expression.Name("dig").Equal(expression.Value(dig)))
-	e, err := expression.NewBuilder().WithCondition(cond).WithUpdate(upd).Build()
-	if err != nil {
-		return err
-	}
-	_, err = s.DB.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(s.Table), Key: key(releasePK, releaseSK(version)),
-		ConditionExpression: e.Condition(), UpdateExpression: e.Update(),
-		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()})
+	_, err := s.table().update(ctx, key(releasePK, releaseSK(version)), upd, &cond, types.ReturnValueNone)
 	return err
 }
 
@@ -353,30 +331,33 @@ func (s *Releases) repair(ctx context.Context, it releaseItem) error {
 // head reads the channel head consistently (zero if none).
 func (s *Releases) head(ctx context.Context) (head, error) {
 	var h head
-	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table),
-		Key: key(releasePK, releaseHead), ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		return h, apierr.Dependency("dynamodb", err)
+	if _, err := s.get(ctx, releaseHead, &h); err != nil {
+		return h, err
 	}
-	if len(out.Item) > 0 {
-		err = attributevalue.UnmarshalMap(out.Item, &h)
-	}
-	return h, err
+	return h, nil
 }
 
 // item reads a version's item consistently.
 func (s *Releases) item(ctx context.Context, version string) (releaseItem, bool, error) {
 	var it releaseItem
-	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table),
-		Key: key(releasePK, releaseSK(version)), ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		return it, false, apierr.Dependency("dynamodb", err)
-	}
-	if len(out.Item) == 0 {
-		return it, false, nil
-	}
-	return it, true, attributevalue.UnmarshalMap(out.Item, &it)
+	ok, err := s.get(ctx, releaseSK(version), &it)
+	return it, ok, err
 }
+
+// get reads one release item consistently; a failed read is the
+// dependency's error, a bad item a plain one.
+func (s *Releases) get(ctx context.Context, sk string, out any) (bool, error) {
+	res, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), Key: key(releasePK, sk), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return false, apierr.Dependency("dynamodb", err)
+	}
+	if len(res.Item) == 0 {
+		return false, nil
+	}
+	return true, attributevalue.UnmarshalMap(res.Item, out)
+}
+
+func (s *Releases) table() table { return table{s.DB, s.Table} }
 
 // List reads release items through the `ordered` LSI, highest sequence
 // first: one Query per page (limit+1 items, so a full last page carries no
