@@ -512,7 +512,11 @@ func methodHelp(m *api.Method, fields []field) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n\nMethod %s (POST %s), %s; authorization %s @ %s.\n", m.Summary, m.Name, m.Path(), m.Kind, m.Permission, m.Scope)
 	for _, n := range m.Notes {
-		fmt.Fprintf(&b, "\n%s: %s\n", n.Label, n.Text)
+		if n.Label == "" {
+			fmt.Fprintf(&b, "\n%s\n", n.Text) // as the reference prints it: no prefix
+		} else {
+			fmt.Fprintf(&b, "\n%s: %s\n", n.Label, n.Text)
+		}
 	}
 	b.WriteString("\nFields (request field → how to set it):\n")
 	for _, f := range fields {
