@@ -66,36 +66,39 @@ type field struct {
 	global     bool // tenantId: the --tenant flag
 }
 
+// flagRenames maps request fields to the flags that set them where a flag
+// is not named after its field in kebab case (kebab: nodeSize → --node-size).
+var flagRenames = map[string]string{
+	"tenantId":     "tenant", // the global --tenant
+	"poolId":       "pool",   // POOL, the argument, of the pools verbs but list
+	"toTenantId":   "to",
+	"window.start": "start",
+	"window.end":   "end",
+	"resources":    "devices",
+}
+
+// flagOf is the flag that sets a request field (without dashes).
+func flagOf(field string) string {
+	if f, ok := flagRenames[field]; ok {
+		return f
+	}
+	return kebab(field)
+}
+
 // fieldsOf maps a method's input fields to flags and arguments.
 func fieldsOf(m *api.Method) []field {
 	var out []field
 	for _, f := range strictjson.Describe(m.Input) {
 		fl := field{FieldDoc: f}
-		switch f.Name {
-		case "tenantId":
+		switch {
+		case f.Name == "tenantId":
 			fl.global = true
-		case "window":
+		case f.Name == "window":
 			continue // its start and end are flags of their own
-		case "poolId":
-			if m.Resource() == "pools" && m.Verb() != "list" {
-				fl.positional = true
-			} else {
-				fl.flag = "pool"
-			}
-		case "reservationId":
+		case f.Name == "reservationId", f.Name == "poolId" && m.Resource() == "pools" && m.Verb() != "list":
 			fl.positional = true
-		case "window.start":
-			fl.flag = "start"
-		case "window.end":
-			fl.flag = "end"
-		case "toTenantId":
-			fl.flag = "to"
-		case "clientToken":
-			fl.flag = "client-token"
-		case "resources":
-			fl.flag = "devices"
 		default:
-			fl.flag = kebab(f.Name)
+			fl.flag = flagOf(f.Name)
 		}
 		out = append(out, fl)
 	}

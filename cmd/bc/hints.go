@@ -69,33 +69,27 @@ func hint(e *apierr.Error) string {
 	return ""
 }
 
-// fieldFlags maps request fields to the flags of the resource verbs that
-// set them (the others are --<field> in kebab case).
-var fieldFlags = map[string]string{
+// hintFlags says how to set the request fields whose hint says more than
+// one flag (the others: flagOf).
+var hintFlags = map[string]string{
 	"poolId":        "--pool (or POOL)",
 	"reservationId": "the reservation id argument",
-	"toTenantId":    "--to",
-	"clientToken":   "--client-token",
-	"window.start":  "--start",
-	"window.end":    "--end",
 	"window":        "--start/--end",
-	"resources":     "--devices",
-	"nodeSize":      "--node-size",
-	"tenantId":      "--tenant",
 }
 
+// flagFor says how to set the request field an error names (details.field:
+// "window.end", "resources[gpu]", "manifest.payload", …).
 func flagFor(field string) string {
 	root, _, _ := strings.Cut(field, "[")
-	if f, ok := fieldFlags[root]; ok {
+	if _, ok := flagRenames[root]; !ok {
+		if head, _, ok := strings.Cut(root, "."); ok {
+			root = head
+		}
+	}
+	if f, ok := hintFlags[root]; ok {
 		return f
 	}
-	if head, _, ok := strings.Cut(root, "."); ok {
-		if f, ok := fieldFlags[head]; ok {
-			return f
-		}
-		root = head
-	}
-	return "--" + kebab(root)
+	return "--" + flagOf(root)
 }
 
 // kebab turns a JSON name into a flag name: toTenantId → to-tenant-id.
