@@ -15,7 +15,6 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -158,7 +157,7 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 	}
 	cmd := &cobra.Command{
 		Use:   use,
-		Short: firstSentence(m.Summary),
+		Short: m.Brief(),
 		Long:  methodHelp(m, fields),
 		Args:  cobra.ExactArgs(boolInt(positional != nil)),
 	}
@@ -174,16 +173,12 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 		}
 	}
 	for _, f := range fields {
-		switch f.Name {
-		case "state":
-			_ = cmd.RegisterFlagCompletionFunc(f.flag, fixed(stateNames()...))
-		case "topology":
-			_ = cmd.RegisterFlagCompletionFunc(f.flag, fixed(capacity.OnNodes, capacity.AnyDevices))
+		if f.flag != "" && f.Enum != "" {
+			_ = cmd.RegisterFlagCompletionFunc(f.flag, fixed(enumValues(f.Enum)...))
 		}
 	}
-	paged := slicesContainsField(fields, "cursor")
 	var all bool
-	if paged {
+	if m.Pages() {
 		cmd.Flags().BoolVar(&all, "all", false, "follow nextCursor and print every page")
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -542,6 +537,8 @@ func methodHelp(m *api.Method, fields []field) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
+// firstSentence is a resource group's short help: its summary's first
+// sentence (methods have api.Method.Brief).
 func firstSentence(s string) string {
 	if i := strings.Index(s, ". "); i > 0 {
 		return s[:i+1]
@@ -556,20 +553,14 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func slicesContainsField(fs []field, name string) bool {
-	for _, f := range fs {
-		if f.Name == name {
-			return true
-		}
+// enumValues lists the values of the catalog's enum name (api.Enums),
+// sorted: the completions of a flag whose field names the enum.
+func enumValues(name string) []string {
+	e := api.LookupEnum(name)
+	if e == nil {
+		return nil
 	}
-	return false
-}
-
-func stateNames() []string {
-	out := make([]string, 0, len(capacity.States))
-	for _, s := range capacity.States {
-		out = append(out, string(s))
-	}
+	out := e.Strings()
 	sort.Strings(out)
 	return out
 }

@@ -27,7 +27,7 @@ or the state given by --until. The exit code is 0 when it ended in the state wai
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if until != "" {
 				if _, ok := capacity.ParseState(until); !ok {
-					return usageErr(fmt.Errorf("--until: %q is not a state (%v)", until, stateNames()))
+					return usageErr(fmt.Errorf("--until: %q is not a state (%v)", until, enumValues(api.StateEnum.Name)))
 				}
 			}
 			if every <= 0 {
@@ -82,7 +82,7 @@ or the state given by --until. The exit code is 0 when it ended in the state wai
 	}
 	cmd.Flags().StringVar(&until, "until", "", "exit once the reservation is in this state (e.g. active)")
 	cmd.Flags().DurationVar(&every, "interval", time.Second, "how often to ask")
-	_ = cmd.RegisterFlagCompletionFunc("until", fixed(stateNames()...))
+	_ = cmd.RegisterFlagCompletionFunc("until", fixed(enumValues(api.StateEnum.Name)...))
 	return cmd
 }
 
