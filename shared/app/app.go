@@ -39,6 +39,8 @@ type App struct {
 	only string
 	// cursorFallback: no cursor key was configured (see New).
 	cursorFallback bool
+	// pins: the release pins loaded at start (Pins).
+	pins []Pin
 }
 
 // serves reports whether this process serves method name.
