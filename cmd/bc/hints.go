@@ -48,9 +48,6 @@ func hint(e *apierr.Error) string {
 	case apierr.NotFound:
 		return "Check the id and --tenant: another tenant's pools and reservations are not visible."
 	case apierr.Conflict:
-		if str("latestSequence") != "" || e.Details["latestSequence"] != nil {
-			return "A release's sequence must be above the latest recorded one (details.latestSequence)."
-		}
 		return "The id or clientToken is taken with another definition; use another, or repeat the first request exactly."
 	case apierr.QuotaExceeded:
 		return "Release reservations, ask for less, or ask the pool's owner for a higher max (bc pools offer)."
