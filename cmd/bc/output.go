@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -140,7 +139,7 @@ func decodePages[T any](method string, pages [][]byte) ([]T, error) {
 func printPool(w io.Writer, p capacity.Pool) {
 	fmt.Fprintf(w, "pool\t%s\nowner\t%s\ncreated\t%s\n\n", p.PoolID, p.OwnerTenantID, stamp(p.CreatedAt))
 	fmt.Fprintln(w, "RESOURCE\tDEVICES\tNODE SIZE\tNODES")
-	for _, r := range sortedKeys(p.Resources) {
+	for _, r := range p.ResourceNames() {
 		t := p.Topology(r)
 		fmt.Fprintf(w, "%s\t%d\t%d\t%d\n", r, t.Devices, t.NodeSize, t.Nodes())
 	}
@@ -195,7 +194,7 @@ func stateWithReason(r capacity.Reservation) string {
 
 func resourceList(p capacity.Pool) string {
 	var parts []string
-	for _, r := range sortedKeys(p.Resources) {
+	for _, r := range p.ResourceNames() {
 		parts = append(parts, r+"×"+strconv.Itoa(p.Resources[r]))
 	}
 	return strings.Join(parts, ", ")
@@ -229,13 +228,4 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func sortedKeys(m map[string]int) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -61,8 +60,7 @@ func (c *cli) showPool(ctx context.Context, w io.Writer, o showOptions) error {
 		if err := c.callJSON(ctx, "pools.get", map[string]any{"tenantId": o.Tenant, "poolId": o.Pool}, &got); err != nil {
 			return err
 		}
-		resources = got.Pool.ResourceNames()
-		sort.Strings(resources)
+		resources = got.Pool.ResourceNames() // sorted
 	}
 	var all [][]capacity.Usage
 	for i, res := range resources {
