@@ -113,8 +113,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*App, error) {
 	}
 	logger := o.logger
 	if logger == nil {
-		level, _ := ParseLogLevel(cfg.LogLevel) // validated by ConfigFromEnv
-		logger = newLogger(cfg.LogFormat, level)
+		logger = newLogger(cfg.LogFormat, cfg.LogLevel)
 	}
 	awsCfg := o.awsCfg
 	if awsCfg == nil {
