@@ -27,6 +27,8 @@ NODE_STAMP        := node_modules/.package-lock.json
 TEST_TIMEOUT ?= 10m
 # Lambda architecture: arm64 in AWS; amd64 for LocalStack on an amd64 host.
 LAMBDA_GOARCH ?= arm64
+# Where make build puts <function>/bootstrap (make lambda-build: build/lambda-test).
+LAMBDA_OUT    ?= build
 # The race detector needs cgo and a C compiler; without them tests run without it.
 RACE          = $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) env CC)" >/dev/null 2>&1 && echo -race)
 GOTESTFLAGS  ?= $(RACE)
@@ -81,14 +83,14 @@ vet: ## go vet
 	$(GO) vet ./...
 
 build: ## build every Lambda for linux/arm64 (LAMBDA_GOARCH=amd64 for LocalStack on amd64) into build/<function>/bootstrap
-	@rm -rf build/.bin && mkdir -p build/.bin
+	@rm -rf $(LAMBDA_OUT)/.bin && mkdir -p $(LAMBDA_OUT)/.bin
 	GOOS=linux GOARCH=$(LAMBDA_GOARCH) CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags "-s -w" \
-	  -o build/.bin/ $(FUNCTIONS:%=./functions/%)
+	  -o $(LAMBDA_OUT)/.bin/ $(FUNCTIONS:%=./functions/%)
 	@for f in $(FUNCTIONS); do \
-	  mkdir -p build/$$f && mv build/.bin/$$f build/$$f/bootstrap; \
-	  printf '  build/%-32s %6.2f MiB\n' "$$f/bootstrap" "$$(wc -c < build/$$f/bootstrap | awk '{print $$1/1048576}')"; \
+	  mkdir -p $(LAMBDA_OUT)/$$f && mv $(LAMBDA_OUT)/.bin/$$f $(LAMBDA_OUT)/$$f/bootstrap; \
+	  printf '  %s/%-32s %6.2f MiB\n' "$(LAMBDA_OUT)" "$$f/bootstrap" "$$(wc -c < $(LAMBDA_OUT)/$$f/bootstrap | awk '{print $$1/1048576}')"; \
 	done
-	@rmdir build/.bin
+	@rmdir $(LAMBDA_OUT)/.bin
 
 # make lambda-test: the bootstraps for this machine's architecture, each run
 # under the emulator with the environment the synthesized template gives it
@@ -102,12 +104,10 @@ LAMBDA_TEMPLATE ?= cdk.out/BetterCompute.template.json
 $(RIE):
 	GOBIN=$(CURDIR)/$(@D) $(GO) install $(RIE_MODULE)/cmd/aws-lambda-rie@$(RIE_VERSION)
 
+# make build into a clean $(LAMBDA_TEST_DIR), for this machine's architecture.
 lambda-build:
-	@rm -rf $(LAMBDA_TEST_DIR) && mkdir -p $(LAMBDA_TEST_DIR)/.bin
-	GOOS=linux GOARCH=$$($(GO) env GOARCH) CGO_ENABLED=0 $(GO) build -tags lambda.norpc -trimpath -ldflags "-s -w" \
-	  -o $(LAMBDA_TEST_DIR)/.bin/ $(FUNCTIONS:%=./functions/%)
-	@for f in $(FUNCTIONS); do mkdir -p $(LAMBDA_TEST_DIR)/$$f && mv $(LAMBDA_TEST_DIR)/.bin/$$f $(LAMBDA_TEST_DIR)/$$f/bootstrap; done
-	@rmdir $(LAMBDA_TEST_DIR)/.bin
+	@rm -rf $(LAMBDA_TEST_DIR)
+	@$(MAKE) build LAMBDA_OUT=$(LAMBDA_TEST_DIR) LAMBDA_GOARCH=$$($(GO) env GOARCH)
 
 lambda-test: tools $(RIE) synth lambda-build ## every Lambda under the official runtime emulator, checked against the local gateway (both IAM modes)
 	$(GO) vet -tags lambdatest ./test/lambda

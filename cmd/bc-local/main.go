@@ -102,17 +102,13 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	pins, err := a.ReleasePins(ctx) // validated by Endpoints
-	if err != nil {
-		return err
-	}
 	ctx, cancel := context.WithCancel(ctx)
 	reconciled := make(chan struct{})
 	go func() {
 		defer close(reconciled)
 		localgw.Reconcile(ctx, cfg.ReconcileInterval, a.Reconcile, log)
 	}()
-	fmt.Println(pinReport(pins, cfg.ReleaseThreshold, defaulted))
+	fmt.Println(pinReport(a.Pins(), cfg.ReleaseThreshold, defaulted)) // loaded and validated by Endpoints
 	fmt.Println(localgw.Quickstart(localgw.Stack{URL: "http://" + ln.Addr().String(), DynamoEndpoint: stack.DynamoEndpoint,
 		KMSEndpoint: stack.KMSEndpoint, Table: cfg.Table, Region: cfg.Region}, time.Now()))
 	log.Info("serving", "listen", ln.Addr().String(), "table", cfg.Table, "reconcile_interval", cfg.ReconcileInterval.String())

@@ -35,7 +35,7 @@ stack set BC_DYNAMODB_ENDPOINT (make run prints it) or --dynamodb-endpoint; agai
 				return usageErr(errors.New("check: no DynamoDB endpoint: set BC_DYNAMODB_ENDPOINT or --dynamodb-endpoint (make run prints it), or pass --aws to read a table in AWS"))
 			}
 			ctx := cmd.Context()
-			cfg, err := awsConfig(ctx, c.envOr("AWS_REGION", "us-east-1"), endpoint != "", c.getenv("AWS_ACCESS_KEY_ID") != "")
+			cfg, err := c.awsConfig(ctx, endpoint)
 			if err != nil {
 				return localErr(err)
 			}
@@ -75,11 +75,12 @@ func runCheck(ctx context.Context, r capacity.SnapshotReader, table string, out 
 	return nil
 }
 
-// awsConfig is the SDK's default chain (profiles, SSO, …); against a local
-// server any credentials do.
-func awsConfig(ctx context.Context, region string, local, haveKeys bool) (aws.Config, error) {
-	opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithRegion(region)}
-	if local && !haveKeys {
+// awsConfig is the SDK's default chain (profiles, SSO, …) in AWS_REGION
+// (default us-east-1); against a local server (endpoint set) any
+// credentials do when AWS_ACCESS_KEY_ID is unset.
+func (c *cli) awsConfig(ctx context.Context, endpoint string) (aws.Config, error) {
+	opts := []func(*awsconfig.LoadOptions) error{awsconfig.WithRegion(c.envOr("AWS_REGION", "us-east-1"))}
+	if endpoint != "" && c.getenv("AWS_ACCESS_KEY_ID") == "" {
 		opts = append(opts, awsconfig.WithCredentialsProvider(credentials.NewStaticCredentialsProvider("local", "local", "")))
 	}
 	return awsconfig.LoadDefaultConfig(ctx, opts...)

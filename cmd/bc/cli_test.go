@@ -84,10 +84,13 @@ func TestCLIGolden(t *testing.T) {
 // zsh completion scripts are generated.
 func TestHelpAndCompletion(t *testing.T) {
 	var transcript strings.Builder
-	for _, args := range [][]string{{"reservations", "create", "--help"}, {"call", "pools.offer", "-h"}, {"methods"}} {
+	for _, args := range [][]string{{"reservations", "create", "--help"}, {"releases", "list", "--help"}, {"call", "pools.offer", "-h"}, {"methods"}} {
 		out, errOut, code := bcRun(t, nil, args...)
 		if code != 0 {
 			t.Errorf("bc %v: exit %d %s", args, code, errOut)
+		}
+		if strings.Contains(out, "\n: ") {
+			t.Errorf("bc %v: a note without a label is printed after a colon:\n%s", args, out)
 		}
 		transcript.WriteString("$ bc " + strings.Join(args, " ") + "\n" + out + "\n")
 	}

@@ -15,7 +15,6 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -66,36 +65,39 @@ type field struct {
 	global     bool // tenantId: the --tenant flag
 }
 
+// flagRenames maps request fields to the flags that set them where a flag
+// is not named after its field in kebab case (kebab: nodeSize → --node-size).
+var flagRenames = map[string]string{
+	"tenantId":     "tenant", // the global --tenant
+	"poolId":       "pool",   // POOL, the argument, of the pools verbs but list
+	"toTenantId":   "to",
+	"window.start": "start",
+	"window.end":   "end",
+	"resources":    "devices",
+}
+
+// flagOf is the flag that sets a request field (without dashes).
+func flagOf(field string) string {
+	if f, ok := flagRenames[field]; ok {
+		return f
+	}
+	return kebab(field)
+}
+
 // fieldsOf maps a method's input fields to flags and arguments.
 func fieldsOf(m *api.Method) []field {
 	var out []field
 	for _, f := range strictjson.Describe(m.Input) {
 		fl := field{FieldDoc: f}
-		switch f.Name {
-		case "tenantId":
+		switch {
+		case f.Name == "tenantId":
 			fl.global = true
-		case "window":
+		case f.Name == "window":
 			continue // its start and end are flags of their own
-		case "poolId":
-			if m.Resource() == "pools" && m.Verb() != "list" {
-				fl.positional = true
-			} else {
-				fl.flag = "pool"
-			}
-		case "reservationId":
+		case f.Name == "reservationId", f.Name == "poolId" && m.Resource() == "pools" && m.Verb() != "list":
 			fl.positional = true
-		case "window.start":
-			fl.flag = "start"
-		case "window.end":
-			fl.flag = "end"
-		case "toTenantId":
-			fl.flag = "to"
-		case "clientToken":
-			fl.flag = "client-token"
-		case "resources":
-			fl.flag = "devices"
 		default:
-			fl.flag = kebab(f.Name)
+			fl.flag = flagOf(f.Name)
 		}
 		out = append(out, fl)
 	}
@@ -155,7 +157,7 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 	}
 	cmd := &cobra.Command{
 		Use:   use,
-		Short: firstSentence(m.Summary),
+		Short: m.Brief(),
 		Long:  methodHelp(m, fields),
 		Args:  cobra.ExactArgs(boolInt(positional != nil)),
 	}
@@ -171,16 +173,12 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 		}
 	}
 	for _, f := range fields {
-		switch f.Name {
-		case "state":
-			_ = cmd.RegisterFlagCompletionFunc(f.flag, fixed(stateNames()...))
-		case "topology":
-			_ = cmd.RegisterFlagCompletionFunc(f.flag, fixed(capacity.OnNodes, capacity.AnyDevices))
+		if f.flag != "" && f.Enum != "" {
+			_ = cmd.RegisterFlagCompletionFunc(f.flag, fixed(enumValues(f.Enum)...))
 		}
 	}
-	paged := slicesContainsField(fields, "cursor")
 	var all bool
-	if paged {
+	if m.Pages() {
 		cmd.Flags().BoolVar(&all, "all", false, "follow nextCursor and print every page")
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -351,36 +349,148 @@ func (c *cli) invoke(cmd *cobra.Command, m *api.Method, body map[string]any, all
 	return renderTable(c.out, m.Name, pages)
 }
 
-// mergePages joins list pages: the first page's object with every page's
-// items in its list field and no nextCursor.
+// mergePages joins the pages of a list into one answer, as if it were one
+// page: the first page's members in its order, without nextCursor, with the
+// arrays of every page concatenated, at the top level (pools, quotas,
+// reservations, releases) and one level down (pools.usage's usage.nodes),
+// and a page's totals (usage.page: "add pages up for the whole resource")
+// added up. Other members are the first page's (usage.poolId, usage.from, …).
 func mergePages(pages [][]byte) json.RawMessage {
 	if len(pages) == 1 {
 		return pages[0]
 	}
-	var first map[string]json.RawMessage
-	if json.Unmarshal(pages[0], &first) != nil {
-		return pages[0]
+	raws := make([]json.RawMessage, len(pages))
+	for i, p := range pages {
+		raws[i] = p
 	}
-	for key := range first {
-		if key == "nextCursor" {
+	if out, ok := mergeObjects(raws, 1); ok {
+		return out
+	}
+	return pages[0]
+}
+
+// mergeObjects merges the same object of every page (see mergePages); depth
+// is how many levels of objects further down are merged too. It reports
+// false when the first page's value is not an object.
+func mergeObjects(pages []json.RawMessage, depth int) (json.RawMessage, bool) {
+	first, ok := members(pages[0])
+	if !ok {
+		return nil, false
+	}
+	rest := make([]map[string]json.RawMessage, len(pages)-1)
+	for i, p := range pages[1:] {
+		_ = json.Unmarshal(p, &rest[i]) // a page that is not an object adds nothing
+	}
+	others := func(key string) []json.RawMessage {
+		out := make([]json.RawMessage, len(rest))
+		for i, obj := range rest {
+			out[i] = obj[key]
+		}
+		return out
+	}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for _, m := range first {
+		if m.key == "nextCursor" {
 			continue
 		}
+		v := m.value
 		var items []json.RawMessage
-		if json.Unmarshal(first[key], &items) != nil {
-			continue
-		}
-		for _, p := range pages[1:] {
-			var obj map[string]json.RawMessage
-			var more []json.RawMessage
-			if json.Unmarshal(p, &obj) == nil && json.Unmarshal(obj[key], &more) == nil {
-				items = append(items, more...)
+		switch {
+		case json.Unmarshal(v, &items) == nil:
+			for _, more := range others(m.key) {
+				var next []json.RawMessage
+				if json.Unmarshal(more, &next) == nil {
+					items = append(items, next...)
+				}
+			}
+			v, _ = json.Marshal(items)
+		case m.key == "page":
+			if sum, ok := addTotals(v, others(m.key)); ok {
+				v = sum
+			}
+		case depth > 0:
+			if merged, ok := mergeObjects(append([]json.RawMessage{v}, others(m.key)...), depth-1); ok {
+				v = merged
 			}
 		}
-		first[key], _ = json.Marshal(items)
+		if b.Len() > 1 {
+			b.WriteByte(',')
+		}
+		key, _ := json.Marshal(m.key)
+		b.Write(key)
+		b.WriteByte(':')
+		b.Write(v)
 	}
-	delete(first, "nextCursor")
-	out, _ := json.Marshal(first)
-	return out
+	b.WriteByte('}')
+	return b.Bytes(), true
+}
+
+// addTotals adds up an object of integers (a page's totals) over pages, in
+// the first one's member order; false when it is not such an object.
+func addTotals(first json.RawMessage, more []json.RawMessage) (json.RawMessage, bool) {
+	ms, ok := members(first)
+	if !ok {
+		return nil, false
+	}
+	sums := make([]int64, len(ms))
+	for i, m := range ms {
+		if json.Unmarshal(m.value, &sums[i]) != nil {
+			return nil, false
+		}
+	}
+	for _, raw := range more {
+		var page map[string]int64
+		if json.Unmarshal(raw, &page) != nil {
+			continue
+		}
+		for i, m := range ms {
+			sums[i] += page[m.key]
+		}
+	}
+	var b bytes.Buffer
+	b.WriteByte('{')
+	for i, m := range ms {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		key, _ := json.Marshal(m.key)
+		fmt.Fprintf(&b, "%s:%d", key, sums[i])
+	}
+	b.WriteByte('}')
+	return b.Bytes(), true
+}
+
+// member is one member of a JSON object.
+type member struct {
+	key   string
+	value json.RawMessage
+}
+
+// members lists an object's members in their order; false when raw is not
+// one JSON object.
+func members(raw json.RawMessage) ([]member, bool) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return nil, false
+	}
+	var out []member
+	for dec.More() {
+		t, err := dec.Token()
+		if err != nil {
+			return nil, false
+		}
+		var m member
+		m.key, _ = t.(string)
+		if err := dec.Decode(&m.value); err != nil {
+			return nil, false
+		}
+		out = append(out, m)
+	}
+	if _, err := dec.Token(); err != nil {
+		return nil, false
+	}
+	return out, true
 }
 
 func writeJSON(w io.Writer, raw []byte) error {
@@ -400,7 +510,11 @@ func methodHelp(m *api.Method, fields []field) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s\n\nMethod %s (POST %s), %s; authorization %s @ %s.\n", m.Summary, m.Name, m.Path(), m.Kind, m.Permission, m.Scope)
 	for _, n := range m.Notes {
-		fmt.Fprintf(&b, "\n%s: %s\n", n.Label, n.Text)
+		if n.Label == "" {
+			fmt.Fprintf(&b, "\n%s\n", n.Text) // as the reference prints it: no prefix
+		} else {
+			fmt.Fprintf(&b, "\n%s: %s\n", n.Label, n.Text)
+		}
 	}
 	b.WriteString("\nFields (request field → how to set it):\n")
 	for _, f := range fields {
@@ -423,6 +537,8 @@ func methodHelp(m *api.Method, fields []field) string {
 	return strings.TrimRight(b.String(), "\n")
 }
 
+// firstSentence is a resource group's short help: its summary's first
+// sentence (methods have api.Method.Brief).
 func firstSentence(s string) string {
 	if i := strings.Index(s, ". "); i > 0 {
 		return s[:i+1]
@@ -437,20 +553,14 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func slicesContainsField(fs []field, name string) bool {
-	for _, f := range fs {
-		if f.Name == name {
-			return true
-		}
+// enumValues lists the values of the catalog's enum name (api.Enums),
+// sorted: the completions of a flag whose field names the enum.
+func enumValues(name string) []string {
+	e := api.LookupEnum(name)
+	if e == nil {
+		return nil
 	}
-	return false
-}
-
-func stateNames() []string {
-	out := make([]string, 0, len(capacity.States))
-	for _, s := range capacity.States {
-		out = append(out, string(s))
-	}
+	out := e.Strings()
 	sort.Strings(out)
 	return out
 }

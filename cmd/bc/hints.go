@@ -48,9 +48,6 @@ func hint(e *apierr.Error) string {
 	case apierr.NotFound:
 		return "Check the id and --tenant: another tenant's pools and reservations are not visible."
 	case apierr.Conflict:
-		if str("latestSequence") != "" || e.Details["latestSequence"] != nil {
-			return "A release's sequence must be above the latest recorded one (details.latestSequence)."
-		}
 		return "The id or clientToken is taken with another definition; use another, or repeat the first request exactly."
 	case apierr.QuotaExceeded:
 		return "Release reservations, ask for less, or ask the pool's owner for a higher max (bc pools offer)."
@@ -69,33 +66,27 @@ func hint(e *apierr.Error) string {
 	return ""
 }
 
-// fieldFlags maps request fields to the flags of the resource verbs that
-// set them (the others are --<field> in kebab case).
-var fieldFlags = map[string]string{
+// hintFlags says how to set the request fields whose hint says more than
+// one flag (the others: flagOf).
+var hintFlags = map[string]string{
 	"poolId":        "--pool (or POOL)",
 	"reservationId": "the reservation id argument",
-	"toTenantId":    "--to",
-	"clientToken":   "--client-token",
-	"window.start":  "--start",
-	"window.end":    "--end",
 	"window":        "--start/--end",
-	"resources":     "--devices",
-	"nodeSize":      "--node-size",
-	"tenantId":      "--tenant",
 }
 
+// flagFor says how to set the request field an error names (details.field:
+// "window.end", "resources[gpu]", "manifest.payload", …).
 func flagFor(field string) string {
 	root, _, _ := strings.Cut(field, "[")
-	if f, ok := fieldFlags[root]; ok {
+	if _, ok := flagRenames[root]; !ok {
+		if head, _, ok := strings.Cut(root, "."); ok {
+			root = head
+		}
+	}
+	if f, ok := hintFlags[root]; ok {
 		return f
 	}
-	if head, _, ok := strings.Cut(root, "."); ok {
-		if f, ok := fieldFlags[head]; ok {
-			return f
-		}
-		root = head
-	}
-	return "--" + kebab(root)
+	return "--" + flagOf(root)
 }
 
 // kebab turns a JSON name into a flag name: toTenantId → to-tenant-id.

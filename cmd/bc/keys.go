@@ -185,7 +185,7 @@ func (c *cli) loadSigners(ctx context.Context, keyFiles, kmsKeys []string) ([]cr
 // kmsClient talks to AWS KMS, or to BC_KMS_ENDPOINT (local-kms) when set.
 func (c *cli) kmsClient(ctx context.Context) (*kms.Client, error) {
 	endpoint := c.getenv("BC_KMS_ENDPOINT")
-	cfg, err := awsConfig(ctx, c.envOr("AWS_REGION", "us-east-1"), endpoint != "", c.getenv("AWS_ACCESS_KEY_ID") != "")
+	cfg, err := c.awsConfig(ctx, endpoint)
 	if err != nil {
 		return nil, err
 	}

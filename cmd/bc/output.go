@@ -4,82 +4,59 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/rollout"
-)
-
-// The answers' shapes as the CLI reads them.
-type (
-	poolAnswer        struct{ Pool capacity.Pool }
-	quotaAnswer       struct{ Quota capacity.Quota }
-	reservationAnswer struct{ Reservation capacity.Reservation }
-	registerAnswer    struct {
-		Release  rollout.Release
-		Replayed bool
-	}
-	listAnswer struct {
-		Pools        []capacity.Pool
-		Quotas       []capacity.Quota
-		Reservations []capacity.Reservation
-		Releases     []rollout.Release
-	}
-	usageAnswer struct{ Usage capacity.Usage }
 )
 
 // renderTable prints a method's answer pages as a person reads them.
 func renderTable(w io.Writer, method string, pages [][]byte) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
-	decode := func(p []byte, v any) error {
-		if err := json.Unmarshal(p, v); err != nil {
-			return fmt.Errorf("%s: unexpected answer: %w", method, err)
-		}
-		return nil
-	}
-	var list listAnswer
-	if strings.HasSuffix(method, ".list") {
-		for _, p := range pages {
-			var page listAnswer
-			if err := decode(p, &page); err != nil {
-				return err
-			}
-			list.Pools = append(list.Pools, page.Pools...)
-			list.Quotas = append(list.Quotas, page.Quotas...)
-			list.Reservations = append(list.Reservations, page.Reservations...)
-			list.Releases = append(list.Releases, page.Releases...)
-		}
-	}
 	switch method {
 	case "pools.create", "pools.get":
-		var a poolAnswer
-		if err := decode(pages[0], &a); err != nil {
+		a, err := decodeAnswer[api.PoolResult](method, pages[0])
+		if err != nil {
 			return err
 		}
 		printPool(tw, a.Pool)
 	case "pools.list":
+		as, err := decodePages[api.ListPoolsResult](method, pages)
+		if err != nil {
+			return err
+		}
 		fmt.Fprintln(tw, "POOL\tOWNER\tRESOURCES\tCREATED")
-		for _, p := range list.Pools {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.PoolID, p.OwnerTenantID, resourceList(p), stamp(p.CreatedAt))
+		for _, a := range as {
+			for _, p := range a.Pools {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", p.PoolID, p.OwnerTenantID, resourceList(p), stamp(p.CreatedAt))
+			}
 		}
 	case "pools.offer", "quotas.get":
-		var a quotaAnswer
-		if err := decode(pages[0], &a); err != nil {
+		a, err := decodeAnswer[api.QuotaResult](method, pages[0])
+		if err != nil {
 			return err
 		}
 		printQuotas(tw, []capacity.Quota{a.Quota})
 	case "quotas.list":
-		printQuotas(tw, list.Quotas)
+		as, err := decodePages[api.ListQuotasResult](method, pages)
+		if err != nil {
+			return err
+		}
+		var qs []capacity.Quota
+		for _, a := range as {
+			qs = append(qs, a.Quotas...)
+		}
+		printQuotas(tw, qs)
 	case "pools.usage":
 		fmt.Fprintln(tw, "NODE\tHELD NOW\tDEVICES\tSTART\tEND\tRESERVATION")
 		for _, p := range pages {
-			var a usageAnswer
-			if err := decode(p, &a); err != nil {
+			a, err := decodeAnswer[api.PoolUsageResult](method, p)
+			if err != nil {
 				return err
 			}
 			for _, n := range a.Usage.Nodes {
@@ -96,27 +73,39 @@ func renderTable(w io.Writer, method string, pages [][]byte) error {
 			}
 		}
 	case "reservations.create", "reservations.get", "reservations.release":
-		var a reservationAnswer
-		if err := decode(pages[0], &a); err != nil {
+		a, err := decodeAnswer[api.ReservationResult](method, pages[0])
+		if err != nil {
 			return err
 		}
 		printReservation(tw, a.Reservation)
 	case "reservations.list":
+		as, err := decodePages[api.ListReservationsResult](method, pages)
+		if err != nil {
+			return err
+		}
 		fmt.Fprintln(tw, "RESERVATION\tSTATE\tPOOL\tRESOURCE\tCOUNT\tSTART\tEND\tNODES")
-		for _, r := range list.Reservations {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ReservationID, stateWithReason(r), r.PoolID, r.Resource, r.Count,
-				stamp(r.Window.Start), stamp(r.Window.End), dash(strings.Join(r.NodeIDs, ",")))
+		for _, a := range as {
+			for _, r := range a.Reservations {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ReservationID, stateWithReason(r), r.PoolID, r.Resource, r.Count,
+					stamp(r.Window.Start), stamp(r.Window.End), dash(strings.Join(r.NodeIDs, ",")))
+			}
 		}
 	case "releases.register":
-		var a registerAnswer
-		if err := decode(pages[0], &a); err != nil {
+		a, err := decodeAnswer[api.RegisterResult](method, pages[0])
+		if err != nil {
 			return err
 		}
 		printRelease(tw, a.Release, a.Replayed)
 	case "releases.list":
+		as, err := decodePages[api.ListReleasesResult](method, pages)
+		if err != nil {
+			return err
+		}
 		fmt.Fprintln(tw, "VERSION\tSEQUENCE\tPLATFORMS\tREGISTERED\tBY")
-		for _, r := range list.Releases {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", r.Version, r.Sequence, platforms(r), stamp(r.RegisteredAt), r.RegisteredBy.Principal)
+		for _, a := range as {
+			for _, r := range a.Releases {
+				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", r.Version, r.Sequence, platforms(r), stamp(r.RegisteredAt), r.RegisteredBy.Principal)
+			}
 		}
 	default:
 		tw.Flush()
@@ -125,10 +114,32 @@ func renderTable(w io.Writer, method string, pages [][]byte) error {
 	return nil
 }
 
+// decodeAnswer decodes one answer of method: its result type in shared/api.
+func decodeAnswer[T any](method string, page []byte) (T, error) {
+	var a T
+	if err := json.Unmarshal(page, &a); err != nil {
+		return a, fmt.Errorf("%s: unexpected answer: %w", method, err)
+	}
+	return a, nil
+}
+
+// decodePages decodes every page of a list's answer.
+func decodePages[T any](method string, pages [][]byte) ([]T, error) {
+	out := make([]T, 0, len(pages))
+	for _, p := range pages {
+		a, err := decodeAnswer[T](method, p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
 func printPool(w io.Writer, p capacity.Pool) {
 	fmt.Fprintf(w, "pool\t%s\nowner\t%s\ncreated\t%s\n\n", p.PoolID, p.OwnerTenantID, stamp(p.CreatedAt))
 	fmt.Fprintln(w, "RESOURCE\tDEVICES\tNODE SIZE\tNODES")
-	for _, r := range sortedKeys(p.Resources) {
+	for _, r := range p.ResourceNames() {
 		t := p.Topology(r)
 		fmt.Fprintf(w, "%s\t%d\t%d\t%d\n", r, t.Devices, t.NodeSize, t.Nodes())
 	}
@@ -183,7 +194,7 @@ func stateWithReason(r capacity.Reservation) string {
 
 func resourceList(p capacity.Pool) string {
 	var parts []string
-	for _, r := range sortedKeys(p.Resources) {
+	for _, r := range p.ResourceNames() {
 		parts = append(parts, r+"×"+strconv.Itoa(p.Resources[r]))
 	}
 	return strings.Join(parts, ", ")
@@ -217,13 +228,4 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
-}
-
-func sortedKeys(m map[string]int) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

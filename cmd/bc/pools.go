@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"sort"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 )
 
@@ -56,12 +56,11 @@ type showOptions struct {
 func (c *cli) showPool(ctx context.Context, w io.Writer, o showOptions) error {
 	resources := []string{o.Resource}
 	if o.Resource == "" {
-		var got poolAnswer
+		var got api.PoolResult
 		if err := c.callJSON(ctx, "pools.get", map[string]any{"tenantId": o.Tenant, "poolId": o.Pool}, &got); err != nil {
 			return err
 		}
-		resources = got.Pool.ResourceNames()
-		sort.Strings(resources)
+		resources = got.Pool.ResourceNames() // sorted
 	}
 	var all [][]capacity.Usage
 	for i, res := range resources {
@@ -97,10 +96,7 @@ func (c *cli) usagePages(ctx context.Context, o showOptions, res string) ([]capa
 	shown := 0
 	for shown < o.Nodes {
 		in["limit"] = min(capacity.MaxUsageNodes, o.Nodes-shown)
-		var out struct {
-			Usage      capacity.Usage `json:"usage"`
-			NextCursor string         `json:"nextCursor"`
-		}
+		var out api.PoolUsageResult
 		if err := c.callJSON(ctx, "pools.usage", in, &out); err != nil {
 			return nil, err
 		}
@@ -124,5 +120,8 @@ func (c *cli) callJSON(ctx context.Context, method string, in, out any) error {
 	if err != nil {
 		return err
 	}
-	return json.Unmarshal(raw, out)
+	if err := json.Unmarshal(raw, out); err != nil {
+		return fmt.Errorf("%s: unexpected answer: %w", method, err)
+	}
+	return nil
 }

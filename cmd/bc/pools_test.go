@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -84,5 +85,45 @@ func TestPoolsShow(t *testing.T) {
 	// A tenant that cannot see the pool gets the API's answer.
 	if err := cl.showPool(ctx, &out, showOptions{Tenant: "globex", Pool: "p1", Hours: 6, Nodes: 64}); err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("another tenant: %v", err)
+	}
+}
+
+// -o json --all of pools.usage is one answer over every page: the nodes of
+// all pages and their totals added up, the same as one page holding them all
+// (it kept the first page only).
+func TestPoolsUsageAllPages(t *testing.T) {
+	st := teststack.Start(t, teststack.WithCursorKey("test"),
+		teststack.WithDecider(&iam.Policy{Grants: []iam.Grant{{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}}}}))
+	env := map[string]string{"BC_API_URL": st.URL, "BC_TOKEN": "dev:admin", "BC_TENANT": "acme"}
+	bc := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := bcRun(t, env, args...)
+		if code != 0 {
+			t.Fatalf("bc %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+		}
+		return out
+	}
+	bc("pools", "create", "p1", "--devices", "gpu=20")
+	bc("reservations", "create", "--pool", "p1", "--resource", "gpu", "--count", "10", "--end", "+2h", "--client-token", "t1")
+	from := time.Now().UTC().Truncate(time.Minute).Add(time.Minute).Format(time.RFC3339) // the reservation holds its devices then
+	usage := []string{"-o", "json", "pools", "usage", "p1", "--resource", "gpu", "--from", from, "--hours", "3"}
+	one := bc(usage...)
+	all := bc(append(usage, "--limit", "1", "--all")...)
+	if all != one {
+		t.Errorf("--limit 1 --all differs from one page of every node:\n--- --all\n%s\n--- one page\n%s", all, one)
+	}
+	var got struct {
+		Usage struct {
+			Nodes []struct{ NodeID string }
+			Page  struct{ Nodes, Devices, BusyNow int }
+		}
+		NextCursor *string
+	}
+	if err := json.Unmarshal([]byte(all), &got); err != nil {
+		t.Fatal(err)
+	}
+	if len(got.Usage.Nodes) != 3 || got.Usage.Page.Nodes != 3 || got.Usage.Page.Devices != 20 || got.Usage.Page.BusyNow != 10 || got.NextCursor != nil {
+		t.Errorf("--all: %d nodes, totals %+v, nextCursor %v; want 3 nodes, 20 devices, 10 busy, no cursor:\n%s",
+			len(got.Usage.Nodes), got.Usage.Page, got.NextCursor, all)
 	}
 }

@@ -13,24 +13,22 @@ import (
 // one column per slot of the span, each cell shaded by the share of the
 // node's devices held during the slot; a header with the totals.
 type poolView struct {
-	Columns int  // slots across the span (default 48: half-hours of a day)
-	ASCII   bool // shades " .:+#" instead of block characters
+	ASCII bool // shades ".:+*#" instead of block characters
 }
+
+// columns is the number of slots across the span (half-hours of a day).
+const columns = 48
 
 var (
 	unicodeShades = []rune{'·', '░', '▒', '▓', '█'}
 	asciiShades   = []rune{'.', ':', '+', '*', '#'}
 )
 
-// Draw writes the chart of pages (in node order) of one resource; total is
-// the resource's node count (the pages may hold fewer).
+// Draw writes the chart of pages (in node order) of one resource; the pages
+// may hold fewer nodes than the resource has (the header says so).
 func (v poolView) Draw(w io.Writer, pages []capacity.Usage) {
 	if len(pages) == 0 {
 		return
-	}
-	cols := v.Columns
-	if cols <= 0 {
-		cols = 48
 	}
 	shades := unicodeShades
 	if v.ASCII {
@@ -63,23 +61,23 @@ func (v poolView) Draw(w io.Writer, pages []capacity.Usage) {
 		label = max(label, len(n.NodeID))
 	}
 	// Time axis: an hour mark where a slot starts on the hour.
-	slot := span / time.Duration(cols)
-	axis := []rune(strings.Repeat(" ", cols+1))
-	for c := 0; c < cols; c++ {
+	slot := span / time.Duration(columns)
+	axis := []rune(strings.Repeat(" ", columns+1))
+	for c := 0; c < columns; c++ {
 		at := first.From.Add(time.Duration(c) * slot)
 		mark := at.Truncate(time.Hour)
 		if mark.Before(at) {
 			mark = mark.Add(time.Hour)
 		}
-		if mark.Before(at.Add(slot)) && mark.Hour()%3 == 0 && c+2 <= cols && (c == 0 || axis[c-1] == ' ') {
+		if mark.Before(at.Add(slot)) && mark.Hour()%3 == 0 && c+2 <= columns && (c == 0 || axis[c-1] == ' ') {
 			copy(axis[c:], []rune(mark.Format("15")))
 		}
 	}
 	fmt.Fprintf(w, "%-*s %5s  %s\n", label, "node", "now", strings.TrimRight(string(axis), " "))
 	for _, n := range nodes {
-		busy := make([]float64, cols) // device-time held in each slot
+		busy := make([]float64, columns) // device-time held in each slot
 		for _, b := range n.Busy {
-			for c := 0; c < cols; c++ {
+			for c := 0; c < columns; c++ {
 				s := first.From.Add(time.Duration(c) * slot)
 				e := s.Add(slot)
 				if o := overlap(b.Start, b.End, s, e); o > 0 {

@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 )
 
@@ -26,7 +27,7 @@ or the state given by --until. The exit code is 0 when it ended in the state wai
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if until != "" {
 				if _, ok := capacity.ParseState(until); !ok {
-					return usageErr(fmt.Errorf("--until: %q is not a state (%v)", until, stateNames()))
+					return usageErr(fmt.Errorf("--until: %q is not a state (%v)", until, enumValues(api.StateEnum.Name)))
 				}
 			}
 			if every <= 0 {
@@ -35,16 +36,12 @@ or the state given by --until. The exit code is 0 when it ended in the state wai
 			if c.tenant == "" {
 				return usageErr(fmt.Errorf("reservations watch: --tenant (or BC_TENANT) is required"))
 			}
-			body, _ := json.Marshal(map[string]string{"tenantId": c.tenant, "reservationId": args[0]})
+			in := map[string]string{"tenantId": c.tenant, "reservationId": args[0]}
 			seen := 0
 			for {
-				raw, err := c.call(cmd.Context(), "reservations.get", body)
-				if err != nil {
+				var a api.ReservationResult
+				if err := c.callJSON(cmd.Context(), "reservations.get", in, &a); err != nil {
 					return err
-				}
-				var a reservationAnswer
-				if err := json.Unmarshal(raw, &a); err != nil {
-					return fmt.Errorf("reservations.get: unexpected answer: %w", err)
 				}
 				r := a.Reservation
 				for ; seen < len(r.History); seen++ {
@@ -85,7 +82,7 @@ or the state given by --until. The exit code is 0 when it ended in the state wai
 	}
 	cmd.Flags().StringVar(&until, "until", "", "exit once the reservation is in this state (e.g. active)")
 	cmd.Flags().DurationVar(&every, "interval", time.Second, "how often to ask")
-	_ = cmd.RegisterFlagCompletionFunc("until", fixed(stateNames()...))
+	_ = cmd.RegisterFlagCompletionFunc("until", fixed(enumValues(api.StateEnum.Name)...))
 	return cmd
 }
 

@@ -39,6 +39,8 @@ type App struct {
 	only string
 	// cursorFallback: no cursor key was configured (see New).
 	cursorFallback bool
+	// pins: the release pins loaded at start (Pins).
+	pins []Pin
 }
 
 // serves reports whether this process serves method name.
@@ -111,8 +113,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*App, error) {
 	}
 	logger := o.logger
 	if logger == nil {
-		level, _ := ParseLogLevel(cfg.LogLevel) // validated by ConfigFromEnv
-		logger = newLogger(cfg.LogFormat, level)
+		logger = newLogger(cfg.LogFormat, cfg.LogLevel)
 	}
 	awsCfg := o.awsCfg
 	if awsCfg == nil {

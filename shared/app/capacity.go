@@ -55,11 +55,9 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 		}),
 		api.Bind(api.Lookup("pools.usage"), func(ctx context.Context, call *api.Call, in *api.PoolUsageInput) (api.PoolUsageResult, error) {
 			q := capacity.UsageRequest{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource, Hours: deref(in.Hours)}
-			if in.From != nil {
-				q.From = *in.From
-			}
 			from := ""
 			if in.From != nil {
+				q.From = *in.From
 				from = in.From.UTC().Format(time.RFC3339Nano)
 			}
 			lp, err := a.page(call, api.Page{Limit: in.Limit, Cursor: in.Cursor}, capacity.DefaultUsageNodes,

@@ -36,7 +36,7 @@ type Config struct {
 	SecretsEndpoint string // BC_SECRETSMANAGER_ENDPOINT: a local Secrets Manager API
 
 	ReconcileInterval time.Duration // BC_RECONCILE_INTERVAL (local gateway; default 5s)
-	LogLevel          string        // BC_LOG_LEVEL: debug, info (default), warn, error
+	LogLevel          slog.Level    // BC_LOG_LEVEL: debug, info (default; the zero Level), warn, error
 	LogFormat         logfmt.Format // BC_LOG_FORMAT: json (default) or text
 }
 
@@ -52,7 +52,6 @@ func ConfigFromEnv() (Config, error) {
 		PinsFile:       os.Getenv("BC_RELEASE_PINS_FILE"),
 		Pins:           os.Getenv("BC_RELEASE_PINS"),
 		CursorKey:      os.Getenv("BC_CURSOR_KEY"),
-		LogLevel:       envOr("BC_LOG_LEVEL", "info"),
 	}
 	c.CursorSecretARN, c.SecretsEndpoint = os.Getenv("BC_CURSOR_SECRET_ARN"), os.Getenv("BC_SECRETSMANAGER_ENDPOINT")
 	for _, k := range strings.Split(os.Getenv("BC_RELEASE_KMS_KEYS"), ",") {
@@ -67,7 +66,7 @@ func ConfigFromEnv() (Config, error) {
 	if c.ReconcileInterval, err = time.ParseDuration(envOr("BC_RECONCILE_INTERVAL", "5s")); err != nil || c.ReconcileInterval <= 0 {
 		return c, fmt.Errorf("BC_RECONCILE_INTERVAL must be a positive Go duration, got %q", os.Getenv("BC_RECONCILE_INTERVAL"))
 	}
-	if _, err := ParseLogLevel(c.LogLevel); err != nil {
+	if c.LogLevel, err = ParseLogLevel(envOr("BC_LOG_LEVEL", "info")); err != nil {
 		return c, err
 	}
 	if c.LogFormat, err = ParseLogFormat(envOr("BC_LOG_FORMAT", string(logfmt.JSON))); err != nil {

@@ -100,13 +100,20 @@ func (a *App) ReleasePins(ctx context.Context) ([]Pin, error) {
 	return pins, nil
 }
 
-// releasePins loads the release pins once, at start. Any problem, including
-// a threshold above the number of distinct pinned keys, fails the start.
+// Pins are the release pins the start loaded (ReleasePins, read once by
+// Endpoints or Endpoint for releases.register); nil before, or when this
+// process does not serve releases.register.
+func (a *App) Pins() []Pin { return a.pins }
+
+// releasePins loads the release pins once, at start, and keeps them (Pins).
+// Any problem, including a threshold above the number of distinct pinned
+// keys, fails the start.
 func (a *App) releasePins(ctx context.Context) (*rollout.Pins, error) {
 	pins, err := a.ReleasePins(ctx)
 	if err != nil {
 		return nil, err
 	}
+	a.pins = pins
 	if len(pins) == 0 {
 		return nil, fmt.Errorf("no release pins: set BC_RELEASE_PINS_FILE, BC_RELEASE_PINS or BC_RELEASE_KMS_KEYS")
 	}

@@ -216,7 +216,7 @@ func TestReleasePinsSayWhereEachCameFrom(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := app.Config{Region: s.Region, KMSEndpoint: s.KMSEndpoint, PinsFile: file, Pins: string(inline),
-		ReleaseKMSKeys: []string{devstack.DevReleaseKeyAlias}}
+		ReleaseKMSKeys: []string{devstack.DevReleaseKeyAlias}, ReleaseThreshold: 1}
 	a, err := app.New(context.Background(), cfg, app.WithDecider(testPolicy))
 	if err != nil {
 		t.Fatal(err)
@@ -246,5 +246,15 @@ func TestReleasePinsSayWhereEachCameFrom(t *testing.T) {
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("pins:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	// The start keeps what it loaded: make run prints Pins, not a second read.
+	if a.Pins() != nil {
+		t.Error("pins before the start loaded them")
+	}
+	if _, err := a.Endpoint(context.Background(), "releases.register"); err != nil {
+		t.Fatal(err)
+	}
+	if kept := a.Pins(); len(kept) != len(pins) || kept[0].KeyID != pins[0].KeyID || kept[2].From != pins[2].From {
+		t.Errorf("Pins after Endpoints = %v, want %v", kept, pins)
 	}
 }

@@ -35,7 +35,7 @@ const IntegrationTimeout = 30 * time.Second
 // the API's error envelope. Routes match the path as sent: like API Gateway,
 // /api/compute/pools%2Flist is not /api/compute/pools/list.
 func Handler(g *api.Gateway, eps []api.Endpoint, opts ...Option) http.Handler {
-	h := &handler{g: g, routes: make(map[string]api.Endpoint, len(eps)), now: time.Now}
+	h := &handler{g: g, routes: make(map[string]api.Endpoint, len(eps)), now: time.Now, invoke: g.Serve}
 	for _, ep := range eps {
 		h.routes[ep.Method.Path()] = ep
 	}
@@ -86,7 +86,7 @@ type handler struct {
 	routes map[string]api.Endpoint
 	now    func() time.Time
 	health *health
-	invoke Invoke
+	invoke Invoke // g.Serve unless WithInvoke
 }
 
 // Invoke runs one route's function on the event API Gateway would send.
@@ -95,7 +95,13 @@ type Invoke func(ctx context.Context, ep api.Endpoint, ev events.APIGatewayV2HTT
 // WithInvoke replaces the in-process g.Serve with another way to run the
 // function, e.g. the built Lambda under the runtime interface emulator
 // (test/lambdastack): routing, the event and the answer stay this gateway's.
-func WithInvoke(f Invoke) Option { return func(h *handler) { h.invoke = f } }
+func WithInvoke(f Invoke) Option {
+	return func(h *handler) {
+		if f != nil { // nil keeps g.Serve
+			h.invoke = f
+		}
+	}
+}
 
 // HealthPath answers 200 {"status":"ok"} while the gateway serves and its
 // dependencies answer.
@@ -138,11 +144,7 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), IntegrationTimeout)
 	defer cancel()
-	if h.invoke != nil {
-		writeResponse(w, h.invoke(ctx, ep, ev))
-		return
-	}
-	writeResponse(w, h.g.Serve(ctx, ep, ev))
+	writeResponse(w, h.invoke(ctx, ep, ev))
 }
 
 // event builds the API Gateway v2 event API Gateway would send for r.
