@@ -344,153 +344,52 @@ func (c *cli) invoke(cmd *cobra.Command, m *api.Method, body map[string]any, all
 		body["cursor"] = next.NextCursor
 	}
 	if c.output == "json" {
-		return writeJSON(c.out, mergePages(pages))
+		return writeJSON(c.out, mergePages(m.Name, pages))
 	}
 	return renderTable(c.out, m.Name, pages)
 }
 
 // mergePages joins the pages of a list into one answer, as if it were one
-// page: the first page's members in its order, without nextCursor, with the
-// arrays of every page concatenated, at the top level (pools, quotas,
-// reservations, releases) and one level down (pools.usage's usage.nodes),
-// and a page's totals (usage.page: "add pages up for the whole resource")
-// added up. Other members are the first page's (usage.poolId, usage.from, …).
-func mergePages(pages [][]byte) json.RawMessage {
+// page: the first page's object with every page's items in its list field
+// and no nextCursor. pools.usage pages one level down: their nodes are
+// joined and their totals added up (capacity.Usage.AddPage).
+func mergePages(method string, pages [][]byte) json.RawMessage {
 	if len(pages) == 1 {
 		return pages[0]
 	}
-	raws := make([]json.RawMessage, len(pages))
-	for i, p := range pages {
-		raws[i] = p
-	}
-	if out, ok := mergeObjects(raws, 1); ok {
-		return out
-	}
-	return pages[0]
-}
-
-// mergeObjects merges the same object of every page (see mergePages); depth
-// is how many levels of objects further down are merged too. It reports
-// false when the first page's value is not an object.
-func mergeObjects(pages []json.RawMessage, depth int) (json.RawMessage, bool) {
-	first, ok := members(pages[0])
-	if !ok {
-		return nil, false
-	}
-	rest := make([]map[string]json.RawMessage, len(pages)-1)
-	for i, p := range pages[1:] {
-		_ = json.Unmarshal(p, &rest[i]) // a page that is not an object adds nothing
-	}
-	others := func(key string) []json.RawMessage {
-		out := make([]json.RawMessage, len(rest))
-		for i, obj := range rest {
-			out[i] = obj[key]
-		}
-		return out
-	}
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for _, m := range first {
-		if m.key == "nextCursor" {
-			continue
-		}
-		v := m.value
-		var items []json.RawMessage
-		switch {
-		case json.Unmarshal(v, &items) == nil:
-			for _, more := range others(m.key) {
-				var next []json.RawMessage
-				if json.Unmarshal(more, &next) == nil {
-					items = append(items, next...)
-				}
-			}
-			v, _ = json.Marshal(items)
-		case m.key == "page":
-			if sum, ok := addTotals(v, others(m.key)); ok {
-				v = sum
-			}
-		case depth > 0:
-			if merged, ok := mergeObjects(append([]json.RawMessage{v}, others(m.key)...), depth-1); ok {
-				v = merged
-			}
-		}
-		if b.Len() > 1 {
-			b.WriteByte(',')
-		}
-		key, _ := json.Marshal(m.key)
-		b.Write(key)
-		b.WriteByte(':')
-		b.Write(v)
-	}
-	b.WriteByte('}')
-	return b.Bytes(), true
-}
-
-// addTotals adds up an object of integers (a page's totals) over pages, in
-// the first one's member order; false when it is not such an object.
-func addTotals(first json.RawMessage, more []json.RawMessage) (json.RawMessage, bool) {
-	ms, ok := members(first)
-	if !ok {
-		return nil, false
-	}
-	sums := make([]int64, len(ms))
-	for i, m := range ms {
-		if json.Unmarshal(m.value, &sums[i]) != nil {
-			return nil, false
-		}
-	}
-	for _, raw := range more {
-		var page map[string]int64
-		if json.Unmarshal(raw, &page) != nil {
-			continue
-		}
-		for i, m := range ms {
-			sums[i] += page[m.key]
-		}
-	}
-	var b bytes.Buffer
-	b.WriteByte('{')
-	for i, m := range ms {
-		if i > 0 {
-			b.WriteByte(',')
-		}
-		key, _ := json.Marshal(m.key)
-		fmt.Fprintf(&b, "%s:%d", key, sums[i])
-	}
-	b.WriteByte('}')
-	return b.Bytes(), true
-}
-
-// member is one member of a JSON object.
-type member struct {
-	key   string
-	value json.RawMessage
-}
-
-// members lists an object's members in their order; false when raw is not
-// one JSON object.
-func members(raw json.RawMessage) ([]member, bool) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return nil, false
-	}
-	var out []member
-	for dec.More() {
-		t, err := dec.Token()
+	if method == "pools.usage" {
+		us, err := decodePages[api.PoolUsageResult](method, pages)
 		if err != nil {
-			return nil, false
+			return pages[0]
 		}
-		var m member
-		m.key, _ = t.(string)
-		if err := dec.Decode(&m.value); err != nil {
-			return nil, false
+		merged := api.PoolUsageResult{Usage: us[0].Usage}
+		for _, u := range us[1:] {
+			merged.Usage.AddPage(u.Usage)
 		}
-		out = append(out, m)
+		out, _ := json.Marshal(merged)
+		return out
 	}
-	if _, err := dec.Token(); err != nil {
-		return nil, false
+	var first map[string]json.RawMessage
+	if json.Unmarshal(pages[0], &first) != nil {
+		return pages[0]
 	}
-	return out, true
+	for key := range first {
+		var items []json.RawMessage
+		if json.Unmarshal(first[key], &items) != nil {
+			continue
+		}
+		for _, p := range pages[1:] {
+			var obj map[string]json.RawMessage
+			var more []json.RawMessage
+			if json.Unmarshal(p, &obj) == nil && json.Unmarshal(obj[key], &more) == nil {
+				items = append(items, more...)
+			}
+		}
+		first[key], _ = json.Marshal(items)
+	}
+	delete(first, "nextCursor")
+	out, _ := json.Marshal(first)
+	return out
 }
 
 func writeJSON(w io.Writer, raw []byte) error {

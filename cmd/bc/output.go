@@ -109,7 +109,7 @@ func renderTable(w io.Writer, method string, pages [][]byte) error {
 		}
 	default:
 		tw.Flush()
-		return writeJSON(w, mergePages(pages))
+		return writeJSON(w, mergePages(method, pages))
 	}
 	return nil
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -35,17 +36,11 @@ func (v poolView) Draw(w io.Writer, pages []capacity.Usage) {
 		shades = asciiShades
 	}
 	first := pages[0]
-	var t capacity.UsageTotals
-	var nodes []capacity.NodeUsage
-	for _, p := range pages {
-		t.Nodes += p.Page.Nodes
-		t.Devices += p.Page.Devices
-		t.BusyNow += p.Page.BusyNow
-		t.WholeFreeNow += p.Page.WholeFreeNow
-		t.WholeFreeAll += p.Page.WholeFreeAll
-		t.BusyDeviceSecs += p.Page.BusyDeviceSecs
-		nodes = append(nodes, p.Nodes...)
+	first.Nodes = slices.Clone(first.Nodes)
+	for _, p := range pages[1:] {
+		first.AddPage(p)
 	}
+	t, nodes := first.Page, first.Nodes
 	span := first.To.Sub(first.From)
 	fmt.Fprintf(w, "pool %s · %s · %d devices on %d nodes of %d · %s → %s UTC\n", first.PoolID, first.Resource,
 		first.Devices, first.NodeCount, first.NodeSize, first.From.Format("2006-01-02 15:04"), first.To.Format("2006-01-02 15:04"))

@@ -34,6 +34,18 @@ type UsageTotals struct {
 	BusyDeviceSecs int `json:"busyDeviceSeconds" doc:"device-seconds held within the span"`
 }
 
+// AddPage adds the next page of the same span: its nodes after these, its
+// totals to these.
+func (u *Usage) AddPage(next Usage) {
+	u.Nodes = append(u.Nodes, next.Nodes...)
+	u.Page.Nodes += next.Page.Nodes
+	u.Page.Devices += next.Page.Devices
+	u.Page.BusyNow += next.Page.BusyNow
+	u.Page.WholeFreeNow += next.Page.WholeFreeNow
+	u.Page.WholeFreeAll += next.Page.WholeFreeAll
+	u.Page.BusyDeviceSecs += next.Page.BusyDeviceSecs
+}
+
 // NodeUsage is one node over the span.
 type NodeUsage struct {
 	NodeID  string `json:"nodeId" doc:"the node: <resource>-node-<k>"`
