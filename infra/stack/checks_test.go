@@ -24,17 +24,17 @@ import (
 	"github.com/bettercompute/control-plane/shared/metrics"
 )
 
-// findings are the rule packs' annotations on the tested stack, by level.
+// findings are the rule packs' annotations on the tested stack, by level
+// (from the synthesis TestMain made).
 func findings(level string) []*cxapi.SynthesisMessage {
-	a := assertions.Annotations_FromStack(stack)
 	pack := assertions.Match_StringLikeRegexp(jsii.String(`(AwsSolutions|Serverless)-`))
 	switch level {
 	case "error":
-		return *a.FindError(jsii.String("*"), pack)
+		return *ann.FindError(jsii.String("*"), pack)
 	case "warning":
-		return *a.FindWarning(jsii.String("*"), pack)
+		return *ann.FindWarning(jsii.String("*"), pack)
 	}
-	return *a.FindInfo(jsii.String("*"), pack)
+	return *ann.FindInfo(jsii.String("*"), pack)
 }
 
 // The AwsSolutions and Serverless packs find nothing that is not suppressed

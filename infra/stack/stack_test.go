@@ -29,6 +29,7 @@ var (
 	ref    = map[string]string{} // the stack's singletons → logical id
 	tested Config
 	stack  awscdk.Stack
+	ann    assertions.Annotations // the rule packs' (and the stack's own) messages
 )
 
 type resource struct {
@@ -99,8 +100,11 @@ func synth(m *testing.M) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	tmpl = assertions.Template_FromStack(s.Stack, nil)
 	stack = s.Stack
+	// Annotations_FromStack synthesizes the app (forced); Template_FromStack
+	// then reuses that assembly: one synthesis for the package.
+	ann = assertions.Annotations_FromStack(s.Stack)
+	tmpl = assertions.Template_FromStack(s.Stack, nil)
 
 	logical := func(c constructs.IConstruct) string {
 		return *s.Stack.GetLogicalId(c.Node().DefaultChild().(awscdk.CfnElement))
