@@ -58,6 +58,10 @@ type propType struct {
 
 }
 
+// DBPath is the database of @aws-cdk/aws-service-spec as `make tools` (npm
+// ci) installs it, relative to the repository root.
+const DBPath = "node_modules/@aws-cdk/aws-service-spec/db.json.gz"
+
 // Load reads the database of @aws-cdk/aws-service-spec (db.json.gz).
 func Load(path string) (*Spec, error) {
 	f, err := os.Open(path)

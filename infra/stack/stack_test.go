@@ -22,14 +22,15 @@ import (
 // The template is synthesized once for the package (each App starts a Node
 // process); every test reads it.
 var (
-	tmpl   assertions.Template
-	res    map[string]resource // logical id → resource
-	outs   map[string]any
-	ids    = map[string]fnIDs{}  // function name → logical ids
-	ref    = map[string]string{} // the stack's singletons → logical id
-	tested Config
-	stack  awscdk.Stack
-	ann    assertions.Annotations // the rule packs' (and the stack's own) messages
+	tmpl     assertions.Template
+	tmplJSON []byte              // tmpl.ToJSON(), marshalled
+	res      map[string]resource // logical id → resource
+	outs     map[string]any
+	ids      = map[string]fnIDs{}  // function name → logical ids
+	ref      = map[string]string{} // the stack's singletons → logical id
+	tested   Config
+	stack    awscdk.Stack
+	ann      assertions.Annotations // the rule packs' (and the stack's own) messages
 )
 
 type resource struct {
@@ -126,11 +127,10 @@ func synth(m *testing.M) (int, error) {
 		Resources map[string]resource
 		Outputs   map[string]any
 	}
-	b, err := json.Marshal(tmpl.ToJSON())
-	if err != nil {
+	if tmplJSON, err = json.Marshal(tmpl.ToJSON()); err != nil {
 		return 0, err
 	}
-	if err := json.Unmarshal(b, &doc); err != nil {
+	if err := json.Unmarshal(tmplJSON, &doc); err != nil {
 		return 0, err
 	}
 	res, outs = doc.Resources, doc.Outputs
