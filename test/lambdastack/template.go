@@ -6,11 +6,9 @@ import (
 	"os"
 	"sort"
 	"strconv"
-)
 
-// TagFunction is the tag the CDK app puts on each function's resources
-// (infra/stack.TagFunction); it names the function folder.
-const TagFunction = "bettercompute:function"
+	"github.com/bettercompute/control-plane/shared/api"
+)
 
 // Spec is one function as the synthesized template defines it.
 type Spec struct {
@@ -68,7 +66,7 @@ func LoadTemplate(path string) (*Template, error) {
 		s := Spec{Variables: p.Environment.Variables, LogFormat: p.LoggingConfig.LogFormat,
 			AppLogLevel: p.LoggingConfig.ApplicationLogLevel, SysLogLevel: p.LoggingConfig.SystemLogLevel, logicalID: id}
 		for _, tag := range p.Tags {
-			if tag.Key == TagFunction {
+			if tag.Key == api.TagFunction {
 				s.Name = tag.Value
 			}
 		}
@@ -77,7 +75,7 @@ func LoadTemplate(path string) (*Template, error) {
 		reserved, _ := strconv.Atoi(p.ReservedConcurrentExecutions.String())
 		s.MemoryMB, s.TimeoutSec, s.Reserved = mem, timeout, reserved
 		if s.Name == "" {
-			return nil, fmt.Errorf("lambdastack: function %s has no %s tag", id, TagFunction)
+			return nil, fmt.Errorf("lambdastack: function %s has no %s tag", id, api.TagFunction)
 		}
 		t.Functions[s.Name] = s
 	}
