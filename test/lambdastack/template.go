@@ -18,10 +18,7 @@ type Spec struct {
 	TimeoutSec  int
 	LogFormat   string // LoggingConfig.LogFormat
 	AppLogLevel string // LoggingConfig.ApplicationLogLevel
-	SysLogLevel string // LoggingConfig.SystemLogLevel
 	Reserved    int    // ReservedConcurrentExecutions (0: none)
-
-	logicalID string
 }
 
 // Template is the synthesized stack: its functions by name, and the types of
@@ -57,14 +54,14 @@ func LoadTemplate(path string) (*Template, error) {
 			MemorySize                   json.Number
 			Timeout                      json.Number
 			ReservedConcurrentExecutions json.Number
-			LoggingConfig                struct{ LogFormat, ApplicationLogLevel, SystemLogLevel string }
+			LoggingConfig                struct{ LogFormat, ApplicationLogLevel string }
 			Tags                         []struct{ Key, Value string }
 		}
 		if err := json.Unmarshal(r.Properties, &p); err != nil {
 			return nil, fmt.Errorf("lambdastack: template %s: function %s: %w", path, id, err)
 		}
 		s := Spec{Variables: p.Environment.Variables, LogFormat: p.LoggingConfig.LogFormat,
-			AppLogLevel: p.LoggingConfig.ApplicationLogLevel, SysLogLevel: p.LoggingConfig.SystemLogLevel, logicalID: id}
+			AppLogLevel: p.LoggingConfig.ApplicationLogLevel}
 		for _, tag := range p.Tags {
 			if tag.Key == api.TagFunction {
 				s.Name = tag.Value
