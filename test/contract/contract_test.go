@@ -208,14 +208,7 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 	ok := http.StatusOK
 
 	// Releases, signed with the dev key the stack pins.
-	keyPEM, err := os.ReadFile(filepath.Join(root, devstack.KeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := rollout.ParsePrivateKeyPEM(keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := teststack.DevReleaseKey(t)
 	stranger, err := rollout.GenerateKey("ed25519")
 	if err != nil {
 		t.Fatal(err)
