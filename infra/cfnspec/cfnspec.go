@@ -17,9 +17,10 @@ import (
 	"compress/gzip"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"os"
 	"regexp"
-	"sort"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -57,6 +58,10 @@ type propType struct {
 	AllowedValues []any      `json:"allowedValues"` // strings, or numbers
 
 }
+
+// DBPath is the database of @aws-cdk/aws-service-spec as `make tools` (npm
+// ci) installs it, relative to the repository root.
+const DBPath = "node_modules/@aws-cdk/aws-service-spec/db.json.gz"
 
 // Load reads the database of @aws-cdk/aws-service-spec (db.json.gz).
 func Load(path string) (*Spec, error) {
@@ -127,16 +132,15 @@ func (s *Spec) Validate(template []byte) ([]Finding, error) {
 	if err := json.Unmarshal(template, &t); err != nil {
 		return nil, fmt.Errorf("cfnspec: template: %w", err)
 	}
+	// Every resource's type first: a reference may name a later resource.
 	v := &validator{spec: s, params: t.Parameters, resources: map[string]string{}}
+	ids := make([]string, 0, len(t.Resources))
 	for id, r := range t.Resources {
 		typ, _ := r["Type"].(string)
 		v.resources[id] = typ
-	}
-	ids := make([]string, 0, len(t.Resources))
-	for id := range t.Resources {
 		ids = append(ids, id)
 	}
-	sort.Strings(ids)
+	slices.Sort(ids)
 	for _, id := range ids {
 		r := t.Resources[id]
 		v.id = id
@@ -146,7 +150,7 @@ func (s *Spec) Validate(template []byte) ([]Finding, error) {
 			}
 		}
 		typ := v.resources[id]
-		if strings.HasPrefix(typ, "Custom::") || typ == "AWS::CloudFormation::CustomResource" {
+		if isCustom(typ) {
 			v.intrinsics("Properties", r["Properties"])
 			continue
 		}
@@ -170,6 +174,12 @@ func (s *Spec) Validate(template []byte) ([]Finding, error) {
 		}
 	}
 	return v.findings, nil
+}
+
+// isCustom reports whether a resource type is a custom resource: its
+// properties and attributes are the provider's, not the specification's.
+func isCustom(typ string) bool {
+	return strings.HasPrefix(typ, "Custom::") || typ == "AWS::CloudFormation::CustomResource"
 }
 
 type validator struct {
@@ -200,7 +210,7 @@ func (v *validator) object(path string, obj map[string]any, props map[string]pro
 	for name, val := range obj {
 		p, ok := props[name]
 		if !ok {
-			v.fail(path+"."+name, fmt.Sprintf("unknown property (known: %s)", strings.Join(sortedKeys(props), ", ")))
+			v.fail(path+"."+name, fmt.Sprintf("unknown property (known: %s)", strings.Join(slices.Sorted(maps.Keys(props)), ", ")))
 			continue
 		}
 		v.value(path+"."+name, val, p)
@@ -281,9 +291,7 @@ func (v *validator) check(path string, val any, t propType) {
 		default:
 			v.fail(path, fmt.Sprintf("want a boolean, got %s", kind(val)))
 		}
-	case "tag":
-		v.check(path, val, propType{Type: "ref", Reference: nil})
-	case "ref":
+	case "ref", "tag": // a tag has no reference (none in the spec): tagProps
 		obj, ok := val.(map[string]any)
 		if !ok {
 			v.fail(path, fmt.Sprintf("want an object, got %s", kind(val)))
@@ -385,7 +393,7 @@ func (v *validator) intrinsics(path string, val any) {
 				switch {
 				case !ok:
 					v.fail(path, fmt.Sprintf("Fn::GetAtt %v: no such resource", arg))
-				case strings.HasPrefix(typ, "Custom::") || typ == "AWS::CloudFormation::CustomResource":
+				case isCustom(typ):
 				default:
 					if rt := v.spec.resources[typ]; rt != nil {
 						if _, ok := rt.Attributes[attr]; !ok {
@@ -422,13 +430,4 @@ func kind(v any) string {
 		return "null"
 	}
 	return fmt.Sprintf("%T", v)
-}
-
-func sortedKeys(m map[string]property) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }

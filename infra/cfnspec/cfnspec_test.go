@@ -2,13 +2,11 @@ package cfnspec
 
 import (
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
 )
-
-// DBPath is the service spec's database, installed by `make tools` (npm ci).
-const DBPath = "../../node_modules/@aws-cdk/aws-service-spec/db.json.gz"
 
 var loaded struct {
 	once sync.Once
@@ -18,7 +16,7 @@ var loaded struct {
 
 func spec(t *testing.T) *Spec {
 	t.Helper()
-	loaded.once.Do(func() { loaded.spec, loaded.err = Load(DBPath) })
+	loaded.once.Do(func() { loaded.spec, loaded.err = Load(filepath.Join("..", "..", DBPath)) })
 	if loaded.err != nil {
 		t.Fatal(loaded.err)
 	}

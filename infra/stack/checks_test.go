@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -24,18 +25,25 @@ import (
 	"github.com/bettercompute/control-plane/shared/metrics"
 )
 
-// findings are the rule packs' annotations on the tested stack, by level.
+// findings are the rule packs' annotations on the tested stack, by level
+// (from the synthesis TestMain made).
 func findings(level string) []*cxapi.SynthesisMessage {
-	a := assertions.Annotations_FromStack(stack)
 	pack := assertions.Match_StringLikeRegexp(jsii.String(`(AwsSolutions|Serverless)-`))
 	switch level {
 	case "error":
-		return *a.FindError(jsii.String("*"), pack)
+		return *ann.FindError(jsii.String("*"), pack)
 	case "warning":
-		return *a.FindWarning(jsii.String("*"), pack)
+		return *ann.FindWarning(jsii.String("*"), pack)
 	}
-	return *a.FindInfo(jsii.String("*"), pack)
+	return *ann.FindInfo(jsii.String("*"), pack)
 }
+
+// What an info finding of a suppressed rule says: the rule, and the
+// suppression's appliesTo entry when it has one.
+var (
+	suppressedRule = regexp.MustCompile(`((?:AwsSolutions|Serverless)-[A-Za-z0-9]+) was triggered but suppressed`)
+	appliesTo      = regexp.MustCompile(`^CdkNagSuppression\[([^\]]+)\]`)
+)
 
 // The AwsSolutions and Serverless packs find nothing that is not suppressed
 // in code, and every suppression still matches a finding (a stale one would
@@ -50,11 +58,11 @@ func TestRulePacks(t *testing.T) {
 	perPack := map[string]int{}
 	for _, m := range findings("info") {
 		text := fmt.Sprint(m.Entry.Data)
-		rule := regexp.MustCompile(`((?:AwsSolutions|Serverless)-[A-Za-z0-9]+) was triggered but suppressed`).FindStringSubmatch(text)
+		rule := suppressedRule.FindStringSubmatch(text)
 		if rule == nil {
 			continue
 		}
-		applies := regexp.MustCompile(`^CdkNagSuppression\[([^\]]+)\]`).FindStringSubmatch(text)
+		applies := appliesTo.FindStringSubmatch(text)
 		key := *m.Id + " " + rule[1]
 		if applies != nil {
 			key += " " + applies[1]
@@ -91,15 +99,11 @@ func TestRulePacks(t *testing.T) {
 // Every resource's properties are what CloudFormation's registry schemas
 // accept (the spec of @aws-cdk/aws-service-spec, pinned by package-lock.json).
 func TestTemplateMatchesRegistrySchemas(t *testing.T) {
-	spec, err := cfnspec.Load("../../node_modules/@aws-cdk/aws-service-spec/db.json.gz")
+	spec, err := cfnspec.Load(filepath.Join("..", "..", cfnspec.DBPath))
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := json.Marshal(tmpl.ToJSON())
-	if err != nil {
-		t.Fatal(err)
-	}
-	found, err := spec.Validate(b)
+	found, err := spec.Validate(tmplJSON)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -136,27 +136,30 @@ func (s *Stack) addObservability(cfg Config, fns []Function) {
 	s.addDashboard(fns, alarms, lag, dlqDepth)
 }
 
-// passMetric is one of the reconciler's EMF metrics of this deployment.
-func (s *Stack) passMetric(name, stat string, period awscdk.Duration, unit awscloudwatch.Unit) awscloudwatch.Metric {
-	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
-		Namespace:     jsii.String(MetricNamespace),
-		MetricName:    jsii.String(name),
-		DimensionsMap: &map[string]*string{DimensionTable: s.Table.TableName()},
-		Statistic:     jsii.String(stat),
-		Period:        period,
-		Unit:          unit, // as emitted: an alarm on another unit sees no data
-	})
-}
-
-// requestMetric is one of the request lines' EMF metrics of this deployment,
-// with more dimensions (method or outcome) when given.
-func (s *Stack) requestMetric(name, stat, label string, dims map[string]string) awscloudwatch.Metric {
+// emfMetric is one of the functions' EMF metrics of this deployment: its
+// dimension Table, more dimensions (method or outcome) when given, and p's
+// statistic, period, label and unit.
+func (s *Stack) emfMetric(name string, dims map[string]string, p awscloudwatch.MetricProps) awscloudwatch.Metric {
 	d := map[string]*string{DimensionTable: s.Table.TableName()}
 	for k, v := range dims {
 		d[k] = jsii.String(v)
 	}
-	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
-		Namespace: jsii.String(MetricNamespace), MetricName: jsii.String(name), DimensionsMap: &d,
+	p.Namespace, p.MetricName, p.DimensionsMap = jsii.String(MetricNamespace), jsii.String(name), &d
+	return awscloudwatch.NewMetric(&p)
+}
+
+// passMetric is one of the reconciler's pass metrics.
+func (s *Stack) passMetric(name, stat string, period awscdk.Duration, unit awscloudwatch.Unit) awscloudwatch.Metric {
+	return s.emfMetric(name, nil, awscloudwatch.MetricProps{
+		Statistic: jsii.String(stat), Period: period,
+		Unit: unit, // as emitted: an alarm on another unit sees no data
+	})
+}
+
+// requestMetric is one of the request lines' metrics, per minute, with more
+// dimensions (method or outcome) when given.
+func (s *Stack) requestMetric(name, stat, label string, dims map[string]string) awscloudwatch.Metric {
+	return s.emfMetric(name, dims, awscloudwatch.MetricProps{
 		Statistic: jsii.String(stat), Label: jsii.String(label), Period: awscdk.Duration_Minutes(jsii.Number(1)),
 	})
 }

@@ -62,10 +62,6 @@ const (
 	envReleaseThreshold = "BC_RELEASE_THRESHOLD"
 )
 
-// TagFunction tags every resource of a function (Lambda, role, log group)
-// with its function name, for cost allocation and for finding it.
-const TagFunction = "bettercompute:function"
-
 // New builds the stack from the catalog and cfg.
 func New(scope constructs.Construct, cfg Config, props *awscdk.StackProps) (*Stack, error) {
 	fns, err := Functions()
@@ -186,7 +182,7 @@ func pendingWindow(cfg Config) awscdk.Duration {
 // the statements its Access allows.
 func (s *Stack) addFunction(f Function, cfg Config, arch awslambda.Architecture, env map[string]*string, stateful awscdk.RemovalPolicy) {
 	scope := constructs.NewConstruct(s.Stack, jsii.String(f.Name))
-	awscdk.Tags_Of(scope).Add(jsii.String(TagFunction), jsii.String(f.Name), nil)
+	awscdk.Tags_Of(scope).Add(jsii.String(api.TagFunction), jsii.String(f.Name), nil)
 
 	logs := awslogs.NewLogGroup(scope, jsii.String("Logs"), &awslogs.LogGroupProps{
 		Retention:     retentionDays[cfg.LogRetentionDays],

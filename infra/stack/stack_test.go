@@ -22,13 +22,15 @@ import (
 // The template is synthesized once for the package (each App starts a Node
 // process); every test reads it.
 var (
-	tmpl   assertions.Template
-	res    map[string]resource // logical id → resource
-	outs   map[string]any
-	ids    = map[string]fnIDs{}  // function name → logical ids
-	ref    = map[string]string{} // the stack's singletons → logical id
-	tested Config
-	stack  awscdk.Stack
+	tmpl     assertions.Template
+	tmplJSON []byte              // tmpl.ToJSON(), marshalled
+	res      map[string]resource // logical id → resource
+	outs     map[string]any
+	ids      = map[string]fnIDs{}  // function name → logical ids
+	ref      = map[string]string{} // the stack's singletons → logical id
+	tested   Config
+	stack    awscdk.Stack
+	ann      assertions.Annotations // the rule packs' (and the stack's own) messages
 )
 
 type resource struct {
@@ -99,8 +101,11 @@ func synth(m *testing.M) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	tmpl = assertions.Template_FromStack(s.Stack, nil)
 	stack = s.Stack
+	// Annotations_FromStack synthesizes the app (forced); Template_FromStack
+	// then reuses that assembly: one synthesis for the package.
+	ann = assertions.Annotations_FromStack(s.Stack)
+	tmpl = assertions.Template_FromStack(s.Stack, nil)
 
 	logical := func(c constructs.IConstruct) string {
 		return *s.Stack.GetLogicalId(c.Node().DefaultChild().(awscdk.CfnElement))
@@ -122,11 +127,10 @@ func synth(m *testing.M) (int, error) {
 		Resources map[string]resource
 		Outputs   map[string]any
 	}
-	b, err := json.Marshal(tmpl.ToJSON())
-	if err != nil {
+	if tmplJSON, err = json.Marshal(tmpl.ToJSON()); err != nil {
 		return 0, err
 	}
-	if err := json.Unmarshal(b, &doc); err != nil {
+	if err := json.Unmarshal(tmplJSON, &doc); err != nil {
 		return 0, err
 	}
 	res, outs = doc.Resources, doc.Outputs
@@ -221,7 +225,7 @@ func TestOneFunctionPerMethodPlusReconciler(t *testing.T) {
 		if _, ok := vars["BC_CURSOR_KEY"]; ok {
 			t.Errorf("%s: BC_CURSOR_KEY in the environment", name)
 		}
-		if pages := slices.Contains(actionsOf(name), api.ReadsCursorKey); pages != equal(vars["BC_CURSOR_SECRET_ARN"], refTo(ref["cursorKey"])) {
+		if pages := slices.Contains(declared(name).actions, api.ReadsCursorKey); pages != equal(vars["BC_CURSOR_SECRET_ARN"], refTo(ref["cursorKey"])) {
 			t.Errorf("%s: BC_CURSOR_SECRET_ARN = %v, pages with cursors: %v", name, vars["BC_CURSOR_SECRET_ARN"], pages)
 		}
 		if !equal(p["LoggingConfig"], map[string]any{"ApplicationLogLevel": "INFO", "LogFormat": "JSON", "LogGroup": refTo(id.Logs), "SystemLogLevel": "INFO"}) {
@@ -251,7 +255,7 @@ func TestOneFunctionPerMethodPlusReconciler(t *testing.T) {
 func TestReleaseConfigReachesOnlyVerifiers(t *testing.T) {
 	for name, id := range ids {
 		vars := path(props(id.Function), "Environment", "Variables").(map[string]any)
-		verifies := slices.Contains(actionsOf(name), "kms:GetPublicKey")
+		verifies := slices.Contains(declared(name).actions, "kms:GetPublicKey")
 		if got := vars["BC_RELEASE_KMS_KEYS"]; verifies != (got != nil) || (got != nil && !equal(got, refTo(ref["signingKey"]))) {
 			t.Errorf("%s: BC_RELEASE_KMS_KEYS = %v (verifies releases: %v)", name, got, verifies)
 		}
@@ -264,30 +268,24 @@ func TestReleaseConfigReachesOnlyVerifiers(t *testing.T) {
 	}
 }
 
-// indexesOf is where the catalog (or the stack) says a function's Query reads.
-func indexesOf(fn string) []string {
-	if fn == api.ReconcilerFunction {
-		return ReconcilerIndexes
-	}
-	for _, m := range api.Catalog {
-		if m.FunctionName() == fn {
-			return m.Indexes
-		}
-	}
-	return nil
+// declaration is what the catalog (or, for the reconciler, the stack) says
+// of a function.
+type declaration struct {
+	method  *api.Method // nil for the reconciler
+	actions []string    // the IAM actions it may take
+	indexes []string    // where its Query reads
 }
 
-// actionsOf is what the catalog (or, for the reconciler, the stack) declares.
-func actionsOf(fn string) []string {
+func declared(fn string) declaration {
 	if fn == api.ReconcilerFunction {
-		return ReconcilerActions
+		return declaration{actions: ReconcilerActions, indexes: ReconcilerIndexes}
 	}
 	for _, m := range api.Catalog {
 		if m.FunctionName() == fn {
-			return m.Actions
+			return declaration{method: m, actions: m.Actions, indexes: m.Indexes}
 		}
 	}
-	return nil
+	return declaration{}
 }
 
 func TestOneRoutePerMethodReachingItsFunction(t *testing.T) {
@@ -451,9 +449,9 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 	writes := []string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:TransactWriteItems"}
 	for name, id := range ids {
 		t.Run(name, func(t *testing.T) {
-			declared := actionsOf(name)
+			decl := declared(name)
 			var dynamoActs, itemActs, queryActs, kmsActs, secretActs []string
-			for _, a := range declared {
+			for _, a := range decl.actions {
 				switch {
 				case a == "dynamodb:Query":
 					dynamoActs = append(dynamoActs, a)
@@ -476,7 +474,7 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 				want[table] = sorted(itemActs)
 			}
 			// Query reads exactly where the catalog says.
-			for _, ix := range indexesOf(name) {
+			for _, ix := range decl.indexes {
 				r := table
 				if ix != api.BaseTable {
 					r = jsonOf(map[string]any{"Fn::Join": []any{"", []any{getAtt(ref["table"], "Arn"), "/index/" + ix}}})
@@ -527,7 +525,7 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 					t.Errorf("actions %v on every resource", acts)
 				}
 			}
-			if m := api.Lookup(strings.Replace(name, "-", ".", 1)); m != nil && m.Kind == api.Read {
+			if m := decl.method; m != nil && m.Kind == api.Read {
 				for _, acts := range got {
 					for _, a := range acts {
 						if slices.Contains(writes, a) {

@@ -17,10 +17,12 @@ import (
 // Half of the failures are retryable, as a reset connection is, so the SDK's
 // retries meet them too — including a conditional write retried after it
 // succeeded. It is installed as a finalize-step middleware, inside the
-// SDK's retry loop, on each attempt.
+// SDK's retry loop, on each attempt. SetDown fails every request instead,
+// as an unreachable DynamoDB does.
 type Faults struct {
 	mu   sync.Mutex
 	rate float64
+	down bool
 	rng  *rand.Rand
 
 	calls, before, after atomic.Int64
@@ -34,6 +36,11 @@ func NewFaults(seed uint64) *Faults {
 
 // SetRate sets the fraction of requests to fail (0 stops injecting).
 func (f *Faults) SetRate(r float64) { f.mu.Lock(); f.rate = r; f.mu.Unlock() }
+
+// SetDown makes every request fail before it reaches the server and not
+// retryably (the caller sees the failure at once, without the SDK's
+// retries), until SetDown(false); the rate's choices are not drawn meanwhile.
+func (f *Faults) SetDown(down bool) { f.mu.Lock(); f.down = down; f.mu.Unlock() }
 
 // Counts returns the requests seen and the failures injected before and
 // after the server.
@@ -63,6 +70,9 @@ func (e injected) RetryableError() bool { return e.retryable }
 func (f *Faults) roll() (fail, served, retryable bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.down {
+		return true, false, false
+	}
 	if f.rate <= 0 || f.rng.Float64() >= f.rate {
 		return false, false, false
 	}

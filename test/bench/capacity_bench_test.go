@@ -22,7 +22,6 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
-	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/meter"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -43,6 +42,7 @@ const (
 // meter totalling every DynamoDB request, and a 100,000-device pool.
 type scale struct {
 	st    *teststack.Stack
+	srv   *server // st's gateway
 	store *dynamo.Capacity
 	m     *meter.Meter
 	top   capacity.Topology
@@ -52,10 +52,8 @@ type scale struct {
 func newScale(b *testing.B, devices int) *scale {
 	b.Helper()
 	m := &meter.Meter{}
-	st := teststack.Start(b, teststack.WithCursorKey("bench"),
-		teststack.WithDecider(&iam.Policy{Grants: []iam.Grant{{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}}}}),
-		teststack.WithAppOptions(app.WithDynamoOptions(dynamo.MeterAll(m))))
-	s := &scale{st: st, store: &dynamo.Capacity{DB: st.Dev.DynamoDB(), Table: st.App.Config.Table}, m: m,
+	st := startStack(b, teststack.WithAppOptions(app.WithDynamoOptions(dynamo.MeterAll(m))))
+	s := &scale{st: st, srv: &server{URL: st.URL}, store: &dynamo.Capacity{DB: st.Dev.DynamoDB(), Table: st.App.Config.Table}, m: m,
 		top: capacity.Topology{Resource: "gpu", Devices: devices, NodeSize: scaleNodeSize}, now: time.Now().UTC()}
 	s.call(b, "pools.create", map[string]any{"tenantId": "owner", "poolId": "scale", "resources": map[string]any{"gpu": devices},
 		"nodeSize": map[string]any{"gpu": scaleNodeSize}})
@@ -66,8 +64,7 @@ func newScale(b *testing.B, devices int) *scale {
 func (s *scale) call(b *testing.B, method string, body any) []byte {
 	b.Helper()
 	raw, _ := json.Marshal(body)
-	srv := &server{URL: s.st.URL}
-	_, out := srv.do(b, strings.Replace(method, ".", "/", 1), raw)
+	_, out := s.srv.do(b, strings.Replace(method, ".", "/", 1), raw)
 	return out
 }
 
@@ -133,7 +130,6 @@ func (s *scale) seed(b *testing.B, live, tenantLive int) {
 // both latencies and the DynamoDB cost per create.
 func (s *scale) creates(b *testing.B, n, count int) (lat, raw []time.Duration, per meter.Usage) {
 	b.Helper()
-	srv := &server{URL: s.st.URL}
 	end := s.now.Add(time.Hour).Format(time.RFC3339)
 	body := func() []byte {
 		raw, _ := json.Marshal(map[string]any{"tenantId": "acme", "poolId": "scale", "resource": "gpu", "count": count,
@@ -142,14 +138,14 @@ func (s *scale) creates(b *testing.B, n, count int) (lat, raw []time.Duration, p
 	}
 	update := rawUpdater(b, s.st)
 	for i := range 30 {
-		srv.do(b, "reservations/create", body())
+		s.srv.do(b, "reservations/create", body())
 		update(i)
 	}
 	var used meter.Usage
 	lat, raw = make([]time.Duration, n), make([]time.Duration, n)
 	for i := range lat {
 		before := s.m.Usage()
-		lat[i], _ = srv.do(b, "reservations/create", body())
+		lat[i], _ = s.srv.do(b, "reservations/create", body())
 		after := s.m.Usage()
 		used.Calls += after.Calls - before.Calls
 		used.RCU += after.RCU - before.RCU
@@ -317,11 +313,10 @@ func BenchmarkLargeCreate(b *testing.B) {
 	for b.Loop() {
 		s := newScale(b, 4096)
 		s.seed(b, 0, 0)
-		srv := &server{URL: s.st.URL}
 		raw, _ := json.Marshal(map[string]any{"tenantId": "acme", "poolId": "scale", "resource": "gpu", "count": 1024,
 			"window": map[string]any{"end": s.now.Add(time.Hour).Format(time.RFC3339)}})
 		before := s.m.Usage()
-		d, _ := srv.do(b, "reservations/create", raw)
+		d, _ := s.srv.do(b, "reservations/create", raw)
 		after := s.m.Usage()
 		b.ReportMetric(float64(d.Microseconds())/1000, "ms")
 		b.ReportMetric(float64(after.Calls-before.Calls), "ddb-calls/op")
@@ -409,9 +404,7 @@ func (t *opTimes) option() func(*dynamodb.Options) {
 func BenchmarkCreateBreakdown(b *testing.B) {
 	for b.Loop() {
 		ot := &opTimes{by: map[string]time.Duration{}}
-		st := teststack.Start(b, teststack.WithCursorKey("bench"),
-			teststack.WithDecider(&iam.Policy{Grants: []iam.Grant{{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}}}}),
-			teststack.WithAppOptions(app.WithDynamoOptions(ot.option())))
+		st := startStack(b, teststack.WithAppOptions(app.WithDynamoOptions(ot.option())))
 		srv := &server{URL: st.URL}
 		raw, _ := json.Marshal(map[string]any{"tenantId": "owner", "poolId": "p", "resources": map[string]any{"gpu": 4096}})
 		srv.do(b, "pools/create", raw)

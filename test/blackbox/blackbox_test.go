@@ -27,7 +27,6 @@ import (
 	"encoding/hex"
 	"fmt"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -63,13 +62,9 @@ func newTarget(t *testing.T) *target {
 	if url := os.Getenv("BC_E2E_URL"); url != "" {
 		tg := &target{admin: client.New(url, os.Getenv("BC_E2E_TOKEN")), anonymous: client.New(url, "")}
 		if f := os.Getenv("BC_E2E_RELEASE_KEY"); f != "" {
-			tg.releaseKey = loadKey(t, f)
+			tg.releaseKey = teststack.LoadKey(t, f) // relative: from the repository root, where `make e2e` runs
 		}
 		return tg
-	}
-	root, err := devstack.Root()
-	if err != nil {
-		t.Fatal(err)
 	}
 	url := ""
 	if art, ok := lambdastack.FromEnv(); ok {
@@ -84,30 +79,7 @@ func newTarget(t *testing.T) *target {
 		url = teststack.Start(t, teststack.WithCursorKey("blackbox")).URL
 	}
 	return &target{admin: client.New(url, "dev:admin"), anonymous: client.New(url, ""),
-		releaseKey: loadKey(t, filepath.Join(root, devstack.KeyFile)), local: true}
-}
-
-// loadKey reads a private key file; a relative path is taken from the
-// repository root, where `make e2e` runs (go test runs in this package's
-// directory).
-func loadKey(t *testing.T, path string) crypto.Signer {
-	t.Helper()
-	if !filepath.IsAbs(path) {
-		root, err := devstack.Root()
-		if err != nil {
-			t.Fatal(err)
-		}
-		path = filepath.Join(root, path)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := rollout.ParsePrivateKeyPEM(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
+		releaseKey: teststack.DevReleaseKey(t), local: true}
 }
 
 // unique returns prefix plus a random suffix valid as a tenant or pool id.

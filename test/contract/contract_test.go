@@ -22,12 +22,9 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/smithy-go/middleware"
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
@@ -36,6 +33,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/devstack"
+	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
@@ -178,23 +176,6 @@ func (c *checker) do(x exchange) map[string]any {
 	return got
 }
 
-// failingDynamo fails every DynamoDB request, before it is sent and not
-// retryably, while on is set: each method's UNAVAILABLE, without waiting
-// for the SDK's retries.
-func failingDynamo(on *atomic.Bool) func(*dynamodb.Options) {
-	return func(o *dynamodb.Options) {
-		o.APIOptions = append(o.APIOptions, func(s *middleware.Stack) error {
-			return s.Finalize.Add(middleware.FinalizeMiddlewareFunc("contractDown",
-				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
-					if on.Load() {
-						return middleware.FinalizeOutput{}, middleware.Metadata{}, errors.New("contract test: DynamoDB is down")
-					}
-					return next.HandleFinalize(ctx, in)
-				}), middleware.After)
-		})
-	}
-}
-
 // iamDown is the dev policy, except that no decision can be had for the
 // principal "iam-down".
 type iamDown struct{ iam.Decider }
@@ -218,21 +199,16 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var down atomic.Bool
+	// DynamoDB down: every request fails before it is sent and not
+	// retryably, so each method answers UNAVAILABLE without the SDK's retries.
+	dynamoFaults := dynamo.NewFaults(1)
 	st := teststack.Start(t, teststack.WithCursorKey("contract"), teststack.WithDecider(iamDown{policy}),
-		teststack.WithAppOptions(app.WithDynamoOptions(failingDynamo(&down))))
+		teststack.WithAppOptions(app.WithDynamoOptions(dynamoFaults.Option())))
 	c := &checker{t: t, url: st.URL, doc: loadDoc(t, root), seen: map[string]map[int]bool{}}
 	ok := http.StatusOK
 
 	// Releases, signed with the dev key the stack pins.
-	keyPEM, err := os.ReadFile(filepath.Join(root, devstack.KeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	key, err := rollout.ParsePrivateKeyPEM(keyPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
+	key := teststack.DevReleaseKey(t)
 	stranger, err := rollout.GenerateKey("ed25519")
 	if err != nil {
 		t.Fatal(err)
@@ -417,11 +393,11 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 		c.do(exchange{method: m.Name, principal: "admin", body: unknown, status: 400, code: apierr.InvalidInput, badBody: true})
 		c.do(exchange{method: m.Name, principal: "nobody", body: body, status: 403, code: apierr.PermissionDenied})
 	}
-	down.Store(true)
+	dynamoFaults.SetDown(true)
 	for _, m := range api.Catalog {
 		c.do(exchange{method: m.Name, principal: "admin", body: valid[m.Name], status: 503, code: apierr.Unavailable, details: obj{"dependency": "dynamodb"}})
 	}
-	down.Store(false)
+	dynamoFaults.SetDown(false)
 
 	// Every documented (method, status) pair was answered live, except
 	// INTERNAL's 500: a bug cannot be provoked on purpose.

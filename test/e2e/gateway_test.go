@@ -14,8 +14,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -247,15 +245,7 @@ func TestReleases(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root, _ := devstack.Root()
-	pemData, err := os.ReadFile(filepath.Join(root, devstack.KeyFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fileKey, err := rollout.ParsePrivateKeyPEM(pemData)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fileKey := teststack.DevReleaseKey(t)
 	keyID, err := rollout.KeyID(fileKey.Public())
 	if err != nil {
 		t.Fatal(err)

@@ -56,11 +56,11 @@ func StartFunction(tb testing.TB, rie, name, bootstrap string, env []string) *Fu
 
 func startFunction(rie, name, bootstrap string, env []string) (*Function, error) {
 	ip := nextLoopback()
-	ports, err := freePorts(ip, 2)
+	invokePort, runtimePort, err := freePorts(ip)
 	if err != nil {
 		return nil, err
 	}
-	invokeAddr, runtimeAddr := net.JoinHostPort(ip, strconv.Itoa(ports[0])), net.JoinHostPort(ip, strconv.Itoa(ports[1]))
+	invokeAddr, runtimeAddr := net.JoinHostPort(ip, strconv.Itoa(invokePort)), net.JoinHostPort(ip, strconv.Itoa(runtimePort))
 	out, err := os.CreateTemp("", "lambdastack-"+name+"-*.log")
 	if err != nil {
 		return nil, err
@@ -176,21 +176,17 @@ func nextLoopback() string {
 	return fmt.Sprintf("127.%d.%d.%d", 100+os.Getpid()%150, n/250%250, n%250+1)
 }
 
-func freePorts(ip string, n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
+// freePorts returns two distinct free ports of ip (both are held open until
+// both are chosen).
+func freePorts(ip string) (int, int, error) {
+	var ports [2]int
+	for i := range ports {
 		l, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
 		if err != nil {
-			return nil, err
+			return 0, 0, err
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		defer l.Close()
+		ports[i] = l.Addr().(*net.TCPAddr).Port
 	}
-	return ports, nil
+	return ports[0], ports[1], nil
 }

@@ -18,6 +18,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -71,9 +72,6 @@ const (
 type Deployment struct {
 	Template *Template
 	Local    Local
-	Mode     IAMMode
-	Dev      *devstack.Stack
-	Secrets  *secretsapi.Server
 	decides  atomic.Int64
 	art      Artefacts
 }
@@ -96,19 +94,18 @@ func New(tb testing.TB, art Artefacts, mode IAMMode) *Deployment {
 		tb.Fatal(err)
 	}
 	dev := devstack.Shared(tb)
-	d := &Deployment{Template: tmpl.(*Template), Mode: mode, Dev: dev, art: art,
-		Secrets: secretsapi.Start(tb, map[string]string{CursorSecretARN: CursorKey})}
+	secrets := secretsapi.Start(tb, map[string]string{CursorSecretARN: CursorKey})
+	d := &Deployment{Template: tmpl.(*Template), art: art}
+	extra := maps.Clone(dev.Env()) // the DynamoDB and KMS endpoints, AWS_REGION
+	maps.Copy(extra, map[string]string{
+		"BC_SECRETSMANAGER_ENDPOINT": secrets.URL, "AWS_DEFAULT_REGION": dev.Region,
+		// Dummy credentials, as Lambda puts the role's in the environment.
+		"AWS_ACCESS_KEY_ID": "AKIALAMBDASTACK", "AWS_SECRET_ACCESS_KEY": "lambdastack", "AWS_SESSION_TOKEN": "lambdastack",
+		"PATH": "/usr/local/bin:/usr/bin:/bin", "TZ": ":UTC",
+	})
 	d.Local = Local{
 		Table: devstack.NewTable(tb, dev), SigningKeyID: devstack.DevReleaseKeyID, CursorSecretARN: CursorSecretARN,
-		PolicyFile: filepath.Join(root, devstack.PolicyFile),
-		Extra: map[string]string{
-			"BC_DYNAMODB_ENDPOINT": dev.DynamoEndpoint, "BC_KMS_ENDPOINT": dev.KMSEndpoint,
-			"BC_SECRETSMANAGER_ENDPOINT": d.Secrets.URL,
-			"AWS_REGION":                 dev.Region, "AWS_DEFAULT_REGION": dev.Region,
-			// Dummy credentials, as Lambda puts the role's in the environment.
-			"AWS_ACCESS_KEY_ID": "AKIALAMBDASTACK", "AWS_SECRET_ACCESS_KEY": "lambdastack", "AWS_SESSION_TOKEN": "lambdastack",
-			"PATH": "/usr/local/bin:/usr/bin:/bin", "TZ": ":UTC",
-		},
+		PolicyFile: filepath.Join(root, devstack.PolicyFile), Extra: extra,
 	}
 	if mode == RemoteIAM {
 		policy, err := iam.LoadPolicy(d.Local.PolicyFile)

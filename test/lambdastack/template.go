@@ -6,11 +6,9 @@ import (
 	"os"
 	"sort"
 	"strconv"
-)
 
-// TagFunction is the tag the CDK app puts on each function's resources
-// (infra/stack.TagFunction); it names the function folder.
-const TagFunction = "bettercompute:function"
+	"github.com/bettercompute/control-plane/shared/api"
+)
 
 // Spec is one function as the synthesized template defines it.
 type Spec struct {
@@ -20,10 +18,7 @@ type Spec struct {
 	TimeoutSec  int
 	LogFormat   string // LoggingConfig.LogFormat
 	AppLogLevel string // LoggingConfig.ApplicationLogLevel
-	SysLogLevel string // LoggingConfig.SystemLogLevel
 	Reserved    int    // ReservedConcurrentExecutions (0: none)
-
-	logicalID string
 }
 
 // Template is the synthesized stack: its functions by name, and the types of
@@ -59,16 +54,16 @@ func LoadTemplate(path string) (*Template, error) {
 			MemorySize                   json.Number
 			Timeout                      json.Number
 			ReservedConcurrentExecutions json.Number
-			LoggingConfig                struct{ LogFormat, ApplicationLogLevel, SystemLogLevel string }
+			LoggingConfig                struct{ LogFormat, ApplicationLogLevel string }
 			Tags                         []struct{ Key, Value string }
 		}
 		if err := json.Unmarshal(r.Properties, &p); err != nil {
 			return nil, fmt.Errorf("lambdastack: template %s: function %s: %w", path, id, err)
 		}
 		s := Spec{Variables: p.Environment.Variables, LogFormat: p.LoggingConfig.LogFormat,
-			AppLogLevel: p.LoggingConfig.ApplicationLogLevel, SysLogLevel: p.LoggingConfig.SystemLogLevel, logicalID: id}
+			AppLogLevel: p.LoggingConfig.ApplicationLogLevel}
 		for _, tag := range p.Tags {
-			if tag.Key == TagFunction {
+			if tag.Key == api.TagFunction {
 				s.Name = tag.Value
 			}
 		}
@@ -77,7 +72,7 @@ func LoadTemplate(path string) (*Template, error) {
 		reserved, _ := strconv.Atoi(p.ReservedConcurrentExecutions.String())
 		s.MemoryMB, s.TimeoutSec, s.Reserved = mem, timeout, reserved
 		if s.Name == "" {
-			return nil, fmt.Errorf("lambdastack: function %s has no %s tag", id, TagFunction)
+			return nil, fmt.Errorf("lambdastack: function %s has no %s tag", id, api.TagFunction)
 		}
 		t.Functions[s.Name] = s
 	}

@@ -108,10 +108,7 @@ func (tw *twin) send(base string, r *http.Request, body []byte) (answer, error) 
 
 // rewrite puts stack i's ids where the request names the reference's.
 func (tw *twin) rewrite(i int, body []byte) []byte {
-	for refID, id := range tw.ids[i] {
-		body = bytes.ReplaceAll(body, []byte(refID), []byte(id))
-	}
-	return body
+	return []byte(tw.rewriteString(i, string(body)))
 }
 
 func (tw *twin) compare(i int, ref, got answer) []string {
@@ -236,6 +233,9 @@ func (tw *twin) walk(i int, path string, a, b any, diffs *[]string) {
 	}
 }
 
+// rewriteString puts stack i's ids where s names the reference's, in the
+// reference ids' order (the ids are distinct generated tokens, none inside
+// another, so the order does not change the result).
 func (tw *twin) rewriteString(i int, s string) string {
 	ids := make([]string, 0, len(tw.ids[i]))
 	for k := range tw.ids[i] {

@@ -132,3 +132,32 @@ func WritePins(tb testing.TB, keys ...crypto.PublicKey) string {
 	}
 	return path
 }
+
+// DevReleaseKey is the dev release signing key (devstack.KeyFile), the one the
+// dev pins file pins.
+func DevReleaseKey(tb testing.TB) crypto.Signer {
+	tb.Helper()
+	return LoadKey(tb, devstack.KeyFile)
+}
+
+// LoadKey reads a private key file (PEM); a relative path is taken from the
+// repository root (go test runs in the package's directory).
+func LoadKey(tb testing.TB, path string) crypto.Signer {
+	tb.Helper()
+	if !filepath.IsAbs(path) {
+		root, err := devstack.Root()
+		if err != nil {
+			tb.Fatal(err)
+		}
+		path = filepath.Join(root, path)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	k, err := rollout.ParsePrivateKeyPEM(data)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return k
+}
