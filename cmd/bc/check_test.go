@@ -29,7 +29,7 @@ func TestCheckCommand(t *testing.T) {
 	if err := store.EnsureQuota(ctx, k, 4, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := store.Charge(ctx, k, "ghost", 2, nil); err != nil {
+	if _, err := store.Charge(ctx, k, "ghost", 2, nil, nil, time.Now()); err != nil {
 		t.Fatal(err)
 	}
 	out.Reset()

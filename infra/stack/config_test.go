@@ -184,7 +184,7 @@ func TestSchemaFromDefinition(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *s.PartitionKey.Name != schema.AttrPK || *s.SortKey.Name != schema.AttrSK || len(s.LocalIndexes) != 2 || len(s.GlobalIndexes) != 1 {
+	if *s.PartitionKey.Name != schema.AttrPK || *s.SortKey.Name != schema.AttrSK || len(s.LocalIndexes) != 5 || len(s.GlobalIndexes) != 1 {
 		t.Errorf("schema %+v", s)
 	}
 	def := schema.Definition("t")

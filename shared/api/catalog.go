@@ -87,9 +87,10 @@ func (m *Method) ScopeFor(tenantID string) string {
 const ReconcilerFunction = "reconciler"
 
 // ReconcilerActions are the reconciler's AWS actions: it queries the due
-// index, reads and conditionally moves reservations, and repairs quota rows,
-// calendars and half-created pools (get, put, update; never delete).
-var ReconcilerActions = []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
+// index and reads the items it names, conditionally moves reservations,
+// settles and repairs quota rows, provisions and repairs calendars and
+// half-created pools (get, put, update; never delete).
+var ReconcilerActions = []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
 
 // ReconcilerIndexes are where the reconciler's Query reads: the due index.
 var ReconcilerIndexes = []string{"due"}
@@ -215,7 +216,7 @@ var Catalog = []*Method{
 			{apierr.Unavailable, "a dependency failed, the first request with this `clientToken` is still in flight, more than " + num(capacity.MaxInFlight) + " creates of one quota row are in flight at once, or placement stayed contended; retry (with the same `clientToken`, to get the same reservation)",
 				[]Detail{detail("dependency"), detail("reservationId")}},
 		},
-		Actions: []string{"dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, Indexes: []string{"fit", BaseTable}},
+		Actions: []string{"dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, Indexes: []string{"fit", "cap", BaseTable}},
 	{Name: "reservations.get", Kind: Read, Permission: "compute:reservations:read", Scope: tenantScope, Module: "capacity",
 		Summary: "Returns one of the tenant's reservations, in any state.",
 		Input:   reflect.TypeFor[GetReservationInput](), Output: reflect.TypeFor[ReservationResult](),
@@ -229,7 +230,7 @@ var Catalog = []*Method{
 		Errors: []ErrorCase{
 			{apierr.InvalidInput, "`state` is not a reservation state", []Detail{detail("field", "state"), detail("reason", "constraint")}},
 		},
-		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{"ordered"}},
+		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{"ordered", "bystate", "bypool"}},
 	{Name: "reservations.release", Kind: Mutation, Permission: "compute:reservations:release", Scope: tenantScope, Module: "capacity",
 		Summary: "Moves a non-terminal reservation to `released` (`releasedBy: \"tenant\"`), then credits its quota and frees its devices before answering; a terminal reservation is returned unchanged. Releasing a `draft` is allowed: it fences the create in flight.",
 		Input:   reflect.TypeFor[ReleaseReservationInput](), Output: reflect.TypeFor[ReservationResult](),

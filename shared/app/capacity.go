@@ -128,7 +128,7 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 
 // Reconciler builds capacity.reservations, the reservation reconciler.
 func (a *App) Reconciler() *capacity.Reconciler {
-	return &capacity.Reconciler{Service: a.CapacityService(), Due: a.CapacityStore()}
+	return &capacity.Reconciler{Service: a.CapacityService(), Due: a.CapacityStore(), ProvisionHours: a.Config.ProvisionHours}
 }
 
 // reconcileCapacity runs one pass and logs its summary (with the Lag

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/logfmt"
 )
 
@@ -36,8 +37,12 @@ type Config struct {
 	SecretsEndpoint string // BC_SECRETSMANAGER_ENDPOINT: a local Secrets Manager API
 
 	ReconcileInterval time.Duration // BC_RECONCILE_INTERVAL (local gateway; default 5s)
-	LogLevel          slog.Level    // BC_LOG_LEVEL: debug, info (default; the zero Level), warn, error
-	LogFormat         logfmt.Format // BC_LOG_FORMAT: json (default) or text
+	// ProvisionHours (BC_PROVISION_HOURS): how many hours ahead the
+	// reconciler keeps every pool's node-hours stored (default
+	// capacity.ProvisionHours).
+	ProvisionHours int
+	LogLevel       slog.Level    // BC_LOG_LEVEL: debug, info (default; the zero Level), warn, error
+	LogFormat      logfmt.Format // BC_LOG_FORMAT: json (default) or text
 }
 
 // ConfigFromEnv reads Config; a malformed value is an error at start.
@@ -65,6 +70,10 @@ func ConfigFromEnv() (Config, error) {
 	}
 	if c.ReconcileInterval, err = time.ParseDuration(envOr("BC_RECONCILE_INTERVAL", "5s")); err != nil || c.ReconcileInterval <= 0 {
 		return c, fmt.Errorf("BC_RECONCILE_INTERVAL must be a positive Go duration, got %q", os.Getenv("BC_RECONCILE_INTERVAL"))
+	}
+	if c.ProvisionHours, err = strconv.Atoi(envOr("BC_PROVISION_HOURS", strconv.Itoa(capacity.ProvisionHours))); err != nil ||
+		c.ProvisionHours < 1 || c.ProvisionHours > 24*capacity.MaxLeadDays {
+		return c, fmt.Errorf("BC_PROVISION_HOURS must be an integer 1..%d, got %q", 24*capacity.MaxLeadDays, os.Getenv("BC_PROVISION_HOURS"))
 	}
 	if c.LogLevel, err = ParseLogLevel(envOr("BC_LOG_LEVEL", "info")); err != nil {
 		return c, err

@@ -26,7 +26,8 @@ const (
 	MaxQuota              = 1_000_000 // pools.offer max
 	MaxCount              = 1024      // reservations.create count
 	MaxWindow             = 90 * 24 * time.Hour
-	MaxLeadTime           = 365 * 24 * time.Hour
+	MaxLeadDays           = 365
+	MaxLeadTime           = MaxLeadDays * 24 * time.Hour
 	MaxStartSkew          = 5 * time.Minute // how far in the past window.start may be
 	// StaleAfter: a draft with no outcome this old is fenced to expired; it is
 	// also how long after any fence the reconciler sweeps once more for the
@@ -35,6 +36,9 @@ const (
 	StaleAfter = 2 * time.Minute
 	// Retention of rejected and expired reservations (DynamoDB TTL).
 	Retention = 30 * 24 * time.Hour
+	// ReleasedRetention of released ones: kept as history, then gone, so
+	// no tenant's partition grows without bound (docs/capacity.md).
+	ReleasedRetention = 90 * 24 * time.Hour
 	// DeniedRetention of denied ones: a caller without a grant can make
 	// them in a tenant's partition, so they are hidden from plain lists and
 	// kept only a day (SPEC §9).
@@ -80,6 +84,10 @@ type Pool struct {
 	Devices       []Device  `json:"devices" doc:"every device of the pool, by resource name then index, when devicesListed; empty otherwise"`
 	DevicesListed bool      `json:"devicesListed" doc:"true when devices lists every device: pools of at most ${capacity.InlineDevices} devices in all. A larger pool answers devices empty (every id follows from resources and nodeSize); pools.usage reads its nodes a page at a time"`
 	CreatedAt     time.Time `json:"createdAt" doc:"when the pool was created"`
+
+	// ProvisionedTo: every node-hour before this hour is stored (the
+	// reconciler provisions the hours ahead; zero: none yet).
+	ProvisionedTo Hour `json:"-"`
 }
 
 // Device is one device of a pool: "<resource>-<n>", n from 0, on node

@@ -34,11 +34,12 @@ func Check(ctx context.Context, r SnapshotReader) ([]Violation, error) {
 //     unsettled belongs to such a reservation, with its count; no credit
 //     record is left;
 //   - a placed reservation that ended was credited;
-//   - every node-day entry is a placed/binding/active reservation's, with
+//   - every node-hour entry is a placed/binding/active reservation's, with
 //     its window and its devices on that node, and every such reservation
-//     has its entry on each of its nodes on each day of its window;
+//     has its entry on each of its nodes in each hour of its window;
 //   - no device is held by two entries with overlapping windows;
-//   - a node-day's untouched count and entry count match its entries;
+//   - a node-hour's untouched count and entry count match its entries;
+//   - no index entry outlives its item;
 //   - topology "node" is honoured: a count that fits a node on one node,
 //     a larger one on ⌈count / nodeSize⌉ nodes; every reservation holds
 //     exactly count devices of its pool.
@@ -80,11 +81,16 @@ func CheckSnapshot(s Snapshot) []Violation {
 			switch {
 			case !ok:
 				add("orphan_charge", subject, "charge of %d for unknown reservation %s", c.Count, id)
+			case c.Voided:
+				add("charge_state", subject, "reservation %s is %s and its voided charge of %d is still recorded", id, r.State, c.Count)
 			case !r.State.Holding():
 				add("charge_state", subject, "reservation %s is %s and still has a charge of %d", id, r.State, c.Count)
 			case r.Count != c.Count:
 				add("charge_count", subject, "reservation %s charged %d, count is %d", id, c.Count, r.Count)
 			}
+		}
+		if len(q.Charging) > 0 && q.Due.IsZero() {
+			add("charge_due", subject, "%d charge records and the row is not due for the reconciler to settle them", len(q.Charging))
 		}
 		for id, n := range q.Crediting {
 			add("credit_record", subject, "credit of %d for %s left on the row", n, id)
@@ -93,41 +99,43 @@ func CheckSnapshot(s Snapshot) []Violation {
 	type want struct {
 		id   string
 		node int
-		day  Day
+		hour Hour
 	}
 	seen := map[want]bool{}
-	for _, nd := range s.NodeDays {
-		subject := fmt.Sprintf("%s/%s/node-%d/%s", nd.Pool, nd.Resource, nd.Node, nd.Day)
-		for id, e := range nd.Entries {
+	for _, nh := range s.NodeHours {
+		subject := fmt.Sprintf("%s/%s/node-%d/%s", nh.Pool, nh.Resource, nh.Node, nh.Hour)
+		for id, e := range nh.Entries {
 			r, ok := res[id]
 			switch {
 			case !ok:
 				add("orphan_entry", subject, "devices %b held for unknown reservation %s", e.Mask, id)
 				continue
-			case r.PoolID != nd.Pool || r.Resource != nd.Resource:
+			case r.PoolID != nh.Pool || r.Resource != nh.Resource:
 				add("entry_pool", subject, "reservation %s belongs to %s/%s", id, r.PoolID, r.Resource)
 			case !r.State.Holding():
 				add("entry_state", subject, "reservation %s is %s and still holds devices %b", id, r.State, e.Mask)
 			case !e.Window.Start.Equal(r.Window.Start) || !e.Window.End.Equal(r.Window.End):
 				add("entry_window", subject, "reservation %s: entry window differs", id)
+			case !e.Window.Overlaps(nh.Hour.Window()):
+				add("entry_window", subject, "reservation %s: its window does not overlap the hour", id)
 			}
-			if m := maskOn(r, nd.Node); e.Mask != m {
+			if m := maskOn(r, nh.Node); e.Mask != m {
 				add("entry_devices", subject, "reservation %s holds %b here, records %b", id, e.Mask, m)
 			}
-			seen[want{id, nd.Node, nd.Day}] = true
+			seen[want{id, nh.Node, nh.Hour}] = true
 		}
-		for _, pair := range nd.Conflicts() {
+		for _, pair := range nh.Conflicts() {
 			add("double_booked", subject, "reservations %s and %s hold a device in overlapping windows", pair[0], pair[1])
 		}
-		if u := nd.Size - nd.Touched().Count(); nd.Untouched != u {
-			add("untouched", subject, "untouched is %d, its entries leave %d", nd.Untouched, u)
+		if u := nh.Size - nh.Touched().Count(); nh.Untouched != u {
+			add("untouched", subject, "untouched is %d, its entries leave %d", nh.Untouched, u)
 		}
-		if len(nd.Entries) > MaxEntriesPerNodeDay {
-			add("entries", subject, "%d entries, at most %d", len(nd.Entries), MaxEntriesPerNodeDay)
+		if len(nh.Entries) > MaxEntriesPerNodeHour {
+			add("entries", subject, "%d entries, at most %d", len(nh.Entries), MaxEntriesPerNodeHour)
 		}
-		if p, ok := pools[nd.Pool]; ok {
-			if t := p.Topology(nd.Resource); nd.NodeSize != t.NodeSize || nd.Size != t.Size(nd.Node) {
-				add("node_size", subject, "size %d of %d, the pool says %d of %d", nd.Size, nd.NodeSize, t.Size(nd.Node), t.NodeSize)
+		if p, ok := pools[nh.Pool]; ok {
+			if t := p.Topology(nh.Resource); nh.NodeSize != t.NodeSize || nh.Size != t.Size(nh.Node) {
+				add("node_size", subject, "size %d of %d, the pool says %d of %d", nh.Size, nh.NodeSize, t.Size(nh.Node), t.NodeSize)
 			}
 		}
 	}
@@ -136,12 +144,15 @@ func CheckSnapshot(s Snapshot) []Violation {
 			continue
 		}
 		for _, nd := range r.Placement() {
-			for _, d := range r.Window.Days() {
-				if !seen[want{r.ReservationID, nd.Node, d}] {
-					add("missing_entry", r.PoolID+"/"+r.Resource, "reservation %s is %s but node %d holds nothing for it on %s", r.ReservationID, r.State, nd.Node, d)
+			for _, h := range r.Window.Hours() {
+				if !seen[want{r.ReservationID, nd.Node, h}] {
+					add("missing_entry", r.PoolID+"/"+r.Resource, "reservation %s is %s but node %d holds nothing for it in hour %s", r.ReservationID, r.State, nd.Node, h)
 				}
 			}
 		}
+	}
+	for _, o := range s.Orphans {
+		add("index_orphan", o, "an index entry whose item is gone (a local server stopped mid-write; DynamoDB never leaves one)")
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Kind != out[j].Kind {

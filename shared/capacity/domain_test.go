@@ -76,8 +76,11 @@ func TestStateMachine(t *testing.T) {
 		t.Errorf("active due %v", a.Due)
 	}
 	rel, _ := a.Release("window_end", t0.Add(2*time.Hour))
-	if !rel.Due.Equal(t0.Add(2*time.Hour+capacity.StaleAfter)) || rel.ReleasedBy != "window_end" || !rel.ExpiresAt().IsZero() {
-		t.Errorf("released %+v", rel)
+	if !rel.Due.Equal(t0.Add(2*time.Hour+capacity.StaleAfter)) || rel.ReleasedBy != "window_end" || !rel.ExpiresAt().Equal(t0.Add(2*time.Hour+90*24*time.Hour)) {
+		t.Errorf("released %+v, expiring %v (90 days after it ended)", rel, rel.ExpiresAt())
+	}
+	if !a.ExpiresAt().IsZero() {
+		t.Errorf("an active reservation expires %v: kept while not terminal", a.ExpiresAt())
 	}
 	rej, _ := draft().Reject("capacity", t0)
 	if !rej.ExpiresAt().Equal(t0.Add(30 * 24 * time.Hour)) {
@@ -98,7 +101,7 @@ func TestStateMachine(t *testing.T) {
 	}
 }
 
-// node builds a candidate node of size devices on one day whose entries
+// node builds a candidate node of size devices in one hour whose entries
 // are given as (id, mask, from, to) in hours from t0.
 type alloc struct {
 	id       string
@@ -111,13 +114,13 @@ func hours(from, to int) capacity.Window {
 }
 
 func node(k, size int, allocs ...alloc) capacity.Candidate {
-	nd := capacity.NodeDay{Pool: "p1", Resource: "gpu", Day: capacity.DayOf(t0), Node: k, Size: size, NodeSize: 8,
+	nd := capacity.NodeHour{Pool: "p1", Resource: "gpu", Hour: capacity.HourOf(t0), Node: k, Size: size, NodeSize: 8,
 		Versions: map[int]int64{}, Entries: map[string]capacity.Entry{}}
 	for _, a := range allocs {
 		nd.Entries[a.id] = capacity.Entry{Mask: a.mask, Window: hours(a.from, a.to)}
 	}
 	nd.Untouched = size - nd.Touched().Count()
-	return capacity.Candidate{Node: k, Days: []capacity.NodeDay{nd}}
+	return capacity.Candidate{Node: k, Hours: []capacity.NodeHour{nd}}
 }
 
 func TestChoose(t *testing.T) {
@@ -144,7 +147,7 @@ func TestChoose(t *testing.T) {
 		{"too few devices on two nodes is topology", 16, capacity.OnNodes, hours(1, 2), "topology"},
 		{"any: fullest nodes first", 9, capacity.AnyDevices, hours(1, 2), "0:11000000,1:11111100,2:1000000"},
 		{"any: not enough devices", 24, capacity.AnyDevices, hours(1, 2), "capacity"},
-		{"a node used at other times of the day before an unused one", 8, capacity.OnNodes, hours(5, 6), "0:11111111"},
+		{"a node used at other times before an unused one", 8, capacity.OnNodes, hours(5, 6), "0:11111111"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -167,7 +170,7 @@ func TestChoose(t *testing.T) {
 			}
 		})
 	}
-	// Within a node, devices some allocation of the day uses come first,
+	// Within a node, devices some allocation of the hours uses come first,
 	// keeping untouched ones whole.
 	if p, _ := capacity.Choose(top, capacity.Request{ID: "n", Count: 2, Topology: capacity.OnNodes, Window: hours(3, 4)},
 		[]capacity.Candidate{node(1, 8, alloc{"b", 0b00000011, 1, 3})}); p[0].Mask != 0b11 {
@@ -199,24 +202,33 @@ func TestChoose(t *testing.T) {
 	}
 }
 
-func TestDays(t *testing.T) {
-	day := capacity.DayOf(t0)
-	midnight := day.Start().Add(24 * time.Hour)
+func TestHours(t *testing.T) {
+	h := capacity.HourOf(t0)
+	next := h.End()
 	for _, c := range []struct {
-		w    capacity.Window
-		want int
+		w      capacity.Window
+		want   int
+		covers int // hours the window holds whole
 	}{
-		{capacity.Window{Start: t0, End: t0.Add(time.Hour)}, 1},
-		{capacity.Window{Start: t0, End: midnight}, 1}, // half-open: ends where the next day starts
-		{capacity.Window{Start: t0, End: midnight.Add(time.Nanosecond)}, 2},
-		{capacity.Window{Start: midnight.Add(-time.Hour), End: midnight.Add(49 * time.Hour)}, 4},
+		{capacity.Window{Start: t0, End: t0.Add(time.Hour)}, 1, 1},
+		{capacity.Window{Start: t0, End: next}, 1, 1}, // half-open: ends where the next hour starts
+		{capacity.Window{Start: t0, End: next.Add(time.Nanosecond)}, 2, 1},
+		{capacity.Window{Start: t0.Add(30 * time.Minute), End: t0.Add(90 * time.Minute)}, 2, 0},
+		{capacity.Window{Start: t0.Add(-time.Minute), End: t0.Add(49 * time.Hour)}, 50, 49},
 	} {
-		if days := c.w.Days(); len(days) != c.want || days[0] != capacity.DayOf(c.w.Start) {
-			t.Errorf("%v: %v", c.w, days)
+		hs := c.w.Hours()
+		covered := 0
+		for _, x := range hs {
+			if c.w.Covers(x) {
+				covered++
+			}
+		}
+		if len(hs) != c.want || hs[0] != capacity.HourOf(c.w.Start) || covered != c.covers {
+			t.Errorf("%v: %d hours (%d whole), want %d (%d)", c.w, len(hs), covered, c.want, c.covers)
 		}
 	}
-	if day.String() != "20261129" {
-		t.Errorf("day %s", day)
+	if h.String() != "2026112918" {
+		t.Errorf("hour %s", h)
 	}
 }
 
@@ -231,15 +243,15 @@ func TestCheckSnapshot(t *testing.T) {
 	}
 	good := func() capacity.Snapshot {
 		nd := node(0, 8)
-		nd.Days[0].Entries["r1"] = capacity.Entry{Mask: 0b01, Window: w}
-		nd.Days[0].Entries["r2"] = capacity.Entry{Mask: 0b10, Window: w}
-		nd.Days[0].Untouched = 6
+		nd.Hours[0].Entries["r1"] = capacity.Entry{Mask: 0b01, Window: w}
+		nd.Hours[0].Entries["r2"] = capacity.Entry{Mask: 0b10, Window: w}
+		nd.Hours[0].Untouched = 6
 		return capacity.Snapshot{
 			Pools: []capacity.Pool{capacity.NewPool("p1", "acme", map[string]int{"gpu": 16}, nil, t0)},
 			Quotas: []capacity.QuotaRow{{Quota: capacity.Quota{TenantID: "acme", PoolID: "p1", Resource: "gpu", Max: 4, Used: 2},
-				Free: 2, Charging: map[string]capacity.Charged{"r1": {Count: 1}}}},
+				Free: 2, Charging: map[string]capacity.Charged{"r1": {Count: 1}}, Due: t0}},
 			Reservations: []capacity.Reservation{placed("r1", 0), placed("r2", 1)},
-			NodeDays:     nd.Days,
+			NodeHours:    nd.Hours,
 		}
 	}
 	if vs := capacity.CheckSnapshot(good()); len(vs) != 0 {
@@ -251,17 +263,17 @@ func TestCheckSnapshot(t *testing.T) {
 		"orphan_charge": func(s *capacity.Snapshot) { s.Quotas[0].Charging["zz"] = capacity.Charged{Count: 1} },
 		"charge_count":  func(s *capacity.Snapshot) { s.Quotas[0].Charging["r1"] = capacity.Charged{Count: 2} },
 		"credit_record": func(s *capacity.Snapshot) { s.Quotas[0].Crediting = map[string]int{"r1": 1} },
-		"missing_entry": func(s *capacity.Snapshot) { delete(s.NodeDays[0].Entries, "r2"); s.NodeDays[0].Untouched = 7 },
+		"missing_entry": func(s *capacity.Snapshot) { delete(s.NodeHours[0].Entries, "r2"); s.NodeHours[0].Untouched = 7 },
 		"orphan_entry": func(s *capacity.Snapshot) {
-			s.NodeDays[0].Entries["zz"] = capacity.Entry{Mask: 0b100, Window: w}
-			s.NodeDays[0].Untouched = 5
+			s.NodeHours[0].Entries["zz"] = capacity.Entry{Mask: 0b100, Window: w}
+			s.NodeHours[0].Untouched = 5
 		},
 		"entry_devices": func(s *capacity.Snapshot) { s.Reservations[1].Devices = []int{2} },
-		"double_booked": func(s *capacity.Snapshot) { s.NodeDays[0].Entries["r2"] = capacity.Entry{Mask: 0b11, Window: w} },
-		"untouched":     func(s *capacity.Snapshot) { s.NodeDays[0].Untouched = 8 },
+		"double_booked": func(s *capacity.Snapshot) { s.NodeHours[0].Entries["r2"] = capacity.Entry{Mask: 0b11, Window: w} },
+		"untouched":     func(s *capacity.Snapshot) { s.NodeHours[0].Untouched = 8 },
 		"device_count":  func(s *capacity.Snapshot) { s.Reservations[0].Count = 2 },
 		"uncredited":    func(s *capacity.Snapshot) { s.Reservations[0].State = capacity.Released },
-		"node_size":     func(s *capacity.Snapshot) { s.NodeDays[0].NodeSize = 4 },
+		"node_size":     func(s *capacity.Snapshot) { s.NodeHours[0].NodeSize = 4 },
 		"topology": func(s *capacity.Snapshot) {
 			s.Reservations[0].Count, s.Reservations[0].Devices = 2, []int{0, 8}
 			s.Quotas[0].Used, s.Quotas[0].Free, s.Quotas[0].Charging = 3, 1, nil
@@ -270,6 +282,10 @@ func TestCheckSnapshot(t *testing.T) {
 			s.Reservations[1].State, s.Reservations[1].Credited = capacity.Expired, true
 			s.Quotas[0].Used, s.Quotas[0].Free = 1, 3
 		},
+		"charge_due":   func(s *capacity.Snapshot) { s.Quotas[0].Due = time.Time{} },
+		"charge_state": func(s *capacity.Snapshot) { s.Quotas[0].Charging["r1"] = capacity.Charged{Count: 1, Voided: true} },
+		"index_orphan": func(s *capacity.Snapshot) { s.Orphans = []string{"fit: CAL#p1#gpu#2026112918 / N#000003"} },
+		"entry_window": func(s *capacity.Snapshot) { s.NodeHours[0].Hour++ },
 	}
 	for kind, breakIt := range cases {
 		s := good()

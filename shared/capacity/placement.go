@@ -7,12 +7,12 @@ import (
 	"time"
 )
 
-// Candidate is one node and its state over a window: either its node-days
-// (Days, one per day of the window, as read) or, when the exact path reads
-// a whole pool without keeping its node-days, a Summary.
+// Candidate is one node and its state over a window: either its node-hours
+// (Hours, one per hour of the window, as read) or, when the exact path reads
+// a whole pool without keeping its node-hours, a Summary.
 type Candidate struct {
 	Node    int
-	Days    []NodeDay
+	Hours   []NodeHour
 	Summary *Summary
 }
 
@@ -20,31 +20,31 @@ type Candidate struct {
 type Summary struct {
 	Size      int
 	Free      Mask // free during all of the window
-	Untouched Mask // used by no allocation on any of the window's days
+	Untouched Mask // used by no allocation in any of the window's hours
 }
 
-// summary is c's Summary for req (computed from Days when not given).
+// summary is c's Summary for req (computed from Hours when not given).
 func (c Candidate) summary(req Request) Summary {
 	if c.Summary != nil {
 		return *c.Summary
 	}
-	if len(c.Days) == 0 {
+	if len(c.Hours) == 0 {
 		return Summary{}
 	}
-	s := Summary{Size: c.Days[0].Size, Free: ^Mask(0), Untouched: ^Mask(0)}
-	for _, d := range c.Days {
-		s.Add(d, req)
+	s := Summary{Size: c.Hours[0].Size, Free: ^Mask(0), Untouched: ^Mask(0)}
+	for _, h := range c.Hours {
+		s.Add(h, req)
 	}
 	return s
 }
 
-// Add narrows s by one more day of the window.
-func (s *Summary) Add(d NodeDay, req Request) {
+// Add narrows s by one more hour of the window.
+func (s *Summary) Add(d NodeHour, req Request) {
 	s.Free &= d.Free(req.Window, req.ID)
 	s.Untouched &= Full(d.Size) &^ d.Touched()
 }
 
-// NewSummary is the summary of a node of size devices before any day is
+// NewSummary is the summary of a node of size devices before any hour is
 // added: everything free.
 func NewSummary(size int) Summary {
 	return Summary{Size: size, Free: Full(size), Untouched: Full(size)}
@@ -75,7 +75,7 @@ type Request struct {
 //   - topology "node", count ≤ nodeSize: best fit — the node with the
 //     fewest free devices that still holds count (the fullest that fits),
 //     so whole nodes stay whole; among those, the one more used at other
-//     times of the day; with req.Spread, any node that fits;
+//     times of the window's hours; with req.Spread, any node that fits;
 //   - topology "node", a larger count: ⌈count / nodeSize⌉ nodes — whole free
 //     nodes and, for the remainder, the fullest node that holds it;
 //   - topology "any": the fullest nodes first until count is reached.
@@ -83,7 +83,7 @@ type Request struct {
 // Within a node, devices are taken as an aligned block of the next power
 // of two (a pair, a quad, …: how NVLink switches group devices, and two
 // creates racing for one node then collide only on the same block), those
-// some allocation of the day already uses first (to keep untouched devices
+// some allocation of the window's hours already uses first (to keep untouched devices
 // whole), lowest first.
 //
 // Among equally good nodes and blocks the choice is a hash of the
@@ -112,7 +112,7 @@ func Choose(t Topology, req Request, cands []Candidate) (Placement, error) {
 		return nil, NoFit{ReasonCapacity}
 	}
 	// Fullest first; then those more used at other times of the window's
-	// days (keeping wholly unused nodes for long reservations); ties
+	// hours (keeping wholly unused nodes for long reservations); ties
 	// spread by the hash.
 	sort.Slice(nodes, func(i, j int) bool {
 		a, b := nodes[i], nodes[j]
@@ -201,8 +201,8 @@ func Choose(t Topology, req Request, cands []Candidate) (Placement, error) {
 
 // takeBlock picks count of a node's free devices: within one free aligned
 // block of the next power of two if there is one (the block with the most
-// devices already used that day, ties by h), else wherever they are free;
-// devices already used that day first, lowest first.
+// devices already used in those hours, ties by h), else wherever they are free;
+// devices already used in those hours first, lowest first.
 func takeBlock(s Summary, count int, h uint32) Mask {
 	pick := func(within Mask) Mask {
 		touched := within &^ s.Untouched

@@ -41,8 +41,8 @@ var ReconcileFaultPoints = []string{
 }
 
 // pool completes a pool's creation if a crash cut it short, provisions its
-// days ahead and marks it due again at the start of the next day (when the
-// next day enters the ProvisionDays ahead).
+// hours ahead and marks it due again at the start of the next hour (when
+// the next hour enters the ProvisionHours ahead).
 func (rc *Reconciler) pool(ctx context.Context, p Pool, due, now time.Time, budget *atomic.Int64) (step, error) {
 	s := rc.Service
 	if now.Before(due) {
@@ -56,15 +56,37 @@ func (rc *Reconciler) pool(ctx context.Context, p Pool, due, now time.Time, budg
 		}
 		st.repaired = true
 	}
-	days, done, err := s.provisionPool(ctx, p, now, budget)
-	st.provisioned = days
-	if err != nil || !done {
+	horizon := rc.ProvisionHours
+	if horizon <= 0 {
+		horizon = ProvisionHours
+	}
+	hours, through, done, err := s.provisionPool(ctx, p, now, horizon, budget)
+	st.provisioned = hours
+	if err != nil {
 		return st, err
 	}
-	if err := s.Store.PoolDue(ctx, p.PoolID, (DayOf(now) + 1).Start()); err != nil {
+	next := (HourOf(now) + 1).Start()
+	if !done {
+		next = now // the budget ran out: the next pass goes on
+	}
+	if err := s.Store.PoolDue(ctx, p.PoolID, next, through); err != nil {
 		return st, unavailable(err)
 	}
 	return st, nil
+}
+
+// quota settles a due quota row's charge records (settleRow) and moves its
+// due marker: again in SettleAfter while records are left, none otherwise.
+func (rc *Reconciler) quota(ctx context.Context, q QuotaRow, now time.Time) (step, error) {
+	s := rc.Service
+	left, err := s.settleRow(ctx, q.Key())
+	if err != nil {
+		return step{}, err
+	}
+	if err := s.Store.QuotaDue(ctx, q.Key(), now.Add(SettleAfter), left == 0); err != nil {
+		return step{}, unavailable(err)
+	}
+	return step{settled: true}, nil
 }
 
 // Reconciler is capacity.reservations (SPEC §4.5): each pass finds due
@@ -80,14 +102,21 @@ type Reconciler struct {
 	// Margin: the pass stops taking work this long before the context's
 	// deadline (default 10% of the time left, at most 5s).
 	Margin time.Duration
-	// ProvisionBudget bounds the node-days one pass provisions (default
+	// ProvisionBudget bounds the node-hours one pass provisions (default
 	// DefaultProvisionBudget); pools left over stay due for the next.
 	ProvisionBudget int
+	// ProvisionHours is how many hours ahead pools are kept provisioned
+	// (default ProvisionHours).
+	ProvisionHours int
+	// Serial walks the shards and handles their items one at a time, in
+	// order (the deterministic simulation's hook; false in production).
+	Serial bool
 }
 
-// DefaultProvisionBudget: node-days one pass provisions at most (about
-// 15 s of writes at 16 at once on DynamoDB; a day of the largest resource,
-// 100,000 one-device nodes, is always started when budget is left).
+// DefaultProvisionBudget: node-hours one pass provisions at most (about
+// 15 s of writes at 16 at once on DynamoDB; an hour of the largest
+// resource, 100,000 one-device nodes, is always started when budget is
+// left).
 const DefaultProvisionBudget = 50_000
 
 // PassResult summarizes one pass.
@@ -96,7 +125,8 @@ type PassResult struct {
 	Transitions map[string]int `json:"transitions"` // by target state
 	Repaired    int            `json:"repaired"`    // crash leftovers: stale drafts expired, pool creations completed
 	Swept       int            `json:"swept"`       // terminal reservations' give-back re-run (routine)
-	Provisioned int            `json:"provisioned"` // node-days of days ahead stored (whole days)
+	Settled     int            `json:"settled"`     // quota rows whose charge records were settled (routine)
+	Provisioned int            `json:"provisioned"` // hours ahead provisioned (every node-hour of a resource's hour stored)
 	Skipped     int            `json:"skipped"`     // not yet due, or another pass got there first
 	Errors      int            `json:"errors"`
 	Lag         time.Duration  `json:"-"` // now − oldest dueAt found (0 if none)
@@ -121,6 +151,7 @@ type step struct {
 	moved       []string
 	repaired    bool
 	swept       bool
+	settled     bool
 	gone        bool
 	provisioned int
 }
@@ -142,6 +173,14 @@ func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 		stopAt = dl.Add(-margin)
 	}
 	late := func() bool { return !stopAt.IsZero() && time.Now().After(stopAt) }
+	var budget atomic.Int64
+	budget.Store(int64(rc.ProvisionBudget))
+	if rc.ProvisionBudget <= 0 {
+		budget.Store(DefaultProvisionBudget)
+	}
+	if rc.Serial {
+		return rc.serialPass(ctx, now, start, &budget)
+	}
 	workers := rc.Workers
 	if workers <= 0 {
 		workers = 16
@@ -153,11 +192,6 @@ func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 	}
 	var mu sync.Mutex
 	var oldest time.Time
-	var budget atomic.Int64
-	budget.Store(int64(rc.ProvisionBudget))
-	if rc.ProvisionBudget <= 0 {
-		budget.Store(DefaultProvisionBudget)
-	}
 	items := make(chan DueItem, workers)
 	results := make(chan result, workers)
 	var producers, consumers sync.WaitGroup
@@ -198,34 +232,66 @@ func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 	}
 	go func() { producers.Wait(); close(items); consumers.Wait(); close(results) }()
 	for r := range results {
-		for _, k := range r.moved {
-			res.Transitions[k]++
-		}
-		res.Provisioned += r.provisioned
-		// Lag is the age of the oldest real work: an entry whose item is
-		// gone is skipped and does not hold the metric up.
-		if !r.gone && (oldest.IsZero() || r.due.Before(oldest)) {
-			oldest = r.due
-		}
-		switch {
-		case r.gone:
-			res.Skipped++
-		case r.err != nil:
-			res.Errors++
-			s.logger().Warn("reconcile item", "error", r.err.Error())
-		case r.repaired:
-			res.Repaired++
-		case r.swept:
-			res.Swept++
-		case len(r.moved) == 0:
-			res.Skipped++
-		}
+		res.add(s, r.step, r.due, r.err, &oldest)
 	}
-	if !oldest.IsZero() && now.After(oldest) {
-		res.Lag = now.Sub(oldest)
-	}
-	res.Took = time.Since(start)
+	res.finish(now, start, oldest)
 	return res, scanErr
+}
+
+// serialPass is Pass with one item at a time, shard after shard.
+func (rc *Reconciler) serialPass(ctx context.Context, now, start time.Time, budget *atomic.Int64) (PassResult, error) {
+	res := PassResult{Transitions: map[string]int{}}
+	var oldest time.Time
+	var scanErr error
+	for shard := 0; shard < rc.Due.Shards(); shard++ {
+		var due []DueItem
+		if err := rc.Due.Due(ctx, shard, now, func(d DueItem) bool { due = append(due, d); return true }); err != nil {
+			scanErr = errors.Join(scanErr, err)
+		}
+		for _, d := range due {
+			res.Found++
+			st, err := rc.handle(ctx, d, now, budget)
+			res.add(rc.Service, st, d.Due, err, &oldest)
+		}
+	}
+	res.finish(now, start, oldest)
+	return res, scanErr
+}
+
+// add counts one handled item into the pass's result.
+func (p *PassResult) add(s *Service, r step, due time.Time, err error, oldest *time.Time) {
+	for _, k := range r.moved {
+		p.Transitions[k]++
+	}
+	p.Provisioned += r.provisioned
+	// Lag is the age of the oldest real work: an entry whose item is gone
+	// is skipped and does not hold the metric up.
+	if !r.gone && (oldest.IsZero() || due.Before(*oldest)) {
+		*oldest = due
+	}
+	switch {
+	case r.gone:
+		p.Skipped++
+	case err != nil:
+		p.Errors++
+		s.logger().Warn("reconcile item", "error", err.Error())
+	case r.repaired:
+		p.Repaired++
+	case r.swept:
+		p.Swept++
+	case r.settled:
+		p.Settled++
+	case len(r.moved) == 0:
+		p.Skipped++
+	}
+}
+
+// finish sets the pass's lag and duration.
+func (p *PassResult) finish(now, start, oldest time.Time) {
+	if !oldest.IsZero() && now.After(oldest) {
+		p.Lag = now.Sub(oldest)
+	}
+	p.Took = time.Since(start)
 }
 
 // handle moves one due item forward as far as it can go now.
@@ -233,6 +299,9 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time, budg
 	s := rc.Service
 	if d.Pool != nil {
 		return rc.pool(ctx, *d.Pool, d.Due, now, budget)
+	}
+	if d.Quota != nil {
+		return rc.quota(ctx, *d.Quota, now)
 	}
 	r := *d.Reservation
 	var st step
@@ -243,7 +312,7 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time, budg
 			if err != nil {
 				return false, err
 			}
-			_, won, err := s.fenceWon(ctx, to, r.State, point)
+			_, won, err := s.fenceWon(ctx, to, r.State, point, nil)
 			if errors.Is(err, errGone) {
 				st.gone = true
 				return false, nil
@@ -296,11 +365,6 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time, budg
 	case r.State == Placed && !now.Before(r.Window.Start):
 		if ok, err := move(FaultReconcileBinding)(r.StartBinding(now)); !ok {
 			return st, err
-		}
-		// A charge record its create could not settle (a crash, a failed
-		// write) goes now; normally the write finds nothing to remove.
-		if err := s.Store.Settle(ctx, r.Quota(), r.ReservationID); err != nil {
-			return st, unavailable(err)
 		}
 		fallthrough
 	case r.State == Binding:
@@ -361,6 +425,7 @@ func (p PassResult) Log(ctx context.Context, logger *slog.Logger, table string) 
 		slog.Int(MetricTransitions, p.TransitionCount()),
 		slog.Int(MetricRepaired, p.Repaired),
 		slog.Int(MetricSwept, p.Swept),
+		slog.Int("settled", p.Settled),
 		slog.Int("skipped", p.Skipped),
 		slog.Int("errors", p.Errors),
 		slog.Bool("stoppedEarly", p.Stopped),

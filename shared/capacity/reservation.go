@@ -127,10 +127,15 @@ type Reservation struct {
 	ReleasedBy    string    `json:"releasedBy,omitempty" enum:"releasedBy" doc:"who released it; only on released reservations"`
 	History       []Event   `json:"history" doc:"the timeline: one entry per state entered, oldest first (the first is draft)"`
 
-	// Devices are the indexes n of "<resource>-<n>" it holds and NodeSize
-	// the resource's node size: what DeviceIDs and NodeIDs are made from.
+	// Devices are the indexes n of "<resource>-<n>" it holds (set when it is
+	// placed, never before) and NodeSize the resource's node size: what
+	// DeviceIDs and NodeIDs are made from.
 	Devices  []int `json:"-"`
 	NodeSize int   `json:"-"`
+	// Plan is, on a draft, the placement its create is about to charge and
+	// write when it spans more nodes than the charge's record holds: what
+	// a repair frees. Never shown: the draft holds none of it.
+	Plan []int `json:"-"`
 	// Credited: the quota a placed reservation held was given back (set
 	// after the credit, so a sweep never credits twice).
 	Credited bool `json:"-"`
@@ -164,6 +169,9 @@ func (r Reservation) Layout() Topology {
 // Placement is where its devices are (empty until placed).
 func (r Reservation) Placement() Placement { return PlacementOf(r.Layout(), r.Devices) }
 
+// PlanPlacement is the placement its draft records (see Plan).
+func (r Reservation) PlanPlacement() Placement { return PlacementOf(r.Layout(), r.Plan) }
+
 // WasPlaced reports whether it ever held its devices (and so its quota was
 // charged for good, not only by a create in flight).
 func (r Reservation) WasPlaced() bool {
@@ -193,15 +201,18 @@ func (r Reservation) Stale(now time.Time) bool {
 	return r.State == Draft && !now.Before(r.CreatedAt.Add(StaleAfter))
 }
 
-// ExpiresAt is when storage may delete the reservation (zero: kept):
-// denied ones after DeniedRetention, rejected and expired ones after
-// Retention (SPEC §9).
+// ExpiresAt is when storage may delete the reservation (zero: kept while
+// it is not terminal): denied ones after DeniedRetention, rejected and
+// expired ones after Retention, released ones after ReleasedRetention
+// (SPEC §4.4, §9), each from when it became terminal.
 func (r Reservation) ExpiresAt() time.Time {
 	switch r.State {
 	case Denied:
 		return r.UpdatedAt.Add(DeniedRetention)
 	case Rejected, Expired:
 		return r.UpdatedAt.Add(Retention)
+	case Released:
+		return r.UpdatedAt.Add(ReleasedRetention)
 	}
 	return time.Time{}
 }

@@ -27,12 +27,25 @@ type Service struct {
 	// PlaceAttempts bounds the optimistic placement retries (default 16).
 	PlaceAttempts int
 
+	// Hooks of the deterministic simulation (zero in production; see
+	// sim_test.go). Serial runs a flow's own concurrent steps — the
+	// candidates read ahead, writes to several node-hours — one after
+	// another, so each store call is a point the simulation interleaves
+	// flows at; Sleep replaces the backoff's timer; NewID makes the id of a
+	// create without a clientToken (default a ULID).
+	Serial bool
+	Sleep  func(ctx context.Context, d time.Duration) error
+	NewID  func(now time.Time) string
+
 	placeRetries atomic.Int64
 	// contention is a moving average of placement writes lost to racing
 	// creates (float64 bits); topologies caches resource layouts seen
 	// (immutable once a pool exists): both steer candidate reads only.
 	contention atomic.Uint64
 	topologies sync.Map // pool + "/" + resource → Topology
+	// settles are charge records this process may forget on its next
+	// charge of the same row (settleLater).
+	settles settles
 }
 
 // Fault points (see Service.Faults and docs/capacity.md). A terminal
@@ -68,8 +81,12 @@ func flowOf(point string) string {
 
 // each runs fn(0..n-1), 16 at a time, and joins their errors.
 func (s *Service) each(ctx context.Context, n int, fn func(i int) error) error {
-	if n == 1 {
-		return fn(0)
+	if n == 1 || s.Serial {
+		errs := make([]error, n)
+		for i := range n {
+			errs[i] = fn(i)
+		}
+		return errors.Join(errs...)
 	}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -185,8 +202,8 @@ func unavailable(err error) *apierr.Error {
 // owner's quota rows, each created only if missing; (3) the owner's view;
 // (4) move the due mark to now. A crash anywhere leaves the pool due: a
 // retry of the request or the reconciler runs 2–4 again. The pool stays in
-// the due index for good: the reconciler provisions its days ahead
-// (ProvisionDays) and marks it due again the next day.
+// the due index for good: the reconciler provisions its hours ahead
+// (ProvisionHours) and marks it due again at the next hour.
 func (s *Service) CreatePool(ctx context.Context, tenant, poolID string, resources, nodeSize map[string]int) (Pool, error) {
 	for r, n := range nodeSize {
 		if _, ok := resources[r]; !ok {
@@ -233,41 +250,41 @@ func (s *Service) completePool(ctx context.Context, p Pool, next time.Time) erro
 	if err := s.Store.ShowPool(ctx, p.OwnerTenantID, p); err != nil {
 		return unavailable(err)
 	}
-	if err := s.Store.PoolDue(ctx, p.PoolID, next); err != nil {
+	if err := s.Store.PoolDue(ctx, p.PoolID, next, 0); err != nil {
 		return unavailable(err)
 	}
 	return nil
 }
 
-// ProvisionDays is how many days, today first, the reconciler keeps
-// provisioned for every pool: every node-day stored, so candidate reads
-// find whole nodes too (docs/capacity.md). Days further ahead are stored
-// node by node as reservations are placed on them.
-const ProvisionDays = 8
+// ProvisionHours is how many hours, the current one first, the reconciler
+// keeps provisioned for every pool: every node-hour stored, so candidate
+// reads find whole nodes too (docs/capacity.md). Hours further ahead are
+// stored node by node as reservations are placed on them.
+const ProvisionHours = 72
 
-// provisionPool provisions the days ahead of p from now's day while the
-// pass's budget of node-days lasts (a day is started only with budget
-// left); done is false when it ran out first (the pool stays due, for the
-// next pass).
-func (s *Service) provisionPool(ctx context.Context, p Pool, now time.Time, budget *atomic.Int64) (days int, done bool, err error) {
-	today := DayOf(now)
-	for _, name := range p.ResourceNames() {
-		pr := PoolResource{PoolID: p.PoolID, Topology: p.Topology(name)}
-		for d := today; d < today+ProvisionDays; d++ {
+// provisionPool provisions the hours ahead of p from now's hour while the
+// pass's budget of node-hours lasts (an hour is started only with budget
+// left); through is the first hour not provisioned yet, done false when
+// the budget ran out first (the pool stays due, for the next pass).
+func (s *Service) provisionPool(ctx context.Context, p Pool, now time.Time, horizon int, budget *atomic.Int64) (hours int, through Hour, done bool, err error) {
+	from, to := max(p.ProvisionedTo, HourOf(now)), HourOf(now)+Hour(horizon)
+	for h := from; h < to; h++ {
+		for _, name := range p.ResourceNames() {
 			if budget.Load() <= 0 {
-				return days, false, nil
+				return hours, h, false, nil
 			}
-			made, err := s.Store.Provision(ctx, pr, d)
+			pr := PoolResource{PoolID: p.PoolID, Topology: p.Topology(name)}
+			made, err := s.Store.Provision(ctx, pr, h)
 			if err != nil {
-				return days, false, unavailable(err)
+				return hours, h, false, unavailable(err)
 			}
 			if made {
-				days++
+				hours++
 				budget.Add(-int64(pr.Nodes()))
 			}
 		}
 	}
-	return days, true, nil
+	return hours, max(from, to), true, nil
 }
 
 // OfferPool sets toTenant's quota max on one resource of a pool tenant owns.
@@ -342,6 +359,9 @@ func (s *Service) ListQuotas(ctx context.Context, tenant, poolID string, page Pa
 // pause waits the jittered backoff before placement attempt n (not a
 // synchronization: racers that lost spread out before reading again).
 func (s *Service) pause(ctx context.Context, attempt int) error {
+	if s.Sleep != nil {
+		return s.Sleep(ctx, backoff(attempt, rand.Int64N))
+	}
 	t := time.NewTimer(backoff(attempt, rand.Int64N))
 	defer t.Stop()
 	select {

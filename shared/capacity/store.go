@@ -29,9 +29,11 @@ type PoolStore interface {
 	EnsureQuota(ctx context.Context, k QuotaKey, max int64, now time.Time) error
 	// ShowPool makes p visible to tenant (idempotent).
 	ShowPool(ctx context.Context, tenant string, p Pool) error
-	// PoolDue moves the pool's due marker to next: its creation is
-	// complete, and the reconciler provisions its days ahead then.
-	PoolDue(ctx context.Context, poolID string, next time.Time) error
+	// PoolDue moves the pool's due marker to next (its creation is
+	// complete; the reconciler provisions its hours ahead then) and, when
+	// provisioned is not zero, records that every hour before it is
+	// provisioned.
+	PoolDue(ctx context.Context, poolID string, next time.Time, provisioned Hour) error
 	// VisiblePool reads a pool owned by or offered to tenant (else ErrNotFound).
 	VisiblePool(ctx context.Context, tenant, poolID string) (Pool, error)
 	// ListPools lists the pools visible to tenant by id.
@@ -39,7 +41,9 @@ type PoolStore interface {
 }
 
 // QuotaStore keeps quota rows: max, used, free = max − used, and the
-// admissions in flight on the row (a bounded map, emptied as each settles).
+// admissions in flight on the row (a bounded map: a record lives from a
+// charge until the count lives in the placed reservation, or until what a
+// create wrote for a draft that ended unplaced is undone).
 type QuotaStore interface {
 	// SetQuotaMax sets max (creating the row with used 0) and returns the row.
 	SetQuotaMax(ctx context.Context, k QuotaKey, max int64, now time.Time) (Quota, error)
@@ -48,27 +52,40 @@ type QuotaStore interface {
 	// ListQuotas lists tenant's rows, of one pool if poolID is not "".
 	ListQuotas(ctx context.Context, tenant, poolID string, page Page) ([]Quota, map[string]string, error)
 	// Charge adds count for reservation id if free ≥ count, recording the
-	// placement it is for in the same write, in one round trip with no
-	// read first. A charge already recorded for id is not repeated: its
-	// placement is returned (fresh false). ErrQuotaExceeded (with the row)
-	// when it does not fit or the row is missing; ErrBusy when too many
-	// admissions are in flight on the row.
-	Charge(ctx context.Context, k QuotaKey, id string, count int, p Placement) (Charged, error)
-	// Replace records another placement for id's charge in flight.
+	// placement it is for (nil when the draft records it), and forgets the
+	// charge records of settle (reservations seen placed since: their
+	// counts live in them now) — one write, no read first. The row becomes
+	// due at due (unless it already is), for the reconciler to settle what
+	// no later charge does. A charge already recorded for id is not
+	// repeated: its record is returned (Fresh false). QuotaExceeded (with
+	// the row) when it does not fit or the row is missing; ErrBusy when
+	// MaxInFlight records are on the row.
+	Charge(ctx context.Context, k QuotaKey, id string, count int, p Placement, settle []string, due time.Time) (Charged, error)
+	// Replace records another placement for id's charge in flight
+	// (ErrStale when it is no longer in flight: voided, refunded or settled).
 	Replace(ctx context.Context, k QuotaKey, id string, p Placement) error
-	// Settle forgets id's charge in flight once the reservation records it
-	// (placed): the count stays in used.
-	Settle(ctx context.Context, k QuotaKey, id string) error
-	// Pending returns id's charge in flight, if any.
+	// Settle forgets the charge records of ids, whose reservations are
+	// placed (the count stays in used).
+	Settle(ctx context.Context, k QuotaKey, ids []string) error
+	// Pending returns id's charge record, if any (in flight or voided).
 	Pending(ctx context.Context, k QuotaKey, id string) (Charged, bool, error)
-	// Refund reverses id's charge in flight (a draft that ends unplaced),
-	// if there is one: used −= count and the record goes, in one write.
+	// Void gives id's charge in flight back at once (used −= count: its
+	// draft was released), keeping the record and the placement it names
+	// for whoever undoes what the create wrote. Idempotent.
+	Void(ctx context.Context, k QuotaKey, id string, count int) error
+	// Refund forgets id's charge record, giving back its count unless it
+	// was voided, once.
 	Refund(ctx context.Context, k QuotaKey, id string, count int) error
 	// Credit gives back a placed reservation's count, once: it leaves a
-	// credit record that CreditDone forgets.
+	// credit record (apart from the charge records) that CreditDone forgets.
 	Credit(ctx context.Context, k QuotaKey, id string, count int) error
 	// CreditDone forgets id's credit record.
 	CreditDone(ctx context.Context, k QuotaKey, id string) error
+	// Row reads a stored row with its records (false when missing).
+	Row(ctx context.Context, k QuotaKey) (QuotaRow, bool, error)
+	// QuotaDue makes the row due at next — or, with clear, not due any more
+	// if no charge record is left on it (due at next if one is).
+	QuotaDue(ctx context.Context, k QuotaKey, next time.Time, clear bool) error
 }
 
 // QuotaExceeded is ErrQuotaExceeded with the row that refused (max 0 when
@@ -78,56 +95,73 @@ type QuotaExceeded struct{ Quota Quota }
 func (e QuotaExceeded) Error() string { return ErrQuotaExceeded.Error() }
 func (e QuotaExceeded) Unwrap() error { return ErrQuotaExceeded }
 
-// Charged is a charge in flight: its count and the placement it is for.
+// Charged is a charge record: its count, the placement it is for, and
+// whether its quota was already given back (Voided).
 type Charged struct {
 	Count     int
 	Placement Placement
+	Voided    bool
 	Fresh     bool // this call made the charge
 }
 
-// CalendarStore keeps the node-day items of each (pool, resource): one
-// item per node per UTC day, ordered for candidates by how many devices
-// are untouched. A node-day is stored once something is placed on it, or
-// when the reconciler provisions its day ahead (every node of the day, so
-// whole nodes are found by the same ordered read); a missing one is empty.
+// CalendarStore keeps the node-hour items of each (pool, resource): one
+// item per node per UTC hour, ordered for candidates by how many devices
+// are untouched and, for refusals, by how many no allocation holds for the
+// whole hour. A node-hour is stored once something is placed on it, or
+// when the reconciler provisions its hour ahead (every node of the hour,
+// so whole nodes are found by the same ordered read); a missing one is
+// empty.
 type CalendarStore interface {
-	// Candidates reads stored node-days of day with at least minUntouched
-	// untouched devices, fewest first (the fullest that may fit), at most
-	// limit. from ∈ [0, 2^20) rotates where the read starts among the
-	// node-days of the first such count (racing creates then read
-	// different ones). ok is true when the read saw the whole day: the day
-	// is provisioned, or limit node-days were found.
-	Candidates(ctx context.Context, t PoolResource, day Day, minUntouched, limit int, from uint32) (nds []NodeDay, ok bool, err error)
-	// NodeDays reads node-days by (node, day), consistently; missing ones
-	// are absent from the map.
-	NodeDays(ctx context.Context, t PoolResource, keys []NodeDayKey) (map[NodeDayKey]NodeDay, error)
-	// Day calls fn with every stored node-day of a day, in node order.
-	Day(ctx context.Context, t PoolResource, day Day, fn func(NodeDay) error) error
-	// NodeRange calls fn with the stored node-days of nodes first..last
-	// (inclusive) of a day, in node order.
-	NodeRange(ctx context.Context, t PoolResource, day Day, first, last int, fn func(NodeDay) error) error
-	// Provision stores every missing node-day of day, then marks the day
+	// Candidates reads stored node-hours of hour h with at least
+	// minUntouched untouched devices, fewest first (the fullest that may
+	// fit), at most limit. from ∈ [0, 2^SpreadBits) is where the read
+	// starts among the node-hours of the first such count (racing creates
+	// then read different ones).
+	Candidates(ctx context.Context, t PoolResource, h Hour, minUntouched, limit int, from uint32) ([]NodeHour, Scan, error)
+	// Coverable reads how many devices of each stored node of hour h no
+	// allocation holds for the whole hour, at least min, most first, at
+	// most limit: what a refusal is proved with (no instant of the hour
+	// has more devices free on that node).
+	Coverable(ctx context.Context, t PoolResource, h Hour, min, limit int) ([]NodeCount, Scan, error)
+	// NodeHours reads node-hours by key, consistently; missing ones are
+	// absent from the map.
+	NodeHours(ctx context.Context, t PoolResource, keys []NodeHourKey) (map[NodeHourKey]NodeHour, error)
+	// Hour calls fn with every stored node-hour of h, in node order.
+	Hour(ctx context.Context, t PoolResource, h Hour, fn func(NodeHour) error) error
+	// NodeRange calls fn with the stored node-hours of nodes first..last
+	// (inclusive) of h, in node order.
+	NodeRange(ctx context.Context, t PoolResource, h Hour, first, last int, fn func(NodeHour) error) error
+	// Provision stores every missing node-hour of h, then marks the hour
 	// provisioned (idempotent); made is false if it already was.
-	Provision(ctx context.Context, t PoolResource, day Day) (made bool, err error)
-	// Allocate adds id's entry to a node-day read as nd, if the versions
-	// of the devices it takes are still those of nd (ErrStale otherwise;
-	// ErrCalendarFull when the day holds MaxEntriesPerNodeDay); one read
-	// as missing (nd.Stored false) is created, if it still is. Idempotent.
-	Allocate(ctx context.Context, nd NodeDay, id string, e Entry) error
-	// Free removes id's entry from a node-day (idempotent), reading it first.
-	Free(ctx context.Context, t PoolResource, key NodeDayKey, id string) error
+	Provision(ctx context.Context, t PoolResource, h Hour) (made bool, err error)
+	// Allocate adds id's entry to a node-hour read as nh, if the versions
+	// of the devices it takes are still those of nh (ErrStale otherwise;
+	// ErrCalendarFull when the hour holds MaxEntriesPerNodeHour); one read
+	// as missing (nh.Stored false) is created, if it still is. Idempotent.
+	Allocate(ctx context.Context, nh NodeHour, id string, e Entry) error
+	// Free removes id's entries from the node-hours of keys (idempotent;
+	// a node-hour without one is left alone), reading them first.
+	Free(ctx context.Context, t PoolResource, keys []NodeHourKey, id string) error
+}
+
+// Scan is what an ordered read of an hour saw besides its items: More,
+// more items qualify than were returned; Provisioned, every node of the
+// hour is stored (a node missing from a complete read does not qualify).
+type Scan struct {
+	More        bool
+	Provisioned bool
+}
+
+// NodeCount is a node and a count of its devices.
+type NodeCount struct {
+	Node  int
+	Count int
 }
 
 // PoolResource names one resource of a pool and its layout.
 type PoolResource struct {
 	PoolID string
 	Topology
-}
-
-// NodeDayKey names a node-day.
-type NodeDayKey struct {
-	Node int
-	Day  Day
 }
 
 // ReservationStore keeps reservations under their tenant's partition.
@@ -137,9 +171,18 @@ type ReservationStore interface {
 	PutDraft(ctx context.Context, r Reservation) (Reservation, error)
 	// GetReservation reads one of tenant's reservations (ErrNotFound).
 	GetReservation(ctx context.Context, tenant, id string) (Reservation, error)
-	// Transition writes to (state, reason, devices, history, due, …) if
-	// the stored state is still from (ErrStale otherwise).
-	Transition(ctx context.Context, to Reservation, from State) error
+	// Reservations reads several of tenant's reservations, consistently;
+	// missing ones are absent from the map.
+	Reservations(ctx context.Context, tenant string, ids []string) (map[string]Reservation, error)
+	// Transition writes to's state, reason, history, due and retention —
+	// its devices only when to is placed: a writer never overwrites a
+	// placement it did not make — if the stored state is still from, and
+	// returns the reservation as that write left it (ErrStale otherwise).
+	Transition(ctx context.Context, to Reservation, from State) (Reservation, error)
+	// SetPlan records on a draft the placement its create is about to
+	// charge and write, when it is too large for the charge's record, if it
+	// is still a draft (ErrStale otherwise).
+	SetPlan(ctx context.Context, r Reservation, p Placement, nodeSize int) error
 	// TakeOver moves a draft's lease from old to lease (ErrStale if another
 	// flow took it or it is no longer a draft).
 	TakeOver(ctx context.Context, r Reservation, old, lease time.Time) error
@@ -173,12 +216,14 @@ type DueStore interface {
 	Due(ctx context.Context, shard int, now time.Time, fn func(DueItem) bool) error
 }
 
-// DueItem is one due item: a reservation, or a pool (whose creation is not
-// marked complete, or whose days ahead are due to be provisioned).
+// DueItem is one due item: a reservation, a pool (whose creation is not
+// marked complete, or whose hours ahead are due to be provisioned), or a
+// quota row with charge records to settle.
 type DueItem struct {
 	Due         time.Time
 	Reservation *Reservation
 	Pool        *Pool
+	Quota       *QuotaRow
 }
 
 // Snapshot is everything the invariant checker compares.
@@ -186,15 +231,19 @@ type Snapshot struct {
 	Pools        []Pool
 	Quotas       []QuotaRow
 	Reservations []Reservation
-	NodeDays     []NodeDay
+	NodeHours    []NodeHour
+	// Orphans are index entries whose item is gone (a local server killed
+	// mid-write can leave them; DynamoDB does not).
+	Orphans []string
 }
 
 // QuotaRow is a stored quota row with what it holds in flight.
 type QuotaRow struct {
 	Quota
 	Free      int64
-	Charging  map[string]Charged // admissions charged, not yet settled
+	Charging  map[string]Charged // admissions charged (or voided), not yet settled or refunded
 	Crediting map[string]int     // credits given, not yet forgotten
+	Due       time.Time          // when the reconciler looks at its records (zero: not due)
 }
 
 // SnapshotReader reads a Snapshot (a full read of the table: an operator's

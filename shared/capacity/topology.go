@@ -4,7 +4,6 @@ import (
 	"math/bits"
 	"sort"
 	"strconv"
-	"time"
 )
 
 // Topology is how one resource's devices of a pool are grouped into nodes
@@ -106,28 +105,4 @@ func PlacementOf(t Topology, devices []int) Placement {
 		p[len(p)-1].Mask |= 1 << uint(n-k*t.NodeSize)
 	}
 	return p
-}
-
-// Day is a UTC calendar day, counted from the Unix epoch: the time bucket
-// placement state is kept in, so a window reads and writes only the days
-// it overlaps.
-type Day int
-
-// DayOf is the day holding instant t.
-func DayOf(t time.Time) Day { return Day(t.UTC().Unix() / 86400) }
-
-// Start is the day's first instant.
-func (d Day) Start() time.Time { return time.Unix(int64(d)*86400, 0).UTC() }
-
-// String is the day as YYYYMMDD.
-func (d Day) String() string { return d.Start().Format("20060102") }
-
-// Days lists the days a half-open window overlaps.
-func (w Window) Days() []Day {
-	first, last := DayOf(w.Start), DayOf(w.End.Add(-time.Nanosecond))
-	out := make([]Day, 0, last-first+1)
-	for d := first; d <= last; d++ {
-		out = append(out, d)
-	}
-	return out
 }

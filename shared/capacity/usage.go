@@ -65,13 +65,17 @@ type Busy struct {
 }
 
 // Usage limits: a span of at most MaxUsageHours, at most MaxUsageNodes
-// nodes a page (worst case 100 nodes × 2 days × 256 entries of ~120 B ≈
-// 6 MB would pass Lambda's response limit; real pages are far smaller, and
-// the entries of one reservation over two days are given once).
+// nodes a page. The answer gives each reservation once per node, however
+// many of the span's hours it holds: at most 100 nodes × 25 hours × 64
+// entries of ~120 B ≈ 19 MB in theory (every entry a different
+// reservation, each shorter than an hour), ~100 KB for a busy page in
+// practice; a page stops early (NextCursor) once it holds
+// MaxUsageEntries.
 const (
 	MaxUsageHours     = 24
 	DefaultUsageNodes = 50
 	MaxUsageNodes     = 100
+	MaxUsageEntries   = 20_000 // ~2.4 MB of answer
 )
 
 // UsageRequest asks for a page of usage.
@@ -84,8 +88,8 @@ type UsageRequest struct {
 
 // PoolUsage reads a page of nodes of one resource of a pool the tenant can
 // see, with their reservations over [from, from+hours). It reads only the
-// page's node-days (one Query per day of the span): its cost follows the
-// page, not the pool.
+// page's node-hours (one Query per hour of the span): its cost follows the
+// page and the span, not the pool.
 func (s *Service) PoolUsage(ctx context.Context, q UsageRequest) (Usage, map[string]string, error) {
 	p, err := s.Store.VisiblePool(ctx, q.TenantID, q.PoolID)
 	switch {
@@ -128,8 +132,8 @@ func (s *Service) PoolUsage(ctx context.Context, q UsageRequest) (Usage, map[str
 		w    Window
 	}
 	byNode := map[int]map[string]held{}
-	for _, d := range span.Days() {
-		err := s.Store.NodeRange(ctx, pr, d, first, last, func(nd NodeDay) error {
+	for _, h := range span.Hours() {
+		err := s.Store.NodeRange(ctx, pr, h, first, last, func(nd NodeHour) error {
 			for id, e := range nd.Entries {
 				if !e.Window.Overlaps(span) {
 					continue
@@ -146,7 +150,12 @@ func (s *Service) PoolUsage(ctx context.Context, q UsageRequest) (Usage, map[str
 		}
 	}
 	owner := p.OwnedBy(q.TenantID)
+	entries := 0
 	for k := first; k <= last; k++ {
+		if entries += len(byNode[k]); entries > MaxUsageEntries && k > first {
+			last = k - 1 // the rest on the next page
+			break
+		}
 		n := NodeUsage{NodeID: NodeID(q.Resource, k), Size: pr.Size(k), Busy: []Busy{}}
 		var now Mask
 		for id, h := range byNode[k] {

@@ -12,13 +12,13 @@ import (
 )
 
 // BulkLoad writes placed reservations as the create path would have left
-// them — the reservation items, their entries in every node-day of their
+// them — the reservation items, their entries in every node-hour of their
 // windows, and the quota rows' used — with unconditional batch writes. It
 // is for benchmarks and tests that need a large, consistent state quickly;
 // it requires that nothing else writes those items meanwhile and that the
-// reservations do not overlap. nodeDays are the node-days to write (made
-// with their entries by NodeDay.Add); quotas the rows to write whole.
-func (s *Capacity) BulkLoad(ctx context.Context, reservations []capacity.Reservation, nodeDays []capacity.NodeDay, quotas []capacity.Quota) error {
+// reservations do not overlap. nodeHours are the node-hours to write (made
+// with their entries by NodeHour.Add); quotas the rows to write whole.
+func (s *Capacity) BulkLoad(ctx context.Context, reservations []capacity.Reservation, nodeHours []capacity.NodeHour, quotas []capacity.Quota) error {
 	var reqs []types.WriteRequest
 	add := func(item any) error {
 		av, err := attributevalue.MarshalMap(item)
@@ -33,8 +33,8 @@ func (s *Capacity) BulkLoad(ctx context.Context, reservations []capacity.Reserva
 			return err
 		}
 	}
-	for _, nd := range nodeDays {
-		if err := add(newNodeDayItem(nd)); err != nil {
+	for _, nh := range nodeHours {
+		if err := add(newNodeHourItem(nh)); err != nil {
 			return err
 		}
 	}
@@ -55,7 +55,13 @@ func (s *Capacity) batchWrite(ctx context.Context, reqs []types.WriteRequest) er
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem }()
-			for len(batch) > 0 {
+			for attempt := 0; len(batch) > 0; attempt++ {
+				if attempt > 0 {
+					if err := unprocessedPause(ctx, attempt); err != nil {
+						errc <- err
+						return
+					}
+				}
 				out, err := s.DB.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.Table: batch}})
 				if err != nil {
 					errc <- fmt.Errorf("bulk load: %w", err)
@@ -70,10 +76,4 @@ func (s *Capacity) batchWrite(ctx context.Context, reqs []types.WriteRequest) er
 	}
 	close(errc)
 	return <-errc
-}
-
-// PutDay marks a day provisioned (every node-day of it stored).
-func (s *Capacity) PutDay(ctx context.Context, t capacity.PoolResource, day capacity.Day) error {
-	return s.put(ctx, dayItem{PK: calPK(t.PoolID, t.Resource, day), SK: skDay, Kind: kindDay, Fit: markerFit,
-		Nodes: t.Nodes(), NodeSize: t.NodeSize, Devices: t.Devices, Expires: dayExpiry(day)}, nil)
 }

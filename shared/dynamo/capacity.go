@@ -14,8 +14,8 @@ import (
 //	TENANT#<tenant>               POOL#<poolId>       a tenant's view of a pool (poolview.go)
 //	TENANT#<tenant>               QUOTA#<pool>#<res>  quota row: max, used, free, charges and credits in flight (quota.go)
 //	TENANT#<tenant>               RES#<id>            reservation (reservation.go)
-//	CAL#<pool>#<res>#<yyyymmdd>   N#<node>            one node's allocations of one day (nodeday.go)
-//	CAL#<pool>#<res>#<yyyymmdd>   #DAY                the day is provisioned (nodeday.go)
+//	CAL#<pool>#<res>#<yyyymmddhh> N#<node>            one node's allocations of one hour (nodehour.go)
+//	CAL#<pool>#<res>#<yyyymmddhh> #HOUR               the hour is provisioned (nodehour.go)
 //
 // plus the due index (due.go) and the invariant checker's scan
 // (snapshot.go). Every write is a single-item conditional write; no item
@@ -37,6 +37,6 @@ const (
 	kindPoolView    = "poolView"
 	kindQuota       = "quota"
 	kindReservation = "reservation"
-	kindNodeDay     = "nodeday"
-	kindDay         = "day"
+	kindNodeHour    = "nodehour"
+	kindHour        = "hour"
 )

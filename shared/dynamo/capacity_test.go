@@ -24,11 +24,11 @@ var capT0 = time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
 
 func charge(t *testing.T, s *dynamo.Capacity, k capacity.QuotaKey, id string, n int) (capacity.Charged, error) {
 	t.Helper()
-	return s.Charge(context.Background(), k, id, n, capacity.Placement{{Node: 1, Mask: 0b11}})
+	return s.Charge(context.Background(), k, id, n, capacity.Placement{{Node: 1, Mask: 0b11}}, nil, capT0)
 }
 
-// A charge records its placement; it is settled, refunded or (once placed)
-// credited exactly once, whatever is retried.
+// A charge records its placement; it is settled, voided, refunded or
+// (once placed) credited exactly once, whatever is retried.
 func TestCapacityQuotaRecords(t *testing.T) {
 	s, rt := newCapacity(t)
 	ctx := context.Background()
@@ -64,8 +64,8 @@ func TestCapacityQuotaRecords(t *testing.T) {
 		}
 		return snap.Quotas[0]
 	}
-	if q := row(); q.Max != 3 || q.Used != 2 || q.Free != 1 || len(q.Charging) != 1 || q.Charging["r1"].Count != 2 {
-		t.Errorf("row %+v", q)
+	if q := row(); q.Max != 3 || q.Used != 2 || q.Free != 1 || len(q.Charging) != 1 || q.Charging["r1"].Count != 2 || !q.Due.Equal(capT0) {
+		t.Errorf("row %+v (due at the charge's settle time)", q)
 	}
 	if err := s.Replace(ctx, k, "r1", capacity.Placement{{Node: 4, Mask: 0b1}}); err != nil {
 		t.Fatal(err)
@@ -86,7 +86,7 @@ func TestCapacityQuotaRecords(t *testing.T) {
 	if _, err := charge(t, s, k, "r3", 3); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Settle(ctx, k, "r3"); err != nil {
+	if err := s.Settle(ctx, k, []string{"r3", "never-charged"}); err != nil {
 		t.Fatal(err)
 	}
 	if q := row(); q.Used != 3 || len(q.Charging) != 0 {
@@ -128,6 +128,60 @@ func TestCapacityQuotaRecords(t *testing.T) {
 	}
 	if q := row(); q.Free != -2 {
 		t.Errorf("free %d, want -2", q.Free)
+	}
+	// A charge forgets the records it is told are settled, in its own write.
+	if _, err := s.SetQuotaMax(ctx, k, 10, capT0); err != nil {
+		t.Fatal(err)
+	}
+	rt.Reset()
+	if _, err := s.Charge(ctx, k, "r6", 1, nil, []string{"r5", "gone"}, capT0); err != nil {
+		t.Fatal(err)
+	}
+	if rt.Count() != 1 {
+		t.Errorf("charge settling r5: %d round trips, want 1", rt.Count())
+	}
+	if q := row(); len(q.Charging) != 1 || q.Charging["r6"].Count != 1 || q.Used != 4 {
+		t.Errorf("charge settling r5: row %+v", q)
+	}
+	// Void: the count back at once, the record kept (and the placement it
+	// names) until a refund forgets it without giving back twice.
+	for range 2 {
+		if err := s.Void(ctx, k, "r6", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q := row(); q.Used != 3 || !q.Charging["r6"].Voided {
+		t.Errorf("after void %+v", q)
+	}
+	if err := s.Replace(ctx, k, "r6", nil); !errors.Is(err, capacity.ErrStale) {
+		t.Errorf("replace of a voided charge: %v, want stale", err)
+	}
+	if ch, err := charge(t, s, k, "r6", 1); err != nil || ch.Fresh || !ch.Voided {
+		t.Errorf("charge again of a voided one: %+v %v", ch, err)
+	}
+	for range 2 {
+		if err := s.Refund(ctx, k, "r6", 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if q := row(); q.Used != 3 || len(q.Charging) != 0 {
+		t.Errorf("after refund of a voided charge %+v", q)
+	}
+	// Due: cleared only when no record is left.
+	if err := s.QuotaDue(ctx, k, capT0.Add(time.Minute), true); err != nil {
+		t.Fatal(err)
+	}
+	if q := row(); !q.Due.IsZero() {
+		t.Errorf("due %v with no records", q.Due)
+	}
+	if _, err := charge(t, s, k, "r7", 1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.QuotaDue(ctx, k, capT0.Add(time.Minute), true); err != nil {
+		t.Fatal(err)
+	}
+	if q := row(); !q.Due.Equal(capT0.Add(time.Minute)) {
+		t.Errorf("clearing the due mark with a record left: due %v, want the next time given", q.Due)
 	}
 }
 
@@ -177,18 +231,18 @@ func TestCapacityChargeRace(t *testing.T) {
 	}
 }
 
-func TestCapacityNodeDays(t *testing.T) {
+func TestCapacityNodeHours(t *testing.T) {
 	s, rt := newCapacity(t)
 	ctx := context.Background()
 	pr := capacity.PoolResource{PoolID: "p1", Topology: capacity.Topology{Resource: "gpu", Devices: 20, NodeSize: 8}}
-	day := capacity.DayOf(capT0)
+	hour := capacity.HourOf(capT0)
 	w := capacity.Window{Start: capT0, End: capT0.Add(time.Hour)}
-	if nds, ok, err := s.Candidates(ctx, pr, day, 1, 16, 0); err != nil || ok || len(nds) != 0 {
-		t.Fatalf("before anything is stored: %v %v %v", nds, ok, err)
+	if nds, scan, err := s.Candidates(ctx, pr, hour, 1, 16, 0); err != nil || scan.Provisioned || len(nds) != 0 {
+		t.Fatalf("before anything is stored: %v %v %v", nds, scan, err)
 	}
-	// The first placement on a node-day read as missing stores it; a
+	// The first placement on a node-hour read as missing stores it; a
 	// racing one that also read it missing loses.
-	empty := capacity.EmptyNodeDay(pr, capacity.NodeDayKey{Node: 0, Day: day})
+	empty := capacity.EmptyNodeHour(pr, capacity.NodeHourKey{Node: 0, Hour: hour})
 	if err := s.Allocate(ctx, empty, "r0", capacity.Entry{Mask: 0b1, Window: w}); err != nil {
 		t.Fatal(err)
 	}
@@ -197,24 +251,24 @@ func TestCapacityNodeDays(t *testing.T) {
 		t.Fatalf("the same creation again: %v", err)
 	}
 	if err := s.Allocate(ctx, empty, "rx", capacity.Entry{Mask: 0b10, Window: w}); !errors.Is(err, capacity.ErrStale) {
-		t.Fatalf("second create of a node-day: %v, want stale", err)
+		t.Fatalf("second create of a node-hour: %v, want stale", err)
 	}
 	if len(empty.Entries) != 0 {
-		t.Fatalf("Allocate changed the node-day it was given: %+v", empty)
+		t.Fatalf("Allocate changed the node-hour it was given: %+v", empty)
 	}
-	nds, ok, err := s.Candidates(ctx, pr, day, 1, 16, 0)
-	if err != nil || ok || len(nds) != 1 || !nds[0].Stored || nds[0].Untouched != 7 || nds[0].Devices != 20 || nds[0].Entries["r0"].Mask != 1 {
-		t.Fatalf("one node-day stored by a placement: %+v %v %v", nds, ok, err)
+	nds, scan, err := s.Candidates(ctx, pr, hour, 1, 16, 0)
+	if err != nil || scan != (capacity.Scan{}) || len(nds) != 1 || !nds[0].Stored || nds[0].Untouched != 7 || nds[0].Devices != 20 || nds[0].Entries["r0"].Mask != 1 {
+		t.Fatalf("one node-hour stored by a placement: %+v %v %v", nds, scan, err)
 	}
 	for i, want := range []bool{true, false} { // idempotent
-		if made, err := s.Provision(ctx, pr, day); err != nil || made != want {
+		if made, err := s.Provision(ctx, pr, hour); err != nil || made != want {
 			t.Fatalf("provision %d: made %v, %v", i, made, err)
 		}
 	}
-	nds, ok, err = s.Candidates(ctx, pr, day, 1, 16, 0)
-	if err != nil || !ok || len(nds) != 3 || nds[0].Node != 2 || nds[0].Size != 4 || nds[0].Untouched != 4 ||
+	nds, scan, err = s.Candidates(ctx, pr, hour, 1, 16, 0)
+	if err != nil || !scan.Provisioned || len(nds) != 3 || nds[0].Node != 2 || nds[0].Size != 4 || nds[0].Untouched != 4 ||
 		nds[1].Node != 0 || nds[1].Untouched != 7 || nds[2].Size != 8 {
-		t.Fatalf("provisioned (node 0 kept as placed): %+v %v %v", nds, ok, err)
+		t.Fatalf("provisioned (node 0 kept as placed): %+v %v %v", nds, scan, err)
 	}
 	n1 := nds[2]
 	if err := s.Allocate(ctx, n1, "r1", capacity.Entry{Mask: 0b0011, Window: w}); err != nil {
@@ -232,25 +286,25 @@ func TestCapacityNodeDays(t *testing.T) {
 		t.Fatalf("allocation on a moved device: %v", err)
 	}
 	rt.Reset()
-	nds, _, _ = s.Candidates(ctx, pr, day, 1, 16, 0)
+	nds, _, _ = s.Candidates(ctx, pr, hour, 1, 16, 0)
 	if rt.Count() != 1 || nds[0].Node != 2 || nds[1].Node != n1.Node || nds[1].Untouched != 5 || len(nds[1].Entries) != 2 || nds[1].Versions[0] != 1 {
 		t.Fatalf("after allocations (%d round trips): %+v", rt.Count(), nds)
 	}
 	// Fullest first, and only those that may fit.
-	if nds, _, _ := s.Candidates(ctx, pr, day, 6, 16, 0); len(nds) != 1 || nds[0].Untouched != 7 {
+	if nds, _, _ := s.Candidates(ctx, pr, hour, 6, 16, 0); len(nds) != 1 || nds[0].Untouched != 7 {
 		t.Errorf("untouched ≥ 6: %+v", nds)
 	}
-	got, err := s.NodeDays(ctx, pr, []capacity.NodeDayKey{{Node: n1.Node, Day: day}, {Node: 0, Day: day + 1}})
-	if err != nil || len(got) != 1 || got[capacity.NodeDayKey{Node: n1.Node, Day: day}].Entries["r2"].Mask != 0b0100 {
+	got, err := s.NodeHours(ctx, pr, []capacity.NodeHourKey{{Node: n1.Node, Hour: hour}, {Node: 0, Hour: hour + 1}})
+	if err != nil || len(got) != 1 || got[capacity.NodeHourKey{Node: n1.Node, Hour: hour}].Entries["r2"].Mask != 0b0100 {
 		t.Fatalf("NodeDays %+v %v", got, err)
 	}
 	for range 2 { // idempotent
-		if err := s.Free(ctx, pr, capacity.NodeDayKey{Node: n1.Node, Day: day}, "r1"); err != nil {
+		if err := s.Free(ctx, pr, []capacity.NodeHourKey{{Node: n1.Node, Hour: hour}}, "r1"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	var days []capacity.NodeDay
-	if err := s.Day(ctx, pr, day, func(nd capacity.NodeDay) error { days = append(days, nd); return nil }); err != nil {
+	var days []capacity.NodeHour
+	if err := s.Hour(ctx, pr, hour, func(nd capacity.NodeHour) error { days = append(days, nd); return nil }); err != nil {
 		t.Fatal(err)
 	}
 	if len(days) != 3 || days[n1.Node].Untouched != 7 || len(days[n1.Node].Entries) != 1 {
@@ -258,17 +312,17 @@ func TestCapacityNodeDays(t *testing.T) {
 	}
 }
 
-// Equally untouched node-days come in an order unrelated to their index,
+// Equally untouched node-hours come in an order unrelated to their index,
 // and a read can start part-way through it.
 func TestCapacityCandidatesSpread(t *testing.T) {
 	s, _ := newCapacity(t)
 	ctx := context.Background()
 	pr := capacity.PoolResource{PoolID: "p1", Topology: capacity.Topology{Resource: "gpu", Devices: 64 * 8, NodeSize: 8}}
-	day := capacity.DayOf(capT0)
-	if _, err := s.Provision(ctx, pr, day); err != nil {
+	hour := capacity.HourOf(capT0)
+	if _, err := s.Provision(ctx, pr, hour); err != nil {
 		t.Fatal(err)
 	}
-	all, _, err := s.Candidates(ctx, pr, day, 8, 64, 0)
+	all, _, err := s.Candidates(ctx, pr, hour, 8, 64, 0)
 	if err != nil || len(all) != 64 {
 		t.Fatalf("%d candidates, %v", len(all), err)
 	}
@@ -282,24 +336,24 @@ func TestCapacityCandidatesSpread(t *testing.T) {
 		t.Errorf("%d of 63 neighbours in index order: not scrambled", inOrder)
 	}
 	// From the 40th node's place on, the read starts there.
-	from := dynamo.Spread(all[40].Node)
-	part, ok, err := s.Candidates(ctx, pr, day, 8, 8, from)
-	if err != nil || !ok || len(part) != 8 || part[0].Node != all[40].Node || part[7].Node != all[47].Node {
-		t.Fatalf("from the 40th: %v %v %v", part, ok, err)
+	from := capacity.Spread(all[40].Node)
+	part, scan, err := s.Candidates(ctx, pr, hour, 8, 8, from)
+	if err != nil || !scan.More || len(part) != 8 || part[0].Node != all[40].Node || part[7].Node != all[47].Node {
+		t.Fatalf("from the 40th: %v %v %v", part, scan, err)
 	}
 }
 
-// A node-day holds at most MaxEntriesPerNodeDay entries.
-func TestCapacityNodeDayFull(t *testing.T) {
+// A node-hour holds at most MaxEntriesPerNodeHour entries.
+func TestCapacityNodeHourFull(t *testing.T) {
 	s, _ := newCapacity(t)
 	ctx := context.Background()
 	pr := capacity.PoolResource{PoolID: "p1", Topology: capacity.Topology{Resource: "gpu", Devices: 1, NodeSize: 1}}
-	day := capacity.DayOf(capT0)
-	if _, err := s.Provision(ctx, pr, day); err != nil {
+	hour := capacity.HourOf(capT0)
+	if _, err := s.Provision(ctx, pr, hour); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; ; i++ {
-		nds, _, err := s.Candidates(ctx, pr, day, 0, 1, 0)
+		nds, _, err := s.Candidates(ctx, pr, hour, 0, 1, 0)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +362,7 @@ func TestCapacityNodeDayFull(t *testing.T) {
 		if err == nil {
 			continue
 		}
-		if !errors.Is(err, capacity.ErrCalendarFull) || i != capacity.MaxEntriesPerNodeDay {
+		if !errors.Is(err, capacity.ErrCalendarFull) || i != capacity.MaxEntriesPerNodeHour {
 			t.Fatalf("allocation %d: %v", i, err)
 		}
 		break
@@ -350,5 +404,53 @@ func TestCapacityDueIndex(t *testing.T) {
 	}
 	if got != want || len(shards) < 4 {
 		t.Errorf("due %d (want %d) over shards %v", got, want, shards)
+	}
+}
+
+// The `cap` order counts the devices no entry holds for the whole hour,
+// most first, read from the keys alone; it moves with allocations and
+// frees, and the marker says the hour is provisioned.
+func TestCapacityCoverable(t *testing.T) {
+	s, rt := newCapacity(t)
+	ctx := context.Background()
+	pr := capacity.PoolResource{PoolID: "p1", Topology: capacity.Topology{Resource: "gpu", Devices: 20, NodeSize: 8}}
+	hour := capacity.HourOf(capT0)
+	whole := capacity.Entry{Mask: 0b1111, Window: hour.Window()}
+	half := capacity.Entry{Mask: 0xff, Window: capacity.Window{Start: capT0, End: capT0.Add(30 * time.Minute)}}
+	if nodes, scan, err := s.Coverable(ctx, pr, hour, 1, 8); err != nil || len(nodes) != 0 || scan.Provisioned {
+		t.Fatalf("nothing stored: %v %+v %v", nodes, scan, err)
+	}
+	if _, err := s.Provision(ctx, pr, hour); err != nil {
+		t.Fatal(err)
+	}
+	nhs, err := s.NodeHours(ctx, pr, []capacity.NodeHourKey{{Node: 0, Hour: hour}, {Node: 1, Hour: hour}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Allocate(ctx, nhs[capacity.NodeHourKey{Node: 0, Hour: hour}], "w", whole); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Allocate(ctx, nhs[capacity.NodeHourKey{Node: 1, Hour: hour}], "h", half); err != nil {
+		t.Fatal(err)
+	}
+	rt.Reset()
+	nodes, scan, err := s.Coverable(ctx, pr, hour, 1, 8)
+	if err != nil || !scan.Provisioned || scan.More || rt.Count() != 1 || len(nodes) != 3 {
+		t.Fatalf("coverable: %v %+v %v (%d round trips)", nodes, scan, err, rt.Count())
+	}
+	if nodes[0] != (capacity.NodeCount{Node: 1, Count: 8}) || nodes[1].Count != 4 || nodes[2].Count != 4 {
+		t.Errorf("coverable %v: node 1 (held half the hour) has all 8, nodes 0 and 2 four", nodes)
+	}
+	if nodes, scan, _ := s.Coverable(ctx, pr, hour, 5, 8); len(nodes) != 1 || nodes[0].Node != 1 || !scan.Provisioned {
+		t.Errorf("coverable ≥ 5: %v %+v", nodes, scan)
+	}
+	if nodes, scan, _ := s.Coverable(ctx, pr, hour, 1, 2); len(nodes) != 2 || !scan.More {
+		t.Errorf("a limit of 2: %v %+v", nodes, scan)
+	}
+	if err := s.Free(ctx, pr, []capacity.NodeHourKey{{Node: 0, Hour: hour}}, "w"); err != nil {
+		t.Fatal(err)
+	}
+	if nodes, _, _ := s.Coverable(ctx, pr, hour, 8, 8); len(nodes) != 2 {
+		t.Errorf("after the free, nodes with 8: %v", nodes)
 	}
 }

@@ -7,7 +7,10 @@ package dynamo
 import (
 	"context"
 	"errors"
+	"slices"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -124,15 +127,52 @@ func ptrs(c *types.ConsumedCapacity) []types.ConsumedCapacity {
 	return []types.ConsumedCapacity{*c}
 }
 
-// RoundTrips counts the HTTP requests a client sends (retries included): how
-// the benchmarks and tests prove the round-trip budget of each method.
-type RoundTrips struct{ n atomic.Int64 }
+// RoundTrips counts the HTTP requests a client sends (retries included) and
+// how many of them were made one after another: how the benchmarks and
+// tests prove the round-trip budget of each method.
+type RoundTrips struct {
+	// Latency is added to every request (a network's, so that calls sent
+	// at once are in flight at once however the goroutines are scheduled:
+	// Depth then measures the code's chain, not the machine's load).
+	Latency time.Duration
+
+	n     atomic.Int64
+	mu    sync.Mutex
+	spans [][2]time.Time // each request's send and answer
+}
 
 // Count returns the requests sent so far.
 func (r *RoundTrips) Count() int64 { return r.n.Load() }
 
+// Depth returns the longest chain of requests each sent after the one
+// before it was answered: the round trips a caller waited for in a row
+// (requests in flight at once count once).
+func (r *RoundTrips) Depth() int {
+	r.mu.Lock()
+	spans := slices.Clone(r.spans)
+	r.mu.Unlock()
+	slices.SortFunc(spans, func(a, b [2]time.Time) int { return a[1].Compare(b[1]) })
+	depth := make([]int, len(spans))
+	best := 0
+	for i, s := range spans {
+		depth[i] = 1
+		for j := range i {
+			if !spans[j][1].After(s[0]) {
+				depth[i] = max(depth[i], depth[j]+1)
+			}
+		}
+		best = max(best, depth[i])
+	}
+	return best
+}
+
 // Reset sets the count to zero.
-func (r *RoundTrips) Reset() { r.n.Store(0) }
+func (r *RoundTrips) Reset() {
+	r.n.Store(0)
+	r.mu.Lock()
+	r.spans = nil
+	r.mu.Unlock()
+}
 
 // Option installs the counter on a client.
 func (r *RoundTrips) Option() func(*dynamodb.Options) {
@@ -141,7 +181,15 @@ func (r *RoundTrips) Option() func(*dynamodb.Options) {
 			return s.Finalize.Add(middleware.FinalizeMiddlewareFunc("bcRoundTrips",
 				func(ctx context.Context, in middleware.FinalizeInput, next middleware.FinalizeHandler) (middleware.FinalizeOutput, middleware.Metadata, error) {
 					r.n.Add(1)
-					return next.HandleFinalize(ctx, in)
+					sent := time.Now()
+					if r.Latency > 0 {
+						time.Sleep(r.Latency)
+					}
+					out, md, err := next.HandleFinalize(ctx, in)
+					r.mu.Lock()
+					r.spans = append(r.spans, [2]time.Time{sent, time.Now()})
+					r.mu.Unlock()
+					return out, md, err
 				}), middleware.After)
 		})
 	}

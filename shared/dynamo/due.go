@@ -16,17 +16,21 @@ import (
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
-// The due index is the sparse GSI `due` (dueShard, dueAt): a reservation
-// carries dueAt while it has pending work (a draft in flight, a window start
-// or end, a sweep after a fence), a pool until its creation completes. It is
-// not an item of its own: the index's entries are these items' projections.
+// The due index is the sparse GSI `due` (dueShard, dueAt), keys only: a
+// reservation carries dueAt while it has pending work (a draft in flight, a
+// window start or end, a sweep after a fence), a pool for good (its
+// creation, then its hours ahead), a quota row while it holds charge
+// records. It is not an item of its own: the index's entries are these
+// items' keys, and a walk reads the items they name.
 
 // Shards implements capacity.DueStore.
 func (s *Capacity) Shards() int { return schema.DueShards }
 
 // Due implements capacity.DueStore: a Query of one shard of the sparse due
-// index (never a scan), oldest first, page by page, so memory stays flat
-// however many items are due.
+// index (never a scan), oldest first, page by page, reading each page's
+// items with consistent BatchGetItems, so memory stays flat however many
+// items are due. An entry whose item is gone (a GSI lags its table for a
+// moment) is skipped.
 func (s *Capacity) Due(ctx context.Context, shard int, now time.Time, fn func(capacity.DueItem) bool) error {
 	kc := expression.Key(schema.AttrDueSh).Equal(expression.Value(strconv.Itoa(shard))).
 		And(expression.Key(schema.AttrDueAt).LessThanEqual(expression.Value(fmtTime(now))))
@@ -36,18 +40,30 @@ func (s *Capacity) Due(ctx context.Context, shard int, now time.Time, fn func(ca
 	}
 	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(schema.IndexDue),
 		KeyConditionExpression: e.KeyCondition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-		ScanIndexForward: aws.Bool(true), Limit: aws.Int32(250)}
+		ScanIndexForward: aws.Bool(true), Limit: aws.Int32(100)}
 	for {
 		res, err := s.DB.Query(ctx, in)
 		if err != nil {
 			return err
 		}
-		for _, item := range res.Items {
+		keys := make([]map[string]types.AttributeValue, len(res.Items))
+		for i, item := range res.Items {
+			keys[i] = map[string]types.AttributeValue{schema.AttrPK: item[schema.AttrPK], schema.AttrSK: item[schema.AttrSK]}
+		}
+		items := make(map[[2]string]capacity.DueItem, len(keys))
+		err = s.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
 			d, err := dueItem(item)
-			if err != nil {
-				return err
+			if err == nil && !d.Due.IsZero() {
+				items[itemKey(item)] = d
 			}
-			if !fn(d) {
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range keys {
+			d, ok := items[itemKey(k)]
+			if ok && !d.Due.After(now) && !fn(d) {
 				return nil
 			}
 		}
@@ -58,6 +74,15 @@ func (s *Capacity) Due(ctx context.Context, shard int, now time.Time, fn func(ca
 	}
 }
 
+func itemKey(item map[string]types.AttributeValue) [2]string {
+	pk, _ := item[schema.AttrPK].(*types.AttributeValueMemberS)
+	sk, _ := item[schema.AttrSK].(*types.AttributeValueMemberS)
+	if pk == nil || sk == nil {
+		return [2]string{}
+	}
+	return [2]string{pk.Value, sk.Value}
+}
+
 func dueItem(item map[string]types.AttributeValue) (capacity.DueItem, error) {
 	var head struct {
 		Kind  string `dynamodbav:"kind"`
@@ -65,6 +90,9 @@ func dueItem(item map[string]types.AttributeValue) (capacity.DueItem, error) {
 	}
 	if err := attributevalue.UnmarshalMap(item, &head); err != nil {
 		return capacity.DueItem{}, err
+	}
+	if head.DueAt == "" {
+		return capacity.DueItem{}, nil // no longer due: the index lags
 	}
 	d := capacity.DueItem{Due: parseTime(head.DueAt)}
 	switch head.Kind {
@@ -82,6 +110,13 @@ func dueItem(item map[string]types.AttributeValue) (capacity.DueItem, error) {
 		}
 		p := it.pool()
 		d.Pool = &p
+	case kindQuota:
+		var it quotaItem
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return d, err
+		}
+		q := it.row()
+		d.Quota = &q
 	default:
 		return d, fmt.Errorf("due index holds an item of kind %q", head.Kind)
 	}

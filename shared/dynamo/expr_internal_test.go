@@ -13,7 +13,7 @@ import (
 // seconds when each device's condition nested one level deeper), so the
 // condition must stay flat whatever the node's size.
 func TestVersionConditionsAreFlat(t *testing.T) {
-	nd := capacity.NodeDay{Size: 64, Versions: map[int]int64{3: 2, 40: 7}}
+	nd := capacity.NodeHour{Size: 64, Versions: map[int]int64{3: 2, 40: 7}}
 	conds, upd := versions(nd, capacity.Full(64), []expression.ConditionBuilder{expression.AttributeExists(path("a", "r1"))}, expression.UpdateBuilder{})
 	if len(conds) != 65 {
 		t.Fatalf("%d conditions, want 65 (the entry and 64 devices)", len(conds))

@@ -3,6 +3,7 @@ package dynamo
 import (
 	"context"
 	"hash/fnv"
+	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -119,12 +120,19 @@ func getOne[I, T any](ctx context.Context, s *Capacity, k map[string]types.Attri
 }
 
 // batchGet reads keys consistently, 100 at a time, calling fn per item.
+// Keys DynamoDB leaves unprocessed (throttling) are asked for again after
+// a jittered, growing pause, as AWS advises — never at once in a loop.
 func (s *Capacity) batchGet(ctx context.Context, keys []map[string]types.AttributeValue, fn func(map[string]types.AttributeValue) error) error {
 	for len(keys) > 0 {
 		n := min(len(keys), 100)
 		batch := keys[:n]
 		keys = keys[n:]
-		for len(batch) > 0 {
+		for attempt := 0; len(batch) > 0; attempt++ {
+			if attempt > 0 {
+				if err := unprocessedPause(ctx, attempt); err != nil {
+					return err
+				}
+			}
 			res, err := s.DB.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
 				s.Table: {Keys: batch, ConsistentRead: aws.Bool(true)}}})
 			if err != nil {
@@ -139,6 +147,20 @@ func (s *Capacity) batchGet(ctx context.Context, keys []map[string]types.Attribu
 		}
 	}
 	return nil
+}
+
+// unprocessedPause waits before retry n (n ≥ 1) of keys a batch call left
+// unprocessed: 10 ms doubling to at most ~1 s, with full jitter.
+func unprocessedPause(ctx context.Context, n int) error {
+	ceil := 10 * time.Millisecond << min(n-1, 7)
+	t := time.NewTimer(time.Duration(rand.Int64N(int64(ceil)) + 1))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 func cond(c expression.ConditionBuilder) *expression.ConditionBuilder { return &c }

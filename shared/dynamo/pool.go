@@ -14,7 +14,8 @@ import (
 // The pool item, POOL#<poolId> / #POOL, is the global claim of a pool id
 // and the pool's definition (immutable). It carries dueShard/dueAt for
 // good: first until its creation is complete, then for the reconciler to
-// provision its days ahead each day.
+// provision its hours ahead each hour (provTo: every hour before it is
+// provisioned).
 //
 // Worst case: 64 resources × (a 63-character name + a count + a node size,
 // twice ≈ 150 B) ≈ 9.6 KB. Typical: ~200 B.
@@ -34,11 +35,12 @@ type poolItem struct {
 	CreatedAt     string         `dynamodbav:"createdAt"`
 	DueShard      string         `dynamodbav:"dueShard,omitempty"`
 	DueAt         string         `dynamodbav:"dueAt,omitempty"`
+	ProvTo        int64          `dynamodbav:"provTo,omitempty"`
 }
 
 func (it poolItem) pool() capacity.Pool {
 	return capacity.Pool{PoolID: it.PoolID, OwnerTenantID: it.OwnerTenantID, Resources: it.Resources,
-		NodeSize: it.NodeSize, CreatedAt: parseTime(it.CreatedAt)}
+		NodeSize: it.NodeSize, CreatedAt: parseTime(it.CreatedAt), ProvisionedTo: capacity.Hour(it.ProvTo)}
 }
 
 func newPoolItem(pk, sk, kind string, p capacity.Pool) poolItem {
@@ -67,11 +69,13 @@ func (s *Capacity) GetPool(ctx context.Context, poolID string) (capacity.Pool, e
 }
 
 // PoolDue implements capacity.PoolStore.
-func (s *Capacity) PoolDue(ctx context.Context, poolID string, next time.Time) error {
-	_, err := s.update(ctx, key(poolPK(poolID), skPool),
-		expression.Set(expression.Name(schema.AttrDueAt), expression.Value(fmtTime(next))).
-			Set(expression.Name(schema.AttrDueSh), expression.Value(dueShard(poolID))),
-		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueNone)
+func (s *Capacity) PoolDue(ctx context.Context, poolID string, next time.Time, provisioned capacity.Hour) error {
+	upd := expression.Set(expression.Name(schema.AttrDueAt), expression.Value(fmtTime(next))).
+		Set(expression.Name(schema.AttrDueSh), expression.Value(dueShard(poolID)))
+	if provisioned > 0 {
+		upd = upd.Set(expression.Name("provTo"), expression.Value(int64(provisioned)))
+	}
+	_, err := s.update(ctx, key(poolPK(poolID), skPool), upd, cond(rowExists), types.ReturnValueNone)
 	if isConditionFailed(err) {
 		return nil
 	}

@@ -10,22 +10,30 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
 // The quota row, TENANT#<tenant> / QUOTA#<pool>#<resource>, holds max,
-// used, free (= max − used, what a charge's condition reads) and `q`, the
-// admissions in flight on it: reservation id → a record
+// used, free (= max − used, what a charge's condition reads), and two
+// bounded maps of records:
 //
-//	{k: "c", n: count, p: [node, mask, …]}  charged, not yet settled
-//	{k: "r", n: count}                      credited, not yet forgotten
+//	q   reservation id → {k: "c"|"v", n: count, p: [node, mask, …]}
+//	    a charge in flight ("c") or voided ("v": its draft was released and
+//	    the count given back, the record kept until what the create wrote
+//	    is undone)
+//	cr  reservation id → count: a credit given, not yet forgotten
 //
-// A record lives from a create's charge to its settle (one write after the
-// fence placed) or from a credit to its forgetting: `q` holds what is in
-// flight, never the reservations a tenant holds, so the row does not grow
-// with them. A charge refuses to add a record past capacity.MaxInFlight.
+// A charge record lives from a create's charge until the reservation is
+// placed and a later charge of the same process (or the reconciler: the
+// row carries dueAt while it has records) forgets it — no write of the
+// create's own — or until what a create wrote for a draft that ended
+// unplaced is undone. `q` holds what is in flight, never the reservations
+// a tenant holds, so the row does not grow with them. A charge refuses to
+// add a record past capacity.MaxInFlight.
 //
-// Worst case: 64 records × (a 26-character id + k, n and a placement of
-// InlinePlacement nodes, ≈ 150 B) + ~300 B ≈ 9.9 KB. Typical: ~250 B.
+// Worst case: 64 charge records × (a 26-character id + k, n and a
+// placement of InlinePlacement nodes, ≈ 150 B) + 64 credit records × ~40 B
+// + ~400 B ≈ 12.5 KB. Typical: ~300 B.
 func quotaSK(k capacity.QuotaKey) string { return "QUOTA#" + k.PoolID + "#" + k.Resource }
 
 func quotaKey(k capacity.QuotaKey) map[string]types.AttributeValue {
@@ -43,7 +51,10 @@ type quotaItem struct {
 	Used      int64                   `dynamodbav:"used"`
 	Free      int64                   `dynamodbav:"free"`
 	InFlight  map[string]flightRecord `dynamodbav:"q"`
+	Credits   map[string]int          `dynamodbav:"cr"`
 	UpdatedAt string                  `dynamodbav:"updatedAt"`
+	DueShard  string                  `dynamodbav:"dueShard,omitempty"`
+	DueAt     string                  `dynamodbav:"dueAt,omitempty"`
 }
 
 // flightRecord is one entry of `q`.
@@ -55,7 +66,7 @@ type flightRecord struct {
 
 const (
 	recCharge = "c"
-	recCredit = "r"
+	recVoided = "v"
 )
 
 func placementOf(p []int64) capacity.Placement {
@@ -74,15 +85,21 @@ func flatten(p capacity.Placement) []int64 {
 	return out
 }
 
+func (rec flightRecord) charged() capacity.Charged {
+	return capacity.Charged{Count: rec.N, Placement: placementOf(rec.P), Voided: rec.K == recVoided}
+}
+
 func (it quotaItem) row() capacity.QuotaRow {
 	r := capacity.QuotaRow{Quota: capacity.Quota{TenantID: it.TenantID, PoolID: it.PoolID, Resource: it.Resource, Max: it.Max, Used: it.Used},
 		Free: it.Free, Charging: map[string]capacity.Charged{}, Crediting: map[string]int{}}
 	for id, rec := range it.InFlight {
-		if rec.K == recCharge {
-			r.Charging[id] = capacity.Charged{Count: rec.N, Placement: placementOf(rec.P)}
-		} else {
-			r.Crediting[id] = rec.N
-		}
+		r.Charging[id] = rec.charged()
+	}
+	for id, n := range it.Credits {
+		r.Crediting[id] = n
+	}
+	if it.DueAt != "" {
+		r.Due = parseTime(it.DueAt)
 	}
 	return r
 }
@@ -90,7 +107,7 @@ func (it quotaItem) row() capacity.QuotaRow {
 // newQuotaItem is a quota row holding max and used, nothing in flight.
 func newQuotaItem(k capacity.QuotaKey, max, used int64) quotaItem {
 	return quotaItem{PK: tenantPK(k.TenantID), SK: quotaSK(k), Kind: kindQuota, TenantID: k.TenantID, PoolID: k.PoolID,
-		Resource: k.Resource, Max: max, Used: used, Free: max - used, InFlight: map[string]flightRecord{}}
+		Resource: k.Resource, Max: max, Used: used, Free: max - used, InFlight: map[string]flightRecord{}, Credits: map[string]int{}}
 }
 
 // EnsureQuota implements capacity.PoolStore.
@@ -112,6 +129,7 @@ func (s *Capacity) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int
 		Set(expression.Name("used"), used).
 		Set(expression.Name("free"), expression.Value(max).Minus(used)).
 		Set(expression.Name("q"), expression.Name("q").IfNotExists(expression.Value(map[string]flightRecord{}))).
+		Set(expression.Name("cr"), expression.Name("cr").IfNotExists(expression.Value(map[string]int{}))).
 		Set(expression.Name("kind"), expression.Value(kindQuota)).
 		Set(expression.Name("tenantId"), expression.Value(k.TenantID)).
 		Set(expression.Name("poolId"), expression.Value(k.PoolID)).
@@ -135,6 +153,15 @@ func (s *Capacity) GetQuota(ctx context.Context, k capacity.QuotaKey) (capacity.
 		return capacity.Quota{TenantID: k.TenantID, PoolID: k.PoolID, Resource: k.Resource}, err
 	}
 	return it.row().Quota, nil
+}
+
+// Row implements capacity.QuotaStore.
+func (s *Capacity) Row(ctx context.Context, k capacity.QuotaKey) (capacity.QuotaRow, bool, error) {
+	it, ok, err := s.quotaRow(ctx, k)
+	if err != nil || !ok {
+		return capacity.QuotaRow{}, ok, err
+	}
+	return it.row(), true, nil
 }
 
 func (s *Capacity) quotaRow(ctx context.Context, k capacity.QuotaKey) (quotaItem, bool, error) {
@@ -163,19 +190,26 @@ func (s *Capacity) ListQuotas(ctx context.Context, tenant, poolID string, page c
 
 func kindOf(id string) expression.NameBuilder { return path("q", id, "k") }
 
+var rowExists = expression.AttributeExists(expression.Name(schema.AttrPK))
+
 // Charge implements capacity.QuotaStore: one UpdateItem, no read first.
 // Only a failed condition is classified, by one consistent read: the
-// record is there (an earlier flow's charge), the quota does not fit, or —
-// when the read shows neither — the row was full of records in flight at
-// the write and may not be now: the charge is tried again a few times
-// before it answers busy. QUOTA_EXCEEDED is only ever answered from a read
-// in which the count does not fit.
-func (s *Capacity) Charge(ctx context.Context, k capacity.QuotaKey, id string, count int, p capacity.Placement) (capacity.Charged, error) {
+// record is there (an earlier flow's charge, or voided), the quota does
+// not fit, or the row is full of records in flight (ErrBusy); when the
+// read shows none of these — the row changed in between — the charge is
+// tried again. QUOTA_EXCEEDED is only ever answered from a read in which
+// the count does not fit.
+func (s *Capacity) Charge(ctx context.Context, k capacity.QuotaKey, id string, count int, p capacity.Placement, settle []string, due time.Time) (capacity.Charged, error) {
 	n := expression.Value(count)
 	rec := flightRecord{K: recCharge, N: count, P: flatten(p)}
 	upd := expression.Set(expression.Name("used"), expression.Name("used").Plus(n)).
 		Set(expression.Name("free"), expression.Name("free").Minus(n)).
-		Set(path("q", id), expression.Value(rec))
+		Set(path("q", id), expression.Value(rec)).
+		Set(expression.Name(schema.AttrDueAt), expression.Name(schema.AttrDueAt).IfNotExists(expression.Value(fmtTime(due)))).
+		Set(expression.Name(schema.AttrDueSh), expression.Value(dueShard(quotaSK(k)+k.TenantID)))
+	for _, old := range settle {
+		upd = upd.Remove(path("q", old))
+	}
 	c := all([]expression.ConditionBuilder{expression.Name("free").GreaterThanEqual(n),
 		expression.AttributeNotExists(path("q", id)), expression.Name("q").Size().LessThan(expression.Value(capacity.MaxInFlight))})
 	for attempt := 0; ; attempt++ {
@@ -193,14 +227,14 @@ func (s *Capacity) Charge(ctx context.Context, k capacity.QuotaKey, id string, c
 		case !ok:
 			return capacity.Charged{}, capacity.QuotaExceeded{Quota: capacity.Quota{TenantID: k.TenantID, PoolID: k.PoolID, Resource: k.Resource}}
 		}
-		if prev, held := it.InFlight[id]; held && prev.K == recCharge {
+		if prev, held := it.InFlight[id]; held {
 			// Charged by an earlier flow (or attempt) of the same reservation.
-			return capacity.Charged{Count: prev.N, Placement: placementOf(prev.P)}, nil
+			return prev.charged(), nil
 		}
-		if it.Free < int64(count) {
+		switch {
+		case it.Free < int64(count):
 			return capacity.Charged{}, capacity.QuotaExceeded{Quota: it.row().Quota}
-		}
-		if attempt == 3 {
+		case len(it.InFlight) >= capacity.MaxInFlight, attempt == 3:
 			return capacity.Charged{}, capacity.ErrBusy
 		}
 	}
@@ -216,12 +250,19 @@ func (s *Capacity) Replace(ctx context.Context, k capacity.QuotaKey, id string, 
 	return err
 }
 
-// Settle implements capacity.QuotaStore.
-func (s *Capacity) Settle(ctx context.Context, k capacity.QuotaKey, id string) error {
-	c := kindOf(id).Equal(expression.Value(recCharge))
-	_, err := s.update(ctx, quotaKey(k), expression.Remove(path("q", id)), &c, types.ReturnValueNone)
+// Settle implements capacity.QuotaStore: the records go in one write
+// (removing one that is not there is no error), whatever they hold.
+func (s *Capacity) Settle(ctx context.Context, k capacity.QuotaKey, ids []string) error {
+	if len(ids) == 0 {
+		return nil
+	}
+	upd := expression.Remove(path("q", ids[0]))
+	for _, id := range ids[1:] {
+		upd = upd.Remove(path("q", id))
+	}
+	_, err := s.update(ctx, quotaKey(k), upd, cond(rowExists), types.ReturnValueNone)
 	if isConditionFailed(err) {
-		return nil // settled already, or never charged
+		return nil // no row, no records
 	}
 	return err
 }
@@ -233,14 +274,30 @@ func (s *Capacity) Pending(ctx context.Context, k capacity.QuotaKey, id string) 
 		return capacity.Charged{}, false, err
 	}
 	rec, held := it.InFlight[id]
-	if !held || rec.K != recCharge {
+	if !held {
 		return capacity.Charged{}, false, nil
 	}
-	return capacity.Charged{Count: rec.N, Placement: placementOf(rec.P)}, true, nil
+	return rec.charged(), true, nil
 }
 
-// Refund implements capacity.QuotaStore: the record and the count go in
-// one write, conditional on the record, so it happens at most once.
+// Void implements capacity.QuotaStore: the count back and the record
+// marked in one write, conditional on the charge still being in flight.
+func (s *Capacity) Void(ctx context.Context, k capacity.QuotaKey, id string, count int) error {
+	n := expression.Value(count)
+	upd := expression.Set(expression.Name("used"), expression.Name("used").Minus(n)).
+		Set(expression.Name("free"), expression.Name("free").Plus(n)).
+		Set(kindOf(id), expression.Value(recVoided))
+	c := kindOf(id).Equal(expression.Value(recCharge)).And(path("q", id, "n").Equal(n))
+	_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return nil // voided already, or refunded
+	}
+	return err
+}
+
+// Refund implements capacity.QuotaStore: a charge in flight gives its
+// count back as its record goes, in one write conditional on the record;
+// a voided one (its count already back) only goes.
 func (s *Capacity) Refund(ctx context.Context, k capacity.QuotaKey, id string, count int) error {
 	n := expression.Value(count)
 	upd := expression.Set(expression.Name("used"), expression.Name("used").Minus(n)).
@@ -248,20 +305,28 @@ func (s *Capacity) Refund(ctx context.Context, k capacity.QuotaKey, id string, c
 		Remove(path("q", id))
 	c := kindOf(id).Equal(expression.Value(recCharge)).And(path("q", id, "n").Equal(n))
 	_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
+	if !isConditionFailed(err) {
+		return err
+	}
+	c = kindOf(id).Equal(expression.Value(recVoided))
+	_, err = s.update(ctx, quotaKey(k), expression.Remove(path("q", id)), &c, types.ReturnValueNone)
 	if isConditionFailed(err) {
 		return nil // refunded already
 	}
 	return err
 }
 
-// Credit implements capacity.QuotaStore. It consumes a charge record a
-// create could not settle; a credit record already there means done.
+// Credit implements capacity.QuotaStore. It consumes a charge record the
+// reservation's create left (a placed reservation's record is only
+// bookkeeping); a credit record already there means done.
 func (s *Capacity) Credit(ctx context.Context, k capacity.QuotaKey, id string, count int) error {
 	n := expression.Value(count)
 	upd := expression.Set(expression.Name("used"), expression.Name("used").Minus(n)).
 		Set(expression.Name("free"), expression.Name("free").Plus(n)).
-		Set(path("q", id), expression.Value(flightRecord{K: recCredit, N: count}))
-	c := expression.AttributeNotExists(path("q", id)).Or(kindOf(id).Equal(expression.Value(recCharge)))
+		Set(path("cr", id), n).
+		Remove(path("q", id))
+	c := expression.And(rowExists, expression.AttributeNotExists(path("cr", id)),
+		expression.Name("cr").Size().LessThan(expression.Value(capacity.MaxInFlight)))
 	_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
 	if isConditionFailed(err) {
 		it, ok, gerr := s.quotaRow(ctx, k)
@@ -270,18 +335,38 @@ func (s *Capacity) Credit(ctx context.Context, k capacity.QuotaKey, id string, c
 			return gerr
 		case !ok:
 			return errors.New("dynamo: credit of a quota row that does not exist")
-		case it.InFlight[id].K == recCredit:
+		}
+		if _, done := it.Credits[id]; done {
 			return nil // credited by an earlier attempt
 		}
-		return errors.New("dynamo: credit refused by the quota row")
+		return capacity.ErrBusy // MaxInFlight credits not yet forgotten
 	}
 	return err
 }
 
 // CreditDone implements capacity.QuotaStore.
 func (s *Capacity) CreditDone(ctx context.Context, k capacity.QuotaKey, id string) error {
-	c := kindOf(id).Equal(expression.Value(recCredit))
-	_, err := s.update(ctx, quotaKey(k), expression.Remove(path("q", id)), &c, types.ReturnValueNone)
+	c := expression.AttributeExists(path("cr", id))
+	_, err := s.update(ctx, quotaKey(k), expression.Remove(path("cr", id)), &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return nil
+	}
+	return err
+}
+
+// QuotaDue implements capacity.QuotaStore.
+func (s *Capacity) QuotaDue(ctx context.Context, k capacity.QuotaKey, next time.Time, clear bool) error {
+	if clear {
+		c := expression.And(rowExists, expression.Name("q").Size().Equal(expression.Value(0)))
+		_, err := s.update(ctx, quotaKey(k), expression.Remove(expression.Name(schema.AttrDueAt)).Remove(expression.Name(schema.AttrDueSh)),
+			&c, types.ReturnValueNone)
+		if !isConditionFailed(err) {
+			return err
+		}
+		// A record came since (or the row is gone): due again.
+	}
+	_, err := s.update(ctx, quotaKey(k), expression.Set(expression.Name(schema.AttrDueAt), expression.Value(fmtTime(next))).
+		Set(expression.Name(schema.AttrDueSh), expression.Value(dueShard(quotaSK(k)+k.TenantID))), cond(rowExists), types.ReturnValueNone)
 	if isConditionFailed(err) {
 		return nil
 	}

@@ -17,13 +17,16 @@ import (
 
 // A reservation, TENANT#<tenant> / RES#<id>, lives under its tenant's
 // partition (a get or list can never reach another tenant's rows). Its
-// devices are kept as indexes (`dev`) with the node size (`ns`): the ids the
-// API shows are rendered from them. `hist` is the timeline (one event per
-// state entered: at most 5). lsk orders lists: RES#<createdAt>#<id>, or
-// DENIED#… for a denied one (see reservationLSK).
+// devices are kept as indexes (`dev`, set when it is placed) with the node
+// size (`ns`): the ids the API shows are rendered from them; `plan` is, on
+// a draft, a placement too large for the charge's record (never shown).
+// `hist` is the timeline (one event per state entered: at most 5). Three
+// keys order lists (see listKeys): lsk (`ordered`) and psk (`bypool`) for
+// the states a plain list shows, ssk (`bystate`) for every state.
 //
-// Worst case: 1,024 device indexes × ~4 B + 5 events × ~60 B + the request's
-// fields (ids ≤ 128 characters) ≈ 5.5 KB. Typical: ~700 B.
+// Worst case: 1,024 device indexes × ~4 B, twice (`dev`, or `plan` on a
+// draft) + 5 events × ~60 B + the request's fields (ids ≤ 128 characters)
+// and three list keys ≈ 6 KB. Typical: ~800 B.
 
 func resSK(id string) string { return "RES#" + id }
 
@@ -36,7 +39,9 @@ type eventItem struct {
 type reservationItem struct {
 	PK            string      `dynamodbav:"pk"`
 	SK            string      `dynamodbav:"sk"`
-	LSK           string      `dynamodbav:"lsk"`
+	LSK           string      `dynamodbav:"lsk,omitempty"`
+	SSK           string      `dynamodbav:"ssk"`
+	PSK           string      `dynamodbav:"psk,omitempty"`
 	Kind          string      `dynamodbav:"kind"`
 	ReservationID string      `dynamodbav:"reservationId"`
 	TenantID      string      `dynamodbav:"tenantId"`
@@ -49,6 +54,7 @@ type reservationItem struct {
 	State         string      `dynamodbav:"state"`
 	Reason        string      `dynamodbav:"reason,omitempty"`
 	Devices       []int       `dynamodbav:"dev"`
+	Plan          []int       `dynamodbav:"plan,omitempty"`
 	NodeSize      int         `dynamodbav:"ns,omitempty"`
 	History       []eventItem `dynamodbav:"hist"`
 	CreatedAt     string      `dynamodbav:"createdAt"`
@@ -65,29 +71,38 @@ type reservationItem struct {
 	ExpiresAt     int64       `dynamodbav:"expiresAt,omitempty"`
 }
 
-// Reservations are ordered for lists by lsk = <prefix><createdAt>#<id>. A
-// denied one moves to its own prefix: a caller without a grant can make
-// them in any tenant's partition, so plain lists never read them; they are
-// listed only when state "denied" is asked for (SPEC §9).
-const (
-	lskListed = "RES#"
-	lskDenied = "DENIED#"
-)
+// Reservations are ordered for lists by three keys, each
+// <prefix><createdAt>#<id>: lsk = RES#… (all pools) and psk = <pool>#… for
+// the states a plain list shows — draft, placed, binding, active,
+// released — and ssk = <state>#… for every state. Denied, rejected and
+// expired reservations have no lsk or psk: a caller without a grant can
+// make denied ones in any tenant's partition, and failed creates would
+// fill a tenant's list, so they are listed only when their state is asked
+// for (SPEC §9), and a state-filtered list reads only that state.
+const lskListed = "RES#"
 
-func reservationLSK(r capacity.Reservation) string {
-	prefix := lskListed
-	if r.State == capacity.Denied {
-		prefix = lskDenied
+// listed reports whether plain lists show a reservation in state st.
+func listed(st capacity.State) bool {
+	return st != capacity.Denied && st != capacity.Rejected && st != capacity.Expired
+}
+
+// listKeys are a reservation's lsk, ssk and psk ("" for none).
+func listKeys(r capacity.Reservation) (lsk, ssk, psk string) {
+	order := fmtTime(r.CreatedAt) + "#" + r.ReservationID
+	ssk = string(r.State) + "#" + order
+	if listed(r.State) {
+		lsk, psk = lskListed+order, r.PoolID+"#"+order
 	}
-	return prefix + fmtTime(r.CreatedAt) + "#" + r.ReservationID
+	return lsk, ssk, psk
 }
 
 func toReservationItem(r capacity.Reservation) reservationItem {
+	lsk, ssk, psk := listKeys(r)
 	it := reservationItem{
-		PK: tenantPK(r.TenantID), SK: resSK(r.ReservationID), LSK: reservationLSK(r),
+		PK: tenantPK(r.TenantID), SK: resSK(r.ReservationID), LSK: lsk, SSK: ssk, PSK: psk,
 		Kind: kindReservation, ReservationID: r.ReservationID, TenantID: r.TenantID, PoolID: r.PoolID, Resource: r.Resource,
 		Count: r.Count, Topology: r.Topology, Start: fmtTime(r.Window.Start), End: fmtTime(r.Window.End), State: string(r.State),
-		Reason: r.Reason, Devices: r.Devices, NodeSize: r.NodeSize, CreatedAt: fmtTime(r.CreatedAt), UpdatedAt: fmtTime(r.UpdatedAt),
+		Reason: r.Reason, Devices: r.Devices, Plan: r.Plan, NodeSize: r.NodeSize, CreatedAt: fmtTime(r.CreatedAt), UpdatedAt: fmtTime(r.UpdatedAt),
 		ReleasedBy: r.ReleasedBy, Credited: r.Credited, Request: r.Request, ClientToken: r.ClientToken,
 		Principal: r.Principal, Invalid: r.Invalid,
 	}
@@ -114,7 +129,7 @@ func (it reservationItem) reservation() capacity.Reservation {
 	r := capacity.Reservation{
 		ReservationID: it.ReservationID, TenantID: it.TenantID, PoolID: it.PoolID, Resource: it.Resource, Count: it.Count,
 		Window: capacity.Window{Start: parseTime(it.Start), End: parseTime(it.End)}, Topology: it.Topology,
-		State: capacity.State(it.State), Reason: it.Reason, Devices: it.Devices, NodeSize: it.NodeSize,
+		State: capacity.State(it.State), Reason: it.Reason, Devices: it.Devices, Plan: it.Plan, NodeSize: it.NodeSize,
 		CreatedAt: parseTime(it.CreatedAt), UpdatedAt: parseTime(it.UpdatedAt), ReleasedBy: it.ReleasedBy,
 		Credited: it.Credited, Request: it.Request, ClientToken: it.ClientToken, Principal: it.Principal, Invalid: it.Invalid,
 		History: make([]capacity.Event, len(it.History)),
@@ -153,19 +168,22 @@ func (s *Capacity) GetReservation(ctx context.Context, tenant, id string) (capac
 	return getOne(ctx, s, key(tenantPK(tenant), resSK(id)), reservationItem.reservation)
 }
 
-// Transition implements capacity.ReservationStore.
-func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from capacity.State) error {
+// Transition implements capacity.ReservationStore: one conditional
+// UpdateItem that returns the item as it left it. It writes the devices
+// only on the transition that places them, so a writer that read the
+// reservation before its create placed it (a release of the draft) never
+// overwrites what the create recorded.
+func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from capacity.State) (capacity.Reservation, error) {
 	it := toReservationItem(to)
 	upd := expression.Set(expression.Name("state"), expression.Value(it.State)).
 		Set(expression.Name("updatedAt"), expression.Value(it.UpdatedAt)).
-		Set(expression.Name("dev"), expression.Value(it.Devices)).
 		Set(expression.Name("hist"), expression.Value(it.History)).
-		Set(expression.Name(schema.AttrLSK), expression.Value(it.LSK))
-	if it.NodeSize > 0 {
-		upd = upd.Set(expression.Name("ns"), expression.Value(it.NodeSize))
+		Set(expression.Name(schema.AttrState), expression.Value(it.SSK))
+	if to.State == capacity.Placed {
+		upd = upd.Set(expression.Name("dev"), expression.Value(it.Devices)).Set(expression.Name("ns"), expression.Value(it.NodeSize))
 	}
 	for name, v := range map[string]string{"reason": it.Reason, "releasedBy": it.ReleasedBy, "invalid": it.Invalid,
-		schema.AttrDueAt: it.DueAt, schema.AttrDueSh: it.DueShard} {
+		schema.AttrDueAt: it.DueAt, schema.AttrDueSh: it.DueShard, schema.AttrLSK: it.LSK, schema.AttrPool: it.PSK} {
 		if v != "" {
 			upd = upd.Set(expression.Name(name), expression.Value(v))
 		} else {
@@ -176,11 +194,47 @@ func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from
 		upd = upd.Set(expression.Name(schema.AttrTTL), expression.Value(it.ExpiresAt))
 	}
 	c := expression.Name("state").Equal(expression.Value(string(from)))
-	_, err := s.update(ctx, resKey(to), upd, &c, types.ReturnValueNone)
+	av, err := s.update(ctx, resKey(to), upd, &c, types.ReturnValueAllNew)
+	if isConditionFailed(err) {
+		return capacity.Reservation{}, capacity.ErrStale
+	}
+	if err != nil {
+		return capacity.Reservation{}, err
+	}
+	var cur reservationItem
+	if err := attributevalue.UnmarshalMap(av, &cur); err != nil {
+		return capacity.Reservation{}, err
+	}
+	return cur.reservation(), nil
+}
+
+// SetPlan implements capacity.ReservationStore.
+func (s *Capacity) SetPlan(ctx context.Context, r capacity.Reservation, p capacity.Placement, nodeSize int) error {
+	c := expression.Name("state").Equal(expression.Value(string(capacity.Draft)))
+	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("plan"), expression.Value(p.Devices(nodeSize))).
+		Set(expression.Name("ns"), expression.Value(nodeSize)), &c, types.ReturnValueNone)
 	if isConditionFailed(err) {
 		return capacity.ErrStale
 	}
 	return err
+}
+
+// Reservations implements capacity.ReservationStore.
+func (s *Capacity) Reservations(ctx context.Context, tenant string, ids []string) (map[string]capacity.Reservation, error) {
+	keys := make([]map[string]types.AttributeValue, len(ids))
+	for i, id := range ids {
+		keys[i] = key(tenantPK(tenant), resSK(id))
+	}
+	out := make(map[string]capacity.Reservation, len(ids))
+	err := s.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
+		var it reservationItem
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return err
+		}
+		out[it.ReservationID] = it.reservation()
+		return nil
+	})
+	return out, err
 }
 
 // TakeOver implements capacity.ReservationStore.
@@ -238,58 +292,52 @@ func (s *Capacity) ClearDue(ctx context.Context, r capacity.Reservation) error {
 	return err
 }
 
-// ListReservations implements capacity.ReservationStore: the tenant's
-// partition through the `ordered` index (createdAt#id), newest first; pool
-// and state filters are filter expressions, so a page is filled by reading
-// on until limit matches or the end. The cursor is the last returned item.
+// ListReservations implements capacity.ReservationStore: a Query of the
+// tenant's partition, newest first, through the index that holds exactly
+// what is asked for — `bystate` for a state (with the pool as a filter when
+// both are given: it reads that state's reservations only), `bypool` for a
+// pool, `ordered` for neither — reading the items through the keys-only
+// indexes. The cursor is the last returned item's keys.
 func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capacity.ListFilter, page capacity.Page) ([]capacity.Reservation, map[string]string, error) {
 	limit := page.Limit
 	if limit <= 0 {
 		limit = capacity.DefaultLimit
 	}
 	pk := tenantPK(tenant)
-	prefix := lskListed
-	if f.State == capacity.Denied {
-		prefix = lskDenied
+	index, attr, prefix := schema.IndexOrdered, schema.AttrLSK, lskListed
+	switch {
+	case f.State != "":
+		index, attr, prefix = schema.IndexState, schema.AttrState, string(f.State)+"#"
+	case f.PoolID != "":
+		index, attr, prefix = schema.IndexPool, schema.AttrPool, f.PoolID+"#"
 	}
 	b := expression.NewBuilder().WithKeyCondition(
-		expression.Key(schema.AttrPK).Equal(expression.Value(pk)).And(expression.Key(schema.AttrLSK).BeginsWith(prefix)))
-	var conds []expression.ConditionBuilder
-	if f.PoolID != "" {
-		conds = append(conds, expression.Name("poolId").Equal(expression.Value(f.PoolID)))
-	}
-	if f.State != "" && f.State != capacity.Denied {
-		conds = append(conds, expression.Name("state").Equal(expression.Value(string(f.State))))
-	}
-	filtered := len(conds) > 0
+		expression.Key(schema.AttrPK).Equal(expression.Value(pk)).And(expression.Key(attr).BeginsWith(prefix)))
+	filtered := f.State != "" && f.PoolID != ""
 	if filtered {
-		fc := conds[0]
-		if len(conds) == 2 {
-			fc = fc.And(conds[1])
-		}
-		b = b.WithFilter(fc)
+		b = b.WithFilter(expression.Name("poolId").Equal(expression.Value(f.PoolID)))
 	}
 	e, err := b.Build()
 	if err != nil {
 		return nil, nil, err
 	}
-	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(schema.IndexOrdered),
+	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(index),
 		KeyConditionExpression: e.KeyCondition(), FilterExpression: e.Filter(),
 		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-		ScanIndexForward: aws.Bool(false), ConsistentRead: aws.Bool(true)}
-	if sk, lsk := page.After["sk"], page.After["lsk"]; sk != "" || lsk != "" {
-		if !strings.HasPrefix(sk, "RES#") || !strings.HasPrefix(lsk, prefix) {
+		ScanIndexForward: aws.Bool(false), ConsistentRead: aws.Bool(true), Select: types.SelectAllAttributes}
+	if sk, ik := page.After["sk"], page.After["ik"]; sk != "" || ik != "" {
+		if !strings.HasPrefix(sk, "RES#") || !strings.HasPrefix(ik, prefix) {
 			return nil, nil, errBadCursor
 		}
 		in.ExclusiveStartKey = key(pk, sk)
-		in.ExclusiveStartKey[schema.AttrLSK] = &types.AttributeValueMemberS{Value: lsk}
+		in.ExclusiveStartKey[attr] = &types.AttributeValueMemberS{Value: ik}
 	}
 	var out []capacity.Reservation
-	var lastSK, lastLSK string
-	next := func() map[string]string { return map[string]string{"sk": lastSK, "lsk": lastLSK} }
+	var lastSK, lastIK string
+	next := func() map[string]string { return map[string]string{"sk": lastSK, "ik": lastIK} }
 	for {
 		// One more than needed: a full last page then carries no cursor.
-		// Filtered queries read bigger pages (the filter runs after Limit).
+		// A filtered query reads bigger pages (the filter runs after Limit).
 		want := limit - len(out) + 1
 		if filtered {
 			want = min(1000, max(want, 100))
@@ -309,7 +357,15 @@ func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capaci
 			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 				return nil, nil, err
 			}
-			lastSK, lastLSK = it.SK, it.LSK
+			lastSK = it.SK
+			switch attr {
+			case schema.AttrState:
+				lastIK = it.SSK
+			case schema.AttrPool:
+				lastIK = it.PSK
+			default:
+				lastIK = it.LSK
+			}
 			out = append(out, it.reservation())
 		}
 		if res.LastEvaluatedKey == nil {

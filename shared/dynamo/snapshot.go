@@ -9,13 +9,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
 // Snapshot implements capacity.SnapshotReader with a consistent Scan of
-// the whole table (an operator's tool and the tests' oracle, never a
-// request path): pools, quota rows, reservations and node-days.
+// the whole table and of each index (an operator's tool and the tests'
+// oracle, never a request path): pools, quota rows, reservations and
+// node-hours, and the index entries whose item is gone.
 func (s *Capacity) Snapshot(ctx context.Context) (capacity.Snapshot, error) {
 	var snap capacity.Snapshot
+	items := map[[2]string]bool{}
 	p := dynamodb.NewScanPaginator(s.DB, &dynamodb.ScanInput{TableName: aws.String(s.Table), ConsistentRead: aws.Bool(true)})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
@@ -23,6 +26,7 @@ func (s *Capacity) Snapshot(ctx context.Context) (capacity.Snapshot, error) {
 			return snap, err
 		}
 		for _, item := range page.Items {
+			items[itemKey(item)] = true
 			kind, _ := item["kind"].(*types.AttributeValueMemberS)
 			if kind == nil {
 				continue
@@ -44,14 +48,30 @@ func (s *Capacity) Snapshot(ctx context.Context) (capacity.Snapshot, error) {
 				if err = attributevalue.UnmarshalMap(item, &it); err == nil {
 					snap.Reservations = append(snap.Reservations, it.reservation())
 				}
-			case kindNodeDay:
-				var it nodeDayItem
+			case kindNodeHour:
+				var it nodeHourItem
 				if err = attributevalue.UnmarshalMap(item, &it); err == nil {
-					snap.NodeDays = append(snap.NodeDays, it.nodeDay())
+					snap.NodeHours = append(snap.NodeHours, it.nodeHour())
 				}
 			}
 			if err != nil {
 				return snap, err
+			}
+		}
+	}
+	for _, index := range schema.IndexNames() {
+		in := &dynamodb.ScanInput{TableName: aws.String(s.Table), IndexName: aws.String(index),
+			ProjectionExpression: aws.String("#pk, #sk"), ExpressionAttributeNames: map[string]string{"#pk": schema.AttrPK, "#sk": schema.AttrSK}}
+		p := dynamodb.NewScanPaginator(s.DB, in)
+		for p.HasMorePages() {
+			page, err := p.NextPage(ctx)
+			if err != nil {
+				return snap, err
+			}
+			for _, item := range page.Items {
+				if k := itemKey(item); !items[k] {
+					snap.Orphans = append(snap.Orphans, index+": "+k[0]+" / "+k[1])
+				}
 			}
 		}
 	}

@@ -69,30 +69,31 @@ func (s *scale) call(b *testing.B, method string, body any) []byte {
 }
 
 // seed loads live placed single-device reservations through the store,
-// each for a whole UTC day: busyPerNode on every node of today, then of
-// tomorrow, and so on; tenantLive of them are acme's (its quota's used), the
-// rest another tenant's. Every node-day of those days (and of tomorrow at
-// least) is written: the days are provisioned.
+// each for one whole hour from the next hour on: busyPerNode on every node
+// of the first hour, then of the hour after, and so on; tenantLive of them
+// are acme's (its quota's used), the rest another tenant's. Every
+// node-hour of those hours is written: the hours are provisioned.
 func (s *scale) seed(b *testing.B, live, tenantLive int) {
 	b.Helper()
 	ctx := context.Background()
-	today := capacity.DayOf(s.now)
-	perDay := s.top.Nodes() * busyPerNode
-	last := today + capacity.Day(max(1, (live-1)/perDay))
-	nds := map[capacity.NodeDayKey]*capacity.NodeDay{}
-	for d := today; d <= last; d++ {
+	first := capacity.HourOf(s.now) + 1
+	perHour := s.top.Nodes() * busyPerNode
+	last := first + capacity.Hour(max(0, (live-1)/perHour))
+	pr := capacity.PoolResource{PoolID: "scale", Topology: s.top}
+	nhs := map[capacity.NodeHourKey]*capacity.NodeHour{}
+	for h := first; h <= last; h++ {
 		for k := 0; k < s.top.Nodes(); k++ {
-			nd := capacity.EmptyNodeDay(capacity.PoolResource{PoolID: "scale", Topology: s.top}, capacity.NodeDayKey{Node: k, Day: d})
-			nds[capacity.NodeDayKey{Node: k, Day: d}] = &nd
+			nh := capacity.EmptyNodeHour(pr, capacity.NodeHourKey{Node: k, Hour: h})
+			nhs[nh.Key()] = &nh
 		}
 	}
 	var rs []capacity.Reservation
 	acme := 0
 	for i := 0; i < live; i++ {
-		day := today + capacity.Day(i/perDay)
-		slot := i % perDay
+		h := first + capacity.Hour(i/perHour)
+		slot := i % perHour
 		node, dev := slot/busyPerNode, slot%busyPerNode
-		w := capacity.Window{Start: day.Start(), End: day.Start().Add(24*time.Hour - time.Minute)}
+		w := h.Window()
 		tenant := "others"
 		if acme < tenantLive {
 			tenant, acme = "acme", acme+1
@@ -103,22 +104,21 @@ func (s *scale) seed(b *testing.B, live, tenantLive int) {
 			History: []capacity.Event{{State: capacity.Draft, At: s.now}, {State: capacity.Placed, At: s.now}},
 			Devices: []int{node*scaleNodeSize + dev}, NodeSize: scaleNodeSize, Request: "seed", Due: w.Start}
 		rs = append(rs, r)
-		nds[capacity.NodeDayKey{Node: node, Day: day}].Add(id, capacity.Entry{Mask: 1 << uint(dev), Window: w})
+		nhs[capacity.NodeHourKey{Node: node, Hour: h}].Add(id, capacity.Entry{Mask: 1 << uint(dev), Window: w})
 	}
-	days := make([]capacity.NodeDay, 0, len(nds))
-	for _, nd := range nds {
-		days = append(days, *nd)
+	hours := make([]capacity.NodeHour, 0, len(nhs))
+	for _, nh := range nhs {
+		hours = append(hours, *nh)
 	}
 	quotas := []capacity.Quota{{TenantID: "acme", PoolID: "scale", Resource: "gpu", Max: 1_000_000, Used: int64(tenantLive)}}
 	if live > tenantLive {
 		quotas = append(quotas, capacity.Quota{TenantID: "others", PoolID: "scale", Resource: "gpu", Max: 1_000_000, Used: int64(live - tenantLive)})
 	}
-	if err := s.store.BulkLoad(ctx, rs, days, quotas); err != nil {
+	if err := s.store.BulkLoad(ctx, rs, hours, quotas); err != nil {
 		b.Fatal(err)
 	}
-	pr := capacity.PoolResource{PoolID: "scale", Topology: s.top}
-	for d := today; d <= last; d++ {
-		if err := s.store.PutDay(ctx, pr, d); err != nil {
+	for h := first; h <= last; h++ {
+		if err := s.store.PutHour(ctx, pr, h); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -241,11 +241,14 @@ func BenchmarkCreateAtScale(b *testing.B) {
 	}
 }
 
-// provision runs one reconciler pass: the pool's days ahead are stored, as
-// they are a minute after a pool is created.
+// provision runs one reconciler pass: the pool's next hours are stored, as
+// they are a minute after a pool is created (two hours: what the
+// benchmarks' windows use).
 func (s *scale) provision(b *testing.B) {
 	b.Helper()
-	res, err := s.st.App.Reconciler().Pass(context.Background())
+	rc := s.st.App.Reconciler()
+	rc.ProvisionHours = 2
+	res, err := rc.Pass(context.Background())
 	if err != nil || res.Provisioned == 0 {
 		b.Fatalf("provisioning pass: %+v %v", res, err)
 	}
@@ -347,7 +350,7 @@ func BenchmarkFragmentation(b *testing.B) {
 		}
 		whole := 0
 		pr := capacity.PoolResource{PoolID: "scale", Topology: s.top}
-		if err := s.store.Day(ctx, pr, capacity.DayOf(s.now), func(nd capacity.NodeDay) error {
+		if err := s.store.Hour(ctx, pr, capacity.HourOf(s.now), func(nd capacity.NodeHour) error {
 			if nd.Untouched == nd.Size {
 				whole++
 			}
@@ -408,7 +411,9 @@ func BenchmarkCreateBreakdown(b *testing.B) {
 		srv := &server{URL: st.URL}
 		raw, _ := json.Marshal(map[string]any{"tenantId": "owner", "poolId": "p", "resources": map[string]any{"gpu": 4096}})
 		srv.do(b, "pools/create", raw)
-		if _, err := st.App.Reconciler().Pass(context.Background()); err != nil {
+		rc := st.App.Reconciler()
+		rc.ProvisionHours = 2
+		if _, err := rc.Pass(context.Background()); err != nil {
 			b.Fatal(err)
 		}
 		body, _ := json.Marshal(map[string]any{"tenantId": "owner", "poolId": "p", "resource": "gpu", "count": 1,

@@ -24,18 +24,31 @@ const (
 	AttrDueAt = "dueAt"
 	AttrTTL   = "expiresAt" // epoch seconds; DynamoDB TTL deletes expired items
 	AttrFit   = "fit"       // sort key (N) of IndexFit
+	AttrCap   = "cap"       // sort key (N) of IndexCap
+	AttrState = "ssk"       // sort key (S) of IndexState
+	AttrPool  = "psk"       // sort key (S) of IndexPool
 
 	// IndexOrdered (LSI on pk, lsk): releases by sequence, reservations by
 	// creation time.
 	IndexOrdered = "ordered"
-	// IndexFit (sparse LSI on pk, fit): a resource's node-days of one day,
+	// IndexFit (sparse LSI on pk, fit): a resource's node-hours of one hour,
 	// ordered by how many devices are untouched — where a create finds its
 	// candidates, the fullest that may fit first, in one consistent Query.
 	IndexFit = "fit"
-	// IndexDue (sparse GSI on dueShard, dueAt): what the reconciler queries.
-	// It projects ALL attributes: only items with pending work carry dueAt,
-	// and the reconciler acts on the projected item (every transition is
-	// conditional on the state it read) without a GetItem per due item.
+	// IndexCap (sparse LSI on pk, cap; keys only): the same node-hours
+	// ordered by how many devices no allocation holds for the whole hour —
+	// what a refusal is proved with; the key is all it reads.
+	IndexCap = "cap"
+	// IndexState (sparse LSI on pk, ssk; keys only): a tenant's
+	// reservations by state, newest first — a state-filtered list reads
+	// that state's reservations, never the tenant's whole history.
+	IndexState = "bystate"
+	// IndexPool (sparse LSI on pk, psk; keys only): a tenant's listed
+	// reservations by pool, newest first.
+	IndexPool = "bypool"
+	// IndexDue (sparse GSI on dueShard, dueAt; keys only): what the
+	// reconciler queries, then reads the items it names (a write that does
+	// not move an item's due time costs the index nothing).
 	IndexDue = "due"
 	// DueShards is how many partitions the due index spreads over.
 	DueShards = 8
@@ -54,6 +67,9 @@ func Definition(name string) *dynamodb.CreateTableInput {
 			{AttributeName: aws.String(AttrDueSh), AttributeType: s},
 			{AttributeName: aws.String(AttrDueAt), AttributeType: s},
 			{AttributeName: aws.String(AttrFit), AttributeType: types.ScalarAttributeTypeN},
+			{AttributeName: aws.String(AttrCap), AttributeType: types.ScalarAttributeTypeN},
+			{AttributeName: aws.String(AttrState), AttributeType: s},
+			{AttributeName: aws.String(AttrPool), AttributeType: s},
 		},
 		KeySchema: []types.KeySchemaElement{
 			{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash},
@@ -73,15 +89,28 @@ func Definition(name string) *dynamodb.CreateTableInput {
 				{AttributeName: aws.String(AttrFit), KeyType: types.KeyTypeRange},
 			},
 			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
-		}},
+		},
+			keysOnlyLSI(IndexCap, AttrCap), keysOnlyLSI(IndexState, AttrState), keysOnlyLSI(IndexPool, AttrPool)},
 		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{{
 			IndexName: aws.String(IndexDue),
 			KeySchema: []types.KeySchemaElement{
 				{AttributeName: aws.String(AttrDueSh), KeyType: types.KeyTypeHash},
 				{AttributeName: aws.String(AttrDueAt), KeyType: types.KeyTypeRange},
 			},
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly},
 		}},
+	}
+}
+
+// keysOnlyLSI is a local index on (pk, sort) that projects only the keys.
+func keysOnlyLSI(name, sort string) types.LocalSecondaryIndex {
+	return types.LocalSecondaryIndex{
+		IndexName: aws.String(name),
+		KeySchema: []types.KeySchemaElement{
+			{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash},
+			{AttributeName: aws.String(sort), KeyType: types.KeyTypeRange},
+		},
+		Projection: &types.Projection{ProjectionType: types.ProjectionTypeKeysOnly},
 	}
 }
 

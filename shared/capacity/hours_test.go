@@ -10,94 +10,100 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 )
 
-// storedNodeDays counts the node-days of a day that are stored.
-func (e *env) storedNodeDays(tb testing.TB, pool, res string, t capacity.Topology, d capacity.Day) []capacity.NodeDay {
+// storedNodeHours are the node-hours of an hour that are stored.
+func (e *env) storedNodeHours(tb testing.TB, pool, res string, t capacity.Topology, h capacity.Hour) []capacity.NodeHour {
 	tb.Helper()
-	var out []capacity.NodeDay
+	var out []capacity.NodeHour
 	pr := capacity.PoolResource{PoolID: pool, Topology: t}
-	if err := e.store.Day(context.Background(), pr, d, func(nd capacity.NodeDay) error { out = append(out, nd); return nil }); err != nil {
+	if err := e.store.Hour(context.Background(), pr, h, func(nh capacity.NodeHour) error { out = append(out, nh); return nil }); err != nil {
 		tb.Fatal(err)
 	}
 	return out
 }
 
-// Node-days are stored by the first placement on them: a create on a day
+// Node-hours are stored by the first placement on them: a create in hours
 // nothing is stored for writes only its own node, whatever the pool's size,
-// and days further on in its window only for that node.
-func TestNodeDaysStoredOnFirstUse(t *testing.T) {
+// and further hours of its window only for that node.
+func TestNodeHoursStoredOnFirstUse(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	p := e.pool(t, "acme", "p1", map[string]int{"gpu": 4096})
 	top := p.Topology("gpu")
-	today := capacity.DayOf(e.clock.Now())
+	now := capacity.HourOf(e.clock.Now())
 	e.rt.Reset()
-	r := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 4, 0, 50*time.Hour), allow))
+	r := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 4, 0, 3*time.Hour), allow))
 	if r.State != capacity.Placed || len(r.NodeIDs) != 1 {
-		t.Fatalf("four devices on unprovisioned days: %+v", r)
+		t.Fatalf("four devices in unprovisioned hours: %+v", r)
 	}
-	// Nothing stored to read candidates from: the pool is read, the days
-	// scanned (empty), and the chosen node's days read before the write.
-	t.Logf("first create on days nothing is stored for: %d round trips", e.rt.Count())
-	for d := today; d <= today+2; d++ {
-		nds := e.storedNodeDays(t, "p1", "gpu", top, d)
-		if len(nds) != 1 || capacity.NodeID("gpu", nds[0].Node) != r.NodeIDs[0] || nds[0].Untouched != 4 {
-			t.Fatalf("day %d: %d node-days stored (%+v), want only the placement's", d-today, len(nds), nds)
+	// Nothing stored to read candidates from: the pool is read, the hours
+	// scanned (empty), and the chosen node's hours read before the writes.
+	t.Logf("first create in hours nothing is stored for: %d round trips", e.rt.Count())
+	for h := now; h < now+3; h++ {
+		nhs := e.storedNodeHours(t, "p1", "gpu", top, h)
+		if len(nhs) != 1 || capacity.NodeID("gpu", nhs[0].Node) != r.NodeIDs[0] || nhs[0].Untouched != 4 {
+			t.Fatalf("hour +%d: %d node-hours stored (%+v), want only the placement's", h-now, len(nhs), nhs)
 		}
 	}
+	if n := len(e.storedNodeHours(t, "p1", "gpu", top, now+3)); n != 0 {
+		t.Errorf("the hour after the window: %d node-hours stored", n)
+	}
 	// The next single device goes to the node already used (best fit),
-	// found by the ordered read: 6 round trips, no pool read, no day scan.
+	// found by the ordered read: 5 round trips, no pool read, no scan.
 	e.rt.Reset()
 	one := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow))
 	if one.State != capacity.Placed || one.NodeIDs[0] != r.NodeIDs[0] {
 		t.Fatalf("%+v, want it on %s", one, r.NodeIDs[0])
 	}
-	if e.rt.Count() != 6 {
-		t.Errorf("create on a stored node-day: %d round trips, want 6", e.rt.Count())
+	if e.rt.Count() != 5 {
+		t.Errorf("create on a stored node-hour: %d round trips, want 5", e.rt.Count())
 	}
 	e.check(t)
 }
 
-// The reconciler keeps ProvisionDays days of every pool provisioned (whole
-// nodes are then found by the ordered read too) and marks the pool due at
-// the next day's start; a small budget spreads the work over passes.
-func TestReconcilerProvisionsDaysAhead(t *testing.T) {
+// The reconciler keeps ProvisionHours hours of every pool provisioned
+// (whole nodes are then found by the ordered read too) and marks the pool
+// due at the next hour's start; a small budget spreads the work over
+// passes.
+func TestReconcilerProvisionsHoursAhead(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	p := e.pool(t, "acme", "p1", map[string]int{"gpu": 20, "cpu": 3})
-	today := capacity.DayOf(e.clock.Now())
+	now := capacity.HourOf(e.clock.Now())
+	const horizon = 6
 	rc := e.reconciler()
-	rc.ProvisionBudget = 3 // node-days: one day of gpu (3 nodes) per pass, or so
+	rc.ProvisionHours = horizon
+	rc.ProvisionBudget = 3 // node-hours: one hour of gpu (3 nodes) per pass, or so
 	passes := 0
-	for ; passes < 2*capacity.ProvisionDays+2; passes++ {
+	for ; passes < 2*horizon+2; passes++ {
 		res := must(rc.Pass(ctx))
 		if res.Provisioned == 0 {
 			break
 		}
 	}
-	if passes < capacity.ProvisionDays {
-		t.Errorf("a budget of 3 node-days provisioned %d days of two resources in %d passes", 2*capacity.ProvisionDays, passes)
+	if passes < horizon {
+		t.Errorf("a budget of 3 node-hours provisioned %d hours of two resources in %d passes", 2*horizon, passes)
 	}
 	for _, res := range []string{"gpu", "cpu"} {
 		top := p.Topology(res)
-		for d := today; d < today+capacity.ProvisionDays; d++ {
-			if got := len(e.storedNodeDays(t, "p1", res, top, d)); got != top.Nodes() {
-				t.Errorf("%s day +%d: %d node-days, want %d", res, d-today, got, top.Nodes())
+		for h := now; h < now+horizon; h++ {
+			if got := len(e.storedNodeHours(t, "p1", res, top, h)); got != top.Nodes() {
+				t.Errorf("%s hour +%d: %d node-hours, want %d", res, h-now, got, top.Nodes())
 			}
 		}
-		if got := len(e.storedNodeDays(t, "p1", res, top, today+capacity.ProvisionDays)); got != 0 {
-			t.Errorf("%s: %d node-days stored beyond the days ahead", res, got)
+		if got := len(e.storedNodeHours(t, "p1", res, top, now+horizon)); got != 0 {
+			t.Errorf("%s: %d node-hours stored beyond the hours ahead", res, got)
 		}
 	}
-	// Done for today: the pool is due again tomorrow, for one more day.
+	// Done for this hour: the pool is due again at the next, for one more.
 	if res := must(rc.Pass(ctx)); res.Provisioned != 0 || res.Found != 0 {
 		t.Errorf("a pass after provisioning: %+v", res)
 	}
-	e.clock.Advance(24 * time.Hour)
+	e.clock.Advance(time.Hour)
 	res := must(rc.Pass(ctx))
-	if res.Provisioned != 2 { // one new day of each resource
-		t.Errorf("next day's pass provisioned %d days, want 2", res.Provisioned)
+	if res.Provisioned != 2 { // one new hour of each resource
+		t.Errorf("next hour's pass provisioned %d hours, want 2", res.Provisioned)
 	}
-	// Provisioned days keep what was placed before them.
+	// Provisioned hours keep what was placed before them.
 	r := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 8, time.Hour, 2*time.Hour), allow))
 	if r.State != capacity.Placed {
 		t.Fatalf("%+v", r)
@@ -225,7 +231,7 @@ func TestPoolUsage(t *testing.T) {
 	}
 }
 
-// A window is kept to the millisecond, as node-day entries are: a create
+// A window is kept to the millisecond, as node-hour entries are: a create
 // at a clock with nanoseconds (no start given) leaves entries and the
 // reservation agreeing (found with bc check on make run).
 func TestWindowsAreMilliseconds(t *testing.T) {

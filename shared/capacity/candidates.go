@@ -1,0 +1,376 @@
+package capacity
+
+import (
+	"context"
+	"errors"
+)
+
+// candidateLimit is how many node-hours the fast path reads: the fullest
+// ones that may fit, so racing creates have ties to spread over, and few
+// enough that the read stays within one or two read units.
+const candidateLimit = 16
+
+// verifyKeys bounds the other hours of a window the fast path reads for its
+// candidates (one BatchGetItem): a long window verifies fewer candidates.
+const verifyKeys = 100
+
+// choose reads candidates and chooses a placement. The fast path reads the
+// fullest stored node-hours of one hour of the window that may fit (one
+// Query of the `fit` order) and, for a longer window, the same nodes' other
+// hours (one BatchGetItem; an hour not stored is empty): its cost does not
+// grow with the pool's size or how busy it is. When that finds nothing,
+// the pool is checked (visible to the tenant, the resource in it) and the
+// search decides (see search).
+func (s *Service) choose(ctx context.Context, r Reservation, req Request) (PoolResource, Placement, nodeHours, error) {
+	var pr PoolResource
+	var cands []Candidate
+	var err error
+	if a, ok := ctx.Value(aheadKey{}).(*ahead); ok && req.Attempt == 0 && a.req.ID == req.ID {
+		<-a.done
+		pr, cands, err, req = a.pr, a.cands, a.err, a.req
+	} else {
+		pr, cands, err = s.fastCandidates(ctx, r, &req)
+	}
+	if err != nil {
+		return pr, nil, nil, err
+	}
+	if len(cands) > 0 {
+		if p, err := Choose(pr.Topology, req, cands); err == nil {
+			return pr, p, stateOf(cands), nil
+		}
+	}
+	pool, err := s.visiblePool(ctx, r)
+	if err != nil {
+		return pr, nil, nil, err
+	}
+	pr = PoolResource{PoolID: r.PoolID, Topology: pool.Topology(r.Resource)}
+	s.learn(pr)
+	p, err := s.search(ctx, pr, req)
+	return pr, p, nil, err
+}
+
+// nodeHours is node-hours as read (or, missing, made up empty), by key.
+type nodeHours map[NodeHourKey]NodeHour
+
+func stateOf(cands []Candidate) nodeHours {
+	out := make(nodeHours, len(cands))
+	for _, c := range cands {
+		for _, nh := range c.Hours {
+			out[nh.Key()] = nh
+		}
+	}
+	return out
+}
+
+// queryHour is the hour of a window whose candidates the fast path reads:
+// the first one the window covers whole (free throughout it is then
+// necessary for a fit, not only sufficient), else its first.
+func queryHour(w Window) Hour {
+	for _, h := range w.Hours() {
+		if w.Covers(h) {
+			return h
+		}
+	}
+	return HourOf(w.Start)
+}
+
+// fastCandidates is choose's fast path: the candidates it read (none when
+// it could not tell). It may set req.Spread (see spreadNow).
+func (s *Service) fastCandidates(ctx context.Context, r Reservation, req *Request) (PoolResource, []Candidate, error) {
+	pr := PoolResource{PoolID: r.PoolID, Topology: Topology{Resource: r.Resource}}
+	h := queryHour(r.Window)
+	minUntouched, from := req.Count, uint32(0)
+	if req.Topology == AnyDevices {
+		minUntouched = 1
+	}
+	known, haveTopology := s.known(pr)
+	if haveTopology && req.Topology == OnNodes && req.Count > known.NodeSize {
+		pr.Topology = known
+		first, err := s.wholeNodes(ctx, pr, req, h)
+		if err != nil {
+			return pr, nil, err
+		}
+		cands, err := s.withHours(ctx, pr, first, r.Window, pr.NodesFor(req.Count))
+		return pr, cands, err
+	}
+	switch {
+	case haveTopology && req.Topology == OnNodes && req.Count >= known.NodeSize:
+		// Whole nodes: start the read at a point of the whole nodes' order
+		// that depends on the reservation, so racing creates read (and
+		// take) different ones.
+		minUntouched, from = known.NodeSize, spreadFrom(req)
+	case haveTopology && req.Topology == OnNodes && (req.Attempt > 0 || s.spreadNow(req.ID)):
+		// Lost a race, or racing creates are likely: read from a point of
+		// the order that depends on the reservation and take any node that
+		// fits; a fresh whole node when racing is likely (the fullest
+		// partial ones are where racers collide).
+		req.Spread, from = true, spreadFrom(req)
+		if req.Attempt == 0 {
+			minUntouched = known.NodeSize
+		}
+	}
+	first, _, err := s.Store.Candidates(ctx, pr, h, min(minUntouched, MaxNodeSize), candidateLimit, from)
+	if err != nil {
+		return pr, nil, unavailable(err)
+	}
+	if len(first) == 0 && from > 0 {
+		// Nothing from there on: read from the start.
+		if first, _, err = s.Store.Candidates(ctx, pr, h, min(req.Count, MaxNodeSize), candidateLimit, 0); err != nil {
+			return pr, nil, unavailable(err)
+		}
+	}
+	if len(first) == 0 && !haveTopology && req.Topology == OnNodes && req.Count > 1 {
+		// The layout is not known yet and no node has count untouched
+		// devices: several whole nodes may still do; any node-hour tells.
+		if first, _, err = s.Store.Candidates(ctx, pr, h, 1, 1, 0); err != nil {
+			return pr, nil, unavailable(err)
+		}
+	}
+	if len(first) == 0 {
+		return pr, nil, nil
+	}
+	pr = first[0].Topology()
+	s.learn(pr)
+	keep := 1
+	if req.Topology == OnNodes && req.Count > pr.NodeSize {
+		if first, err = s.wholeNodes(ctx, pr, req, h); err != nil {
+			return pr, nil, err
+		}
+		keep = pr.NodesFor(req.Count)
+	}
+	cands, err := s.withHours(ctx, pr, first, r.Window, keep)
+	return pr, cands, err
+}
+
+// wholeNodes reads as many untouched node-hours of h as a request of
+// several whole nodes needs (and candidateLimit more), from the request's
+// spread point, then from the start when that found too few.
+func (s *Service) wholeNodes(ctx context.Context, pr PoolResource, req *Request, h Hour) ([]NodeHour, error) {
+	want := pr.NodesFor(req.Count)
+	first, _, err := s.Store.Candidates(ctx, pr, h, pr.NodeSize, want+candidateLimit, spreadFrom(req))
+	if err == nil && len(first) < want {
+		first, _, err = s.Store.Candidates(ctx, pr, h, pr.NodeSize, want+candidateLimit, 0)
+	}
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	return first, nil
+}
+
+// spreadFrom is where a request's candidate read starts in the order of
+// equally untouched node-hours: a hash of the reservation and the attempt.
+func spreadFrom(req *Request) uint32 {
+	return tiebreak(req.ID, req.Attempt, -1) >> (32 - SpreadBits)
+}
+
+// withHours joins the other hours of a window to node-hours of one of its
+// hours (an hour not stored is empty). A long window keeps fewer candidates
+// (at least keep), so the read stays one BatchGetItem of verifyKeys.
+func (s *Service) withHours(ctx context.Context, pr PoolResource, first []NodeHour, w Window, keep int) ([]Candidate, error) {
+	hours := w.Hours()
+	if others := len(hours) - 1; others > 0 {
+		first = first[:min(len(first), max(keep, verifyKeys/others, 1))]
+	}
+	cands := make([]Candidate, len(first))
+	var keys []NodeHourKey
+	for i, nh := range first {
+		cands[i] = Candidate{Node: nh.Node}
+		for _, h := range hours {
+			if h != nh.Hour {
+				keys = append(keys, NodeHourKey{Node: nh.Node, Hour: h})
+			}
+		}
+	}
+	got := nodeHours{}
+	if len(keys) > 0 {
+		var err error
+		if got, err = s.nodeHours(ctx, pr, keys); err != nil {
+			return nil, err
+		}
+	}
+	for i, nh := range first {
+		got[nh.Key()] = nh
+		for _, h := range hours {
+			cands[i].Hours = append(cands[i].Hours, got[NodeHourKey{Node: nh.Node, Hour: h}])
+		}
+	}
+	return cands, nil
+}
+
+// search is the slow path, when the fast path found no fit. First it looks
+// for a proof that nothing fits: an hour of the window (provisioned: every
+// node stored) in which the nodes' devices not held for the whole hour by
+// one reservation — more than any instant of the hour has free — cannot
+// hold the request. That costs a query per hour tried (at most
+// proofHoursMax), never more with the pool's size, and decides a refusal of
+// a busy window. Without one it probes a few nodes chosen by the
+// reservation's spread (their hours of the window, in BatchGetItems):
+// where hours are not provisioned — far ahead, where little is stored — a
+// node nothing was placed on fits at once. Last, it reads every stored
+// node-hour of the window (nodes never stored are empty) and chooses over
+// all of them: an exact answer, whose cost grows with the pool — a fit the
+// fast path cannot see (a device free in a gap between others'
+// reservations of the same hour), or a refusal that no hour proves.
+func (s *Service) search(ctx context.Context, pr PoolResource, req Request) (Placement, error) {
+	if nf, err := s.prove(ctx, pr, req); err != nil || nf != nil {
+		if err != nil {
+			return nil, err
+		}
+		return nil, *nf
+	}
+	if p, err := s.probe(ctx, pr, req); err != nil || p != nil {
+		return p, err
+	}
+	all, err := s.allCandidates(ctx, pr, req)
+	if err != nil {
+		return nil, err
+	}
+	return Choose(pr.Topology, req, all)
+}
+
+// probeNodes is how many nodes beyond those a request needs search probes.
+const probeNodes = 4
+
+// probe reads the window's hours of a few consecutive nodes from a point
+// that depends on the reservation, and chooses among them (nil: none fits).
+func (s *Service) probe(ctx context.Context, pr PoolResource, req Request) (Placement, error) {
+	n := min(pr.Nodes(), probeNodes+pr.NodesFor(req.Count))
+	if req.Topology == AnyDevices {
+		n = min(pr.Nodes(), probeNodes+(req.Count+pr.NodeSize-1)/pr.NodeSize)
+	}
+	from := int(tiebreak(req.ID, req.Attempt, -3) % uint32(pr.Nodes()))
+	hours := req.Window.Hours()
+	keys := make([]NodeHourKey, 0, n*len(hours))
+	for i := range n {
+		for _, h := range hours {
+			keys = append(keys, NodeHourKey{Node: (from + i) % pr.Nodes(), Hour: h})
+		}
+	}
+	got, err := s.nodeHours(ctx, pr, keys)
+	if err != nil {
+		return nil, err
+	}
+	cands := make([]Candidate, n)
+	for i := range n {
+		node := (from + i) % pr.Nodes()
+		cands[i].Node = node
+		for _, h := range hours {
+			cands[i].Hours = append(cands[i].Hours, got[NodeHourKey{Node: node, Hour: h}])
+		}
+	}
+	p, err := Choose(pr.Topology, req, cands)
+	if isNoFit(err) {
+		return nil, nil
+	}
+	return p, err
+}
+
+// proofHours bounds the hours of a window prove reads at once, and
+// proofHoursMax those it reads in all: a long window is refused by its
+// first day or scanned.
+const (
+	proofHours    = 8
+	proofHoursMax = 24
+)
+
+// prove looks for an hour of the window that rules the request out: in a
+// provisioned hour, the want nodes with the most devices not held for the
+// whole hour hold fewer than count. The reason is capacity when all nodes
+// together hold fewer (else topology).
+func (s *Service) prove(ctx context.Context, pr PoolResource, req Request) (*NoFit, error) {
+	want := 1
+	switch {
+	case req.Topology == AnyDevices:
+		want = req.Count
+	case req.Count > pr.NodeSize:
+		want = pr.NodesFor(req.Count)
+	}
+	hours := req.Window.Hours()
+	hours = hours[:min(len(hours), proofHoursMax)]
+	for start := 0; start < len(hours); start += proofHours {
+		batch := hours[start:min(start+proofHours, len(hours))]
+		found := make([]*NoFit, len(batch))
+		err := s.each(ctx, len(batch), func(i int) error {
+			nodes, scan, err := s.Store.Coverable(ctx, pr, batch[i], 1, max(want, req.Count))
+			if err != nil {
+				return unavailable(err)
+			}
+			if !scan.Provisioned {
+				return nil
+			}
+			top, all := 0, 0
+			for j, n := range nodes {
+				if j < want {
+					top += n.Count
+				}
+				all += n.Count
+			}
+			if top >= req.Count {
+				return nil
+			}
+			reason := ReasonTopology
+			if all < req.Count && !scan.More {
+				reason = ReasonCapacity
+			}
+			found[i] = &NoFit{Reason: reason}
+			return nil
+		})
+		if err != nil {
+			return nil, err
+		}
+		for _, nf := range found {
+			if nf != nil {
+				return nf, nil
+			}
+		}
+	}
+	return nil, nil
+}
+
+// allCandidates reads every stored node-hour of the window, one hour at a
+// time, keeping only each node's summary (memory grows with the nodes, not
+// with the window); nodes never stored are empty.
+func (s *Service) allCandidates(ctx context.Context, pr PoolResource, req Request) ([]Candidate, error) {
+	sums := make([]Summary, pr.Nodes())
+	for k := range sums {
+		sums[k] = NewSummary(pr.Size(k))
+	}
+	for _, h := range req.Window.Hours() {
+		err := s.Store.Hour(ctx, pr, h, func(nh NodeHour) error {
+			if nh.Node < len(sums) {
+				sums[nh.Node].Add(nh, req)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, unavailable(err)
+		}
+	}
+	out := make([]Candidate, len(sums))
+	for k := range sums {
+		out[k] = Candidate{Node: k, Summary: &sums[k]}
+	}
+	return out, nil
+}
+
+// visiblePool reads the pool as the draft's tenant sees it: errInvalidPool
+// if it cannot, errInvalidRes if the resource is not in it.
+func (s *Service) visiblePool(ctx context.Context, r Reservation) (Pool, error) {
+	p, err := s.Store.VisiblePool(ctx, r.TenantID, r.PoolID)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Pool{}, errInvalidPool
+	case err != nil:
+		return Pool{}, unavailable(err)
+	}
+	if _, ok := p.Resources[r.Resource]; !ok {
+		return Pool{}, errInvalidRes
+	}
+	return p, nil
+}
+
+// visible is visiblePool's verdict alone.
+func (s *Service) visible(ctx context.Context, r Reservation) error {
+	_, err := s.visiblePool(ctx, r)
+	return err
+}

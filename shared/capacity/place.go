@@ -1,0 +1,194 @@
+package capacity
+
+import (
+	"context"
+	"errors"
+)
+
+// Placement attempts: how many node-hour writes a create may lose to racing
+// creates before it answers UNAVAILABLE (never CAPACITY_EXHAUSTED: devices
+// may well be free).
+const defaultPlaceAttempts = 16
+
+// allocate writes placement p into its node-hours. A write lost to a racing
+// create (the versions of its devices moved) undoes this attempt's other
+// writes, reads again, chooses again and records the new choice on the
+// charge before writing it: what is written is always covered by the
+// charge's record, which is what a repair undoes. A placement carried over
+// from an earlier flow (which may have written part of it, its success
+// hidden by an error) that no longer fits is freed before it is replaced.
+func (s *Service) allocate(ctx context.Context, r Reservation, req Request, pr PoolResource, p Placement, state nodeHours, carried bool) (Placement, error) {
+	attempts := s.PlaceAttempts
+	if attempts <= 0 {
+		attempts = defaultPlaceAttempts
+	}
+	hours := r.Window.Hours()
+	for attempt := 1; ; attempt++ {
+		if !covers(state, p, hours) {
+			var err error
+			if state, err = s.placementHours(ctx, pr, p, hours); err != nil {
+				return nil, err
+			}
+		}
+		if !fits(state, p, req, hours) {
+			// Taken since it was chosen (by a racing create, or while an
+			// earlier flow of this reservation was down): choose again.
+			s.contended(true)
+			if carried {
+				if err := s.free(ctx, r, p); err != nil {
+					return nil, err
+				}
+				carried = false
+			}
+			req.Attempt++
+			var err error
+			if p, state, err = s.rechoose(ctx, r, req, pr); err != nil {
+				return nil, err
+			}
+			continue
+		}
+		lost, err := s.write(ctx, state, p, req, hours)
+		if err != nil {
+			return nil, err
+		}
+		s.contended(lost)
+		if !lost {
+			return p, nil
+		}
+		s.placeRetries.Add(1)
+		if attempt >= attempts {
+			return nil, errContended
+		}
+		if err := s.pause(ctx, attempt); err != nil {
+			return nil, err
+		}
+		req.Attempt++
+		if p, state, err = s.rechoose(ctx, r, req, pr); err != nil {
+			return nil, err
+		}
+	}
+}
+
+// covers reports whether state holds every node-hour p writes.
+func covers(state nodeHours, p Placement, hours []Hour) bool {
+	for _, nd := range p {
+		for _, h := range hours {
+			if _, ok := state[NodeHourKey{Node: nd.Node, Hour: h}]; !ok {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// placementHours reads the node-hours a placement writes.
+func (s *Service) placementHours(ctx context.Context, pr PoolResource, p Placement, hours []Hour) (nodeHours, error) {
+	keys := make([]NodeHourKey, 0, len(p)*len(hours))
+	for _, nd := range p {
+		for _, h := range hours {
+			keys = append(keys, NodeHourKey{Node: nd.Node, Hour: h})
+		}
+	}
+	return s.nodeHours(ctx, pr, keys)
+}
+
+// nodeHours reads node-hours by key; a missing one is made up empty (pr must
+// carry the resource's layout).
+func (s *Service) nodeHours(ctx context.Context, pr PoolResource, keys []NodeHourKey) (nodeHours, error) {
+	got, err := s.Store.NodeHours(ctx, pr, keys)
+	if err != nil {
+		return nil, unavailable(err)
+	}
+	for _, k := range keys {
+		if _, ok := got[k]; !ok {
+			got[k] = EmptyNodeHour(pr, k)
+		}
+	}
+	return got, nil
+}
+
+// fits reports whether p's devices are free for the window in state.
+func fits(state nodeHours, p Placement, req Request, hours []Hour) bool {
+	for _, nd := range p {
+		for _, h := range hours {
+			cur, ok := state[NodeHourKey{Node: nd.Node, Hour: h}]
+			if !ok || nd.Mask&^cur.Free(req.Window, req.ID) != 0 {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// write adds the entries of p; lost reports a write refused because the
+// state moved (after undoing this attempt's successful writes).
+func (s *Service) write(ctx context.Context, state nodeHours, p Placement, req Request, hours []Hour) (lost bool, err error) {
+	type job struct {
+		nh   NodeHour
+		mask Mask
+	}
+	var jobs []job
+	for _, nd := range p {
+		for _, h := range hours {
+			jobs = append(jobs, job{state[NodeHourKey{Node: nd.Node, Hour: h}], nd.Mask})
+		}
+	}
+	done := make([]bool, len(jobs))
+	errs := make([]error, len(jobs))
+	_ = s.each(ctx, len(jobs), func(i int) error {
+		errs[i] = s.Store.Allocate(ctx, jobs[i].nh, req.ID, Entry{Mask: jobs[i].mask, Window: req.Window})
+		done[i] = errs[i] == nil
+		return nil
+	})
+	var failed error
+	for _, e := range errs {
+		switch {
+		case e == nil:
+		case errors.Is(e, ErrStale), errors.Is(e, ErrCalendarFull):
+			lost = true
+		default:
+			failed = e
+		}
+	}
+	if !lost && failed == nil {
+		return false, nil
+	}
+	// Undo what this attempt wrote; if that fails, the charge's record
+	// still covers it, and a repair frees it.
+	var written []NodeHourKey
+	for i, j := range jobs {
+		if done[i] {
+			written = append(written, j.nh.Key())
+		}
+	}
+	var undo error
+	if len(written) > 0 {
+		undo = s.Store.Free(ctx, jobs[0].nh.Topology(), written, req.ID)
+	}
+	if failed != nil || undo != nil {
+		return false, unavailable(errors.Join(failed, undo))
+	}
+	return true, nil
+}
+
+// rechoose reads the candidates again, chooses again and records the new
+// placement on the charge (before anything of it is written).
+func (s *Service) rechoose(ctx context.Context, r Reservation, req Request, pr PoolResource) (Placement, nodeHours, error) {
+	_, p, state, err := s.choose(ctx, r, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	// A large placement goes on the draft first; the charge's record then
+	// names the new placement, or none (a repair reads the draft's devices),
+	// never the one this attempt gave up.
+	if err := s.record(ctx, r, pr, p); err != nil {
+		return nil, nil, err
+	}
+	switch err := s.Store.Replace(ctx, r.Quota(), r.ReservationID, inline(p)); {
+	case errors.Is(err, ErrStale):
+		return nil, nil, errReleased // voided: the draft was released
+	case err != nil:
+		return nil, nil, unavailable(err)
+	}
+	return p, state, nil
+}

@@ -1,4 +1,0 @@
-package dynamo
-
-// Spread exports spread to the package's external tests.
-var Spread = spread
