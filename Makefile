@@ -126,12 +126,13 @@ docs: ## regenerate from the method catalog: docs/reference, docs/openapi.json, 
 # corpora (the seeds in code and testdata/fuzz); `make fuzz` fuzzes each for
 # FUZZTIME, and what it finds lands in the package's testdata/fuzz to commit.
 FUZZTIME     ?= 30s
-FUZZ_TARGETS := shared/api:FuzzDecodeInput shared/rollout:FuzzVerify shared/cursor:FuzzDecode shared/iam:FuzzParsePolicy
+FUZZ_TARGETS := shared/api:FuzzDecodeInput shared/rollout:FuzzVerify shared/cursor:FuzzDecode shared/iam:FuzzParsePolicy \
+                shared/capacity:FuzzCapacitySimulation
 
 fuzz: ## fuzz every target for FUZZTIME each (e.g. make fuzz FUZZTIME=5m); findings go to testdata/fuzz
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \
 	  echo "== $$fn in $$pkg for $(FUZZTIME)"; \
-	  $(GO) test ./$$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s || exit 1; \
+	  $(GO) test ./$$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s -parallel 2 || exit 1; \
 	done
 
 # make bench: every benchmark, one package at a time (-p 1: none competes

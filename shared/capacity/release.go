@@ -22,8 +22,10 @@ const ReleaseTimeout = FlowDeadline - 2*time.Second
 // before answering. Releasing a draft gives its quota back at once too and
 // frees what its create recorded; that create, finding the fence, undoes
 // what it writes after. A terminal reservation is returned unchanged, once
-// any give-back a release cut short has been finished (idempotent), so a
-// retried release answers only when nothing is held any more.
+// what a give-back cut short left is finished (finishGiveBack): its devices
+// are free when the retry answers, and its quota too — unless the writer
+// that fenced it is still crediting it (for seconds), or, that writer
+// gone, the sweep holds it.
 func (s *Service) ReleaseReservation(ctx context.Context, tenant, id string) (Reservation, error) {
 	ctx, cancel := context.WithTimeout(ctx, ReleaseTimeout)
 	defer cancel()
@@ -60,13 +62,39 @@ func (s *Service) ReleaseReservation(ctx context.Context, tenant, id string) (Re
 	return Reservation{}, apierr.New(apierr.Unavailable, "reservation %q is changing; retry", id)
 }
 
-// finishGiveBack gives back what a terminal reservation may still hold.
-// A credited one holds nothing: its devices were freed before the credit.
+// fencerLife bounds how long the writer that fenced a reservation terminal
+// may still be giving back what it held (a release's timeout, a reconciler
+// pass's function timeout, with margin); well before the sweep, StaleAfter
+// after the fence.
+const fencerLife = StaleAfter / 2
+
+// finishGiveBack gives back what a terminal reservation may still hold,
+// without ever giving anything back twice: a draft's charge is voided
+// exactly once by its record; devices are freed by anyone (idempotent); a
+// placed reservation's quota is credited by the writer that fenced it — so
+// while that writer may still be running, not here — and after that by
+// whoever holds its due entry, as the sweep does.
 func (s *Service) finishGiveBack(ctx context.Context, r Reservation) error {
-	if r.WasPlaced() && r.Credited {
+	if !r.WasPlaced() {
+		return s.void(ctx, r, flowRelease)
+	}
+	if r.Credited {
+		return nil // its devices were freed before the credit
+	}
+	if err := s.free(ctx, r, r.Placement()); err != nil {
+		return err
+	}
+	if s.now().Sub(r.UpdatedAt) < fencerLife {
 		return nil
 	}
-	return s.giveBack(ctx, r, flowRelease)
+	cur, err := s.Store.ClaimDue(ctx, r, s.now().Add(StaleAfter))
+	switch {
+	case errors.Is(err, ErrStale), errors.Is(err, ErrNotFound):
+		return nil // a sweep has it
+	case err != nil:
+		return unavailable(err)
+	}
+	return s.giveBack(ctx, cur, flowRelease)
 }
 
 // GetReservation returns one of tenant's reservations.
