@@ -294,10 +294,14 @@ func (s *Capacity) ClearDue(ctx context.Context, r capacity.Reservation) error {
 
 // ListReservations implements capacity.ReservationStore: a Query of the
 // tenant's partition, newest first, through the index that holds exactly
-// what is asked for — `bystate` for a state (with the pool as a filter when
-// both are given: it reads that state's reservations only), `bypool` for a
-// pool, `ordered` for neither — reading the items through the keys-only
-// indexes. The cursor is the last returned item's keys.
+// what is asked for — `bystate` for a state (the pool, when both are given,
+// is checked on the items read: a pool and a state read that state's
+// reservations only), `bypool` for a pool, `ordered` (which projects the
+// items) for neither. The keys-only indexes are read for their keys, then
+// the page's items with consistent BatchGetItems (what DynamoDB would
+// charge to fetch them through the index, without the fetch: dynalite
+// fails on it while the items change). The cursor is the last returned
+// item's keys.
 func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capacity.ListFilter, page capacity.Page) ([]capacity.Reservation, map[string]string, error) {
 	limit := page.Limit
 	if limit <= 0 {
@@ -311,20 +315,15 @@ func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capaci
 	case f.PoolID != "":
 		index, attr, prefix = schema.IndexPool, schema.AttrPool, f.PoolID+"#"
 	}
-	b := expression.NewBuilder().WithKeyCondition(
-		expression.Key(schema.AttrPK).Equal(expression.Value(pk)).And(expression.Key(attr).BeginsWith(prefix)))
-	filtered := f.State != "" && f.PoolID != ""
-	if filtered {
-		b = b.WithFilter(expression.Name("poolId").Equal(expression.Value(f.PoolID)))
-	}
-	e, err := b.Build()
+	keysOnly := index != schema.IndexOrdered
+	e, err := expression.NewBuilder().WithKeyCondition(
+		expression.Key(schema.AttrPK).Equal(expression.Value(pk)).And(expression.Key(attr).BeginsWith(prefix))).Build()
 	if err != nil {
 		return nil, nil, err
 	}
 	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(index),
-		KeyConditionExpression: e.KeyCondition(), FilterExpression: e.Filter(),
-		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-		ScanIndexForward: aws.Bool(false), ConsistentRead: aws.Bool(true), Select: types.SelectAllAttributes}
+		KeyConditionExpression: e.KeyCondition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+		ScanIndexForward: aws.Bool(false), ConsistentRead: aws.Bool(true)}
 	if sk, ik := page.After["sk"], page.After["ik"]; sk != "" || ik != "" {
 		if !strings.HasPrefix(sk, "RES#") || !strings.HasPrefix(ik, prefix) {
 			return nil, nil, errBadCursor
@@ -332,22 +331,29 @@ func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capaci
 		in.ExclusiveStartKey = key(pk, sk)
 		in.ExclusiveStartKey[attr] = &types.AttributeValueMemberS{Value: ik}
 	}
+	filtered := f.State != "" && f.PoolID != ""
 	var out []capacity.Reservation
 	var lastSK, lastIK string
 	next := func() map[string]string { return map[string]string{"sk": lastSK, "ik": lastIK} }
 	for {
 		// One more than needed: a full last page then carries no cursor.
-		// A filtered query reads bigger pages (the filter runs after Limit).
+		// A filtered query reads bigger pages (the pool is checked after).
 		want := limit - len(out) + 1
 		if filtered {
-			want = min(1000, max(want, 100))
+			want = min(100, max(want, 25))
 		}
 		in.Limit = aws.Int32(int32(want))
 		res, err := s.DB.Query(ctx, in)
 		if err != nil {
 			return nil, nil, err
 		}
-		for _, item := range res.Items {
+		items := res.Items
+		if keysOnly {
+			if items, err = s.fetch(ctx, items); err != nil {
+				return nil, nil, err
+			}
+		}
+		for _, item := range items {
 			if len(out) == limit {
 				return out, next(), nil // a further match exists
 			}
@@ -356,6 +362,9 @@ func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capaci
 			var it reservationItem
 			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 				return nil, nil, err
+			}
+			if filtered && it.PoolID != f.PoolID {
+				continue
 			}
 			lastSK = it.SK
 			switch attr {
@@ -376,4 +385,39 @@ func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capaci
 		}
 		in.ExclusiveStartKey = res.LastEvaluatedKey
 	}
+}
+
+// fetch reads the items of index entries, in the entries' order; an item
+// gone or moved out of the index since is left out.
+func (s *Capacity) fetch(ctx context.Context, entries []map[string]types.AttributeValue) ([]map[string]types.AttributeValue, error) {
+	keys := make([]map[string]types.AttributeValue, len(entries))
+	for i, e := range entries {
+		keys[i] = map[string]types.AttributeValue{schema.AttrPK: e[schema.AttrPK], schema.AttrSK: e[schema.AttrSK]}
+	}
+	got := make(map[[2]string]map[string]types.AttributeValue, len(keys))
+	if err := s.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
+		got[itemKey(item)] = item
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	out := make([]map[string]types.AttributeValue, 0, len(entries))
+	for _, e := range entries {
+		if item, ok := got[itemKey(e)]; ok && sameIndexKey(e, item) {
+			out = append(out, item)
+		}
+	}
+	return out, nil
+}
+
+// sameIndexKey reports whether an item still carries an index entry's
+// sort key (it has not moved in the index since the entry was read).
+func sameIndexKey(entry, item map[string]types.AttributeValue) bool {
+	for _, attr := range []string{schema.AttrState, schema.AttrPool} {
+		if ev, ok := entry[attr].(*types.AttributeValueMemberS); ok {
+			iv, ok := item[attr].(*types.AttributeValueMemberS)
+			return ok && iv.Value == ev.Value
+		}
+	}
+	return true
 }
