@@ -130,6 +130,9 @@ func CheckSnapshot(s Snapshot) []Violation {
 		if u := nh.Size - nh.Touched().Count(); nh.Untouched != u {
 			add("untouched", subject, "untouched is %d, its entries leave %d", nh.Untouched, u)
 		}
+		if nh.TouchedMask != nh.Touched() {
+			add("untouched", subject, "the touched mask is %b, its entries touch %b", nh.TouchedMask, nh.Touched())
+		}
 		if len(nh.Entries) > MaxEntriesPerNodeHour {
 			add("entries", subject, "%d entries, at most %d", len(nh.Entries), MaxEntriesPerNodeHour)
 		}

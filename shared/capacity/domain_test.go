@@ -245,7 +245,7 @@ func TestCheckSnapshot(t *testing.T) {
 		nd := node(0, 8)
 		nd.Hours[0].Entries["r1"] = capacity.Entry{Mask: 0b01, Window: w}
 		nd.Hours[0].Entries["r2"] = capacity.Entry{Mask: 0b10, Window: w}
-		nd.Hours[0].Untouched = 6
+		nd.Hours[0].Untouched, nd.Hours[0].TouchedMask = 6, 0b11
 		return capacity.Snapshot{
 			Pools: []capacity.Pool{capacity.NewPool("p1", "acme", map[string]int{"gpu": 16}, nil, t0)},
 			Quotas: []capacity.QuotaRow{{Quota: capacity.Quota{TenantID: "acme", PoolID: "p1", Resource: "gpu", Max: 4, Used: 2},

@@ -63,6 +63,11 @@ func Spread(node int) uint32 { return uint32(node) * 2654435769 >> (32 - SpreadB
 // A node-hour nothing was ever placed on need not be stored: Stored is
 // false for one made up as empty (EmptyNodeHour), and the first placement
 // on it creates it if it is still missing.
+//
+// A candidate read (CalendarStore.Candidates) is Partial: it carries the
+// mask of touched devices and the versions but not the entries — all a
+// placement on untouched devices needs, whatever the node's day holds —
+// and then treats every touched device as busy.
 type NodeHour struct {
 	Pool      string
 	Resource  string
@@ -72,9 +77,13 @@ type NodeHour struct {
 	NodeSize  int // the resource's node size (the last node may be smaller)
 	Devices   int // the resource's devices in the pool
 	Stored    bool
+	Partial   bool // Entries were not read (see above)
 	Untouched int
-	Versions  map[int]int64 // device index on the node → version (absent: 0)
-	Entries   map[string]Entry
+	// TouchedMask is the devices some allocation of the hour uses (what
+	// Untouched counts the rest of), kept on the item.
+	TouchedMask Mask
+	Versions    map[int]int64 // device index on the node → version (absent: 0)
+	Entries     map[string]Entry
 }
 
 // NodeHourKey names a node-hour.
@@ -106,8 +115,11 @@ type Entry struct {
 }
 
 // Free is the mask of the node's devices no allocation other than id's
-// uses during w.
+// uses during w (of a Partial read: the untouched ones).
 func (n NodeHour) Free(w Window, id string) Mask {
+	if n.Partial {
+		return Full(n.Size) &^ n.TouchedMask
+	}
 	busy := Mask(0)
 	for eid, e := range n.Entries {
 		if eid != id && e.Window.Overlaps(w) {
@@ -119,11 +131,31 @@ func (n NodeHour) Free(w Window, id string) Mask {
 
 // Touched is the mask of devices some allocation of the hour uses.
 func (n NodeHour) Touched() Mask {
+	if n.Partial {
+		return n.TouchedMask
+	}
+	return n.touchedBy("")
+}
+
+// touchedBy is the mask of devices the entries other than id's use.
+func (n NodeHour) touchedBy(id string) Mask {
 	var m Mask
-	for _, e := range n.Entries {
-		m |= e.Mask
+	for eid, e := range n.Entries {
+		if eid != id {
+			m |= e.Mask
+		}
 	}
 	return m
+}
+
+// Touching is what adding id's mask (or, with remove, removing its entry)
+// changes in the touched devices: the devices that become touched (or
+// untouched). A Partial read adds on untouched devices only.
+func (n NodeHour) Touching(id string, mask Mask, remove bool) Mask {
+	if n.Partial {
+		return mask &^ n.TouchedMask
+	}
+	return mask &^ n.touchedBy(id)
 }
 
 // Covered is the mask of devices one allocation holds for the whole hour.
@@ -141,14 +173,13 @@ func (n NodeHour) Covered() Mask {
 // whole hour: no instant of the hour has more free devices.
 func (n NodeHour) Coverable() int { return n.Size - n.Covered().Count() }
 
-// UntouchedAfter is Untouched once mask is added (or removed, with remove).
+// UntouchedAfter is Untouched once id's mask is added (or its entry
+// removed, with remove).
 func (n NodeHour) UntouchedAfter(id string, mask Mask, remove bool) int {
-	t := Mask(0)
-	for eid, e := range n.Entries {
-		if eid != id {
-			t |= e.Mask
-		}
+	if n.Partial {
+		return n.Untouched - (mask &^ n.TouchedMask).Count()
 	}
+	t := n.touchedBy(id)
 	if !remove {
 		t |= mask
 	}
@@ -186,6 +217,7 @@ func (n *NodeHour) Add(id string, e Entry) {
 	}
 	n.Untouched = n.UntouchedAfter(id, e.Mask, false)
 	n.Entries[id] = e
+	n.TouchedMask = n.touchedBy("")
 	for i := 0; i < n.Size; i++ {
 		if e.Mask.Has(i) {
 			n.Versions[i]++

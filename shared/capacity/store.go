@@ -6,10 +6,12 @@ import (
 )
 
 // Store is what the capacity service needs from storage. Every write is a
-// single-item conditional write (SPEC §5) on an item of bounded size: a
-// multi-item change is a sequence of idempotent steps keyed by the
-// reservation or pool it acts for, and the reconciler finishes or undoes
-// what a crash left half done.
+// single-item write on an item of bounded size — conditional wherever two
+// writers could race; the few that are not write a value every writer
+// agrees on (a tenant's copy of an immutable pool, a provisioned hour's
+// marker, the owner's quota max). A multi-item change is a sequence of
+// idempotent steps keyed by the reservation or pool it acts for, and the
+// reconciler finishes or undoes what a crash left half done.
 type Store interface {
 	PoolStore
 	QuotaStore

@@ -18,8 +18,9 @@ import (
 //	CAL#<pool>#<res>#<yyyymmddhh> #HOUR               the hour is provisioned (nodehour.go)
 //
 // plus the due index (due.go) and the invariant checker's scan
-// (snapshot.go). Every write is a single-item conditional write; no item
-// grows with the number of reservations, nodes, pools or tenants.
+// (snapshot.go). Every write is a single-item write, conditional wherever
+// writers could race (capacity.Store says which are not); no item grows
+// with the number of reservations, nodes, pools or tenants.
 type Capacity struct {
 	DB    *dynamodb.Client
 	Table string

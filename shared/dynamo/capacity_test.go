@@ -257,7 +257,9 @@ func TestCapacityNodeHours(t *testing.T) {
 		t.Fatalf("Allocate changed the node-hour it was given: %+v", empty)
 	}
 	nds, scan, err := s.Candidates(ctx, pr, hour, 1, 16, 0)
-	if err != nil || scan != (capacity.Scan{}) || len(nds) != 1 || !nds[0].Stored || nds[0].Untouched != 7 || nds[0].Devices != 20 || nds[0].Entries["r0"].Mask != 1 {
+	// A candidate carries the touched mask and the versions, not the entries.
+	if err != nil || scan != (capacity.Scan{}) || len(nds) != 1 || !nds[0].Stored || !nds[0].Partial || nds[0].Untouched != 7 ||
+		nds[0].Devices != 20 || nds[0].TouchedMask != 1 || nds[0].Versions[0] != 1 || len(nds[0].Entries) != 0 {
 		t.Fatalf("one node-hour stored by a placement: %+v %v %v", nds, scan, err)
 	}
 	for i, want := range []bool{true, false} { // idempotent
@@ -287,7 +289,7 @@ func TestCapacityNodeHours(t *testing.T) {
 	}
 	rt.Reset()
 	nds, _, _ = s.Candidates(ctx, pr, hour, 1, 16, 0)
-	if rt.Count() != 1 || nds[0].Node != 2 || nds[1].Node != n1.Node || nds[1].Untouched != 5 || len(nds[1].Entries) != 2 || nds[1].Versions[0] != 1 {
+	if rt.Count() != 1 || nds[0].Node != 2 || nds[1].Node != n1.Node || nds[1].Untouched != 5 || nds[1].TouchedMask != 0b0111 || nds[1].Versions[0] != 1 {
 		t.Fatalf("after allocations (%d round trips): %+v", rt.Count(), nds)
 	}
 	// Fullest first, and only those that may fit.

@@ -31,6 +31,9 @@ import (
 //	     uses, then a fixed scramble of the node (the `fit` LSI's sort key)
 //	cap  coverable·2^20 + spread(node): devices no single allocation holds
 //	     for the whole hour (the `cap` LSI's sort key, keys only)
+//	tm   the mask of devices some allocation of the hour uses (moved by
+//	     ADD: a placement adds only devices no other entry touches, under
+//	     their versions' conditions, so the sum is an OR)
 //	n    number of entries (at most capacity.MaxEntriesPerNodeHour)
 //	size, ns, devices, node, hour: the node's devices, the resource's node
 //	     size and device count (so any node-hour tells the layout)
@@ -42,8 +45,11 @@ import (
 // fullest node-hours that may fit, first; ties (equally untouched nodes)
 // come in spread order, and a read may start part-way through the first
 // count (racing creates then read different ones) — and writes one
-// node-hour per node and hour its window covers. A refusal is proved with
-// a Query of the `cap` index, which reads keys only.
+// node-hour per node and hour its window covers. The `fit` index projects
+// what a placement on untouched devices needs (tm, the versions, the
+// layout), not the entries: a candidate costs ~200 B of read however busy
+// its node is. A refusal is proved with a Query of the `cap` index, which
+// reads keys only.
 //
 // Worst case: 64 entries × ~75 B (26-character id, three numbers) + 64
 // versions × ~12 B + ~200 B ≈ 5.8 KB. Typical: a few entries, ~300 B.
@@ -85,6 +91,7 @@ type nodeHourItem struct {
 	Devices   int                  `dynamodbav:"devices"`
 	Fit       int                  `dynamodbav:"fit"`
 	Cap       int                  `dynamodbav:"cap"`
+	TM        int64                `dynamodbav:"tm"`
 	N         int                  `dynamodbav:"n"`
 	Versions  map[string]int64     `dynamodbav:"v"`
 	Entries   map[string]entryItem `dynamodbav:"a"`
@@ -93,8 +100,8 @@ type nodeHourItem struct {
 
 func (it nodeHourItem) nodeHour() capacity.NodeHour {
 	nh := capacity.NodeHour{Pool: it.Pool, Resource: it.Resource, Hour: capacity.Hour(it.Hour), Node: it.Node, Size: it.Size,
-		NodeSize: it.NodeSize, Devices: it.Devices, Stored: true, Untouched: it.Fit >> fitShift, Versions: map[int]int64{},
-		Entries: make(map[string]capacity.Entry, len(it.Entries))}
+		NodeSize: it.NodeSize, Devices: it.Devices, Stored: true, Untouched: it.Fit >> fitShift, TouchedMask: capacity.Mask(uint64(it.TM)),
+		Versions: map[int]int64{}, Entries: make(map[string]capacity.Entry, len(it.Entries))}
 	for d, v := range it.Versions {
 		if i, err := strconv.Atoi(strings.TrimPrefix(d, "d")); err == nil {
 			nh.Versions[i] = v
@@ -160,7 +167,9 @@ func (s *Capacity) Candidates(ctx context.Context, t capacity.PoolResource, h ca
 		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 			return nil, capacity.Scan{}, err
 		}
-		out = append(out, it.nodeHour())
+		nh := it.nodeHour()
+		nh.Partial = true // the index does not project the entries
+		out = append(out, nh)
 	}
 	return out, scan, nil
 }
@@ -332,7 +341,7 @@ func (s *Capacity) PutHour(ctx context.Context, t capacity.PoolResource, h capac
 func newNodeHourItem(nh capacity.NodeHour) nodeHourItem {
 	it := nodeHourItem{PK: calPK(nh.Pool, nh.Resource, nh.Hour), SK: nodeSK(nh.Node), Kind: kindNodeHour, Pool: nh.Pool,
 		Resource: nh.Resource, Hour: int64(nh.Hour), Node: nh.Node, Size: nh.Size, NodeSize: nh.NodeSize, Devices: nh.Devices,
-		Fit: fitKey(nh.Untouched, nh.Node), Cap: fitKey(nh.Coverable(), nh.Node), N: len(nh.Entries),
+		Fit: fitKey(nh.Untouched, nh.Node), Cap: fitKey(nh.Coverable(), nh.Node), TM: int64(nh.Touched()), N: len(nh.Entries),
 		Versions: map[string]int64{}, Entries: map[string]entryItem{}, ExpiresAt: hourExpiry(nh.Hour)}
 	for i, v := range nh.Versions {
 		it.Versions[devKey(i)] = v
@@ -434,6 +443,9 @@ func (s *Capacity) allocate(ctx context.Context, k map[string]types.AttributeVal
 	if delta := nh.UntouchedAfter(id, e.Mask, false) - nh.Untouched; delta != 0 {
 		upd = upd.Add(expression.Name(schema.AttrFit), expression.Value(delta<<fitShift))
 	}
+	if bits := nh.Touching(id, e.Mask, false); bits != 0 {
+		upd = upd.Add(expression.Name("tm"), expression.Value(int64(bits)))
+	}
 	if delta := coverDelta(nh.Hour, e, false); delta != 0 {
 		upd = upd.Add(expression.Name(schema.AttrCap), expression.Value(delta<<fitShift))
 	}
@@ -506,6 +518,9 @@ func (s *Capacity) free(ctx context.Context, nh capacity.NodeHour, id string) er
 		upd := expression.Remove(path("a", id)).Add(expression.Name("n"), expression.Value(-1))
 		if delta := nh.UntouchedAfter(id, e.Mask, true) - nh.Untouched; delta != 0 {
 			upd = upd.Add(expression.Name(schema.AttrFit), expression.Value(delta<<fitShift))
+		}
+		if bits := nh.Touching(id, e.Mask, true); bits != 0 {
+			upd = upd.Add(expression.Name("tm"), expression.Value(-int64(bits)))
 		}
 		if delta := coverDelta(nh.Hour, e, true); delta != 0 {
 			upd = upd.Add(expression.Name(schema.AttrCap), expression.Value(delta<<fitShift))

@@ -69,14 +69,14 @@ func (s *scale) call(b *testing.B, method string, body any) []byte {
 }
 
 // seed loads live placed single-device reservations through the store,
-// each for one whole hour from the next hour on: busyPerNode on every node
-// of the first hour, then of the hour after, and so on; tenantLive of them
+// each for one whole hour after the measured one (s.next): busyPerNode on
+// every node of the first such hour, then of the hour after, and so on; tenantLive of them
 // are acme's (its quota's used), the rest another tenant's. Every
 // node-hour of those hours is written: the hours are provisioned.
 func (s *scale) seed(b *testing.B, live, tenantLive int) {
 	b.Helper()
 	ctx := context.Background()
-	first := capacity.HourOf(s.now) + 1
+	first := s.next() + 1
 	perHour := s.top.Nodes() * busyPerNode
 	last := first + capacity.Hour(max(0, (live-1)/perHour))
 	pr := capacity.PoolResource{PoolID: "scale", Topology: s.top}
@@ -124,16 +124,19 @@ func (s *scale) seed(b *testing.B, live, tenantLive int) {
 	}
 }
 
-// creates runs n sequential creates for the next hour over HTTP, each
+// next is the hour the benchmarks create in: the next whole hour.
+func (s *scale) next() capacity.Hour { return capacity.HourOf(s.now) + 1 }
+
+// creates runs n sequential creates for the next whole hour over HTTP, each
 // followed by one raw conditional UpdateItem on the same dynalite (so both
 // see the same machine), after a warm-up of dynalite's JIT; it returns
 // both latencies and the DynamoDB cost per create.
 func (s *scale) creates(b *testing.B, n, count int) (lat, raw []time.Duration, per meter.Usage) {
 	b.Helper()
-	end := s.now.Add(time.Hour).Format(time.RFC3339)
+	w := s.next().Window()
 	body := func() []byte {
 		raw, _ := json.Marshal(map[string]any{"tenantId": "acme", "poolId": "scale", "resource": "gpu", "count": count,
-			"window": map[string]any{"end": end}})
+			"window": map[string]any{"start": w.Start.Format(time.RFC3339), "end": w.End.Format(time.RFC3339)}})
 		return raw
 	}
 	update := rawUpdater(b, s.st)
@@ -219,6 +222,7 @@ func BenchmarkCreateAtScale(b *testing.B) {
 		b.Run(fmt.Sprintf("pool-%d/live-%d", l.devices, l.live), func(b *testing.B) {
 			for b.Loop() {
 				s := newScale(b, l.devices)
+				s.provision(b)
 				s.seed(b, l.live, min(l.live, 10_000))
 				lat, raw, per := s.creates(b, n, 1)
 				p50, rawP50 := pct(lat, 0.5), pct(raw, 0.5)
@@ -270,8 +274,9 @@ func BenchmarkConcurrentCreates(b *testing.B) {
 				s.provision(b)
 				svc := s.st.App.CapacityService()
 				ctx := context.Background()
-				end := s.now.Add(time.Hour)
-				warm := capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: 1, End: end}
+				w := s.next().Window()
+				start, end := w.Start, w.End
+				warm := capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: 1, Start: &start, End: end}
 				if _, err := svc.CreateReservation(ctx, warm, allowAll); err != nil {
 					b.Fatal(err)
 				}
@@ -290,7 +295,7 @@ func BenchmarkConcurrentCreates(b *testing.B) {
 						wg.Add(1)
 						go func() {
 							defer wg.Done()
-							_, err := svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: c, End: end}, allowAll)
+							_, err := svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: c, Start: &start, End: end}, allowAll)
 							mu.Lock()
 							creates++
 							if err != nil {
@@ -311,13 +316,13 @@ func BenchmarkConcurrentCreates(b *testing.B) {
 func allowAll(context.Context, map[string]any) error { return nil }
 
 // BenchmarkLargeCreate: what one count-1,024 create (128 whole nodes)
-// costs, on a day already provisioned.
+// costs, for an hour already provisioned.
 func BenchmarkLargeCreate(b *testing.B) {
 	for b.Loop() {
 		s := newScale(b, 4096)
-		s.seed(b, 0, 0)
+		s.provision(b)
 		raw, _ := json.Marshal(map[string]any{"tenantId": "acme", "poolId": "scale", "resource": "gpu", "count": 1024,
-			"window": map[string]any{"end": s.now.Add(time.Hour).Format(time.RFC3339)}})
+			"window": map[string]any{"start": s.next().Start().Format(time.RFC3339), "end": s.next().End().Format(time.RFC3339)}})
 		before := s.m.Usage()
 		d, _ := s.srv.do(b, "reservations/create", raw)
 		after := s.m.Usage()
@@ -338,19 +343,20 @@ func BenchmarkFragmentation(b *testing.B) {
 		s.provision(b)
 		svc := s.st.App.CapacityService()
 		ctx := context.Background()
-		end := s.now.Add(time.Hour)
+		w := s.next().Window()
+		start, end := w.Start, w.End
 		rng := rand.New(rand.NewPCG(1, 2))
 		total := 0
 		for total < 4096*3/4 {
 			c := 1 + rng.IntN(8)
-			if _, err := svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: c, End: end}, allowAll); err != nil {
+			if _, err := svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: c, Start: &start, End: end}, allowAll); err != nil {
 				b.Fatal(err)
 			}
 			total += c
 		}
 		whole := 0
 		pr := capacity.PoolResource{PoolID: "scale", Topology: s.top}
-		if err := s.store.Hour(ctx, pr, capacity.HourOf(s.now), func(nd capacity.NodeHour) error {
+		if err := s.store.Hour(ctx, pr, s.next(), func(nd capacity.NodeHour) error {
 			if nd.Untouched == nd.Size {
 				whole++
 			}
@@ -416,8 +422,9 @@ func BenchmarkCreateBreakdown(b *testing.B) {
 		if _, err := rc.Pass(context.Background()); err != nil {
 			b.Fatal(err)
 		}
+		next := time.Now().UTC().Truncate(time.Hour).Add(time.Hour)
 		body, _ := json.Marshal(map[string]any{"tenantId": "owner", "poolId": "p", "resource": "gpu", "count": 1,
-			"window": map[string]any{"end": time.Now().Add(time.Hour).Format(time.RFC3339)}})
+			"window": map[string]any{"start": next.Format(time.RFC3339), "end": next.Add(time.Hour).Format(time.RFC3339)}})
 		for range 20 { // warm dynalite's JIT
 			srv.do(b, "reservations/create", body)
 		}

@@ -33,7 +33,8 @@ const (
 	IndexOrdered = "ordered"
 	// IndexFit (sparse LSI on pk, fit): a resource's node-hours of one hour,
 	// ordered by how many devices are untouched — where a create finds its
-	// candidates, the fullest that may fit first, in one consistent Query.
+	// candidates, the fullest that may fit first, in one consistent Query;
+	// it projects FitProjected.
 	IndexFit = "fit"
 	// IndexCap (sparse LSI on pk, cap; keys only): the same node-hours
 	// ordered by how many devices no allocation holds for the whole hour —
@@ -88,7 +89,7 @@ func Definition(name string) *dynamodb.CreateTableInput {
 				{AttributeName: aws.String(AttrPK), KeyType: types.KeyTypeHash},
 				{AttributeName: aws.String(AttrFit), KeyType: types.KeyTypeRange},
 			},
-			Projection: &types.Projection{ProjectionType: types.ProjectionTypeAll},
+			Projection: &types.Projection{ProjectionType: types.ProjectionTypeInclude, NonKeyAttributes: FitProjected},
 		},
 			keysOnlyLSI(IndexCap, AttrCap), keysOnlyLSI(IndexState, AttrState), keysOnlyLSI(IndexPool, AttrPool)},
 		GlobalSecondaryIndexes: []types.GlobalSecondaryIndex{{
@@ -101,6 +102,12 @@ func Definition(name string) *dynamodb.CreateTableInput {
 		}},
 	}
 }
+
+// FitProjected are the attributes IndexFit carries besides the keys: what
+// a placement on a candidate's untouched devices needs — its layout, the
+// touched mask, the devices' versions and the entry count — not its
+// entries, so a candidate costs the same however busy its node is.
+var FitProjected = []string{"kind", "pool", "resource", "hour", "node", "size", "ns", "devices", "tm", "v", "n"}
 
 // keysOnlyLSI is a local index on (pk, sort) that projects only the keys.
 func keysOnlyLSI(name, sort string) types.LocalSecondaryIndex {
