@@ -30,7 +30,7 @@ import (
 
 // window is tomorrow 10:00–11:00 UTC.
 func (s *scale) window() capacity.Window {
-	h := capacity.HourOf(s.now.Truncate(24*time.Hour).Add(24*time.Hour + 10*time.Hour))
+	h := capacity.HourOf(s.now.Truncate(24 * time.Hour).Add(24*time.Hour + 10*time.Hour))
 	return h.Window()
 }
 
