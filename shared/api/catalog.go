@@ -172,7 +172,7 @@ var Catalog = []*Method{
 		Input:   reflect.TypeFor[ListPoolsInput](), Output: reflect.TypeFor[ListPoolsResult](),
 		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{BaseTable}},
 	{Name: "pools.usage", Kind: Read, Permission: "compute:pools:read", Scope: tenantScope, Module: "capacity", Phase: "v0.5",
-		Summary: "Returns a page of one resource's nodes with what is placed on them over a span (default the next " + human(capacity.MaxUsageHours*time.Hour) + "): each node's busy device intervals, and the page's totals (devices held now, nodes wholly free now and for the whole span). What `bc pools show` draws.",
+		Summary: "Returns a page of one resource's nodes with what is placed on them over a span (default the next " + human(capacity.MaxUsageHours*time.Hour) + "): each node's busy device intervals, and the page's totals (devices held now, nodes wholly free now and for the whole span). What `bcctl pools show` draws.",
 		Notes: []Note{
 			{"Visibility", "Any tenant that can see the pool sees when devices are held; only the pool's owner sees by which reservation (`reservationId`)."},
 			{"Paging", "By node, at most " + num(capacity.MaxUsageNodes) + " nodes a page (default " + num(capacity.DefaultUsageNodes) + "); `nextCursor` continues with the next node. Its cost follows the page (one query per day of the span), not the pool."},

@@ -40,9 +40,9 @@ type Stack struct {
 	Region         string
 }
 
-// CLIEnv is the environment of the bc CLI against the stack, in print order:
-// every variable cmd/bc reads (a test checks), so `bc call`, `bc pools
-// show`, `bc sign -kms-key` and `bc check` work as pasted. No AWS
+// CLIEnv is the environment of the bcctl CLI against the stack, in print order:
+// every variable cmd/bcctl reads (a test checks), so `bcctl call`, `bcctl pools
+// show`, `bcctl sign --kms-key` and `bcctl check` work as pasted. No AWS
 // credentials: against a local endpoint the CLI uses dummy ones.
 func (s Stack) CLIEnv() [][2]string {
 	return [][2]string{
@@ -76,7 +76,7 @@ func shellQuote(s string) string {
 
 // Quickstart is the copy-paste text `make run` prints: curl calls against
 // the stack with dev tokens (Bearer dev:<principal>, local gateway only),
-// then the environment for the bc CLI.
+// then the environment for the bcctl CLI.
 func Quickstart(s Stack, now time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Better Compute local stack: %s (health: %s%s)\n", s.URL, s.URL, HealthPath)
@@ -86,7 +86,7 @@ func Quickstart(s Stack, now time.Time) string {
 		fmt.Fprintf(&b, "\n# %s\ncurl -sS -X POST %s%s \\\n  -H 'Authorization: Bearer dev:%s' -H 'Content-Type: application/json' \\\n  -d '%s'\n",
 			ex.Title, s.URL, m.Path(), ex.Principal, ex.Body)
 	}
-	fmt.Fprintf(&b, "\n# The bc CLI (go run ./cmd/bc …) in another shell; the ports stay across restarts while free:\n%s\n", s.Exports())
+	fmt.Fprintf(&b, "\n# The bcctl CLI (go run ./cmd/bcctl …) in another shell; the ports stay across restarts while free:\n%s\n", s.Exports())
 	b.WriteString("\nStop with Ctrl-C; state persists under BC_STATE_DIR (default .local/).\n")
 	return b.String()
 }

@@ -1,7 +1,7 @@
-// Command bc is the Better Compute CLI: every API method as a resource verb
-// (bc reservations create --pool p --resource gpu.h100 --count 4 --end +2h),
-// generated from the method catalog, plus the generic `bc call`, a pool's
-// chart (bc pools show), a reservation's life as it happens (bc reservations
+// Command bcctl is the Better Compute CLI: every API method as a resource verb
+// (bcctl reservations create --pool p --resource gpu.h100 --count 4 --end +2h),
+// generated from the method catalog, plus the generic `bcctl call`, a pool's
+// chart (bcctl pools show), a reservation's life as it happens (bcctl reservations
 // watch), release keys and signing, and the invariant checker.
 //
 // Exit codes: 0 success; 1 the API answered an error (or `check` found
@@ -76,9 +76,9 @@ func (c *cli) envOr(key, def string) string {
 
 func (c *cli) root() *cobra.Command {
 	root := &cobra.Command{
-		Use:   "bc",
+		Use:   "bcctl",
 		Short: "The Better Compute CLI",
-		Long: `bc calls the Better Compute API: every method as <resource> <verb> (see "bc <resource> --help"),
+		Long: `bcctl calls the Better Compute API: every method as <resource> <verb> (see "bcctl <resource> --help"),
 plus release signing keys, the invariant checker and shell completion.
 
 Exit codes: 0 success; 1 the API answered an error (or check found violations, or watch ended
@@ -162,7 +162,7 @@ func (c *cli) report(err error) int {
 	case errors.As(err, &code):
 		return int(code)
 	case errors.As(err, &un):
-		fmt.Fprintf(c.errOut, "bc: cannot reach the API at %s: %s\n", un.url, transportCause(un.err))
+		fmt.Fprintf(c.errOut, "bcctl: cannot reach the API at %s: %s\n", un.url, transportCause(un.err))
 		fmt.Fprintln(c.errOut, "    Is it running? Locally: make run (it prints the exports); else set BC_API_URL or --api-url.")
 		return exitUnreachable
 	case errors.As(err, &ae):
@@ -175,13 +175,13 @@ func (c *cli) report(err error) int {
 		}
 		return exitAPIError
 	case errors.As(err, &ue), isCobraUsage(err):
-		fmt.Fprintf(c.errOut, "bc: %s\n    See bc --help, or bc <resource> <verb> --help.\n", err)
+		fmt.Fprintf(c.errOut, "bcctl: %s\n    See bcctl --help, or bcctl <resource> <verb> --help.\n", err)
 		return exitUsage
 	case errors.As(err, &le):
-		fmt.Fprintf(c.errOut, "bc: %s\n", err)
+		fmt.Fprintf(c.errOut, "bcctl: %s\n", err)
 		return exitLocal
 	default:
-		fmt.Fprintf(c.errOut, "bc: %s\n", err)
+		fmt.Fprintf(c.errOut, "bcctl: %s\n", err)
 		return exitLocal
 	}
 }

@@ -18,7 +18,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
-// resourceCommands builds `bc <resource> <verb>` for every catalog method:
+// resourceCommands builds `bcctl <resource> <verb>` for every catalog method:
 // flags from the method's input fields (names that read naturally, types
 // and limits from the catalog), tables by default, -o json, --all over
 // pages; plus the verbs that are not one call (pools show, reservations
@@ -142,7 +142,7 @@ func (f field) usage() string {
 	return strings.Join(parts, "; ")
 }
 
-// methodCommand is `bc <resource> <verb>` for one method.
+// methodCommand is `bcctl <resource> <verb>` for one method.
 func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 	fields := fieldsOf(m)
 	var positional *field

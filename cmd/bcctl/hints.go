@@ -50,12 +50,12 @@ func hint(e *apierr.Error) string {
 	case apierr.Conflict:
 		return "The id or clientToken is taken with another definition; use another, or repeat the first request exactly."
 	case apierr.QuotaExceeded:
-		return "Release reservations, ask for less, or ask the pool's owner for a higher max (bc pools offer)."
+		return "Release reservations, ask for less, or ask the pool's owner for a higher max (bcctl pools offer)."
 	case apierr.CapacityExhausted:
 		if str("reason") == "topology" {
 			return "Devices are free but not on few enough nodes: try --topology any, a smaller count or another window."
 		}
-		return "No devices are free for that window: try another window or a smaller count (bc pools show POOL)."
+		return "No devices are free for that window: try another window or a smaller count (bcctl pools show POOL)."
 	case apierr.Unavailable:
 		return "A dependency is down or contended; retry (reservations create: with the same --client-token)."
 	case apierr.Internal:

@@ -40,10 +40,10 @@ func TestCLIGolden(t *testing.T) {
 	var transcript strings.Builder
 	step := func(want int, args ...string) string {
 		t.Helper()
-		out, errOut, code := bcRun(t, env, args...)
-		transcript.WriteString("$ bc " + strings.Join(args, " ") + "\n" + out + errOut)
+		out, errOut, code := bcctlRun(t, env, args...)
+		transcript.WriteString("$ bcctl " + strings.Join(args, " ") + "\n" + out + errOut)
 		if code != want {
-			t.Errorf("bc %s: exit %d, want %d\n%s%s", strings.Join(args, " "), code, want, out, errOut)
+			t.Errorf("bcctl %s: exit %d, want %d\n%s%s", strings.Join(args, " "), code, want, out, errOut)
 		}
 		transcript.WriteString("[exit " + strconv.Itoa(code) + "]\n\n")
 		return out
@@ -85,24 +85,24 @@ func TestCLIGolden(t *testing.T) {
 func TestHelpAndCompletion(t *testing.T) {
 	var transcript strings.Builder
 	for _, args := range [][]string{{"reservations", "create", "--help"}, {"releases", "list", "--help"}, {"call", "pools.offer", "-h"}, {"methods"}} {
-		out, errOut, code := bcRun(t, nil, args...)
+		out, errOut, code := bcctlRun(t, nil, args...)
 		if code != 0 {
-			t.Errorf("bc %v: exit %d %s", args, code, errOut)
+			t.Errorf("bcctl %v: exit %d %s", args, code, errOut)
 		}
 		if strings.Contains(out, "\n: ") {
-			t.Errorf("bc %v: a note without a label is printed after a colon:\n%s", args, out)
+			t.Errorf("bcctl %v: a note without a label is printed after a colon:\n%s", args, out)
 		}
-		transcript.WriteString("$ bc " + strings.Join(args, " ") + "\n" + out + "\n")
+		transcript.WriteString("$ bcctl " + strings.Join(args, " ") + "\n" + out + "\n")
 	}
 	golden(t, "help.golden", ports.ReplaceAllString(transcript.String(), "127.0.0.1:<port>"))
 	for _, shell := range []string{"bash", "zsh"} {
-		out, _, code := bcRun(t, nil, "completion", shell)
-		if code != 0 || !strings.Contains(out, "__start_bc") && !strings.Contains(out, "#compdef bc") {
+		out, _, code := bcctlRun(t, nil, "completion", shell)
+		if code != 0 || !strings.Contains(out, "__start_bcctl") && !strings.Contains(out, "#compdef bcctl") {
 			t.Errorf("completion %s: exit %d, %d bytes", shell, code, len(out))
 		}
 	}
 	// Completion of flag values comes from the catalog's enums.
-	out, _, _ := bcRun(t, nil, "__complete", "reservations", "list", "--state", "")
+	out, _, _ := bcctlRun(t, nil, "__complete", "reservations", "list", "--state", "")
 	for _, s := range []string{"active", "released", "denied"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("--state completion lacks %s:\n%s", s, out)
@@ -116,16 +116,16 @@ func TestWatch(t *testing.T) {
 	st := teststack.Start(t, teststack.WithCursorKey("test"),
 		teststack.WithDecider(&iam.Policy{Grants: []iam.Grant{{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}}}}))
 	env := map[string]string{"BC_API_URL": st.URL, "BC_TOKEN": "dev:admin", "BC_TENANT": "acme"}
-	if _, errOut, code := bcRun(t, env, "pools", "create", "p1", "--devices", "gpu=8"); code != 0 {
+	if _, errOut, code := bcctlRun(t, env, "pools", "create", "p1", "--devices", "gpu=8"); code != 0 {
 		t.Fatal(errOut)
 	}
-	out, errOut, code := bcRun(t, env, "-o", "json", "reservations", "create", "--pool", "p1", "--resource", "gpu", "--count", "2", "--end", "+1h")
+	out, errOut, code := bcctlRun(t, env, "-o", "json", "reservations", "create", "--pool", "p1", "--resource", "gpu", "--count", "2", "--end", "+1h")
 	if code != 0 {
 		t.Fatal(errOut)
 	}
 	id := regexp.MustCompile(`"reservationId": "([0-9A-Z]{26})"`).FindStringSubmatch(out)[1]
 	// pools show from now (no --from): the reservation starting now is held now.
-	if out, _, _ := bcRun(t, env, "pools", "show", "p1"); !strings.Contains(out, "(2 of 8 devices)") {
+	if out, _, _ := bcctlRun(t, env, "pools", "show", "p1"); !strings.Contains(out, "(2 of 8 devices)") {
 		t.Errorf("pools show right after a create:\n%s", out)
 	}
 	watch := func(args ...string) (string, string, int) {
@@ -142,7 +142,7 @@ func TestWatch(t *testing.T) {
 	if code != 0 || !strings.Contains(o, "draft") || !strings.Contains(o, "placed") || !strings.Contains(o, "binding") || !strings.HasSuffix(strings.TrimSpace(o), "active") {
 		t.Fatalf("watch until active: exit %d\n%s%s", code, o, e)
 	}
-	if _, _, code := bcRun(t, env, "reservations", "release", id); code != 0 {
+	if _, _, code := bcctlRun(t, env, "reservations", "release", id); code != 0 {
 		t.Fatal("release")
 	}
 	o, e, code = watch()

@@ -14,16 +14,16 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 )
 
-// callCommand is the generic `bc call METHOD [FIELD=value]…`: any method
-// with a body built from httpie-style arguments; `bc call METHOD -h` shows
+// callCommand is the generic `bcctl call METHOD [FIELD=value]…`: any method
+// with a body built from httpie-style arguments; `bcctl call METHOD -h` shows
 // the method's fields.
 func (c *cli) callCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "call METHOD [FIELD=string | FIELD:=json | FIELD:=@file.json | @body.json]...",
 		Short: "Call any API method with a body built from arguments",
-		Long: `Calls an API method (see bc methods) with a JSON body built from the arguments: FIELD=value sets a
+		Long: `Calls an API method (see bcctl methods) with a JSON body built from the arguments: FIELD=value sets a
 string, FIELD:=json sets raw JSON, FIELD:=@file.json the JSON of a file, @body.json starts from a whole
-body; later arguments win. bc call METHOD -h lists the method's fields. The answer is printed as JSON.`,
+body; later arguments win. bcctl call METHOD -h lists the method's fields. The answer is printed as JSON.`,
 		DisableFlagParsing: true,
 		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
 			if len(args) > 0 {
@@ -41,7 +41,7 @@ body; later arguments win. bc call METHOD -h lists the method's fields. The answ
 			}
 			m := api.Lookup(args[0])
 			if m == nil {
-				return usageErr(fmt.Errorf("call: no method %q (see bc methods)", args[0]))
+				return usageErr(fmt.Errorf("call: no method %q (see bcctl methods)", args[0]))
 			}
 			if slices.Contains(args[1:], "-h") || slices.Contains(args[1:], "--help") {
 				fmt.Fprintln(c.out, methodHelp(m, fieldsOf(m)))

@@ -14,7 +14,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 )
 
-// poolsShowCommand is `bc pools show POOL`: the pool's nodes over the next
+// poolsShowCommand is `bcctl pools show POOL`: the pool's nodes over the next
 // hours, drawn from pools.get and pools.usage alone.
 func (c *cli) poolsShowCommand() *cobra.Command {
 	o := showOptions{}

@@ -34,11 +34,11 @@ func golden(t *testing.T, name, got string) {
 		t.Fatal(err)
 	}
 	if got != string(want) {
-		t.Errorf("%s differs (go test ./cmd/bc -run %s -update to accept):\n--- got\n%s\n--- want\n%s", name, t.Name(), got, want)
+		t.Errorf("%s differs (go test ./cmd/bcctl -run %s -update to accept):\n--- got\n%s\n--- want\n%s", name, t.Name(), got, want)
 	}
 }
 
-// bc pools show draws what pools.usage answers, against the real app.
+// bcctl pools show draws what pools.usage answers, against the real app.
 func TestPoolsShow(t *testing.T) {
 	st := teststack.Start(t, teststack.WithCursorKey("test"),
 		teststack.WithDecider(&iam.Policy{Grants: []iam.Grant{{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}}}}))
@@ -95,20 +95,20 @@ func TestPoolsUsageAllPages(t *testing.T) {
 	st := teststack.Start(t, teststack.WithCursorKey("test"),
 		teststack.WithDecider(&iam.Policy{Grants: []iam.Grant{{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}}}}))
 	env := map[string]string{"BC_API_URL": st.URL, "BC_TOKEN": "dev:admin", "BC_TENANT": "acme"}
-	bc := func(args ...string) string {
+	bcctl := func(args ...string) string {
 		t.Helper()
-		out, errOut, code := bcRun(t, env, args...)
+		out, errOut, code := bcctlRun(t, env, args...)
 		if code != 0 {
-			t.Fatalf("bc %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
+			t.Fatalf("bcctl %s: exit %d\n%s%s", strings.Join(args, " "), code, out, errOut)
 		}
 		return out
 	}
-	bc("pools", "create", "p1", "--devices", "gpu=20")
-	bc("reservations", "create", "--pool", "p1", "--resource", "gpu", "--count", "10", "--end", "+2h", "--client-token", "t1")
+	bcctl("pools", "create", "p1", "--devices", "gpu=20")
+	bcctl("reservations", "create", "--pool", "p1", "--resource", "gpu", "--count", "10", "--end", "+2h", "--client-token", "t1")
 	from := time.Now().UTC().Truncate(time.Minute).Add(time.Minute).Format(time.RFC3339) // the reservation holds its devices then
 	usage := []string{"-o", "json", "pools", "usage", "p1", "--resource", "gpu", "--from", from, "--hours", "3"}
-	one := bc(usage...)
-	all := bc(append(usage, "--limit", "1", "--all")...)
+	one := bcctl(usage...)
+	all := bcctl(append(usage, "--limit", "1", "--all")...)
 	if all != one {
 		t.Errorf("--limit 1 --all differs from one page of every node:\n--- --all\n%s\n--- one page\n%s", all, one)
 	}
