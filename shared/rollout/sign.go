@@ -35,10 +35,10 @@ func SignEnvelope(payload []byte, signers ...crypto.Signer) ([]byte, error) {
 		return nil, errors.New("rollout: SignEnvelope needs at least one signer")
 	}
 	pae := dsse.PAE(PayloadType, payload)
-	env := envelope{
+	env := Envelope{
 		PayloadType: PayloadType,
 		Payload:     base64.StdEncoding.EncodeToString(payload),
-		Signatures:  make([]envelopeSignature, 0, len(signers)),
+		Signatures:  make([]EnvelopeSignature, 0, len(signers)),
 	}
 	for i, s := range signers {
 		pub, err := supportedKey(s.Public())
@@ -62,7 +62,7 @@ func SignEnvelope(payload []byte, signers ...crypto.Signer) ([]byte, error) {
 		if !verifySignature(pub, pae, sig) {
 			return nil, fmt.Errorf("rollout: signer %d (%s) produced a signature that does not verify under its public key", i, id)
 		}
-		env.Signatures = append(env.Signatures, envelopeSignature{KeyID: id, Sig: base64.StdEncoding.EncodeToString(sig)})
+		env.Signatures = append(env.Signatures, EnvelopeSignature{KeyID: id, Sig: base64.StdEncoding.EncodeToString(sig)})
 	}
 	return json.Marshal(env)
 }

@@ -47,18 +47,25 @@ const (
 	ReasonNoLinuxBinary     = "no_linux_binary"
 )
 
-// envelope is a DSSE envelope as sent in the request's `manifest`. At most 16
-// signatures (more is malformed) bound the work of one request, since every
-// signature may be tried against every pinned key; thresholds are small.
-type envelope struct {
-	PayloadType string              `json:"payloadType" bc:"required"`
-	Payload     string              `json:"payload" bc:"required"`
-	Signatures  []envelopeSignature `json:"signatures" bc:"required,max=16"`
+// Envelope is a DSSE envelope (DSSE v1.0.2) as sent in the request's
+// `manifest`: what Verify decodes, and what the API reference and the
+// OpenAPI document describe. As the DSSE specification says, members the
+// envelope or a signature does not define are ignored (consumers MUST
+// ignore unrecognized fields); duplicate keys, wrong types and a missing
+// member are malformed. At most 16 signatures (more is malformed) bound the work of one request, since every signature may be
+// tried against every pinned key; thresholds are small.
+type Envelope struct {
+	strictjson.IgnoreUnknown
+	PayloadType string              `json:"payloadType" bc:"required" doc:"the payload's type: must be application/vnd.bettercompute.release.v1+json"`
+	Payload     string              `json:"payload" bc:"required" doc:"the release statement's bytes, base64 (standard or URL-safe alphabet, padded or not); verified as sent, never re-serialized"`
+	Signatures  []EnvelopeSignature `json:"signatures" bc:"required,max=16" doc:"signatures over DSSE PAE(payloadType, payload); the manifest verifies when signatures by at least the threshold of distinct pinned keys verify"`
 }
 
-type envelopeSignature struct {
-	KeyID string `json:"keyid,omitempty"` // a hint only
-	Sig   string `json:"sig" bc:"required"`
+// EnvelopeSignature is one signature of an Envelope.
+type EnvelopeSignature struct {
+	strictjson.IgnoreUnknown
+	KeyID string `json:"keyid,omitempty" doc:"a hint naming the signing key: bcctl sign writes the hex SHA-256 of the key's SubjectPublicKeyInfo DER (the pins' keyid); optional, and a signature is tried under every pinned key whatever it names"`
+	Sig   string `json:"sig" bc:"required" doc:"the signature, base64 (standard or URL-safe): ECDSA P-256 over SHA-256(PAE) as ASN.1 DER (what KMS ECDSA_SHA_256 returns; a raw r‖s signature does not verify), or Ed25519 over PAE"`
 }
 
 // Verified is what a verified manifest yields.
@@ -77,7 +84,7 @@ type Verified struct {
 // no_linux_binary. details.field is a JSON path from the request root
 // ("manifest.signatures[0].sig", "manifest.payload.binaries[0].url").
 func (p *Pins) Verify(envelopeJSON []byte, now time.Time) (*Verified, error) {
-	var env envelope
+	var env Envelope
 	if err := strictjson.Decode(envelopeJSON, &env, "manifest"); err != nil {
 		return nil, decodeError(ReasonMalformed, err, "manifest")
 	}
@@ -128,7 +135,7 @@ func (p *Pins) Verify(envelopeJSON []byte, now time.Time) (*Verified, error) {
 // another pinned key than it named is not (it counts for that key).
 //
 // An empty signatures array is unknown_key: no signature by a pinned key.
-func (p *Pins) signers(env []envelopeSignature, sigs [][]byte, pae []byte) ([]string, error) {
+func (p *Pins) signers(env []EnvelopeSignature, sigs [][]byte, pae []byte) ([]string, error) {
 	credited := map[string]bool{}
 	named := false
 	badField := ""

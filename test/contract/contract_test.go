@@ -71,8 +71,8 @@ func loadDoc(t *testing.T, root string) *openapi3.T {
 			if code == "200" {
 				continue
 			}
-			narrow := resp.Value.Content.Get("application/json").Schema.Value.AllOf[1].Value
-			closed(narrow.Properties["error"].Value.Properties["details"].Value)
+			envelope := resp.Value.Content.Get("application/json").Schema.Value
+			closed(envelope.Properties["error"].Value.Properties["details"].Value)
 		}
 	}
 	return doc
@@ -231,10 +231,22 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 		t.Errorf("the same manifest again: replayed %v", reg["replayed"])
 	}
 	c.do(exchange{method: "releases.register", principal: "admin", body: register("1.1.0", 2, key), status: ok})
+	// DSSE: members the envelope or a signature does not define are
+	// ignored, as the document says (additionalProperties: true).
+	var extended map[string]any
+	if err := json.Unmarshal(manifest("1.2.0", 3, key), &extended); err != nil {
+		t.Fatal(err)
+	}
+	extended["extension"] = obj{"kind": "example", "ext": []any{1, nil}}
+	extended["signatures"].([]any)[0].(map[string]any)["cert"] = "-----BEGIN CERTIFICATE-----"
+	c.do(exchange{method: "releases.register", principal: "admin", body: obj{"tenantId": platform, "manifest": extended}, status: ok})
+	delete(extended, "payloadType")
+	c.do(exchange{method: "releases.register", principal: "admin", body: obj{"tenantId": platform, "manifest": extended}, status: 400, code: apierr.InvalidInput,
+		details: obj{"reason": "malformed", "field": "manifest.payloadType"}, badBody: true})
 	c.do(exchange{method: "releases.register", principal: "admin", body: register("2.0.0", 3, stranger), status: 400, code: apierr.InvalidInput,
 		details: obj{"reason": "unknown_key", "field": "manifest.signatures"}})
 	c.do(exchange{method: "releases.register", principal: "admin", body: register("0.9.0", 1, key), status: 400, code: apierr.InvalidInput,
-		details: obj{"reason": "rollback", "latestSequence": 2}})
+		details: obj{"reason": "rollback", "latestSequence": 3}})
 	c.do(exchange{method: "releases.register", principal: "admin", body: register("1.0.0", 5, key), status: 409, code: apierr.Conflict,
 		details: obj{"version": "1.0.0", "sequence": 1}})
 	c.do(exchange{method: "releases.register", principal: "admin", body: obj{"tenantId": platform}, status: 400, code: apierr.InvalidInput,
