@@ -63,12 +63,12 @@ func LookupDetailKey(key string) *DetailKey {
 }
 
 // decodeReasons are what strict decoding and the body limit answer.
-var decodeReasons = []string{"malformed", "too_large", "too_deep", "unknown_field", "duplicate_key", "type", "required", "constraint"}
+var decodeReasons = []string{"malformed", "too_large", ReasonContentType, "too_deep", "unknown_field", "duplicate_key", "type", "required", "constraint"}
 
 // Errors every method can answer, before and after its own.
 var (
 	errDecode = ErrorCase{apierr.InvalidInput,
-		"the body is over " + bytesHuman(MaxBody) + ", is not one JSON object, or breaks the input table: an unknown member, a duplicate key, a wrong type or `null`, a missing required member, a broken constraint, nesting deeper than " + num(strictjson.MaxDepth) + " levels (`field` is absent for problems of the whole body)",
+		"the body is over " + bytesHuman(MaxBody) + ", is declared as another `Content-Type` than `application/json`, is not one JSON object, or breaks the input table: an unknown member, a duplicate key, a wrong type or `null`, a missing required member, a broken constraint, nesting deeper than " + num(strictjson.MaxDepth) + " levels (`field` is absent for problems of the whole body)",
 		[]Detail{detail("field"), detail("reason", decodeReasons...)}}
 	errCursor = ErrorCase{apierr.InvalidInput,
 		"the cursor was tampered with, or belongs to another method, tenant or set of filters",

@@ -87,6 +87,8 @@ type exchange struct {
 	code      apierr.Code    // for errors
 	details   map[string]any // members details must carry (numbers as float64)
 	badBody   bool           // the body breaks the request schema too
+	// contentType replaces application/json as the request's Content-Type.
+	contentType string
 }
 
 // checker sends exchanges and validates them against the document.
@@ -117,6 +119,9 @@ func (c *checker) do(x exchange) map[string]any {
 			c.t.Fatal(err)
 		}
 		r.Header.Set("Content-Type", "application/json")
+		if x.contentType != "" {
+			r.Header.Set("Content-Type", x.contentType)
+		}
 		if x.principal != "" {
 			r.Header.Set("Authorization", "Bearer dev:"+x.principal)
 		}
@@ -275,6 +280,10 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 	c.do(exchange{method: "pools.create", principal: "admin", body: []byte(`{"tenantId": "acme",`), status: 400, code: apierr.InvalidInput,
 		details: obj{"reason": "malformed"}, badBody: true})
 	c.do(exchange{method: "pools.create", principal: "alice", body: obj{"tenantId": "acme", "poolId": "p3", "resources": obj{"gpu": 8}}, status: 403, code: apierr.PermissionDenied})
+	c.do(exchange{method: "pools.create", principal: "admin", body: obj{"tenantId": "acme", "poolId": "p3", "resources": obj{"gpu": 8}}, contentType: "text/plain",
+		status: 400, code: apierr.InvalidInput, details: obj{"reason": "content_type"}, badBody: true})
+	c.do(exchange{method: "pools.create", principal: "admin", body: []byte(`{"tenantId":"acme","poolId":"p3","resources":{"gpu":8.0},"nodeSize":{"gpu":4e0}}`),
+		contentType: "application/json; charset=utf-8", status: ok})
 	c.do(exchange{method: "pools.offer", principal: "admin", body: obj{"tenantId": "acme", "poolId": "p1", "toTenantId": "globex", "resource": "gpu", "max": 4}, status: ok})
 	c.do(exchange{method: "pools.offer", principal: "admin", body: obj{"tenantId": "acme", "poolId": "p1", "toTenantId": "globex", "resource": "tpu", "max": 4},
 		status: 400, code: apierr.InvalidInput, details: obj{"reason": "unknown_resource", "field": "resource"}})
