@@ -107,7 +107,7 @@ func (p *Pins) Verify(envelopeJSON []byte, now time.Time) (*Verified, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := parseStatement(payload, now)
+	st, err := ParseStatement(payload, now)
 	if err != nil {
 		return nil, err
 	}
@@ -195,14 +195,17 @@ func (p *Pins) verifiedUnder(hint string, sig, pae []byte) string {
 	return ""
 }
 
-// parseStatement decodes and checks the release statement. The split between
+// ParseStatement decodes and checks a release statement (the payload of a
+// manifest) at time now, as Verify does after the signatures: what `bcctl
+// sign` checks before it signs. Errors are INVALID_INPUT with details.field
+// under manifest.payload. The split between
 // reasons: what makes the payload not a JSON object of the statement's shape
 // (syntax errors, invalid UTF-8, trailing data, duplicate keys, unknown
 // fields, a non-object document) is malformed; a present field of the wrong
 // type (null included, "7", 7.0, 7e0 for sequence), a missing required field
 // or a violated constraint is invalid_field with details.field. Then expired,
 // duplicate_platform, no_linux_binary, in that order.
-func parseStatement(payload []byte, now time.Time) (Statement, error) {
+func ParseStatement(payload []byte, now time.Time) (Statement, error) {
 	const root = "manifest.payload"
 	var st Statement
 	if !utf8.Valid(payload) {
