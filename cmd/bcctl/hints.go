@@ -6,7 +6,9 @@ import (
 	"sort"
 	"strings"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
 // detailLine renders an error's details as key=value pairs, in key order.
@@ -32,6 +34,9 @@ func detailLine(e *apierr.Error) string {
 // hint is one line of what to do about an API error.
 func hint(e *apierr.Error) string {
 	str := func(k string) string { s, _ := e.Details[k].(string); return s }
+	if h := releaseHint(e); h != "" {
+		return h
+	}
 	switch e.Code {
 	case apierr.InvalidInput:
 		if f := str("field"); f != "" {
@@ -46,8 +51,16 @@ func hint(e *apierr.Error) string {
 	case apierr.PermissionDenied:
 		return "The principal lacks a grant for this method on this tenant; ask an admin (locally: localstack/policy.json)."
 	case apierr.NotFound:
+		if p := str("path"); p != "" {
+			return fmt.Sprintf("No API method at %s: --api-url (BC_API_URL) is the base URL before /api/compute (locally %s).", p, api.LocalServer)
+		}
 		return "Check the id and --tenant: another tenant's pools and reservations are not visible."
 	case apierr.Conflict:
+		if str("field") == "clientToken" {
+			return "This --client-token was used for another request (pool, resource, count, topology or window differ). Relative times count from " +
+				"the minute they are sent in, so a retry in a later minute sends another window: repeat the first call's absolute --start/--end " +
+				"(bcctl reservations get shows them), or use a new token."
+		}
 		return "The id or clientToken is taken with another definition; use another, or repeat the first request exactly."
 	case apierr.QuotaExceeded:
 		return "Release reservations, ask for less, or ask the pool's owner for a higher max (bcctl pools offer)."
@@ -62,6 +75,49 @@ func hint(e *apierr.Error) string {
 		return "A bug on the server: report it with the request id from its logs."
 	case apierr.NotImplemented:
 		return "This release does not serve the method."
+	}
+	return ""
+}
+
+// releaseHint is what to do about a refused release registration, by its
+// reason ("" for other errors).
+func releaseHint(e *apierr.Error) string {
+	str := func(k string) string { s, _ := e.Details[k].(string); return s }
+	field := str("field")
+	statementField := strings.TrimPrefix(field, "manifest.payload.")
+	resign := "then sign it again (bcctl sign) and register the new manifest"
+	switch {
+	case e.Code == apierr.Conflict && e.Details["version"] != nil:
+		return fmt.Sprintf("Version %v is registered with sequence %v: a new build needs a new version (and a sequence above the latest), %s.", e.Details["version"], e.Details["sequence"], resign)
+	case e.Code != apierr.InvalidInput || !strings.HasPrefix(field, "manifest"):
+		return ""
+	}
+	switch str("reason") {
+	case rollout.ReasonUnknownKey:
+		return "No signature is by a key this deployment pins (details.pinnedKeyIds): sign with a pinned key, or pin yours " +
+			"(bcctl pubkey --key KEY.pem prints its PEM for BC_RELEASE_PINS_FILE)."
+	case rollout.ReasonBadSignature:
+		return "A signature names a pinned key but does not verify: the manifest changed after it was signed, or an ECDSA signature is raw r‖s " +
+			"instead of ASN.1 DER. Sign the statement again with bcctl sign."
+	case rollout.ReasonThreshold:
+		return "Fewer distinct pinned keys signed than the deployment requires (BC_RELEASE_THRESHOLD): sign with more pinned keys (bcctl sign --key A.pem --key B.pem)."
+	case rollout.ReasonExpired:
+		return "The statement's expires has passed: set a later expires (or none) in the statement, " + resign + "."
+	case "rollback":
+		return fmt.Sprintf("The release channel is at sequence %v: give the statement a higher sequence, %s.", e.Details["latestSequence"], resign)
+	case rollout.ReasonPayloadType:
+		return "The envelope's payloadType must be " + rollout.PayloadType + ": bcctl sign writes it."
+	case rollout.ReasonInvalidField:
+		return fmt.Sprintf("Fix the statement's %s, %s.", statementField, resign)
+	case rollout.ReasonDuplicatePlatform:
+		return "Two binaries of the statement share a platform: keep one per platform, " + resign + "."
+	case rollout.ReasonNoLinuxBinary:
+		return "The statement needs a binary for linux (platform linux/…): add one, " + resign + "."
+	case rollout.ReasonMalformed, "required", "type", "unknown_field":
+		if strings.HasPrefix(field, "manifest.payload.") {
+			return fmt.Sprintf("The signed statement is not a valid release statement (%s): fix the statement file, %s.", statementField, resign)
+		}
+		return "The manifest must be a DSSE envelope: sign the release statement first (bcctl sign --statement FILE --key KEY.pem --out manifest.json) and register the file it writes."
 	}
 	return ""
 }

@@ -51,7 +51,7 @@ or the state given by --until. The exit code is 0 when it ended in the state wai
 						line += " (" + e.Reason + ")"
 					}
 					if e.State == capacity.Placed && len(r.NodeIDs) > 0 {
-						line += fmt.Sprintf("  %d × %s on %v", r.Count, r.Resource, r.NodeIDs)
+						line += fmt.Sprintf("  %d × %s on %s", r.Count, r.Resource, idRanges(r.NodeIDs))
 					}
 					if e.State == capacity.Released && r.ReleasedBy != "" {
 						line += "  by " + r.ReleasedBy

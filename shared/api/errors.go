@@ -41,7 +41,7 @@ var DetailKeys = []DetailKey{
 	{Key: "rule", Type: "string", Enum: RuleEnum, Doc: "the window rule a reservation's window breaks"},
 	{Key: "reservationId", Type: "string", Doc: "the reservation the create wrote: terminal (`denied`, `rejected`) after a refusal, still a `draft` after `UNAVAILABLE` (retry with the same `clientToken`)"},
 	{Key: "requested", Type: "integer", Doc: "the count asked for"},
-	{Key: "used", Type: "integer", Doc: "the quota row's `used` when the admission was refused (first answer only; a replay carries `requested`)"},
+	{Key: "used", Type: "integer", Doc: "the quota row's `used` when the admission was refused: the counts the tenant's live reservations hold charged, future bookings included (first answer only; a replay carries `requested`)"},
 	{Key: "max", Type: "integer", Doc: "the quota row's `max` when the admission was refused (first answer only)"},
 	{Key: "dependency", Type: "string", Enum: DependencyEnum, Doc: "the dependency that failed; absent when the object was contended instead"},
 	{Key: "latestSequence", Type: "integer", Doc: "the release channel's latest registered sequence: a new release needs a higher one"},

@@ -22,10 +22,12 @@ type Example struct {
 func Examples(now time.Time) []Example {
 	end := now.UTC().Add(time.Hour).Truncate(time.Minute).Format(time.RFC3339)
 	return []Example{
-		// Releases are the platform's (SPEC §4.1): not a tenant's.
+		// Releases are the platform's, not a tenant's.
 		{"List releases (platform admin)", "releases.list", "admin", `{"tenantId":"platform"}`},
-		{"Create a pool of 8 H100s owned by tenant acme", "pools.create", "admin",
-			`{"tenantId":"acme","poolId":"gpu-pool-1","resources":{"gpu.h100":8}}`},
+		// The README's pool, to the device: whichever creates it second
+		// gets it back (the same request), not CONFLICT.
+		{"Create a pool of 16 H100s (two nodes of 8) owned by tenant acme", "pools.create", "admin",
+			`{"tenantId":"acme","poolId":"gpu-pool-1","resources":{"gpu.h100":16}}`},
 		{"Reserve 2 of them for the next hour", "reservations.create", "admin",
 			`{"tenantId":"acme","poolId":"gpu-pool-1","resource":"gpu.h100","count":2,"window":{"end":"` + end + `"}}`},
 	}

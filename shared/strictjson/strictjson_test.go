@@ -875,3 +875,17 @@ func TestDecodeDepth(t *testing.T) {
 		})
 	}
 }
+
+func TestPlural(t *testing.T) {
+	for n, want := range map[int]string{0: "0 entries", 1: "1 entry", 2: "2 entries"} {
+		if got := strictjson.Plural(n, "entry"); got != want {
+			t.Errorf("Plural(%d, entry) = %q", n, got)
+		}
+	}
+	if got := strictjson.Plural(int64(1), "character"); got != "1 character" {
+		t.Errorf("%q", got)
+	}
+	if got := strictjson.Plural(3, "node"); got != "3 nodes" {
+		t.Errorf("%q", got)
+	}
+}
