@@ -19,7 +19,7 @@ const (
 )
 
 // Method is one API method: the single source of truth for its route,
-// authorization, Lambda function, and reference docs (SPEC §4).
+// authorization, Lambda function, and reference docs.
 type Method struct {
 	Name       string // "<resource>.<verb>"
 	Kind       Kind
@@ -113,7 +113,7 @@ var ResourceDocs = []Resource{
 		Summary: "A reservation is a tenant's claim on devices of one pool for a time window. `create` writes the request as a draft, Better IAM decides once on that draft (the request as attributes), and only an allowed draft is charged against quota and placed on devices. A reservation holds its quota charge from its admission until it is terminal, whenever its window starts; the reconciler moves it through `placed`, `binding` and `active` to `released` at the window's end (see [the state machine](README.md#reservation-states))."},
 }
 
-// Catalog is every method (SPEC §4, and pools.usage of phase v0.5).
+// Catalog is every method: those of phase v0.4, and pools.usage of v0.5.
 var Catalog = []*Method{
 	{Name: "releases.register", Kind: Mutation, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout",
 		Summary: "Verifies a signed `bcd` release manifest under the pinned release keys and records the release; returns it with its per-platform binaries.",

@@ -195,7 +195,7 @@ func bytesHuman(n int) string {
 	return num(n) + " bytes"
 }
 
-// codeDocs says when each error code is answered (SPEC §2).
+// codeDocs says when each error code is answered (the reference's Errors table).
 var codeDocs = map[apierr.Code]string{
 	apierr.InvalidInput:      "the input failed decoding, validation or verification; `details.reason` and/or `details.field` say why",
 	apierr.Unauthenticated:   "no or invalid credentials",

@@ -23,7 +23,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
-// MaxBody is the largest accepted raw HTTP body (SPEC §2).
+// MaxBody is the largest accepted raw HTTP body.
 const MaxBody = 256 << 10
 
 // Call is what a method handler knows of the request beyond its input.
@@ -340,7 +340,7 @@ func (g *Gateway) respond(call *Call, body []byte, err error) events.APIGatewayV
 		Headers: map[string]string{"content-type": "application/json", "x-request-id": call.RequestID}}
 }
 
-// ErrorEnvelope is the one encoding of an error answer (SPEC §2): its HTTP
+// ErrorEnvelope is the one encoding of an error answer: its HTTP
 // status and `{"error":{code,message,details},"requestId"}`. Anything that
 // is not an *apierr.Error, and every INTERNAL, shows a generic message.
 func ErrorEnvelope(requestID string, err error) (int, []byte) {

@@ -106,7 +106,7 @@ func headerRequest(authorization, body string) events.APIGatewayV2HTTPRequest {
 			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/api/compute/pools/get"}}}
 }
 
-// envelope is the error body of SPEC §2.
+// envelope is the error body (docs/reference, Errors).
 type envelope struct {
 	Error struct {
 		Code    apierr.Code    `json:"code"`

@@ -1,4 +1,4 @@
-// Package rollout registers and lists signed bcd releases (SPEC §4.1–4.2).
+// Package rollout registers and lists signed bcd releases (docs/reference/releases.md).
 // It knows nothing of Lambda or DynamoDB: it verifies DSSE manifests under
 // the release pins and records releases through the Store interface.
 package rollout

@@ -22,19 +22,19 @@ import (
 )
 
 // Patterns named by the tags of Binary (release.go): a platform is os/arch
-// or os/arch/variant in lowercase (SPEC §9); a digest is lowercase hex.
+// or os/arch/variant in lowercase (docs/reference/releases.md); a digest is lowercase hex.
 var (
 	_ = strictjson.RegisterPattern("platform", `^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9_.]+)?$`)
 	_ = strictjson.RegisterPattern("sha256hex", `^[0-9a-f]{64}$`)
 )
 
 // semverPattern is the official SemVer 2.0.0 expression (semver.org). Build
-// metadata is allowed and, as SPEC §9 says, makes a distinct version.
+// metadata is allowed and makes a distinct version.
 var semverPattern = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)` +
 	`(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?` +
 	`(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
 
-// Reasons carried in details.reason of a rejected manifest (SPEC §4.1, §9).
+// Reasons carried in details.reason of a rejected manifest (docs/reference/releases.md).
 const (
 	ReasonMalformed         = "malformed"
 	ReasonPayloadType       = "payload_type"
@@ -78,7 +78,7 @@ type Verified struct {
 
 // Verify checks a DSSE envelope (the JSON of the request's `manifest` object)
 // at time now. Every failure is an INVALID_INPUT *apierr.Error whose
-// details.reason follows SPEC §9's precedence: malformed (envelope) →
+// details.reason follows this precedence (the reference's): malformed (envelope) →
 // payload_type → unknown_key → bad_signature → threshold → malformed
 // (statement) → invalid_field → expired → duplicate_platform →
 // no_linux_binary. details.field is a JSON path from the request root
@@ -121,7 +121,7 @@ func (p *Pins) Verify(envelopeJSON []byte, now time.Time) (*Verified, error) {
 //
 // The counting is ours, not dsse.EnvelopeVerifier's: that verifier skips a
 // key whose id differs from a signature's keyid (here the keyid is only a
-// hint, SPEC §9, and its default ids are SSH fingerprints, not our SPKI
+// hint, and its default ids are SSH fingerprints, not our SPKI
 // hashes), does not accept unpadded base64, prints to stdout, and cannot
 // tell unknown_key from bad_signature from threshold. Only dsse.PAE is
 // used from the library.
@@ -361,7 +361,7 @@ var base64Encodings = []*base64.Encoding{
 	base64.URLEncoding.Strict(), base64.RawURLEncoding.Strict(),
 }
 
-// decodeBase64 decodes DSSE's payload and sig fields (SPEC §9). Line breaks,
+// decodeBase64 decodes DSSE's payload and sig fields (standard or URL-safe, padded or not). Line breaks,
 // which Go's decoders would silently skip, are rejected.
 func decodeBase64(s string) ([]byte, error) {
 	if strings.ContainsAny(s, "\r\n") {

@@ -678,7 +678,7 @@ func TestDecodePrefix(t *testing.T) {
 	}
 
 	// A document whose root is an array: paths are prefix + "[i]..." (no
-	// dot before the bracket, SPEC §9), whichever stage finds the problem.
+	// dot before the bracket, docs/reference), whichever stage finds the problem.
 	for _, tc := range []errCase{
 		{"array root: unknown field (found while assigning)", `[{"platform":"a","x":1}]`, "p[0].x", "unknown_field", ""},
 		{"array root: type (found while assigning)", `[{"platform":1}]`, "p[0].platform", "type", ""},
