@@ -31,9 +31,12 @@ func detailLine(e *apierr.Error) string {
 	return strings.Join(parts, " ")
 }
 
+// detail is a string member of an error's details ("" when absent).
+func detail(e *apierr.Error, key string) string { s, _ := e.Details[key].(string); return s }
+
 // hint is one line of what to do about an API error.
 func hint(e *apierr.Error) string {
-	str := func(k string) string { s, _ := e.Details[k].(string); return s }
+	str := func(k string) string { return detail(e, k) }
 	if h := releaseHint(e); h != "" {
 		return h
 	}
@@ -82,8 +85,7 @@ func hint(e *apierr.Error) string {
 // releaseHint is what to do about a refused release registration, by its
 // reason ("" for other errors).
 func releaseHint(e *apierr.Error) string {
-	str := func(k string) string { s, _ := e.Details[k].(string); return s }
-	field := str("field")
+	field := detail(e, "field")
 	statementField := strings.TrimPrefix(field, "manifest.payload.")
 	resign := "then sign it again (bcctl sign) and register the new manifest"
 	switch {
@@ -92,7 +94,7 @@ func releaseHint(e *apierr.Error) string {
 	case e.Code != apierr.InvalidInput || !strings.HasPrefix(field, "manifest"):
 		return ""
 	}
-	switch str("reason") {
+	switch detail(e, "reason") {
 	case rollout.ReasonUnknownKey:
 		return "No signature is by a key this deployment pins (details.pinnedKeyIds): sign with a pinned key, or pin yours " +
 			"(bcctl pubkey --key KEY.pem prints its PEM for BC_RELEASE_PINS_FILE)."

@@ -189,11 +189,11 @@ func (s *schemas) inputObject(t reflect.Type) *object {
 	return o.set("additionalProperties", strictjson.IgnoresUnknown(t))
 }
 
-// ObjectShapes are the Go types a strictjson.Object member's `shape` tag
+// objectShapes are the Go types a strictjson.Object member's `shape` tag
 // names: the object is kept as sent for its module's own strict decode,
 // which the type drives (rollout.Envelope for a release manifest); the
 // docs describe it from the same type.
-var ObjectShapes = map[string]reflect.Type{
+var objectShapes = map[string]reflect.Type{
 	"dsse": reflect.TypeFor[rollout.Envelope](),
 }
 
@@ -205,7 +205,7 @@ func objectShape(f strictjson.Field) reflect.Type {
 	if name == "" {
 		return nil
 	}
-	t, ok := ObjectShapes[name]
+	t, ok := objectShapes[name]
 	if !ok {
 		panic("api: unknown object shape " + name)
 	}

@@ -25,17 +25,13 @@ func Describe(t reflect.Type) []FieldDoc {
 		for _, f := range fields(t) {
 			tag := t.FieldByIndex(f.index).Tag
 			enum := tag.Get("enum")
-			doc := f.opts.doc
-			if doc == "" {
-				doc = tag.Get("doc")
-			}
 			ft := f.typ
 			if ft.Kind() == reflect.Pointer {
 				ft = ft.Elem()
 			}
 			name := join(prefix, f.name)
 			out = append(out, FieldDoc{Name: name, Type: describeType(ft), Required: f.opts.required,
-				Constraints: describeOptions(ft, f.opts), Doc: doc, Enum: enum})
+				Constraints: describeOptions(ft, f.opts), Doc: docOf(tag, f.opts), Enum: enum})
 			if ft.Kind() == reflect.Struct && ft != timeType {
 				walk(ft, name)
 			}
@@ -140,10 +136,7 @@ func Fields(t reflect.Type) []Field {
 		sf := t.FieldByIndex(f.index)
 		_, jopts, _ := strings.Cut(sf.Tag.Get("json"), ",")
 		d := Field{Name: f.name, Type: f.typ, Required: f.opts.required, OmitEmpty: strings.Contains(","+jopts+",", ",omitempty,"),
-			Doc: f.opts.doc, Tag: sf.Tag}
-		if d.Doc == "" {
-			d.Doc = sf.Tag.Get("doc")
-		}
+			Doc: docOf(sf.Tag, f.opts), Tag: sf.Tag}
 		if f.opts.hasMin {
 			d.Min = &f.opts.min
 		}
@@ -156,6 +149,14 @@ func Fields(t reflect.Type) []Field {
 		out = append(out, d)
 	}
 	return out
+}
+
+// docOf is a field's description: `bc:"doc=…"`, else its `doc:"…"` tag.
+func docOf(tag reflect.StructTag, o options) string {
+	if o.doc != "" {
+		return o.doc
+	}
+	return tag.Get("doc")
 }
 
 // ValueBounds returns the bounds a named map type declares for its values
