@@ -119,8 +119,9 @@ lambda-test: tools $(RIE) synth lambda-build ## every Lambda under the official 
 e2e: tools ## black-box suite: against BC_API_URL with BC_TOKEN, else an in-process local stack (see test/blackbox)
 	BC_E2E_URL="$(BC_API_URL)" BC_E2E_TOKEN="$(BC_TOKEN)" $(GO) test -count=1 -v ./test/blackbox
 
-docs: ## regenerate from the method catalog: docs/reference, docs/openapi.json, shared/client/methods.go
+docs: ## regenerate from the method catalog: docs/reference, docs/openapi.json, shared/client/methods.go (and the oapi-codegen client of the interop test)
 	$(GO) run ./cmd/docgen
+	$(GO) tool oapi-codegen -config test/interop/oapigo/oapi-codegen.yaml -o test/interop/oapigo/client.gen.go docs/openapi.json
 
 # Native Go fuzz targets (package:function). `make test` runs their seed
 # corpora (the seeds in code and testdata/fuzz); `make fuzz` fuzzes each for

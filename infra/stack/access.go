@@ -17,7 +17,7 @@ var (
 )
 
 // Access is what one function's role may do, derived from its declared
-// actions (least privilege, SPEC §5).
+// actions (least privilege).
 type Access struct {
 	TableItem  []string // item actions on the table itself
 	TableQuery []string // Query/Scan: only where Indexes says
@@ -81,7 +81,7 @@ func AccessFor(fn string, actions []string, indexes []string) (Access, error) {
 		case service == "dynamodb":
 			a.TableItem = append(a.TableItem, act)
 		case service == "kms" && (name == "Sign" || strings.HasPrefix(name, "Create") || strings.HasPrefix(name, "Delete") || strings.HasPrefix(name, "Schedule")):
-			// Releases are signed offline by an operator (SPEC §6); no function signs or administers keys.
+			// Releases are signed offline by an operator with bcctl sign; no function signs or administers keys.
 			return a, fmt.Errorf("function %s: %s is never granted to a function", fn, act)
 		case service == "kms":
 			a.Signing = append(a.Signing, act)

@@ -18,7 +18,7 @@ type Config struct {
 	JWTIssuer   string   // jwtIssuer: https URL of the identity provider
 	JWTAudience []string // jwtAudience: string, comma-separated string or list
 
-	// Better IAM: exactly one of these (SPEC §3).
+	// Better IAM: exactly one of these.
 	IAMURL     string // iamUrl → BC_IAM_URL
 	PolicyFile string // policyFile → BC_POLICY_FILE (a path inside the function bundle; local use)
 

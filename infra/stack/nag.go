@@ -56,7 +56,7 @@ func Suppressions(fns []Function) []Suppression {
 		{Rule: "Serverless-LambdaDLQ", Resources: apiFns,
 			Reason: "API Gateway invokes these functions synchronously: the caller receives every failure as an HTTP answer, and a dead-letter queue only ever receives asynchronous events, of which these functions have none."},
 		{Rule: "Serverless-LambdaDLQ", Resources: []string{api.ReconcilerFunction + "/Function/Resource"},
-			Reason: "A failed pass needs no replay: its event is a schedule tick without data, the next tick a minute later is the retry, and every step of a pass is idempotent (SPEC 4.5). Failed passes alarm through ReconcilerErrorsAlarm; undeliverable ticks land in ReconcilerDLQ."},
+			Reason: "A failed pass needs no replay: its event is a schedule tick without data, the next tick a minute later is the retry, and every step of a pass is idempotent (docs/capacity.md). Failed passes alarm through ReconcilerErrorsAlarm; undeliverable ticks land in ReconcilerDLQ."},
 		{Rule: "Serverless-LambdaAsyncFailureDestination", Resources: []string{api.ReconcilerFunction + "/Function/EventInvokeConfig/Resource"},
 			Reason: "Same as its LambdaDLQ finding: a failed tick carries nothing to recover (the next tick is the retry), and ReconcilerErrorsAlarm reports failed passes."},
 		{Rule: "AwsSolutions-IAM5", Resources: writers, AppliesTo: []string{"Action::kms:GenerateDataKey*", "Action::kms:ReEncrypt*"},

@@ -364,7 +364,7 @@ func (s *Stack) addAPI(cfg Config, fns []Function, removal awscdk.RemovalPolicy)
 			RateLimit: jsii.Number(cfg.ThrottleRate), BurstLimit: jsii.Number(cfg.ThrottleBurst),
 		},
 	})
-	// One JSON line per request; the principal is the token's sub (SPEC §3).
+	// One JSON line per request; the principal is the token's sub.
 	// Set on the L1 stage: HTTP APIs write through a service-linked role.
 	s.Stage.Node().DefaultChild().(awsapigatewayv2.CfnStage).SetAccessLogSettings(&awsapigatewayv2.CfnStage_AccessLogSettingsProperty{
 		DestinationArn: access.LogGroupArn(),

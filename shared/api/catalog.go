@@ -19,7 +19,7 @@ const (
 )
 
 // Method is one API method: the single source of truth for its route,
-// authorization, Lambda function, and reference docs (SPEC §4).
+// authorization, Lambda function, and reference docs.
 type Method struct {
 	Name       string // "<resource>.<verb>"
 	Kind       Kind
@@ -97,7 +97,7 @@ var ReconcilerIndexes = []string{"due"}
 
 const (
 	tenantScope = "tenant:{tenantId}"
-	fleetScope  = "compute-fleet"
+	FleetScope  = "compute-fleet" // the scope of the fleet's methods (releases): the platform's, not a tenant's
 	phase       = "v0.4"
 	registered  = "registered"
 )
@@ -109,17 +109,18 @@ var ResourceDocs = []Resource{
 	{Name: "pools",
 		Summary: "A pool is a set of devices owned by one tenant, grouped per resource into nodes, whose capacity the owner offers to tenants (itself included) as quotas. Pool ids are a global namespace. `create` makes the pool and its owner's quota rows; `offer` sets another tenant's quota `max` on it; `get` and `list` return the pools a tenant owns or was offered; `usage` shows what is placed on a page of its nodes over a span."},
 	{Name: "quotas",
-		Summary: "A quota caps how many devices of one resource a tenant may hold in one pool at the same time: a `max` and a `used` counter per tenant, pool and resource. A missing row grants 0. `pools.create` and `pools.offer` write the rows; `reservations.create` charges them (`QUOTA_EXCEEDED` when a count does not fit) and a reservation's end credits them. These methods read them."},
+		Summary: "A quota caps the devices of one resource that a tenant's live reservations of one pool hold charged: a `max` and a `used` counter per tenant, pool and resource. A reservation is charged its count from its admission (`reservations.create`) until it is terminal (released, or its window's end), so `used` is the sum of the counts of the tenant's `placed`, `binding` and `active` reservations — bookings for later included — and not the devices held at this moment (`pools.usage` shows those): a reservation for next week counts against `max` from the moment it is made. A missing row grants 0. `pools.create` and `pools.offer` write the rows; `reservations.create` charges them (`QUOTA_EXCEEDED` when `used + count` would pass `max`) and a reservation's end credits them. These methods read them."},
 	{Name: "reservations",
-		Summary: "A reservation is a tenant's claim on devices of one pool for a time window. `create` writes the request as a draft, Better IAM decides once on that draft (the request as attributes), and only an allowed draft is charged against quota and placed on devices. A reservation holds its quota charge until it is terminal; the reconciler moves it through `placed`, `binding` and `active` to `released` at the window's end (see [the state machine](README.md#reservation-states))."},
+		Summary: "A reservation is a tenant's claim on devices of one pool for a time window. `create` writes the request as a draft, Better IAM decides once on that draft (the request as attributes), and only an allowed draft is charged against quota and placed on devices. A reservation holds its quota charge from its admission until it is terminal, whenever its window starts; the reconciler moves it through `placed`, `binding` and `active` to `released` at the window's end (see [the state machine](README.md#reservation-states))."},
 }
 
-// Catalog is every method (SPEC §4, and pools.usage of phase v0.5).
+// Catalog is every method: those of phase v0.4, and pools.usage of v0.5.
 var Catalog = []*Method{
-	{Name: "releases.register", Kind: Mutation, Permission: "compute:fleet:admin", Scope: fleetScope, Module: "rollout",
+	{Name: "releases.register", Kind: Mutation, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout",
 		Summary: "Verifies a signed `bcd` release manifest under the pinned release keys and records the release; returns it with its per-platform binaries.",
 		Notes: []Note{
-			{"Manifest", "A DSSE envelope `{\"payloadType\": \"" + rollout.PayloadType + "\", \"payload\": <base64>, \"signatures\": [{\"keyid\": <hex SHA-256 of the signer's SubjectPublicKeyInfo DER>, \"sig\": <base64>}]}` whose payload is the release statement `{\"version\": SemVer, \"sequence\": 1..2^53-1, \"expires\"?: RFC 3339, \"binaries\": [{\"platform\": \"os/arch[/variant]\", \"url\": https, \"sha256\": 64 hex, \"size\": >0}]}`. Signatures are over DSSE PAE(payloadType, payload) with ECDSA P-256/SHA-256 or Ed25519; it verifies when at least the threshold of distinct pinned keys signed it."},
+			{"Manifest", "A DSSE envelope (DSSE v1.0.2) `{\"payloadType\": \"" + rollout.PayloadType + "\", \"payload\": <base64>, \"signatures\": [{\"keyid\"?: <hint>, \"sig\": <base64>}]}` whose payload is the release statement `{\"version\": SemVer, \"sequence\": 1..2^53-1, \"expires\"?: RFC 3339, \"binaries\": [{\"platform\": \"os/arch[/variant]\", \"url\": https, \"sha256\": 64 hex, \"size\": >0}]}`, decoded strictly (an unknown member is `malformed`; `sequence` must be written as an integer, not `7.0` or `7e0`). Signatures are over DSSE PAE(payloadType, payload) with ECDSA P-256/SHA-256 (an ASN.1 DER signature, as KMS returns; a raw r‖s one does not verify) or Ed25519; the manifest verifies when at least the threshold of distinct pinned keys signed it. As DSSE requires, members of the envelope or of a signature that DSSE does not define are ignored."},
+			{"Keyid", "A signature's `keyid` is a hint: the signature is tried under the pinned key it names, then under every other, and counts for the one it verifies under. `bcctl sign` names each key by the hex SHA-256 of its SubjectPublicKeyInfo DER (the keyid `bcctl keygen` and `pubkey` print; `--keyid none` leaves it out, `--keyid ID` sets another). Other DSSE verifiers (go-securesystemslib, sigstore) skip a signature whose keyid differs from their verifier's: sign with `--keyid none`, or give their verifier the same keyid (docs/architecture.md, DSSE interoperability)."},
 			{"Replay", "Registering a manifest whose version is already recorded with the same sequence returns the stored release (`replayed: true`); the same version with another sequence is `CONFLICT`."},
 		},
 		Input: reflect.TypeFor[RegisterReleaseInput](), Output: reflect.TypeFor[RegisterResult](),
@@ -134,7 +135,7 @@ var Catalog = []*Method{
 				[]Detail{detail("dependency")}},
 		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "kms:GetPublicKey"}},
-	{Name: "releases.list", Kind: Read, Permission: "compute:fleet:admin", Scope: fleetScope, Module: "rollout",
+	{Name: "releases.list", Kind: Read, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout",
 		Summary: "Returns the registered releases, highest sequence first.",
 		Notes:   []Note{{"", "The list is not filtered by tenant: releases belong to the platform. Without `limit` it returns every release."}},
 		Input:   reflect.TypeFor[ListReleasesInput](), Output: reflect.TypeFor[ListReleasesResult](),
@@ -173,7 +174,7 @@ var Catalog = []*Method{
 		Input:   reflect.TypeFor[ListPoolsInput](), Output: reflect.TypeFor[ListPoolsResult](),
 		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{BaseTable}},
 	{Name: "pools.usage", Kind: Read, Permission: "compute:pools:read", Scope: tenantScope, Module: "capacity", Phase: "v0.5",
-		Summary: "Returns a page of one resource's nodes with what is placed on them over a span (default the next " + human(capacity.MaxUsageHours*time.Hour) + "): each node's busy device intervals, and the page's totals (devices held now, nodes wholly free now and for the whole span). What `bc pools show` draws.",
+		Summary: "Returns a page of one resource's nodes with what is placed on them over a span (default the next " + human(capacity.MaxUsageHours*time.Hour) + "): each node's busy device intervals, and the page's totals (devices held now, nodes wholly free now and for the whole span). What `bcctl pools show` draws.",
 		Notes: []Note{
 			{"Visibility", "Any tenant that can see the pool sees when devices are held; only the pool's owner sees by which reservation (`reservationId`)."},
 			{"Paging", "By node, at most " + num(capacity.MaxUsageNodes) + " nodes a page (default " + num(capacity.DefaultUsageNodes) + "); `nextCursor` continues with the next node. Its cost follows the page (one query per day of the span), not the pool."},
@@ -185,7 +186,7 @@ var Catalog = []*Method{
 		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:Query", ReadsCursorKey}, Indexes: []string{BaseTable}},
 	{Name: "quotas.get", Kind: Read, Permission: "compute:quotas:read", Scope: tenantScope, Module: "capacity",
-		Summary: "Returns the tenant's quota for one pool and resource; a missing row is `max 0, used 0` (a missing row grants 0), not `NOT_FOUND`, so it reveals nothing about pools the tenant cannot see.",
+		Summary: "Returns the tenant's quota for one pool and resource: `max`, and `used`, the counts its live reservations hold charged (from admission until terminal, future bookings included; not the devices held now). A missing row is `max 0, used 0` (a missing row grants 0), not `NOT_FOUND`, so it reveals nothing about pools the tenant cannot see.",
 		Input:   reflect.TypeFor[GetQuotaInput](), Output: reflect.TypeFor[QuotaResult](),
 		Actions: []string{"dynamodb:GetItem"}},
 	{Name: "quotas.list", Kind: Read, Permission: "compute:quotas:read", Scope: tenantScope, Module: "capacity",

@@ -13,7 +13,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
-// specMethods is the table of SPEC §4.
+// specMethods is the contract's method table (its order is the docs' order).
 var specMethods = []struct {
 	name, kind, permission, scope, module string
 	decideOnDraft                         bool
@@ -32,7 +32,7 @@ var specMethods = []struct {
 	{"reservations.release", "mutation", "compute:reservations:release", "tenant:{tenantId}", "capacity", false},
 }
 
-// extensions are methods the SPEC's table does not list (their reference
+// extensions are methods the contract's table does not list (their reference
 // pages say what each adds).
 var extensions = map[string]string{"pools.usage": "v0.5"}
 
@@ -57,7 +57,7 @@ func TestCatalogMatchesSpec(t *testing.T) {
 				t.Fatalf("Lookup(%q) = nil", want.name)
 			}
 			if i < len(spec) && spec[i] != m {
-				t.Errorf("SPEC position %d holds %s; the table order is the docs order", i, spec[i].Name)
+				t.Errorf("table position %d holds %s; the table order is the docs order", i, spec[i].Name)
 			}
 			if string(m.Kind) != want.kind || m.Permission != want.permission || m.Scope != want.scope ||
 				m.Module != want.module || m.DecideOnDraft != want.decideOnDraft {
@@ -214,7 +214,7 @@ func hasField(typ reflect.Type, jsonName string) bool {
 }
 
 // checkInput: the method's Input is a struct that embeds api.Tenant, so
-// tenantId is required and bounded as SPEC §2 says.
+// tenantId is required and bounded as the wire conventions say.
 func checkInput(t *testing.T, m *api.Method) {
 	t.Helper()
 	if m.Input == nil || m.Input.Kind() != reflect.Struct {
@@ -263,7 +263,7 @@ func checkInput(t *testing.T, m *api.Method) {
 }
 
 func TestTenantIDRule(t *testing.T) {
-	// SPEC §2: required string, at most 128 characters, ^[A-Za-z0-9._:-]{1,128}$.
+	// The wire conventions: a required string, at most 128 characters, ^[A-Za-z0-9._:-]{1,128}$.
 	if got, want := api.TenantIDPattern.String(), `^[A-Za-z0-9._:-]{1,128}$`; got != want {
 		t.Errorf("TenantIDPattern = %s, want %s", got, want)
 	}

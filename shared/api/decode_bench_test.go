@@ -14,7 +14,7 @@ import (
 )
 
 // hostileBodies are request bodies of the shapes an attacker can send within
-// the 256 KiB limit (SPEC §2), each built to just under the limit. They are
+// the 256 KiB limit (MaxBody), each built to just under the limit. They are
 // decoded into a real catalog input, as the gateway does before authorizing.
 func hostileBodies(size int) []struct {
 	name  string

@@ -84,6 +84,7 @@ var (
 	InvalidReasonEnum = &Enum{Name: "invalidReason", Values: []EnumValue{
 		{"malformed", "the body (or the manifest's envelope or statement) is not well-formed JSON of the expected shape, has trailing data, is not UTF-8, or a base64 field does not decode"},
 		{"too_large", "the raw body is over " + bytesHuman(MaxBody)},
+		{ReasonContentType, "the request's `Content-Type` is not `application/json` (or names a charset other than UTF-8)"},
 		{"too_deep", "arrays and objects nest deeper than " + strconv.Itoa(strictjson.MaxDepth) + " levels"},
 		{"unknown_field", "a member the input does not define (`details.field` names it)"},
 		{"duplicate_key", "a member name appears twice in one object"},
@@ -194,7 +195,7 @@ func bytesHuman(n int) string {
 	return num(n) + " bytes"
 }
 
-// codeDocs says when each error code is answered (SPEC §2).
+// codeDocs says when each error code is answered (the reference's Errors table).
 var codeDocs = map[apierr.Code]string{
 	apierr.InvalidInput:      "the input failed decoding, validation or verification; `details.reason` and/or `details.field` say why",
 	apierr.Unauthenticated:   "no or invalid credentials",

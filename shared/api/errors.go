@@ -41,7 +41,7 @@ var DetailKeys = []DetailKey{
 	{Key: "rule", Type: "string", Enum: RuleEnum, Doc: "the window rule a reservation's window breaks"},
 	{Key: "reservationId", Type: "string", Doc: "the reservation the create wrote: terminal (`denied`, `rejected`) after a refusal, still a `draft` after `UNAVAILABLE` (retry with the same `clientToken`)"},
 	{Key: "requested", Type: "integer", Doc: "the count asked for"},
-	{Key: "used", Type: "integer", Doc: "the quota row's `used` when the admission was refused (first answer only; a replay carries `requested`)"},
+	{Key: "used", Type: "integer", Doc: "the quota row's `used` when the admission was refused: the counts the tenant's live reservations hold charged, future bookings included (first answer only; a replay carries `requested`)"},
 	{Key: "max", Type: "integer", Doc: "the quota row's `max` when the admission was refused (first answer only)"},
 	{Key: "dependency", Type: "string", Enum: DependencyEnum, Doc: "the dependency that failed; absent when the object was contended instead"},
 	{Key: "latestSequence", Type: "integer", Doc: "the release channel's latest registered sequence: a new release needs a higher one"},
@@ -63,12 +63,12 @@ func LookupDetailKey(key string) *DetailKey {
 }
 
 // decodeReasons are what strict decoding and the body limit answer.
-var decodeReasons = []string{"malformed", "too_large", "too_deep", "unknown_field", "duplicate_key", "type", "required", "constraint"}
+var decodeReasons = []string{"malformed", "too_large", ReasonContentType, "too_deep", "unknown_field", "duplicate_key", "type", "required", "constraint"}
 
 // Errors every method can answer, before and after its own.
 var (
 	errDecode = ErrorCase{apierr.InvalidInput,
-		"the body is over " + bytesHuman(MaxBody) + ", is not one JSON object, or breaks the input table: an unknown member, a duplicate key, a wrong type or `null`, a missing required member, a broken constraint, nesting deeper than " + num(strictjson.MaxDepth) + " levels (`field` is absent for problems of the whole body)",
+		"the body is over " + bytesHuman(MaxBody) + ", is declared as another `Content-Type` than `application/json`, is not one JSON object, or breaks the input table: an unknown member, a duplicate key, a wrong type or `null`, a missing required member, a broken constraint, nesting deeper than " + num(strictjson.MaxDepth) + " levels (`field` is absent for problems of the whole body)",
 		[]Detail{detail("field"), detail("reason", decodeReasons...)}}
 	errCursor = ErrorCase{apierr.InvalidInput,
 		"the cursor was tampered with, or belongs to another method, tenant or set of filters",

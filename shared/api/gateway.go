@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"mime"
 	"reflect"
 	"runtime/debug"
 	"strings"
@@ -22,7 +23,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
-// MaxBody is the largest accepted raw HTTP body (SPEC §2).
+// MaxBody is the largest accepted raw HTTP body.
 const MaxBody = 256 << 10
 
 // Call is what a method handler knows of the request beyond its input.
@@ -238,6 +239,9 @@ func (g *Gateway) Serve(ctx context.Context, ep Endpoint, req events.APIGatewayV
 	if err != nil {
 		return
 	}
+	if err = checkContentType(req.Headers); err != nil {
+		return
+	}
 	body, err := rawBody(req)
 	if err != nil {
 		return
@@ -271,6 +275,33 @@ func header(h map[string]string, name string) string {
 		}
 	}
 	return ""
+}
+
+// ReasonContentType is details.reason of a body declared as something
+// other than JSON.
+const ReasonContentType = "content_type"
+
+// checkContentType refuses a body whose Content-Type is not JSON: a client
+// that sends a form (curl -d without -H) or text learns so, instead of
+// reading a decoding error about its content. A request without the header
+// is read as JSON (WireRules).
+func checkContentType(h map[string]string) error {
+	ct := header(h, "content-type")
+	if ct == "" {
+		return nil
+	}
+	mt, params, err := mime.ParseMediaType(ct)
+	if err != nil || mt != "application/json" {
+		hint := ""
+		if strings.HasPrefix(strings.ToLower(ct), "application/x-www-form-urlencoded") {
+			hint = " (curl -d sends that unless given -H 'Content-Type: application/json')"
+		}
+		return apierr.Invalid(ReasonContentType, "", "Content-Type must be application/json, not %q%s", ct, hint)
+	}
+	if cs, ok := params["charset"]; ok && !strings.EqualFold(cs, "utf-8") && !strings.EqualFold(cs, "utf8") {
+		return apierr.Invalid(ReasonContentType, "", "Content-Type charset must be utf-8 (JSON is UTF-8), not %q", cs)
+	}
+	return nil
 }
 
 func rawBody(req events.APIGatewayV2HTTPRequest) ([]byte, error) {
@@ -309,7 +340,7 @@ func (g *Gateway) respond(call *Call, body []byte, err error) events.APIGatewayV
 		Headers: map[string]string{"content-type": "application/json", "x-request-id": call.RequestID}}
 }
 
-// ErrorEnvelope is the one encoding of an error answer (SPEC §2): its HTTP
+// ErrorEnvelope is the one encoding of an error answer: its HTTP
 // status and `{"error":{code,message,details},"requestId"}`. Anything that
 // is not an *apierr.Error, and every INTERNAL, shows a generic message.
 func ErrorEnvelope(requestID string, err error) (int, []byte) {

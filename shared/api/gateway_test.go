@@ -106,7 +106,7 @@ func headerRequest(authorization, body string) events.APIGatewayV2HTTPRequest {
 			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/api/compute/pools/get"}}}
 }
 
-// envelope is the error body of SPEC §2.
+// envelope is the error body (docs/reference, Errors).
 type envelope struct {
 	Error struct {
 		Code    apierr.Code    `json:"code"`
@@ -382,6 +382,59 @@ func TestBodyLimit(t *testing.T) {
 				t.Errorf("a refused body reached the handler (%d) or IAM (%d)", spy.calls, len(d.Calls()))
 			}
 		})
+	}
+}
+
+// A body declared as anything but JSON is refused before it is read; one
+// without a Content-Type is read as JSON.
+func TestContentType(t *testing.T) {
+	for _, tc := range []struct {
+		contentType string
+		ok          bool
+	}{
+		{"application/json", true},
+		{"application/json; charset=utf-8", true},
+		{"Application/JSON;charset=UTF-8", true},
+		{"", true},
+		{"text/plain", false},
+		{"application/x-www-form-urlencoded", false},
+		{"application/json; charset=latin1", false},
+		{"application/vnd.api+json", false},
+		{"json", false},
+	} {
+		t.Run(tc.contentType, func(t *testing.T) {
+			d := allow()
+			g, _ := newGateway(d, false)
+			spy := &handlerSpy{}
+			req := jwtRequest("alice", goodBody)
+			if tc.contentType == "" {
+				delete(req.Headers, "content-type")
+			} else {
+				req.Headers["content-type"] = tc.contentType
+			}
+			resp := g.Serve(context.Background(), poolsGet(spy, nil), req)
+			if tc.ok {
+				if resp.StatusCode != 200 || spy.calls != 1 {
+					t.Fatalf("status %d, %d calls: %s", resp.StatusCode, spy.calls, resp.Body)
+				}
+				return
+			}
+			env := wantError(t, resp, 400, apierr.InvalidInput)
+			if env.Error.Details["reason"] != api.ReasonContentType || env.Error.Details["field"] != nil ||
+				!strings.Contains(env.Error.Message, "Content-Type") {
+				t.Errorf("details %v, message %q", env.Error.Details, env.Error.Message)
+			}
+			if spy.calls != 0 || len(d.Calls()) != 0 {
+				t.Errorf("a refused body reached the handler (%d) or IAM (%d)", spy.calls, len(d.Calls()))
+			}
+		})
+	}
+	// curl -d without -H: the message says what to add.
+	g, _ := newGateway(allow(), false)
+	req := jwtRequest("alice", goodBody)
+	req.Headers["content-type"] = "application/x-www-form-urlencoded"
+	if env := wantError(t, g.Serve(context.Background(), poolsGet(&handlerSpy{}, nil), req), 400, apierr.InvalidInput); !strings.Contains(env.Error.Message, "-H 'Content-Type: application/json'") {
+		t.Errorf("message %q", env.Error.Message)
 	}
 }
 

@@ -14,6 +14,21 @@ import (
 // LocalServer is where `make run` serves the API (BC_LISTEN's default).
 const LocalServer = "http://127.0.0.1:8080"
 
+// WireRules are the decoding rules a client's own validation needs beyond
+// the schemas: the reference's wire conventions and the OpenAPI document's
+// description both state them.
+var WireRules = []string{
+	"A request body is read as JSON. A `Content-Type` header, when sent, must be `application/json` (parameters allowed; a `charset` other than UTF-8 is not): " +
+		"anything else — such as the `application/x-www-form-urlencoded` that `curl -d` sends unless told otherwise — is `INVALID_INPUT` with `details.reason: content_type`. " +
+		"A request without a `Content-Type` is read as JSON.",
+	"An integer member takes any integral JSON number, as JSON Schema's `integer` does: `4`, `4.0` and `4e0` are the same count, `4.5` is `INVALID_INPUT` (`reason: type`). " +
+		"The one exception is the release statement inside a manifest's signed payload, whose `sequence` must be written as an integer (`7`, not `7.0` or `7e0`).",
+	"Times are RFC 3339 strings with `Z` or an offset (fractional seconds allowed; `t` and `z` may be lowercase, as RFC 3339 allows); answers give them in UTC.",
+	"A release manifest is a DSSE envelope (DSSE v1.0.2). As that specification requires, members the envelope or a signature does not define are ignored " +
+		"(a Sigstore bundle's `cert`, an extension); duplicate keys, wrong types and a missing `payloadType`, `payload`, `signatures` or `sig` are still `INVALID_INPUT` (`reason: malformed`). " +
+		"The release statement in the payload is decoded as strictly as a request.",
+}
+
 // Index renders docs/reference/README.md: the methods, the conventions
 // every method shares, the reservation state machine, the limits and the
 // documented values — all read from the catalog and the domain's constants.
@@ -37,10 +52,12 @@ func Index(served func(*Method) bool) string {
 		"Locally (`make run`) the base URL is `%s`.\n", LocalServer)
 	p("- The raw body is at most %s (else `INVALID_INPUT`, `details.reason: too_large`). Decoding is strict at every depth: an unknown member, a duplicate key, `null`, "+
 		"a wrong JSON type, trailing data or nesting deeper than %d levels is `INVALID_INPUT` with `details.field` naming the member by its JSON path "+
-		"(`window.end`, `manifest.payload.binaries[0].url`).\n", bytesHuman(MaxBody), strictjson.MaxDepth)
+		"(`window.end`, `manifest.payload.binaries[0].url`); only a DSSE envelope's own unknown members are ignored (below).\n", bytesHuman(MaxBody), strictjson.MaxDepth)
 	p("- Every input has `tenantId`: the tenant the caller acts as, required, at most %d characters, matching `%s`. Every capacity method is scoped to it.\n",
 		*tenant.Max, TenantIDPattern)
-	p("- Times are RFC 3339 strings with `Z` or an offset (fractional seconds allowed); answers give them in UTC.\n")
+	for _, r := range WireRules {
+		p("- %s\n", r)
+	}
 	p("- Success is HTTP 200 with the method's result object (each method's Output table). Every answer carries an `x-request-id` header, the same id as an error's `requestId`.\n")
 
 	p("\n## Authentication\n\n")

@@ -32,7 +32,7 @@ type Page struct {
 
 type RegisterReleaseInput struct {
 	Tenant
-	Manifest strictjson.Object `json:"manifest" bc:"required,doc=a DSSE envelope (see Manifest)"`
+	Manifest strictjson.Object `json:"manifest" bc:"required,doc=the signed release: a DSSE envelope (see Manifest)" shape:"dsse"`
 }
 
 type ListReleasesInput struct {

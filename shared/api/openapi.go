@@ -6,8 +6,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"github.com/bettercompute/control-plane/shared/apierr"
 )
 
 // OpenAPIVersion is the version of the OpenAPI specification the document
@@ -21,28 +19,6 @@ const OpenAPIVersion = "3.1.0"
 // narrowed to the codes and details keys of that method.
 func OpenAPI() ([]byte, error) {
 	s := newSchemas()
-	s.components.set("Error", obj(
-		"type", "object",
-		"description", "An API error: `code` and `details` are the contract, `message` is for people.",
-		"properties", obj(
-			"code", obj("type", "string", "enum", apierr.Codes, "description", "the error code; the HTTP status follows from it"),
-			"message", obj("type", "string", "description", "what went wrong, for people"),
-			"details", obj("type", "object", "description", "what a caller needs to act on the error (always present, empty when there is nothing to add)"),
-		),
-		"required", []string{"code", "message", "details"},
-		"additionalProperties", false,
-	))
-	s.components.set("ErrorEnvelope", obj(
-		"type", "object",
-		"description", "The body of every error answer.",
-		"properties", obj(
-			"error", obj("$ref", "#/components/schemas/Error"),
-			"requestId", obj("type", "string", "description", "the request's id, also the x-request-id header; quote it when reporting a problem"),
-		),
-		"required", []string{"error", "requestId"},
-		"additionalProperties", false,
-	))
-
 	paths := obj()
 	for _, r := range ResourceDocs {
 		for _, m := range r.Methods() {
@@ -59,7 +35,10 @@ func OpenAPI() ([]byte, error) {
 			"title", "Better Compute control plane API",
 			"version", latestPhase(),
 			"description", "Generated from the method catalog (shared/api/catalog.go) by `make docs`. "+
-				"Wire conventions, the reservation state machine, limits and the meaning of every documented value: docs/reference/README.md in the repository.",
+				"Wire conventions, the reservation state machine, limits and the meaning of every documented value: docs/reference/README.md in the repository.\n\n"+
+				"Decoding rules beyond the schemas:\n\n- "+strings.Join(WireRules, "\n- "),
+			"contact", obj("name", "Better Compute control plane team"),
+			"license", obj("name", "Proprietary: internal to Better Compute", "identifier", "LicenseRef-BetterCompute-Proprietary"),
 		),
 		"servers", []*object{obj("url", LocalServer, "description", "the local gateway of `make run` (BC_LISTEN)")},
 		"security", []*object{obj("bearer", []string{})},
@@ -155,14 +134,36 @@ func errorResponse(m *Method, sc StatusCodes, headers *object) *object {
 			details.get(k).(*object).set("enum", v)
 		}
 	}
-	narrow := obj("type", "object", "properties", obj("error", obj(
+	// A complete schema for each status (no allOf over a shared base):
+	// generated clients type code, message and details from it alone.
+	codes := make([]string, len(sc.Codes))
+	for i, c := range sc.Codes {
+		codes[i] = string(c)
+	}
+	envelope := obj(
 		"type", "object",
-		"properties", obj("code", obj("enum", sc.Codes), "details", obj("type", "object", "properties", details)),
-	)))
+		"description", "The error envelope: `code` and `details` are the contract, `message` is for people.",
+		"properties", obj(
+			"error", obj(
+				"type", "object",
+				"properties", obj(
+					"code", obj("type", "string", "enum", codes, "description", "the error code; the HTTP status follows from it"),
+					"message", obj("type", "string", "description", "what went wrong, for people"),
+					"details", obj("type", "object", "properties", details,
+						"description", "what a caller needs to act on the error (always present, empty when there is nothing to add)"),
+				),
+				"required", []string{"code", "message", "details"},
+				"additionalProperties", false,
+			),
+			"requestId", obj("type", "string", "description", "the request's id, also the x-request-id header; quote it when reporting a problem"),
+		),
+		"required", []string{"error", "requestId"},
+		"additionalProperties", false,
+	)
 	return obj(
 		"description", strings.Join(when, "\n\n"),
 		"headers", headers,
-		"content", obj("application/json", obj("schema", obj("allOf", []any{obj("$ref", "#/components/schemas/ErrorEnvelope"), narrow}))),
+		"content", obj("application/json", obj("schema", envelope)),
 	)
 }
 

@@ -129,6 +129,37 @@ func TestOpenAPIFollowsTheCatalog(t *testing.T) {
 		if !slices.Equal(in.Required, required) {
 			t.Errorf("%s: required %v, want %v", m.Name, in.Required, required)
 		}
+		// Each error answer is a complete schema of its own (no allOf
+		// over a base a generator may not merge): code a string of the
+		// status's codes, message and details required.
+		for _, sc := range m.ErrorStatuses() {
+			env := op.Responses.Status(sc.Status).Value.Content.Get("application/json").Schema.Value
+			e := env.Properties["error"]
+			if len(env.AllOf) > 0 || e == nil || !slices.Equal(env.Required, []string{"error", "requestId"}) {
+				t.Errorf("%s %d: the envelope schema is not self-contained: %+v", m.Name, sc.Status, env)
+				continue
+			}
+			code := e.Value.Properties["code"]
+			if code == nil || !code.Value.Type.Is("string") || len(code.Value.Enum) != len(sc.Codes) ||
+				e.Value.Properties["message"] == nil || !e.Value.Properties["message"].Value.Type.Is("string") ||
+				!slices.Equal(e.Value.Required, []string{"code", "message", "details"}) {
+				t.Errorf("%s %d: error %+v", m.Name, sc.Status, e.Value)
+			}
+		}
+	}
+	// The release manifest is a typed DSSE envelope, open to unknown
+	// members as DSSE requires; its signatures too.
+	manifest := doc.Components.Schemas["RegisterReleaseInput"].Value.Properties["manifest"].Value
+	if len(manifest.AllOf) != 1 || manifest.AllOf[0].Ref != "#/components/schemas/Envelope" {
+		t.Fatalf("manifest %+v", manifest)
+	}
+	env := doc.Components.Schemas["Envelope"].Value
+	sigs := env.Properties["signatures"].Value
+	sig := doc.Components.Schemas["EnvelopeSignature"].Value
+	if !slices.Equal(env.Required, []string{"payloadType", "payload", "signatures"}) || env.AdditionalProperties.Has == nil || !*env.AdditionalProperties.Has ||
+		sigs.Items.Ref != "#/components/schemas/EnvelopeSignature" || sigs.MaxItems == nil || *sigs.MaxItems != 16 ||
+		!slices.Equal(sig.Required, []string{"sig"}) || sig.Properties["keyid"] == nil || sig.AdditionalProperties.Has == nil || !*sig.AdditionalProperties.Has {
+		t.Errorf("envelope %+v\nsignatures %+v\nsignature %+v", env, sigs, sig)
 	}
 	// The constraints strict decoding enforces are the schema's.
 	create := doc.Components.Schemas["CreateReservationInput"].Value

@@ -5,7 +5,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
-// The result objects of the methods (SPEC §4): each method's Output in the
+// The result objects of the methods: each method's Output in the
 // catalog. Their `doc` tags, and those of the domain types they carry
 // (shared/capacity, shared/rollout), are the reference's output tables and
 // the OpenAPI document's response schemas.

@@ -2,6 +2,7 @@ package api
 
 import (
 	"fmt"
+	"reflect"
 	"regexp"
 	"strings"
 
@@ -72,7 +73,14 @@ type printer func(format string, args ...any)
 
 func inputTable(p printer, m *Method) {
 	p("### Input\n\n| Field | Type | Required | Constraints |\n|---|---|---|---|\n")
-	for _, f := range strictjson.Describe(m.Input) {
+	inputRows(p, m.Input, "")
+}
+
+// inputRows writes the rows of struct t's members under prefix; an Object
+// member with a shape is followed by the rows of its shape's members, a
+// struct array by those of its elements ("manifest.signatures[].sig").
+func inputRows(p printer, t reflect.Type, prefix string) {
+	for _, f := range strictjson.Describe(t) {
 		var c []string
 		if f.Constraints != "" {
 			c = append(c, f.Constraints)
@@ -83,7 +91,17 @@ func inputTable(p printer, m *Method) {
 		if f.Doc != "" {
 			c = append(c, ExpandDoc(f.Doc))
 		}
-		p("| `%s` | %s | %s | %s |\n", f.Name, f.Type, yesNo(f.Required), cell(codePatterns.ReplaceAllString(strings.Join(c, "; "), "$1 `$2`")))
+		p("| `%s` | %s | %s | %s |\n", prefix+f.Name, f.Type, yesNo(f.Required), cell(codePatterns.ReplaceAllString(strings.Join(c, "; "), "$1 `$2`")))
+		if strings.Contains(f.Name, ".") {
+			continue // a nested struct's member: Describe flattens them
+		}
+		sf := fieldOf(t, f.Name)
+		switch e := deref(sf.Type); {
+		case objectShape(sf) != nil:
+			inputRows(p, objectShape(sf), prefix+f.Name+".")
+		case e.Kind() == reflect.Slice && isStruct(deref(e.Elem())):
+			inputRows(p, deref(e.Elem()), prefix+f.Name+"[].")
+		}
 	}
 }
 

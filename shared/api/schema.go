@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -182,8 +183,33 @@ func (s *schemas) inputObject(t reflect.Type) *object {
 	if len(req) > 0 {
 		o.set("required", req)
 	}
-	// Strict decoding refuses every member the type does not define.
-	return o.set("additionalProperties", false)
+	// Strict decoding refuses every member the type does not define, but
+	// where the type follows a format that tells consumers to ignore them
+	// (strictjson.IgnoreUnknown: the DSSE envelope).
+	return o.set("additionalProperties", strictjson.IgnoresUnknown(t))
+}
+
+// objectShapes are the Go types a strictjson.Object member's `shape` tag
+// names: the object is kept as sent for its module's own strict decode,
+// which the type drives (rollout.Envelope for a release manifest); the
+// docs describe it from the same type.
+var objectShapes = map[string]reflect.Type{
+	"dsse": reflect.TypeFor[rollout.Envelope](),
+}
+
+var apiPackage = reflect.TypeFor[Tenant]().PkgPath()
+
+// objectShape is the type of an Object member's shape tag, or nil.
+func objectShape(f strictjson.Field) reflect.Type {
+	name := f.Tag.Get("shape")
+	if name == "" {
+		return nil
+	}
+	t, ok := objectShapes[name]
+	if !ok {
+		panic("api: unknown object shape " + name)
+	}
+	return t
 }
 
 func (s *schemas) inputValue(t reflect.Type, f strictjson.Field) *object {
@@ -191,7 +217,14 @@ func (s *schemas) inputValue(t reflect.Type, f strictjson.Field) *object {
 	case strictjson.IsTime(t):
 		return obj("type", "string", "format", "date-time")
 	case strictjson.IsObject(t):
+		if shape := objectShape(f); shape != nil {
+			return obj("allOf", []any{s.input(shape)})
+		}
 		return obj("type", "object")
+	case isStruct(t) && t.PkgPath() != apiPackage:
+		// A domain type (a shape's parts): a component, which generated
+		// clients name after it.
+		return s.input(t)
 	case isStruct(t):
 		return s.inputObject(t)
 	}

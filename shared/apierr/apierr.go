@@ -11,7 +11,7 @@ import (
 	"net/http"
 )
 
-// Code is one of the API's error codes (SPEC §2).
+// Code is one of the API's error codes (docs/reference, Errors).
 type Code string
 
 const (
@@ -61,7 +61,7 @@ type Error struct {
 	Code    Code   `json:"code"`
 	Message string `json:"message"`
 	// Details is always encoded: an empty object when there is nothing to
-	// add (SPEC §2).
+	// add.
 	Details map[string]any `json:"details"`
 	// Cause is logged, never serialized.
 	Cause error `json:"-"`

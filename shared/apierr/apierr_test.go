@@ -13,7 +13,7 @@ import (
 )
 
 func TestHTTPStatus(t *testing.T) {
-	// The table of SPEC §2, plus NOT_IMPLEMENTED for unserved methods.
+	// The contract's table of codes, plus NOT_IMPLEMENTED for unserved methods.
 	want := map[apierr.Code]int{
 		apierr.InvalidInput:      400,
 		apierr.Unauthenticated:   401,

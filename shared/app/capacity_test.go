@@ -104,7 +104,7 @@ func TestCapacityWireValidation(t *testing.T) {
 		{"end null", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1,"window":{"end":null}}`, "window.end"},
 		{"time without offset", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1,"window":{"end":"2026-12-01T10:00:00"}}`, "window.end"},
 		{"count as string", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":"1","window":{"end":"` + end + `"}}`, "count"},
-		{"count 1.0", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1.0,"window":{"end":"` + end + `"}}`, "count"},
+		{"count 1.5", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1.5,"window":{"end":"` + end + `"}}`, "count"},
 		{"duplicate key", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1,"count":2,"window":{"end":"` + end + `"}}`, "count"},
 		{"window missing", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1}`, "window"},
 		{"clientToken too long", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"gpu","count":1,"window":{"end":"` + end + `"},"clientToken":"` + strings.Repeat("x", 65) + `"}`, "clientToken"},
@@ -126,7 +126,7 @@ func TestCapacityWireValidation(t *testing.T) {
 		t.Errorf("bad input left reservations: %v", l.Body)
 	}
 	// A resource the pool lacks is found after the draft and the decision
-	// (SPEC §4.4): INVALID_INPUT, and the draft is kept rejected (invalid).
+	// (docs/reference/reservations.md): INVALID_INPUT, and the draft is kept rejected (invalid).
 	w := h.raw("admin", "reservations.create", `{"tenantId":"acme","poolId":"p1","resource":"tpu","count":1,"window":{"end":"`+end+`"}}`)
 	if w.Status != 400 || w.detail("field") != "resource" || w.detail("reservationId") == nil {
 		t.Errorf("resource not in pool: %d %v", w.Status, w.Body)

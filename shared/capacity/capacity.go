@@ -181,8 +181,8 @@ type Quota struct {
 	TenantID string `json:"tenantId" doc:"the tenant the quota is for"`
 	PoolID   string `json:"poolId" doc:"the pool"`
 	Resource string `json:"resource" doc:"the pool's resource"`
-	Max      int64  `json:"max" doc:"how many devices the tenant may hold at once (0..${capacity.MaxQuota}); may exceed the pool's devices: a cap, not a guarantee"`
-	Used     int64  `json:"used" doc:"devices held now: the sum of count over the tenant's placed, binding and active reservations of this pool and resource (above max after max was lowered)"`
+	Max      int64  `json:"max" doc:"the most the tenant's live reservations of this pool and resource may hold charged (0..${capacity.MaxQuota}); may exceed the pool's devices: a cap, not a guarantee"`
+	Used     int64  `json:"used" doc:"what they hold charged: the sum of count over the tenant's placed, binding and active reservations of this pool and resource, each charged from admission until terminal, bookings for later included; not the devices held now (above max after max was lowered)"`
 }
 
 // Key returns the row's key.

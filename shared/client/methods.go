@@ -110,8 +110,8 @@ func (c *Client) PoolsUsagePages(ctx context.Context, in api.PoolUsageInput) ite
 }
 
 // QuotasGet calls quotas.get (POST /api/compute/quotas/get): returns the tenant's quota for one
-// pool and resource; a missing row is `max 0, used 0` (a missing row grants 0), not `NOT_FOUND`, so
-// it reveals nothing about pools the tenant cannot see.
+// pool and resource: `max`, and `used`, the counts its live reservations hold charged (from
+// admission until terminal, future bookings included; not the devices held now).
 func (c *Client) QuotasGet(ctx context.Context, in *api.GetQuotaInput) (*api.QuotaResult, error) {
 	out := new(api.QuotaResult)
 	if err := c.Call(ctx, "quotas.get", in, out); err != nil {

@@ -213,7 +213,7 @@ func TestTamperedRejected(t *testing.T) {
 // A base64 character carries 6 bits; the last character of an unpadded
 // 32-byte MAC (43 characters) carries 4 bits of MAC and 2 unused bits. A
 // cursor whose string differs from the one the server issued was tampered
-// with (SPEC §2) even if it decodes to the same bytes.
+// with (docs/architecture.md, Pagination cursors) even if it decodes to the same bytes.
 func TestNonCanonicalEncodingRejected(t *testing.T) {
 	c := cursor.New(key)
 	tok := c.Encode(binding, last)

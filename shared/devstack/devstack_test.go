@@ -377,7 +377,7 @@ func TestLineWriter(t *testing.T) {
 	}
 }
 
-// The dev policy grants what localstack/policy.json promises (SPEC §3).
+// The dev policy grants what localstack/policy.json promises (the README).
 func TestDevPolicy(t *testing.T) {
 	p, err := iam.LoadPolicy(filepath.Join(root(t), PolicyFile))
 	if err != nil {

@@ -12,7 +12,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
-// Request is what a decision is asked on (SPEC §3).
+// Request is what a decision is asked on (the README's Better IAM).
 type Request struct {
 	Principal  string         `json:"principal"`
 	Permission string         `json:"permission"`

@@ -17,7 +17,7 @@ var (
 	_ iam.Decider = (*iam.Client)(nil)
 )
 
-// specPolicy is the example policy of SPEC §3, verbatim.
+// specPolicy is the contract's example policy, verbatim.
 const specPolicy = `{"grants": [
   {"principal": "admin", "permissions": ["*"], "scopes": ["*"]},
   {"principal": "alice", "permissions": ["compute:reservations:*", "compute:quotas:read", "compute:pools:read"],

@@ -260,7 +260,7 @@ func (h *handler) methodNotAllowed(w http.ResponseWriter, r *http.Request, allow
 }
 
 // fail answers a request no endpoint serves in the API's error envelope
-// (SPEC §2), with a request id, and logs one line as the gateway does. The
+// (docs/reference, Errors), with a request id, and logs one line as the gateway does. The
 // status is explicit: 405 carries INVALID_INPUT, which is otherwise 400.
 func (h *handler) fail(w http.ResponseWriter, r *http.Request, status int, e *apierr.Error) {
 	id := api.NewRequestID()

@@ -275,7 +275,7 @@ func TestQuickstart(t *testing.T) {
 }
 
 // The printed export command, pasted into a shell, sets every variable the
-// bc CLI reads to this stack's values.
+// bcctl CLI reads to this stack's values.
 func TestExportsSetWhatTheCLIReads(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Skip("no bash")
@@ -302,10 +302,10 @@ func TestExportsSetWhatTheCLIReads(t *testing.T) {
 			t.Errorf("%s=%q after the export, want %q", kv[0], env[kv[0]], kv[1])
 		}
 	}
-	// What cmd/bc reads, from its source: a variable it starts reading
+	// What cmd/bcctl reads, from its source: a variable it starts reading
 	// must be exported too (or listed here with why not).
 	notExported := map[string]string{"AWS_ACCESS_KEY_ID": "unset, the CLI uses dummy credentials against local endpoints"}
-	files, _ := filepath.Glob("../../cmd/bc/*.go")
+	files, _ := filepath.Glob("../../cmd/bcctl/*.go")
 	reads := regexp.MustCompile(`(?:[Gg]etenv|envOr)\("([A-Z0-9_]+)"`)
 	seen := 0
 	for _, f := range files {
@@ -319,12 +319,12 @@ func TestExportsSetWhatTheCLIReads(t *testing.T) {
 		for _, m := range reads.FindAllSubmatch(src, -1) {
 			seen++
 			if v := string(m[1]); !exported[v] && notExported[v] == "" {
-				t.Errorf("cmd/bc reads %s (%s), which the quickstart does not export", v, f)
+				t.Errorf("cmd/bcctl reads %s (%s), which the quickstart does not export", v, f)
 			}
 		}
 	}
 	if seen == 0 {
-		t.Fatal("found no variable cmd/bc reads: the pattern is stale")
+		t.Fatal("found no variable cmd/bcctl reads: the pattern is stale")
 	}
 }
 

@@ -22,10 +22,12 @@ type Example struct {
 func Examples(now time.Time) []Example {
 	end := now.UTC().Add(time.Hour).Truncate(time.Minute).Format(time.RFC3339)
 	return []Example{
-		// Releases are the platform's (SPEC §4.1): not a tenant's.
+		// Releases are the platform's, not a tenant's.
 		{"List releases (platform admin)", "releases.list", "admin", `{"tenantId":"platform"}`},
-		{"Create a pool of 8 H100s owned by tenant acme", "pools.create", "admin",
-			`{"tenantId":"acme","poolId":"gpu-pool-1","resources":{"gpu.h100":8}}`},
+		// The README's pool, to the device: whichever creates it second
+		// gets it back (the same request), not CONFLICT.
+		{"Create a pool of 16 H100s (two nodes of 8) owned by tenant acme", "pools.create", "admin",
+			`{"tenantId":"acme","poolId":"gpu-pool-1","resources":{"gpu.h100":16}}`},
 		{"Reserve 2 of them for the next hour", "reservations.create", "admin",
 			`{"tenantId":"acme","poolId":"gpu-pool-1","resource":"gpu.h100","count":2,"window":{"end":"` + end + `"}}`},
 	}
@@ -40,9 +42,9 @@ type Stack struct {
 	Region         string
 }
 
-// CLIEnv is the environment of the bc CLI against the stack, in print order:
-// every variable cmd/bc reads (a test checks), so `bc call`, `bc pools
-// show`, `bc sign -kms-key` and `bc check` work as pasted. No AWS
+// CLIEnv is the environment of the bcctl CLI against the stack, in print order:
+// every variable cmd/bcctl reads (a test checks), so `bcctl call`, `bcctl pools
+// show`, `bcctl sign --kms-key` and `bcctl check` work as pasted. No AWS
 // credentials: against a local endpoint the CLI uses dummy ones.
 func (s Stack) CLIEnv() [][2]string {
 	return [][2]string{
@@ -76,7 +78,7 @@ func shellQuote(s string) string {
 
 // Quickstart is the copy-paste text `make run` prints: curl calls against
 // the stack with dev tokens (Bearer dev:<principal>, local gateway only),
-// then the environment for the bc CLI.
+// then the environment for the bcctl CLI.
 func Quickstart(s Stack, now time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Better Compute local stack: %s (health: %s%s)\n", s.URL, s.URL, HealthPath)
@@ -86,7 +88,7 @@ func Quickstart(s Stack, now time.Time) string {
 		fmt.Fprintf(&b, "\n# %s\ncurl -sS -X POST %s%s \\\n  -H 'Authorization: Bearer dev:%s' -H 'Content-Type: application/json' \\\n  -d '%s'\n",
 			ex.Title, s.URL, m.Path(), ex.Principal, ex.Body)
 	}
-	fmt.Fprintf(&b, "\n# The bc CLI (go run ./cmd/bc …) in another shell; the ports stay across restarts while free:\n%s\n", s.Exports())
+	fmt.Fprintf(&b, "\n# The bcctl CLI (go run ./cmd/bcctl …) in another shell; the ports stay across restarts while free:\n%s\n", s.Exports())
 	b.WriteString("\nStop with Ctrl-C; state persists under BC_STATE_DIR (default .local/).\n")
 	return b.String()
 }

@@ -15,7 +15,7 @@ import (
 	"slices"
 )
 
-// Pins are the release signing keys a manifest must be signed by (SPEC §4.1):
+// Pins are the release signing keys a manifest must be signed by (docs/reference/releases.md):
 // at least Threshold distinct pinned keys must sign.
 type Pins struct {
 	keys      map[string]crypto.PublicKey // keyid -> *ecdsa.PublicKey (P-256) or ed25519.PublicKey
@@ -106,7 +106,7 @@ func ParsePEMBundle(data []byte) ([]crypto.PublicKey, error) {
 
 // NewPins pins keys (deduplicated by keyid) with a threshold that must be in
 // 1..number of distinct keys: anything else is a configuration error at start
-// (SPEC §9), never a request error.
+// (a misconfiguration), never a request error.
 func NewPins(keys []crypto.PublicKey, threshold int) (*Pins, error) {
 	p := &Pins{keys: make(map[string]crypto.PublicKey, len(keys)), threshold: threshold}
 	for i, k := range keys {

@@ -1,4 +1,4 @@
-// Package rollout registers and lists signed bcd releases (SPEC §4.1–4.2).
+// Package rollout registers and lists signed bcd releases (docs/reference/releases.md).
 // It knows nothing of Lambda or DynamoDB: it verifies DSSE manifests under
 // the release pins and records releases through the Store interface.
 package rollout
@@ -21,7 +21,7 @@ type Binary struct {
 // Statement is the signed release statement (the DSSE payload).
 type Statement struct {
 	Version  string     `json:"version" bc:"required,max=64"`
-	Sequence int64      `json:"sequence" bc:"required,min=1,max=9007199254740991"`
+	Sequence int64      `json:"sequence" bc:"required,min=1,max=9007199254740991,strictint"`
 	Expires  *time.Time `json:"expires"`
 	Binaries []Binary   `json:"binaries" bc:"required,min=1,max=64"`
 }

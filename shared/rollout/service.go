@@ -8,7 +8,7 @@ import (
 )
 
 // Store records releases. Implementations enforce the channel ordering with
-// conditional writes (SPEC §5 "Release ordering").
+// conditional writes (docs/architecture.md, Release ordering).
 type Store interface {
 	// Register records r unless its version exists. It answers the stored
 	// release and replayed=true when the version is recorded with the same

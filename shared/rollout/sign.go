@@ -24,28 +24,46 @@ const (
 )
 
 // SignEnvelope builds a DSSE envelope (JSON) over payload with PayloadType,
-// one signature per signer, each carrying keyid = KeyID(signer.Public()).
+// one signature per signer, each naming its key by KeyID (the hex SHA-256
+// of its SubjectPublicKeyInfo DER): SignEnvelopeNaming with those ids.
+func SignEnvelope(payload []byte, signers ...crypto.Signer) ([]byte, error) {
+	ids := make([]string, len(signers))
+	for i, s := range signers {
+		id, err := KeyID(s.Public())
+		if err != nil {
+			return nil, fmt.Errorf("rollout: signer %d: %w", i, err)
+		}
+		ids[i] = id
+	}
+	return SignEnvelopeNaming(payload, ids, signers...)
+}
+
+// SignEnvelopeNaming is SignEnvelope with the keyid each signature names:
+// keyIDs[i] for signers[i], "" for none (the member is left out). The
+// keyid is a hint to verifiers; this API tries every pinned key whatever
+// it says, while other DSSE verifiers skip a signature whose keyid is not
+// their verifier's (docs/architecture.md, DSSE interoperability).
+//
 // ECDSA P-256 signers receive SHA-256(PAE) with crypto.SHA256 and return an
 // ASN.1 DER signature, so a KMS-backed crypto.Signer (ECC_NIST_P256,
 // ECDSA_SHA_256) works; Ed25519 signers receive PAE itself with
 // crypto.Hash(0). Every signature is checked under its public key before it
 // is returned, so a misconfigured signer fails here rather than at register.
-func SignEnvelope(payload []byte, signers ...crypto.Signer) ([]byte, error) {
+func SignEnvelopeNaming(payload []byte, keyIDs []string, signers ...crypto.Signer) ([]byte, error) {
 	if len(signers) == 0 {
 		return nil, errors.New("rollout: SignEnvelope needs at least one signer")
 	}
+	if len(keyIDs) != len(signers) {
+		return nil, fmt.Errorf("rollout: %d keyids for %d signers", len(keyIDs), len(signers))
+	}
 	pae := dsse.PAE(PayloadType, payload)
-	env := envelope{
+	env := Envelope{
 		PayloadType: PayloadType,
 		Payload:     base64.StdEncoding.EncodeToString(payload),
-		Signatures:  make([]envelopeSignature, 0, len(signers)),
+		Signatures:  make([]EnvelopeSignature, 0, len(signers)),
 	}
 	for i, s := range signers {
 		pub, err := supportedKey(s.Public())
-		if err != nil {
-			return nil, fmt.Errorf("rollout: signer %d: %w", i, err)
-		}
-		id, err := KeyID(pub)
 		if err != nil {
 			return nil, fmt.Errorf("rollout: signer %d: %w", i, err)
 		}
@@ -57,12 +75,12 @@ func SignEnvelope(payload []byte, signers ...crypto.Signer) ([]byte, error) {
 			sig, err = s.Sign(rand.Reader, pae, crypto.Hash(0))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("rollout: signer %d (%s): %w", i, id, err)
+			return nil, fmt.Errorf("rollout: signer %d: %w", i, err)
 		}
 		if !verifySignature(pub, pae, sig) {
-			return nil, fmt.Errorf("rollout: signer %d (%s) produced a signature that does not verify under its public key", i, id)
+			return nil, fmt.Errorf("rollout: signer %d produced a signature that does not verify under its public key (an ECDSA signer must return ASN.1 DER, not r‖s)", i)
 		}
-		env.Signatures = append(env.Signatures, envelopeSignature{KeyID: id, Sig: base64.StdEncoding.EncodeToString(sig)})
+		env.Signatures = append(env.Signatures, EnvelopeSignature{KeyID: keyIDs[i], Sig: base64.StdEncoding.EncodeToString(sig)})
 	}
 	return json.Marshal(env)
 }

@@ -22,19 +22,19 @@ import (
 )
 
 // Patterns named by the tags of Binary (release.go): a platform is os/arch
-// or os/arch/variant in lowercase (SPEC §9); a digest is lowercase hex.
+// or os/arch/variant in lowercase (docs/reference/releases.md); a digest is lowercase hex.
 var (
 	_ = strictjson.RegisterPattern("platform", `^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9_.]+)?$`)
 	_ = strictjson.RegisterPattern("sha256hex", `^[0-9a-f]{64}$`)
 )
 
 // semverPattern is the official SemVer 2.0.0 expression (semver.org). Build
-// metadata is allowed and, as SPEC §9 says, makes a distinct version.
+// metadata is allowed and makes a distinct version.
 var semverPattern = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)` +
 	`(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?` +
 	`(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
 
-// Reasons carried in details.reason of a rejected manifest (SPEC §4.1, §9).
+// Reasons carried in details.reason of a rejected manifest (docs/reference/releases.md).
 const (
 	ReasonMalformed         = "malformed"
 	ReasonPayloadType       = "payload_type"
@@ -47,18 +47,25 @@ const (
 	ReasonNoLinuxBinary     = "no_linux_binary"
 )
 
-// envelope is a DSSE envelope as sent in the request's `manifest`. At most 16
-// signatures (more is malformed) bound the work of one request, since every
-// signature may be tried against every pinned key; thresholds are small.
-type envelope struct {
-	PayloadType string              `json:"payloadType" bc:"required"`
-	Payload     string              `json:"payload" bc:"required"`
-	Signatures  []envelopeSignature `json:"signatures" bc:"required,max=16"`
+// Envelope is a DSSE envelope (DSSE v1.0.2) as sent in the request's
+// `manifest`: what Verify decodes, and what the API reference and the
+// OpenAPI document describe. As the DSSE specification says, members the
+// envelope or a signature does not define are ignored (consumers MUST
+// ignore unrecognized fields); duplicate keys, wrong types and a missing
+// member are malformed. At most 16 signatures (more is malformed) bound the work of one request, since every signature may be
+// tried against every pinned key; thresholds are small.
+type Envelope struct {
+	strictjson.IgnoreUnknown
+	PayloadType string              `json:"payloadType" bc:"required" doc:"the payload's type: must be application/vnd.bettercompute.release.v1+json"`
+	Payload     string              `json:"payload" bc:"required" doc:"the release statement's bytes, base64 (standard or URL-safe alphabet, padded or not); verified as sent, never re-serialized"`
+	Signatures  []EnvelopeSignature `json:"signatures" bc:"required,max=16" doc:"signatures over DSSE PAE(payloadType, payload); the manifest verifies when signatures by at least the threshold of distinct pinned keys verify"`
 }
 
-type envelopeSignature struct {
-	KeyID string `json:"keyid,omitempty"` // a hint only
-	Sig   string `json:"sig" bc:"required"`
+// EnvelopeSignature is one signature of an Envelope.
+type EnvelopeSignature struct {
+	strictjson.IgnoreUnknown
+	KeyID string `json:"keyid,omitempty" doc:"a hint naming the signing key: bcctl sign writes the hex SHA-256 of the key's SubjectPublicKeyInfo DER (the pins' keyid); optional, and a signature is tried under every pinned key whatever it names"`
+	Sig   string `json:"sig" bc:"required" doc:"the signature, base64 (standard or URL-safe): ECDSA P-256 over SHA-256(PAE) as ASN.1 DER (what KMS ECDSA_SHA_256 returns; a raw r‖s signature does not verify), or Ed25519 over PAE"`
 }
 
 // Verified is what a verified manifest yields.
@@ -71,13 +78,13 @@ type Verified struct {
 
 // Verify checks a DSSE envelope (the JSON of the request's `manifest` object)
 // at time now. Every failure is an INVALID_INPUT *apierr.Error whose
-// details.reason follows SPEC §9's precedence: malformed (envelope) →
+// details.reason follows this precedence (the reference's): malformed (envelope) →
 // payload_type → unknown_key → bad_signature → threshold → malformed
 // (statement) → invalid_field → expired → duplicate_platform →
 // no_linux_binary. details.field is a JSON path from the request root
 // ("manifest.signatures[0].sig", "manifest.payload.binaries[0].url").
 func (p *Pins) Verify(envelopeJSON []byte, now time.Time) (*Verified, error) {
-	var env envelope
+	var env Envelope
 	if err := strictjson.Decode(envelopeJSON, &env, "manifest"); err != nil {
 		return nil, decodeError(ReasonMalformed, err, "manifest")
 	}
@@ -100,7 +107,7 @@ func (p *Pins) Verify(envelopeJSON []byte, now time.Time) (*Verified, error) {
 	if err != nil {
 		return nil, err
 	}
-	st, err := parseStatement(payload, now)
+	st, err := ParseStatement(payload, now)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +121,7 @@ func (p *Pins) Verify(envelopeJSON []byte, now time.Time) (*Verified, error) {
 //
 // The counting is ours, not dsse.EnvelopeVerifier's: that verifier skips a
 // key whose id differs from a signature's keyid (here the keyid is only a
-// hint, SPEC §9, and its default ids are SSH fingerprints, not our SPKI
+// hint, and its default ids are SSH fingerprints, not our SPKI
 // hashes), does not accept unpadded base64, prints to stdout, and cannot
 // tell unknown_key from bad_signature from threshold. Only dsse.PAE is
 // used from the library.
@@ -128,7 +135,7 @@ func (p *Pins) Verify(envelopeJSON []byte, now time.Time) (*Verified, error) {
 // another pinned key than it named is not (it counts for that key).
 //
 // An empty signatures array is unknown_key: no signature by a pinned key.
-func (p *Pins) signers(env []envelopeSignature, sigs [][]byte, pae []byte) ([]string, error) {
+func (p *Pins) signers(env []EnvelopeSignature, sigs [][]byte, pae []byte) ([]string, error) {
 	credited := map[string]bool{}
 	named := false
 	badField := ""
@@ -188,14 +195,17 @@ func (p *Pins) verifiedUnder(hint string, sig, pae []byte) string {
 	return ""
 }
 
-// parseStatement decodes and checks the release statement. The split between
+// ParseStatement decodes and checks a release statement (the payload of a
+// manifest) at time now, as Verify does after the signatures: what `bcctl
+// sign` checks before it signs. Errors are INVALID_INPUT with details.field
+// under manifest.payload. The split between
 // reasons: what makes the payload not a JSON object of the statement's shape
 // (syntax errors, invalid UTF-8, trailing data, duplicate keys, unknown
 // fields, a non-object document) is malformed; a present field of the wrong
 // type (null included, "7", 7.0, 7e0 for sequence), a missing required field
 // or a violated constraint is invalid_field with details.field. Then expired,
 // duplicate_platform, no_linux_binary, in that order.
-func parseStatement(payload []byte, now time.Time) (Statement, error) {
+func ParseStatement(payload []byte, now time.Time) (Statement, error) {
 	const root = "manifest.payload"
 	var st Statement
 	if !utf8.Valid(payload) {
@@ -351,7 +361,7 @@ var base64Encodings = []*base64.Encoding{
 	base64.URLEncoding.Strict(), base64.RawURLEncoding.Strict(),
 }
 
-// decodeBase64 decodes DSSE's payload and sig fields (SPEC §9). Line breaks,
+// decodeBase64 decodes DSSE's payload and sig fields (standard or URL-safe, padded or not). Line breaks,
 // which Go's decoders would silently skip, are rejected.
 func decodeBase64(s string) ([]byte, error) {
 	if strings.ContainsAny(s, "\r\n") {

@@ -231,14 +231,23 @@ func TestVerifyReasons(t *testing.T) {
 		{"platform with variant", pins1, withStatement(statement(platforms("linux/arm64/v8", "linux/arm64"))), ok(idA)},
 		{"largest sequence", pins1, withStatement(statement(set("sequence", json.Number("9007199254740991")))), ok(idA)},
 		{"16 signatures", pins1, env(good, slices.Repeat([]sig{sigA}, 16)...), ok(idA)},
+		// DSSE v1.0.2: consumers MUST ignore unrecognized fields, of the
+		// envelope and of each signature (a Sigstore bundle's cert, an
+		// extension), whatever their value.
+		{"unknown envelope members are ignored", pins1,
+			raw(`{"payloadType":%q,"payload":%q,"signatures":[{"keyid":%q,"sig":%q}],"extension":{"kind":"x","v":[1,null]},"x":null}`, rollout.PayloadType, goodB64, idA, sigA.Sig),
+			ok(idA)},
+		{"unknown signature members are ignored", pins1,
+			raw(`{"payloadType":%q,"payload":%q,"signatures":[{"cert":"-----BEGIN CERTIFICATE-----","sig":%q,"extra":{}}]}`, rollout.PayloadType, goodB64, sigA.Sig),
+			ok(idA)},
 
 		// malformed envelope
 		{"not JSON", pins1, []byte(`{"payloadType":`), fail(malformed, "manifest.payloadType")},
 		{"empty", pins1, nil, fail(malformed, "manifest")},
 		{"not an object", pins1, []byte(`[]`), fail(malformed, "manifest")},
 		{"trailing data", pins1, append(withStatement(good), " {}"...), fail(malformed, "manifest")},
-		{"unknown envelope field", pins1,
-			raw(`{"payloadType":%q,"payload":%q,"signatures":[],"extra":1}`, rollout.PayloadType, goodB64),
+		{"duplicate unknown envelope member", pins1,
+			raw(`{"payloadType":%q,"payload":%q,"signatures":[],"extra":1,"extra":2}`, rollout.PayloadType, goodB64),
 			fail(malformed, "manifest.extra")},
 		{"duplicate envelope key", pins1,
 			raw(`{"payloadType":%q,"payloadType":%[1]q,"payload":%q,"signatures":[]}`, rollout.PayloadType, goodB64),
@@ -255,9 +264,9 @@ func TestVerifyReasons(t *testing.T) {
 		{"numeric keyid", pins1,
 			raw(`{"payloadType":%q,"payload":%q,"signatures":[{"keyid":1,"sig":%q}]}`, rollout.PayloadType, goodB64, sigA.Sig),
 			fail(malformed, "manifest.signatures[0].keyid")},
-		{"unknown signature field", pins1,
-			raw(`{"payloadType":%q,"payload":%q,"signatures":[{"sig":%q,"cert":""}]}`, rollout.PayloadType, goodB64, sigA.Sig),
-			fail(malformed, "manifest.signatures[0].cert")},
+		{"signature without sig", pins1,
+			raw(`{"payloadType":%q,"payload":%q,"signatures":[{"keyid":%q,"cert":""}]}`, rollout.PayloadType, goodB64, idA),
+			fail(malformed, "manifest.signatures[0].sig")},
 		{"17 signatures", pins1, env(good, seventeen...), fail(malformed, sigs)},
 		{"payload not base64", pins1, envelopeJSON(rollout.PayloadType, "not base64!", sigA), fail(malformed, payloadPath)},
 		{"payload mixes base64 alphabets", pins1, envelopeJSON(rollout.PayloadType, "ab+_", sigA), fail(malformed, payloadPath)},

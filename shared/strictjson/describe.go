@@ -12,7 +12,7 @@ type FieldDoc struct {
 	Type        string
 	Required    bool
 	Constraints string
-	Doc         string
+	Doc         string // from `bc:"doc=…"`, else the field's `doc:"…"` tag
 	Enum        string // the field's `enum` tag: the name of its documented values
 }
 
@@ -23,14 +23,15 @@ func Describe(t reflect.Type) []FieldDoc {
 	var walk func(t reflect.Type, prefix string)
 	walk = func(t reflect.Type, prefix string) {
 		for _, f := range fields(t) {
-			enum := t.FieldByIndex(f.index).Tag.Get("enum")
+			tag := t.FieldByIndex(f.index).Tag
+			enum := tag.Get("enum")
 			ft := f.typ
 			if ft.Kind() == reflect.Pointer {
 				ft = ft.Elem()
 			}
 			name := join(prefix, f.name)
 			out = append(out, FieldDoc{Name: name, Type: describeType(ft), Required: f.opts.required,
-				Constraints: describeOptions(ft, f.opts), Doc: f.opts.doc, Enum: enum})
+				Constraints: describeOptions(ft, f.opts), Doc: docOf(tag, f.opts), Enum: enum})
 			if ft.Kind() == reflect.Struct && ft != timeType {
 				walk(ft, name)
 			}
@@ -73,10 +74,10 @@ func describeOptions(t reflect.Type, o options) string {
 	switch t.Kind() {
 	case reflect.String:
 		if o.hasMin {
-			parts = append(parts, fmt.Sprintf("at least %d characters", o.min))
+			parts = append(parts, "at least "+Plural(o.min, "character"))
 		}
 		if o.hasMax {
-			parts = append(parts, fmt.Sprintf("at most %d characters", o.max))
+			parts = append(parts, "at most "+Plural(o.max, "character"))
 		}
 		if o.pattern != "" {
 			parts = append(parts, "matches "+pattern(o.pattern).String())
@@ -90,12 +91,15 @@ func describeOptions(t reflect.Type, o options) string {
 		case o.hasMax:
 			parts = append(parts, fmt.Sprintf("at most %d", o.max))
 		}
+		if o.strictInt {
+			parts = append(parts, "written as an integer (not 7.0 or 7e0)")
+		}
 	case reflect.Slice, reflect.Map:
 		if o.hasMin {
-			parts = append(parts, fmt.Sprintf("at least %d entries", o.min))
+			parts = append(parts, "at least "+Plural(o.min, "entry"))
 		}
 		if o.hasMax {
-			parts = append(parts, fmt.Sprintf("at most %d entries", o.max))
+			parts = append(parts, "at most "+Plural(o.max, "entry"))
 		}
 		if t.Kind() == reflect.Map && o.pattern != "" {
 			parts = append(parts, "keys match "+pattern(o.pattern).String())
@@ -132,10 +136,7 @@ func Fields(t reflect.Type) []Field {
 		sf := t.FieldByIndex(f.index)
 		_, jopts, _ := strings.Cut(sf.Tag.Get("json"), ",")
 		d := Field{Name: f.name, Type: f.typ, Required: f.opts.required, OmitEmpty: strings.Contains(","+jopts+",", ",omitempty,"),
-			Doc: f.opts.doc, Tag: sf.Tag}
-		if d.Doc == "" {
-			d.Doc = sf.Tag.Get("doc")
-		}
+			Doc: docOf(sf.Tag, f.opts), Tag: sf.Tag}
 		if f.opts.hasMin {
 			d.Min = &f.opts.min
 		}
@@ -148,6 +149,14 @@ func Fields(t reflect.Type) []Field {
 		out = append(out, d)
 	}
 	return out
+}
+
+// docOf is a field's description: `bc:"doc=…"`, else its `doc:"…"` tag.
+func docOf(tag reflect.StructTag, o options) string {
+	if o.doc != "" {
+		return o.doc
+	}
+	return tag.Get("doc")
 }
 
 // ValueBounds returns the bounds a named map type declares for its values
@@ -173,3 +182,20 @@ func TypeName(t reflect.Type) string { return describeType(t) }
 // it is kept as a raw JSON object (Object).
 func IsTime(t reflect.Type) bool   { return t == timeType }
 func IsObject(t reflect.Type) bool { return t == objectType }
+
+// Plural writes n and a noun, in the plural unless n is 1 ("1 character",
+// "3 entries", "2 nodes").
+func Plural[N int | int64](n N, noun string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, noun)
+	}
+	switch {
+	case strings.HasSuffix(noun, "y") && !strings.HasSuffix(noun, "ey"):
+		noun = noun[:len(noun)-1] + "ies"
+	case strings.HasSuffix(noun, "s"), strings.HasSuffix(noun, "x"):
+		noun += "es"
+	default:
+		noun += "s"
+	}
+	return fmt.Sprintf("%d %s", n, noun)
+}

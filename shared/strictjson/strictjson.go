@@ -9,7 +9,13 @@
 //	required       the field must be present
 //	max=N / min=N  string length in characters, or integer bounds
 //	pattern=NAME   the string must match the pattern registered as NAME
+//	strictint      an integer must be written as one: 7, not 7.0 or 7e0
+//	               (without it any integral number is taken, as JSON
+//	               Schema's integer: 7, 7.0, 7e0, 0.7e1)
 //	doc=TEXT       a short description for generated docs (no commas)
+//
+// A struct that embeds IgnoreUnknown skips the members it does not define
+// (at its own level) instead of refusing them.
 package strictjson
 
 import (
@@ -44,6 +50,21 @@ func (e *FieldError) Error() string {
 	}
 	return e.Field + ": " + e.Problem
 }
+
+// IgnoreUnknown, embedded in a struct, makes Decode skip the members the
+// struct does not define instead of refusing them: for formats whose own
+// specification tells consumers to ignore unrecognized fields (a DSSE
+// envelope and its signatures). Only that struct's level is lenient; its
+// members decode as strictly as anywhere, and duplicate keys, wrong types
+// and missing required members are refused as always.
+type IgnoreUnknown struct{}
+
+func (IgnoreUnknown) ignoresUnknownMembers() {}
+
+var ignoreUnknownType = reflect.TypeFor[interface{ ignoresUnknownMembers() }]()
+
+// IgnoresUnknown reports whether struct type t embeds IgnoreUnknown.
+func IgnoresUnknown(t reflect.Type) bool { return t.Implements(ignoreUnknownType) }
 
 // Object is a JSON object kept as sent (well formed, within MaxDepth) for a
 // later, context-specific strict decode.
@@ -380,12 +401,13 @@ func (d *decoder) raw() ([]byte, error) {
 }
 
 type options struct {
-	required bool
-	hasMin   bool
-	hasMax   bool
-	min, max int64
-	pattern  string
-	doc      string
+	required  bool
+	strictInt bool
+	hasMin    bool
+	hasMax    bool
+	min, max  int64
+	pattern   string
+	doc       string
 }
 
 func parseTag(tag string) options {
@@ -395,6 +417,8 @@ func parseTag(tag string) options {
 		switch k {
 		case "required":
 			o.required = true
+		case "strictint":
+			o.strictInt = true
 		case "min":
 			o.hasMin, o.min = true, mustInt(v)
 		case "max":
@@ -426,7 +450,7 @@ var (
 )
 
 // isIntLiteral reports whether a JSON number is written as an integer: no
-// fraction, no exponent (7.0 and 7e0 are not integers here).
+// fraction, no exponent (7.0 and 7e0 are not, for strictint fields).
 func isIntLiteral(lit string) bool {
 	lit = strings.TrimPrefix(lit, "-")
 	if lit == "" || (lit[0] == '0' && len(lit) > 1) {
@@ -438,6 +462,54 @@ func isIntLiteral(lit string) bool {
 		}
 	}
 	return true
+}
+
+// integralDigits rewrites a JSON number literal (valid by the grammar) that
+// denotes an integer as plain decimal digits ("7.0" → "7", "1.5e1" → "15",
+// "-0.0" → "0"); integral is false when it has a non-zero fraction. Digits
+// past 20 (more than int64 holds) are not written out: the result then
+// fails to parse as out of range, whatever the exponent, in time linear in
+// the literal.
+func integralDigits(lit string) (digits string, integral bool) {
+	neg := strings.HasPrefix(lit, "-")
+	lit = strings.TrimPrefix(lit, "-")
+	mant, exp, _ := strings.Cut(strings.ToLower(lit), "e")
+	whole, frac, _ := strings.Cut(mant, ".")
+	ds := strings.TrimLeft(whole+frac, "0")
+	if ds == "" {
+		return "0", true // zero, with any fraction or exponent
+	}
+	// The value is 0.ds × 10^point.
+	point := int64(len(whole) - (len(whole+frac) - len(ds)))
+	if exp != "" {
+		e, err := strconv.ParseInt(exp, 10, 64)
+		if err != nil || e > 1<<40 || e < -(1<<40) {
+			// An exponent beyond ±2^40 with non-zero digits: far out of
+			// range, or far from an integer.
+			if strings.HasPrefix(exp, "-") {
+				return "", false
+			}
+			return strings.Repeat("9", 20), true
+		}
+		point += e
+	}
+	switch {
+	case point <= 0:
+		return "", false // 0 < |value| < 1
+	case point > 20:
+		return strings.Repeat("9", 20), true // out of range
+	case int64(len(ds)) > point:
+		if strings.Trim(ds[point:], "0") != "" {
+			return "", false
+		}
+		ds = ds[:point]
+	default:
+		ds += strings.Repeat("0", int(point)-len(ds))
+	}
+	if neg {
+		ds = "-" + ds
+	}
+	return ds, true
 }
 
 func (d *decoder) constraint(format string, args ...any) error {
@@ -515,7 +587,14 @@ func (d *decoder) value(v reflect.Value, o options) error {
 		}
 		lit := tok.String()
 		if !isIntLiteral(lit) {
-			return d.fail("type", "expected integer, got number")
+			if o.strictInt {
+				return d.fail("type", "expected an integer written without fraction or exponent, got "+lit)
+			}
+			digits, integral := integralDigits(lit)
+			if !integral {
+				return d.fail("type", "expected integer, got "+lit)
+			}
+			lit = digits
 		}
 		i, err := strconv.ParseInt(lit, 10, 64)
 		if err != nil || v.OverflowInt(i) {
@@ -651,7 +730,14 @@ func (d *decoder) object(v reflect.Value) error {
 		d.push(segment{name: name, index: -1})
 		fi, ok := st.byName[name]
 		if !ok {
-			return d.fail("unknown_field", "unknown field")
+			if !st.ignoreUnknown {
+				return d.fail("unknown_field", "unknown field")
+			}
+			if err := d.dec.SkipValue(); err != nil {
+				return d.syntax(err)
+			}
+			d.pop()
+			continue
 		}
 		if present == nil {
 			present = make([]bool, len(st.fields))
@@ -682,8 +768,9 @@ type fieldInfo struct {
 // structInfo is a struct type's JSON fields, in declaration order, and an
 // index by name.
 type structInfo struct {
-	fields []fieldInfo
-	byName map[string]int
+	fields        []fieldInfo
+	byName        map[string]int
+	ignoreUnknown bool // the struct embeds IgnoreUnknown
 }
 
 var fieldCache sync.Map // reflect.Type -> *structInfo
@@ -694,7 +781,7 @@ func structOf(t reflect.Type) *structInfo {
 	if f, ok := fieldCache.Load(t); ok {
 		return f.(*structInfo)
 	}
-	st := &structInfo{byName: map[string]int{}}
+	st := &structInfo{byName: map[string]int{}, ignoreUnknown: IgnoresUnknown(t)}
 	var walk func(t reflect.Type, index []int)
 	walk = func(t reflect.Type, index []int) {
 		for i := 0; i < t.NumField(); i++ {
@@ -731,11 +818,14 @@ func join(path, key string) string {
 var rfc3339 = regexp.MustCompile(`^\d{4}-\d\d-\d\d[Tt]\d\d:\d\d:\d\d(\.\d{1,9})?([Zz]|[+-]([01]\d|2[0-3]):[0-5]\d)$`)
 
 // ParseTime accepts RFC 3339 with optional fractional seconds; a zone (Z or
-// an offset) is mandatory. Go's parser alone is looser than the RFC (it takes
-// a comma before the fraction and offsets like +24:00), hence the pattern.
+// an offset) is mandatory, and the T and Z may be lowercase (RFC 3339 §5.6
+// allows t and z). Go's parser alone is looser than the RFC elsewhere (it
+// takes a comma before the fraction and offsets like +24:00), hence the
+// pattern, and stricter here (an uppercase T and Z only), hence ToUpper:
+// the pattern leaves no other letter in the string.
 func ParseTime(s string) (time.Time, error) {
 	if !rfc3339.MatchString(s) {
 		return time.Time{}, fmt.Errorf("not an RFC 3339 time: %q", s)
 	}
-	return time.Parse(time.RFC3339Nano, s)
+	return time.Parse(time.RFC3339Nano, strings.ToUpper(s))
 }

@@ -50,6 +50,7 @@ type input struct {
 	Count    int               `json:"count" bc:"min=-3,max=100"`
 	Small    int32             `json:"small"`
 	Big      int64             `json:"big"`
+	Exact    int64             `json:"exact" bc:"strictint"`
 	Flag     bool              `json:"flag"`
 	Note     *string           `json:"note" bc:"max=3"`
 	Tags     []string          `json:"tags" bc:"min=1,max=3"`
@@ -184,6 +185,50 @@ func TestDecodeUnknownFields(t *testing.T) {
 	})
 }
 
+// lenient is a DSSE-like envelope: unknown members are skipped at its own
+// level (strictjson.IgnoreUnknown), its strict members stay strict.
+type lenient struct {
+	strictjson.IgnoreUnknown
+	Kind string       `json:"kind" bc:"required"`
+	Sigs []lenientSig `json:"sigs" bc:"required,max=2"`
+	Win  window       `json:"win"`
+}
+
+type lenientSig struct {
+	strictjson.IgnoreUnknown
+	Sig string `json:"sig" bc:"required"`
+}
+
+func TestDecodeIgnoreUnknown(t *testing.T) {
+	var v lenient
+	in := `{"ext":{"deep":[1,{"a":null}]},"kind":"k","sigs":[{"cert":"x","sig":"s","n":null}],"more":"x"}`
+	if err := strictjson.Decode([]byte(in), &v, "manifest"); err != nil {
+		t.Fatalf("Decode(%s) = %v", in, err)
+	}
+	if v.Kind != "k" || len(v.Sigs) != 1 || v.Sigs[0].Sig != "s" {
+		t.Errorf("decoded %+v", v)
+	}
+	if !strictjson.IgnoresUnknown(reflect.TypeFor[lenient]()) || strictjson.IgnoresUnknown(reflect.TypeFor[input]()) {
+		t.Error("IgnoresUnknown")
+	}
+	for _, tc := range []errCase{
+		{"duplicate unknown key", `{"kind":"k","sigs":[],"x":1,"x":2}`, "manifest.x", "duplicate_key", ""},
+		{"duplicate known key", `{"kind":"k","kind":"k","sigs":[]}`, "manifest.kind", "duplicate_key", ""},
+		{"wrong type", `{"kind":1,"sigs":[]}`, "manifest.kind", "type", ""},
+		{"null", `{"kind":"k","sigs":null}`, "manifest.sigs", "type", ""},
+		{"missing", `{"sigs":[],"x":1}`, "manifest.kind", "required", ""},
+		{"missing in a signature", `{"kind":"k","sigs":[{"cert":"x"}]}`, "manifest.sigs[0].sig", "required", ""},
+		{"limits still hold", `{"kind":"k","sigs":[{"sig":"a"},{"sig":"b"},{"sig":"c"}]}`, "manifest.sigs", "constraint", ""},
+		{"a member of another type stays strict", `{"kind":"k","sigs":[],"win":{"end":"2025-01-01T00:00:00Z","x":1}}`, "manifest.win.x", "unknown_field", ""},
+		{"malformed inside an unknown member", `{"kind":"k","sigs":[],"x":[1,}`, anyField, "malformed", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var v lenient
+			checkFieldError(t, strictjson.Decode([]byte(tc.in), &v, "manifest"), tc)
+		})
+	}
+}
+
 func TestDecodeDuplicateKeys(t *testing.T) {
 	runErrCases(t, []errCase{
 		{"root", `{"tenantId":"acme","tenantId":"acme"}`, "tenantId", "duplicate_key", "duplicate key"},
@@ -253,11 +298,16 @@ func TestDecodeWrongTypes(t *testing.T) {
 
 func TestDecodeIntegers(t *testing.T) {
 	runErrCases(t, []errCase{
-		{"fraction zero", doc(`"count":7.0`), "count", "type", "expected integer"},
-		{"exponent", doc(`"count":7e0`), "count", "type", "expected integer"},
-		{"upper exponent", doc(`"count":1E2`), "count", "type", "expected integer"},
-		{"negative exponent", doc(`"count":70e-1`), "count", "type", "expected integer"},
-		{"fraction", doc(`"count":7.5`), "count", "type", "expected integer"},
+		{"fraction", doc(`"count":7.5`), "count", "type", "expected integer, got 7.5"},
+		{"fraction past the exponent", doc(`"count":1.25e1`), "count", "type", "expected integer"},
+		{"below one", doc(`"count":0.5`), "count", "type", "expected integer"},
+		{"tiny", doc(`"count":1e-999999999999999999999`), "count", "type", "expected integer"},
+		{"integral but huge", doc(`"big":1e19`), "big", "constraint", "out of range"},
+		{"integral, huge exponent", doc(`"big":1e999999999999999999999`), "big", "constraint", "out of range"},
+		{"integral, huge, fraction written", doc(`"count":5.0e40`), "count", "constraint", "out of range"},
+		{"strictint fraction zero", doc(`"exact":7.0`), "exact", "type", "without fraction or exponent"},
+		{"strictint exponent", doc(`"exact":7e0`), "exact", "type", "without fraction or exponent"},
+		{"strictint upper exponent", doc(`"exact":1E2`), "exact", "type", "without fraction or exponent"},
 		{"quoted", doc(`"count":"7"`), "count", "type", "expected integer"},
 		{"int64 overflow", doc(`"big":9223372036854775808`), "big", "constraint", "out of range"},
 		{"int64 underflow", doc(`"big":-9223372036854775809`), "big", "constraint", "out of range"},
@@ -287,6 +337,19 @@ func TestDecodeIntegers(t *testing.T) {
 		{"int32 max", doc(`"small":2147483647`), func(v *input) bool { return v.Small == 2147483647 }},
 		{"int32 min", doc(`"small":-2147483648`), func(v *input) bool { return v.Small == -2147483648 }},
 		{"pointer bounds", doc(`"limit":1000`), func(v *input) bool { return v.Limit != nil && *v.Limit == 1000 }},
+		// Any integral number, as JSON Schema's integer (strictint aside).
+		{"fraction zero", doc(`"count":7.0`), func(v *input) bool { return v.Count == 7 }},
+		{"exponent", doc(`"count":7e0`), func(v *input) bool { return v.Count == 7 }},
+		{"upper exponent", doc(`"count":1E2`), func(v *input) bool { return v.Count == 100 }},
+		{"negative exponent", doc(`"count":70e-1`), func(v *input) bool { return v.Count == 7 }},
+		{"fraction moved by the exponent", doc(`"count":0.05e2`), func(v *input) bool { return v.Count == 5 }},
+		{"negative with fraction zero", doc(`"count":-3.000`), func(v *input) bool { return v.Count == -3 }},
+		{"zero with exponent", doc(`"count":0e99999999999999999999`), func(v *input) bool { return v.Count == 0 }},
+		{"minus zero point zero", doc(`"count":-0.0`), func(v *input) bool { return v.Count == 0 }},
+		{"int64 max with exponent", doc(`"big":922337203685477580.7e1`), func(v *input) bool { return v.Big == 9223372036854775807 }},
+		{"pointer with fraction zero", doc(`"limit":10.0`), func(v *input) bool { return v.Limit != nil && *v.Limit == 10 }},
+		{"map value with exponent", doc(`"counts":{"gpu":2e0}`), func(v *input) bool { return v.Counts["gpu"] == 2 }},
+		{"strictint literal", doc(`"exact":7`), func(v *input) bool { return v.Exact == 7 }},
 		{"absent pointer stays nil", doc(""), func(v *input) bool { return v.Limit == nil }},
 	}
 	for _, tc := range ok {
@@ -370,7 +433,7 @@ func TestDecodeSliceAndMapBounds(t *testing.T) {
 		{"slice above max", doc(`"tags":["a","b","c","d"]`), "tags", "constraint", "at most 3 elements"},
 		{"map value below ValueBounds", doc(`"counts":{"gpu":0}`), "counts.gpu", "constraint", "at least 1"},
 		{"map value above ValueBounds", doc(`"counts":{"gpu":2,"cpu":11}`), "counts.cpu", "constraint", "at most 10"},
-		{"map value not an integer literal", doc(`"counts":{"gpu":1.0}`), "counts.gpu", "type", "expected integer"},
+		{"map value not integral", doc(`"counts":{"gpu":1.5}`), "counts.gpu", "type", "expected integer"},
 	})
 	t.Run("bounds inclusive", func(t *testing.T) {
 		var v input
@@ -434,6 +497,9 @@ func TestDecodeTimes(t *testing.T) {
 		{"negative half-hour offset", "2025-03-04T05:06:07-05:30", time.Date(2025, 3, 4, 10, 36, 7, 0, time.UTC)},
 		{"fraction and offset", "2025-03-04T05:06:07.5+01:00", time.Date(2025, 3, 4, 4, 6, 7, 5e8, time.UTC)},
 		{"zero offset", "2025-03-04T05:06:07+00:00", time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)},
+		// RFC 3339 §5.6: "T" and "Z" may alternatively be lower case.
+		{"lowercase t and z", "2025-03-04t05:06:07z", time.Date(2025, 3, 4, 5, 6, 7, 0, time.UTC)},
+		{"lowercase t, offset", "2025-03-04t05:06:07.5+01:00", time.Date(2025, 3, 4, 4, 6, 7, 5e8, time.UTC)},
 	}
 	for _, tc := range ok {
 		t.Run(tc.name, func(t *testing.T) {
@@ -612,7 +678,7 @@ func TestDecodePrefix(t *testing.T) {
 	}
 
 	// A document whose root is an array: paths are prefix + "[i]..." (no
-	// dot before the bracket, SPEC §9), whichever stage finds the problem.
+	// dot before the bracket, docs/reference), whichever stage finds the problem.
 	for _, tc := range []errCase{
 		{"array root: unknown field (found while assigning)", `[{"platform":"a","x":1}]`, "p[0].x", "unknown_field", ""},
 		{"array root: type (found while assigning)", `[{"platform":1}]`, "p[0].platform", "type", ""},
@@ -753,12 +819,12 @@ func TestDescribe(t *testing.T) {
 		{Name: "count", Type: "integer", Required: true, Constraints: "1..64", Doc: "how many devices"},
 		{Name: "min", Type: "integer", Constraints: "at least 0"},
 		{Name: "max", Type: "integer", Constraints: "at most 9"},
-		{Name: "note", Type: "string", Constraints: "at least 1 characters; at most 3 characters"},
+		{Name: "note", Type: "string", Constraints: "at least 1 character; at most 3 characters"},
 		{Name: "window", Type: "object", Required: true},
 		{Name: "window.start", Type: "string (RFC 3339 time)"},
 		{Name: "window.end", Type: "string (RFC 3339 time)", Required: true},
 		{Name: "tags", Type: "array of string", Constraints: "at most 3 entries"},
-		{Name: "counts", Type: "map of string to integer", Constraints: "at least 1 entries; keys match " + keyPattern.String() + "; values 1..10"},
+		{Name: "counts", Type: "map of string to integer", Constraints: "at least 1 entry; keys match " + keyPattern.String() + "; values 1..10"},
 		{Name: "doc", Type: "object"},
 		{Name: "raw", Type: "any"},
 		{Name: "flag", Type: "boolean"},
@@ -807,5 +873,19 @@ func TestDecodeDepth(t *testing.T) {
 			var v input
 			checkFieldError(t, strictjson.Decode([]byte(tc.in), &v, ""), tc)
 		})
+	}
+}
+
+func TestPlural(t *testing.T) {
+	for n, want := range map[int]string{0: "0 entries", 1: "1 entry", 2: "2 entries"} {
+		if got := strictjson.Plural(n, "entry"); got != want {
+			t.Errorf("Plural(%d, entry) = %q", n, got)
+		}
+	}
+	if got := strictjson.Plural(int64(1), "character"); got != "1 character" {
+		t.Errorf("%q", got)
+	}
+	if got := strictjson.Plural(3, "node"); got != "3 nodes" {
+		t.Errorf("%q", got)
 	}
 }

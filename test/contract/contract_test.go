@@ -71,8 +71,8 @@ func loadDoc(t *testing.T, root string) *openapi3.T {
 			if code == "200" {
 				continue
 			}
-			narrow := resp.Value.Content.Get("application/json").Schema.Value.AllOf[1].Value
-			closed(narrow.Properties["error"].Value.Properties["details"].Value)
+			envelope := resp.Value.Content.Get("application/json").Schema.Value
+			closed(envelope.Properties["error"].Value.Properties["details"].Value)
 		}
 	}
 	return doc
@@ -87,6 +87,8 @@ type exchange struct {
 	code      apierr.Code    // for errors
 	details   map[string]any // members details must carry (numbers as float64)
 	badBody   bool           // the body breaks the request schema too
+	// contentType replaces application/json as the request's Content-Type.
+	contentType string
 }
 
 // checker sends exchanges and validates them against the document.
@@ -117,6 +119,9 @@ func (c *checker) do(x exchange) map[string]any {
 			c.t.Fatal(err)
 		}
 		r.Header.Set("Content-Type", "application/json")
+		if x.contentType != "" {
+			r.Header.Set("Content-Type", x.contentType)
+		}
 		if x.principal != "" {
 			r.Header.Set("Authorization", "Bearer dev:"+x.principal)
 		}
@@ -231,10 +236,22 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 		t.Errorf("the same manifest again: replayed %v", reg["replayed"])
 	}
 	c.do(exchange{method: "releases.register", principal: "admin", body: register("1.1.0", 2, key), status: ok})
+	// DSSE: members the envelope or a signature does not define are
+	// ignored, as the document says (additionalProperties: true).
+	var extended map[string]any
+	if err := json.Unmarshal(manifest("1.2.0", 3, key), &extended); err != nil {
+		t.Fatal(err)
+	}
+	extended["extension"] = obj{"kind": "example", "ext": []any{1, nil}}
+	extended["signatures"].([]any)[0].(map[string]any)["cert"] = "-----BEGIN CERTIFICATE-----"
+	c.do(exchange{method: "releases.register", principal: "admin", body: obj{"tenantId": platform, "manifest": extended}, status: ok})
+	delete(extended, "payloadType")
+	c.do(exchange{method: "releases.register", principal: "admin", body: obj{"tenantId": platform, "manifest": extended}, status: 400, code: apierr.InvalidInput,
+		details: obj{"reason": "malformed", "field": "manifest.payloadType"}, badBody: true})
 	c.do(exchange{method: "releases.register", principal: "admin", body: register("2.0.0", 3, stranger), status: 400, code: apierr.InvalidInput,
 		details: obj{"reason": "unknown_key", "field": "manifest.signatures"}})
 	c.do(exchange{method: "releases.register", principal: "admin", body: register("0.9.0", 1, key), status: 400, code: apierr.InvalidInput,
-		details: obj{"reason": "rollback", "latestSequence": 2}})
+		details: obj{"reason": "rollback", "latestSequence": 3}})
 	c.do(exchange{method: "releases.register", principal: "admin", body: register("1.0.0", 5, key), status: 409, code: apierr.Conflict,
 		details: obj{"version": "1.0.0", "sequence": 1}})
 	c.do(exchange{method: "releases.register", principal: "admin", body: obj{"tenantId": platform}, status: 400, code: apierr.InvalidInput,
@@ -263,6 +280,10 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 	c.do(exchange{method: "pools.create", principal: "admin", body: []byte(`{"tenantId": "acme",`), status: 400, code: apierr.InvalidInput,
 		details: obj{"reason": "malformed"}, badBody: true})
 	c.do(exchange{method: "pools.create", principal: "alice", body: obj{"tenantId": "acme", "poolId": "p3", "resources": obj{"gpu": 8}}, status: 403, code: apierr.PermissionDenied})
+	c.do(exchange{method: "pools.create", principal: "admin", body: obj{"tenantId": "acme", "poolId": "p3", "resources": obj{"gpu": 8}}, contentType: "text/plain",
+		status: 400, code: apierr.InvalidInput, details: obj{"reason": "content_type"}, badBody: true})
+	c.do(exchange{method: "pools.create", principal: "admin", body: []byte(`{"tenantId":"acme","poolId":"p3","resources":{"gpu":8.0},"nodeSize":{"gpu":4e0}}`),
+		contentType: "application/json; charset=utf-8", status: ok})
 	c.do(exchange{method: "pools.offer", principal: "admin", body: obj{"tenantId": "acme", "poolId": "p1", "toTenantId": "globex", "resource": "gpu", "max": 4}, status: ok})
 	c.do(exchange{method: "pools.offer", principal: "admin", body: obj{"tenantId": "acme", "poolId": "p1", "toTenantId": "globex", "resource": "tpu", "max": 4},
 		status: 400, code: apierr.InvalidInput, details: obj{"reason": "unknown_resource", "field": "resource"}})

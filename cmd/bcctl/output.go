@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -59,7 +60,8 @@ func renderTable(w io.Writer, method string, pages [][]byte) error {
 			if err != nil {
 				return err
 			}
-			for _, n := range a.Usage.Nodes {
+			u := a.Usage
+			for _, n := range u.Nodes {
 				if len(n.Busy) == 0 {
 					fmt.Fprintf(tw, "%s\t%d/%d\t-\t\t\t\n", n.NodeID, n.BusyNow, n.Size)
 				}
@@ -68,7 +70,17 @@ func renderTable(w io.Writer, method string, pages [][]byte) error {
 					if i > 0 {
 						node, now = "", ""
 					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", node, now, shortDevices(b.DeviceIDs), stamp(b.Start), stamp(b.End), dash(b.ReservationID))
+					// The answer clips a hold to the span: one that began
+					// before it (or ends after it) says so, rather than show
+					// the span's start (or end) as the reservation's.
+					start, end := stamp(b.Start), stamp(b.End)
+					if !b.Start.After(u.From) {
+						start = "before " + stamp(u.From)
+					}
+					if !b.End.Before(u.To) {
+						end = "after " + stamp(u.To)
+					}
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", node, now, idRanges(b.DeviceIDs), start, end, dash(b.ReservationID))
 				}
 			}
 		}
@@ -87,7 +99,7 @@ func renderTable(w io.Writer, method string, pages [][]byte) error {
 		for _, a := range as {
 			for _, r := range a.Reservations {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ReservationID, stateWithReason(r), r.PoolID, r.Resource, r.Count,
-					stamp(r.Window.Start), stamp(r.Window.End), dash(strings.Join(r.NodeIDs, ",")))
+					stamp(r.Window.Start), stamp(r.Window.End), dash(idRanges(r.NodeIDs)))
 			}
 		}
 	case "releases.register":
@@ -145,10 +157,19 @@ func printPool(w io.Writer, p capacity.Pool) {
 	}
 }
 
+// printQuotas lists quota rows. USED is what the tenant's live
+// reservations hold charged, from admission until they are terminal
+// (future bookings included), not the devices held now; FREE is what a new
+// admission may still take, and a row whose max was lowered below used
+// shows by how much it is over.
 func printQuotas(w io.Writer, qs []capacity.Quota) {
 	fmt.Fprintln(w, "TENANT\tPOOL\tRESOURCE\tMAX\tUSED\tFREE")
 	for _, q := range qs {
-		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\n", q.TenantID, q.PoolID, q.Resource, q.Max, q.Used, q.Max-q.Used)
+		free := strconv.FormatInt(q.Max-q.Used, 10)
+		if q.Used > q.Max {
+			free = fmt.Sprintf("0 (over by %d)", q.Used-q.Max)
+		}
+		fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%s\n", q.TenantID, q.PoolID, q.Resource, q.Max, q.Used, free)
 	}
 }
 
@@ -160,7 +181,7 @@ func printReservation(w io.Writer, r capacity.Reservation) {
 	fmt.Fprintf(w, "tenant\t%s\npool\t%s\nresource\t%s × %d (topology %s)\nwindow\t%s → %s\n",
 		r.TenantID, r.PoolID, r.Resource, r.Count, r.Topology, stamp(r.Window.Start), stamp(r.Window.End))
 	if len(r.NodeIDs) > 0 {
-		fmt.Fprintf(w, "nodes\t%s\ndevices\t%s\n", strings.Join(r.NodeIDs, ", "), strings.Join(r.DeviceIDs, ", "))
+		fmt.Fprintf(w, "nodes\t%s (%d)\ndevices\t%s (%d)\n", idRanges(r.NodeIDs), len(r.NodeIDs), idRanges(r.DeviceIDs), len(r.DeviceIDs))
 	}
 	printTimeline(w, r.History)
 }
@@ -208,12 +229,56 @@ func platforms(r rollout.Release) string {
 	return strings.Join(ps, ", ")
 }
 
-// shortDevices lists a node's devices, compactly past four.
-func shortDevices(ids []string) string {
-	if len(ids) > 4 {
-		return fmt.Sprintf("%s … %s (%d)", ids[0], ids[len(ids)-1], len(ids))
+// idRanges lists ids of the form <prefix><n> compactly, as Slurm writes
+// host lists: runs of consecutive numbers of one prefix in brackets
+// (gpu.h100-[0-7,16-23], gpu.h100-node-[0-127]; a lone id as it is), the
+// prefixes in order of first appearance; other ids are listed as they are.
+// A 1,024-device reservation on whole nodes is one short range.
+func idRanges(ids []string) string {
+	var order []string
+	nums := map[string][]int{}
+	var other []string
+	for _, id := range ids {
+		i := len(id)
+		for i > 0 && id[i-1] >= '0' && id[i-1] <= '9' {
+			i--
+		}
+		n, err := strconv.Atoi(id[i:])
+		if i == len(id) || err != nil || (id[i] == '0' && i < len(id)-1) {
+			other = append(other, id)
+			continue
+		}
+		prefix := id[:i]
+		if _, ok := nums[prefix]; !ok {
+			order = append(order, prefix)
+		}
+		nums[prefix] = append(nums[prefix], n)
 	}
-	return strings.Join(ids, ",")
+	var parts []string
+	for _, prefix := range order {
+		ns := nums[prefix]
+		slices.Sort(ns)
+		ns = slices.Compact(ns)
+		if len(ns) == 1 {
+			parts = append(parts, prefix+strconv.Itoa(ns[0]))
+			continue
+		}
+		var runs []string
+		for i := 0; i < len(ns); {
+			j := i
+			for j+1 < len(ns) && ns[j+1] == ns[j]+1 {
+				j++
+			}
+			if j == i {
+				runs = append(runs, strconv.Itoa(ns[i]))
+			} else {
+				runs = append(runs, strconv.Itoa(ns[i])+"-"+strconv.Itoa(ns[j]))
+			}
+			i = j + 1
+		}
+		parts = append(parts, prefix+"["+strings.Join(runs, ",")+"]")
+	}
+	return strings.Join(append(parts, other...), ", ")
 }
 
 func stamp(t time.Time) string {

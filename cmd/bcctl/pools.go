@@ -14,17 +14,19 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 )
 
-// poolsShowCommand is `bc pools show POOL`: the pool's nodes over the next
+// poolsShowCommand is `bcctl pools show POOL`: the pool's nodes over the next
 // hours, drawn from pools.get and pools.usage alone.
 func (c *cli) poolsShowCommand() *cobra.Command {
 	o := showOptions{}
 	cmd := &cobra.Command{
 		Use:   "show POOL",
 		Short: "Draw a pool's nodes over the next hours (utilisation now, whole nodes free)",
-		Long: `Draws each resource of the pool as one row per node and one column per slot of the span, each cell
-shaded by the share of the node's devices held then, under a header with utilisation now, whole
-nodes free now and for the whole span, and held device-time. It reads pools.get and pools.usage
-(pages of 100 nodes, until --nodes). -o json prints the pools.usage pages instead.`,
+		Long: `Draws each resource of the pool as one row per node (the first --nodes) and one column per slot of
+the span, each cell shaded by the share of the node's devices held then, under a header with the
+pool-wide figures: utilisation now, whole nodes free now and for the whole span, and held
+device-time. It reads pools.get and every page of pools.usage (one call per 100 nodes, so the
+figures cover the whole pool however few rows are drawn). -o json prints the pools.usage pages
+instead.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			o.Pool, o.Tenant, o.JSON = args[0], c.tenant, c.output == "json"
@@ -73,7 +75,7 @@ func (c *cli) showPool(ctx context.Context, w io.Writer, o showOptions) error {
 			if i > 0 {
 				fmt.Fprintln(w)
 			}
-			poolView{ASCII: o.ASCII}.Draw(w, pages)
+			poolView{ASCII: o.ASCII, Rows: o.Nodes}.Draw(w, pages)
 		}
 	}
 	if o.JSON {
@@ -84,24 +86,22 @@ func (c *cli) showPool(ctx context.Context, w io.Writer, o showOptions) error {
 	return nil
 }
 
-// usagePages reads pools.usage pages of one resource until o.Nodes nodes
-// (the first page fixes the span's start for the others).
+// usagePages reads every pools.usage page of one resource, over one span
+// from o.From (default now): the pool-wide figures need them all.
 func (c *cli) usagePages(ctx context.Context, o showOptions, res string) ([]capacity.Usage, error) {
 	var pages []capacity.Usage
 	from := o.From
 	if from.IsZero() {
 		from = c.now().UTC()
 	}
-	in := map[string]any{"tenantId": o.Tenant, "poolId": o.Pool, "resource": res, "hours": o.Hours, "from": from}
-	shown := 0
-	for shown < o.Nodes {
-		in["limit"] = min(capacity.MaxUsageNodes, o.Nodes-shown)
+	in := map[string]any{"tenantId": o.Tenant, "poolId": o.Pool, "resource": res, "hours": o.Hours, "from": from,
+		"limit": capacity.MaxUsageNodes}
+	for {
 		var out api.PoolUsageResult
 		if err := c.callJSON(ctx, "pools.usage", in, &out); err != nil {
 			return nil, err
 		}
 		pages = append(pages, out.Usage)
-		shown += len(out.Usage.Nodes)
 		if out.NextCursor == "" {
 			break
 		}

@@ -1,13 +1,14 @@
-// Command bc is the Better Compute CLI: every API method as a resource verb
-// (bc reservations create --pool p --resource gpu.h100 --count 4 --end +2h),
-// generated from the method catalog, plus the generic `bc call`, a pool's
-// chart (bc pools show), a reservation's life as it happens (bc reservations
+// Command bcctl is the Better Compute CLI: every API method as a resource verb
+// (bcctl reservations create --pool p --resource gpu.h100 --count 4 --end +2h),
+// generated from the method catalog, plus the generic `bcctl call`, a pool's
+// chart (bcctl pools show), a reservation's life as it happens (bcctl reservations
 // watch), release keys and signing, and the invariant checker.
 //
 // Exit codes: 0 success; 1 the API answered an error (or `check` found
 // violations, or `watch` ended in a state other than the one waited for);
-// 2 a bad command line; 3 the API could not be reached; 4 a local failure
-// (a file, a key, a signature).
+// 2 a bad command line; 3 the API (or, for check, DynamoDB) could not be
+// reached, or the URL is not the API's; 4 a local failure (a file, a key, a
+// signature, a missing table).
 package main
 
 import (
@@ -23,6 +24,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/client"
 )
@@ -76,14 +78,15 @@ func (c *cli) envOr(key, def string) string {
 
 func (c *cli) root() *cobra.Command {
 	root := &cobra.Command{
-		Use:   "bc",
+		Use:   "bcctl",
 		Short: "The Better Compute CLI",
-		Long: `bc calls the Better Compute API: every method as <resource> <verb> (see "bc <resource> --help"),
+		Long: `bcctl calls the Better Compute API: every method as <resource> <verb> (see "bcctl <resource> --help"),
 plus release signing keys, the invariant checker and shell completion.
 
 Exit codes: 0 success; 1 the API answered an error (or check found violations, or watch ended
-in another state than the one waited for); 2 a bad command line; 3 the API could not be reached;
-4 a local failure (a file, a key, a signature).`,
+in another state than the one waited for); 2 a bad command line; 3 the API (for check: DynamoDB)
+could not be reached, or the URL is not the API's; 4 a local failure (a file, a key, a signature,
+a missing table).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
@@ -139,10 +142,25 @@ type exitCode int
 
 func (e exitCode) Error() string { return fmt.Sprintf("exit %d", int(e)) }
 
-// unreachable is a transport failure talking to the API (exit 3).
+// unreachable is a transport failure talking to the API, or to DynamoDB
+// for check (exit 3).
 type unreachable struct {
 	url string
 	err error
+	// dynamo: the endpoint is DynamoDB's (check), not the API's.
+	dynamo bool
+}
+
+// notTheAPI is an answer without the API's error envelope: the URL serves
+// something else, or the API's routes are not under it (exit 3).
+type notTheAPI struct {
+	url    string
+	status int
+	body   string
+}
+
+func (e notTheAPI) Error() string {
+	return fmt.Sprintf("%s answered HTTP %d without an API error (%s)", e.url, e.status, e.body)
 }
 
 func (e unreachable) Error() string { return e.err.Error() }
@@ -155,15 +173,24 @@ func (c *cli) report(err error) int {
 		le   localError
 		code exitCode
 		un   unreachable
+		na   notTheAPI
 	)
 	switch {
 	case err == nil:
 		return exitOK
 	case errors.As(err, &code):
 		return int(code)
+	case errors.As(err, &un) && un.dynamo:
+		fmt.Fprintf(c.errOut, "bcctl: cannot reach DynamoDB at %s: %s\n", un.url, transportCause(un.err))
+		fmt.Fprintln(c.errOut, "    check reads the table itself, not the API. Locally: make run (it prints BC_DYNAMODB_ENDPOINT); in AWS: --aws.")
+		return exitUnreachable
 	case errors.As(err, &un):
-		fmt.Fprintf(c.errOut, "bc: cannot reach the API at %s: %s\n", un.url, transportCause(un.err))
+		fmt.Fprintf(c.errOut, "bcctl: cannot reach the API at %s: %s\n", un.url, transportCause(un.err))
 		fmt.Fprintln(c.errOut, "    Is it running? Locally: make run (it prints the exports); else set BC_API_URL or --api-url.")
+		return exitUnreachable
+	case errors.As(err, &na):
+		fmt.Fprintf(c.errOut, "bcctl: %s\n", na)
+		fmt.Fprintf(c.errOut, "    Is %s the API's base URL? It is the URL before /api/compute/... (locally %s), from BC_API_URL or --api-url.\n", c.apiURL, api.LocalServer)
 		return exitUnreachable
 	case errors.As(err, &ae):
 		fmt.Fprintf(c.errOut, "%s (HTTP %d): %s\n", ae.Code, apierr.HTTPStatus(ae.Code), ae.Message)
@@ -175,13 +202,18 @@ func (c *cli) report(err error) int {
 		}
 		return exitAPIError
 	case errors.As(err, &ue), isCobraUsage(err):
-		fmt.Fprintf(c.errOut, "bc: %s\n    See bc --help, or bc <resource> <verb> --help.\n", err)
+		msg := strings.TrimRight(err.Error(), "\n")
+		// cobra's own suggestion for a mistyped command, on one line.
+		if head, names, ok := strings.Cut(msg, "\n\nDid you mean this?\n\t"); ok {
+			msg = head + "; did you mean " + strings.ReplaceAll(names, "\n\t", ", ") + "?"
+		}
+		fmt.Fprintf(c.errOut, "bcctl: %s\n    See bcctl --help, or bcctl <resource> <verb> --help.\n", msg)
 		return exitUsage
 	case errors.As(err, &le):
-		fmt.Fprintf(c.errOut, "bc: %s\n", err)
+		fmt.Fprintf(c.errOut, "bcctl: %s\n", err)
 		return exitLocal
 	default:
-		fmt.Fprintf(c.errOut, "bc: %s\n", err)
+		fmt.Fprintf(c.errOut, "bcctl: %s\n", err)
 		return exitLocal
 	}
 }
@@ -218,9 +250,25 @@ func (c *cli) call(ctx context.Context, method string, body []byte) ([]byte, err
 		return nil, unreachable{url: c.apiURL, err: err}
 	}
 	if resp.Status != http.StatusOK {
-		return nil, client.ErrorOf(resp)
+		var ae *apierr.Error
+		if err := client.ErrorOf(resp); errors.As(err, &ae) {
+			return nil, ae
+		}
+		return nil, notTheAPI{url: c.apiURL, status: resp.Status, body: shortBody(resp.Body)}
 	}
 	return resp.Body, nil
+}
+
+// shortBody is the start of an answer, for a message.
+func shortBody(b []byte) string {
+	s := strings.Join(strings.Fields(string(b)), " ")
+	if len(s) > 80 {
+		s = s[:80] + "…"
+	}
+	if s == "" {
+		return "an empty body"
+	}
+	return s
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
 // poolView draws pools.usage pages as a terminal chart: one row per node,
@@ -15,6 +16,7 @@ import (
 // node's devices held during the slot; a header with the totals.
 type poolView struct {
 	ASCII bool // shades ".:+*#" instead of block characters
+	Rows  int  // nodes to draw (0: all); the header covers every node of the pages
 }
 
 // columns is the number of slots across the span (half-hours of a day).
@@ -25,8 +27,10 @@ var (
 	asciiShades   = []rune{'.', ':', '+', '*', '#'}
 )
 
-// Draw writes the chart of pages (in node order) of one resource; the pages
-// may hold fewer nodes than the resource has (the header says so).
+// Draw writes the chart of pages (in node order) of one resource: the
+// header's figures over every node of the pages, a row for each of the
+// first Rows nodes (the header says when there are more, or when the
+// pages hold fewer nodes than the resource has).
 func (v poolView) Draw(w io.Writer, pages []capacity.Usage) {
 	if len(pages) == 0 {
 		return
@@ -42,15 +46,20 @@ func (v poolView) Draw(w io.Writer, pages []capacity.Usage) {
 	}
 	t, nodes := first.Page, first.Nodes
 	span := first.To.Sub(first.From)
-	fmt.Fprintf(w, "pool %s · %s · %d devices on %d nodes of %d · %s → %s UTC\n", first.PoolID, first.Resource,
-		first.Devices, first.NodeCount, first.NodeSize, first.From.Format("2006-01-02 15:04"), first.To.Format("2006-01-02 15:04"))
+	fmt.Fprintf(w, "pool %s · %s · %s on %s of %d · %s → %s UTC\n", first.PoolID, first.Resource,
+		strictjson.Plural(first.Devices, "device"), strictjson.Plural(first.NodeCount, "node"), first.NodeSize,
+		first.From.Format("2006-01-02 15:04"), first.To.Format("2006-01-02 15:04"))
 	scope := ""
 	if t.Nodes < first.NodeCount {
-		scope = fmt.Sprintf(" (the %d nodes shown)", t.Nodes)
+		scope = fmt.Sprintf(" (figures of the first %s)", strictjson.Plural(t.Nodes, "node"))
 	}
 	fmt.Fprintf(w, "now: %s busy (%d of %d devices) · whole nodes free: %d now, %d for the whole span · %s held over the span%s\n",
 		percent(t.BusyNow, t.Devices), t.BusyNow, t.Devices, t.WholeFreeNow, t.WholeFreeAll,
 		percent(t.BusyDeviceSecs, t.Devices*int(span/time.Second)), scope)
+	if v.Rows > 0 && len(nodes) > v.Rows {
+		fmt.Fprintf(w, "rows: the first %d of %d nodes (--nodes draws more)\n", v.Rows, len(nodes))
+		nodes = nodes[:v.Rows]
+	}
 	label := 0
 	for _, n := range nodes {
 		label = max(label, len(n.NodeID))

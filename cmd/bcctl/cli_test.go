@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -36,33 +37,86 @@ func TestCLIGolden(t *testing.T) {
 	if err := os.WriteFile(keyFile, pem, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	env := map[string]string{"BC_API_URL": st.URL, "BC_TOKEN": "dev:admin", "BC_TENANT": "acme"}
+	env := map[string]string{"BC_API_URL": st.URL, "BC_TOKEN": "dev:admin", "BC_TENANT": "acme", "BC_DYNAMODB_ENDPOINT": st.Dev.DynamoEndpoint}
+	// One clock for the whole transcript: relative times resolve the same
+	// in every step, as within one minute.
+	now := time.Now()
 	var transcript strings.Builder
 	step := func(want int, args ...string) string {
 		t.Helper()
-		out, errOut, code := bcRun(t, env, args...)
-		transcript.WriteString("$ bc " + strings.Join(args, " ") + "\n" + out + errOut)
+		var o, e strings.Builder
+		c := &cli{out: &o, errOut: &e, getenv: func(k string) string { return env[k] }, now: func() time.Time { return now }, sleep: sleepCtx}
+		code := c.exec(context.Background(), args)
+		out, errOut := o.String(), e.String()
+		transcript.WriteString("$ bcctl " + strings.Join(args, " ") + "\n" + out + errOut)
 		if code != want {
-			t.Errorf("bc %s: exit %d, want %d\n%s%s", strings.Join(args, " "), code, want, out, errOut)
+			t.Errorf("bcctl %s: exit %d, want %d\n%s%s", strings.Join(args, " "), code, want, out, errOut)
 		}
 		transcript.WriteString("[exit " + strconv.Itoa(code) + "]\n\n")
 		return out
 	}
 	manifest := filepath.Join(dir, "manifest.json")
-	step(0, "sign", "--statement", "../../docs/examples/release-1.0.0.json", "--key", keyFile, "--out", manifest)
+	statement := "../../docs/examples/release-1.0.0.json"
+	write := func(name, content string) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	step(0, "sign", "--statement", statement, "--key", keyFile, "--out", manifest)
+	// A statement bcctl sign refuses (as register would), one that is
+	// already signed, and an unsigned statement given to register.
+	example, err := os.ReadFile(statement)
+	if err != nil {
+		t.Fatal(err)
+	}
+	step(4, "sign", "--statement", write("bad.json", strings.Replace(string(example), `"1.0.0"`, `"1.0"`, 1)), "--key", keyFile)
+	step(4, "sign", "--statement", manifest, "--key", keyFile)
+	step(4, "releases", "register", "--manifest", statement)
 	step(0, "releases", "register", "--manifest", manifest)
 	step(0, "releases", "list")
+	// Release refusals, each with its own hint: a key this deployment does
+	// not pin, a rollback of the channel, a version taken.
+	stranger, _ := rollout.GenerateKey(rollout.AlgEd25519)
+	strangerPEM, _ := rollout.MarshalPrivateKeyPEM(stranger)
+	strangerFile := write("stranger.pem", string(strangerPEM))
+	seq := func(version string, n int) string {
+		s := strings.Replace(string(example), `"sequence": 1`, fmt.Sprintf(`"sequence": %d`, n), 1)
+		return write(version+".json", strings.Replace(s, `"1.0.0"`, `"`+version+`"`, 1))
+	}
+	step(0, "sign", "--statement", seq("2.0.0", 2), "--key", strangerFile, "--keyid", "none", "--out", filepath.Join(dir, "stranger.json"))
+	step(1, "releases", "register", "--manifest", filepath.Join(dir, "stranger.json"))
+	step(0, "sign", "--statement", seq("0.9.0", 1), "--key", keyFile, "--out", filepath.Join(dir, "old.json"))
+	step(1, "releases", "register", "--manifest", filepath.Join(dir, "old.json"))
+	step(0, "sign", "--statement", seq("1.0.0", 5), "--key", keyFile, "--keyid", "my-release-key", "--out", filepath.Join(dir, "again.json"))
+	step(1, "releases", "register", "--manifest", filepath.Join(dir, "again.json"))
 	step(0, "pools", "create", "gpu-pool-1", "--devices", "gpu.h100=16")
 	step(0, "pools", "offer", "gpu-pool-1", "--to", "globex", "--resource", "gpu.h100", "--max", "4")
 	step(0, "pools", "get", "gpu-pool-1")
 	step(0, "quotas", "list")
 	step(0, "reservations", "create", "--pool", "gpu-pool-1", "--resource", "gpu.h100", "--count", "4",
 		"--end", "+2h", "--client-token", "job-1")
+	// The same command again (within the minute): the same reservation.
+	step(0, "-o", "json", "reservations", "create", "--pool", "gpu-pool-1", "--resource", "gpu.h100", "--count", "4",
+		"--end", "+2h", "--client-token", "job-1")
+	step(1, "reservations", "create", "--pool", "gpu-pool-1", "--resource", "gpu.h100", "--count", "5",
+		"--end", "+2h", "--client-token", "job-1")
 	step(0, "reservations", "create", "--pool", "gpu-pool-1", "--resource", "gpu.h100", "--count", "8",
 		"--start", "+3h", "--end", "+5h", "--client-token", "job-2")
 	step(0, "reservations", "list")
+	step(0, "reservations", "list", "--limit", "1")
 	step(0, "reservations", "list", "--limit", "1", "--all")
 	step(0, "-o", "json", "quotas", "get", "--pool", "gpu-pool-1", "--resource", "gpu.h100")
+	// A hold that began before the span says so.
+	step(0, "pools", "usage", "gpu-pool-1", "--resource", "gpu.h100", "--from", "+1h", "--hours", "1")
+	// A quota whose max was lowered below used is over, not negative.
+	step(0, "--tenant", "globex", "reservations", "create", "--pool", "gpu-pool-1", "--resource", "gpu.h100", "--count", "3", "--end", "+1h")
+	step(0, "pools", "offer", "gpu-pool-1", "--to", "globex", "--resource", "gpu.h100", "--max", "1")
+	step(0, "--tenant", "globex", "quotas", "list")
+	// 1,024 devices on 128 nodes: one range each, not 1,024 ids.
+	step(0, "pools", "create", "big", "--devices", "gpu.h100=1024")
+	step(0, "reservations", "create", "--pool", "big", "--resource", "gpu.h100", "--count", "1024", "--end", "+1h", "--client-token", "all-of-it")
 	// Errors: what went wrong, the numbers, what to do.
 	step(1, "reservations", "create", "--pool", "gpu-pool-1", "--resource", "gpu.h100", "--count", "8",
 		"--end", "+1h", "--client-token", "job-3")
@@ -74,8 +128,17 @@ func TestCLIGolden(t *testing.T) {
 	step(2, "reservations", "create", "--pool", "gpu-pool-1", "--resource", "gpu.h100", "--count", "1", "--end", "tomorrow")
 	step(2, "reservations", "create", "--pool", "gpu-pool-1", "--resource", "gpu.h100", "--count", "1")
 	step(2, "reservations", "frobnicate")
+	step(2, "reservations", "lsit")
+	step(2, "resrvations", "list")
 	step(3, "--api-url", "http://127.0.0.1:1", "pools", "list")
+	step(1, "--api-url", st.URL+"/api", "pools", "list")
+	step(3, "check", "--dynamodb-endpoint", "http://127.0.0.1:1")
+	step(4, "check", "--table", "nope")
+	// call takes the global flags anywhere and fills tenantId from them.
+	step(0, "call", "quotas.get", "poolId=gpu-pool-1", "resource=gpu.h100", "--tenant", "globex")
+	step(0, "call", "--tenant=globex", "quotas.get", "poolId=gpu-pool-1", "resource=gpu.h100")
 	step(0, "call", "quotas.get", "tenantId=globex", "poolId=gpu-pool-1", "resource=gpu.h100")
+	step(0, "call", "releases.list", "limit:=1.0")
 	got := normalise(strings.ReplaceAll(transcript.String(), dir, "<dir>"))
 	golden(t, "cli.golden", got)
 }
@@ -84,25 +147,29 @@ func TestCLIGolden(t *testing.T) {
 // zsh completion scripts are generated.
 func TestHelpAndCompletion(t *testing.T) {
 	var transcript strings.Builder
-	for _, args := range [][]string{{"reservations", "create", "--help"}, {"releases", "list", "--help"}, {"call", "pools.offer", "-h"}, {"methods"}} {
-		out, errOut, code := bcRun(t, nil, args...)
+	for _, args := range [][]string{{"reservations", "create", "--help"}, {"releases", "list", "--help"}, {"call", "pools.offer", "-h"}, {"methods"},
+		{"reservations", "--help"}, {"quotas", "get", "--help"}, {"sign", "--help"}} {
+		out, errOut, code := bcctlRun(t, nil, args...)
 		if code != 0 {
-			t.Errorf("bc %v: exit %d %s", args, code, errOut)
+			t.Errorf("bcctl %v: exit %d %s", args, code, errOut)
 		}
 		if strings.Contains(out, "\n: ") {
-			t.Errorf("bc %v: a note without a label is printed after a colon:\n%s", args, out)
+			t.Errorf("bcctl %v: a note without a label is printed after a colon:\n%s", args, out)
 		}
-		transcript.WriteString("$ bc " + strings.Join(args, " ") + "\n" + out + "\n")
+		if strings.Contains(out, "](") {
+			t.Errorf("bcctl %v: a markdown link in the help:\n%s", args, out)
+		}
+		transcript.WriteString("$ bcctl " + strings.Join(args, " ") + "\n" + out + "\n")
 	}
 	golden(t, "help.golden", ports.ReplaceAllString(transcript.String(), "127.0.0.1:<port>"))
 	for _, shell := range []string{"bash", "zsh"} {
-		out, _, code := bcRun(t, nil, "completion", shell)
-		if code != 0 || !strings.Contains(out, "__start_bc") && !strings.Contains(out, "#compdef bc") {
+		out, _, code := bcctlRun(t, nil, "completion", shell)
+		if code != 0 || !strings.Contains(out, "__start_bcctl") && !strings.Contains(out, "#compdef bcctl") {
 			t.Errorf("completion %s: exit %d, %d bytes", shell, code, len(out))
 		}
 	}
 	// Completion of flag values comes from the catalog's enums.
-	out, _, _ := bcRun(t, nil, "__complete", "reservations", "list", "--state", "")
+	out, _, _ := bcctlRun(t, nil, "__complete", "reservations", "list", "--state", "")
 	for _, s := range []string{"active", "released", "denied"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("--state completion lacks %s:\n%s", s, out)
@@ -116,16 +183,16 @@ func TestWatch(t *testing.T) {
 	st := teststack.Start(t, teststack.WithCursorKey("test"),
 		teststack.WithDecider(&iam.Policy{Grants: []iam.Grant{{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}}}}))
 	env := map[string]string{"BC_API_URL": st.URL, "BC_TOKEN": "dev:admin", "BC_TENANT": "acme"}
-	if _, errOut, code := bcRun(t, env, "pools", "create", "p1", "--devices", "gpu=8"); code != 0 {
+	if _, errOut, code := bcctlRun(t, env, "pools", "create", "p1", "--devices", "gpu=8"); code != 0 {
 		t.Fatal(errOut)
 	}
-	out, errOut, code := bcRun(t, env, "-o", "json", "reservations", "create", "--pool", "p1", "--resource", "gpu", "--count", "2", "--end", "+1h")
+	out, errOut, code := bcctlRun(t, env, "-o", "json", "reservations", "create", "--pool", "p1", "--resource", "gpu", "--count", "2", "--end", "+1h")
 	if code != 0 {
 		t.Fatal(errOut)
 	}
 	id := regexp.MustCompile(`"reservationId": "([0-9A-Z]{26})"`).FindStringSubmatch(out)[1]
 	// pools show from now (no --from): the reservation starting now is held now.
-	if out, _, _ := bcRun(t, env, "pools", "show", "p1"); !strings.Contains(out, "(2 of 8 devices)") {
+	if out, _, _ := bcctlRun(t, env, "pools", "show", "p1"); !strings.Contains(out, "(2 of 8 devices)") {
 		t.Errorf("pools show right after a create:\n%s", out)
 	}
 	watch := func(args ...string) (string, string, int) {
@@ -142,7 +209,7 @@ func TestWatch(t *testing.T) {
 	if code != 0 || !strings.Contains(o, "draft") || !strings.Contains(o, "placed") || !strings.Contains(o, "binding") || !strings.HasSuffix(strings.TrimSpace(o), "active") {
 		t.Fatalf("watch until active: exit %d\n%s%s", code, o, e)
 	}
-	if _, _, code := bcRun(t, env, "reservations", "release", id); code != 0 {
+	if _, _, code := bcctlRun(t, env, "reservations", "release", id); code != 0 {
 		t.Fatal("release")
 	}
 	o, e, code = watch()
@@ -159,10 +226,11 @@ var (
 	digests = regexp.MustCompile(`\b[0-9a-f]{64}\b`)
 	ulids   = regexp.MustCompile(`\b[0-9A-HJKMNP-TV-Z]{26}\b`)
 	ports   = regexp.MustCompile(`127\.0\.0\.1:\d+`)
+	cursors = regexp.MustCompile(`--cursor [A-Za-z0-9_-]+\.[A-Za-z0-9_-]+`)
 )
 
 // normalise replaces what changes from run to run: times, key and manifest
-// digests, generated ids, ports.
+// digests, generated ids, cursors, ports.
 func normalise(s string) string {
 	s = stamps.ReplaceAllString(s, "<time>")
 	s = digests.ReplaceAllStringFunc(s, func(d string) string {
@@ -172,5 +240,6 @@ func normalise(s string) string {
 		return "<digest>"
 	})
 	s = ulids.ReplaceAllString(s, "<id>")
+	s = cursors.ReplaceAllString(s, "--cursor <cursor>")
 	return ports.ReplaceAllString(s, "127.0.0.1:<port>")
 }

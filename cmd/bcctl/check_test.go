@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -21,8 +22,12 @@ func TestCheckCommand(t *testing.T) {
 	ctx := context.Background()
 
 	var out bytes.Buffer
-	if err := runCheck(ctx, store, table, &out); err != nil || !strings.Contains(out.String(), "all capacity invariants hold") {
+	if err := runCheck(ctx, store, table, &out, false); err != nil || !strings.Contains(out.String(), "all capacity invariants hold") {
 		t.Fatalf("empty table: %v %q", err, out.String())
+	}
+	out.Reset()
+	if err := runCheck(ctx, store, table, &out, true); err != nil || !strings.Contains(out.String(), `"ok": true`) || !strings.Contains(out.String(), `"violations": []`) {
+		t.Fatalf("empty table, -o json: %v %q", err, out.String())
 	}
 	// A quota charge held for a reservation that does not exist.
 	k := capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu"}
@@ -33,8 +38,15 @@ func TestCheckCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	out.Reset()
-	err := runCheck(ctx, store, table, &out)
-	if err != exitCode(exitAPIError) || !strings.Contains(out.String(), "invariant violations") {
+	err := runCheck(ctx, store, table, &out, false)
+	if err != exitCode(exitAPIError) || !strings.Contains(out.String(), ": 2 invariant violations") {
 		t.Fatalf("inconsistent table: %v %q", err, out.String())
+	}
+	// -o json: the same finding, as JSON.
+	out.Reset()
+	err = runCheck(ctx, store, table, &out, true)
+	var got checkResult
+	if jerr := json.Unmarshal(out.Bytes(), &got); err != exitCode(exitAPIError) || jerr != nil || got.OK || got.Table != table || len(got.Violations) != 2 || got.Violations[0].Kind == "" {
+		t.Fatalf("-o json: %v %v %q", err, jerr, out.String())
 	}
 }

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -18,7 +20,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
-// resourceCommands builds `bc <resource> <verb>` for every catalog method:
+// resourceCommands builds `bcctl <resource> <verb>` for every catalog method:
 // flags from the method's input fields (names that read naturally, types
 // and limits from the catalog), tables by default, -o json, --all over
 // pages; plus the verbs that are not one call (pools show, reservations
@@ -27,10 +29,16 @@ func (c *cli) resourceCommands() []*cobra.Command {
 	byName := map[string]*cobra.Command{}
 	var order []string
 	group := func(name, summary string) *cobra.Command {
+		summary = plainText(summary)
 		return &cobra.Command{Use: name, Short: firstSentence(summary), Long: summary, Args: cobra.ArbitraryArgs,
+			SuggestionsMinimumDistance: 2,
 			RunE: func(cmd *cobra.Command, args []string) error {
 				if len(args) > 0 {
-					return usageErr(fmt.Errorf("unknown command %q for %q", args[0], cmd.CommandPath()))
+					msg := fmt.Sprintf("unknown command %q for %q", args[0], cmd.CommandPath())
+					if s := cmd.SuggestionsFor(args[0]); len(s) > 0 {
+						msg += "; did you mean " + strings.Join(s, ", ") + "?"
+					}
+					return usageErr(errors.New(msg))
 				}
 				return cmd.Help()
 			}}
@@ -56,6 +64,10 @@ func (c *cli) resourceCommands() []*cobra.Command {
 	}
 	return out
 }
+
+// platformTenant is the tenantId of the fleet's methods (releases, scope
+// api.FleetScope) unless --tenant is given.
+const platformTenant = "platform"
 
 // field is one input field as a flag or argument of a verb.
 type field struct {
@@ -122,7 +134,7 @@ func (f field) usage() string {
 	var parts []string
 	switch f.kind() {
 	case "time":
-		parts = append(parts, "a time: RFC 3339 (2026-12-01T10:00:00Z), now, or relative (+2h, +30m, +1d)")
+		parts = append(parts, "a time: RFC 3339 (2026-12-01T10:00:00Z), now, or relative (+2h, +30m, +1d) from the current minute")
 	case "counts":
 		parts = append(parts, "RESOURCE=N, repeatable")
 	case "json":
@@ -142,7 +154,7 @@ func (f field) usage() string {
 	return strings.Join(parts, "; ")
 }
 
-// methodCommand is `bc <resource> <verb>` for one method.
+// methodCommand is `bcctl <resource> <verb>` for one method.
 func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 	fields := fieldsOf(m)
 	var positional *field
@@ -167,9 +179,11 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 		switch {
 		case f.flag == "":
 		case f.kind() == "counts":
-			multi[f.flag] = cmd.Flags().StringArray(f.flag, nil, f.usage())
+			multi[f.flag] = new([]string)
+			cmd.Flags().Var(&countsFlag{multi[f.flag]}, f.flag, f.usage())
 		default:
-			values[f.flag] = cmd.Flags().String(f.flag, "", f.usage())
+			values[f.flag] = new(string)
+			cmd.Flags().Var(&typedFlag{values[f.flag], f.kind()}, f.flag, f.usage())
 		}
 	}
 	for _, f := range fields {
@@ -189,10 +203,10 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 			switch {
 			case f.global:
 				raw, set = c.tenant, c.tenant != ""
-				if m.Scope == "compute-fleet" && !cmd.Flags().Changed("tenant") {
+				if m.Scope == api.FleetScope && !cmd.Flags().Changed("tenant") {
 					// The fleet's releases are the platform's, whatever tenant
 					// BC_TENANT names for capacity work.
-					raw, set = "platform", true
+					raw, set = platformTenant, true
 				}
 			case f.positional:
 				raw, set = args[0], true
@@ -210,6 +224,11 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 			v, err := c.parseValue(f, raw, multi[f.flag])
 			if err != nil {
 				return err
+			}
+			if f.Name == "manifest" {
+				if err := checkManifest(raw, v.(json.RawMessage)); err != nil {
+					return err
+				}
 			}
 			setPath(body, f.Name, v)
 		}
@@ -273,8 +292,12 @@ func (c *cli) parseValue(f field, raw string, multi *[]string) (any, error) {
 }
 
 // parseWhen reads a time: RFC 3339, "now", or now plus a duration
-// ("+2h", "+90m", "-5m", "+1d", "+1d12h").
+// ("+2h", "+90m", "-5m", "+1d", "+1d12h"). "now" and relative times count
+// from the current minute (now rounded down to it), so the same command
+// line sends the same time all minute long: a retry with the same
+// --client-token within the minute is the same request.
 func parseWhen(s string, now time.Time) (time.Time, error) {
+	now = now.Truncate(time.Minute)
 	switch {
 	case s == "now":
 		return now, nil
@@ -301,11 +324,49 @@ func parseWhen(s string, now time.Time) (time.Time, error) {
 		}
 		return now.Add(sign * (days + dur)), nil
 	}
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := strictjson.ParseTime(s)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("%q is not a time (RFC 3339 like 2026-12-01T10:00:00Z, now, or +2h)", s)
 	}
 	return t, nil
+}
+
+// typedFlag is a flag whose value is parsed with the request (parseValue),
+// and whose help names its kind: --count int, --end time, --manifest file.
+type typedFlag struct {
+	v    *string
+	kind string
+}
+
+func (f *typedFlag) String() string     { return *f.v }
+func (f *typedFlag) Set(s string) error { *f.v = s; return nil }
+func (f *typedFlag) Type() string {
+	if f.kind == "json" {
+		return "file"
+	}
+	return f.kind
+}
+
+// countsFlag is a repeatable RESOURCE=N flag (--devices gpu.h100=16).
+type countsFlag struct{ v *[]string }
+
+func (f *countsFlag) String() string     { return strings.Join(*f.v, ",") }
+func (f *countsFlag) Set(s string) error { *f.v = append(*f.v, s); return nil }
+func (f *countsFlag) Type() string       { return "RESOURCE=N" }
+
+// checkManifest refuses a manifest file that is a release statement not
+// yet signed, saying how to sign it (the API would only say that the
+// envelope's members are missing).
+func checkManifest(name string, data json.RawMessage) error {
+	if looksSigned(data) {
+		return nil
+	}
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(data, &probe) != nil || (probe["version"] == nil && probe["binaries"] == nil) {
+		return nil // let the API say what is wrong
+	}
+	return localErr(fmt.Errorf("--manifest %s is a release statement, not a signed manifest: sign it first "+
+		"(bcctl sign --statement %s --key KEY.pem --out manifest.json), then register manifest.json", name, name))
 }
 
 // setPath sets a dotted path ("window.end") in a nested object.
@@ -343,10 +404,42 @@ func (c *cli) invoke(cmd *cobra.Command, m *api.Method, body map[string]any, all
 		}
 		body["cursor"] = next.NextCursor
 	}
+	var err error
 	if c.output == "json" {
-		return writeJSON(c.out, mergePages(m.Name, pages))
+		err = writeJSON(c.out, mergePages(m.Name, pages))
+	} else {
+		err = renderTable(c.out, m.Name, pages)
 	}
-	return renderTable(c.out, m.Name, pages)
+	if err == nil && !all {
+		c.moreNote(pages)
+	}
+	return err
+}
+
+// moreNote says on stderr, after a list's first page, that more follow and
+// how to get them: a list is never cut off silently.
+func (c *cli) moreNote(pages [][]byte) {
+	var top map[string]json.RawMessage
+	if json.Unmarshal(pages[len(pages)-1], &top) != nil {
+		return
+	}
+	var cursor string
+	if json.Unmarshal(top["nextCursor"], &cursor) != nil || cursor == "" {
+		return
+	}
+	shown, what := 0, "items"
+	for k, v := range top {
+		var items []json.RawMessage
+		if json.Unmarshal(v, &items) == nil {
+			shown, what = len(items), k
+		}
+	}
+	var usage struct{ Nodes []json.RawMessage }
+	if json.Unmarshal(top["usage"], &usage) == nil && usage.Nodes != nil {
+		shown, what = len(usage.Nodes), "nodes"
+	}
+	fmt.Fprintf(c.errOut, "bcctl: %s shown; more follow: --all prints every page, --cursor %s the next one\n",
+		strictjson.Plural(shown, strings.TrimSuffix(what, "s")), cursor)
 }
 
 // mergePages joins the pages of a list into one answer, as if it were one
@@ -407,12 +500,12 @@ func writeJSON(w io.Writer, raw []byte) error {
 // authorization and its fields with their types and limits.
 func methodHelp(m *api.Method, fields []field) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%s\n\nMethod %s (POST %s), %s; authorization %s @ %s.\n", m.Summary, m.Name, m.Path(), m.Kind, m.Permission, m.Scope)
+	fmt.Fprintf(&b, "%s\n\nMethod %s (POST %s), %s; authorization %s @ %s.\n", plainText(m.Summary), m.Name, m.Path(), m.Kind, m.Permission, m.Scope)
 	for _, n := range m.Notes {
 		if n.Label == "" {
-			fmt.Fprintf(&b, "\n%s\n", n.Text) // as the reference prints it: no prefix
+			fmt.Fprintf(&b, "\n%s\n", plainText(n.Text)) // as the reference prints it: no prefix
 		} else {
-			fmt.Fprintf(&b, "\n%s: %s\n", n.Label, n.Text)
+			fmt.Fprintf(&b, "\n%s: %s\n", n.Label, plainText(n.Text))
 		}
 	}
 	b.WriteString("\nFields (request field → how to set it):\n")
@@ -434,6 +527,19 @@ func methodHelp(m *api.Method, fields []field) string {
 		}
 	}
 	return strings.TrimRight(b.String(), "\n")
+}
+
+// markdownLink is a link of the catalog's texts: [text](target).
+var markdownLink = regexp.MustCompile(`\[([^\]]+)\]\(([^)]+)\)`)
+
+// plainText is a catalog text for a terminal: a link becomes its text and,
+// after it, the page it points to (the catalog's links are relative to
+// docs/reference, where the reference they are written for lives).
+func plainText(s string) string {
+	return markdownLink.ReplaceAllStringFunc(s, func(link string) string {
+		m := markdownLink.FindStringSubmatch(link)
+		return m[1] + " (docs/reference/" + m[2] + ")"
+	})
 }
 
 // firstSentence is a resource group's short help: its summary's first

@@ -11,7 +11,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 )
 
-// watchCommand is `bc reservations watch ID`: the reservation's timeline,
+// watchCommand is `bcctl reservations watch ID`: the reservation's timeline,
 // then each transition as it happens, until a terminal state (or --until).
 func (c *cli) watchCommand() *cobra.Command {
 	var until string
@@ -51,7 +51,7 @@ or the state given by --until. The exit code is 0 when it ended in the state wai
 						line += " (" + e.Reason + ")"
 					}
 					if e.State == capacity.Placed && len(r.NodeIDs) > 0 {
-						line += fmt.Sprintf("  %d × %s on %v", r.Count, r.Resource, r.NodeIDs)
+						line += fmt.Sprintf("  %d × %s on %s", r.Count, r.Resource, idRanges(r.NodeIDs))
 					}
 					if e.State == capacity.Released && r.ReleasedBy != "" {
 						line += "  by " + r.ReleasedBy
@@ -68,10 +68,10 @@ or the state given by --until. The exit code is 0 when it ended in the state wai
 				case r.State.Terminal() && until == "":
 					return nil
 				case r.State.Terminal():
-					fmt.Fprintf(c.errOut, "bc: %s is %s: it will not become %s\n", r.ReservationID, r.State, until)
+					fmt.Fprintf(c.errOut, "bcctl: %s is %s: it will not become %s\n", r.ReservationID, r.State, until)
 					return exitCode(exitAPIError)
 				case until != "" && passed(r.State, capacity.State(until)):
-					fmt.Fprintf(c.errOut, "bc: %s is %s, past %s\n", r.ReservationID, r.State, until)
+					fmt.Fprintf(c.errOut, "bcctl: %s is %s, past %s\n", r.ReservationID, r.State, until)
 					return exitCode(exitAPIError)
 				}
 				if err := c.sleep(cmd.Context(), every); err != nil {

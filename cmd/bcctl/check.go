@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -9,14 +10,16 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
 // checkCommand reads a whole table and reports every broken capacity
-// invariant (SPEC §4.4); it exits 1 when there is any. Run it while no
+// invariant (docs/capacity.md); it exits 1 when there is any. Run it while no
 // request or reconciler pass is in flight.
 func (c *cli) checkCommand() *cobra.Command {
 	var table, endpoint string
@@ -28,7 +31,9 @@ func (c *cli) checkCommand() *cobra.Command {
 table) and reports every broken capacity invariant: quota used against live reservations, charges
 in flight, node-day entries against reservations, double bookings, topology. Against the local
 stack set BC_DYNAMODB_ENDPOINT (make run prints it) or --dynamodb-endpoint; against AWS pass --aws
-(credentials from the usual AWS chain).`,
+(credentials from the usual AWS chain). -o json prints {"table", "ok", "violations": [{"kind",
+"subject", "detail"}]}. It reads DynamoDB, never the API: a missing table exits 4, an unreachable
+endpoint 3.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if endpoint == "" && !inAWS {
@@ -39,11 +44,16 @@ stack set BC_DYNAMODB_ENDPOINT (make run prints it) or --dynamodb-endpoint; agai
 			if err != nil {
 				return localErr(err)
 			}
-			err = runCheck(ctx, &dynamo.Capacity{DB: dynamo.NewClient(cfg, endpoint), Table: table}, table, c.out)
-			if err != nil && !errors.As(err, new(exitCode)) {
-				return unreachable{url: endpointOr(endpoint), err: err}
+			err = runCheck(ctx, &dynamo.Capacity{DB: dynamo.NewClient(cfg, endpoint), Table: table}, table, c.out, c.output == "json")
+			var missing *types.ResourceNotFoundException
+			switch {
+			case err == nil, errors.As(err, new(exitCode)):
+				return err
+			case errors.As(err, &missing):
+				return localErr(fmt.Errorf("check: there is no table %q at %s (make run creates %q; --table or BC_TABLE names the table)",
+					table, endpointOr(endpoint), "better-compute"))
 			}
-			return err
+			return unreachable{url: endpointOr(endpoint), err: err, dynamo: true}
 		},
 	}
 	cmd.Flags().StringVar(&table, "table", c.envOr("BC_TABLE", "better-compute"), "table name ($BC_TABLE)")
@@ -59,16 +69,34 @@ func endpointOr(e string) string {
 	return e
 }
 
-func runCheck(ctx context.Context, r capacity.SnapshotReader, table string, out io.Writer) error {
+// checkResult is check's -o json answer.
+type checkResult struct {
+	Table      string               `json:"table"`
+	OK         bool                 `json:"ok"`
+	Violations []capacity.Violation `json:"violations"`
+}
+
+func runCheck(ctx context.Context, r capacity.SnapshotReader, table string, out io.Writer, asJSON bool) error {
 	vs, err := capacity.Check(ctx, r)
 	if err != nil {
 		return err
+	}
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(checkResult{Table: table, OK: len(vs) == 0, Violations: append([]capacity.Violation{}, vs...)}); err != nil {
+			return err
+		}
+		if len(vs) > 0 {
+			return exitCode(exitAPIError)
+		}
+		return nil
 	}
 	for _, v := range vs {
 		fmt.Fprintln(out, v)
 	}
 	if len(vs) > 0 {
-		fmt.Fprintf(out, "%s: %d invariant violations\n", table, len(vs))
+		fmt.Fprintf(out, "%s: %s\n", table, strictjson.Plural(len(vs), "invariant violation"))
 		return exitCode(exitAPIError)
 	}
 	fmt.Fprintf(out, "%s: all capacity invariants hold\n", table)

@@ -12,18 +12,22 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/client"
 )
 
-// callCommand is the generic `bc call METHOD [FIELD=value]…`: any method
-// with a body built from httpie-style arguments; `bc call METHOD -h` shows
+// callCommand is the generic `bcctl call METHOD [FIELD=value]…`: any method
+// with a body built from httpie-style arguments; `bcctl call METHOD -h` shows
 // the method's fields.
 func (c *cli) callCommand() *cobra.Command {
 	return &cobra.Command{
 		Use:   "call METHOD [FIELD=string | FIELD:=json | FIELD:=@file.json | @body.json]...",
 		Short: "Call any API method with a body built from arguments",
-		Long: `Calls an API method (see bc methods) with a JSON body built from the arguments: FIELD=value sets a
+		Long: `Calls an API method (see bcctl methods) with a JSON body built from the arguments: FIELD=value sets a
 string, FIELD:=json sets raw JSON, FIELD:=@file.json the JSON of a file, @body.json starts from a whole
-body; later arguments win. bc call METHOD -h lists the method's fields. The answer is printed as JSON.`,
+body; later arguments win. tenantId defaults to --tenant (BC_TENANT); for the fleet's methods
+(releases) to "platform", unless --tenant is given. The global flags --api-url, --token, --tenant
+and -o may stand anywhere on the line. bcctl call METHOD -h lists the method's fields. The answer
+is printed as JSON.`,
 		DisableFlagParsing: true,
 		ValidArgsFunction: func(_ *cobra.Command, args []string, _ string) ([]string, cobra.ShellCompDirective) {
 			if len(args) > 0 {
@@ -36,18 +40,32 @@ body; later arguments win. bc call METHOD -h lists the method's fields. The answ
 			return names, cobra.ShellCompDirectiveNoFileComp
 		},
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Flag parsing is off (FIELD:=-1 and @file are arguments), so
+			// the global flags are taken out here.
+			args, tenantGiven, err := c.globalFlags(args)
+			if err != nil {
+				return usageErr(err)
+			}
 			if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
 				return cmd.Help()
 			}
 			m := api.Lookup(args[0])
 			if m == nil {
-				return usageErr(fmt.Errorf("call: no method %q (see bc methods)", args[0]))
+				return usageErr(fmt.Errorf("call: no method %q (see bcctl methods)", args[0]))
 			}
 			if slices.Contains(args[1:], "-h") || slices.Contains(args[1:], "--help") {
 				fmt.Fprintln(c.out, methodHelp(m, fieldsOf(m)))
 				return nil
 			}
-			body, err := buildBody(args[1:], os.ReadFile)
+			tenant := c.tenant
+			if m.Scope == api.FleetScope && !tenantGiven {
+				tenant = platformTenant
+			}
+			var defaults []string
+			if tenant != "" {
+				defaults = append(defaults, "tenantId="+tenant)
+			}
+			body, err := buildBody(append(defaults, args[1:]...), os.ReadFile)
 			if err != nil {
 				return usageErr(err)
 			}
@@ -58,6 +76,34 @@ body; later arguments win. bc call METHOD -h lists the method's fields. The answ
 			return writeJSON(c.out, raw)
 		},
 	}
+}
+
+// globalFlags takes the global flags out of call's arguments, applies
+// them, and reports whether --tenant was among them.
+func (c *cli) globalFlags(args []string) (rest []string, tenantGiven bool, err error) {
+	targets := map[string]*string{"--api-url": &c.apiURL, "--token": &c.token, "--tenant": &c.tenant, "--output": &c.output, "-o": &c.output}
+	for i := 0; i < len(args); i++ {
+		name, value, inline := strings.Cut(args[i], "=")
+		target, ok := targets[name]
+		if !ok || !strings.HasPrefix(args[i], "-") {
+			rest = append(rest, args[i])
+			continue
+		}
+		if !inline {
+			if i+1 == len(args) {
+				return nil, false, fmt.Errorf("flag needs an argument: %s", name)
+			}
+			i++
+			value = args[i]
+		}
+		*target = value
+		tenantGiven = tenantGiven || name == "--tenant"
+	}
+	if c.output != "table" && c.output != "json" {
+		return nil, false, fmt.Errorf("-o must be table or json, not %q", c.output)
+	}
+	c.client = client.New(c.apiURL, c.token)
+	return rest, tenantGiven, nil
 }
 
 // buildBody builds the request JSON from httpie-style arguments:

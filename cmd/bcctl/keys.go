@@ -3,17 +3,22 @@ package main
 import (
 	"context"
 	"crypto"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
+	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
 	"github.com/spf13/cobra"
 
+	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/kmssign"
 	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
 // keygenCommand makes a release signing key.
@@ -114,19 +119,43 @@ func (c *cli) printPublic(pub crypto.PublicKey) error {
 	return err
 }
 
-// signCommand signs a release statement into a DSSE envelope.
+// Keyid modes of bcctl sign --keyid (anything else is the keyid itself).
+const (
+	keyIDSPKI = "spki"
+	keyIDNone = "none"
+)
+
+// signCommand signs a release statement into a DSSE envelope, after
+// checking the statement as the API will.
 func (c *cli) signCommand() *cobra.Command {
-	var statement, out string
+	var statement, out, keyID string
 	var keys, kmsKeys []string
 	cmd := &cobra.Command{
-		Use:   "sign --statement FILE (--key KEY.pem | --kms-key ID)... [--out FILE]",
+		Use:   "sign --statement FILE (--key KEY.pem | --kms-key ID)... [--keyid spki|none|ID] [--out FILE]",
 		Short: "Sign a release statement into a DSSE envelope (the manifest of releases register)",
-		Args:  cobra.NoArgs,
+		Long: `Checks the release statement as releases register will (its fields, their rules, expiry), then signs
+it into a DSSE envelope with each key, and says what it signed on stderr.
+
+Each signature names its key by --keyid: spki (the default) writes the hex SHA-256 of the key's
+SubjectPublicKeyInfo DER, the keyid bcctl keygen and pubkey print and the API reports; none leaves
+the keyid out; anything else is written as the keyid (one key only). The API tries every pinned
+key whatever a keyid says. Other DSSE verifiers (go-securesystemslib, sigstore) skip a signature
+whose keyid is not their verifier's: sign with --keyid none for them, or with the keyid they expect.
+ECDSA signatures are ASN.1 DER.`,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if statement == "" || len(keys)+len(kmsKeys) == 0 {
 				return usageErr(errors.New("sign: --statement and at least one --key or --kms-key are required"))
 			}
+			n := len(keys) + len(kmsKeys)
+			if keyID != keyIDSPKI && keyID != keyIDNone && n > 1 {
+				return usageErr(fmt.Errorf("sign: --keyid %q names one key, and %d keys sign: use spki or none", keyID, n))
+			}
 			payload, err := os.ReadFile(statement)
+			if err != nil {
+				return localErr(err)
+			}
+			st, err := checkStatement(statement, payload, c.now())
 			if err != nil {
 				return localErr(err)
 			}
@@ -134,22 +163,80 @@ func (c *cli) signCommand() *cobra.Command {
 			if err != nil {
 				return localErr(err)
 			}
-			env, err := rollout.SignEnvelope(payload, signers...)
+			ids := make([]string, len(signers))
+			for i, s := range signers {
+				switch keyID {
+				case keyIDSPKI:
+					if ids[i], err = rollout.KeyID(s.Public()); err != nil {
+						return localErr(err)
+					}
+				case keyIDNone:
+				default:
+					ids[i] = keyID
+				}
+			}
+			env, err := rollout.SignEnvelopeNaming(payload, ids, signers...)
 			if err != nil {
 				return localErr(err)
 			}
 			if out != "" {
-				return localErr(os.WriteFile(out, append(env, '\n'), 0o644))
+				if err := os.WriteFile(out, append(env, '\n'), 0o644); err != nil {
+					return localErr(err)
+				}
+			} else if _, err := fmt.Fprintln(c.out, string(env)); err != nil {
+				return err
 			}
-			_, err = fmt.Fprintln(c.out, string(env))
-			return err
+			named := "no keyid"
+			if keyID != keyIDNone {
+				named = "keyid " + strings.Join(ids, ", ")
+			}
+			dest := "stdout"
+			if out != "" {
+				dest = out
+			}
+			fmt.Fprintf(c.errOut, "signed release %s (sequence %d) with %s (%s) → %s\n",
+				st.Version, st.Sequence, strictjson.Plural(len(signers), "key"), named, dest)
+			return nil
 		},
 	}
-	cmd.Flags().StringVar(&statement, "statement", "", "release statement JSON file (signed as is)")
+	cmd.Flags().StringVar(&statement, "statement", "", "release statement JSON file (checked, then signed as is)")
 	cmd.Flags().StringVar(&out, "out", "", "write the envelope here instead of stdout")
 	cmd.Flags().StringArrayVar(&keys, "key", nil, "private key file (repeatable)")
 	cmd.Flags().StringArrayVar(&kmsKeys, "kms-key", nil, "KMS key id, ARN or alias (repeatable; BC_KMS_ENDPOINT for local-kms)")
+	cmd.Flags().StringVar(&keyID, "keyid", keyIDSPKI, "the keyid each signature names: spki (hex SHA-256 of the key's SubjectPublicKeyInfo DER), none, or an ID (one key only)")
+	_ = cmd.RegisterFlagCompletionFunc("keyid", fixed(keyIDSPKI, keyIDNone))
 	return cmd
+}
+
+// checkStatement checks a release statement file as releases register will
+// (rollout.ParseStatement), saying in its own words what a file that is
+// already a signed manifest is.
+func checkStatement(name string, payload []byte, now time.Time) (rollout.Statement, error) {
+	st, err := rollout.ParseStatement(payload, now)
+	if err == nil {
+		return st, nil
+	}
+	if looksSigned(payload) {
+		return st, fmt.Errorf("%s is already a signed manifest (a DSSE envelope): register it with bcctl releases register --manifest %s", name, name)
+	}
+	msg := err.Error()
+	if e := apierr.As(err); e != nil {
+		msg = strings.ReplaceAll(e.Message, "manifest.payload.", "")
+		msg = strings.ReplaceAll(msg, "manifest.payload", "the statement")
+	}
+	return st, fmt.Errorf("%s is not a valid release statement: %s (nothing signed)", name, msg)
+}
+
+// looksSigned reports whether JSON is a DSSE envelope rather than a
+// statement: an object with payloadType or signatures.
+func looksSigned(data []byte) bool {
+	var probe map[string]json.RawMessage
+	if json.Unmarshal(data, &probe) != nil {
+		return false
+	}
+	_, pt := probe["payloadType"]
+	_, sigs := probe["signatures"]
+	return pt || sigs
 }
 
 func (c *cli) loadSigners(ctx context.Context, keyFiles, kmsKeys []string) ([]crypto.Signer, error) {

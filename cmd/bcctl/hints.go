@@ -1,0 +1,163 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+	"strings"
+
+	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/rollout"
+)
+
+// detailLine renders an error's details as key=value pairs, in key order.
+func detailLine(e *apierr.Error) string {
+	keys := make([]string, 0, len(e.Details))
+	for k := range e.Details {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	parts := make([]string, 0, len(keys))
+	for _, k := range keys {
+		v := e.Details[k]
+		s, ok := v.(string)
+		if !ok {
+			b, _ := json.Marshal(v)
+			s = string(b)
+		}
+		parts = append(parts, k+"="+s)
+	}
+	return strings.Join(parts, " ")
+}
+
+// detail is a string member of an error's details ("" when absent).
+func detail(e *apierr.Error, key string) string { s, _ := e.Details[key].(string); return s }
+
+// hint is one line of what to do about an API error.
+func hint(e *apierr.Error) string {
+	str := func(k string) string { return detail(e, k) }
+	if h := releaseHint(e); h != "" {
+		return h
+	}
+	switch e.Code {
+	case apierr.InvalidInput:
+		if f := str("field"); f != "" {
+			if flag := flagFor(f); flag != "" {
+				return fmt.Sprintf("Fix %s (the request's %s); the verb's --help lists every field and its limits.", flag, f)
+			}
+			return fmt.Sprintf("Fix the request's %s; the verb's --help lists every field and its limits.", f)
+		}
+		return "Fix the request; the verb's --help lists every field and its limits."
+	case apierr.Unauthenticated:
+		return "Set BC_TOKEN (or --token): a JWT from your identity provider, or dev:<principal> on the local gateway."
+	case apierr.PermissionDenied:
+		return "The principal lacks a grant for this method on this tenant; ask an admin (locally: localstack/policy.json)."
+	case apierr.NotFound:
+		if p := str("path"); p != "" {
+			return fmt.Sprintf("No API method at %s: --api-url (BC_API_URL) is the base URL before /api/compute (locally %s).", p, api.LocalServer)
+		}
+		return "Check the id and --tenant: another tenant's pools and reservations are not visible."
+	case apierr.Conflict:
+		if str("field") == "clientToken" {
+			return "This --client-token was used for another request (pool, resource, count, topology or window differ). Relative times count from " +
+				"the minute they are sent in, so a retry in a later minute sends another window: repeat the first call's absolute --start/--end " +
+				"(bcctl reservations get shows them), or use a new token."
+		}
+		return "The id or clientToken is taken with another definition; use another, or repeat the first request exactly."
+	case apierr.QuotaExceeded:
+		return "Release reservations, ask for less, or ask the pool's owner for a higher max (bcctl pools offer)."
+	case apierr.CapacityExhausted:
+		if str("reason") == "topology" {
+			return "Devices are free but not on few enough nodes: try --topology any, a smaller count or another window."
+		}
+		return "No devices are free for that window: try another window or a smaller count (bcctl pools show POOL)."
+	case apierr.Unavailable:
+		return "A dependency is down or contended; retry (reservations create: with the same --client-token)."
+	case apierr.Internal:
+		return "A bug on the server: report it with the request id from its logs."
+	case apierr.NotImplemented:
+		return "This release does not serve the method."
+	}
+	return ""
+}
+
+// releaseHint is what to do about a refused release registration, by its
+// reason ("" for other errors).
+func releaseHint(e *apierr.Error) string {
+	field := detail(e, "field")
+	statementField := strings.TrimPrefix(field, "manifest.payload.")
+	resign := "then sign it again (bcctl sign) and register the new manifest"
+	switch {
+	case e.Code == apierr.Conflict && e.Details["version"] != nil:
+		return fmt.Sprintf("Version %v is registered with sequence %v: a new build needs a new version (and a sequence above the latest), %s.", e.Details["version"], e.Details["sequence"], resign)
+	case e.Code != apierr.InvalidInput || !strings.HasPrefix(field, "manifest"):
+		return ""
+	}
+	switch detail(e, "reason") {
+	case rollout.ReasonUnknownKey:
+		return "No signature is by a key this deployment pins (details.pinnedKeyIds): sign with a pinned key, or pin yours " +
+			"(bcctl pubkey --key KEY.pem prints its PEM for BC_RELEASE_PINS_FILE)."
+	case rollout.ReasonBadSignature:
+		return "A signature names a pinned key but does not verify: the manifest changed after it was signed, or an ECDSA signature is raw r‖s " +
+			"instead of ASN.1 DER. Sign the statement again with bcctl sign."
+	case rollout.ReasonThreshold:
+		return "Fewer distinct pinned keys signed than the deployment requires (BC_RELEASE_THRESHOLD): sign with more pinned keys (bcctl sign --key A.pem --key B.pem)."
+	case rollout.ReasonExpired:
+		return "The statement's expires has passed: set a later expires (or none) in the statement, " + resign + "."
+	case "rollback":
+		return fmt.Sprintf("The release channel is at sequence %v: give the statement a higher sequence, %s.", e.Details["latestSequence"], resign)
+	case rollout.ReasonPayloadType:
+		return "The envelope's payloadType must be " + rollout.PayloadType + ": bcctl sign writes it."
+	case rollout.ReasonInvalidField:
+		return fmt.Sprintf("Fix the statement's %s, %s.", statementField, resign)
+	case rollout.ReasonDuplicatePlatform:
+		return "Two binaries of the statement share a platform: keep one per platform, " + resign + "."
+	case rollout.ReasonNoLinuxBinary:
+		return "The statement needs a binary for linux (platform linux/…): add one, " + resign + "."
+	case rollout.ReasonMalformed, "required", "type", "unknown_field":
+		if strings.HasPrefix(field, "manifest.payload.") {
+			return fmt.Sprintf("The signed statement is not a valid release statement (%s): fix the statement file, %s.", statementField, resign)
+		}
+		return "The manifest must be a DSSE envelope: sign the release statement first (bcctl sign --statement FILE --key KEY.pem --out manifest.json) and register the file it writes."
+	}
+	return ""
+}
+
+// hintFlags says how to set the request fields whose hint says more than
+// one flag (the others: flagOf).
+var hintFlags = map[string]string{
+	"poolId":        "--pool (or POOL)",
+	"reservationId": "the reservation id argument",
+	"window":        "--start/--end",
+}
+
+// flagFor says how to set the request field an error names (details.field:
+// "window.end", "resources[gpu]", "manifest.payload", …).
+func flagFor(field string) string {
+	root, _, _ := strings.Cut(field, "[")
+	if _, ok := flagRenames[root]; !ok {
+		if head, _, ok := strings.Cut(root, "."); ok {
+			root = head
+		}
+	}
+	if f, ok := hintFlags[root]; ok {
+		return f
+	}
+	return "--" + flagOf(root)
+}
+
+// kebab turns a JSON name into a flag name: toTenantId → to-tenant-id.
+func kebab(s string) string {
+	var b strings.Builder
+	for i, r := range s {
+		if r >= 'A' && r <= 'Z' {
+			if i > 0 {
+				b.WriteByte('-')
+			}
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
