@@ -70,17 +70,8 @@ func renderTable(w io.Writer, method string, pages [][]byte) error {
 					if i > 0 {
 						node, now = "", ""
 					}
-					// The answer clips a hold to the span: one that began
-					// before it (or ends after it) says so, rather than show
-					// the span's start (or end) as the reservation's.
-					start, end := stamp(b.Start), stamp(b.End)
-					if !b.Start.After(u.From) {
-						start = "before " + stamp(u.From)
-					}
-					if !b.End.Before(u.To) {
-						end = "after " + stamp(u.To)
-					}
-					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", node, now, idRanges(b.DeviceIDs), start, end, dash(b.ReservationID))
+					// The hold's own window, not its part in the span.
+					fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", node, now, idRanges(b.DeviceIDs), stamp(b.Window.Start), stamp(b.Window.End), dash(b.ReservationID))
 				}
 			}
 		}

@@ -226,14 +226,14 @@ var Catalog = []*Method{
 		},
 		Actions: []string{"dynamodb:GetItem"}},
 	{Name: "reservations.list", Kind: Read, Permission: "compute:reservations:read", Scope: tenantScope, Module: "capacity",
-		Summary: "Lists the tenant's reservations, newest first, optionally filtered by pool and state. Denied reservations are listed only when `state` is `denied`.",
+		Summary: "Lists the tenant's reservations, newest first, optionally filtered by pool and state. Denied, rejected and expired reservations — refusals and creates that never finished, which a caller could make in bulk — are listed only when `state` names their state; a state-filtered list reads only that state's reservations, never the tenant's whole history.",
 		Input:   reflect.TypeFor[ListReservationsInput](), Output: reflect.TypeFor[ListReservationsResult](),
 		Errors: []ErrorCase{
 			{apierr.InvalidInput, "`state` is not a reservation state", []Detail{detail("field", "state"), detail("reason", "constraint")}},
 		},
 		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{"ordered", "bystate", "bypool"}},
 	{Name: "reservations.release", Kind: Mutation, Permission: "compute:reservations:release", Scope: tenantScope, Module: "capacity",
-		Summary: "Moves a non-terminal reservation to `released` (`releasedBy: \"tenant\"`), then credits its quota and frees its devices before answering; a terminal reservation is returned unchanged. Releasing a `draft` is allowed: it fences the create in flight.",
+		Summary: "Moves a non-terminal reservation to `released` (`releasedBy: \"tenant\"`), then credits its quota and frees its devices before answering. Releasing a `draft` is allowed: it fences the create in flight, and gives its quota back at once (the create, finding the fence, undoes what it wrote). A terminal reservation is returned unchanged, after finishing what a give-back cut short: its devices are free when the retry answers, and its quota too, unless the writer that ended it is still crediting it (seconds) or, that writer gone, the reconciler's sweep holds it (within two minutes). Released reservations are kept for 90 days.",
 		Input:   reflect.TypeFor[ReleaseReservationInput](), Output: reflect.TypeFor[ReservationResult](),
 		Errors: []ErrorCase{
 			{apierr.NotFound, "no such reservation for this tenant (another tenant's id included)", nil},

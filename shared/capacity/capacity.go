@@ -1,5 +1,5 @@
-// Package capacity is the domain of pools, quotas and reservations (SPEC
-// §4.3–§4.5): who may hold how many devices of a pool (quotas), which
+// Package capacity is the domain of pools, quotas and reservations (docs/capacity.md;
+// the contract is docs/reference): who may hold how many devices of a pool (quotas), which
 // devices of which nodes a tenant holds for which half-open window
 // (reservations), the reservation state machine, the placement choice, the
 // invariant checker and the reconciler pass. It knows nothing of Lambda or
@@ -16,7 +16,7 @@ import (
 	"time"
 )
 
-// Limits of the model (SPEC §4.3, §4.4, §9, and docs/capacity.md where the
+// Limits of the model (docs/reference, and docs/capacity.md where the
 // spec is silent).
 const (
 	MaxDevicesPerResource = 100_000   // pools.create, per resource
@@ -41,7 +41,7 @@ const (
 	ReleasedRetention = 90 * 24 * time.Hour
 	// DeniedRetention of denied ones: a caller without a grant can make
 	// them in a tenant's partition, so they are hidden from plain lists and
-	// kept only a day (SPEC §9).
+	// kept only a day (docs/reference/reservations.md).
 	DeniedRetention = 24 * time.Hour
 	// InlineDevices: a pool of at most this many devices in all lists them
 	// in its answers (every pool of v0.4 did); a bigger one is described by
@@ -71,7 +71,7 @@ var (
 	ErrTransition    = errors.New("capacity: transition not allowed")
 )
 
-// Pool is a set of devices owned by one tenant (SPEC §9), grouped per
+// Pool is a set of devices owned by one tenant (docs/reference/reservations.md), grouped per
 // resource into nodes of NodeSize devices. Pools are immutable once
 // created: the same request returns the stored pool.
 type Pool struct {
@@ -176,7 +176,7 @@ type QuotaKey struct {
 
 func (k QuotaKey) String() string { return fmt.Sprintf("%s/%s/%s", k.TenantID, k.PoolID, k.Resource) }
 
-// Quota is the API's view of a quota row (SPEC §4.3).
+// Quota is the API's view of a quota row (docs/reference/quotas.md).
 type Quota struct {
 	TenantID string `json:"tenantId" doc:"the tenant the quota is for"`
 	PoolID   string `json:"poolId" doc:"the pool"`

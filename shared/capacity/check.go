@@ -16,8 +16,8 @@ type Violation struct {
 
 func (v Violation) String() string { return v.Kind + " " + v.Subject + ": " + v.Detail }
 
-// Check reads the whole table and reports every broken invariant of SPEC
-// §4.4 (none: nil). Run it when no request or pass is in flight and the
+// Check reads the whole table and reports every broken invariant of
+// docs/capacity.md (none: nil). Run it when no request or pass is in flight and the
 // reconciler has swept what was fenced (a draft being admitted holds quota
 // and devices legitimately for a moment).
 func Check(ctx context.Context, r SnapshotReader) ([]Violation, error) {

@@ -63,7 +63,7 @@ var (
 	errInvalidRes  = errors.New("capacity: resource not in the pool")
 )
 
-// CreateReservation runs SPEC §4.4: validate → draft → decide once on the
+// CreateReservation runs docs/reference/reservations.md's create: validate → draft → decide once on the
 // draft → choose devices → charge quota (recording the choice) → write the
 // choice into the node-hours → placed. Nothing that depends on the pool
 // happens before the decision, so a denied caller learns nothing about the
@@ -188,7 +188,7 @@ func requestOf(r Reservation) Request {
 	return Request{ID: r.ReservationID, Count: r.Count, Topology: r.Topology, Window: r.Window}
 }
 
-// validateWindow applies SPEC §4.4/§9's window rules at now.
+// validateWindow applies the window rules of reservations.create at now.
 func validateWindow(startSent bool, w Window, now time.Time) error {
 	switch {
 	case startSent && w.Start.Before(now.Add(-MaxStartSkew)):
@@ -365,7 +365,7 @@ func (s *Service) admit(ctx context.Context, r Reservation) (Reservation, error)
 	case errors.Is(err, errInvalidPool), errors.Is(err, errInvalidRes):
 		return s.admitInvalid(ctx, r, err)
 	case isNoFit(err):
-		// Quota is checked before capacity (SPEC §9): a request that fits
+		// Quota is checked before capacity (docs/reference/reservations.md): a request that fits
 		// neither is QUOTA_EXCEEDED.
 		q, qerr := s.Store.GetQuota(ctx, k)
 		if qerr != nil {
@@ -535,7 +535,7 @@ func isNoFit(err error) bool {
 	return errors.As(err, &nf)
 }
 
-// rejectQuota refuses a draft over quota, with the numbers (SPEC §2).
+// rejectQuota refuses a draft over quota, with the numbers (docs/reference/README.md, errors).
 func (s *Service) rejectQuota(ctx context.Context, r Reservation, q Quota) (Reservation, error) {
 	cur, err := s.reject(ctx, r, ReasonQuota, FaultRejectedQuota)
 	if e := apierr.As(err); e != nil && e.Code == apierr.QuotaExceeded {

@@ -70,7 +70,7 @@ type Request struct {
 	Spread  bool
 }
 
-// Choose places req on the candidates (SPEC §4.4):
+// Choose places req on the candidates (docs/capacity.md, "Placement"):
 //
 //   - topology "node", count ≤ nodeSize: best fit — the node with the
 //     fewest free devices that still holds count (the fullest that fits),

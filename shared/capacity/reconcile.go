@@ -89,7 +89,7 @@ func (rc *Reconciler) quota(ctx context.Context, q QuotaRow, now time.Time) (ste
 	return step{settled: true}, nil
 }
 
-// Reconciler is capacity.reservations (SPEC §4.5): each pass finds due
+// Reconciler is capacity.reservations (docs/capacity.md, "The reconciler"): each pass finds due
 // items through the sparse due index and moves each forward with
 // conditional writes on the state it read, so overlapping and repeated
 // passes are harmless.

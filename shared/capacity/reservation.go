@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// State is a reservation's place in its life (SPEC §4.4):
+// State is a reservation's place in its life (docs/reference/reservations.md):
 //
 //	draft → denied | rejected | placed | expired | released
 //	placed → binding | released
@@ -89,7 +89,7 @@ type Window struct {
 	End   time.Time `json:"end" doc:"the first instant no longer held"`
 }
 
-// Topology requests of reservations.create (SPEC §4.4).
+// Topology requests of reservations.create (docs/reference/reservations.md).
 const (
 	// OnNodes: a count that fits a node on exactly one node, a larger one
 	// on ⌈count / nodeSize⌉ nodes.
@@ -204,7 +204,7 @@ func (r Reservation) Stale(now time.Time) bool {
 // ExpiresAt is when storage may delete the reservation (zero: kept while
 // it is not terminal): denied ones after DeniedRetention, rejected and
 // expired ones after Retention, released ones after ReleasedRetention
-// (SPEC §4.4, §9), each from when it became terminal.
+// (docs/reference/reservations.md), each from when it became terminal.
 func (r Reservation) ExpiresAt() time.Time {
 	switch r.State {
 	case Denied:
@@ -307,7 +307,7 @@ func Fingerprint(poolID, resource string, count int, topology string, start *tim
 var crockford = base32.NewEncoding("0123456789ABCDEFGHJKMNPQRSTVWXYZ").WithPadding(base32.NoPadding)
 
 // TokenID derives a reservation id from a clientToken, scoped to the tenant
-// and the principal (SPEC §4.4: no other principal can claim or block a
+// and the principal (no other principal can claim or block a
 // token), so the conditional put of the draft is the idempotency check. It
 // has the shape of a ULID (26 Crockford base32 characters) but is not
 // time-ordered: lists order by createdAt, never by id.

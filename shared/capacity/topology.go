@@ -25,7 +25,7 @@ func (t Topology) NodeOf(n int) int { return n / t.NodeSize }
 func (t Topology) Size(k int) int { return min(t.NodeSize, t.Devices-k*t.NodeSize) }
 
 // NodesFor is how many nodes a count needs under topology "node": one for
-// a count that fits a node, else ⌈count / NodeSize⌉ (SPEC §4.4).
+// a count that fits a node, else ⌈count / NodeSize⌉ (docs/reference/reservations.md).
 func (t Topology) NodesFor(count int) int { return (count + t.NodeSize - 1) / t.NodeSize }
 
 // DeviceID names device n of a resource.

@@ -54,13 +54,15 @@ type NodeUsage struct {
 	Busy    []Busy `json:"busy" doc:"what is held on the node within the span, by start"`
 }
 
-// Busy is one reservation's devices on a node, clipped to the span. The
-// reservation's id is given to the pool's owner only: a tenant the pool
-// is offered to sees when devices are taken, not by whom.
+// Busy is one reservation's devices on a node, clipped to the span, with
+// the whole window they are held for. The reservation's id is given to the
+// pool's owner only: a tenant the pool is offered to sees when devices are
+// taken, not by whom.
 type Busy struct {
 	DeviceIDs     []string  `json:"deviceIds" doc:"the node's devices one reservation holds"`
 	Start         time.Time `json:"start" doc:"from when, clipped to the span"`
 	End           time.Time `json:"end" doc:"until when, clipped to the span"`
+	Window        Window    `json:"window" doc:"the whole window they are held for: it may begin before the span or end after it"`
 	ReservationID string    `json:"reservationId,omitempty" doc:"the reservation holding them: shown to the pool's owner only"`
 }
 
@@ -159,7 +161,7 @@ func (s *Service) PoolUsage(ctx context.Context, q UsageRequest) (Usage, map[str
 		n := NodeUsage{NodeID: NodeID(q.Resource, k), Size: pr.Size(k), Busy: []Busy{}}
 		var now Mask
 		for id, h := range byNode[k] {
-			b := Busy{Start: maxTime(h.w.Start, span.Start), End: minTime(h.w.End, span.End)}
+			b := Busy{Start: maxTime(h.w.Start, span.Start), End: minTime(h.w.End, span.End), Window: h.w}
 			for _, dev := range (Placement{{Node: k, Mask: h.mask}}).Devices(pr.NodeSize) {
 				b.DeviceIDs = append(b.DeviceIDs, DeviceID(q.Resource, dev))
 			}

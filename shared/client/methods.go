@@ -177,7 +177,7 @@ func (c *Client) ReservationsListPages(ctx context.Context, in api.ListReservati
 
 // ReservationsRelease calls reservations.release (POST /api/compute/reservations/release): moves a
 // non-terminal reservation to `released` (`releasedBy: "tenant"`), then credits its quota and frees
-// its devices before answering; a terminal reservation is returned unchanged.
+// its devices before answering.
 func (c *Client) ReservationsRelease(ctx context.Context, in *api.ReleaseReservationInput) (*api.ReservationResult, error) {
 	out := new(api.ReservationResult)
 	if err := c.Call(ctx, "reservations.release", in, out); err != nil {

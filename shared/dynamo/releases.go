@@ -110,7 +110,7 @@ func (h head) holds(seq int64, ver, dig string) bool {
 	return h.Seq == seq && h.Ver == ver && h.Dig == dig
 }
 
-// Register records r (SPEC §4.1, §5), in three single-item conditional
+// Register records r (docs/architecture.md, "Releases"), in three single-item conditional
 // writes, each idempotent:
 //
 //  1. put the version's item as pending, if the version is new (or only

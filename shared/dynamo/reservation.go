@@ -78,7 +78,7 @@ type reservationItem struct {
 // expired reservations have no lsk or psk: a caller without a grant can
 // make denied ones in any tenant's partition, and failed creates would
 // fill a tenant's list, so they are listed only when their state is asked
-// for (SPEC §9), and a state-filtered list reads only that state.
+// for (docs/reference/reservations.md), and a state-filtered list reads only that state.
 const lskListed = "RES#"
 
 // listed reports whether plain lists show a reservation in state st.
