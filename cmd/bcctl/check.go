@@ -29,7 +29,7 @@ func (c *cli) checkCommand() *cobra.Command {
 		Short: "Check the capacity invariants of a table (exit 1 on any violation)",
 		Long: `Reads the whole table (a consistent scan: an operator's tool, never run it on a busy production
 table) and reports every broken capacity invariant: quota used against live reservations, charges
-in flight, node-day entries against reservations, double bookings, topology. Against the local
+in flight, node-hour entries against reservations, double bookings, topology, index entries without an item. Against the local
 stack set BC_DYNAMODB_ENDPOINT (make run prints it) or --dynamodb-endpoint; against AWS pass --aws
 (credentials from the usual AWS chain). -o json prints {"table", "ok", "violations": [{"kind",
 "subject", "detail"}]}. It reads DynamoDB, never the API: a missing table exits 4, an unreachable

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
@@ -127,8 +128,10 @@ type Function struct {
 // signatures), so they get more CPU (Lambda CPU scales with memory) and time.
 // API Gateway's HTTP API integrations time out at 30 s regardless.
 var (
-	readSizing     = [2]float64{256, 5}
-	mutationSizing = [2]float64{512, 10}
+	readSizing = [2]float64{256, 5}
+	// A mutation's flow stops writing at capacity.FlowDeadline, which the
+	// create's leases and the release's timeout are reckoned from.
+	mutationSizing = [2]float64{512, capacity.FlowDeadline.Seconds()}
 	// One bounded pass a minute: the timeout stays below the period so a
 	// pass ends before the next tick (and reserved concurrency 1 keeps two
 	// from ever running at once).

@@ -152,7 +152,7 @@ func TestRaceSameClientToken(t *testing.T) {
 }
 
 // Lost races alone never answer CAPACITY_EXHAUSTED: with a single placement
-// attempt, creates that fit but lose a node-day race are UNAVAILABLE
+// attempt, creates that fit but lose a node-hour race are UNAVAILABLE
 // (their charged drafts left for the reconciler), never refused.
 func TestLostRaceIsNotCapacityExhausted(t *testing.T) {
 	e := newEnv(t)

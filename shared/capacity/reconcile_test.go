@@ -99,7 +99,7 @@ func TestCrashMatrix(t *testing.T) {
 		},
 	}
 	// The tenant releases a draft while its create is in flight (between
-	// the charge and the node-day writes): the create loses its fence and
+	// the charge and the node-hour writes): the create loses its fence and
 	// gives back what it charged and wrote.
 	var inFlight bool
 	releasedInFlight := scenario{

@@ -107,11 +107,13 @@ func pattern(name string) *regexp.Regexp {
 // (100,000 nested brackets fit in 256 KiB) from costing more than it is long.
 const MaxDepth = 64
 
-// Decode parses data into v (a non-nil pointer), streaming: the Go type is
-// the schema, so the first unknown field, wrong type, duplicate key or
-// violated constraint stops the decode there. Time and memory are linear in
-// len(data) whatever its shape; a JSON path is only built for the error
-// reported. prefix is prepended to every field path (use "" at the root).
+// Decode parses data into v (a non-nil pointer) in two streaming passes: a
+// syntax pass over the whole document (nesting, duplicate names, trailing
+// data), then a typed pass in which the Go type is the schema, so the first
+// unknown field, wrong type or violated constraint stops the decode there.
+// Time and memory are linear in len(data) whatever its shape; a JSON path
+// is only built for the error reported. prefix is prepended to every field
+// path (use "" at the root).
 func Decode(data []byte, v any, prefix string) error {
 	rv := reflect.ValueOf(v)
 	if rv.Kind() != reflect.Pointer || rv.IsNil() {
