@@ -1,24 +1,21 @@
 package rollout
 
 import (
+	"crypto"
 	"bytes"
-	"crypto/sha256"
-	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net/url"
 	"reflect"
 	"regexp"
-	"slices"
 	"strings"
 	"time"
 	"unicode/utf8"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/strictjson"
-	"github.com/secure-systems-lab/go-securesystemslib/dsse"
+	"github.com/bettercompute/control-plane/shared/dsse"
 )
 
 // Patterns named by the tags of Binary (release.go): a platform is os/arch
@@ -34,39 +31,75 @@ var semverPattern = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*
 	`(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?` +
 	`(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
 
-// Reasons carried in details.reason of a rejected manifest (docs/reference/releases.md).
+// Reasons carried in details.reason of a rejected manifest
+// (docs/reference/releases.md): the envelope's (package dsse), then the
+// statement's.
 const (
-	ReasonMalformed         = "malformed"
-	ReasonPayloadType       = "payload_type"
-	ReasonUnknownKey        = "unknown_key"
-	ReasonBadSignature      = "bad_signature"
-	ReasonThreshold         = "threshold"
+	ReasonMalformed         = dsse.ReasonMalformed
+	ReasonPayloadType       = dsse.ReasonPayloadType
+	ReasonUnknownKey        = dsse.ReasonUnknownKey
+	ReasonBadSignature      = dsse.ReasonBadSignature
+	ReasonThreshold         = dsse.ReasonThreshold
 	ReasonInvalidField      = "invalid_field"
 	ReasonExpired           = "expired"
 	ReasonDuplicatePlatform = "duplicate_platform"
 	ReasonNoLinuxBinary     = "no_linux_binary"
 )
 
-// Envelope is a DSSE envelope (DSSE v1.0.2) as sent in the request's
-// `manifest`: what Verify decodes, and what the API reference and the
-// OpenAPI document describe. As the DSSE specification says, members the
-// envelope or a signature does not define are ignored (consumers MUST
-// ignore unrecognized fields); duplicate keys, wrong types and a missing
-// member are malformed. At most 16 signatures (more is malformed) bound the work of one request, since every signature may be
-// tried against every pinned key; thresholds are small.
-type Envelope struct {
-	strictjson.IgnoreUnknown
-	PayloadType string              `json:"payloadType" bc:"required" doc:"the payload's type: must be application/vnd.bettercompute.release.v1+json"`
-	Payload     string              `json:"payload" bc:"required" doc:"the release statement's bytes, base64 (standard or URL-safe alphabet, padded or not); verified as sent, never re-serialized"`
-	Signatures  []EnvelopeSignature `json:"signatures" bc:"required,max=16" doc:"signatures over DSSE PAE(payloadType, payload); the manifest verifies when signatures by at least the threshold of distinct pinned keys verify"`
+// The envelope, its keys and signing live in package dsse, shared with the
+// fleet's node reports; these names keep the release side's vocabulary.
+type (
+	Envelope          = dsse.Envelope
+	EnvelopeSignature = dsse.EnvelopeSignature
+)
+
+// Pins are the release signing keys a manifest must be signed by
+// (docs/reference/releases.md): at least Threshold distinct pinned keys
+// must sign.
+type Pins struct{ *dsse.Pins }
+
+// NewPins pins the release keys (deduplicated by keyid) with a threshold
+// in 1..number of distinct keys; anything else is a configuration error at
+// start, never a request error.
+func NewPins(keys []crypto.PublicKey, threshold int) (*Pins, error) {
+	p, err := dsse.NewPins(keys, threshold)
+	if err != nil {
+		return nil, fmt.Errorf("rollout: release pins: %w", err)
+	}
+	return &Pins{p}, nil
 }
 
-// EnvelopeSignature is one signature of an Envelope.
-type EnvelopeSignature struct {
-	strictjson.IgnoreUnknown
-	KeyID string `json:"keyid,omitempty" doc:"a hint naming the signing key: bcctl sign writes the hex SHA-256 of the key's SubjectPublicKeyInfo DER (the pins' keyid); optional, and a signature is tried under every pinned key whatever it names"`
-	Sig   string `json:"sig" bc:"required" doc:"the signature, base64 (standard or URL-safe): ECDSA P-256 over SHA-256(PAE) as ASN.1 DER (what KMS ECDSA_SHA_256 returns; a raw r‖s signature does not verify), or Ed25519 over PAE"`
+// Keys, their ids and signing (package dsse) under the names the release
+// tooling has always used.
+var (
+	KeyID                = dsse.KeyID
+	ParsePEMBundle       = dsse.ParsePEMBundle
+	GenerateKey          = dsse.GenerateKey
+	MarshalPrivateKeyPEM = dsse.MarshalPrivateKeyPEM
+	ParsePrivateKeyPEM   = dsse.ParsePrivateKeyPEM
+	MarshalPublicKeyPEM  = dsse.MarshalPublicKeyPEM
+)
+
+// Key algorithms GenerateKey accepts.
+const (
+	AlgECDSAP256 = dsse.AlgECDSAP256
+	AlgEd25519   = dsse.AlgEd25519
+)
+
+// SignEnvelope signs a release statement: a DSSE envelope of PayloadType
+// with one signature per signer, each naming its key by KeyID.
+func SignEnvelope(payload []byte, signers ...crypto.Signer) ([]byte, error) {
+	return dsse.Sign(PayloadType, payload, signers...)
 }
+
+// SignEnvelopeNaming is SignEnvelope with the keyid each signature names
+// ("" for none): dsse.SignNaming.
+func SignEnvelopeNaming(payload []byte, keyIDs []string, signers ...crypto.Signer) ([]byte, error) {
+	return dsse.SignNaming(PayloadType, payload, keyIDs, signers...)
+}
+
+// manifest is what Verify expects of a release's envelope.
+var manifest = dsse.Want{PayloadType: PayloadType, Field: "manifest", KeyNoun: "a pinned release key"}
 
 // Verified is what a verified manifest yields.
 type Verified struct {
@@ -84,115 +117,15 @@ type Verified struct {
 // no_linux_binary. details.field is a JSON path from the request root
 // ("manifest.signatures[0].sig", "manifest.payload.binaries[0].url").
 func (p *Pins) Verify(envelopeJSON []byte, now time.Time) (*Verified, error) {
-	var env Envelope
-	if err := strictjson.Decode(envelopeJSON, &env, "manifest"); err != nil {
-		return nil, decodeError(ReasonMalformed, err, "manifest")
-	}
-	payload, err := decodeBase64(env.Payload)
-	if err != nil {
-		return nil, apierr.Invalid(ReasonMalformed, "manifest.payload", "manifest.payload: %v", err)
-	}
-	sigs := make([][]byte, len(env.Signatures))
-	for i, s := range env.Signatures {
-		if sigs[i], err = decodeBase64(s.Sig); err != nil {
-			field := fmt.Sprintf("manifest.signatures[%d].sig", i)
-			return nil, apierr.Invalid(ReasonMalformed, field, "%s: %v", field, err)
-		}
-	}
-	if env.PayloadType != PayloadType {
-		return nil, apierr.Invalid(ReasonPayloadType, "manifest.payloadType",
-			"manifest.payloadType: must be %q", PayloadType)
-	}
-	signers, err := p.signers(env.Signatures, sigs, dsse.PAE(env.PayloadType, payload))
+	opened, err := p.Open(envelopeJSON, manifest)
 	if err != nil {
 		return nil, err
 	}
-	st, err := ParseStatement(payload, now)
+	st, err := ParseStatement(opened.Payload, now)
 	if err != nil {
 		return nil, err
 	}
-	sum := sha256.Sum256(payload)
-	return &Verified{Statement: st, Payload: payload, Digest: "sha256:" + hex.EncodeToString(sum[:]), Signers: signers}, nil
-}
-
-// signers returns the sorted ids of the distinct pinned keys under which a
-// signature over pae verifies, or the unknown_key / bad_signature /
-// threshold error.
-//
-// The counting is ours, not dsse.EnvelopeVerifier's: that verifier skips a
-// key whose id differs from a signature's keyid (here the keyid is only a
-// hint, and its default ids are SSH fingerprints, not our SPKI
-// hashes), does not accept unpadded base64, prints to stdout, and cannot
-// tell unknown_key from bad_signature from threshold. Only dsse.PAE is
-// used from the library.
-//
-// A keyid naming a pinned key (hex, compared case-insensitively) is tried
-// first, then every other pinned key in keyid order; the signature counts for
-// the key it verifies under, and each pinned key counts once however many
-// signatures it made. No signature verifies under two distinct keys, so
-// crediting the first key that verifies loses nothing. A signature that named
-// a pinned key but verifies under none is "bad"; one that verified under
-// another pinned key than it named is not (it counts for that key).
-//
-// An empty signatures array is unknown_key: no signature by a pinned key.
-func (p *Pins) signers(env []EnvelopeSignature, sigs [][]byte, pae []byte) ([]string, error) {
-	credited := map[string]bool{}
-	named := false
-	badField := ""
-	for i, s := range env {
-		hint := strings.ToLower(s.KeyID)
-		_, isPinned := p.keys[hint]
-		named = named || isPinned
-		id := p.verifiedUnder(hint, sigs[i], pae)
-		switch {
-		case id != "":
-			credited[id] = true
-		case isPinned && badField == "":
-			badField = fmt.Sprintf("manifest.signatures[%d].sig", i)
-		}
-	}
-	switch {
-	case len(credited) >= p.threshold:
-		ids := make([]string, 0, len(credited))
-		for id := range credited {
-			ids = append(ids, id)
-		}
-		slices.Sort(ids)
-		return ids, nil
-	case len(credited) == 0 && !named:
-		// Say which keys signed and which are pinned: the usual cause is a
-		// manifest signed with a key this deployment does not pin.
-		signed := []string{}
-		for _, s := range env {
-			if s.KeyID != "" && !slices.Contains(signed, s.KeyID) {
-				signed = append(signed, s.KeyID)
-			}
-		}
-		return nil, apierr.Invalid(ReasonUnknownKey, "manifest.signatures",
-			"manifest.signatures: no signature by a pinned release key (signed by %s; pinned: %s)",
-			listOrNone(signed), listOrNone(p.ids)).
-			With("signerKeyIds", signed).With("pinnedKeyIds", slices.Clone(p.ids))
-	case badField != "":
-		return nil, apierr.Invalid(ReasonBadSignature, badField,
-			"%s: the signature does not verify under the pinned key it names", badField)
-	default:
-		return nil, apierr.Invalid(ReasonThreshold, "manifest.signatures",
-			"manifest.signatures: %d distinct pinned keys signed, %d required", len(credited), p.threshold)
-	}
-}
-
-// verifiedUnder returns the id of the pinned key sig verifies under (the
-// hinted key first), or "".
-func (p *Pins) verifiedUnder(hint string, sig, pae []byte) string {
-	if k, ok := p.keys[hint]; ok && verifySignature(k, pae, sig) {
-		return hint
-	}
-	for _, id := range p.ids {
-		if id != hint && verifySignature(p.keys[id], pae, sig) {
-			return id
-		}
-	}
-	return ""
+	return &Verified{Statement: st, Payload: opened.Payload, Digest: opened.Digest, Signers: opened.Signers}, nil
 }
 
 // ParseStatement decodes and checks a release statement (the payload of a
@@ -221,10 +154,10 @@ func ParseStatement(payload []byte, now time.Time) (Statement, error) {
 				if field := unknownStatementField(payload); field != "" {
 					return st, apierr.Invalid(ReasonMalformed, root+"."+field, "%s.%s: unknown field", root, field)
 				}
-				return st, decodeError(ReasonInvalidField, err, root)
+				return st, dsse.DecodeError(ReasonInvalidField, err, root)
 			}
 		}
-		return st, decodeError(ReasonMalformed, err, root)
+		return st, dsse.DecodeError(ReasonMalformed, err, root)
 	}
 	invalid := func(field, problem string) error {
 		return apierr.Invalid(ReasonInvalidField, field, "%s: %s", field, problem)
@@ -337,48 +270,3 @@ func isHTTPSURL(s string) bool {
 	return err == nil && u.Scheme == "https" && u.Opaque == "" && u.Hostname() != "" && u.User == nil
 }
 
-// decodeError maps a strictjson error to INVALID_INPUT with reason and the
-// failing field (fallback when the error carries none).
-func decodeError(reason string, err error, fallback string) *apierr.Error {
-	var fe *strictjson.FieldError
-	if errors.As(err, &fe) {
-		field := fe.Field
-		if field == "" {
-			field = fallback
-		}
-		return apierr.Invalid(reason, field, "%s: %s", field, fe.Problem)
-	}
-	return apierr.Invalid(reason, fallback, "%s: %v", fallback, err)
-}
-
-var errBase64 = errors.New("must be standard or URL-safe base64")
-
-// base64Encodings are tried in turn: standard and URL-safe alphabets, with or
-// without padding. Strict rejects non-zero trailing bits, so every byte
-// string has a single encoding per alphabet and padding choice.
-var base64Encodings = []*base64.Encoding{
-	base64.StdEncoding.Strict(), base64.RawStdEncoding.Strict(),
-	base64.URLEncoding.Strict(), base64.RawURLEncoding.Strict(),
-}
-
-// decodeBase64 decodes DSSE's payload and sig fields (standard or URL-safe, padded or not). Line breaks,
-// which Go's decoders would silently skip, are rejected.
-func decodeBase64(s string) ([]byte, error) {
-	if strings.ContainsAny(s, "\r\n") {
-		return nil, errBase64
-	}
-	for _, enc := range base64Encodings {
-		if b, err := enc.DecodeString(s); err == nil {
-			return b, nil
-		}
-	}
-	return nil, errBase64
-}
-
-// listOrNone joins ids for a message ("none" when empty).
-func listOrNone(ids []string) string {
-	if len(ids) == 0 {
-		return "none"
-	}
-	return strings.Join(ids, ", ")
-}

@@ -355,13 +355,13 @@ type Binary struct {
 
 // Envelope defines model for Envelope.
 type Envelope struct {
-	// Payload the release statement's bytes, base64 (standard or URL-safe alphabet, padded or not); verified as sent, never re-serialized
+	// Payload the signed statement's bytes, base64 (standard or URL-safe alphabet, padded or not); verified as sent, never re-serialized
 	Payload string `json:"payload"`
 
-	// PayloadType the payload's type: must be application/vnd.bettercompute.release.v1+json
+	// PayloadType the payload's type: application/vnd.bettercompute.release.v1+json in a release manifest, application/vnd.bettercompute.node-report+json in a node report
 	PayloadType string `json:"payloadType"`
 
-	// Signatures signatures over DSSE PAE(payloadType, payload); the manifest verifies when signatures by at least the threshold of distinct pinned keys verify
+	// Signatures signatures over DSSE PAE(payloadType, payload); the envelope verifies when signatures by at least the threshold of distinct pinned keys verify (a node report: the node's registered key)
 	Signatures           []EnvelopeSignature    `json:"signatures"`
 	AdditionalProperties map[string]interface{} `json:"-"`
 }

@@ -1,4 +1,8 @@
-package rollout
+// Package dsse signs and opens DSSE envelopes (DSSE v1.0.2) under a set of
+// pinned ECDSA P-256 / Ed25519 keys with a threshold: the release manifests
+// (pinned release keys) and the node reports (the node's one registered key)
+// share it.
+package dsse
 
 import (
 	"bytes"
@@ -15,8 +19,8 @@ import (
 	"slices"
 )
 
-// Pins are the release signing keys a manifest must be signed by (docs/reference/releases.md):
-// at least Threshold distinct pinned keys must sign.
+// Pins are the keys an envelope must be signed by: at least Threshold
+// distinct pinned keys must sign.
 type Pins struct {
 	keys      map[string]crypto.PublicKey // keyid -> *ecdsa.PublicKey (P-256) or ed25519.PublicKey
 	ids       []string                    // sorted keyids
@@ -28,11 +32,11 @@ type Pins struct {
 func KeyID(pub crypto.PublicKey) (string, error) {
 	pub, err := supportedKey(pub)
 	if err != nil {
-		return "", fmt.Errorf("rollout: %w", err)
+		return "", fmt.Errorf("dsse: %w", err)
 	}
 	der, err := x509.MarshalPKIXPublicKey(pub)
 	if err != nil {
-		return "", fmt.Errorf("rollout: encoding public key: %w", err)
+		return "", fmt.Errorf("dsse: encoding public key: %w", err)
 	}
 	sum := sha256.Sum256(der)
 	return hex.EncodeToString(sum[:]), nil
@@ -76,30 +80,30 @@ func ParsePEMBundle(data []byte) ([]crypto.PublicKey, error) {
 		block, rest := pem.Decode(data)
 		if block == nil {
 			if bytes.Contains(data, begin) {
-				return nil, fmt.Errorf("rollout: PEM block %d does not decode", n)
+				return nil, fmt.Errorf("dsse: PEM block %d does not decode", n)
 			}
 			break
 		}
 		// pem.Decode skips a damaged block and returns the next one: the
 		// consumed text must contain exactly one BEGIN line.
 		if bytes.Count(data[:len(data)-len(rest)], begin) != 1 {
-			return nil, fmt.Errorf("rollout: PEM block %d does not decode", n)
+			return nil, fmt.Errorf("dsse: PEM block %d does not decode", n)
 		}
 		data = rest
 		if block.Type != "PUBLIC KEY" {
-			return nil, fmt.Errorf("rollout: PEM block %d is %q, want \"PUBLIC KEY\"", n, block.Type)
+			return nil, fmt.Errorf("dsse: PEM block %d is %q, want \"PUBLIC KEY\"", n, block.Type)
 		}
 		pub, err := x509.ParsePKIXPublicKey(block.Bytes)
 		if err != nil {
-			return nil, fmt.Errorf("rollout: PEM block %d (PUBLIC KEY): %w", n, err)
+			return nil, fmt.Errorf("dsse: PEM block %d (PUBLIC KEY): %w", n, err)
 		}
 		if pub, err = supportedKey(pub); err != nil {
-			return nil, fmt.Errorf("rollout: PEM block %d (PUBLIC KEY): %w", n, err)
+			return nil, fmt.Errorf("dsse: PEM block %d (PUBLIC KEY): %w", n, err)
 		}
 		keys = append(keys, pub)
 	}
 	if len(keys) == 0 {
-		return nil, errors.New("rollout: no PUBLIC KEY PEM block found")
+		return nil, errors.New("dsse: no PUBLIC KEY PEM block found")
 	}
 	return keys, nil
 }
@@ -112,11 +116,11 @@ func NewPins(keys []crypto.PublicKey, threshold int) (*Pins, error) {
 	for i, k := range keys {
 		k, err := supportedKey(k)
 		if err != nil {
-			return nil, fmt.Errorf("rollout: release pin %d: %w", i, err)
+			return nil, fmt.Errorf("dsse: pin %d: %w", i, err)
 		}
 		id, err := KeyID(k)
 		if err != nil {
-			return nil, fmt.Errorf("rollout: release pin %d: %w", i, err)
+			return nil, fmt.Errorf("dsse: pin %d: %w", i, err)
 		}
 		if _, dup := p.keys[id]; !dup {
 			p.keys[id] = k
@@ -125,7 +129,7 @@ func NewPins(keys []crypto.PublicKey, threshold int) (*Pins, error) {
 	}
 	slices.Sort(p.ids)
 	if threshold < 1 || threshold > len(p.ids) {
-		return nil, fmt.Errorf("rollout: release threshold %d must be between 1 and the number of distinct pinned keys (%d)",
+		return nil, fmt.Errorf("dsse: threshold %d must be between 1 and the number of distinct pinned keys (%d)",
 			threshold, len(p.ids))
 	}
 	return p, nil
@@ -134,5 +138,5 @@ func NewPins(keys []crypto.PublicKey, threshold int) (*Pins, error) {
 // KeyIDs lists the pinned keys' ids, sorted.
 func (p *Pins) KeyIDs() []string { return slices.Clone(p.ids) }
 
-// Threshold is the number of distinct pinned keys that must sign a manifest.
+// Threshold is the number of distinct pinned keys that must sign.
 func (p *Pins) Threshold() int { return p.threshold }

@@ -1,4 +1,4 @@
-package rollout
+package dsse
 
 import (
 	"crypto"
@@ -23,22 +23,22 @@ const (
 	AlgEd25519   = "ed25519"
 )
 
-// SignEnvelope builds a DSSE envelope (JSON) over payload with PayloadType,
-// one signature per signer, each naming its key by KeyID (the hex SHA-256
-// of its SubjectPublicKeyInfo DER): SignEnvelopeNaming with those ids.
-func SignEnvelope(payload []byte, signers ...crypto.Signer) ([]byte, error) {
+// Sign builds a DSSE envelope (JSON) over payload with payloadType, one
+// signature per signer, each naming its key by KeyID (the hex SHA-256 of
+// its SubjectPublicKeyInfo DER): SignNaming with those ids.
+func Sign(payloadType string, payload []byte, signers ...crypto.Signer) ([]byte, error) {
 	ids := make([]string, len(signers))
 	for i, s := range signers {
 		id, err := KeyID(s.Public())
 		if err != nil {
-			return nil, fmt.Errorf("rollout: signer %d: %w", i, err)
+			return nil, fmt.Errorf("dsse: signer %d: %w", i, err)
 		}
 		ids[i] = id
 	}
-	return SignEnvelopeNaming(payload, ids, signers...)
+	return SignNaming(payloadType, payload, ids, signers...)
 }
 
-// SignEnvelopeNaming is SignEnvelope with the keyid each signature names:
+// SignNaming is Sign with the keyid each signature names:
 // keyIDs[i] for signers[i], "" for none (the member is left out). The
 // keyid is a hint to verifiers; this API tries every pinned key whatever
 // it says, while other DSSE verifiers skip a signature whose keyid is not
@@ -48,24 +48,24 @@ func SignEnvelope(payload []byte, signers ...crypto.Signer) ([]byte, error) {
 // ASN.1 DER signature, so a KMS-backed crypto.Signer (ECC_NIST_P256,
 // ECDSA_SHA_256) works; Ed25519 signers receive PAE itself with
 // crypto.Hash(0). Every signature is checked under its public key before it
-// is returned, so a misconfigured signer fails here rather than at register.
-func SignEnvelopeNaming(payload []byte, keyIDs []string, signers ...crypto.Signer) ([]byte, error) {
+// is returned, so a misconfigured signer fails here rather than at the API.
+func SignNaming(payloadType string, payload []byte, keyIDs []string, signers ...crypto.Signer) ([]byte, error) {
 	if len(signers) == 0 {
-		return nil, errors.New("rollout: SignEnvelope needs at least one signer")
+		return nil, errors.New("dsse: Sign needs at least one signer")
 	}
 	if len(keyIDs) != len(signers) {
-		return nil, fmt.Errorf("rollout: %d keyids for %d signers", len(keyIDs), len(signers))
+		return nil, fmt.Errorf("dsse: %d keyids for %d signers", len(keyIDs), len(signers))
 	}
-	pae := dsse.PAE(PayloadType, payload)
+	pae := dsse.PAE(payloadType, payload)
 	env := Envelope{
-		PayloadType: PayloadType,
+		PayloadType: payloadType,
 		Payload:     base64.StdEncoding.EncodeToString(payload),
 		Signatures:  make([]EnvelopeSignature, 0, len(signers)),
 	}
 	for i, s := range signers {
 		pub, err := supportedKey(s.Public())
 		if err != nil {
-			return nil, fmt.Errorf("rollout: signer %d: %w", i, err)
+			return nil, fmt.Errorf("dsse: signer %d: %w", i, err)
 		}
 		var sig []byte
 		if _, ok := pub.(*ecdsa.PublicKey); ok {
@@ -75,10 +75,10 @@ func SignEnvelopeNaming(payload []byte, keyIDs []string, signers ...crypto.Signe
 			sig, err = s.Sign(rand.Reader, pae, crypto.Hash(0))
 		}
 		if err != nil {
-			return nil, fmt.Errorf("rollout: signer %d: %w", i, err)
+			return nil, fmt.Errorf("dsse: signer %d: %w", i, err)
 		}
 		if !verifySignature(pub, pae, sig) {
-			return nil, fmt.Errorf("rollout: signer %d produced a signature that does not verify under its public key (an ECDSA signer must return ASN.1 DER, not r‖s)", i)
+			return nil, fmt.Errorf("dsse: signer %d produced a signature that does not verify under its public key (an ECDSA signer must return ASN.1 DER, not r‖s)", i)
 		}
 		env.Signatures = append(env.Signatures, EnvelopeSignature{KeyID: keyIDs[i], Sig: base64.StdEncoding.EncodeToString(sig)})
 	}
@@ -108,18 +108,18 @@ func GenerateKey(alg string) (crypto.Signer, error) {
 		_, k, err := ed25519.GenerateKey(rand.Reader)
 		return k, err
 	}
-	return nil, fmt.Errorf("rollout: unknown key algorithm %q (want %q or %q)", alg, AlgECDSAP256, AlgEd25519)
+	return nil, fmt.Errorf("dsse: unknown key algorithm %q (want %q or %q)", alg, AlgECDSAP256, AlgEd25519)
 }
 
 // MarshalPrivateKeyPEM encodes a local ECDSA P-256 or Ed25519 private key as
 // a PKCS#8 "PRIVATE KEY" PEM block.
 func MarshalPrivateKeyPEM(k crypto.Signer) ([]byte, error) {
 	if _, err := supportedKey(k.Public()); err != nil {
-		return nil, fmt.Errorf("rollout: %w", err)
+		return nil, fmt.Errorf("dsse: %w", err)
 	}
 	der, err := x509.MarshalPKCS8PrivateKey(k)
 	if err != nil {
-		return nil, fmt.Errorf("rollout: encoding private key: %w", err)
+		return nil, fmt.Errorf("dsse: encoding private key: %w", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), nil
 }
@@ -146,25 +146,25 @@ func ParsePrivateKeyPEM(data []byte) (crypto.Signer, error) {
 		case "EC PRIVATE KEY":
 			key, err = x509.ParseECPrivateKey(block.Bytes)
 		default:
-			return nil, fmt.Errorf("rollout: unexpected PEM block %q in a private key file", block.Type)
+			return nil, fmt.Errorf("dsse: unexpected PEM block %q in a private key file", block.Type)
 		}
 		if err != nil {
-			return nil, fmt.Errorf("rollout: %s: %w", block.Type, err)
+			return nil, fmt.Errorf("dsse: %s: %w", block.Type, err)
 		}
 		if signer != nil {
-			return nil, errors.New("rollout: more than one private key in the PEM data")
+			return nil, errors.New("dsse: more than one private key in the PEM data")
 		}
 		s, ok := key.(crypto.Signer)
 		if !ok {
-			return nil, fmt.Errorf("rollout: unsupported private key type %T", key)
+			return nil, fmt.Errorf("dsse: unsupported private key type %T", key)
 		}
 		if _, err := supportedKey(s.Public()); err != nil {
-			return nil, fmt.Errorf("rollout: %w", err)
+			return nil, fmt.Errorf("dsse: %w", err)
 		}
 		signer = s
 	}
 	if signer == nil {
-		return nil, errors.New("rollout: no PRIVATE KEY or EC PRIVATE KEY PEM block found")
+		return nil, errors.New("dsse: no PRIVATE KEY or EC PRIVATE KEY PEM block found")
 	}
 	return signer, nil
 }
@@ -174,11 +174,11 @@ func ParsePrivateKeyPEM(data []byte) (crypto.Signer, error) {
 func MarshalPublicKeyPEM(pub crypto.PublicKey) ([]byte, error) {
 	pub, err := supportedKey(pub)
 	if err != nil {
-		return nil, fmt.Errorf("rollout: %w", err)
+		return nil, fmt.Errorf("dsse: %w", err)
 	}
 	der, err := x509.MarshalPKIXPublicKey(pub)
 	if err != nil {
-		return nil, fmt.Errorf("rollout: encoding public key: %w", err)
+		return nil, fmt.Errorf("dsse: encoding public key: %w", err)
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}), nil
 }

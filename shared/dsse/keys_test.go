@@ -1,4 +1,4 @@
-package rollout_test
+package dsse_test
 
 import (
 	"bytes"
@@ -16,12 +16,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/dsse"
 )
 
 func TestKeyID(t *testing.T) {
-	ec := newKey(t, rollout.AlgECDSAP256).Public()
-	ed := newKey(t, rollout.AlgEd25519).Public()
+	ec := newKey(t, dsse.AlgECDSAP256).Public()
+	ed := newKey(t, dsse.AlgEd25519).Public()
 	edPub := ed.(ed25519.PublicKey)
 	for _, tc := range []struct {
 		name string
@@ -38,7 +38,7 @@ func TestKeyID(t *testing.T) {
 				t.Fatal(err)
 			}
 			sum := sha256.Sum256(der)
-			got, err := rollout.KeyID(tc.pub)
+			got, err := dsse.KeyID(tc.pub)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -56,7 +56,7 @@ func TestKeyID(t *testing.T) {
 		{"nil", nil},
 	} {
 		t.Run("rejects "+tc.name, func(t *testing.T) {
-			if id, err := rollout.KeyID(tc.pub); err == nil {
+			if id, err := dsse.KeyID(tc.pub); err == nil {
 				t.Fatalf("KeyID = %s, want an error", id)
 			}
 		})
@@ -64,8 +64,8 @@ func TestKeyID(t *testing.T) {
 }
 
 func TestNewPins(t *testing.T) {
-	a := newKey(t, rollout.AlgECDSAP256).Public()
-	b := newKey(t, rollout.AlgEd25519).Public()
+	a := newKey(t, dsse.AlgECDSAP256).Public()
+	b := newKey(t, dsse.AlgEd25519).Public()
 	ids := []string{keyID(t, a), keyID(t, b)}
 	slices.Sort(ids)
 	for _, tc := range []struct {
@@ -87,7 +87,7 @@ func TestNewPins(t *testing.T) {
 		{"p384 key", []crypto.PublicKey{p384Public(t)}, 1, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := rollout.NewPins(tc.keys, tc.threshold)
+			p, err := dsse.NewPins(tc.keys, tc.threshold)
 			if tc.wantIDs == nil {
 				if err == nil {
 					t.Fatalf("NewPins succeeded with keyids %v, want an error", p.KeyIDs())
@@ -108,8 +108,8 @@ func TestNewPins(t *testing.T) {
 }
 
 func TestParsePEMBundle(t *testing.T) {
-	ec := newKey(t, rollout.AlgECDSAP256).Public()
-	ed := newKey(t, rollout.AlgEd25519).Public()
+	ec := newKey(t, dsse.AlgECDSAP256).Public()
+	ed := newKey(t, dsse.AlgEd25519).Public()
 	ecPEM := publicPEM(t, ec)
 	edPEM := publicPEM(t, ed)
 	rsaDER, err := x509.MarshalPKIXPublicKey(rsaPublic(t))
@@ -122,7 +122,7 @@ func TestParsePEMBundle(t *testing.T) {
 		t.Fatal(err)
 	}
 	p384PEM := pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: p384DER})
-	privPEM, err := rollout.MarshalPrivateKeyPEM(newKey(t, rollout.AlgEd25519))
+	privPEM, err := dsse.MarshalPrivateKeyPEM(newKey(t, dsse.AlgEd25519))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,7 +148,7 @@ func TestParsePEMBundle(t *testing.T) {
 		{"no PEM", []byte("not a key\n"), nil, "no PUBLIC KEY"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := rollout.ParsePEMBundle(tc.data)
+			got, err := dsse.ParsePEMBundle(tc.data)
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("error = %v, want one containing %q", err, tc.wantErr)
@@ -171,28 +171,28 @@ func TestParsePEMBundle(t *testing.T) {
 }
 
 func TestKeyFiles(t *testing.T) {
-	for _, alg := range []string{rollout.AlgECDSAP256, rollout.AlgEd25519} {
+	for _, alg := range []string{dsse.AlgECDSAP256, dsse.AlgEd25519} {
 		t.Run(alg, func(t *testing.T) {
 			k := newKey(t, alg)
-			priv, err := rollout.MarshalPrivateKeyPEM(k)
+			priv, err := dsse.MarshalPrivateKeyPEM(k)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if b, _ := pem.Decode(priv); b == nil || b.Type != "PRIVATE KEY" {
 				t.Fatalf("private key PEM is not a PRIVATE KEY block:\n%s", priv)
 			}
-			back, err := rollout.ParsePrivateKeyPEM(priv)
+			back, err := dsse.ParsePrivateKeyPEM(priv)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if keyID(t, back.Public()) != keyID(t, k.Public()) {
 				t.Fatal("private key did not round-trip")
 			}
-			pub, err := rollout.MarshalPublicKeyPEM(k.Public())
+			pub, err := dsse.MarshalPublicKeyPEM(k.Public())
 			if err != nil {
 				t.Fatal(err)
 			}
-			keys, err := rollout.ParsePEMBundle(pub)
+			keys, err := dsse.ParsePEMBundle(pub)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -202,7 +202,7 @@ func TestKeyFiles(t *testing.T) {
 		})
 	}
 
-	ec := newKey(t, rollout.AlgECDSAP256).(*ecdsa.PrivateKey)
+	ec := newKey(t, dsse.AlgECDSAP256).(*ecdsa.PrivateKey)
 	sec1, err := x509.MarshalECPrivateKey(ec)
 	if err != nil {
 		t.Fatal(err)
@@ -217,7 +217,7 @@ func TestKeyFiles(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	twoKeys, err := rollout.MarshalPrivateKeyPEM(newKey(t, rollout.AlgEd25519))
+	twoKeys, err := dsse.MarshalPrivateKeyPEM(newKey(t, dsse.AlgEd25519))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,7 +235,7 @@ func TestKeyFiles(t *testing.T) {
 		{"empty", nil, false},
 	} {
 		t.Run("ParsePrivateKeyPEM "+tc.name, func(t *testing.T) {
-			k, err := rollout.ParsePrivateKeyPEM(tc.data)
+			k, err := dsse.ParsePrivateKeyPEM(tc.data)
 			if !tc.ok {
 				if err == nil {
 					t.Fatal("want an error")
@@ -251,19 +251,19 @@ func TestKeyFiles(t *testing.T) {
 		})
 	}
 
-	if _, err := rollout.GenerateKey("rsa-2048"); err == nil {
+	if _, err := dsse.GenerateKey("rsa-2048"); err == nil {
 		t.Error("GenerateKey(rsa-2048) succeeded, want an error")
 	}
-	if _, err := rollout.MarshalPublicKeyPEM(rsaPublic(t)); err == nil {
+	if _, err := dsse.MarshalPublicKeyPEM(rsaPublic(t)); err == nil {
 		t.Error("MarshalPublicKeyPEM(rsa) succeeded, want an error")
 	}
 }
 
-// ---- helpers shared with verify_test.go ----
+// ---- helpers ----
 
 func newKey(t testing.TB, alg string) crypto.Signer {
 	t.Helper()
-	k, err := rollout.GenerateKey(alg)
+	k, err := dsse.GenerateKey(alg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -272,7 +272,7 @@ func newKey(t testing.TB, alg string) crypto.Signer {
 
 func keyID(t testing.TB, pub crypto.PublicKey) string {
 	t.Helper()
-	id, err := rollout.KeyID(pub)
+	id, err := dsse.KeyID(pub)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,7 +281,7 @@ func keyID(t testing.TB, pub crypto.PublicKey) string {
 
 func publicPEM(t testing.TB, pub crypto.PublicKey) []byte {
 	t.Helper()
-	b, err := rollout.MarshalPublicKeyPEM(pub)
+	b, err := dsse.MarshalPublicKeyPEM(pub)
 	if err != nil {
 		t.Fatal(err)
 	}
