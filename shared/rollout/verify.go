@@ -1,8 +1,8 @@
 package rollout
 
 import (
-	"crypto"
 	"bytes"
+	"crypto"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -14,8 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/strictjson"
 	"github.com/bettercompute/control-plane/shared/dsse"
+	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
 // Patterns named by the tags of Binary (release.go): a platform is os/arch
@@ -269,4 +269,3 @@ func isHTTPSURL(s string) bool {
 	u, err := url.Parse(s)
 	return err == nil && u.Scheme == "https" && u.Opaque == "" && u.Hostname() != "" && u.User == nil
 }
-
