@@ -282,7 +282,17 @@ func (s *schemas) output(t reflect.Type) *object {
 func (s *schemas) outputObject(t reflect.Type) *object {
 	props, req := obj(), []string{}
 	for _, f := range strictjson.Fields(t) {
-		p := s.outputValue(deref(f.Type))
+		var p *object
+		switch ft := deref(f.Type); {
+		case objectShape(f) != nil:
+			// Kept as sent (a manifest exactly as registered): its shape.
+			p = obj("allOf", []any{s.input(objectShape(f))})
+		case f.Type.Kind() == reflect.Pointer && !f.OmitEmpty && isStruct(ft):
+			// Always present, null when there is none (a node's cordon).
+			p = obj("anyOf", []any{s.output(ft), obj("type", "null")})
+		default:
+			p = s.outputValue(ft)
+		}
 		if e := LookupEnum(f.Tag.Get("enum")); e != nil {
 			p.set("enum", e.Strings())
 		}

@@ -90,10 +90,16 @@ func (s *Service) giveBack(ctx context.Context, r Reservation, flow string) erro
 		}
 		return s.refund(ctx, r, nil, flow)
 	}
-	if err := s.free(ctx, r, r.Placement()); err != nil {
+	// A move in flight holds its new devices too (and the old ones until
+	// freed); nodes told to bind it are told to unbind.
+	p := union(r.Placement(), PlacementOf(r.Layout(), r.Move), PlacementOf(r.Layout(), r.MovedFrom))
+	if err := s.free(ctx, r, p); err != nil {
 		return err
 	}
 	if err := s.fault(flow + ".unplaced"); err != nil {
+		return err
+	}
+	if err := s.unbind(ctx, r, r.Bound); err != nil {
 		return err
 	}
 	if !r.Credited {

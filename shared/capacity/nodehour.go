@@ -69,15 +69,18 @@ func Spread(node int) uint32 { return uint32(node) * 2654435769 >> (32 - SpreadB
 // placement on untouched devices needs, whatever the node's day holds —
 // and then treats every touched device as busy.
 type NodeHour struct {
-	Pool      string
-	Resource  string
-	Hour      Hour
-	Node      int
-	Size      int // devices on the node
-	NodeSize  int // the resource's node size (the last node may be smaller)
-	Devices   int // the resource's devices in the pool
-	Stored    bool
-	Partial   bool // Entries were not read (see above)
+	Pool     string
+	Resource string
+	Hour     Hour
+	Node     int
+	Size     int // devices on the node
+	NodeSize int // the resource's node size (the last node may be smaller)
+	Devices  int // the resource's devices in the pool
+	Stored   bool
+	Partial  bool // Entries were not read (see above)
+	// Off: the fleet keeps new placements off the node (cordoned, not
+	// ready): no device is free for one, whatever its entries.
+	Off       bool
 	Untouched int
 	// TouchedMask is the devices some allocation of the hour uses (what
 	// Untouched counts the rest of), kept on the item.
@@ -117,6 +120,9 @@ type Entry struct {
 // Free is the mask of the node's devices no allocation other than id's
 // uses during w (of a Partial read: the untouched ones).
 func (n NodeHour) Free(w Window, id string) Mask {
+	if n.Off {
+		return 0
+	}
 	if n.Partial {
 		return Full(n.Size) &^ n.TouchedMask
 	}

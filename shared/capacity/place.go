@@ -3,6 +3,7 @@ package capacity
 import (
 	"context"
 	"errors"
+	"slices"
 )
 
 // Placement attempts: how many node-hour writes a create may lose to racing
@@ -45,6 +46,28 @@ func (s *Service) allocate(ctx context.Context, r Reservation, req Request, pr P
 			if p, state, err = s.rechoose(ctx, r, req, pr); err != nil {
 				return nil, err
 			}
+			continue
+		}
+		if q, st, err := s.eligiblePlacement(ctx, r, req, pr, p, state); err != nil {
+			return nil, err
+		} else if !samePlacement(q, p) {
+			// A chosen node is not eligible (read only for a window past the
+			// fleet's flags): chose again without it; record it, then write.
+			if carried {
+				if err := s.free(ctx, r, p); err != nil {
+					return nil, err
+				}
+				carried = false
+			}
+			if err := s.record(ctx, r, pr, q); err != nil {
+				return nil, err
+			}
+			if err := s.Store.Replace(ctx, r.Quota(), r.ReservationID, inline(q)); errors.Is(err, ErrStale) {
+				return nil, errReleased
+			} else if err != nil {
+				return nil, unavailable(err)
+			}
+			p, state = q, st
 			continue
 		}
 		lost, err := s.write(ctx, state, p, req, hours)
@@ -191,4 +214,9 @@ func (s *Service) rechoose(ctx context.Context, r Reservation, req Request, pr P
 		return nil, nil, unavailable(err)
 	}
 	return p, state, nil
+}
+
+// samePlacement reports whether two placements take the same devices.
+func samePlacement(a, b Placement) bool {
+	return slices.Equal(a, b)
 }

@@ -68,6 +68,9 @@ type Request struct {
 	// docs/capacity.md, "Placement under contention".
 	Attempt int
 	Spread  bool
+	// Exclude are nodes the placement must not use (a move off them, or
+	// found not eligible).
+	Exclude map[int]bool
 }
 
 // Choose places req on the candidates (docs/capacity.md, "Placement"):
@@ -102,6 +105,9 @@ func Choose(t Topology, req Request, cands []Candidate) (Placement, error) {
 	nodes := make([]node, 0, len(cands))
 	total := 0
 	for _, c := range cands {
+		if req.Exclude[c.Node] {
+			continue
+		}
 		s := c.summary(req)
 		if n := s.Free.Count(); n > 0 {
 			nodes = append(nodes, node{s, c.Node, n, tiebreak(req.ID, req.Attempt, c.Node)})

@@ -18,6 +18,13 @@ type Binder interface {
 	Bind(ctx context.Context, r Reservation) error
 }
 
+// FleetSweeper is the fleet's part of a pass (package fleet): a managed
+// pool's nodes looked at — reports gone silent, eligibility flags, bindings
+// done — and its sweep made due again.
+type FleetSweeper interface {
+	Sweep(ctx context.Context, poolID string, due, now time.Time) error
+}
+
 // BindAtOnce is the default Binder: devices are bound as soon as asked.
 type BindAtOnce struct{}
 
@@ -96,7 +103,10 @@ func (rc *Reconciler) quota(ctx context.Context, q QuotaRow, now time.Time) (ste
 type Reconciler struct {
 	Service *Service
 	Due     DueStore
-	Binder  Binder // nil: BindAtOnce
+	Binder  Binder // unmanaged nodes' binding (nil: BindAtOnce)
+	// Fleet sweeps the managed pools' nodes when their sweep is due (nil:
+	// none is).
+	Fleet FleetSweeper
 	// Workers bounds the items processed at once (default 16).
 	Workers int
 	// Margin: the pass stops taking work this long before the context's
@@ -303,6 +313,13 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time, budg
 	if d.Quota != nil {
 		return rc.quota(ctx, *d.Quota, now)
 	}
+	if d.FleetPool != "" {
+		if rc.Fleet == nil {
+			return step{}, nil
+		}
+		err := rc.Fleet.Sweep(ctx, d.FleetPool, d.Due, now)
+		return step{swept: err == nil}, err
+	}
 	r := *d.Reservation
 	var st step
 	// move makes one conditional transition; ok is false when it was not
@@ -368,15 +385,16 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time, budg
 		}
 		fallthrough
 	case r.State == Binding:
-		// A bind that fails leaves it binding and due: the next pass retries.
-		b := rc.Binder
-		if b == nil {
-			b = BindAtOnce{}
+		// Until every node bound it, it stays binding and due: the next
+		// pass goes on (a failed bind is retried, a failed node replaced).
+		done, err := rc.bind(ctx, &r, now)
+		if errors.Is(err, errMoved) {
+			return st, nil
 		}
-		if err := b.Bind(ctx, r); err != nil {
+		if err != nil || !done {
 			return st, err
 		}
-		_, err := move(FaultReconcileActive)(r.Activate(now))
+		_, err = move(FaultReconcileActive)(r.Activate(now))
 		return st, err
 	}
 	return st, nil

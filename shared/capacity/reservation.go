@@ -140,6 +140,18 @@ type Reservation struct {
 	// after the credit, so a sweep never credits twice).
 	Credited bool `json:"-"`
 
+	// Binding through managed nodes (docs/fleet.md): Bound are the nodes
+	// told to bind it (recorded before they are told, so its end tells
+	// them to unbind); Move the devices it is being moved onto, MovedFrom
+	// those it was moved off and not yet freed (a move in flight, what a
+	// give-back frees too); Moves how often it moved; NodeNoted that its
+	// history says a node failed it since.
+	Bound     []int `json:"-"`
+	Move      []int `json:"-"`
+	MovedFrom []int `json:"-"`
+	Moves     int   `json:"-"`
+	NodeNoted bool  `json:"-"`
+
 	// Request is the fingerprint of the request as sent (clientToken
 	// replays compare it); ClientToken the token, if any; Principal who
 	// created it (tokens are scoped to it).

@@ -26,6 +26,11 @@ type Service struct {
 	Faults func(point string) error
 	// PlaceAttempts bounds the optimistic placement retries (default 16).
 	PlaceAttempts int
+	// Nodes is the fleet (nil: every node unmanaged, as in v0.5).
+	Nodes NodeStore
+	// ProvisionHours is how far ahead node-hours are provisioned, and so
+	// flagged for ineligible nodes (default ProvisionHours).
+	ProvisionHours int
 
 	// Hooks of the deterministic simulation (zero in production; see
 	// sim_test.go). Serial runs a flow's own concurrent steps — the

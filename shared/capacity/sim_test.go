@@ -669,6 +669,12 @@ func (w *simStore) Transition(ctx context.Context, to capacity.Reservation, from
 		return w.inner.Transition(ctx, to, from)
 	})
 }
+func (w *simStore) Amend(ctx context.Context, r, to capacity.Reservation) (capacity.Reservation, error) {
+	return simCall(w, ctx, "Amend "+r.ReservationID, func() (capacity.Reservation, error) { return w.inner.Amend(ctx, r, to) })
+}
+func (w *simStore) Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool) error {
+	return simDo(w, ctx, "Flag", func() error { return w.inner.Flag(ctx, t, node, h, off) })
+}
 func (w *simStore) SetPlan(ctx context.Context, r capacity.Reservation, p capacity.Placement, ns int) error {
 	return simDo(w, ctx, "SetPlan "+r.ReservationID, func() error { return w.inner.SetPlan(ctx, r, p, ns) })
 }

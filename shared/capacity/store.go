@@ -144,6 +144,12 @@ type CalendarStore interface {
 	// Free removes id's entries from the node-hours of keys (idempotent;
 	// a node-hour without one is left alone), reading them first.
 	Free(ctx context.Context, t PoolResource, keys []NodeHourKey, id string) error
+	// Flag marks node-hour (node, h) off — no new placement on it, however
+	// free (a node the fleet says is not eligible) — or, with off false,
+	// lifts the mark. Marking creates the node-hour if it is missing.
+	// Idempotent, and it composes with placements and frees (it moves the
+	// orders' counts by a fixed offset).
+	Flag(ctx context.Context, t PoolResource, node int, h Hour, off bool) error
 }
 
 // Scan is what an ordered read of an hour saw besides its items: More,
@@ -181,6 +187,11 @@ type ReservationStore interface {
 	// placement it did not make — if the stored state is still from, and
 	// returns the reservation as that write left it (ErrStale otherwise).
 	Transition(ctx context.Context, to Reservation, from State) (Reservation, error)
+	// Amend writes to's binding-time fields — Bound, Move, MovedFrom,
+	// Moves, NodeNoted, its devices and its history — if the stored
+	// reservation is still in r's state with r's move in flight (ErrStale
+	// otherwise), and returns it as written.
+	Amend(ctx context.Context, r, to Reservation) (Reservation, error)
 	// SetPlan records on a draft the placement its create is about to
 	// charge and write, when it is too large for the charge's record, if it
 	// is still a draft (ErrStale otherwise).
@@ -226,6 +237,9 @@ type DueItem struct {
 	Reservation *Reservation
 	Pool        *Pool
 	Quota       *QuotaRow
+	// FleetPool names a pool whose nodes are due for the fleet's sweep
+	// (the Reconciler's Fleet).
+	FleetPool string
 }
 
 // Snapshot is everything the invariant checker compares.

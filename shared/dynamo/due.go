@@ -117,6 +117,12 @@ func dueItem(item map[string]types.AttributeValue) (capacity.DueItem, error) {
 		}
 		q := it.row()
 		d.Quota = &q
+	case kindFleet:
+		var it fleetItem
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return d, err
+		}
+		d.FleetPool = it.PoolID
 	default:
 		return d, fmt.Errorf("due index holds an item of kind %q", head.Kind)
 	}

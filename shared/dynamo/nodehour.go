@@ -35,6 +35,11 @@ import (
 //	     ADD: a placement adds only devices no other entry touches, under
 //	     their versions' conditions, so the sum is an OR)
 //	n    number of entries (at most capacity.MaxEntriesPerNodeHour)
+//	off  set while the fleet keeps new placements off the node (cordoned,
+//	     not ready): fit and cap then sit offBias lower, below every
+//	     count a candidate or proof read asks for, so the node is neither a
+//	     candidate nor counted free; the offset moves by ADD, so it
+//	     composes with placements and frees, and lifting it restores both
 //	size, ns, devices, node, hour: the node's devices, the resource's node
 //	     size and device count (so any node-hour tells the layout)
 //
@@ -54,6 +59,7 @@ import (
 // Worst case: 64 entries × ~75 B (26-character id, three numbers) + 64
 // versions × ~12 B + ~200 B ≈ 5.8 KB. Typical: a few entries, ~300 B.
 const (
+	offBias   = 1 << 30 // a multiple of 2^fitShift, above every fit and cap
 	fitShift  = capacity.SpreadBits
 	markerFit = (capacity.MaxNodeSize + 1) << fitShift
 	skHour    = "#HOUR"
@@ -96,11 +102,16 @@ type nodeHourItem struct {
 	Versions  map[string]int64     `dynamodbav:"v"`
 	Entries   map[string]entryItem `dynamodbav:"a"`
 	ExpiresAt int64                `dynamodbav:"expiresAt,omitempty"`
+	Off       bool                 `dynamodbav:"off,omitempty"`
 }
 
 func (it nodeHourItem) nodeHour() capacity.NodeHour {
-	nh := capacity.NodeHour{Pool: it.Pool, Resource: it.Resource, Hour: capacity.Hour(it.Hour), Node: it.Node, Size: it.Size,
-		NodeSize: it.NodeSize, Devices: it.Devices, Stored: true, Untouched: it.Fit >> fitShift, TouchedMask: capacity.Mask(uint64(it.TM)),
+	fit := it.Fit
+	if it.Off {
+		fit += offBias
+	}
+	nh := capacity.NodeHour{Pool: it.Pool, Resource: it.Resource, Hour: capacity.Hour(it.Hour), Node: it.Node, Size: it.Size, Off: it.Off,
+		NodeSize: it.NodeSize, Devices: it.Devices, Stored: true, Untouched: fit >> fitShift, TouchedMask: capacity.Mask(uint64(it.TM)),
 		Versions: map[int]int64{}, Entries: make(map[string]capacity.Entry, len(it.Entries))}
 	for d, v := range it.Versions {
 		if i, err := strconv.Atoi(strings.TrimPrefix(d, "d")); err == nil {
@@ -343,6 +354,9 @@ func newNodeHourItem(nh capacity.NodeHour) nodeHourItem {
 		Resource: nh.Resource, Hour: int64(nh.Hour), Node: nh.Node, Size: nh.Size, NodeSize: nh.NodeSize, Devices: nh.Devices,
 		Fit: fitKey(nh.Untouched, nh.Node), Cap: fitKey(nh.Coverable(), nh.Node), TM: int64(nh.Touched()), N: len(nh.Entries),
 		Versions: map[string]int64{}, Entries: map[string]entryItem{}, ExpiresAt: hourExpiry(nh.Hour)}
+	if nh.Off {
+		it.Off, it.Fit, it.Cap = true, it.Fit-offBias, it.Cap-offBias
+	}
 	for i, v := range nh.Versions {
 		it.Versions[devKey(i)] = v
 	}
@@ -450,7 +464,8 @@ func (s *Capacity) allocate(ctx context.Context, k map[string]types.AttributeVal
 		upd = upd.Add(expression.Name(schema.AttrCap), expression.Value(delta<<fitShift))
 	}
 	conds, upd := versions(nh, e.Mask, []expression.ConditionBuilder{expression.AttributeNotExists(path("a", id)),
-		expression.Name("n").LessThan(expression.Value(capacity.MaxEntriesPerNodeHour))}, upd)
+		expression.Name("n").LessThan(expression.Value(capacity.MaxEntriesPerNodeHour)),
+		expression.AttributeNotExists(expression.Name("off"))}, upd)
 	c := all(conds)
 	_, err := s.update(ctx, k, upd, &c, types.ReturnValueNone)
 	return err
@@ -533,4 +548,46 @@ func (s *Capacity) free(ctx context.Context, nh capacity.NodeHour, id string) er
 		}
 	}
 	return errors.New("dynamo: a node-hour changed too often to free an entry")
+}
+
+// Flag implements capacity.CalendarStore: marking is an UpdateItem that
+// sets off and moves fit and cap down by offBias if the node-hour is stored
+// and not marked yet; a missing one is put marked (then the update is
+// tried again if a placement stored it first). Lifting is the reverse if it
+// is marked.
+func (s *Capacity) Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool) error {
+	k := key(calPK(t.PoolID, t.Resource, h), nodeSK(node))
+	bias := expression.Value(offBias)
+	if !off {
+		upd := expression.Remove(expression.Name("off")).Add(expression.Name(schema.AttrFit), bias).Add(expression.Name(schema.AttrCap), bias)
+		_, err := s.update(ctx, k, upd, cond(expression.AttributeExists(expression.Name("off"))), types.ReturnValueNone)
+		if isConditionFailed(err) {
+			return nil
+		}
+		return err
+	}
+	for range 4 {
+		upd := expression.Set(expression.Name("off"), expression.Value(true)).
+			Add(expression.Name(schema.AttrFit), expression.Value(-offBias)).Add(expression.Name(schema.AttrCap), expression.Value(-offBias))
+		c := expression.AttributeExists(expression.Name(schema.AttrPK)).And(expression.AttributeNotExists(expression.Name("off")))
+		_, err := s.update(ctx, k, upd, &c, types.ReturnValueNone)
+		if !isConditionFailed(err) {
+			return err
+		}
+		nh := capacity.EmptyNodeHour(t, capacity.NodeHourKey{Node: node, Hour: h})
+		nh.Off = true
+		err = s.put(ctx, newNodeHourItem(nh), notExists)
+		if !isConditionFailed(err) {
+			return err
+		}
+		// Stored: marked already, or stored unmarked by a placement since
+		// the update; read which.
+		var cur nodeHourItem
+		if ok, err := s.get(ctx, k, &cur); err != nil {
+			return err
+		} else if ok && cur.Off {
+			return nil
+		}
+	}
+	return errors.New("dynamo: a node-hour changed too often to flag it")
 }

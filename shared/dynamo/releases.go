@@ -128,13 +128,77 @@ func (h head) holds(seq int64, ver, dig string) bool {
 // (step 2 returns it), and a refused claim records the head it ran into.
 // A pending item that never claimed blocks only its own version, until a
 // registration of that version finds it stale and refuses it.
+//
+// Once recorded (or replayed), the envelope as sent is kept in an item of
+// its own, ENV#<version>, so lists never read it: whichever registration of
+// the recorded statement writes it last, it is a verified envelope of that
+// statement.
 func (s *Releases) Register(ctx context.Context, r rollout.Release) (rollout.Release, bool, error) {
 	for attempt := 0; ; attempt++ {
 		stored, replayed, retry, err := s.register(ctx, r)
 		if !retry || attempt == 2 {
+			if err == nil && r.Manifest != nil && stored.ManifestDigest == r.ManifestDigest {
+				err = s.putEnvelope(ctx, r)
+			}
 			return stored, replayed, err
 		}
 	}
+}
+
+// envelopeItem is a recorded release's manifest, RELEASE / ENV#<version>.
+// Worst case: the 256 KiB request body.
+type envelopeItem struct {
+	PK       string `dynamodbav:"pk"`
+	SK       string `dynamodbav:"sk"`
+	Digest   string `dynamodbav:"dig"`
+	Manifest []byte `dynamodbav:"env"`
+}
+
+func envelopeSK(version string) string { return "ENV#" + version }
+
+func (s *Releases) putEnvelope(ctx context.Context, r rollout.Release) error {
+	err := s.table().put(ctx, envelopeItem{PK: releasePK, SK: envelopeSK(r.Version), Digest: r.ManifestDigest, Manifest: r.Manifest}, nil)
+	if err != nil {
+		return apierr.Dependency("dynamodb", err)
+	}
+	return nil
+}
+
+// Get implements rollout.Store: the release item and its envelope in one
+// consistent BatchGetItem.
+func (s *Releases) Get(ctx context.Context, version string) (rollout.Release, error) {
+	res, err := s.DB.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
+		s.Table: {Keys: []map[string]types.AttributeValue{key(releasePK, releaseSK(version)), key(releasePK, envelopeSK(version))},
+			ConsistentRead: aws.Bool(true)}}})
+	if err != nil {
+		return rollout.Release{}, err
+	}
+	var rel *releaseItem
+	var env *envelopeItem
+	for _, item := range res.Responses[s.Table] {
+		switch itemKey(item)[1] {
+		case releaseSK(version):
+			rel = new(releaseItem)
+			err = attributevalue.UnmarshalMap(item, rel)
+		case envelopeSK(version):
+			env = new(envelopeItem)
+			err = attributevalue.UnmarshalMap(item, env)
+		}
+		if err != nil {
+			return rollout.Release{}, err
+		}
+	}
+	if len(res.UnprocessedKeys) > 0 {
+		return rollout.Release{}, fmt.Errorf("dynamo: release %s: keys left unprocessed", version)
+	}
+	if rel == nil || rel.State != relRecorded {
+		return rollout.Release{}, rollout.ErrNotFound
+	}
+	out := rel.release()
+	if env != nil && env.Digest == out.ManifestDigest {
+		out.Manifest = env.Manifest
+	}
+	return out, nil
 }
 
 func (s *Releases) register(ctx context.Context, r rollout.Release) (stored rollout.Release, replayed, retry bool, err error) {

@@ -61,6 +61,12 @@ type reservationItem struct {
 	UpdatedAt     string      `dynamodbav:"updatedAt"`
 	ReleasedBy    string      `dynamodbav:"releasedBy,omitempty"`
 	Credited      bool        `dynamodbav:"credited,omitempty"`
+	Bound         []int       `dynamodbav:"bn,omitempty"`
+	Move          []int       `dynamodbav:"mv,omitempty"`
+	MoveToken     string      `dynamodbav:"mvt,omitempty"`
+	MovedFrom     []int       `dynamodbav:"mvf,omitempty"`
+	Moves         int         `dynamodbav:"mvn,omitempty"`
+	NodeNoted     bool        `dynamodbav:"nu,omitempty"`
 	Lease         string      `dynamodbav:"lease,omitempty"`
 	Request       string      `dynamodbav:"request"`
 	ClientToken   string      `dynamodbav:"clientToken,omitempty"`
@@ -105,6 +111,7 @@ func toReservationItem(r capacity.Reservation) reservationItem {
 		Reason: r.Reason, Devices: r.Devices, Plan: r.Plan, NodeSize: r.NodeSize, CreatedAt: fmtTime(r.CreatedAt), UpdatedAt: fmtTime(r.UpdatedAt),
 		ReleasedBy: r.ReleasedBy, Credited: r.Credited, Request: r.Request, ClientToken: r.ClientToken,
 		Principal: r.Principal, Invalid: r.Invalid,
+		Bound: r.Bound, Move: r.Move, MoveToken: capacity.MoveToken(r.Move), MovedFrom: r.MovedFrom, Moves: r.Moves, NodeNoted: r.NodeNoted,
 	}
 	if it.Devices == nil {
 		it.Devices = []int{}
@@ -133,6 +140,7 @@ func (it reservationItem) reservation() capacity.Reservation {
 		CreatedAt: parseTime(it.CreatedAt), UpdatedAt: parseTime(it.UpdatedAt), ReleasedBy: it.ReleasedBy,
 		Credited: it.Credited, Request: it.Request, ClientToken: it.ClientToken, Principal: it.Principal, Invalid: it.Invalid,
 		History: make([]capacity.Event, len(it.History)),
+		Bound:   it.Bound, Move: it.Move, MovedFrom: it.MovedFrom, Moves: it.Moves, NodeNoted: it.NodeNoted,
 	}
 	for i, e := range it.History {
 		r.History[i] = capacity.Event{State: capacity.State(e.State), At: parseTime(e.At), Reason: e.Reason}
@@ -177,8 +185,12 @@ func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from
 	it := toReservationItem(to)
 	upd := expression.Set(expression.Name("state"), expression.Value(it.State)).
 		Set(expression.Name("updatedAt"), expression.Value(it.UpdatedAt)).
-		Set(expression.Name("hist"), expression.Value(it.History)).
 		Set(expression.Name(schema.AttrState), expression.Value(it.SSK))
+	// The event of the state entered is appended: what a binding step
+	// wrote into the history meanwhile (Amend) is kept.
+	if n := len(it.History); n > 0 {
+		upd = upd.Set(expression.Name("hist"), expression.ListAppend(expression.Name("hist"), expression.Value(it.History[n-1:])))
+	}
 	if to.State == capacity.Placed {
 		upd = upd.Set(expression.Name("dev"), expression.Value(it.Devices)).Set(expression.Name("ns"), expression.Value(it.NodeSize))
 	}
@@ -195,6 +207,46 @@ func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from
 	}
 	c := expression.Name("state").Equal(expression.Value(string(from)))
 	av, err := s.update(ctx, resKey(to), upd, &c, types.ReturnValueAllNew)
+	if isConditionFailed(err) {
+		return capacity.Reservation{}, capacity.ErrStale
+	}
+	if err != nil {
+		return capacity.Reservation{}, err
+	}
+	var cur reservationItem
+	if err := attributevalue.UnmarshalMap(av, &cur); err != nil {
+		return capacity.Reservation{}, err
+	}
+	return cur.reservation(), nil
+}
+
+// Amend implements capacity.ReservationStore: one conditional UpdateItem
+// on the state and the move token (mvt) as r read them.
+func (s *Capacity) Amend(ctx context.Context, r, to capacity.Reservation) (capacity.Reservation, error) {
+	it := toReservationItem(to)
+	upd := expression.Set(expression.Name("hist"), expression.Value(it.History)).
+		Set(expression.Name("dev"), expression.Value(it.Devices)).
+		Set(expression.Name("mvn"), expression.Value(it.Moves)).
+		Set(expression.Name("nu"), expression.Value(it.NodeNoted))
+	for name, v := range map[string][]int{"bn": it.Bound, "mv": it.Move, "mvf": it.MovedFrom} {
+		if len(v) > 0 {
+			upd = upd.Set(expression.Name(name), expression.Value(v))
+		} else {
+			upd = upd.Remove(expression.Name(name))
+		}
+	}
+	if it.MoveToken != "" {
+		upd = upd.Set(expression.Name("mvt"), expression.Value(it.MoveToken))
+	} else {
+		upd = upd.Remove(expression.Name("mvt"))
+	}
+	c := expression.Name("state").Equal(expression.Value(string(r.State)))
+	if tok := capacity.MoveToken(r.Move); tok != "" {
+		c = c.And(expression.Name("mvt").Equal(expression.Value(tok)))
+	} else {
+		c = c.And(expression.AttributeNotExists(expression.Name("mvt")))
+	}
+	av, err := s.update(ctx, resKey(r), upd, &c, types.ReturnValueAllNew)
 	if isConditionFailed(err) {
 		return capacity.Reservation{}, capacity.ErrStale
 	}

@@ -36,6 +36,11 @@ type Release struct {
 	Signers        []string   `json:"signers" doc:"keyids of the pinned keys whose signatures verified, sorted (hex SHA-256 of each key's SubjectPublicKeyInfo DER)"`
 	RegisteredAt   time.Time  `json:"registeredAt" doc:"when it was recorded (millisecond precision)"`
 	RegisteredBy   Audit      `json:"registeredBy" doc:"who registered it, for audit"`
+
+	// Manifest is the envelope as registered (the JSON of the request's
+	// manifest): what a node is sent to verify under its own pins. Not in
+	// lists.
+	Manifest []byte `json:"-"`
 }
 
 // Audit records who registered a release.

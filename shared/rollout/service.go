@@ -2,6 +2,7 @@ package rollout
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
@@ -15,6 +16,10 @@ type Store interface {
 	// sequence; CONFLICT when it is recorded with another sequence;
 	// INVALID_INPUT (reason rollback) when r.Sequence is not above the head.
 	Register(ctx context.Context, r Release) (stored Release, replayed bool, err error)
+	// Get reads a recorded release with its manifest (nil when the
+	// registration stored none); ErrNotFound when the version is not
+	// recorded.
+	Get(ctx context.Context, version string) (Release, error)
 	// List returns up to limit releases (limit ≤ 0: all), highest sequence
 	// first, starting after the key `after`; next is the key to continue from.
 	List(ctx context.Context, limit int, after map[string]string) (rs []Release, next map[string]string, err error)
@@ -26,6 +31,9 @@ type Service struct {
 	Pins  *Pins // nil: registration is not configured (UNAVAILABLE)
 	Now   func() time.Time
 }
+
+// ErrNotFound: no recorded release of that version.
+var ErrNotFound = errors.New("rollout: release not found")
 
 // Register verifies manifest (a DSSE envelope) and records the release.
 func (s *Service) Register(ctx context.Context, manifest []byte, by Audit) (Release, bool, error) {
@@ -46,6 +54,7 @@ func (s *Service) Register(ctx context.Context, manifest []byte, by Audit) (Rele
 		Signers:        v.Signers,
 		RegisteredAt:   now.Truncate(time.Millisecond),
 		RegisteredBy:   by,
+		Manifest:       manifest,
 	}
 	if st.Expires != nil {
 		e := st.Expires.UTC()

@@ -30,7 +30,11 @@ func Describe(t reflect.Type) []FieldDoc {
 				ft = ft.Elem()
 			}
 			name := join(prefix, f.name)
-			out = append(out, FieldDoc{Name: name, Type: describeType(ft), Required: f.opts.required,
+			typ := describeType(ft)
+			if f.opts.nullable {
+				typ += " or null"
+			}
+			out = append(out, FieldDoc{Name: name, Type: typ, Required: f.opts.required,
 				Constraints: describeOptions(ft, f.opts), Doc: docOf(tag, f.opts), Enum: enum})
 			if ft.Kind() == reflect.Struct && ft != timeType {
 				walk(ft, name)

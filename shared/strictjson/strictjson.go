@@ -9,6 +9,7 @@
 //	required       the field must be present
 //	max=N / min=N  string length in characters, or integer bounds
 //	pattern=NAME   the string must match the pattern registered as NAME
+//	nullable       (a pointer) null is taken, and leaves it nil
 //	strictint      an integer must be written as one: 7, not 7.0 or 7e0
 //	               (without it any integral number is taken, as JSON
 //	               Schema's integer: 7, 7.0, 7e0, 0.7e1)
@@ -404,6 +405,7 @@ func (d *decoder) raw() ([]byte, error) {
 
 type options struct {
 	required  bool
+	nullable  bool
 	strictInt bool
 	hasMin    bool
 	hasMax    bool
@@ -421,6 +423,8 @@ func parseTag(tag string) options {
 			o.required = true
 		case "strictint":
 			o.strictInt = true
+		case "nullable":
+			o.nullable = true
 		case "min":
 			o.hasMin, o.min = true, mustInt(v)
 		case "max":
@@ -523,6 +527,10 @@ func (d *decoder) value(v reflect.Value, o options) error {
 	t := v.Type()
 	if t.Kind() == reflect.Pointer {
 		if d.dec.PeekKind() == 'n' {
+			if o.nullable {
+				_, err := d.read()
+				return err
+			}
 			return d.typeErr(describeType(t.Elem()), 'n')
 		}
 		p := reflect.New(t.Elem())

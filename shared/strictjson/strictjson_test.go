@@ -889,3 +889,32 @@ func TestPlural(t *testing.T) {
 		t.Errorf("%q", got)
 	}
 }
+
+func TestDecodeNullable(t *testing.T) {
+	type version struct {
+		V string `json:"v" bc:"required"`
+	}
+	type doc struct {
+		Running *version `json:"running" bc:"required,nullable"`
+		Other   *version `json:"other,omitempty"`
+	}
+	var d doc
+	if err := strictjson.Decode([]byte(`{"running":null}`), &d, ""); err != nil || d.Running != nil {
+		t.Fatalf("null for a nullable member: %v, %+v", err, d.Running)
+	}
+	if err := strictjson.Decode([]byte(`{"running":{"v":"1"}}`), &d, ""); err != nil || d.Running == nil || d.Running.V != "1" {
+		t.Fatalf("an object for a nullable member: %v, %+v", err, d.Running)
+	}
+	if err := strictjson.Decode([]byte(`{}`), &d, ""); err == nil {
+		t.Fatal("a required nullable member left out was taken")
+	}
+	err := strictjson.Decode([]byte(`{"running":null,"other":null}`), &d, "")
+	var fe *strictjson.FieldError
+	if !errors.As(err, &fe) || fe.Field != "other" || fe.Kind != "type" {
+		t.Fatalf("null for a member not nullable: %v", err)
+	}
+	docs := strictjson.Describe(reflect.TypeFor[doc]())
+	if docs[0].Type != "object or null" {
+		t.Errorf("Describe: %q, want object or null", docs[0].Type)
+	}
+}

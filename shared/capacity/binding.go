@@ -1,0 +1,424 @@
+package capacity
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// History reasons of what happened to a reservation on its nodes
+// (docs/reference/reservations.md).
+const (
+	ReasonNodeUnreachable = "node_unreachable"
+	ReasonReplaced        = "replaced"
+	ReasonDisrupted       = "disrupted"
+)
+
+// MaxMoves bounds how often one reservation is moved off nodes that failed
+// it (and so its history): after that it waits for its nodes.
+const MaxMoves = 4
+
+// Binding fault points (see Service.Faults): after the nodes told to bind
+// are recorded, after each bind, and after each step of a move.
+const (
+	FaultBindRecorded  = "bind.recorded"
+	FaultBindTold      = "bind.told"
+	FaultMoveNoted     = "move.noted"
+	FaultMovePlanned   = "move.planned"
+	FaultMoveWritten   = "move.written"
+	FaultMoveCompleted = "move.completed"
+	FaultMoveFreed     = "move.freed"
+	FaultUnbound       = "unbind.told"
+)
+
+// BindFaultPoints lists the binding flow's points, in flow order.
+var BindFaultPoints = []string{FaultBindRecorded, FaultBindTold, FaultMoveNoted, FaultMovePlanned,
+	FaultMoveWritten, FaultMoveCompleted, FaultMoveFreed, FaultUnbound}
+
+// NodeStore is the fleet as placement and the reservation reconciler see
+// it (package fleet keeps the nodes; shared/dynamo implements both on the
+// same node items). A node that never registered is absent: unmanaged, it
+// binds at once and is always eligible, as in v0.5.
+type NodeStore interface {
+	// NodeStates reads the managed nodes among nodes of t, with what each
+	// holds and reported for reservation id ("" for none).
+	NodeStates(ctx context.Context, t PoolResource, nodes []int, id string) (map[int]NodeState, error)
+	// Bind tells node to bind id's devices, turning its binds of previous
+	// (other reservations on those devices, whose windows have ended) into
+	// unbinds in the same write, so its answer lists the unbind first.
+	// Idempotent; ErrStale when the node changed since it was read,
+	// ErrCalendarFull when it holds its maximum of pending bindings.
+	Bind(ctx context.Context, t PoolResource, node int, id string, b NodeBinding, previous []string) error
+	// Unbind tells node to unbind id (idempotent; nothing when it holds no
+	// entry for id).
+	Unbind(ctx context.Context, t PoolResource, node int, id string) error
+}
+
+// NodeState is a managed node as binding sees it.
+type NodeState struct {
+	Ready    bool   // its last report was healthy and recent
+	Cordoned bool   // by an operator or a rollout
+	Entry    string // its entry for the reservation asked about: "", "bind" or "unbind"
+	Reported string // what its last report said of it: "", "bound", "unbound" or "failed"
+	// Holders are its other reservations' bind entries: their devices.
+	Holders map[string]Mask
+}
+
+// Eligible reports whether new reservations may be placed on the node.
+func (n NodeState) Eligible() bool { return n.Ready && !n.Cordoned }
+
+// NodeBinding is what a node is told to bind.
+type NodeBinding struct {
+	TenantID string
+	Mask     Mask
+	Window   Window
+}
+
+// nodesOf lists a placement's nodes, ascending.
+func nodesOf(p Placement) []int {
+	out := make([]int, len(p))
+	for i, nd := range p {
+		out[i] = nd.Node
+	}
+	slices.Sort(out)
+	return out
+}
+
+// prOf is the pool resource of a reservation as far as it knows it.
+func prOf(r Reservation) PoolResource {
+	return PoolResource{PoolID: r.PoolID, Topology: r.Layout()}
+}
+
+// bind is the binding step of a reservation (docs/fleet.md, Binding): it
+// reports true once every node holding its devices bound them. Unmanaged
+// nodes bind at once (Binder). A managed node that is not ready, or
+// reported the bind failed, makes it move onto free ready devices when
+// they exist (replace), else wait. Every step is a conditional write on
+// the reservation or one node, repeated harmlessly by the next pass.
+func (rc *Reconciler) bind(ctx context.Context, r *Reservation, now time.Time) (bool, error) {
+	s := rc.Service
+	if s.Nodes == nil {
+		return true, rc.bindAtOnce(ctx, *r)
+	}
+	if r.Move != nil || r.MovedFrom != nil {
+		// A move a crash (or an overlapping pass) left half done: finish it;
+		// the next pass binds where it landed.
+		return false, s.finishMove(ctx, r, now)
+	}
+	pr := prOf(*r)
+	p := r.Placement()
+	states, err := s.Nodes.NodeStates(ctx, pr, nodesOf(p), r.ReservationID)
+	if err != nil {
+		return false, unavailable(err)
+	}
+	if len(states) == 0 {
+		return true, rc.bindAtOnce(ctx, *r)
+	}
+	var bad []int
+	for n, ns := range states {
+		if !ns.Ready || ns.Reported == "failed" {
+			bad = append(bad, n)
+		}
+	}
+	if len(bad) > 0 {
+		slices.Sort(bad)
+		return false, s.replace(ctx, r, bad, now)
+	}
+	managed := make([]int, 0, len(states))
+	for n := range states {
+		managed = append(managed, n)
+	}
+	slices.Sort(managed)
+	if !slices.Equal(r.Bound, managed) {
+		// Recorded before any node is told, so a release always knows
+		// which nodes to tell to unbind.
+		to := *r
+		to.Bound = managed
+		cur, err := s.Store.Amend(ctx, *r, to)
+		if err != nil {
+			return false, amendErr(err)
+		}
+		*r = cur
+		if err := s.fault(FaultBindRecorded); err != nil {
+			return false, err
+		}
+	}
+	all := true
+	for _, nd := range p {
+		ns, ok := states[nd.Node]
+		if !ok {
+			continue
+		}
+		if ns.Entry == "" {
+			var previous []string
+			for id, m := range ns.Holders {
+				if m&nd.Mask != 0 {
+					previous = append(previous, id)
+				}
+			}
+			slices.Sort(previous)
+			err := s.Nodes.Bind(ctx, pr, nd.Node, r.ReservationID, NodeBinding{TenantID: r.TenantID, Mask: nd.Mask, Window: r.Window}, previous)
+			switch {
+			case errors.Is(err, ErrStale), errors.Is(err, ErrCalendarFull):
+				// Moved under us, or full of bindings it has not reported:
+				// the next pass reads it again.
+			case err != nil:
+				return false, unavailable(err)
+			}
+			if err := s.fault(FaultBindTold); err != nil {
+				return false, err
+			}
+		}
+		all = all && ns.Reported == "bound"
+	}
+	return all, nil
+}
+
+// bindAtOnce binds on unmanaged nodes (the Binder; default at once).
+func (rc *Reconciler) bindAtOnce(ctx context.Context, r Reservation) error {
+	b := rc.Binder
+	if b == nil {
+		b = BindAtOnce{}
+	}
+	return b.Bind(ctx, r)
+}
+
+// amendErr maps a refused Amend: another writer moved the reservation
+// (release, an overlapping pass) — the next pass reads it again.
+func amendErr(err error) error {
+	if errors.Is(err, ErrStale) {
+		return errMoved
+	}
+	return unavailable(err)
+}
+
+// errMoved: the reservation changed under the binding step.
+var errMoved = errors.New("capacity: the reservation changed under the binding step")
+
+// replace moves a binding reservation off nodes that failed it: a history
+// entry node_unreachable (once), then, when free eligible devices of the
+// same shape fit its window, the move — its new devices recorded on it
+// (Move), written into their node-hours, made its devices (history
+// replaced, quota unchanged), the old ones freed and their nodes told to
+// unbind. Without a fit it waits (the next pass tries again) for its nodes
+// or its window's end.
+func (s *Service) replace(ctx context.Context, r *Reservation, bad []int, now time.Time) error {
+	if !r.NodeNoted {
+		to := *r
+		to.NodeNoted = true
+		to.History = append(slices.Clone(r.History), Event{State: Binding, At: now.UTC(), Reason: ReasonNodeUnreachable})
+		cur, err := s.Store.Amend(ctx, *r, to)
+		if err != nil {
+			return amendErr(err)
+		}
+		*r = cur
+		if err := s.fault(FaultMoveNoted); err != nil {
+			return err
+		}
+	}
+	if r.Moves >= MaxMoves || !now.Before(r.Window.End) {
+		return nil
+	}
+	req := requestOf(*r)
+	req.Attempt = r.Moves + 1
+	req.Exclude = map[int]bool{}
+	for _, n := range nodesOf(r.Placement()) {
+		req.Exclude[n] = true
+	}
+	pr, p, state, err := s.choose(ctx, *r, req)
+	switch {
+	case isNoFit(err):
+		return nil // nothing fits: wait
+	case err != nil:
+		return err
+	}
+	if p, state, err = s.eligiblePlacement(ctx, *r, req, pr, p, state); isNoFit(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	to := *r
+	to.Move = p.Devices(pr.NodeSize)
+	cur, err := s.Store.Amend(ctx, *r, to)
+	if err != nil {
+		return amendErr(err)
+	}
+	*r = cur
+	if err := s.fault(FaultMovePlanned); err != nil {
+		return err
+	}
+	hours := r.Window.Hours()
+	if !covers(state, p, hours) || !fits(state, p, req, hours) {
+		if state, err = s.placementHours(ctx, pr, p, hours); err != nil {
+			return err
+		}
+	}
+	if fits(state, p, req, hours) {
+		lost, err := s.write(ctx, state, p, req, hours)
+		if err != nil {
+			return err
+		}
+		if !lost {
+			if err := s.fault(FaultMoveWritten); err != nil {
+				return err
+			}
+			return s.finishMove(ctx, r, now)
+		}
+	}
+	return s.abandonMove(ctx, r)
+}
+
+// finishMove completes a move recorded on r: its new devices' entries
+// are made sure of (a crash may have cut their write short; a racing
+// create may have taken one, and then the move is abandoned), made the
+// reservation's devices, then the old ones are freed and the nodes that
+// were told to bind them told to unbind.
+func (s *Service) finishMove(ctx context.Context, r *Reservation, now time.Time) error {
+	if r.Move != nil {
+		pr := prOf(*r)
+		p := PlacementOf(pr.Topology, r.Move)
+		req := requestOf(*r)
+		hours := r.Window.Hours()
+		state, err := s.placementHours(ctx, pr, p, hours)
+		if err != nil {
+			return err
+		}
+		if !fits(state, p, req, hours) {
+			return s.abandonMove(ctx, r)
+		}
+		if lost, err := s.write(ctx, state, p, req, hours); err != nil {
+			return err
+		} else if lost {
+			return s.abandonMove(ctx, r)
+		}
+		to := *r
+		to.MovedFrom, to.Devices, to.Move = r.Devices, r.Move, nil
+		to.Moves, to.NodeNoted = r.Moves+1, false
+		to.History = append(slices.Clone(r.History), Event{State: Binding, At: now.UTC(), Reason: ReasonReplaced})
+		cur, err := s.Store.Amend(ctx, *r, to.WithIDs())
+		if err != nil {
+			return amendErr(err)
+		}
+		*r = cur
+		if err := s.fault(FaultMoveCompleted); err != nil {
+			return err
+		}
+	}
+	if r.MovedFrom != nil {
+		old := PlacementOf(r.Layout(), r.MovedFrom)
+		if err := s.free(ctx, *r, old); err != nil {
+			return err
+		}
+		if err := s.unbind(ctx, *r, r.Bound); err != nil {
+			return err
+		}
+		to := *r
+		to.MovedFrom, to.Bound = nil, nil
+		cur, err := s.Store.Amend(ctx, *r, to)
+		if err != nil {
+			return amendErr(err)
+		}
+		*r = cur
+		if err := s.fault(FaultMoveFreed); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// abandonMove undoes a move that lost its devices to a racing create: what
+// it wrote is freed and the record dropped; the next pass tries again.
+func (s *Service) abandonMove(ctx context.Context, r *Reservation) error {
+	if err := s.free(ctx, *r, PlacementOf(r.Layout(), r.Move)); err != nil {
+		return err
+	}
+	to := *r
+	to.Move = nil
+	cur, err := s.Store.Amend(ctx, *r, to)
+	if err != nil {
+		return amendErr(err)
+	}
+	*r = cur
+	return nil
+}
+
+// unbind tells nodes to unbind r (those it recorded telling to bind).
+func (s *Service) unbind(ctx context.Context, r Reservation, nodes []int) error {
+	if s.Nodes == nil || len(nodes) == 0 {
+		return nil
+	}
+	pr := prOf(r)
+	err := s.each(ctx, len(nodes), func(i int) error {
+		if err := s.Nodes.Unbind(ctx, pr, nodes[i], r.ReservationID); err != nil {
+			return unavailable(err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return s.fault(FaultUnbound)
+}
+
+// eligiblePlacement makes sure a placement whose window reaches past the
+// hours the fleet's eligibility flags cover lands on eligible nodes only:
+// it reads the chosen nodes (one BatchGetItem) and, when one is managed
+// and not eligible, chooses again without it. Within the flags' horizon
+// the node-hours themselves keep ineligible nodes out (docs/fleet.md,
+// Placement): nothing is read.
+func (s *Service) eligiblePlacement(ctx context.Context, r Reservation, req Request, pr PoolResource, p Placement, state nodeHours) (Placement, nodeHours, error) {
+	if s.Nodes == nil || !r.Window.End.After(s.flagHorizon().Start()) {
+		return p, state, nil
+	}
+	for range 4 {
+		states, err := s.Nodes.NodeStates(ctx, pr, nodesOf(p), "")
+		if err != nil {
+			return nil, nil, unavailable(err)
+		}
+		bad := false
+		for n, ns := range states {
+			if !ns.Eligible() {
+				if req.Exclude == nil {
+					req.Exclude = map[int]bool{}
+				}
+				req.Exclude[n], bad = true, true
+			}
+		}
+		if !bad {
+			return p, state, nil
+		}
+		req.Attempt++
+		if _, p, state, err = s.choose(ctx, r, req); err != nil {
+			return nil, nil, err
+		}
+	}
+	return nil, nil, NoFit{Reason: ReasonCapacity}
+}
+
+// flagHorizon is the first hour the fleet's eligibility flags may not
+// cover: the provisioned horizon from now.
+func (s *Service) flagHorizon() Hour {
+	h := s.ProvisionHours
+	if h <= 0 {
+		h = ProvisionHours
+	}
+	return HourOf(s.now()) + Hour(h)
+}
+
+// MoveToken names a move in flight: what Amend conditions on.
+func MoveToken(devices []int) string {
+	if devices == nil {
+		return ""
+	}
+	var b strings.Builder
+	for i, d := range devices {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(d))
+	}
+	return b.String()
+}

@@ -1,0 +1,578 @@
+package dynamo
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
+	"github.com/bettercompute/control-plane/shared/fleet"
+)
+
+// A node, POOL#<pool> / NODE#<resource>#<k, 6 digits>, is one registered
+// host of a pool, in its pool's partition:
+//
+//	pub, keyId, platform, owner, idx, ns   its registration (immutable)
+//	counter, last, running, install, health, state   the last accepted
+//	     report (a heartbeat's one conditional write sets them)
+//	rep  reservation → bound|unbound|failed: that report's bindings
+//	b    reservation → {t: tenant, m: device mask, s, e: window in Unix ms,
+//	     a: bind|unbind}: what the node is told (the reservation
+//	     reconciler writes them; the sweep forgets unbinds reported done);
+//	     nb counts them
+//	oc, rc    the operator's and a rollout's cordon
+//	fl, flTo  its node-hours carry the ineligible flag through flTo
+//	ssk  NODE#<state>#<resource>#<k> (the `bystate` LSI: lists by state)
+//
+// Worst case: 128 entries × ~230 B (26-character id, a 128-character
+// tenant, three numbers) + 128 reported states × ~40 B + 32 checks × ~340 B
+// (64-character name, 256-character detail) + the key (~180 B of PEM) and
+// the rest (~1 KB) ≈ 46 KB. Typical: a few entries, three checks ≈ 1.5 KB
+// — what a heartbeat's write costs (1–2 write units).
+//
+// The pool's sweep, POOL#<pool> / #FLEET, carries dueShard/dueAt: the
+// reconciler's cue to look at the pool's nodes (fleet.Service.Sweep).
+
+const (
+	kindNode   = "node"
+	kindFleet  = "fleet"
+	skFleet    = "#FLEET"
+	nodePrefix = "NODE#"
+)
+
+// Fleet is the fleet.Store and capacity.NodeStore on DynamoDB.
+type Fleet struct {
+	DB    *dynamodb.Client
+	Table string
+}
+
+var (
+	_ fleet.Store        = (*Fleet)(nil)
+	_ capacity.NodeStore = (*Fleet)(nil)
+)
+
+func (s *Fleet) table() table { return table{s.DB, s.Table} }
+
+func nodeItemSK(resource string, k int) string { return fmt.Sprintf("%s%s#%06d", nodePrefix, resource, k) }
+
+func nodeSSK(st fleet.State, resource string, k int) string {
+	return fmt.Sprintf("%s%s#%s#%06d", nodePrefix, st, resource, k)
+}
+
+type versionItem struct {
+	V string `dynamodbav:"v"`
+	S int64  `dynamodbav:"s"`
+}
+
+type installItem struct {
+	V  string `dynamodbav:"v"`
+	St string `dynamodbav:"st"`
+	R  string `dynamodbav:"r,omitempty"`
+}
+
+type checkItem struct {
+	N  string `dynamodbav:"n"`
+	OK bool   `dynamodbav:"ok"`
+	D  string `dynamodbav:"d,omitempty"`
+}
+
+type healthItem struct {
+	E int         `dynamodbav:"e"`
+	V int         `dynamodbav:"v"`
+	C []checkItem `dynamodbav:"c"`
+}
+
+type cordonItem struct {
+	By  string `dynamodbav:"by"`
+	R   string `dynamodbav:"r"`
+	RID string `dynamodbav:"rid,omitempty"`
+	At  string `dynamodbav:"at"`
+}
+
+type bindItem struct {
+	T string `dynamodbav:"t"`
+	M int64  `dynamodbav:"m"`
+	S int64  `dynamodbav:"s"`
+	E int64  `dynamodbav:"e"`
+	A string `dynamodbav:"a"`
+}
+
+type nodeItem struct {
+	PK        string              `dynamodbav:"pk"`
+	SK        string              `dynamodbav:"sk"`
+	SSK       string              `dynamodbav:"ssk"`
+	Kind      string              `dynamodbav:"kind"`
+	PoolID    string              `dynamodbav:"poolId"`
+	NodeID    string              `dynamodbav:"nodeId"`
+	Resource  string              `dynamodbav:"resource"`
+	Index     int                 `dynamodbav:"idx"`
+	NodeSize  int                 `dynamodbav:"ns"`
+	Owner     string              `dynamodbav:"owner"`
+	Platform  string              `dynamodbav:"platform"`
+	KeyID     string              `dynamodbav:"keyId"`
+	Pub       string              `dynamodbav:"pub"`
+	State     string              `dynamodbav:"state"`
+	CreatedAt string              `dynamodbav:"createdAt"`
+	Counter   int64               `dynamodbav:"counter"`
+	Last      string              `dynamodbav:"last,omitempty"`
+	Running   *versionItem        `dynamodbav:"running,omitempty"`
+	Install   *installItem        `dynamodbav:"install,omitempty"`
+	Health    *healthItem         `dynamodbav:"health,omitempty"`
+	Operator  *cordonItem         `dynamodbav:"oc,omitempty"`
+	Rollout   *cordonItem         `dynamodbav:"rc,omitempty"`
+	Entries   map[string]bindItem `dynamodbav:"b"`
+	NB        int                 `dynamodbav:"nb"`
+	Reported  map[string]string   `dynamodbav:"rep"`
+	Flagged   bool                `dynamodbav:"fl,omitempty"`
+	FlaggedTo int64               `dynamodbav:"flTo,omitempty"`
+}
+
+func toCordonItem(c *fleet.Cordon) *cordonItem {
+	if c == nil {
+		return nil
+	}
+	return &cordonItem{By: c.By, R: c.Reason, RID: c.RolloutID, At: fmtTime(c.At)}
+}
+
+func (c *cordonItem) cordon() *fleet.Cordon {
+	if c == nil {
+		return nil
+	}
+	return &fleet.Cordon{By: c.By, Reason: c.R, RolloutID: c.RID, At: parseTime(c.At)}
+}
+
+func toHealthItem(h fleet.Health) *healthItem {
+	it := &healthItem{E: h.DevicesExpected, V: h.DevicesVisible, C: make([]checkItem, len(h.Checks))}
+	for i, c := range h.Checks {
+		it.C[i] = checkItem{N: c.Name, OK: c.OK}
+		if c.Detail != nil {
+			it.C[i].D = *c.Detail
+		}
+	}
+	return it
+}
+
+func (it nodeItem) record() fleet.Record {
+	r := fleet.Record{Node: fleet.Node{PoolID: it.PoolID, NodeID: it.NodeID, Resource: it.Resource, Platform: it.Platform,
+		KeyID: it.KeyID, State: fleet.State(it.State), CreatedAt: parseTime(it.CreatedAt)},
+		Index: it.Index, Owner: it.Owner, PublicKey: it.Pub, Counter: it.Counter, NodeSize: it.NodeSize,
+		Operator: it.Operator.cordon(), Rollout: it.Rollout.cordon(), Entries: map[string]fleet.Entry{}, Reported: it.Reported,
+		Flagged: it.Flagged, FlaggedTo: capacity.Hour(it.FlaggedTo)}
+	if r.Reported == nil {
+		r.Reported = map[string]string{}
+	}
+	if it.Last != "" {
+		t := parseTime(it.Last)
+		r.LastHeartbeatAt = &t
+	}
+	if it.Running != nil {
+		r.Running = &fleet.Version{Version: it.Running.V, Sequence: it.Running.S}
+	}
+	if it.Health != nil {
+		h := fleet.Health{DevicesExpected: it.Health.E, DevicesVisible: it.Health.V, Checks: make([]fleet.Check, len(it.Health.C))}
+		for i, c := range it.Health.C {
+			h.Checks[i] = fleet.Check{Name: c.N, OK: c.OK}
+			if c.D != "" {
+				d := c.D
+				h.Checks[i].Detail = &d
+			}
+		}
+		r.Health = &h
+	}
+	for id, e := range it.Entries {
+		r.Entries[id] = fleet.Entry{TenantID: e.T, Mask: capacity.Mask(uint64(e.M)), Action: e.A,
+			Window: capacity.Window{Start: time.UnixMilli(e.S).UTC(), End: time.UnixMilli(e.E).UTC()}}
+	}
+	return r
+}
+
+func nodeKey(pool, resource string, k int) map[string]types.AttributeValue {
+	return key(poolPK(pool), nodeItemSK(resource, k))
+}
+
+func recKey(r fleet.Record) map[string]types.AttributeValue { return nodeKey(r.PoolID, r.Resource, r.Index) }
+
+// PutNode implements fleet.Store.
+func (s *Fleet) PutNode(ctx context.Context, r fleet.Record) (fleet.Record, error) {
+	it := nodeItem{PK: poolPK(r.PoolID), SK: nodeItemSK(r.Resource, r.Index), SSK: nodeSSK(r.State, r.Resource, r.Index), Kind: kindNode,
+		PoolID: r.PoolID, NodeID: r.NodeID, Resource: r.Resource, Index: r.Index, NodeSize: r.NodeSize, Owner: r.Owner,
+		Platform: r.Platform, KeyID: r.KeyID, Pub: r.PublicKey, State: string(r.State), CreatedAt: fmtTime(r.CreatedAt),
+		Entries: map[string]bindItem{}, Reported: map[string]string{}}
+	err := s.table().put(ctx, it, notExists)
+	if isConditionFailed(err) {
+		stored, gerr := s.GetNode(ctx, r.PoolID, r.Resource, r.Index)
+		if gerr != nil {
+			return fleet.Record{}, gerr
+		}
+		return stored, fleet.ErrExists
+	}
+	if err != nil {
+		return fleet.Record{}, err
+	}
+	return it.record(), nil
+}
+
+// GetNode implements fleet.Store.
+func (s *Fleet) GetNode(ctx context.Context, pool, resource string, k int) (fleet.Record, error) {
+	var it nodeItem
+	ok, err := s.table().get(ctx, nodeKey(pool, resource, k), &it)
+	switch {
+	case err != nil:
+		return fleet.Record{}, err
+	case !ok:
+		return fleet.Record{}, fleet.ErrNotFound
+	}
+	return it.record(), nil
+}
+
+// ListNodes implements fleet.Store: a Query of the pool's partition by
+// sort key, or, for one state, of the keys-only `bystate` index, whose
+// page is then read with a consistent BatchGetItem.
+func (s *Fleet) ListNodes(ctx context.Context, pool string, st fleet.State, page capacity.Page) ([]fleet.Record, map[string]string, error) {
+	limit := page.Limit
+	if limit <= 0 {
+		limit = capacity.DefaultLimit
+	}
+	attr, prefix := schema.AttrSK, nodePrefix
+	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), ConsistentRead: aws.Bool(true), Limit: aws.Int32(int32(limit + 1))}
+	if st != "" {
+		attr, prefix = schema.AttrState, nodePrefix+string(st)+"#"
+		in.IndexName = aws.String(schema.IndexState)
+	}
+	kc := expression.Key(schema.AttrPK).Equal(expression.Value(poolPK(pool))).And(expression.Key(attr).BeginsWith(prefix))
+	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
+	if err != nil {
+		return nil, nil, err
+	}
+	in.KeyConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.KeyCondition(), e.Names(), e.Values()
+	if sk := page.After["sk"]; sk != "" {
+		if !strings.HasPrefix(sk, nodePrefix) {
+			return nil, nil, errBadCursor
+		}
+		in.ExclusiveStartKey = key(poolPK(pool), sk)
+		if st != "" {
+			ik := page.After["ik"]
+			if !strings.HasPrefix(ik, prefix) {
+				return nil, nil, errBadCursor
+			}
+			in.ExclusiveStartKey[attr] = &types.AttributeValueMemberS{Value: ik}
+		}
+	}
+	res, err := s.DB.Query(ctx, in)
+	if err != nil {
+		return nil, nil, err
+	}
+	items := res.Items
+	var next map[string]string
+	if len(items) > limit {
+		items = items[:limit]
+		last := items[limit-1]
+		next = map[string]string{"sk": last[schema.AttrSK].(*types.AttributeValueMemberS).Value}
+		if st != "" {
+			next["ik"] = last[attr].(*types.AttributeValueMemberS).Value
+		}
+	}
+	if st == "" {
+		out := make([]fleet.Record, 0, len(items))
+		for _, item := range items {
+			var it nodeItem
+			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+				return nil, nil, err
+			}
+			out = append(out, it.record())
+		}
+		return out, next, nil
+	}
+	keys := make([]map[string]types.AttributeValue, len(items))
+	for i, item := range items {
+		keys[i] = map[string]types.AttributeValue{schema.AttrPK: item[schema.AttrPK], schema.AttrSK: item[schema.AttrSK]}
+	}
+	got := map[string]fleet.Record{}
+	c := &Capacity{DB: s.DB, Table: s.Table}
+	err = c.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
+		var it nodeItem
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return err
+		}
+		got[it.SK] = it.record()
+		return nil
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	out := make([]fleet.Record, 0, len(keys))
+	for _, k := range keys {
+		if r, ok := got[k[schema.AttrSK].(*types.AttributeValueMemberS).Value]; ok && r.State == st {
+			out = append(out, r)
+		}
+	}
+	return out, next, nil
+}
+
+// PoolNodes implements fleet.Store: the pool's node items, page by page.
+func (s *Fleet) PoolNodes(ctx context.Context, pool string, fn func(fleet.Record) error) error {
+	kc := expression.Key(schema.AttrPK).Equal(expression.Value(poolPK(pool))).And(expression.Key(schema.AttrSK).BeginsWith(nodePrefix))
+	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
+	if err != nil {
+		return err
+	}
+	p := dynamodb.NewQueryPaginator(s.DB, &dynamodb.QueryInput{TableName: aws.String(s.Table),
+		KeyConditionExpression: e.KeyCondition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+		ConsistentRead: aws.Bool(true)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		for _, item := range page.Items {
+			var it nodeItem
+			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+				return err
+			}
+			if err := fn(it.record()); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// allNew decodes an ALL_NEW answer.
+func nodeFrom(av map[string]types.AttributeValue) (fleet.Record, error) {
+	var it nodeItem
+	if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+		return fleet.Record{}, err
+	}
+	return it.record(), nil
+}
+
+// Heartbeat implements fleet.Store: one conditional UpdateItem.
+func (s *Fleet) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep fleet.Report, st fleet.State, now time.Time) (fleet.Record, error) {
+	reported := make(map[string]string, len(rep.Bindings))
+	for _, b := range rep.Bindings {
+		reported[b.ReservationID] = b.State
+	}
+	upd := expression.Set(expression.Name("counter"), expression.Value(rep.Counter)).
+		Set(expression.Name("last"), expression.Value(fmtTime(now))).
+		Set(expression.Name("state"), expression.Value(string(st))).
+		Set(expression.Name(schema.AttrState), expression.Value(nodeSSK(st, r.Resource, r.Index))).
+		Set(expression.Name("health"), expression.Value(toHealthItem(rep.Health))).
+		Set(expression.Name("rep"), expression.Value(reported))
+	if rep.Running != nil {
+		upd = upd.Set(expression.Name("running"), expression.Value(versionItem{V: rep.Running.Version, S: rep.Running.Sequence}))
+	} else {
+		upd = upd.Remove(expression.Name("running"))
+	}
+	if rep.Install != nil {
+		in := installItem{V: rep.Install.Version, St: rep.Install.State}
+		if rep.Install.Reason != nil {
+			in.R = *rep.Install.Reason
+		}
+		upd = upd.Set(expression.Name("install"), expression.Value(in))
+	} else {
+		upd = upd.Remove(expression.Name("install"))
+	}
+	c := expression.And(expression.AttributeExists(expression.Name(schema.AttrPK)),
+		expression.Name("keyId").Equal(expression.Value(keyID)),
+		expression.Name("counter").LessThan(expression.Value(rep.Counter)))
+	av, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueAllNew)
+	if isConditionFailed(err) {
+		if _, gerr := s.GetNode(ctx, r.PoolID, r.Resource, r.Index); errors.Is(gerr, fleet.ErrNotFound) {
+			return fleet.Record{}, fleet.ErrNotFound
+		}
+		return fleet.Record{}, fleet.ErrStale
+	}
+	if err != nil {
+		return fleet.Record{}, err
+	}
+	return nodeFrom(av)
+}
+
+// SetCordon implements fleet.Store.
+func (s *Fleet) SetCordon(ctx context.Context, r fleet.Record, by string, c *fleet.Cordon) (fleet.Record, error) {
+	attr := expression.Name("oc")
+	if by == fleet.ByRollout {
+		attr = expression.Name("rc")
+	}
+	var upd expression.UpdateBuilder
+	var cnd expression.ConditionBuilder
+	if c != nil {
+		upd, cnd = expression.Set(attr, expression.Value(toCordonItem(c))), expression.AttributeNotExists(attr)
+	} else {
+		upd, cnd = expression.Remove(attr), expression.AttributeExists(attr)
+	}
+	av, err := s.table().update(ctx, recKey(r), upd, &cnd, types.ReturnValueAllNew)
+	if isConditionFailed(err) {
+		return fleet.Record{}, fleet.ErrStale
+	}
+	if err != nil {
+		return fleet.Record{}, err
+	}
+	return nodeFrom(av)
+}
+
+// eligibilityAsRead conditions a write on the node's state and cordons
+// being as r read them.
+func eligibilityAsRead(r fleet.Record) expression.ConditionBuilder {
+	exists := func(name string, set bool) expression.ConditionBuilder {
+		if set {
+			return expression.AttributeExists(expression.Name(name))
+		}
+		return expression.AttributeNotExists(expression.Name(name))
+	}
+	return expression.And(expression.Name("state").Equal(expression.Value(string(r.State))),
+		exists("oc", r.Operator != nil), exists("rc", r.Rollout != nil))
+}
+
+// SetFlagged implements fleet.Store.
+func (s *Fleet) SetFlagged(ctx context.Context, r fleet.Record, flagged bool, to capacity.Hour) error {
+	upd := expression.Set(expression.Name("fl"), expression.Value(flagged))
+	if flagged {
+		upd = upd.Set(expression.Name("flTo"), expression.Value(int64(to)))
+	} else {
+		upd = upd.Remove(expression.Name("flTo"))
+	}
+	c := eligibilityAsRead(r)
+	_, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return fleet.ErrStale
+	}
+	return err
+}
+
+// MarkUnreachable implements fleet.Store.
+func (s *Fleet) MarkUnreachable(ctx context.Context, r fleet.Record) error {
+	upd := expression.Set(expression.Name("state"), expression.Value(string(fleet.Unreachable))).
+		Set(expression.Name(schema.AttrState), expression.Value(nodeSSK(fleet.Unreachable, r.Resource, r.Index)))
+	c := expression.Name("counter").Equal(expression.Value(r.Counter))
+	_, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return fleet.ErrStale
+	}
+	return err
+}
+
+// DropEntry implements fleet.Store.
+func (s *Fleet) DropEntry(ctx context.Context, r fleet.Record, id string) error {
+	upd := expression.Remove(path("b", id)).Add(expression.Name("nb"), expression.Value(-1))
+	c := expression.And(path("b", id).AppendName(expression.Name("a")).Equal(expression.Value(fleet.ActionUnbind)),
+		path("rep", id).Equal(expression.Value(fleet.BindUnbound)))
+	_, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return fleet.ErrStale
+	}
+	return err
+}
+
+type fleetItem struct {
+	PK       string `dynamodbav:"pk"`
+	SK       string `dynamodbav:"sk"`
+	Kind     string `dynamodbav:"kind"`
+	PoolID   string `dynamodbav:"poolId"`
+	DueShard string `dynamodbav:"dueShard"`
+	DueAt    string `dynamodbav:"dueAt"`
+}
+
+// EnsureSweep implements fleet.Store.
+func (s *Fleet) EnsureSweep(ctx context.Context, pool string, due time.Time) error {
+	err := s.table().put(ctx, fleetItem{PK: poolPK(pool), SK: skFleet, Kind: kindFleet, PoolID: pool,
+		DueShard: dueShard("fleet#" + pool), DueAt: fmtTime(due)}, notExists)
+	if isConditionFailed(err) {
+		return nil
+	}
+	return err
+}
+
+// ClaimSweep implements fleet.Store.
+func (s *Fleet) ClaimSweep(ctx context.Context, pool string, due, next time.Time) error {
+	c := expression.Name(schema.AttrDueAt).Equal(expression.Value(fmtTime(due)))
+	_, err := s.table().update(ctx, key(poolPK(pool), skFleet), expression.Set(expression.Name(schema.AttrDueAt), expression.Value(fmtTime(next))), &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return fleet.ErrStale
+	}
+	return err
+}
+
+// NodeStates implements capacity.NodeStore: one consistent BatchGetItem of
+// the nodes' items (an unmanaged node has none).
+func (s *Fleet) NodeStates(ctx context.Context, t capacity.PoolResource, nodes []int, id string) (map[int]capacity.NodeState, error) {
+	keys := make([]map[string]types.AttributeValue, len(nodes))
+	for i, n := range nodes {
+		keys[i] = nodeKey(t.PoolID, t.Resource, n)
+	}
+	out := map[int]capacity.NodeState{}
+	c := &Capacity{DB: s.DB, Table: s.Table}
+	err := c.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
+		var it nodeItem
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return err
+		}
+		ns := capacity.NodeState{Ready: it.State == string(fleet.Ready), Cordoned: it.Operator != nil || it.Rollout != nil,
+			Reported: it.Reported[id], Holders: map[string]capacity.Mask{}}
+		for rid, e := range it.Entries {
+			switch {
+			case rid == id:
+				ns.Entry = e.A
+			case e.A == fleet.ActionBind:
+				ns.Holders[rid] = capacity.Mask(uint64(e.M))
+			}
+		}
+		out[it.Index] = ns
+		return nil
+	})
+	return out, err
+}
+
+// Bind implements capacity.NodeStore: one conditional UpdateItem that adds
+// the entry and turns previous into unbinds.
+func (s *Fleet) Bind(ctx context.Context, t capacity.PoolResource, node int, id string, b capacity.NodeBinding, previous []string) error {
+	k := nodeKey(t.PoolID, t.Resource, node)
+	upd := expression.Set(path("b", id), expression.Value(bindItem{T: b.TenantID, M: int64(b.Mask), S: b.Window.Start.UnixMilli(),
+		E: b.Window.End.UnixMilli(), A: fleet.ActionBind})).Add(expression.Name("nb"), expression.Value(1))
+	conds := []expression.ConditionBuilder{expression.AttributeExists(expression.Name(schema.AttrPK)),
+		expression.AttributeNotExists(path("b", id)), expression.Name("nb").LessThan(expression.Value(fleet.MaxBindings))}
+	for _, p := range previous {
+		upd = upd.Set(path("b", p).AppendName(expression.Name("a")), expression.Value(fleet.ActionUnbind))
+		conds = append(conds, expression.AttributeExists(path("b", p)))
+	}
+	c := all(conds)
+	_, err := s.table().update(ctx, k, upd, &c, types.ReturnValueNone)
+	if !isConditionFailed(err) {
+		return err
+	}
+	var cur nodeItem
+	ok, err := s.table().get(ctx, k, &cur)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return nil // unregistered meanwhile: nothing to tell
+	}
+	if _, held := cur.Entries[id]; held {
+		return nil
+	}
+	if cur.NB >= fleet.MaxBindings {
+		return capacity.ErrCalendarFull
+	}
+	return capacity.ErrStale
+}
+
+// Unbind implements capacity.NodeStore.
+func (s *Fleet) Unbind(ctx context.Context, t capacity.PoolResource, node int, id string) error {
+	c := expression.AttributeExists(path("b", id))
+	_, err := s.table().update(ctx, nodeKey(t.PoolID, t.Resource, node),
+		expression.Set(path("b", id).AppendName(expression.Name("a")), expression.Value(fleet.ActionUnbind)), &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,206 @@
+package fleet
+
+import (
+	"context"
+	"crypto"
+	"errors"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/dsse"
+	"github.com/bettercompute/control-plane/shared/strictjson"
+)
+
+// Reasons of a refused heartbeat (docs/reference/nodes.md).
+const (
+	ReasonMalformed    = dsse.ReasonMalformed
+	ReasonPayloadType  = dsse.ReasonPayloadType
+	ReasonBadSignature = dsse.ReasonBadSignature
+	ReasonInvalidField = "invalid_field"
+	ReasonMismatch     = "mismatch"
+	ReasonStale        = "stale"
+	ReasonReplay       = "replay"
+)
+
+// report is what Open expects of a node report's envelope.
+var report = dsse.Want{PayloadType: ReportPayloadType, Field: "report", KeyNoun: "the node's registered key"}
+
+// Heartbeat verifies a node's signed report, records it (one conditional
+// write: the counter strictly rising, the key still the one verified
+// under) and answers what the node should do. Warm, it reads nothing: the
+// node's key is cached for KeyCacheTTL and release manifests for good
+// (they never change); cold, it reads the node once, and a release the
+// node is told once per function.
+func (s *Service) Heartbeat(ctx context.Context, tenant, poolID, nodeID string, envelope []byte) (HeartbeatResult, error) {
+	now := s.now()
+	for attempt := 0; ; attempt++ {
+		k, err := s.nodeKey(ctx, poolID, nodeID, attempt > 0)
+		if err != nil {
+			return HeartbeatResult{}, err
+		}
+		if k.owner != tenant {
+			return HeartbeatResult{}, nodeNotFound(poolID, nodeID)
+		}
+		rep, err := s.open(k, envelope, poolID, nodeID, now)
+		if err != nil {
+			return HeartbeatResult{}, err
+		}
+		rec, err := s.Store.Heartbeat(ctx, k.record, k.keyID, rep, StateOf(rep), now)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			s.keys.Delete(poolID + "/" + nodeID)
+			return HeartbeatResult{}, nodeNotFound(poolID, nodeID)
+		case errors.Is(err, ErrStale):
+			cur, _, gerr := s.readKey(ctx, poolID, nodeID)
+			if gerr != nil {
+				return HeartbeatResult{}, gerr
+			}
+			if cur.keyID != k.keyID && attempt == 0 {
+				continue // the cached key is not the node's: verify again under its key
+			}
+			return HeartbeatResult{}, apierr.New(apierr.Conflict,
+				"report.payload.counter: %d is not above the last accepted counter %d (a replay)", rep.Counter, cur.record.Counter).
+				With("reason", ReasonReplay).With("field", "report.payload.counter").With("latestCounter", cur.record.Counter)
+		case err != nil:
+			return HeartbeatResult{}, unavailable(err)
+		}
+		return s.answer(ctx, rec), nil
+	}
+}
+
+// nodeKey is the node's key, from the cache unless fresh is asked or it
+// expired.
+func (s *Service) nodeKey(ctx context.Context, poolID, nodeID string, fresh bool) (cachedKey, error) {
+	if v, ok := s.keys.Load(poolID + "/" + nodeID); ok && !fresh {
+		if k := v.(cachedKey); s.now().Before(k.expireAt) {
+			return k, nil
+		}
+	}
+	k, _, err := s.readKey(ctx, poolID, nodeID)
+	return k, err
+}
+
+// readKey reads the node and caches its key.
+func (s *Service) readKey(ctx context.Context, poolID, nodeID string) (cachedKey, Record, error) {
+	res, idx, ok := ParseNodeID(nodeID)
+	if !ok {
+		return cachedKey{}, Record{}, nodeNotFound(poolID, nodeID)
+	}
+	rec, err := s.Store.GetNode(ctx, poolID, res, idx)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return cachedKey{}, Record{}, nodeNotFound(poolID, nodeID)
+	case err != nil:
+		return cachedKey{}, Record{}, unavailable(err)
+	}
+	keys, err := dsse.ParsePEMBundle([]byte(rec.PublicKey))
+	if err != nil {
+		return cachedKey{}, Record{}, apierr.New(apierr.Internal, "node %s: stored key: %v", nodeID, err)
+	}
+	pins, err := dsse.NewPins([]crypto.PublicKey{keys[0]}, 1)
+	if err != nil {
+		return cachedKey{}, Record{}, apierr.New(apierr.Internal, "node %s: stored key: %v", nodeID, err)
+	}
+	k := cachedKey{pins: pins, keyID: rec.KeyID, owner: rec.Owner, record: rec, expireAt: s.now().Add(KeyCacheTTL)}
+	s.keys.Store(poolID+"/"+nodeID, k)
+	return k, rec, nil
+}
+
+// open verifies the envelope under the node's key and decodes its report.
+// A signature that does not verify under that one key is bad_signature,
+// whatever its keyid says.
+func (s *Service) open(k cachedKey, envelope []byte, poolID, nodeID string, now time.Time) (Report, error) {
+	var rep Report
+	opened, err := k.pins.Open(envelope, report)
+	if err != nil {
+		if e := apierr.As(err); e != nil {
+			switch e.Details["reason"] {
+			case dsse.ReasonUnknownKey, dsse.ReasonThreshold, dsse.ReasonBadSignature:
+				return rep, apierr.Invalid(ReasonBadSignature, "report.signatures",
+					"report.signatures: no signature verifies under the node's registered key (keyid %s)", k.keyID).
+					With("keyId", k.keyID)
+			}
+		}
+		return rep, err
+	}
+	rep, err = ParseReport(opened.Payload)
+	if err != nil {
+		return rep, err
+	}
+	switch {
+	case rep.PoolID != poolID:
+		return rep, apierr.Invalid(ReasonMismatch, "report.payload.poolId", "report.payload.poolId: %q, the request names %q", rep.PoolID, poolID)
+	case rep.NodeID != nodeID:
+		return rep, apierr.Invalid(ReasonMismatch, "report.payload.nodeId", "report.payload.nodeId: %q, the request names %q", rep.NodeID, nodeID)
+	case rep.At.Before(now.Add(-MaxSkew)) || rep.At.After(now.Add(MaxSkew)):
+		return rep, apierr.Invalid(ReasonStale, "report.payload.at",
+			"report.payload.at: %s is more than %s from the server's clock (%s)", rep.At.UTC().Format(time.RFC3339), MaxSkew, now.Format(time.RFC3339))
+	}
+	return rep, nil
+}
+
+// ParseReport decodes a node report strictly (errors under
+// report.payload): malformed for what is not a report-shaped JSON object,
+// invalid_field for a wrong type, a missing member or a broken constraint.
+func ParseReport(payload []byte) (Report, error) {
+	const root = "report.payload"
+	var rep Report
+	if err := strictjson.Decode(payload, &rep, root); err != nil {
+		var fe *strictjson.FieldError
+		reason := ReasonMalformed
+		if errors.As(err, &fe) && fe.Field != root && slices.Contains([]string{"type", "required", "constraint"}, fe.Kind) {
+			reason = ReasonInvalidField
+		}
+		return rep, dsse.DecodeError(reason, err, root)
+	}
+	invalid := func(field, format string, args ...any) error {
+		return apierr.Invalid(ReasonInvalidField, field, field+": "+format, args...)
+	}
+	if rep.Install != nil && !slices.Contains([]string{InstallInstalling, InstallInstalled, InstallFailed}, rep.Install.State) {
+		return rep, invalid(root+".install.state", "must be installing, installed or failed")
+	}
+	for i, b := range rep.Bindings {
+		if !slices.Contains([]string{BindBound, BindUnbound, BindFailed}, b.State) {
+			return rep, invalid(root+".bindings["+strconv.Itoa(i)+"].state", "must be bound, unbound or failed")
+		}
+	}
+	return rep, nil
+}
+
+// answer is a heartbeat's result for the node as the write left it.
+func (s *Service) answer(ctx context.Context, rec Record) HeartbeatResult {
+	d := Desired{Bindings: rec.desiredBindings(), Cordoned: rec.Operator != nil || rec.Rollout != nil}
+	if rec.Running != nil {
+		d.FloorSequence = rec.Running.Sequence
+		if rel, ok := s.release(ctx, rec.Running.Version); ok && rel.Sequence == rec.Running.Sequence && rel.Manifest != nil {
+			d.Release = &DesiredRelease{Version: rel.Version, Sequence: rel.Sequence, ManifestDigest: rel.Digest, Manifest: rel.Manifest}
+		}
+	}
+	next := s.interval()
+	if rec.Busy() {
+		next = min(next, BusyInterval)
+	}
+	return HeartbeatResult{Node: rec.View(), Desired: d, NextHeartbeatSeconds: int(next / time.Second)}
+}
+
+// release reads a registered release once per function (releases never
+// change once recorded); a version not recorded is asked again next time.
+func (s *Service) release(ctx context.Context, version string) (Release, bool) {
+	if v, ok := s.manifests.Load(version); ok {
+		return v.(Release), true
+	}
+	if s.Releases == nil {
+		return Release{}, false
+	}
+	rel, err := s.Releases.Release(ctx, version)
+	if err != nil {
+		if !errors.Is(err, ErrNotFound) {
+			s.logger().Warn("heartbeat: reading a release", "version", version, "error", err.Error())
+		}
+		return Release{}, false
+	}
+	s.manifests.Store(version, rel)
+	return rel, true
+}

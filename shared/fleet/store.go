@@ -1,0 +1,74 @@
+package fleet
+
+import (
+	"context"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+)
+
+// Store keeps node items: one per registered node, under its pool's
+// partition, of bounded size (docs/fleet.md, Items). Every write is one
+// conditional single-item write.
+type Store interface {
+	// PutNode writes a new node; if it exists it returns the stored one
+	// and ErrExists.
+	PutNode(ctx context.Context, r Record) (Record, error)
+	// GetNode reads a node (ErrNotFound).
+	GetNode(ctx context.Context, poolID, resource string, index int) (Record, error)
+	// ListNodes lists a pool's nodes by resource and index, of one state
+	// when state is not "".
+	ListNodes(ctx context.Context, poolID string, state State, page capacity.Page) ([]Record, map[string]string, error)
+	// PoolNodes calls fn with every node of a pool, page by page.
+	PoolNodes(ctx context.Context, poolID string, fn func(Record) error) error
+	// Heartbeat records an accepted report: its counter, time, running
+	// release, install, health, the state it puts the node in and its
+	// bindings' states, if the stored counter is below rep.Counter and
+	// the key is still keyID. It returns the node as written (ErrStale
+	// when the condition failed, ErrNotFound when the node is gone).
+	Heartbeat(ctx context.Context, r Record, keyID string, rep Report, state State, now time.Time) (Record, error)
+	// SetCordon sets (c not nil) or lifts one of the node's two cordons
+	// (by: ByOperator or ByRollout), if that cordon is still as r read it
+	// (ErrStale otherwise), and returns the node as written.
+	SetCordon(ctx context.Context, r Record, by string, c *Cordon) (Record, error)
+	// SetFlagged records that the node's node-hours carry the ineligible
+	// flag through to (exclusive) — or, flagged false, none — if what
+	// decides eligibility (state and cordons) is still as r read it.
+	SetFlagged(ctx context.Context, r Record, flagged bool, to capacity.Hour) error
+	// MarkUnreachable moves a node to unreachable if no report was
+	// accepted since r was read (its counter is still r's).
+	MarkUnreachable(ctx context.Context, r Record) error
+	// DropEntry forgets a pending unbind the node reported done, if it is
+	// still an unbind.
+	DropEntry(ctx context.Context, r Record, reservationID string) error
+	// EnsureSweep makes the pool's fleet sweep due at due unless it
+	// exists; ClaimSweep moves it from due to next (ErrStale if another
+	// pass moved it first).
+	EnsureSweep(ctx context.Context, poolID string, due time.Time) error
+	ClaimSweep(ctx context.Context, poolID string, due, next time.Time) error
+}
+
+// Pools is what the fleet reads of the capacity module: the pools.
+type Pools interface {
+	GetPool(ctx context.Context, poolID string) (capacity.Pool, error)
+}
+
+// Calendar is where placement looks for candidates: the node-hours, which
+// carry each node's eligibility (capacity.CalendarStore.Flag).
+type Calendar interface {
+	Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool) error
+}
+
+// Release is a registered release as a node is told it.
+type Release struct {
+	Version  string
+	Sequence int64
+	Digest   string
+	Manifest []byte // the envelope as registered (nil: none stored)
+}
+
+// Releases reads registered releases (ErrNotFound when a version is not
+// recorded).
+type Releases interface {
+	Release(ctx context.Context, version string) (Release, error)
+}
