@@ -7,6 +7,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -78,9 +79,16 @@ func (m *Method) Path() string { return "/api/compute/" + m.Resource() + "/" + m
 // FunctionName is the folder under functions/ and the Lambda's logical name.
 func (m *Method) FunctionName() string { return m.Resource() + "-" + m.Verb() }
 
-// ScopeFor fills the scope template for a tenant.
-func (m *Method) ScopeFor(tenantID string) string {
-	return strings.ReplaceAll(m.Scope, "{tenantId}", tenantID)
+// ScopeFor fills the scope template for a tenant and, for a template that
+// names other input fields ("node:{poolId}/{nodeId}"), their values.
+func (m *Method) ScopeFor(tenantID string, fields ...map[string]string) string {
+	s := strings.ReplaceAll(m.Scope, "{tenantId}", tenantID)
+	for _, f := range fields {
+		for k, v := range f {
+			s = strings.ReplaceAll(s, "{"+k+"}", v)
+		}
+	}
+	return s
 }
 
 // ReconcilerFunction names the non-API Lambda (capacity.reservations).
@@ -89,14 +97,17 @@ const ReconcilerFunction = "reconciler"
 // ReconcilerActions are the reconciler's AWS actions: it queries the due
 // index and reads the items it names, conditionally moves reservations,
 // settles and repairs quota rows, provisions and repairs calendars and
-// half-created pools (get, put, update; never delete).
+// half-created pools, sweeps managed pools' nodes and tells them what to
+// bind (get, put, update; never delete).
 var ReconcilerActions = []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
 
-// ReconcilerIndexes are where the reconciler's Query reads: the due index.
-var ReconcilerIndexes = []string{"due"}
+// ReconcilerIndexes are where the reconciler's Query reads: the due index,
+// and the table itself (a managed pool's node items, for the fleet's sweep).
+var ReconcilerIndexes = []string{"due", BaseTable}
 
 const (
 	tenantScope = "tenant:{tenantId}"
+	NodeScope   = "node:{poolId}/{nodeId}" // a node's own: what its heartbeats are authorized on
 	FleetScope  = "compute-fleet" // the scope of the fleet's methods (releases): the platform's, not a tenant's
 	phase       = "v0.4"
 	registered  = "registered"
@@ -112,9 +123,12 @@ var ResourceDocs = []Resource{
 		Summary: "A quota caps the devices of one resource that a tenant's live reservations of one pool hold charged: a `max` and a `used` counter per tenant, pool and resource. A reservation is charged its count from its admission (`reservations.create`) until it is terminal (released, or its window's end), so `used` is the sum of the counts of the tenant's `placed`, `binding` and `active` reservations — bookings for later included — and not the devices held at this moment (`pools.usage` shows those): a reservation for next week counts against `max` from the moment it is made. A missing row grants 0. `pools.create` and `pools.offer` write the rows; `reservations.create` charges them (`QUOTA_EXCEEDED` when `used + count` would pass `max`) and a reservation's end credits them. These methods read them."},
 	{Name: "reservations",
 		Summary: "A reservation is a tenant's claim on devices of one pool for a time window. `create` writes the request as a draft, Better IAM decides once on that draft (the request as attributes), and only an allowed draft is charged against quota and placed on devices. A reservation holds its quota charge from its admission until it is terminal, whenever its window starts; the reconciler moves it through `placed`, `binding` and `active` to `released` at the window's end (see [the state machine](README.md#reservation-states))."},
+	{Name: "nodes",
+		Summary: "A node is one host of a pool — one of its logical nodes `<resource>-node-<k>` — running `bcd`. The pool's owner registers it with its key; from then on it is managed: it signs its heartbeats with that key, and each answer tells it which release to run and which reservations to bind or unbind. New reservations are placed on a managed node only while it is `ready` and not cordoned, and a reservation on managed nodes becomes `active` only once each of them reported it bound. Nodes that never register keep working as before (bound at once, always eligible). See docs/fleet.md."},
 }
 
-// Catalog is every method: those of phase v0.4, and pools.usage of v0.5.
+// Catalog is every method: those of phase v0.4, pools.usage of v0.5 and
+// the fleet's of v0.6.
 var Catalog = []*Method{
 	{Name: "releases.register", Kind: Mutation, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout",
 		Summary: "Verifies a signed `bcd` release manifest under the pinned release keys and records the release; returns it with its per-platform binaries.",
@@ -240,6 +254,65 @@ var Catalog = []*Method{
 			{apierr.Unavailable, "a dependency failed, or the reservation kept changing state under the release; retry", []Detail{detail("dependency")}},
 		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:UpdateItem"}},
+	{Name: "nodes.register", Kind: Mutation, Permission: "compute:pools:admin", Scope: tenantScope, Module: "fleet", Phase: "v0.6",
+		Summary: "Registers one of the pool's nodes with its public key and platform; from then on it is managed (see the resource). A registered node is not placed on until its first healthy heartbeat.",
+		Notes: []Note{
+			{"Replay", "The same registration again returns the stored node; the same node with another key or platform is `CONFLICT`."},
+		},
+		Input: reflect.TypeFor[RegisterNodeInput](), Output: reflect.TypeFor[NodeResult](),
+		Errors: []ErrorCase{
+			{apierr.InvalidInput, "`nodeId` is not one of the pool's nodes, or `publicKey` is not one PEM ECDSA P-256 or Ed25519 public key", []Detail{detail("field", "nodeId", "publicKey"), detail("reason", "constraint")}},
+			{apierr.NotFound, "the pool does not exist or the tenant does not own it", nil},
+			{apierr.Conflict, "the node is registered with another key or platform", []Detail{detail("field", "publicKey", "platform"), detail("keyId"), detail("platform")}},
+		},
+		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}},
+	{Name: "nodes.get", Kind: Read, Permission: "compute:pools:read", Scope: tenantScope, Module: "fleet", Phase: "v0.6",
+		Summary: "Returns one registered node of a pool the tenant owns, with the bindings it is told now.",
+		Input:   reflect.TypeFor[GetNodeInput](), Output: reflect.TypeFor[NodeResult](),
+		Errors: []ErrorCase{
+			{apierr.InvalidInput, "`nodeId` is not one of the pool's nodes", []Detail{detail("field", "nodeId"), detail("reason", "constraint")}},
+			{apierr.NotFound, "the pool does not exist, the tenant does not own it (a tenant offered the pool sees none of its nodes), or the node is not registered", nil},
+		},
+		Actions: []string{"dynamodb:GetItem"}},
+	{Name: "nodes.list", Kind: Read, Permission: "compute:pools:read", Scope: tenantScope, Module: "fleet", Phase: "v0.6",
+		Summary: "Lists the registered nodes of a pool the tenant owns, by resource and node index, optionally of one state.",
+		Input:   reflect.TypeFor[ListNodesInput](), Output: reflect.TypeFor[ListNodesResult](),
+		Errors: []ErrorCase{
+			{apierr.InvalidInput, "`state` is not a node state", []Detail{detail("field", "state"), detail("reason", "constraint")}},
+			{apierr.NotFound, "the pool does not exist or the tenant does not own it", nil},
+		},
+		Actions: []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", ReadsCursorKey}, Indexes: []string{BaseTable, "bystate"}},
+	{Name: "nodes.cordon", Kind: Mutation, Permission: "compute:pools:admin", Scope: tenantScope, Module: "fleet", Phase: "v0.6",
+		Summary: "Sets the operator's cordon on a node: once this answers, no new reservation is placed on it; what it already holds is untouched. Idempotent (a cordoned node is returned as it is).",
+		Input:   reflect.TypeFor[CordonNodeInput](), Output: reflect.TypeFor[NodeResult](),
+		Errors: []ErrorCase{
+			{apierr.InvalidInput, "`nodeId` is not one of the pool's nodes", []Detail{detail("field", "nodeId"), detail("reason", "constraint")}},
+			{apierr.NotFound, "the pool does not exist, the tenant does not own it, or the node is not registered", nil},
+		},
+		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}},
+	{Name: "nodes.uncordon", Kind: Mutation, Permission: "compute:pools:admin", Scope: tenantScope, Module: "fleet", Phase: "v0.6",
+		Summary: "Lifts the operator's cordon (never a rollout's): the node is placed on again once it is `ready` and no rollout holds it. Idempotent.",
+		Input:   reflect.TypeFor[UncordonNodeInput](), Output: reflect.TypeFor[NodeResult](),
+		Errors: []ErrorCase{
+			{apierr.InvalidInput, "`nodeId` is not one of the pool's nodes", []Detail{detail("field", "nodeId"), detail("reason", "constraint")}},
+			{apierr.NotFound, "the pool does not exist, the tenant does not own it, or the node is not registered", nil},
+		},
+		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}},
+	{Name: "nodes.heartbeat", Kind: Mutation, Permission: "compute:nodes:report", Scope: NodeScope, Module: "fleet", Phase: "v0.6",
+		Summary: "A node's signed report of its health, running release and bindings; the answer says what it should run and bind. `tenantId` is the pool's owner.",
+		Notes: []Note{
+			{"Report", "A DSSE envelope (the encoding of release manifests) with payloadType `" + fleet.ReportPayloadType + "`, signed by the node's registered key, whose payload is the report `{\"poolId\", \"nodeId\", \"counter\": 1..2^53-1, \"at\": RFC 3339, \"running\": {\"version\", \"sequence\"} | null, \"install\"?: {\"version\", \"state\": installing|installed|failed, \"reason\"?}, \"health\": {\"devicesExpected\", \"devicesVisible\", \"checks\": [{\"name\", \"ok\", \"detail\"?}] (at most " + num(fleet.MaxChecks) + ")}, \"bindings\": [{\"reservationId\", \"state\": bound|unbound|failed, \"reason\"?}] (at most " + num(fleet.MaxBindings) + ")}`, decoded strictly. The node's state follows: `unhealthy` when fewer devices are visible than expected or a check failed, else `ready`; `unreachable` after " + num(fleet.UnreachableAfter) + " idle intervals without an accepted heartbeat."},
+			{"Answer", "`desired.bindings` lists every unbind before any bind: a device's previous holder is scrubbed before the next is given it. `nextHeartbeatSeconds` is " + human(fleet.BusyInterval) + " while the node has a binding it has not reported done, the idle interval (" + human(fleet.DefaultInterval) + " by default) otherwise."},
+			{"Cost", "One conditional write; warm, no read (the node's key is cached for " + human(fleet.KeyCacheTTL) + " and the write is conditioned on it), cold one read of the node (and one of a release the node runs, once per function)."},
+		},
+		Input: reflect.TypeFor[HeartbeatInput](), Output: reflect.TypeFor[HeartbeatResult](),
+		Errors: []ErrorCase{
+			{apierr.InvalidInput, "the report is refused: the envelope is malformed or of another payloadType, no signature verifies under the node's registered key (`bad_signature`), the payload is malformed or a field invalid, its `poolId`/`nodeId` are not the request's (`mismatch`), or its `at` is more than " + human(fleet.MaxSkew) + " from the server's clock (`stale`)",
+				[]Detail{detail("field"), detail("reason", fleet.ReasonMalformed, fleet.ReasonPayloadType, fleet.ReasonBadSignature, fleet.ReasonInvalidField, fleet.ReasonMismatch, fleet.ReasonStale), detail("keyId")}},
+			{apierr.NotFound, "the node is not registered (or `tenantId` is not the pool's owner)", nil},
+			{apierr.Conflict, "the report's counter is not above the last accepted one (a replay)", []Detail{detail("field", "report.payload.counter"), detail("reason", fleet.ReasonReplay), detail("latestCounter")}},
+		},
+		Actions: []string{"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem"}},
 }
 
 func init() {

@@ -17,19 +17,26 @@ import (
 var specMethods = []struct {
 	name, kind, permission, scope, module string
 	decideOnDraft                         bool
+	phase                                 string
 }{
-	{"releases.register", "mutation", "compute:fleet:admin", "compute-fleet", "rollout", false},
-	{"releases.list", "read", "compute:fleet:admin", "compute-fleet", "rollout", false},
-	{"pools.create", "mutation", "compute:pools:admin", "tenant:{tenantId}", "capacity", false},
-	{"pools.offer", "mutation", "compute:pools:admin", "tenant:{tenantId}", "capacity", false},
-	{"pools.get", "read", "compute:pools:read", "tenant:{tenantId}", "capacity", false},
-	{"pools.list", "read", "compute:pools:read", "tenant:{tenantId}", "capacity", false},
-	{"quotas.get", "read", "compute:quotas:read", "tenant:{tenantId}", "capacity", false},
-	{"quotas.list", "read", "compute:quotas:read", "tenant:{tenantId}", "capacity", false},
-	{"reservations.create", "mutation", "compute:reservations:create", "tenant:{tenantId}", "capacity", true},
-	{"reservations.get", "read", "compute:reservations:read", "tenant:{tenantId}", "capacity", false},
-	{"reservations.list", "read", "compute:reservations:read", "tenant:{tenantId}", "capacity", false},
-	{"reservations.release", "mutation", "compute:reservations:release", "tenant:{tenantId}", "capacity", false},
+	{"releases.register", "mutation", "compute:fleet:admin", "compute-fleet", "rollout", false, "v0.4"},
+	{"releases.list", "read", "compute:fleet:admin", "compute-fleet", "rollout", false, "v0.4"},
+	{"pools.create", "mutation", "compute:pools:admin", "tenant:{tenantId}", "capacity", false, "v0.4"},
+	{"pools.offer", "mutation", "compute:pools:admin", "tenant:{tenantId}", "capacity", false, "v0.4"},
+	{"pools.get", "read", "compute:pools:read", "tenant:{tenantId}", "capacity", false, "v0.4"},
+	{"pools.list", "read", "compute:pools:read", "tenant:{tenantId}", "capacity", false, "v0.4"},
+	{"quotas.get", "read", "compute:quotas:read", "tenant:{tenantId}", "capacity", false, "v0.4"},
+	{"quotas.list", "read", "compute:quotas:read", "tenant:{tenantId}", "capacity", false, "v0.4"},
+	{"reservations.create", "mutation", "compute:reservations:create", "tenant:{tenantId}", "capacity", true, "v0.4"},
+	{"reservations.get", "read", "compute:reservations:read", "tenant:{tenantId}", "capacity", false, "v0.4"},
+	{"reservations.list", "read", "compute:reservations:read", "tenant:{tenantId}", "capacity", false, "v0.4"},
+	{"reservations.release", "mutation", "compute:reservations:release", "tenant:{tenantId}", "capacity", false, "v0.4"},
+	{"nodes.register", "mutation", "compute:pools:admin", "tenant:{tenantId}", "fleet", false, "v0.6"},
+	{"nodes.get", "read", "compute:pools:read", "tenant:{tenantId}", "fleet", false, "v0.6"},
+	{"nodes.list", "read", "compute:pools:read", "tenant:{tenantId}", "fleet", false, "v0.6"},
+	{"nodes.cordon", "mutation", "compute:pools:admin", "tenant:{tenantId}", "fleet", false, "v0.6"},
+	{"nodes.uncordon", "mutation", "compute:pools:admin", "tenant:{tenantId}", "fleet", false, "v0.6"},
+	{"nodes.heartbeat", "mutation", "compute:nodes:report", "node:{poolId}/{nodeId}", "fleet", false, "v0.6"},
 }
 
 // extensions are methods the contract's table does not list (their reference
@@ -65,8 +72,8 @@ func TestCatalogMatchesSpec(t *testing.T) {
 					m.Kind, m.Permission, m.Scope, m.Module, m.DecideOnDraft,
 					want.kind, want.permission, want.scope, want.module, want.decideOnDraft)
 			}
-			if m.Phase != "v0.4" {
-				t.Errorf("phase = %q, want v0.4", m.Phase)
+			if m.Phase != want.phase {
+				t.Errorf("phase = %q, want %s", m.Phase, want.phase)
 			}
 		})
 	}
@@ -135,7 +142,7 @@ func TestCatalogMethods(t *testing.T) {
 				t.Errorf("scope %q, module %q, summary %q, status %q: none may be empty", m.Scope, m.Module, m.Summary, m.Status)
 			}
 			// Scope templates resolve for a tenant.
-			got := m.ScopeFor("acme")
+			got := m.ScopeFor("acme", map[string]string{"poolId": "p1", "nodeId": "gpu-node-0"})
 			if strings.ContainsAny(got, "{}") {
 				t.Errorf("ScopeFor(acme) = %q still holds a placeholder", got)
 			}
@@ -147,6 +154,10 @@ func TestCatalogMethods(t *testing.T) {
 			case "compute-fleet":
 				if got != "compute-fleet" {
 					t.Errorf("ScopeFor(acme) = %q, want compute-fleet", got)
+				}
+			case api.NodeScope:
+				if got != "node:p1/gpu-node-0" {
+					t.Errorf("ScopeFor = %q, want node:p1/gpu-node-0", got)
 				}
 			default:
 				t.Errorf("scope %q is neither the tenant nor the fleet scope", m.Scope)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
@@ -68,6 +69,9 @@ var (
 		{capacity.ReasonTopology, "enough devices are free, but not on few enough nodes for topology `node`: `CAPACITY_EXHAUSTED`"},
 		{capacity.ReasonInvalid, "the pool is not visible to the tenant (`NOT_FOUND`) or has no such resource (`INVALID_INPUT`)"},
 		{capacity.ReasonStale, "an expired draft: the create got no outcome within " + human(capacity.StaleAfter)},
+		{capacity.ReasonNodeUnreachable, "a history entry: a node holding its devices was not ready (unreachable, unhealthy, or it reported the bind failed) while it was binding"},
+		{capacity.ReasonReplaced, "a history entry: it was moved onto free ready devices of the same shape (new `deviceIds`, quota unchanged, the old devices freed)"},
+		{capacity.ReasonDisrupted, "a history entry: a rollout installed a release on one of its nodes while it held them (a forced drain)"},
 	}}
 
 	ReleasedByEnum = &Enum{Name: "releasedBy", Values: []EnumValue{
@@ -94,13 +98,15 @@ var (
 		{"unknown_resource", "the pool has no such resource"},
 		{rollout.ReasonPayloadType, "the envelope's payloadType is not `" + rollout.PayloadType + "`"},
 		{rollout.ReasonUnknownKey, "no signature is by a pinned release key"},
-		{rollout.ReasonBadSignature, "a signature names a pinned key but does not verify under it, and fewer than the threshold verified"},
+		{rollout.ReasonBadSignature, "a signature names a pinned key but does not verify under it, and fewer than the threshold verified; for a node report: no signature verifies under the node's registered key"},
 		{rollout.ReasonThreshold, "fewer distinct pinned keys signed than the threshold requires"},
-		{rollout.ReasonInvalidField, "a field of the release statement is missing, of the wrong type or breaks its rule (`details.field` names it)"},
+		{rollout.ReasonInvalidField, "a field of the release statement (or the node report) is missing, of the wrong type or breaks its rule (`details.field` names it)"},
 		{rollout.ReasonExpired, "the statement's `expires` has passed"},
 		{rollout.ReasonDuplicatePlatform, "several binaries for one platform"},
 		{rollout.ReasonNoLinuxBinary, "no binary for os `linux`"},
 		{"rollback", "the sequence is not above the latest registered one (`details.latestSequence`)"},
+		{fleet.ReasonMismatch, "a node report's `poolId` or `nodeId` is not the request's"},
+		{fleet.ReasonStale, "a node report's `at` is more than " + human(fleet.MaxSkew) + " from the server's clock"},
 		{"method_not_allowed", "the local gateway was sent an HTTP method other than POST (status 405)"},
 		{"not_api_gateway_event", "a Lambda function was invoked with something other than an API Gateway HTTP API event (never through the API)"},
 	}}
@@ -122,8 +128,37 @@ var (
 	}}
 )
 
+// Enums of the fleet.
+var (
+	NodeStateEnum = &Enum{Name: "nodeState", Values: []EnumValue{
+		{string(fleet.Registered), "registered, no heartbeat yet: not placed on"},
+		{string(fleet.Ready), "its last report was healthy: placed on unless cordoned"},
+		{string(fleet.Unhealthy), "its last report saw fewer devices than expected, or a check failed: not placed on; reservations starting on it are moved"},
+		{string(fleet.Unreachable), "no accepted heartbeat for " + num(fleet.UnreachableAfter) + " idle intervals: not placed on; reservations starting on it are moved"},
+	}}
+	CordonByEnum = &Enum{Name: "cordonBy", Values: []EnumValue{
+		{fleet.ByOperator, "`nodes.cordon`; `nodes.uncordon` lifts it"},
+		{fleet.ByRollout, "a rollout draining the node; the rollout lifts it"},
+	}}
+	BindActionEnum = &Enum{Name: "bindAction", Values: []EnumValue{
+		{fleet.ActionBind, "give the reservation's tenant its devices (after the previous holder's unbind)"},
+		{fleet.ActionUnbind, "take them back and scrub them"},
+	}}
+	BindingStateEnum = &Enum{Name: "bindingState", Values: []EnumValue{
+		{fleet.BindBound, "the node gave the tenant the devices"},
+		{fleet.BindUnbound, "the node took them back and scrubbed them"},
+		{fleet.BindFailed, "the node could not bind them (the reservation is moved when it can be)"},
+	}}
+	InstallStateEnum = &Enum{Name: "installState", Values: []EnumValue{
+		{fleet.InstallInstalling, "downloading and verifying the release"},
+		{fleet.InstallInstalled, "running it"},
+		{fleet.InstallFailed, "it did not verify or did not start healthy: the node runs its previous release"},
+	}}
+)
+
 // Enums lists every enum, in the order the docs show them.
-var Enums = []*Enum{StateEnum, ReasonEnum, ReleasedByEnum, TopologyEnum, InvalidReasonEnum, RuleEnum, DependencyEnum}
+var Enums = []*Enum{StateEnum, ReasonEnum, ReleasedByEnum, TopologyEnum, InvalidReasonEnum, RuleEnum, DependencyEnum,
+	NodeStateEnum, CordonByEnum, BindActionEnum, BindingStateEnum, InstallStateEnum}
 
 // LookupEnum finds an enum by name (nil when there is none).
 func LookupEnum(name string) *Enum {

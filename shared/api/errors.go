@@ -50,6 +50,9 @@ var DetailKeys = []DetailKey{
 	{Key: "signerKeyIds", Type: "array", Doc: "the keyids the envelope's signatures name"},
 	{Key: "pinnedKeyIds", Type: "array", Doc: "the keyids of the pinned release keys (hex SHA-256 of each key's SubjectPublicKeyInfo DER)"},
 	{Key: "path", Type: "string", Doc: "the path of a request no route serves (local gateway only)"},
+	{Key: "keyId", Type: "string", Doc: "the keyid of the node's registered key (hex SHA-256 of its SubjectPublicKeyInfo DER)"},
+	{Key: "platform", Type: "string", Doc: "the platform the node is registered with"},
+	{Key: "latestCounter", Type: "integer", Doc: "the counter of the node's last accepted report: the next report needs a higher one"},
 }
 
 // LookupDetailKey finds a documented details key (nil when there is none).

@@ -32,19 +32,22 @@ type Call struct {
 	Method    *Method
 	Principal string
 	TenantID  string
-	decider   iam.Decider
+	// scope holds the input fields a scope template names besides the
+	// tenant (poolId and nodeId of a node's own scope).
+	scope   map[string]string
+	decider iam.Decider
 }
 
 // Decide asks Better IAM once for this call's permission and scope with the
 // given attributes. Deny is PERMISSION_DENIED; no decision is UNAVAILABLE.
 func (c *Call) Decide(ctx context.Context, attributes map[string]any) error {
 	d, err := c.decider.Decide(ctx, iam.Request{Principal: c.Principal, Permission: c.Method.Permission,
-		Scope: c.Method.ScopeFor(c.TenantID), TenantID: c.TenantID, Attributes: attributes})
+		Scope: c.Method.ScopeFor(c.TenantID, c.scope), TenantID: c.TenantID, Attributes: attributes})
 	if err != nil {
 		return apierr.Dependency("better-iam", err)
 	}
 	if !d.Allow {
-		e := apierr.New(apierr.PermissionDenied, "%s is not allowed %s on %s", c.Principal, c.Method.Permission, c.Method.ScopeFor(c.TenantID))
+		e := apierr.New(apierr.PermissionDenied, "%s is not allowed %s on %s", c.Principal, c.Method.Permission, c.Method.ScopeFor(c.TenantID, c.scope))
 		if d.Reason != "" {
 			e = e.With("reason", d.Reason)
 		}
@@ -60,6 +63,9 @@ type Endpoint struct {
 }
 
 type tenanted interface{ ActingTenant() string }
+
+// scoped is an input whose method's scope names its fields (a node's).
+type scoped interface{ ScopeFields() map[string]string }
 
 // Bind makes an Endpoint from a typed handler; In must be the method's
 // catalog input type and Out its output type (checked at start, so a
@@ -80,6 +86,9 @@ func Bind[In, Out any](m *Method, fn func(ctx context.Context, call *Call, in *I
 			return nil, err
 		}
 		call.TenantID = any(in).(tenanted).ActingTenant()
+		if sc, ok := any(in).(scoped); ok {
+			call.scope = sc.ScopeFields()
+		}
 		if !m.DecideOnDraft {
 			if err := call.Decide(ctx, nil); err != nil {
 				return nil, err

@@ -12,6 +12,7 @@ var (
 	PoolIDPattern        = strictjson.RegisterPattern("poolId", `^[a-z0-9][a-z0-9-]{0,62}$`)
 	ResourcePattern      = strictjson.RegisterPattern("resource", `^[a-z0-9][a-z0-9._-]{0,62}$`)
 	ReservationIDPattern = strictjson.RegisterPattern("reservationId", `^[A-Za-z0-9_-]{1,64}$`)
+	NodeIDPattern        = strictjson.RegisterPattern("nodeId", `^[a-z0-9][a-z0-9._-]{0,62}-node-(0|[1-9][0-9]{0,5})$`)
 )
 
 // Tenant is embedded in every input: the tenant the caller acts as.
@@ -133,4 +134,53 @@ type ListReservationsInput struct {
 type ReleaseReservationInput struct {
 	Tenant
 	ReservationID string `json:"reservationId" bc:"required,pattern=reservationId"`
+}
+
+// Nodes.
+
+// NodeRef names one node of a pool.
+type NodeRef struct {
+	PoolID string `json:"poolId" bc:"required,pattern=poolId"`
+	NodeID string `json:"nodeId" bc:"required,pattern=nodeId,doc=one of the pool's nodes: <resource>-node-<k>"`
+}
+
+type RegisterNodeInput struct {
+	Tenant
+	NodeRef
+	PublicKey string `json:"publicKey" bc:"required,max=4096,doc=the node's key: one PEM PUBLIC KEY block (ECDSA P-256 or Ed25519)"`
+	Platform  string `json:"platform" bc:"required,max=64,pattern=platform,doc=os/arch or os/arch/variant (lowercase) as in release manifests"`
+}
+
+type GetNodeInput struct {
+	Tenant
+	NodeRef
+}
+
+type ListNodesInput struct {
+	Tenant
+	PoolID string  `json:"poolId" bc:"required,pattern=poolId"`
+	State  *string `json:"state,omitempty" enum:"nodeState" bc:"doc=only nodes in this state"`
+	Page
+}
+
+type CordonNodeInput struct {
+	Tenant
+	NodeRef
+	Reason string `json:"reason" bc:"required,min=1,max=256,doc=why (shown with the node)"`
+}
+
+type UncordonNodeInput struct {
+	Tenant
+	NodeRef
+}
+
+type HeartbeatInput struct {
+	Tenant
+	NodeRef
+	Report strictjson.Object `json:"report" bc:"required,doc=the node's signed report: a DSSE envelope (see Report)" shape:"dsse"`
+}
+
+// ScopeFields fills the node's own scope, node:{poolId}/{nodeId}.
+func (in HeartbeatInput) ScopeFields() map[string]string {
+	return map[string]string{"poolId": in.PoolID, "nodeId": in.NodeID}
 }

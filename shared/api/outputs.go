@@ -2,6 +2,7 @@ package api
 
 import (
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -57,3 +58,17 @@ type ListReservationsResult struct {
 	Reservations []capacity.Reservation `json:"reservations" doc:"the tenant's reservations, newest first (createdAt descending, ties by id descending); denied ones only when state is denied"`
 	NextCursor   string                 `json:"nextCursor,omitempty" doc:"present when more reservations follow: send it as cursor (with the same poolId and state) for the next page"`
 }
+
+// Nodes.
+
+type NodeResult struct {
+	Node fleet.Node `json:"node" doc:"the node"`
+}
+
+type ListNodesResult struct {
+	Nodes      []fleet.Node `json:"nodes" doc:"the pool's registered nodes, by resource and node index"`
+	NextCursor string       `json:"nextCursor,omitempty" doc:"present when more nodes follow: send it as cursor for the next page"`
+}
+
+// HeartbeatResult is nodes.heartbeat's answer (the fleet's own type).
+type HeartbeatResult = fleet.HeartbeatResult

@@ -9,7 +9,8 @@ import (
 	"strings"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/dsse"
+	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -25,6 +26,8 @@ var docConstants = map[string]string{
 	"capacity.MaxStartSkew":      human(capacity.MaxStartSkew),
 	"capacity.MaxLeadTime":       human(capacity.MaxLeadTime),
 	"capacity.MaxWindow":         human(capacity.MaxWindow),
+	"fleet.MaxSkew":              human(fleet.MaxSkew),
+	"fleet.BusyInterval":         human(fleet.BusyInterval),
 }
 
 var docConstant = regexp.MustCompile(`\$\{([A-Za-z.]+)\}`)
@@ -194,7 +197,7 @@ func (s *schemas) inputObject(t reflect.Type) *object {
 // which the type drives (rollout.Envelope for a release manifest); the
 // docs describe it from the same type.
 var objectShapes = map[string]reflect.Type{
-	"dsse": reflect.TypeFor[rollout.Envelope](),
+	"dsse": reflect.TypeFor[dsse.Envelope](),
 }
 
 var apiPackage = reflect.TypeFor[Tenant]().PkgPath()

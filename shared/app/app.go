@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -19,6 +20,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/cursor"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/logfmt"
 )
@@ -41,6 +43,9 @@ type App struct {
 	cursorFallback bool
 	// pins: the release pins loaded at start (Pins).
 	pins []Pin
+	// fleet is the fleet service, built once (FleetService).
+	fleet     *fleet.Service
+	fleetOnce sync.Once
 }
 
 // serves reports whether this process serves method name.

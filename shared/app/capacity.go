@@ -18,7 +18,8 @@ func init() {
 
 // CapacityService builds the capacity service on the app's table and clock.
 func (a *App) CapacityService() *capacity.Service {
-	return &capacity.Service{Store: a.CapacityStore(), Now: a.Now, Logger: a.Logger}
+	return &capacity.Service{Store: a.CapacityStore(), Now: a.Now, Logger: a.Logger,
+		Nodes: a.FleetStore(), ProvisionHours: a.Config.ProvisionHours}
 }
 
 // CapacityStore is the capacity module's table access; it is also what the
@@ -128,7 +129,8 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 
 // Reconciler builds capacity.reservations, the reservation reconciler.
 func (a *App) Reconciler() *capacity.Reconciler {
-	return &capacity.Reconciler{Service: a.CapacityService(), Due: a.CapacityStore(), ProvisionHours: a.Config.ProvisionHours}
+	return &capacity.Reconciler{Service: a.CapacityService(), Due: a.CapacityStore(), ProvisionHours: a.Config.ProvisionHours,
+		Fleet: a.FleetService()}
 }
 
 // reconcileCapacity runs one pass and logs its summary (with the Lag

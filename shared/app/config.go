@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/logfmt"
 )
 
@@ -41,8 +42,12 @@ type Config struct {
 	// reconciler keeps every pool's node-hours stored (default
 	// capacity.ProvisionHours).
 	ProvisionHours int
-	LogLevel       slog.Level    // BC_LOG_LEVEL: debug, info (default; the zero Level), warn, error
-	LogFormat      logfmt.Format // BC_LOG_FORMAT: json (default) or text
+	// HeartbeatInterval (BC_HEARTBEAT_INTERVAL, a Go duration, whole
+	// seconds ≥ 5s): the idle interval nodes are told (default
+	// fleet.DefaultInterval); a node is unreachable after three of them.
+	HeartbeatInterval time.Duration
+	LogLevel          slog.Level    // BC_LOG_LEVEL: debug, info (default; the zero Level), warn, error
+	LogFormat         logfmt.Format // BC_LOG_FORMAT: json (default) or text
 }
 
 // ConfigFromEnv reads Config; a malformed value is an error at start.
@@ -74,6 +79,10 @@ func ConfigFromEnv() (Config, error) {
 	if c.ProvisionHours, err = strconv.Atoi(envOr("BC_PROVISION_HOURS", strconv.Itoa(capacity.ProvisionHours))); err != nil ||
 		c.ProvisionHours < 1 || c.ProvisionHours > 24*capacity.MaxLeadDays {
 		return c, fmt.Errorf("BC_PROVISION_HOURS must be an integer 1..%d, got %q", 24*capacity.MaxLeadDays, os.Getenv("BC_PROVISION_HOURS"))
+	}
+	if c.HeartbeatInterval, err = time.ParseDuration(envOr("BC_HEARTBEAT_INTERVAL", fleet.DefaultInterval.String())); err != nil ||
+		c.HeartbeatInterval < fleet.BusyInterval || c.HeartbeatInterval%time.Second != 0 || c.HeartbeatInterval > time.Hour {
+		return c, fmt.Errorf("BC_HEARTBEAT_INTERVAL must be a Go duration of whole seconds from %s to 1h, got %q", fleet.BusyInterval, os.Getenv("BC_HEARTBEAT_INTERVAL"))
 	}
 	if c.LogLevel, err = ParseLogLevel(envOr("BC_LOG_LEVEL", "info")); err != nil {
 		return c, err

@@ -185,3 +185,71 @@ func (c *Client) ReservationsRelease(ctx context.Context, in *api.ReleaseReserva
 	}
 	return out, nil
 }
+
+// NodesRegister calls nodes.register (POST /api/compute/nodes/register): registers one of the
+// pool's nodes with its public key and platform; from then on it is managed (see the resource).
+func (c *Client) NodesRegister(ctx context.Context, in *api.RegisterNodeInput) (*api.NodeResult, error) {
+	out := new(api.NodeResult)
+	if err := c.Call(ctx, "nodes.register", in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// NodesGet calls nodes.get (POST /api/compute/nodes/get): returns one registered node of a pool the
+// tenant owns, with the bindings it is told now.
+func (c *Client) NodesGet(ctx context.Context, in *api.GetNodeInput) (*api.NodeResult, error) {
+	out := new(api.NodeResult)
+	if err := c.Call(ctx, "nodes.get", in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// NodesList calls nodes.list (POST /api/compute/nodes/list): lists the registered nodes of a pool
+// the tenant owns, by resource and node index, optionally of one state.
+func (c *Client) NodesList(ctx context.Context, in *api.ListNodesInput) (*api.ListNodesResult, error) {
+	out := new(api.ListNodesResult)
+	if err := c.Call(ctx, "nodes.list", in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// NodesListPages calls nodes.list page after page, from in's cursor until a page
+// carries no nextCursor; it stops at the first error.
+func (c *Client) NodesListPages(ctx context.Context, in api.ListNodesInput) iter.Seq2[*api.ListNodesResult, error] {
+	return pages(ctx, in, func(in *api.ListNodesInput) **string { return &in.Cursor }, c.NodesList,
+		func(out *api.ListNodesResult) string { return out.NextCursor })
+}
+
+// NodesCordon calls nodes.cordon (POST /api/compute/nodes/cordon): sets the operator's cordon on a
+// node: once this answers, no new reservation is placed on it; what it already holds is untouched.
+func (c *Client) NodesCordon(ctx context.Context, in *api.CordonNodeInput) (*api.NodeResult, error) {
+	out := new(api.NodeResult)
+	if err := c.Call(ctx, "nodes.cordon", in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// NodesUncordon calls nodes.uncordon (POST /api/compute/nodes/uncordon): lifts the operator's
+// cordon (never a rollout's): the node is placed on again once it is `ready` and no rollout holds
+// it.
+func (c *Client) NodesUncordon(ctx context.Context, in *api.UncordonNodeInput) (*api.NodeResult, error) {
+	out := new(api.NodeResult)
+	if err := c.Call(ctx, "nodes.uncordon", in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// NodesHeartbeat calls nodes.heartbeat (POST /api/compute/nodes/heartbeat): a node's signed report
+// of its health, running release and bindings; the answer says what it should run and bind.
+func (c *Client) NodesHeartbeat(ctx context.Context, in *api.HeartbeatInput) (*api.HeartbeatResult, error) {
+	out := new(api.HeartbeatResult)
+	if err := c.Call(ctx, "nodes.heartbeat", in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

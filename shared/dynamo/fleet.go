@@ -62,7 +62,9 @@ var (
 
 func (s *Fleet) table() table { return table{s.DB, s.Table} }
 
-func nodeItemSK(resource string, k int) string { return fmt.Sprintf("%s%s#%06d", nodePrefix, resource, k) }
+func nodeItemSK(resource string, k int) string {
+	return fmt.Sprintf("%s%s#%06d", nodePrefix, resource, k)
+}
 
 func nodeSSK(st fleet.State, resource string, k int) string {
 	return fmt.Sprintf("%s%s#%s#%06d", nodePrefix, st, resource, k)
@@ -199,7 +201,9 @@ func nodeKey(pool, resource string, k int) map[string]types.AttributeValue {
 	return key(poolPK(pool), nodeItemSK(resource, k))
 }
 
-func recKey(r fleet.Record) map[string]types.AttributeValue { return nodeKey(r.PoolID, r.Resource, r.Index) }
+func recKey(r fleet.Record) map[string]types.AttributeValue {
+	return nodeKey(r.PoolID, r.Resource, r.Index)
+}
 
 // PutNode implements fleet.Store.
 func (s *Fleet) PutNode(ctx context.Context, r fleet.Record) (fleet.Record, error) {
