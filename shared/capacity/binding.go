@@ -3,6 +3,7 @@ package capacity
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -55,6 +56,9 @@ type NodeStore interface {
 	// Unbind tells node to unbind id (idempotent; nothing when it holds no
 	// entry for id).
 	Unbind(ctx context.Context, t PoolResource, node int, id string) error
+	// Ineligible lists the managed nodes of t new reservations may not be
+	// placed on (a read of every managed node of the resource).
+	Ineligible(ctx context.Context, t PoolResource) (map[int]bool, error)
 }
 
 // NodeState is a managed node as binding sees it.
@@ -366,36 +370,42 @@ func (s *Service) unbind(ctx context.Context, r Reservation, nodes []int) error 
 // eligiblePlacement makes sure a placement whose window reaches past the
 // hours the fleet's eligibility flags cover lands on eligible nodes only:
 // it reads the chosen nodes (one BatchGetItem) and, when one is managed
-// and not eligible, chooses again without it. Within the flags' horizon
-// the node-hours themselves keep ineligible nodes out (docs/fleet.md,
+// and not eligible, reads which of the resource's managed nodes are not
+// (once) and chooses again without them. Within the flags' horizon the
+// node-hours themselves keep ineligible nodes out (docs/fleet.md,
 // Placement): nothing is read.
 func (s *Service) eligiblePlacement(ctx context.Context, r Reservation, req Request, pr PoolResource, p Placement, state nodeHours) (Placement, nodeHours, error) {
 	if s.Nodes == nil || !r.Window.End.After(s.flagHorizon().Start()) {
 		return p, state, nil
 	}
-	for range 4 {
-		states, err := s.Nodes.NodeStates(ctx, pr, nodesOf(p), "")
-		if err != nil {
-			return nil, nil, unavailable(err)
-		}
-		bad := false
-		for n, ns := range states {
-			if !ns.Eligible() {
-				if req.Exclude == nil {
-					req.Exclude = map[int]bool{}
-				}
-				req.Exclude[n], bad = true, true
-			}
-		}
-		if !bad {
-			return p, state, nil
-		}
-		req.Attempt++
-		if _, p, state, err = s.choose(ctx, r, req); err != nil {
-			return nil, nil, err
-		}
+	states, err := s.Nodes.NodeStates(ctx, pr, nodesOf(p), "")
+	if err != nil {
+		return nil, nil, unavailable(err)
 	}
-	return nil, nil, NoFit{Reason: ReasonCapacity}
+	bad := false
+	for _, ns := range states {
+		bad = bad || !ns.Eligible()
+	}
+	if !bad {
+		return p, state, nil
+	}
+	off, err := s.Nodes.Ineligible(ctx, pr)
+	if err != nil {
+		return nil, nil, unavailable(err)
+	}
+	exclude := maps.Clone(req.Exclude)
+	if exclude == nil {
+		exclude = map[int]bool{}
+	}
+	for n := range off {
+		exclude[n] = true
+	}
+	req.Exclude = exclude
+	req.Attempt++
+	if _, p, state, err = s.choose(ctx, r, req); err != nil {
+		return nil, nil, err
+	}
+	return p, state, nil
 }
 
 // flagHorizon is the first hour the fleet's eligibility flags may not

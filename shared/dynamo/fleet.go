@@ -580,3 +580,35 @@ func (s *Fleet) Unbind(ctx context.Context, t capacity.PoolResource, node int, i
 	}
 	return err
 }
+
+// Ineligible implements capacity.NodeStore: a Query of the resource's node
+// items in the pool's partition, projecting what decides eligibility.
+func (s *Fleet) Ineligible(ctx context.Context, t capacity.PoolResource) (map[int]bool, error) {
+	kc := expression.Key(schema.AttrPK).Equal(expression.Value(poolPK(t.PoolID))).
+		And(expression.Key(schema.AttrSK).BeginsWith(nodePrefix + t.Resource + "#"))
+	proj := expression.NamesList(expression.Name("idx"), expression.Name("state"), expression.Name("oc"), expression.Name("rc"))
+	e, err := expression.NewBuilder().WithKeyCondition(kc).WithProjection(proj).Build()
+	if err != nil {
+		return nil, err
+	}
+	p := dynamodb.NewQueryPaginator(s.DB, &dynamodb.QueryInput{TableName: aws.String(s.Table),
+		KeyConditionExpression: e.KeyCondition(), ProjectionExpression: e.Projection(),
+		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ConsistentRead: aws.Bool(true)})
+	out := map[int]bool{}
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, item := range page.Items {
+			var it nodeItem
+			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+				return nil, err
+			}
+			if it.State != string(fleet.Ready) || it.Operator != nil || it.Rollout != nil {
+				out[it.Index] = true
+			}
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,192 @@
+package fleet_test
+
+import (
+	"context"
+	"crypto"
+	"encoding/json"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/devstack"
+	"github.com/bettercompute/control-plane/shared/dsse"
+	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/test/teststack"
+)
+
+// TestMain shares one local stack (dynalite) across the package; every test
+// gets its own table.
+func TestMain(m *testing.M) { devstack.Main(m) }
+
+var start = time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
+
+// env is the capacity and fleet services on one fresh table of the local
+// DynamoDB, with a clock moved by hand.
+type env struct {
+	cap   *capacity.Service
+	fleet *fleet.Service
+	rc    *capacity.Reconciler
+	store *dynamo.Capacity
+	nodes *dynamo.Fleet
+	rt    *dynamo.RoundTrips
+	clock *teststack.Clock
+	keys  map[string]crypto.Signer // node id → its key
+	count map[string]int64         // node id → last counter sent
+}
+
+func newEnv(tb testing.TB) *env {
+	tb.Helper()
+	st := devstack.Shared(tb)
+	table := devstack.NewTable(tb, st)
+	rt := &dynamo.RoundTrips{}
+	db := st.DynamoDB(rt.Option())
+	store := &dynamo.Capacity{DB: db, Table: table}
+	nodes := &dynamo.Fleet{DB: db, Table: table}
+	c := teststack.NewClock(start)
+	log := slog.New(slog.DiscardHandler)
+	cs := &capacity.Service{Store: store, Now: c.Now, Logger: log, Nodes: nodes}
+	fs := &fleet.Service{Store: nodes, Pools: store, Calendar: store, Now: c.Now, Logger: log}
+	rc := &capacity.Reconciler{Service: cs, Due: store, Fleet: fs}
+	return &env{cap: cs, fleet: fs, rc: rc, store: store, nodes: nodes, rt: rt, clock: c,
+		keys: map[string]crypto.Signer{}, count: map[string]int64{}}
+}
+
+func allow(context.Context, map[string]any) error { return nil }
+
+// pool creates a pool of acme with nodes of 8 devices of gpu.
+func (e *env) pool(tb testing.TB, id string, devices int) {
+	tb.Helper()
+	if _, err := e.cap.CreatePool(context.Background(), "acme", id, map[string]int{"gpu": devices}, nil); err != nil {
+		tb.Fatalf("create pool: %v", err)
+	}
+}
+
+// register registers a node with a new key.
+func (e *env) register(tb testing.TB, pool, node string) fleet.Node {
+	tb.Helper()
+	k, err := dsse.GenerateKey(dsse.AlgEd25519)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pem, err := dsse.MarshalPublicKeyPEM(k.Public())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	n, err := e.fleet.Register(context.Background(), "acme", pool, node, string(pem), "linux/amd64")
+	if err != nil {
+		tb.Fatalf("register %s: %v", node, err)
+	}
+	e.keys[pool+"/"+node] = k
+	return n
+}
+
+// report is a healthy report of node at the clock's time, with the next
+// counter.
+func (e *env) report(pool, node string, bindings ...fleet.ReportedBinding) fleet.Report {
+	e.count[pool+"/"+node]++
+	if bindings == nil {
+		bindings = []fleet.ReportedBinding{}
+	}
+	return fleet.Report{PoolID: pool, NodeID: node, Counter: e.count[pool+"/"+node], At: e.clock.Now(),
+		Health: fleet.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []fleet.Check{{Name: "nvidia-smi", OK: true}}},
+		Bindings: bindings}
+}
+
+// sign makes the envelope of rep, signed by key.
+func sign(tb testing.TB, rep any, key crypto.Signer) []byte {
+	tb.Helper()
+	payload, err := json.Marshal(rep)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	env, err := dsse.Sign(fleet.ReportPayloadType, payload, key)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return env
+}
+
+// beat sends rep signed by the node's key.
+func (e *env) beat(tb testing.TB, rep fleet.Report) (fleet.HeartbeatResult, error) {
+	tb.Helper()
+	return e.fleet.Heartbeat(context.Background(), "acme", rep.PoolID, rep.NodeID, sign(tb, rep, e.keys[rep.PoolID+"/"+rep.NodeID]))
+}
+
+// ready sends a healthy heartbeat that must be accepted.
+func (e *env) ready(tb testing.TB, pool, node string, bindings ...fleet.ReportedBinding) fleet.HeartbeatResult {
+	tb.Helper()
+	res, err := e.beat(tb, e.report(pool, node, bindings...))
+	if err != nil {
+		tb.Fatalf("heartbeat %s: %v", node, err)
+	}
+	return res
+}
+
+// pass runs one reconciler pass that must not fail.
+func (e *env) pass(tb testing.TB) capacity.PassResult {
+	tb.Helper()
+	res, err := e.rc.Pass(context.Background())
+	if err != nil || res.Errors > 0 {
+		tb.Fatalf("pass: %+v, %v", res, err)
+	}
+	return res
+}
+
+// check fails the test on any broken invariant.
+func (e *env) check(tb testing.TB) {
+	tb.Helper()
+	vs, err := capacity.Check(context.Background(), e.store)
+	if err != nil {
+		tb.Fatalf("check: %v", err)
+	}
+	for _, v := range vs {
+		tb.Errorf("invariant: %s", v)
+	}
+}
+
+// create books count devices of gpu over [now+from, now+to).
+func (e *env) create(tb testing.TB, pool string, count int, from, to time.Duration) (capacity.Reservation, error) {
+	tb.Helper()
+	s, end := e.clock.Now().Add(from), e.clock.Now().Add(to)
+	return e.cap.CreateReservation(context.Background(), capacity.CreateRequest{TenantID: "acme", PoolID: pool, Resource: "gpu",
+		Count: count, Start: &s, End: end}, allow)
+}
+
+func (e *env) get(tb testing.TB, id string) capacity.Reservation {
+	tb.Helper()
+	r, err := e.cap.GetReservation(context.Background(), "acme", id)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return r
+}
+
+func (e *env) node(tb testing.TB, pool, node string) fleet.Node {
+	tb.Helper()
+	n, err := e.fleet.Get(context.Background(), "acme", pool, node)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+func reason(err error) any {
+	if e := apierr.As(err); e != nil {
+		return e.Details["reason"]
+	}
+	return nil
+}
+
+func hasReason(r capacity.Reservation, why string) bool {
+	for _, ev := range r.History {
+		if ev.Reason == why {
+			return true
+		}
+	}
+	return false
+}
+
+func capacityPage(n int) capacity.Page { return capacity.Page{Limit: n} }
