@@ -108,7 +108,7 @@ var ReconcilerIndexes = []string{"due", BaseTable}
 const (
 	tenantScope = "tenant:{tenantId}"
 	NodeScope   = "node:{poolId}/{nodeId}" // a node's own: what its heartbeats are authorized on
-	FleetScope  = "compute-fleet" // the scope of the fleet's methods (releases): the platform's, not a tenant's
+	FleetScope  = "compute-fleet"          // the scope of the fleet's methods (releases): the platform's, not a tenant's
 	phase       = "v0.4"
 	registered  = "registered"
 )

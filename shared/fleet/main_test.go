@@ -91,7 +91,7 @@ func (e *env) report(pool, node string, bindings ...fleet.ReportedBinding) fleet
 		bindings = []fleet.ReportedBinding{}
 	}
 	return fleet.Report{PoolID: pool, NodeID: node, Counter: e.count[pool+"/"+node], At: e.clock.Now(),
-		Health: fleet.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []fleet.Check{{Name: "nvidia-smi", OK: true}}},
+		Health:   fleet.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []fleet.Check{{Name: "nvidia-smi", OK: true}}},
 		Bindings: bindings}
 }
 
