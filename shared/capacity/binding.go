@@ -102,7 +102,7 @@ func prOf(r Reservation) PoolResource {
 // reported the bind failed, makes it move onto free ready devices when
 // they exist (replace), else wait. Every step is a conditional write on
 // the reservation or one node, repeated harmlessly by the next pass.
-func (rc *Reconciler) bind(ctx context.Context, r *Reservation, now time.Time) (bool, error) {
+func (rc *Reconciler) bind(ctx context.Context, r *Reservation, now time.Time, st *step) (bool, error) {
 	s := rc.Service
 	if s.Nodes == nil {
 		return true, rc.bindAtOnce(ctx, *r)
@@ -110,6 +110,7 @@ func (rc *Reconciler) bind(ctx context.Context, r *Reservation, now time.Time) (
 	if r.Move != nil || r.MovedFrom != nil {
 		// A move a crash (or an overlapping pass) left half done: finish it;
 		// the next pass binds where it landed.
+		st.told++
 		return false, s.finishMove(ctx, r, now)
 	}
 	pr := prOf(*r)
@@ -129,7 +130,12 @@ func (rc *Reconciler) bind(ctx context.Context, r *Reservation, now time.Time) (
 	}
 	if len(bad) > 0 {
 		slices.Sort(bad)
-		return false, s.replace(ctx, r, bad, now)
+		moves := r.Moves
+		err := s.replace(ctx, r, bad, now)
+		if r.Moves > moves {
+			st.told++
+		}
+		return false, err
 	}
 	managed := make([]int, 0, len(states))
 	for n := range states {
@@ -171,6 +177,8 @@ func (rc *Reconciler) bind(ctx context.Context, r *Reservation, now time.Time) (
 				// the next pass reads it again.
 			case err != nil:
 				return false, unavailable(err)
+			default:
+				st.told++
 			}
 			if err := s.fault(FaultBindTold); err != nil {
 				return false, err

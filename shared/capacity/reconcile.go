@@ -137,6 +137,8 @@ type PassResult struct {
 	Swept       int            `json:"swept"`       // terminal reservations' give-back re-run (routine)
 	Settled     int            `json:"settled"`     // quota rows whose charge records were settled (routine)
 	Provisioned int            `json:"provisioned"` // hours ahead provisioned (every node-hour of a resource's hour stored)
+	Fleet       int            `json:"fleet"`       // managed pools whose nodes were swept (routine)
+	Told        int            `json:"told"`        // binds written to nodes, and reservations moved off failed nodes
 	Skipped     int            `json:"skipped"`     // not yet due, or another pass got there first
 	Errors      int            `json:"errors"`
 	Lag         time.Duration  `json:"-"` // now − oldest dueAt found (0 if none)
@@ -162,6 +164,8 @@ type step struct {
 	repaired    bool
 	swept       bool
 	settled     bool
+	fleet       bool
+	told        int // nodes told to bind, and moves made
 	gone        bool
 	provisioned int
 }
@@ -274,6 +278,7 @@ func (p *PassResult) add(s *Service, r step, due time.Time, err error, oldest *t
 		p.Transitions[k]++
 	}
 	p.Provisioned += r.provisioned
+	p.Told += r.told
 	// Lag is the age of the oldest real work: an entry whose item is gone
 	// is skipped and does not hold the metric up.
 	if !r.gone && (oldest.IsZero() || due.Before(*oldest)) {
@@ -291,6 +296,8 @@ func (p *PassResult) add(s *Service, r step, due time.Time, err error, oldest *t
 		p.Swept++
 	case r.settled:
 		p.Settled++
+	case r.fleet:
+		p.Fleet++
 	case len(r.moved) == 0:
 		p.Skipped++
 	}
@@ -318,7 +325,7 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time, budg
 			return step{}, nil
 		}
 		err := rc.Fleet.Sweep(ctx, d.FleetPool, d.Due, now)
-		return step{swept: err == nil}, err
+		return step{fleet: err == nil}, err
 	}
 	r := *d.Reservation
 	var st step
@@ -387,7 +394,7 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time, budg
 	case r.State == Binding:
 		// Until every node bound it, it stays binding and due: the next
 		// pass goes on (a failed bind is retried, a failed node replaced).
-		done, err := rc.bind(ctx, &r, now)
+		done, err := rc.bind(ctx, &r, now, &st)
 		if errors.Is(err, errMoved) {
 			return st, nil
 		}
@@ -444,6 +451,8 @@ func (p PassResult) Log(ctx context.Context, logger *slog.Logger, table string) 
 		slog.Int(MetricRepaired, p.Repaired),
 		slog.Int(MetricSwept, p.Swept),
 		slog.Int("settled", p.Settled),
+		slog.Int("fleet", p.Fleet),
+		slog.Int("told", p.Told),
 		slog.Int("skipped", p.Skipped),
 		slog.Int("errors", p.Errors),
 		slog.Bool("stoppedEarly", p.Stopped),

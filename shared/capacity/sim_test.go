@@ -51,6 +51,10 @@ func FuzzCapacitySimulation(f *testing.F) {
 		sim := runSimulation(t, seed)
 		t.Logf("seed %d: %d actors, %d steps (%d crashed, %d failed calls), %d creates placed, %d releases answered; answers %v",
 			seed, sim.actorCount, len(sim.steps), sim.crashes, sim.failures, len(sim.placed), len(sim.released), sim.answers)
+		if f := sim.fleet; f != nil {
+			t.Logf("seed %d: fleet of %d nodes, nodes %d (during the run) and %d (holding a booking) failed: once windows started %d active through their nodes, %d moves, %d waiting",
+				seed, simNodes, sim.failed, f.late, f.active, f.moved, f.waiting)
+		}
 		if t.Failed() {
 			t.Logf("seed %d failed; replay: go test ./shared/capacity -run 'FuzzCapacitySimulation/seed#%d' (the seed corpus) or with this input under testdata/fuzz; last steps:\n%s",
 				seed, seed, sim.trace(400))
@@ -76,6 +80,10 @@ type simulation struct {
 	placed   map[string]bool // reservation ids a create answered placed
 	released map[string]bool // ids a release answered 200
 	windows  []capacity.Window
+	// fleet: the pool's GPU nodes are managed (nil: unmanaged, as in
+	// v0.5); failed is the node that fails mid-run (-1: none).
+	fleet  *simFleet
+	failed int
 }
 
 // An actor is one API call or reconciler pass: a Lambda invocation.
@@ -130,6 +138,10 @@ func runSimulation(t *testing.T, seed uint64) *simulation {
 	}
 	e.offer(t, "acme", "sim", "globex", "gpu", 40)
 	e.offer(t, "acme", "sim", "globex", "cpu", 6)
+	sim.failed = -1
+	if sim.rng.IntN(2) == 0 {
+		sim.startFleet(ctx)
+	}
 	if sim.rng.IntN(3) > 0 { // most runs on provisioned hours (the fast path), some not
 		rc := &capacity.Reconciler{Service: e.svc, Due: e.store, Serial: true, ProvisionHours: 6}
 		if _, err := rc.Pass(ctx); err != nil {
@@ -198,6 +210,16 @@ func (sim *simulation) actors() []*actor {
 	}
 	for i := range 2 + sim.rng.IntN(3) {
 		add(fmt.Sprintf("reconcile%d", i), 50*time.Second, sim.pass())
+	}
+	if f := sim.fleet; f != nil {
+		for range 3 {
+			k := sim.rng.IntN(simNodes)
+			add(fmt.Sprintf("agent node %d", k), 10*time.Second, f.agent(k, k != 7))
+		}
+		for sim.failed < 0 || f.off[sim.failed] {
+			sim.failed = sim.rng.IntN(simNodes)
+		}
+		add(fmt.Sprintf("agent node %d fails", sim.failed), 10*time.Second, f.agent(sim.failed, false))
 	}
 	return out
 }
@@ -299,6 +321,9 @@ func (sim *simulation) release(tenant, id string, wait int) func(ctx context.Con
 func (sim *simulation) pass() func(ctx context.Context) {
 	return func(ctx context.Context) {
 		rc := &capacity.Reconciler{Service: sim.svc, Due: sim.store, Serial: true, ProvisionHours: 6}
+		if sim.fleet != nil {
+			rc.Fleet = sim.fleet.svc
+		}
 		_, _ = rc.Pass(ctx)
 	}
 }
@@ -424,14 +449,20 @@ func (sim *simulation) yield(ctx context.Context, op string) simDecision {
 func (sim *simulation) quiesce(ctx context.Context) {
 	t, e := sim.t, sim.e
 	rc := &capacity.Reconciler{Service: e.svc, Due: e.store, Serial: true, ProvisionHours: 6}
+	if sim.fleet != nil {
+		rc.Fleet = sim.fleet.quiet
+	}
 	settle := func(what string) {
 		for i := 0; ; i++ {
 			e.clock.Advance(capacity.StaleAfter + time.Second)
+			if sim.fleet != nil {
+				sim.fleet.everyNodeReports(ctx, sim.failed, sim.fleet.late)
+			}
 			res, err := rc.Pass(ctx)
 			if err != nil {
 				t.Fatalf("seed %d: %s: pass: %v", sim.seed, what, err)
 			}
-			if res.Errors == 0 && res.TransitionCount() == 0 && res.Repaired == 0 && res.Swept == 0 && res.Settled == 0 {
+			if res.Errors == 0 && res.TransitionCount() == 0 && res.Repaired == 0 && res.Swept == 0 && res.Settled == 0 && res.Told == 0 {
 				return
 			}
 			if i == 20 {
@@ -441,6 +472,38 @@ func (sim *simulation) quiesce(ctx context.Context) {
 	}
 	settle("after the actors")
 	sim.checkNow("after the actors")
+	if sim.fleet != nil {
+		sim.fleet.check(ctx, "after the actors", false)
+		// Every window started (most still running): bound through the
+		// nodes, moved off the failed one where room is.
+		first := time.Time{}
+		for _, w := range sim.windows {
+			if first.IsZero() || w.Start.Before(first) {
+				first = w.Start
+			}
+		}
+		if d := first.Sub(e.clock.Now()); d > 0 {
+			e.clock.Advance(d)
+		}
+		// A few whole nodes booked from the next minute, without faults: some
+		// land on the node that failed (its sweep has not seen it yet), and
+		// bind through their nodes or move.
+		for i := range 6 {
+			s := e.clock.Now().Add(time.Minute)
+			r, err := e.svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "sim", Resource: "gpu", Count: 8,
+				Start: &s, End: s.Add(time.Hour), ClientToken: fmt.Sprintf("late-%d", i), Principal: "alice"}, allow)
+			if err == nil {
+				sim.windows = append(sim.windows, r.Window)
+				if sim.fleet.late < 0 {
+					// This one's node goes silent now: unreachable at its window's start.
+					sim.fleet.late = r.Placement()[0].Node
+				}
+			}
+		}
+		settle("once windows started")
+		sim.checkNow("once windows started")
+		sim.fleet.check(ctx, "once windows started", false)
+	}
 	last := time.Time{}
 	for _, w := range sim.windows {
 		last = maxT(last, w.End)
@@ -448,6 +511,9 @@ func (sim *simulation) quiesce(ctx context.Context) {
 	e.clock.Advance(last.Sub(e.clock.Now()) + time.Minute)
 	settle("after every window")
 	sim.checkNow("after every window")
+	if sim.fleet != nil {
+		sim.fleet.check(ctx, "after every window", true)
+	}
 	snap, err := e.store.Snapshot(ctx)
 	if err != nil {
 		t.Fatal(err)
