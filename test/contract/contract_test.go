@@ -33,7 +33,9 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/devstack"
+	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
@@ -374,6 +376,69 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 	c.do(exchange{method: "reservations.release", principal: "alice", body: obj{"tenantId": "acme", "reservationId": id}, status: ok})
 	c.do(exchange{method: "reservations.release", principal: "alice", body: obj{"tenantId": "acme", "reservationId": "nope"}, status: 404, code: apierr.NotFound})
 
+	// Nodes: registered, heartbeating (the answer carries the release the
+	// node runs, its manifest typed as an Envelope), cordoned (cordon an
+	// object, not null), refused reports.
+	nodeKey, err := dsse.GenerateKey(dsse.AlgECDSAP256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodePEM, _ := dsse.MarshalPublicKeyPEM(nodeKey.Public())
+	nodeRef := obj{"tenantId": "acme", "poolId": "p1", "nodeId": "gpu-node-0"}
+	with := func(base obj, kv ...any) obj {
+		out := obj{}
+		for k, v := range base {
+			out[k] = v
+		}
+		for i := 0; i < len(kv); i += 2 {
+			out[kv[i].(string)] = kv[i+1]
+		}
+		return out
+	}
+	counter := 0
+	beat := func(signer crypto.Signer, mutate func(obj)) obj {
+		counter++
+		rep := obj{"poolId": "p1", "nodeId": "gpu-node-0", "counter": counter, "at": time.Now().UTC().Format(time.RFC3339),
+			"running": obj{"version": "1.0.0", "sequence": 1},
+			"health":  obj{"devicesExpected": 8, "devicesVisible": 8, "checks": []obj{{"name": "nvidia-smi", "ok": true}}}, "bindings": []obj{}}
+		if mutate != nil {
+			mutate(rep)
+		}
+		payload, _ := json.Marshal(rep)
+		env, err := dsse.Sign(fleet.ReportPayloadType, payload, signer)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return with(nodeRef, "report", json.RawMessage(env))
+	}
+	c.do(exchange{method: "nodes.register", principal: "admin", body: with(nodeRef, "publicKey", string(nodePEM), "platform", "linux/amd64"), status: ok})
+	c.do(exchange{method: "nodes.register", principal: "admin", body: with(nodeRef, "publicKey", string(nodePEM), "platform", "linux/arm64"), status: 409, code: apierr.Conflict,
+		details: obj{"field": "platform"}})
+	c.do(exchange{method: "nodes.register", principal: "admin", body: with(nodeRef, "nodeId", "gpu-node-99", "publicKey", string(nodePEM), "platform", "linux/amd64"), status: 400, code: apierr.InvalidInput,
+		details: obj{"field": "nodeId"}})
+	c.do(exchange{method: "nodes.get", principal: "alice", body: nodeRef, status: ok})
+	hb := c.do(exchange{method: "nodes.heartbeat", principal: "admin", body: beat(nodeKey, nil), status: ok})
+	if d := hb["desired"].(map[string]any); d["release"] == nil || d["floorSequence"] != float64(1) {
+		t.Errorf("heartbeat desired: %v", d)
+	}
+	c.do(exchange{method: "nodes.heartbeat", principal: "admin", body: beat(stranger, nil), status: 400, code: apierr.InvalidInput,
+		details: obj{"reason": "bad_signature"}})
+	c.do(exchange{method: "nodes.heartbeat", principal: "admin", body: beat(nodeKey, func(r obj) { r["counter"] = 1 }), status: 409, code: apierr.Conflict,
+		details: obj{"reason": "replay", "latestCounter": 1}})
+	c.do(exchange{method: "nodes.heartbeat", principal: "admin", body: beat(nodeKey, func(r obj) { r["at"] = "2020-01-01T00:00:00Z" }), status: 400, code: apierr.InvalidInput,
+		details: obj{"reason": "stale", "field": "report.payload.at"}})
+	c.do(exchange{method: "nodes.heartbeat", principal: "admin", body: with(beat(nodeKey, nil), "nodeId", "gpu-node-1"), status: 404, code: apierr.NotFound})
+	c.do(exchange{method: "nodes.cordon", principal: "admin", body: with(nodeRef, "reason", "fan"), status: ok})
+	c.do(exchange{method: "nodes.list", principal: "alice", body: obj{"tenantId": "acme", "poolId": "p1", "state": "ready"}, status: ok})
+	c.do(exchange{method: "nodes.list", principal: "alice", body: obj{"tenantId": "acme", "poolId": "p1", "state": "gone"}, status: 400, code: apierr.InvalidInput,
+		details: obj{"reason": "constraint", "field": "state"}, badBody: true})
+	c.do(exchange{method: "nodes.uncordon", principal: "admin", body: nodeRef, status: ok})
+	c.do(exchange{method: "nodes.get", principal: "admin", body: with(nodeRef, "tenantId", "globex"), status: 404, code: apierr.NotFound})
+	c.do(exchange{method: "nodes.register", principal: "admin", body: with(nodeRef, "tenantId", "globex", "publicKey", string(nodePEM), "platform", "linux/amd64"), status: 404, code: apierr.NotFound})
+	c.do(exchange{method: "nodes.list", principal: "admin", body: obj{"tenantId": "globex", "poolId": "p1"}, status: 404, code: apierr.NotFound})
+	c.do(exchange{method: "nodes.cordon", principal: "admin", body: with(nodeRef, "nodeId", "gpu-node-1", "reason", "fan"), status: 404, code: apierr.NotFound})
+	c.do(exchange{method: "nodes.uncordon", principal: "admin", body: with(nodeRef, "nodeId", "gpu-node-1"), status: 404, code: apierr.NotFound})
+
 	// pools.usage shows the owner p2's reservation.
 	c.do(exchange{method: "pools.usage", principal: "admin", body: obj{"tenantId": "acme", "poolId": "p2", "resource": "gpu", "from": at(0), "hours": 6}, status: ok})
 	c.do(exchange{method: "pools.usage", principal: "admin", body: obj{"tenantId": "acme", "poolId": "p2", "resource": "tpu"}, status: 400, code: apierr.InvalidInput,
@@ -400,6 +465,12 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 		"reservations.get":     {"tenantId": "acme", "reservationId": id},
 		"reservations.list":    {"tenantId": "acme"},
 		"reservations.release": {"tenantId": "acme", "reservationId": id},
+		"nodes.register":       with(nodeRef, "publicKey", string(nodePEM), "platform", "linux/amd64"),
+		"nodes.get":            nodeRef,
+		"nodes.list":           {"tenantId": "acme", "poolId": "p1"},
+		"nodes.cordon":         with(nodeRef, "reason", "fan"),
+		"nodes.uncordon":       nodeRef,
+		"nodes.heartbeat":      beat(nodeKey, nil),
 	}
 	for _, m := range api.Catalog {
 		body, ok := valid[m.Name]
