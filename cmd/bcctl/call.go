@@ -180,7 +180,7 @@ func (c *cli) methodsCommand() *cobra.Command {
 			tw := tabwriter.NewWriter(c.out, 0, 4, 2, ' ', 0)
 			fmt.Fprintln(tw, "METHOD\tKIND\tAUTHORIZATION\tCLI")
 			for _, m := range api.Catalog {
-				fmt.Fprintf(tw, "%s\t%s\t%s @ %s\tbc %s %s\n", m.Name, m.Kind, m.Permission, m.Scope, m.Resource(), m.Verb())
+				fmt.Fprintf(tw, "%s\t%s\t%s @ %s\tbcctl %s %s\n", m.Name, m.Kind, m.Permission, m.Scope, m.Resource(), m.Verb())
 				if withFields {
 					for _, f := range fieldsOf(m) {
 						fmt.Fprintf(tw, "\t  %s\t%s\t%s\n", f.Name, flagName(f), f.usage())

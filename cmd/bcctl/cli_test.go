@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
@@ -41,20 +42,8 @@ func TestCLIGolden(t *testing.T) {
 	// One clock for the whole transcript: relative times resolve the same
 	// in every step, as within one minute.
 	now := time.Now()
-	var transcript strings.Builder
-	step := func(want int, args ...string) string {
-		t.Helper()
-		var o, e strings.Builder
-		c := &cli{out: &o, errOut: &e, getenv: func(k string) string { return env[k] }, now: func() time.Time { return now }, sleep: sleepCtx}
-		code := c.exec(context.Background(), args)
-		out, errOut := o.String(), e.String()
-		transcript.WriteString("$ bcctl " + strings.Join(args, " ") + "\n" + out + errOut)
-		if code != want {
-			t.Errorf("bcctl %s: exit %d, want %d\n%s%s", strings.Join(args, " "), code, want, out, errOut)
-		}
-		transcript.WriteString("[exit " + strconv.Itoa(code) + "]\n\n")
-		return out
-	}
+	transcript := &transcript{t: t, env: env, now: func() time.Time { return now }}
+	step := transcript.step
 	manifest := filepath.Join(dir, "manifest.json")
 	statement := "../../docs/examples/release-1.0.0.json"
 	write := func(name, content string) string {
@@ -143,12 +132,38 @@ func TestCLIGolden(t *testing.T) {
 	golden(t, "cli.golden", got)
 }
 
+// transcript runs bcctl command lines in process, as a user types them,
+// and records each with its output and exit code for a golden file.
+type transcript struct {
+	t   *testing.T
+	env map[string]string
+	now func() time.Time // the CLI's clock
+	b   strings.Builder
+}
+
+// step runs one command line, which must exit with want; it returns stdout.
+func (tr *transcript) step(want int, args ...string) string {
+	tr.t.Helper()
+	var o, e strings.Builder
+	c := &cli{out: &o, errOut: &e, getenv: func(k string) string { return tr.env[k] }, now: tr.now, sleep: sleepCtx}
+	code := c.exec(context.Background(), args)
+	out, errOut := o.String(), e.String()
+	tr.b.WriteString("$ bcctl " + strings.Join(args, " ") + "\n" + out + errOut)
+	if code != want {
+		tr.t.Errorf("bcctl %s: exit %d, want %d\n%s%s", strings.Join(args, " "), code, want, out, errOut)
+	}
+	tr.b.WriteString("[exit " + strconv.Itoa(code) + "]\n\n")
+	return out
+}
+
+func (tr *transcript) String() string { return tr.b.String() }
+
 // Help comes from the catalog: every field, its type and limits; bash and
 // zsh completion scripts are generated.
 func TestHelpAndCompletion(t *testing.T) {
 	var transcript strings.Builder
 	for _, args := range [][]string{{"reservations", "create", "--help"}, {"releases", "list", "--help"}, {"call", "pools.offer", "-h"}, {"methods"},
-		{"reservations", "--help"}, {"quotas", "get", "--help"}, {"sign", "--help"}} {
+		{"reservations", "--help"}, {"quotas", "get", "--help"}, {"sign", "--help"}, {"--help"}, {"nodes", "register", "--help"}, {"nodes", "list", "--help"}} {
 		out, errOut, code := bcctlRun(t, nil, args...)
 		if code != 0 {
 			t.Errorf("bcctl %v: exit %d %s", args, code, errOut)
@@ -173,6 +188,12 @@ func TestHelpAndCompletion(t *testing.T) {
 	for _, s := range []string{"active", "released", "denied"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("--state completion lacks %s:\n%s", s, out)
+		}
+	}
+	out, _, _ = bcctlRun(t, nil, "__complete", "nodes", "list", "--state", "")
+	for _, s := range fleet.States {
+		if !strings.Contains(out, string(s)+"\n") {
+			t.Errorf("nodes list --state completion lacks %s:\n%s", s, out)
 		}
 	}
 }

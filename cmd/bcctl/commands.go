@@ -47,12 +47,20 @@ func (c *cli) resourceCommands() []*cobra.Command {
 		byName[r.Name] = group(r.Name, r.Summary)
 		order = append(order, r.Name)
 	}
+	// Verbs that read their input otherwise than one flag per field.
+	custom := map[string]func(*api.Method) *cobra.Command{
+		"nodes.register": c.nodesRegisterCommand, // the key from a file
+	}
 	for _, m := range api.Catalog {
 		parent, ok := byName[m.Resource()]
 		if !ok {
 			parent = group(m.Resource(), "The "+m.Resource()+" methods.")
 			byName[m.Resource()] = parent
 			order = append(order, m.Resource())
+		}
+		if build, ok := custom[m.Name]; ok {
+			parent.AddCommand(build(m))
+			continue
 		}
 		parent.AddCommand(c.methodCommand(m))
 	}
@@ -75,6 +83,7 @@ type field struct {
 	flag       string // flag name without dashes; "" for an argument or a global
 	positional bool
 	global     bool // tenantId: the --tenant flag
+	keyFile    bool // publicKey: read from a key file (nodes register)
 }
 
 // flagRenames maps request fields to the flags that set them where a flag
@@ -106,8 +115,11 @@ func fieldsOf(m *api.Method) []field {
 			fl.global = true
 		case f.Name == "window":
 			continue // its start and end are flags of their own
-		case f.Name == "reservationId", f.Name == "poolId" && m.Resource() == "pools" && m.Verb() != "list":
+		case f.Name == "reservationId", f.Name == "poolId" && m.Resource() == "pools" && m.Verb() != "list",
+			f.Name == "nodeId" && m.Resource() == "nodes":
 			fl.positional = true
+		case f.Name == "publicKey" && m.Name == "nodes.register": // nodesRegisterCommand reads it
+			fl.keyFile = true
 		default:
 			fl.flag = flagOf(f.Name)
 		}
@@ -132,12 +144,14 @@ func (f field) kind() string {
 
 func (f field) usage() string {
 	var parts []string
-	switch f.kind() {
-	case "time":
+	switch {
+	case f.keyFile:
+		parts = append(parts, "a PEM file: --key a private key (only its public key is sent) or --public-key-file a PUBLIC KEY")
+	case f.kind() == "time":
 		parts = append(parts, "a time: RFC 3339 (2026-12-01T10:00:00Z), now, or relative (+2h, +30m, +1d) from the current minute")
-	case "counts":
+	case f.kind() == "counts":
 		parts = append(parts, "RESOURCE=N, repeatable")
-	case "json":
+	case f.kind() == "json":
 		parts = append(parts, "a JSON file (- for stdin)")
 	default:
 		parts = append(parts, f.Type)
@@ -243,6 +257,8 @@ func flagName(f field) string {
 		return "--tenant (or BC_TENANT)"
 	case f.positional:
 		return strings.ToUpper(strings.TrimSuffix(f.Name, "Id"))
+	case f.keyFile:
+		return hintFlags[f.Name]
 	}
 	return "--" + f.flag
 }
@@ -408,7 +424,7 @@ func (c *cli) invoke(cmd *cobra.Command, m *api.Method, body map[string]any, all
 	if c.output == "json" {
 		err = writeJSON(c.out, mergePages(m.Name, pages))
 	} else {
-		err = renderTable(c.out, m.Name, pages)
+		err = renderTable(c.out, m.Name, pages, c.now())
 	}
 	if err == nil && !all {
 		c.moreNote(pages)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -34,10 +35,28 @@ func detailLine(e *apierr.Error) string {
 // detail is a string member of an error's details ("" when absent).
 func detail(e *apierr.Error, key string) string { s, _ := e.Details[key].(string); return s }
 
-// hint is one line of what to do about an API error.
-func hint(e *apierr.Error) string {
+// failedCall is the call an API error answered: its method and the
+// request as sent (nil when the body was not a JSON object).
+type failedCall struct {
+	method  string
+	request map[string]any
+}
+
+// arg is a string member of the request, or placeholder when it has none.
+func (fc failedCall) arg(key, placeholder string) string {
+	if s, ok := fc.request[key].(string); ok && s != "" {
+		return s
+	}
+	return placeholder
+}
+
+// hint is one line of what to do about an API error to the call fc.
+func hint(e *apierr.Error, fc failedCall) string {
 	str := func(k string) string { return detail(e, k) }
 	if h := releaseHint(e); h != "" {
+		return h
+	}
+	if h := nodeHint(e, fc); h != "" {
 		return h
 	}
 	switch e.Code {
@@ -124,11 +143,58 @@ func releaseHint(e *apierr.Error) string {
 	return ""
 }
 
+// nodeHint is what to do about an error of a nodes method ("" for what
+// the general hints say well enough). The fleet's NOT_FOUND has no details
+// saying whether the pool or the node is missing (its message does), so
+// the hint for a node's NOT_FOUND covers both.
+func nodeHint(e *apierr.Error, fc failedCall) string {
+	if !strings.HasPrefix(fc.method, "nodes.") || detail(e, "path") != "" {
+		return ""
+	}
+	pool, node := fc.arg("poolId", "POOL"), fc.arg("nodeId", "NODE")
+	register := fmt.Sprintf("bcctl nodes register --pool %s %s --key NODE-KEY.pem (or --public-key-file NODE.pub)", pool, node)
+	switch {
+	case e.Code == apierr.NotFound && (fc.method == "nodes.list" || fc.method == "nodes.register"):
+		return "Check --pool and --tenant: only the pool's owner sees and registers its nodes (a tenant offered the pool sees none)."
+	case e.Code == apierr.NotFound:
+		return fmt.Sprintf("If %s is not registered, register it first: %s; if the pool is not found, check --pool and --tenant "+
+			"(only the pool's owner sees its nodes).", node, register)
+	case e.Code == apierr.InvalidInput && detail(e, "field") == "nodeId":
+		return fmt.Sprintf("NODE is one of the pool's nodes, <resource>-node-<k> with k from 0 (gpu.h100-node-0, gpu.h100-node-1, …): "+
+			"bcctl pools get %s lists each resource's NODES.", pool)
+	case e.Code == apierr.InvalidInput && detail(e, "field") == "publicKey":
+		return "The node's key is one ECDSA P-256 or Ed25519 key: --key KEY.pem (a private key; only its public key is sent) or " +
+			"--public-key-file (a PEM PUBLIC KEY). bcctl keygen --out NODE-KEY.pem makes one."
+	case e.Code == apierr.Conflict && detail(e, "field") == "publicKey":
+		return fmt.Sprintf("%s is registered with the key whose keyid is details.keyId, and registering again does not replace it: "+
+			"register with that key (bcctl pubkey --key FILE prints a key's keyid).", node)
+	case e.Code == apierr.Conflict && detail(e, "field") == "platform":
+		return fmt.Sprintf("%s is registered as %s, and registering again does not change it: repeat the registration with --platform %s.",
+			node, detail(e, "platform"), detail(e, "platform"))
+	case e.Code == apierr.PermissionDenied && fc.method == "nodes.heartbeat":
+		return fmt.Sprintf("A heartbeat needs compute:nodes:report on node:%s/%s for the principal of --token (the node's own); "+
+			"ask an admin (locally: localstack/policy.json).", pool, node)
+	}
+	switch detail(e, "reason") {
+	case fleet.ReasonReplay:
+		return fmt.Sprintf("The report's counter must rise: sign a new report with a counter above %v (details.latestCounter).", e.Details["latestCounter"])
+	case fleet.ReasonBadSignature:
+		return fmt.Sprintf("Sign the report with the key %s was registered with (keyid details.keyId; bcctl nodes get shows it).", node)
+	case fleet.ReasonStale:
+		return fmt.Sprintf("The report's at must be within %s of the server's clock: sign a fresh report, and check the node's clock.", fleet.MaxSkew)
+	case fleet.ReasonMismatch:
+		return "The signed report names another pool or node than the request (--pool, NODE): send it for the node that signed it."
+	}
+	return ""
+}
+
 // hintFlags says how to set the request fields whose hint says more than
 // one flag (the others: flagOf).
 var hintFlags = map[string]string{
 	"poolId":        "--pool (or POOL)",
 	"reservationId": "the reservation id argument",
+	"nodeId":        "the NODE argument",
+	"publicKey":     "--key/--public-key-file",
 	"window":        "--start/--end",
 }
 

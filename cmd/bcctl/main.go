@@ -2,7 +2,8 @@
 // (bcctl reservations create --pool p --resource gpu.h100 --count 4 --end +2h),
 // generated from the method catalog, plus the generic `bcctl call`, a pool's
 // chart (bcctl pools show), a reservation's life as it happens (bcctl reservations
-// watch), release keys and signing, and the invariant checker.
+// watch), a node registered from its key file (bcctl nodes register), release
+// keys and signing, and the invariant checker.
 //
 // Exit codes: 0 success; 1 the API answered an error (or `check` found
 // violations, or `watch` ended in a state other than the one waited for);
@@ -13,6 +14,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -80,7 +82,8 @@ func (c *cli) root() *cobra.Command {
 	root := &cobra.Command{
 		Use:   "bcctl",
 		Short: "The Better Compute CLI",
-		Long: `bcctl calls the Better Compute API: every method as <resource> <verb> (see "bcctl <resource> --help"),
+		Long: `bcctl calls the Better Compute API: every method as <resource> <verb> (see "bcctl <resource> --help"):
+releases, pools and their quotas, reservations, and the nodes of a pool (register, cordon, list);
 plus release signing keys, the invariant checker and shell completion.
 
 Exit codes: 0 success; 1 the API answered an error (or check found violations, or watch ended
@@ -197,7 +200,12 @@ func (c *cli) report(err error) int {
 		if d := detailLine(ae); d != "" {
 			fmt.Fprintf(c.errOut, "    details: %s\n", d)
 		}
-		if h := hint(ae); h != "" {
+		var fc failedCall
+		var answered apiError
+		if errors.As(err, &answered) {
+			fc = answered.call
+		}
+		if h := hint(ae, fc); h != "" {
 			fmt.Fprintf(c.errOut, "    %s\n", h)
 		}
 		return exitAPIError
@@ -242,8 +250,18 @@ func transportCause(err error) string {
 	return err.Error()
 }
 
-// call sends one request and returns the raw answer of a 200, an
-// *apierr.Error for an API error, or unreachable.
+// apiError is an API error answer to one call (errors.As finds the
+// *apierr.Error in it): the call it answered, for the hint.
+type apiError struct {
+	err  *apierr.Error
+	call failedCall
+}
+
+func (e apiError) Error() string { return e.err.Error() }
+func (e apiError) Unwrap() error { return e.err }
+
+// call sends one request and returns the raw answer of a 200, an apiError
+// for an API error, or unreachable.
 func (c *cli) call(ctx context.Context, method string, body []byte) ([]byte, error) {
 	resp, err := c.client.Do(ctx, method, body)
 	if err != nil {
@@ -252,7 +270,9 @@ func (c *cli) call(ctx context.Context, method string, body []byte) ([]byte, err
 	if resp.Status != http.StatusOK {
 		var ae *apierr.Error
 		if err := client.ErrorOf(resp); errors.As(err, &ae) {
-			return nil, ae
+			fc := failedCall{method: method}
+			_ = json.Unmarshal(body, &fc.request) // the body bcctl built is JSON; call's may be anything
+			return nil, apiError{err: ae, call: fc}
 		}
 		return nil, notTheAPI{url: c.apiURL, status: resp.Status, body: shortBody(resp.Body)}
 	}

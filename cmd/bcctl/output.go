@@ -12,11 +12,13 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
-// renderTable prints a method's answer pages as a person reads them.
-func renderTable(w io.Writer, method string, pages [][]byte) error {
+// renderTable prints a method's answer pages as a person reads them; now
+// is what relative times count from.
+func renderTable(w io.Writer, method string, pages [][]byte, now time.Time) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	defer tw.Flush()
 	switch method {
@@ -110,6 +112,22 @@ func renderTable(w io.Writer, method string, pages [][]byte) error {
 				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", r.Version, r.Sequence, platforms(r), stamp(r.RegisteredAt), r.RegisteredBy.Principal)
 			}
 		}
+	case "nodes.register", "nodes.get", "nodes.cordon", "nodes.uncordon":
+		a, err := decodeAnswer[api.NodeResult](method, pages[0])
+		if err != nil {
+			return err
+		}
+		printNode(tw, a.Node, now)
+	case "nodes.list":
+		as, err := decodePages[api.ListNodesResult](method, pages)
+		if err != nil {
+			return err
+		}
+		var ns []fleet.Node
+		for _, a := range as {
+			ns = append(ns, a.Nodes...)
+		}
+		printNodes(tw, ns, now)
 	default:
 		tw.Flush()
 		return writeJSON(w, mergePages(method, pages))

@@ -1,0 +1,243 @@
+package main
+
+import (
+	"context"
+	"crypto"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/client"
+	"github.com/bettercompute/control-plane/shared/dsse"
+	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/iam"
+	"github.com/bettercompute/control-plane/shared/strictjson"
+	"github.com/bettercompute/control-plane/test/teststack"
+)
+
+// The nodes verbs against the real app behind the local gateway: a pool of
+// three nodes registered from key files, heartbeats signed by the nodes'
+// keys through the API (each node's principal granted compute:nodes:report
+// on its own node only), a cordon, bindings through a node, and a node gone
+// silent; the tables, -o json, the errors and their hints in a golden file.
+// The app and the CLI share one clock, so relative times are exact.
+func TestNodesGolden(t *testing.T) {
+	const pool = "gpu-pool-1"
+	clock := teststack.NewClock(time.Now().UTC().Truncate(time.Minute))
+	grants := []iam.Grant{{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}}}
+	for _, n := range []string{"0", "1"} {
+		grants = append(grants, iam.Grant{Principal: "node-" + n, Permissions: []string{"compute:nodes:report"},
+			Scopes: []string{"node:" + pool + "/gpu.h100-node-" + n}})
+	}
+	st := teststack.Start(t, teststack.WithCursorKey("test"), teststack.WithClock(clock.Now),
+		teststack.WithDecider(&iam.Policy{Grants: grants}))
+	ctx := context.Background()
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		t.Helper()
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	// node-0 registers from its public key, node-1 and node-2 from their
+	// private key files (only the public key is sent).
+	keys := map[string]crypto.Signer{}
+	for node, alg := range map[string]string{"gpu.h100-node-0": dsse.AlgECDSAP256, "gpu.h100-node-1": dsse.AlgEd25519, "gpu.h100-node-2": dsse.AlgECDSAP256} {
+		k, err := dsse.GenerateKey(alg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[node] = k
+	}
+	pub0, _ := dsse.MarshalPublicKeyPEM(keys["gpu.h100-node-0"].Public())
+	priv1, _ := dsse.MarshalPrivateKeyPEM(keys["gpu.h100-node-1"])
+	priv2, _ := dsse.MarshalPrivateKeyPEM(keys["gpu.h100-node-2"])
+	pub0File, key1File, key2File := write("node-0.pub", pub0), write("node-1.pem", priv1), write("node-2.pem", priv2)
+
+	// beat sends a node's signed heartbeat through the API as the node's
+	// own principal and returns the envelope it sent.
+	counters := map[string]int64{}
+	beat := func(node string, health fleet.Health, bindings ...fleet.ReportedBinding) []byte {
+		t.Helper()
+		counters[node]++
+		rep := fleet.Report{PoolID: pool, NodeID: node, Counter: counters[node], At: clock.Now(),
+			Running: &fleet.Version{Version: "1.0.0", Sequence: 1}, Health: health, Bindings: append([]fleet.ReportedBinding{}, bindings...)}
+		payload, err := json.Marshal(rep)
+		if err != nil {
+			t.Fatal(err)
+		}
+		env, err := dsse.Sign(fleet.ReportPayloadType, payload, keys[node])
+		if err != nil {
+			t.Fatal(err)
+		}
+		principal := "node-" + node[strings.LastIndex(node, "-")+1:]
+		in := &api.HeartbeatInput{Tenant: api.Tenant{TenantID: "acme"}, NodeRef: api.NodeRef{PoolID: pool, NodeID: node}, Report: strictjson.Object(env)}
+		if _, err := client.New(st.URL, "dev:"+principal).NodesHeartbeat(ctx, in); err != nil {
+			t.Fatalf("heartbeat %s: %v", node, err)
+		}
+		return env
+	}
+	healthy := fleet.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []fleet.Check{{Name: "nvidia-smi", OK: true}, {Name: "dcgm-diag", OK: true}}}
+	lost := "GPU 3 fell off the bus"
+	sick := fleet.Health{DevicesExpected: 8, DevicesVisible: 7, Checks: []fleet.Check{{Name: "nvidia-smi", OK: false, Detail: &lost}, {Name: "dcgm-diag", OK: true}}}
+	pass := func() {
+		t.Helper()
+		if res, err := st.App.Reconciler().Pass(ctx); err != nil || res.Errors > 0 {
+			t.Fatalf("reconciler pass: %+v %v", res, err)
+		}
+	}
+
+	env := map[string]string{"BC_API_URL": st.URL, "BC_TOKEN": "dev:admin", "BC_TENANT": "acme"}
+	tr := &transcript{t: t, env: env, now: clock.Now}
+	step := tr.step
+	reservationID := func(out string) string {
+		t.Helper()
+		m := regexp.MustCompile(`(?m)^reservation\s+(\S+)$`).FindStringSubmatch(out)
+		if m == nil {
+			t.Fatalf("no reservation id in:\n%s", out)
+		}
+		return m[1]
+	}
+
+	step(0, "pools", "create", pool, "--devices", "gpu.h100=24")
+	step(0, "nodes", "list", "--pool", pool)
+	step(0, "nodes", "register", "--pool", pool, "gpu.h100-node-0", "--public-key-file", pub0File)
+	// The same node with another key, or another platform: CONFLICT.
+	step(1, "nodes", "register", "--pool", pool, "gpu.h100-node-0", "--key", key1File)
+	step(1, "nodes", "register", "--pool", pool, "gpu.h100-node-0", "--public-key-file", pub0File, "--platform", "linux/arm64")
+	step(1, "nodes", "get", "--pool", pool, "gpu.h100-node-1")
+	out := step(0, "nodes", "register", "--pool", pool, "gpu.h100-node-1", "--key", key1File, "--platform", "linux/arm64")
+	if want, _ := dsse.KeyID(keys["gpu.h100-node-1"].Public()); !regexp.MustCompile(`(?m)^keyid\s+` + want + `$`).MatchString(out) {
+		t.Errorf("register --key: the keyid of the key file's public key (%s) is not shown:\n%s", want, out)
+	}
+	step(1, "nodes", "register", "--pool", pool, "gpu.h100-node-3", "--key", key2File)
+	step(0, "nodes", "register", "--pool", pool, "gpu.h100-node-2", "--key", key2File)
+	// Key files refused before anything is sent.
+	step(4, "nodes", "register", "--pool", pool, "gpu.h100-node-2", "--public-key-file", key2File)
+	step(4, "nodes", "register", "--pool", pool, "gpu.h100-node-2", "--key", pub0File)
+	step(4, "nodes", "register", "--pool", pool, "gpu.h100-node-2", "--key", filepath.Join(dir, "missing.pem"))
+	step(2, "nodes", "register", "--pool", pool, "gpu.h100-node-2")
+	step(2, "nodes", "register", "--pool", pool, "gpu.h100-node-2", "--key", key2File, "--public-key-file", pub0File)
+
+	// node-0 reports healthy, node-1 a device short; node-2 never reports.
+	beat("gpu.h100-node-0", healthy)
+	beat("gpu.h100-node-1", sick)
+	pass() // the sweep lifts node-0's flags: it is ready
+	step(0, "nodes", "cordon", "--pool", pool, "gpu.h100-node-2", "--reason", "PSU replacement, ticket OPS-1234")
+	step(2, "nodes", "cordon", "--pool", pool, "gpu.h100-node-2")
+	step(0, "nodes", "list", "--pool", pool)
+	step(0, "nodes", "list", "--pool", pool, "--state", "ready")
+	step(0, "nodes", "list", "--pool", pool, "--limit", "2")
+	step(0, "nodes", "list", "--pool", pool, "--limit", "2", "--all")
+	step(0, "nodes", "get", "--pool", pool, "gpu.h100-node-1")
+
+	// Bindings through node-0, the only node placed on: a reservation bound,
+	// then released while the next holder of its devices waits; the node is
+	// told the unbind before the bind.
+	first := reservationID(step(0, "reservations", "create", "--pool", pool, "--resource", "gpu.h100", "--count", "4", "--end", "+2h", "--client-token", "job-1"))
+	clock.Advance(time.Minute)
+	pass() // window start: binding, node-0 told to bind
+	step(0, "nodes", "get", "--pool", pool, "gpu.h100-node-0")
+	beat("gpu.h100-node-0", healthy, fleet.ReportedBinding{ReservationID: first, State: fleet.BindBound})
+	pass() // every node reported it bound: active
+	step(0, "reservations", "release", first)
+	second := reservationID(step(0, "reservations", "create", "--pool", pool, "--resource", "gpu.h100", "--count", "8", "--end", "+1h", "--client-token", "job-2"))
+	pass()
+	step(0, "nodes", "get", "--pool", pool, "gpu.h100-node-0")
+	step(0, "-o", "json", "nodes", "get", "--pool", pool, "gpu.h100-node-0")
+	step(0, "nodes", "uncordon", "--pool", pool, "gpu.h100-node-2")
+
+	// Heartbeats through the CLI: the same report again is a replay, and a
+	// node's principal may report for its own node only.
+	last := write("beat.json", beat("gpu.h100-node-0", healthy, fleet.ReportedBinding{ReservationID: first, State: fleet.BindBound}))
+	step(1, "--token", "dev:node-0", "nodes", "heartbeat", "--pool", pool, "gpu.h100-node-0", "--report", last)
+	step(1, "--token", "dev:node-0", "nodes", "heartbeat", "--pool", pool, "gpu.h100-node-1", "--report", last)
+
+	// Silent for more than three intervals: unreachable at the next pass.
+	clock.Advance(2 * time.Minute)
+	pass()
+	step(0, "nodes", "list", "--pool", pool)
+	step(0, "nodes", "list", "--pool", pool, "--state", "unreachable")
+	step(1, "nodes", "list", "--pool", pool, "--state", "gone")
+	step(1, "--tenant", "globex", "nodes", "list", "--pool", pool)
+	step(2, "nodes", "get", "--pool", pool)
+	step(2, "nodes", "lsit")
+	step(2, "node", "list")
+	golden(t, "nodes.golden", normalise(strings.ReplaceAll(tr.String(), dir, "<dir>")))
+
+	// -o json over every page is one answer: the nodes in order, their
+	// states, node-0's bindings as the API lists them, no cursor.
+	all := step(0, "-o", "json", "nodes", "list", "--pool", pool, "--limit", "1", "--all")
+	var got api.ListNodesResult
+	if err := json.Unmarshal([]byte(all), &got); err != nil {
+		t.Fatal(err)
+	}
+	var states []string
+	for _, n := range got.Nodes {
+		states = append(states, n.NodeID+" "+string(n.State))
+	}
+	if want := []string{"gpu.h100-node-0 unreachable", "gpu.h100-node-1 unreachable", "gpu.h100-node-2 registered"}; !slices.Equal(states, want) || got.NextCursor != "" {
+		t.Errorf("-o json --all: %v (nextCursor %q), want %v", states, got.NextCursor, want)
+	}
+	if len(got.Nodes) == 3 {
+		var actions []string
+		for _, b := range got.Nodes[0].Bindings {
+			actions = append(actions, b.Action+" "+b.ReservationID+" "+b.Reported)
+		}
+		if want := []string{"unbind " + first + " bound", "bind " + second + " "}; !slices.Equal(actions, want) {
+			t.Errorf("node-0's bindings %v, want %v", actions, want)
+		}
+	}
+}
+
+func TestAgo(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 30, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { t := now.Add(-d); return &t }
+	for _, c := range []struct {
+		t    *time.Time
+		want string
+	}{
+		{nil, "never"},
+		{at(0), "<1m ago"},
+		{at(59 * time.Second), "<1m ago"},
+		{at(-30 * time.Second), "<1m ago"}, // a little ahead: the clocks differ by seconds
+		{at(61 * time.Second), "1m ago"},
+		{at(3*time.Minute + 59*time.Second), "3m ago"},
+		{at(2 * time.Hour), "2h ago"},
+		{at(2*time.Hour + 5*time.Minute + 30*time.Second), "2h5m ago"},
+		{at(24 * time.Hour), "1d ago"},
+		{at(3*24*time.Hour + 4*time.Hour + 59*time.Minute), "3d4h ago"},
+		{at(-5 * time.Minute), "2026-12-01 10:35:00Z"},
+	} {
+		if got := ago(c.t, now); got != c.want {
+			t.Errorf("ago(%v) = %q, want %q", c.t, got, c.want)
+		}
+	}
+}
+
+func TestBindingCount(t *testing.T) {
+	b := func(action, reported string) fleet.NodeBinding {
+		return fleet.NodeBinding{DesiredBinding: fleet.DesiredBinding{Action: action}, Reported: reported}
+	}
+	for _, c := range []struct {
+		bs   []fleet.NodeBinding
+		want string
+	}{
+		{nil, "0"},
+		{[]fleet.NodeBinding{b("bind", "bound"), b("unbind", "unbound")}, "2"},
+		{[]fleet.NodeBinding{b("unbind", "bound"), b("bind", "")}, "2 (2 pending)"},
+		{[]fleet.NodeBinding{b("bind", "failed"), b("bind", "bound"), b("bind", "")}, "3 (1 pending, 1 failed)"},
+	} {
+		if got := bindingCount(c.bs); got != c.want {
+			t.Errorf("bindingCount(%v) = %q, want %q", c.bs, got, c.want)
+		}
+	}
+}
