@@ -8,6 +8,8 @@
 // dev configuration under localstack/ (policy, release pins, the seeded
 // local-kms release key: see devEnv). State lives under BC_STATE_DIR
 // (default .local/); logs are text unless BC_LOG_FORMAT=json.
+// BC_SIM_NODES=n also runs n reference node agents in process, registered
+// and heartbeating (simfleet.go, docs/agent.md).
 package main
 
 import (
@@ -56,6 +58,10 @@ func run(ctx context.Context, log *slog.Logger) error {
 		return err
 	}
 	cfg, err := app.ConfigFromEnv() // a bad BC_* value fails before anything starts
+	if err != nil {
+		return err
+	}
+	simNodes, err := parseSimNodes(os.Getenv("BC_SIM_NODES"))
 	if err != nil {
 		return err
 	}
@@ -112,9 +118,11 @@ func run(ctx context.Context, log *slog.Logger) error {
 	fmt.Println(localgw.Quickstart(localgw.Stack{URL: "http://" + ln.Addr().String(), DynamoEndpoint: stack.DynamoEndpoint,
 		KMSEndpoint: stack.KMSEndpoint, Table: cfg.Table, Region: cfg.Region}, time.Now()))
 	log.Info("serving", "listen", ln.Addr().String(), "table", cfg.Table, "reconcile_interval", cfg.ReconcileInterval.String())
+	simDone := startSimFleet(ctx, "http://"+ln.Addr().String(), simNodes, filepath.Join(stateDir, "sim-nodes"), a.Pins(), cfg.ReleaseThreshold, log)
 	err = localgw.Serve(ctx, ln, localgw.Handler(a.Gateway, eps, localgw.WithHealth(a.Health)), log)
 	cancel()
 	<-reconciled
+	<-simDone
 	log.Info("stopping")
 	return err
 }

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"crypto"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/client"
+	"github.com/bettercompute/control-plane/shared/devstack"
+	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/localgw"
+	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/test/teststack"
+)
+
+func TestMain(m *testing.M) { devstack.Main(m) }
+
+func TestParseSimNodes(t *testing.T) {
+	for in, want := range map[string]int{"": 0, "0": 0, "3": 3, "256": 256} {
+		if got, err := parseSimNodes(in); err != nil || got != want {
+			t.Errorf("%q: %d, %v", in, got, err)
+		}
+	}
+	for _, in := range []string{"-1", "257", "two", "1.5"} {
+		if _, err := parseSimNodes(in); err == nil {
+			t.Errorf("%q accepted", in)
+		}
+	}
+}
+
+// The simulated fleet against the real stack and the dev policy: three
+// nodes are the quickstart pool's two and one of sim-fleet; every agent's
+// heartbeat is accepted as fleet-agent and its node is ready; the user's
+// quickstart still creates its pool (a replay); a restart on the same state
+// dir reuses the keys; a larger fleet than an earlier run's sim-fleet
+// holds is refused with a way out.
+func TestSimFleetSetup(t *testing.T) {
+	ctx := context.Background()
+	st := teststack.Start(t)
+	dir := filepath.Join(t.TempDir(), "sim-nodes")
+	admin, agents := client.New(st.URL, "dev:admin"), client.New(st.URL, "dev:"+simPrincipal)
+	pins, err := rollout.NewPins([]crypto.PublicKey{teststack.DevReleaseKey(t).Public()}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	f, err := setupSimFleet(ctx, admin, agents, 3, dir, pins, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.close()
+	var names []string
+	for _, n := range f.Nodes {
+		names = append(names, n.Pool+"/"+n.Node)
+	}
+	if want := []string{"gpu-pool-1/gpu.h100-node-0", "gpu-pool-1/gpu.h100-node-1", "sim-fleet/gpu.h100-node-0"}; !slices.Equal(names, want) {
+		t.Fatalf("nodes %v, want %v", names, want)
+	}
+	f.firstBeats(ctx, log) // a refused one leaves its node registered, not ready
+	for _, pool := range []string{"gpu-pool-1", "sim-fleet"} {
+		res, err := admin.NodesList(ctx, &api.ListNodesInput{Tenant: api.Tenant{TenantID: "acme"}, PoolID: pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range res.Nodes {
+			if n.State != fleet.Ready || n.Platform != simPlatform || n.Health == nil || n.Health.DevicesExpected != 8 {
+				t.Errorf("%s/%s: %+v", pool, n.NodeID, n)
+			}
+		}
+		if want := map[string]int{"gpu-pool-1": 2, "sim-fleet": 1}[pool]; len(res.Nodes) != want {
+			t.Errorf("%s: %d nodes, want %d", pool, len(res.Nodes), want)
+		}
+	}
+	if got := f.summary(); !strings.Contains(got, "3 agents heartbeating as fleet-agent on gpu-pool-1 (gpu.h100-node-0, gpu.h100-node-1), sim-fleet (gpu.h100-node-0)") ||
+		!strings.Contains(got, "bcctl nodes list --pool gpu-pool-1") || !strings.Contains(got, `{"tenantId":"acme","poolId":"gpu-pool-1"}`) {
+		t.Errorf("summary: %s", got)
+	}
+	if fi, err := os.Stat(filepath.Join(dir, "gpu-pool-1", "gpu.h100-node-0.pem")); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Errorf("node key file: %v %v", fi, err)
+	}
+
+	// The user pastes the quickstart after make run created the pool.
+	for _, ex := range localgw.Examples(time.Now()) {
+		if ex.Method != "pools.create" {
+			continue
+		}
+		req, _ := http.NewRequest(http.MethodPost, st.URL+api.Lookup(ex.Method).Path(), strings.NewReader(ex.Body))
+		req.Header.Set("Authorization", "Bearer dev:"+ex.Principal)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("the quickstart's pools.create after the fleet's: HTTP %d %s", resp.StatusCode, body)
+		}
+	}
+
+	// A restart: the same keys, the same registrations.
+	again, err := setupSimFleet(ctx, admin, agents, 3, dir, pins, log)
+	if err != nil {
+		t.Fatalf("restart: %v", err)
+	}
+	again.close()
+	if _, err := setupSimFleet(ctx, admin, agents, 5, dir, pins, log); err == nil || !strings.Contains(err.Error(), "fresh BC_STATE_DIR") {
+		t.Errorf("more nodes than sim-fleet holds: %v", err)
+	}
+}
+
+// The quickstart's pool is read from what it prints; a pool's nodes follow
+// from its resources and node sizes, the last node of a resource smaller.
+func TestPoolNodes(t *testing.T) {
+	quick, err := quickstartPool()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if quick.PoolID != "gpu-pool-1" || quick.Resources["gpu.h100"] != 16 {
+		t.Fatalf("quickstart pool: %+v", quick)
+	}
+	got := poolNodes(capacity.Pool{PoolID: "p", Resources: map[string]int{"b": 3, "a": 10}, NodeSize: map[string]int{"a": 8, "b": 3}})
+	want := []simNode{{"p", "a-node-0", 8}, {"p", "a-node-1", 2}, {"p", "b-node-0", 3}}
+	if !slices.Equal(got, want) {
+		t.Errorf("nodes %v, want %v", got, want)
+	}
+}

@@ -1,0 +1,215 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/fleet"
+)
+
+func step(t *testing.T, a *Agent) fleet.HeartbeatResult {
+	t.Helper()
+	res, err := a.Step(context.Background())
+	if err != nil {
+		t.Fatalf("step: %v", err)
+	}
+	return res
+}
+
+// The report: signed by the node key, strictly valid, its counter the
+// clock's microseconds and rising even when the clock stands still; the
+// health from the driver against the node's device count.
+func TestStepReport(t *testing.T) {
+	node := newKey(t)
+	api := newFakeAPI(t, node)
+	f := newFixture(t, api.srv.URL, node)
+	step(t, f.agent)
+	rep := api.last()
+	if rep.Counter != t0.UnixMicro() || !rep.At.Equal(t0) || rep.Running != nil || rep.Install != nil {
+		t.Errorf("first report: %+v", rep)
+	}
+	if h := rep.Health; h.DevicesExpected != 8 || h.DevicesVisible != 8 || !h.Healthy() {
+		t.Errorf("health: %+v", h)
+	}
+	step(t, f.agent) // the clock did not move
+	if got := api.last().Counter; got != t0.UnixMicro()+1 {
+		t.Errorf("second counter %d, want %d", got, t0.UnixMicro()+1)
+	}
+	f.driver.SetVisible(6)
+	f.driver.SetCheck("nvlink", false, "link 3 down")
+	f.clock.Advance(time.Second)
+	step(t, f.agent)
+	rep = api.last()
+	if rep.Counter != t0.Add(time.Second).UnixMicro() {
+		t.Errorf("counter after a second: %d", rep.Counter)
+	}
+	h := rep.Health
+	if h.DevicesExpected != 8 || h.DevicesVisible != 6 || h.Healthy() || len(h.Checks) != 2 ||
+		h.Checks[1].Name != "nvlink" || h.Checks[1].OK || *h.Checks[1].Detail != "link 3 down" {
+		t.Errorf("unhealthy report: %+v", h)
+	}
+}
+
+// Unbinds before binds, as listed: the previous holder's unbind, then the
+// next holder's bind of the same devices; each reported the next step; an
+// unbound reservation no longer listed is forgotten, a bound one kept.
+func TestStepBindingsInOrder(t *testing.T) {
+	node := newKey(t)
+	api := newFakeAPI(t, node)
+	f := newFixture(t, api.srv.URL, node)
+	api.answers(
+		[]fleet.DesiredBinding{bind("r0", "gpu-0", "gpu-1")},
+		[]fleet.DesiredBinding{unbind("r0", "gpu-0", "gpu-1"), bind("r1", "gpu-1", "gpu-2")},
+		[]fleet.DesiredBinding{unbind("r0", "gpu-0", "gpu-1"), bind("r1", "gpu-1", "gpu-2")},
+		[]fleet.DesiredBinding{bind("r1", "gpu-1", "gpu-2")},
+		[]fleet.DesiredBinding{},
+	)
+	want := [][]string{
+		{},                         // before anything was listed
+		{"r0 bound"},               // after the bind
+		{"r0 unbound", "r1 bound"}, // after the unbind, then the bind
+		{"r0 unbound", "r1 bound"}, // still listed: still said
+		{"r1 bound"},               // r0 no longer listed and said: forgotten
+		{"r1 bound"},               // r1 no longer listed but held: still said
+	}
+	for i, w := range want {
+		step(t, f.agent)
+		if got := words(api.last()); !slices.Equal(got, w) {
+			t.Fatalf("report %d: %v, want %v", i, got, w)
+		}
+	}
+	if got, want := ops(f.driver), []string{"bind r0", "unbind r0", "bind r1"}; !slices.Equal(got, want) {
+		t.Errorf("driver: %v, want %v", got, want)
+	}
+}
+
+// A bind of a device another reservation still holds waits, unreported,
+// until that holder's unbind is listed and done; a failed bind is reported
+// failed with its reason and tried again.
+func TestStepPendingAndFailedBinds(t *testing.T) {
+	node := newKey(t)
+	api := newFakeAPI(t, node)
+	f := newFixture(t, api.srv.URL, node)
+	// r0 holds gpu-1 from before (the agent restarted; the driver did not).
+	if err := f.driver.Bind(context.Background(), "r0", "acme", []string{"gpu-1"}); err != nil {
+		t.Fatal(err)
+	}
+	api.answers(
+		[]fleet.DesiredBinding{bind("r1", "gpu-1")},
+		[]fleet.DesiredBinding{unbind("r0", "gpu-1"), bind("r1", "gpu-1")},
+	)
+	step(t, f.agent) // r1 refused: gpu-1 is r0's
+	step(t, f.agent)
+	if got := words(api.last()); len(got) != 0 {
+		t.Fatalf("a pending bind was reported: %v", got)
+	}
+	step(t, f.agent)
+	if got, want := words(api.last()), []string{"r0 unbound", "r1 bound"}; !slices.Equal(got, want) {
+		t.Fatalf("after the unbind: %v, want %v", got, want)
+	}
+
+	f.driver.FailBinds(errors.New("nvidia-smi: device busy"))
+	api.answers([]fleet.DesiredBinding{bind("r2", "gpu-5")})
+	step(t, f.agent)
+	step(t, f.agent)
+	rep := api.last()
+	i := slices.IndexFunc(rep.Bindings, func(b fleet.ReportedBinding) bool { return b.ReservationID == "r2" })
+	if i < 0 || rep.Bindings[i].State != fleet.BindFailed || !strings.Contains(*rep.Bindings[i].Reason, "device busy") {
+		t.Fatalf("failed bind: %+v", rep.Bindings)
+	}
+	f.driver.FailBinds(nil)
+	step(t, f.agent)
+	step(t, f.agent)
+	if got := words(api.last()); !slices.Contains(got, "r2 bound") {
+		t.Errorf("after the driver healed: %v", got)
+	}
+}
+
+// A replay: Step returns the CONFLICT and the next report's counter is
+// past the server's latest.
+func TestStepReplayMovesTheCounter(t *testing.T) {
+	node := newKey(t)
+	api := newFakeAPI(t, node)
+	f := newFixture(t, api.srv.URL, node)
+	latest := t0.Add(time.Hour).UnixMicro() // another life's counter, with a clock ahead
+	api.script(func(rep fleet.Report) (int, any) {
+		if rep.Counter <= latest {
+			return 409, apierr.New(apierr.Conflict, "replay").With("reason", fleet.ReasonReplay).With("latestCounter", latest)
+		}
+		return 200, answer(30)
+	})
+	_, err := f.agent.Step(context.Background())
+	if e := apierr.As(err); e == nil || e.Code != apierr.Conflict {
+		t.Fatalf("step: %v, want the CONFLICT", err)
+	}
+	step(t, f.agent)
+	if got := api.last().Counter; got != latest+1 {
+		t.Errorf("counter %d, want %d", got, latest+1)
+	}
+}
+
+// The release in the answer: installed in the background; the next report
+// says installing while it runs, then installed with the new version
+// running; a refused release is reported failed and not tried again.
+func TestStepInstallsTheDesiredRelease(t *testing.T) {
+	node := newKey(t)
+	api := newFakeAPI(t, node)
+	site := newBinarySite(t)
+	f := newFixture(t, api.srv.URL, node, func(c *Config) { c.HTTP = site.srv.Client() })
+	e := &installEnv{fixture: f, site: site}
+	st, _ := e.statement("1.1.0", 2)
+	rel := desired(t, st, f.release)
+	gate := make(chan struct{})
+	site.serve = func(w http.ResponseWriter, r *http.Request) bool { <-gate; return false }
+	api.script(func(fleet.Report) (int, any) {
+		res := answer(5)
+		res.Desired.Release = &rel
+		return 200, res
+	})
+	step(t, f.agent) // starts the install, held at the download
+	step(t, f.agent)
+	if in := api.last().Install; in == nil || in.State != fleet.InstallInstalling || in.Version != "1.1.0" {
+		t.Fatalf("during the install: %+v", in)
+	}
+	close(gate)
+	if err := f.agent.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	step(t, f.agent)
+	rep := api.last()
+	if rep.Install == nil || rep.Install.State != fleet.InstallInstalled || rep.Running == nil || rep.Running.Version != "1.1.0" {
+		t.Fatalf("after the install: install %+v running %+v", rep.Install, rep.Running)
+	}
+
+	// A release signed by a key the node does not pin.
+	st2, _ := e.statement("1.2.0", 3)
+	bad := desired(t, st2, newKey(t))
+	api.script(func(fleet.Report) (int, any) {
+		res := answer(5)
+		res.Desired.Release, res.Desired.FloorSequence = &bad, 2
+		return 200, res
+	})
+	step(t, f.agent)
+	if err := f.agent.Wait(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	before := site.downloads()
+	for range 3 {
+		step(t, f.agent)
+		f.clock.Advance(2 * RetryInstallAfter)
+	}
+	rep = api.last()
+	if rep.Install == nil || rep.Install.State != fleet.InstallFailed || !strings.Contains(*rep.Install.Reason, "unknown_key") ||
+		rep.Running == nil || rep.Running.Version != "1.1.0" {
+		t.Fatalf("after the refusal: install %+v running %+v", rep.Install, rep.Running)
+	}
+	if site.downloads() != before {
+		t.Errorf("a refused release was tried again")
+	}
+}

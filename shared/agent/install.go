@@ -1,0 +1,316 @@
+package agent
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/rollout"
+)
+
+// BinaryName is the file an installed release's binary is written to:
+// <StateDir>/<version>/bcd.
+const BinaryName = "bcd"
+
+// ErrRefused marks an install that must not be tried again for the same
+// manifest: a verification refusal or a binary that did not start healthy.
+// Other failures (the download's transport, the disk) are retried after
+// RetryInstallAfter.
+var ErrRefused = errors.New("install refused")
+
+// RetryInstallAfter is how long after a failure that was not a refusal the
+// same release is tried again.
+const RetryInstallAfter = time.Minute
+
+func refused(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrRefused, fmt.Sprintf(format, args...))
+}
+
+// Starter starts an installed binary and says whether it came up healthy
+// (nil) or not.
+type Starter interface {
+	Start(ctx context.Context, path string, v fleet.Version) error
+}
+
+// ExecStarter is the default Starter: a health probe that runs
+// `<binary> --version` and wants exit status 0 within Timeout (default
+// 10 s) and the release's version in what it prints. bcd itself is run by
+// the host's service manager; this only proves the binary executes here.
+type ExecStarter struct{ Timeout time.Duration }
+
+// Start implements Starter.
+func (s ExecStarter) Start(ctx context.Context, path string, v fleet.Version) error {
+	timeout := s.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Second
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--version").CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s --version: %w", path, err)
+	}
+	if !bytes.Contains(out, []byte(v.Version)) {
+		return fmt.Errorf("%s --version printed %q, not version %s", path, strings.TrimSpace(string(clipBytes(out))), v.Version)
+	}
+	return nil
+}
+
+func clipBytes(b []byte) []byte { return b[:min(len(b), 120)] }
+
+// Install installs a release the node is told to run, or refuses it. It
+// verifies the manifest under the agent's own pins at the agent's time
+// (signatures, threshold, the statement, its expiry), that the answer names
+// the release the statement signs, that its sequence is at least floor,
+// that the statement has a binary for the agent's platform; downloads that
+// binary (never more than its size: reading stops at size+1 bytes), checks
+// its size and sha256, writes it to <StateDir>/<version>/bcd atomically
+// (kept if already there and intact), starts it with the Starter, and
+// records it as running with the release it replaces as the previous one.
+// A binary that does not start healthy is refused and the previous one is
+// started again; the node runs what it ran.
+func (a *Agent) Install(ctx context.Context, d fleet.DesiredRelease, floor int64) error {
+	if a.cfg.Pins == nil {
+		return refused("installs are disabled: the agent has no release pins")
+	}
+	v, err := a.cfg.Pins.Verify(d.Manifest, a.cfg.Now())
+	if err != nil {
+		return refused("manifest: %s", describe(err))
+	}
+	st := v.Statement
+	if st.Version != d.Version || st.Sequence != d.Sequence || v.Digest != d.ManifestDigest {
+		return refused("the answer names %s (sequence %d, %s), the signed statement %s (sequence %d, %s)",
+			d.Version, d.Sequence, d.ManifestDigest, st.Version, st.Sequence, v.Digest)
+	}
+	if st.Sequence < floor {
+		return refused("sequence %d is below the floor %d (a node only moves forward, or back to the release it ran)", st.Sequence, floor)
+	}
+	bin, ok := binaryFor(st, a.cfg.Platform)
+	if !ok {
+		return refused("release %s has no binary for platform %s", st.Version, a.cfg.Platform)
+	}
+	if filepath.Base(st.Version) != st.Version { // SemVer never has a separator; be sure
+		return refused("version %q is not a file name", st.Version)
+	}
+	path := a.binaryPath(st.Version)
+	if !intact(path, bin) {
+		if err := a.download(ctx, bin, path); err != nil {
+			return err
+		}
+	}
+	next := fleet.Version{Version: st.Version, Sequence: st.Sequence}
+	prev := a.Running()
+	if err := a.cfg.Starter.Start(ctx, path, next); err != nil {
+		running := "none"
+		if prev != nil {
+			running = prev.Version
+			if perr := a.cfg.Starter.Start(ctx, a.binaryPath(prev.Version), *prev); perr != nil {
+				a.log.Error("the previous release did not start again either", "version", prev.Version, "error", perr.Error())
+			}
+		}
+		return refused("%s did not start healthy (%v); running %s", st.Version, err, running)
+	}
+	if err := saveState(a.cfg.StateDir, state{Running: &next, Previous: prev}); err != nil {
+		return err
+	}
+	a.mu.Lock()
+	a.running = &next
+	a.mu.Unlock()
+	a.prune(next, prev)
+	return nil
+}
+
+// describe is a verification error's reason and message.
+func describe(err error) string {
+	if e := apierr.As(err); e != nil {
+		if r, ok := e.Details["reason"].(string); ok {
+			return r + ": " + e.Message
+		}
+		return e.Message
+	}
+	return err.Error()
+}
+
+// binaryFor is the statement's binary for platform (compared as a string:
+// linux/arm64 and linux/arm64/v8 are distinct platforms).
+func binaryFor(st rollout.Statement, platform string) (rollout.Binary, bool) {
+	for _, b := range st.Binaries {
+		if b.Platform == platform {
+			return b, true
+		}
+	}
+	return rollout.Binary{}, false
+}
+
+func (a *Agent) binaryPath(version string) string {
+	return filepath.Join(a.cfg.StateDir, version, BinaryName)
+}
+
+// intact reports whether the file at path is the binary already (a
+// rollback to the previous release needs no download).
+func intact(path string, bin rollout.Binary) bool {
+	f, err := os.Open(path)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, io.LimitReader(f, bin.Size+1))
+	return err == nil && n == bin.Size && hex.EncodeToString(h.Sum(nil)) == bin.SHA256
+}
+
+// download fetches bin over https into path: a temporary file in the same
+// directory, renamed over path only once its size and sha256 are the
+// manifest's.
+func (a *Agent) download(ctx context.Context, bin rollout.Binary, path string) error {
+	if u, err := url.Parse(bin.URL); err != nil || u.Scheme != "https" {
+		return refused("binary URL %q is not https", bin.URL)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, bin.URL, nil)
+	if err != nil {
+		return refused("binary URL %q: %v", bin.URL, err)
+	}
+	resp, err := a.cfg.HTTP.Do(req)
+	if err != nil {
+		return fmt.Errorf("download %s: %w", bin.URL, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("download %s: HTTP %d", bin.URL, resp.StatusCode)
+	}
+	if resp.ContentLength > bin.Size {
+		return refused("download %s: %d bytes offered, the manifest says %d", bin.URL, resp.ContentLength, bin.Size)
+	}
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(dir, "."+BinaryName+"-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // after the rename, a no-op
+	defer tmp.Close()
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(resp.Body, bin.Size+1))
+	switch {
+	case n > bin.Size:
+		return refused("download %s: more than the manifest's %d bytes", bin.URL, bin.Size)
+	case err != nil:
+		return fmt.Errorf("download %s: %w", bin.URL, err)
+	case n != bin.Size:
+		return refused("download %s: %d bytes, the manifest says %d", bin.URL, n, bin.Size)
+	}
+	if sum := hex.EncodeToString(h.Sum(nil)); sum != bin.SHA256 {
+		return refused("download %s: sha256 %s, the manifest says %s", bin.URL, sum, bin.SHA256)
+	}
+	if err := tmp.Chmod(0o755); err != nil {
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	return syncDir(dir)
+}
+
+// prune removes installed releases other than the one running and the one
+// before it.
+func (a *Agent) prune(running fleet.Version, prev *fleet.Version) {
+	entries, err := os.ReadDir(a.cfg.StateDir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !e.IsDir() || name == running.Version || (prev != nil && name == prev.Version) {
+			continue
+		}
+		if _, err := os.Stat(filepath.Join(a.cfg.StateDir, name, BinaryName)); err != nil {
+			continue // not an installed release
+		}
+		if err := os.RemoveAll(filepath.Join(a.cfg.StateDir, name)); err != nil {
+			a.log.Warn("removing an old release", "version", name, "error", err.Error())
+		}
+	}
+}
+
+// release starts installing the answer's release when it is not what the
+// node runs, unless an install is in progress or this release was refused
+// (or failed less than RetryInstallAfter ago). The outcome is reported in
+// the next reports: installing, then installed or failed.
+func (a *Agent) release(ctx context.Context, d fleet.Desired) {
+	rel := d.Release
+	if rel == nil {
+		return
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if r := a.running; r != nil && r.Version == rel.Version && r.Sequence == rel.Sequence {
+		return
+	}
+	key := rel.Version + "@" + rel.ManifestDigest
+	if a.busy != nil || a.cfg.Now().Before(a.retryAt[key]) {
+		return
+	}
+	a.retryAt[key] = forever
+	a.install = &fleet.Install{Version: rel.Version, State: fleet.InstallInstalling}
+	busy := make(chan struct{})
+	a.busy = busy
+	a.log.Info("installing", "version", rel.Version, "sequence", rel.Sequence, "floor", d.FloorSequence)
+	go func() {
+		err := a.Install(ctx, *rel, d.FloorSequence)
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		defer close(busy)
+		a.busy = nil
+		if err == nil {
+			a.install = &fleet.Install{Version: rel.Version, State: fleet.InstallInstalled}
+			a.log.Info("installed", "version", rel.Version)
+			return
+		}
+		reason := clip(err.Error())
+		a.install = &fleet.Install{Version: rel.Version, State: fleet.InstallFailed, Reason: &reason}
+		a.log.Error("install failed", "version", rel.Version, "error", err.Error())
+		if !errors.Is(err, ErrRefused) || ctx.Err() != nil {
+			a.retryAt[key] = a.cfg.Now().Add(RetryInstallAfter)
+		}
+	}()
+}
+
+// forever: a refused release is not tried again (until the agent restarts).
+var forever = time.Unix(1<<62, 0)
+
+// Wait waits for the install in progress, if any, to end.
+func (a *Agent) Wait(ctx context.Context) error {
+	a.mu.Lock()
+	busy := a.busy
+	a.mu.Unlock()
+	if busy == nil {
+		return nil
+	}
+	select {
+	case <-busy:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

@@ -1,0 +1,96 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/fleet"
+)
+
+// Pacing of Run.
+const (
+	Jitter         = 0.1 // a heartbeat comes within ±10% of the interval it was given
+	BackoffInitial = time.Second
+	BackoffMax     = time.Minute
+)
+
+// Run heartbeats until ctx ends (and returns its error): Step, then sleep
+// the answer's nextHeartbeatSeconds ±10%. A failed step is retried after
+// an exponential backoff with full jitter (a random wait up to 1 s, 2 s,
+// 4 s, … 60 s), except a replay (CONFLICT): Step moved the counter past the
+// server's, so it is retried at once, once.
+func (a *Agent) Run(ctx context.Context) error {
+	failures, replayRetried := 0, false
+	for {
+		res, err := a.Step(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var wait time.Duration
+		switch _, replay := replayed(err); {
+		case err == nil:
+			failures, replayRetried = 0, false
+			wait = a.jittered(time.Duration(res.NextHeartbeatSeconds) * time.Second)
+		case replay && !replayRetried:
+			replayRetried = true
+			a.log.Info("heartbeat: a replay; the counter moved past the server's, again at once", "error", err.Error())
+			continue
+		default:
+			failures, replayRetried = failures+1, false
+			wait = a.backoff(failures)
+			lvl := a.log.Warn
+			if !Retryable(err) {
+				lvl = a.log.Error // it will not heal by itself: say so louder
+			}
+			lvl("heartbeat failed", "error", err.Error(), "failures", failures, "retry_in", wait.Round(time.Millisecond).String())
+		}
+		if err := a.cfg.Sleep(ctx, wait); err != nil {
+			return err
+		}
+	}
+}
+
+// jittered is d (fleet.DefaultInterval when the answer gave none) ±Jitter.
+func (a *Agent) jittered(d time.Duration) time.Duration {
+	if d <= 0 {
+		d = fleet.DefaultInterval
+	}
+	return time.Duration(float64(d) * (1 - Jitter + 2*Jitter*a.cfg.Rand()))
+}
+
+// backoff is the full-jitter wait after the n-th failure in a row: uniform
+// in [0, min(BackoffMax, BackoffInitial·2^(n-1))).
+func (a *Agent) backoff(n int) time.Duration {
+	ceil := BackoffMax
+	if n < 8 && BackoffInitial<<(n-1) < BackoffMax {
+		ceil = BackoffInitial << (n - 1)
+	}
+	return time.Duration(float64(ceil) * a.cfg.Rand())
+}
+
+// Retryable: a failure that may heal by itself — the transport, an answer
+// that is not the API's (a proxy's 502), UNAVAILABLE or INTERNAL. Anything
+// else the API answered (an unregistered node, a refused report, a
+// permission) needs an operator.
+func Retryable(err error) bool {
+	var e *apierr.Error
+	if !errors.As(err, &e) {
+		return true
+	}
+	return e.Code == apierr.Unavailable || e.Code == apierr.Internal || apierr.HTTPStatus(e.Code) >= http.StatusInternalServerError
+}
+
+// sleep waits d or until ctx ends.
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
