@@ -49,6 +49,7 @@ type setup struct {
 	pins      *Pins
 	cursorKey string
 	appOpts   []app.Option
+	configs   []func(*app.Config)
 }
 
 // WithClock replaces time.Now in the app (see Clock).
@@ -59,6 +60,10 @@ func WithDecider(d iam.Decider) Option { return func(s *setup) { s.decider = d }
 
 // WithPins replaces the dev pins file: only p is pinned.
 func WithPins(p Pins) Option { return func(s *setup) { s.pins = &p } }
+
+// WithConfig adjusts the app's configuration before it starts (e.g. the
+// heartbeat interval).
+func WithConfig(f func(*app.Config)) Option { return func(s *setup) { s.configs = append(s.configs, f) } }
 
 // WithCursorKey sets the app's cursor key (default "teststack").
 func WithCursorKey(k string) Option { return func(s *setup) { s.cursorKey = k } }
@@ -100,6 +105,9 @@ func Start(tb testing.TB, opts ...Option) *Stack {
 	}
 	if s.now != nil {
 		appOpts = append(appOpts, app.WithClock(s.now))
+	}
+	for _, f := range s.configs {
+		f(&cfg)
 	}
 	a, err := app.New(context.Background(), cfg, append(appOpts, s.appOpts...)...)
 	if err != nil {

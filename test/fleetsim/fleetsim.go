@@ -1,0 +1,378 @@
+// Package fleetsim is the fleet simulation (docs/fleet.md, "The fleet
+// simulation"): reference agents (shared/agent) heartbeat through the local
+// gateway against dynalite in real time, with the reconciler passing every
+// second, while reservations start and end on their nodes, some agents are
+// killed and some report unhealthy devices. Run measures what an operator
+// asks of it: heartbeat latency, calls and capacity units per heartbeat,
+// how long binding takes from a window's start to active, how many
+// reservations were moved off dead nodes and how many were stuck, and the
+// invariant checker's verdict at the end. The test runs a small fleet in
+// make test; the benchmark runs 500 agents in make bench.
+package fleetsim
+
+import (
+	"context"
+	"crypto"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strings"
+	"sort"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/agent"
+	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/client"
+	"github.com/bettercompute/control-plane/shared/dsse"
+	"github.com/bettercompute/control-plane/shared/iam"
+	"github.com/bettercompute/control-plane/test/teststack"
+)
+
+// Config is one simulation's shape.
+type Config struct {
+	Pools        int           // pools of NodesPerPool nodes of 8 devices
+	NodesPerPool int           //
+	Reservations int           // created over Spread, each starting Lead (±50 %) after its create and lasting Length (to twice that)
+	Spread       time.Duration // how long creates go on
+	Lead, Length time.Duration
+	Interval     time.Duration // the idle heartbeat interval (nodes are unreachable after 3)
+	KillPct      int           // agents killed (they stop) a third into the run
+	SickPct      int           // agents that start reporting a missing device a third into the run
+	Seed         uint64
+}
+
+// Result is what a run measured.
+type Result struct {
+	Agents, Heartbeats                int
+	HeartbeatP50, HeartbeatP99        time.Duration // server-side, as the gateway logged each
+	CallsPerBeat, RCUPerBeat, WCUPerB float64
+	Created, Bound                    int           // reservations placed; those that reached active
+	BindP50, BindP99                  time.Duration // window start → active
+	BindPassesP50, BindPassesP99      float64       // the same in reconciler passes
+	Replaced, Stuck                   int           // moved off a dead node; never active before their window ended
+	Refused                           map[string]int // creates not placed, by answer
+	Violations                        []string
+	Passes                            int
+	Took                              time.Duration
+}
+
+func (r Result) String() string {
+	return fmt.Sprintf("%d agents, %d heartbeats: p50 %s p99 %s, %.2f calls %.2f RCU %.2f WCU per heartbeat; "+
+		"%d reservations (refused %v), %d bound: window start → active p50 %s (%.1f passes) p99 %s (%.1f passes); %d replaced, %d stuck; %d passes in %s; %d violations",
+		r.Agents, r.Heartbeats, r.HeartbeatP50, r.HeartbeatP99, r.CallsPerBeat, r.RCUPerBeat, r.WCUPerB,
+		r.Created, r.Refused, r.Bound, r.BindP50.Round(time.Millisecond), r.BindPassesP50, r.BindP99.Round(time.Millisecond), r.BindPassesP99,
+		r.Replaced, r.Stuck, r.Passes, r.Took.Round(time.Second), len(r.Violations))
+}
+
+// requestLog collects the gateway's request lines: method, latency, cost.
+type requestLog struct {
+	mu    sync.Mutex
+	lines []logLine
+}
+
+type logLine struct {
+	method        string
+	status        int
+	ms, rcu, wcu  float64
+	dynamoCalls   int
+	principalNode bool
+}
+
+func (l *requestLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *requestLog) WithAttrs([]slog.Attr) slog.Handler     { return l }
+func (l *requestLog) WithGroup(string) slog.Handler          { return l }
+func (l *requestLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "request" {
+		return nil
+	}
+	var line logLine
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "method":
+			line.method = a.Value.String()
+		case "status":
+			line.status = int(a.Value.Int64())
+		case api.MetricLatency:
+			line.ms = a.Value.Float64()
+		case api.MetricDynamoCalls:
+			line.dynamoCalls = int(a.Value.Int64())
+		case api.MetricRCU:
+			line.rcu = a.Value.Float64()
+		case api.MetricWCU:
+			line.wcu = a.Value.Float64()
+		}
+		return true
+	})
+	l.mu.Lock()
+	l.lines = append(l.lines, line)
+	l.mu.Unlock()
+	return nil
+}
+
+// Run runs one simulation and returns what it measured; tb fails on an
+// error of the harness itself (not on what is measured).
+func Run(tb testing.TB, cfg Config) Result {
+	tb.Helper()
+	setup := time.Now()
+	begin := setup
+	rng := rand.New(rand.NewPCG(cfg.Seed, 17))
+	policy, err := iam.ParsePolicy([]byte(`{"grants": [
+	  {"principal": "admin", "permissions": ["*"], "scopes": ["*"]},
+	  {"principal": "fleet-agent", "permissions": ["compute:nodes:report"], "scopes": ["node:*"]}]}`))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	logs := &requestLog{}
+	st := teststack.Start(tb, teststack.WithDecider(policy),
+		teststack.WithConfig(func(c *app.Config) { c.HeartbeatInterval = cfg.Interval }),
+		teststack.WithAppOptions(app.WithLogger(slog.New(logs))))
+	admin := client.New(st.URL, "dev:admin")
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	post := func(method string, in, out any) error {
+		body, _ := json.Marshal(in)
+		resp, err := admin.Do(ctx, method, body)
+		if err != nil {
+			return err
+		}
+		if resp.Status != 200 {
+			return fmt.Errorf("%s: HTTP %d %s", method, resp.Status, resp.Body)
+		}
+		if out != nil {
+			return json.Unmarshal(resp.Body, out)
+		}
+		return nil
+	}
+	type node struct {
+		pool, id string
+		agent    *agent.Agent
+		driver   *agent.RecordingDriver
+		cancel   context.CancelFunc
+	}
+	var nodes []*node
+	for p := range cfg.Pools {
+		pool := fmt.Sprintf("sim-%02d", p)
+		if err := post("pools.create", map[string]any{"tenantId": "acme", "poolId": pool,
+			"resources": map[string]any{"gpu": cfg.NodesPerPool * 8}}, nil); err != nil {
+			tb.Fatal(err)
+		}
+		for k := range cfg.NodesPerPool {
+			key, _ := dsse.GenerateKey(dsse.AlgEd25519)
+			pem, _ := dsse.MarshalPublicKeyPEM(key.Public())
+			id := capacity.NodeID("gpu", k)
+			if err := post("nodes.register", map[string]any{"tenantId": "acme", "poolId": pool, "nodeId": id,
+				"publicKey": string(pem), "platform": "linux/amd64"}, nil); err != nil {
+				tb.Fatal(err)
+			}
+			nodes = append(nodes, &node{pool: pool, id: id, driver: agent.NewRecordingDriver(8), agent: nil})
+			n := nodes[len(nodes)-1]
+			n.agent = newAgent(tb, st.URL, pool, id, key, n.driver)
+		}
+	}
+	// The reconciler, every second (what the local gateway's timer does).
+	var passes int
+	var passMu sync.Mutex
+	reconciling := make(chan struct{})
+	go func() {
+		defer close(reconciling)
+		t := time.NewTicker(time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				_ = st.App.Reconcile(ctx)
+				passMu.Lock()
+				passes++
+				passMu.Unlock()
+			}
+		}
+	}()
+	var agents sync.WaitGroup
+	for _, n := range nodes {
+		actx, cancel := context.WithCancel(ctx)
+		n.cancel = cancel
+		agents.Add(1)
+		go func() { defer agents.Done(); _ = n.agent.Run(actx) }()
+	}
+	// A first round of heartbeats and a pass make every node ready.
+	waitFor(tb, 2*cfg.Interval+5*time.Second, func() bool {
+		var ready int
+		for p := range cfg.Pools {
+			var out struct{ Nodes []json.RawMessage }
+			if post("nodes.list", map[string]any{"tenantId": "acme", "poolId": fmt.Sprintf("sim-%02d", p), "state": "ready", "limit": 1000}, &out) == nil {
+				ready += len(out.Nodes)
+			}
+		}
+		return ready == len(nodes)
+	})
+	// One more pass after every node reported ready lifts their flags (the
+	// first passes also provisioned the pools' hours ahead): the load
+	// starts from a fleet that takes placements.
+	if err := st.App.Reconcile(ctx); err != nil {
+		tb.Fatal(err)
+	}
+	begin = time.Now()
+	// Creates spread over the run; a third in, kills and sick devices.
+	type made struct {
+		id, pool string
+		window   capacity.Window
+	}
+	var created []made
+	var killedAt time.Time
+	refused := map[string]int{}
+	perm := rng.Perm(len(nodes))
+	kills := len(nodes) * cfg.KillPct / 100
+	sick := len(nodes) * cfg.SickPct / 100
+	for i := range cfg.Reservations {
+		at := begin.Add(time.Duration(i) * cfg.Spread / time.Duration(cfg.Reservations))
+		if d := time.Until(at); d > 0 {
+			time.Sleep(d) // pacing the load in real time, not synchronization
+		}
+		if i == cfg.Reservations/3 {
+			killedAt = time.Now()
+			for _, j := range perm[:kills] {
+				nodes[j].cancel()
+			}
+			for _, j := range perm[kills : kills+sick] {
+				nodes[j].driver.SetVisible(7)
+			}
+		}
+		pool := fmt.Sprintf("sim-%02d", rng.IntN(cfg.Pools))
+		start := time.Now().Add(cfg.Lead/2 + time.Duration(rng.Int64N(int64(cfg.Lead))))
+		count := []int{1, 2, 4, 8}[rng.IntN(4)]
+		var out struct{ Reservation capacity.Reservation }
+		err := post("reservations.create", map[string]any{"tenantId": "acme", "poolId": pool, "resource": "gpu", "count": count,
+			"window": map[string]any{"start": start.UTC().Format(time.RFC3339Nano),
+				"end": start.Add(cfg.Length + time.Duration(rng.Int64N(int64(cfg.Length)))).UTC().Format(time.RFC3339Nano)}}, &out)
+		if err == nil {
+			created = append(created, made{out.Reservation.ReservationID, pool, out.Reservation.Window})
+		} else {
+			refused[firstCode(err.Error())]++
+			if os.Getenv("BC_FLEETSIM_DEBUG") != "" {
+				tb.Logf("create %d on %s ×%d at %s: %v", i, pool, count, time.Since(begin).Round(time.Second), err)
+			}
+		}
+	}
+	_ = killedAt
+	// Let every window end, then stop the fleet and settle.
+	last := time.Time{}
+	for _, m := range created {
+		if m.window.End.After(last) {
+			last = m.window.End
+		}
+	}
+	time.Sleep(time.Until(last) + 3*time.Second) // real time passes for the windows: pacing, not synchronization
+	stop()
+	agents.Wait()
+	<-reconciling
+	ctx = context.Background()
+	for range 3 {
+		if err := st.App.Reconcile(context.Background()); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	res := Result{Agents: len(nodes), Created: len(created), Passes: passes, Refused: refused}
+	// Heartbeats: latency and cost from the gateway's log.
+	var lat []float64
+	var calls, rcu, wcu float64
+	logs.mu.Lock()
+	for _, l := range logs.lines {
+		if l.method == "nodes.heartbeat" && l.status == 200 {
+			lat = append(lat, l.ms)
+			calls += float64(l.dynamoCalls)
+			rcu += l.rcu
+			wcu += l.wcu
+		}
+	}
+	logs.mu.Unlock()
+	res.Heartbeats = len(lat)
+	if len(lat) > 0 {
+		sort.Float64s(lat)
+		res.HeartbeatP50 = ms(lat[len(lat)/2])
+		res.HeartbeatP99 = ms(lat[len(lat)*99/100])
+		n := float64(len(lat))
+		res.CallsPerBeat, res.RCUPerBeat, res.WCUPerB = calls/n, rcu/n, wcu/n
+	}
+	// Binding: from each reservation's history.
+	var bind []time.Duration
+	for _, m := range created {
+		var out struct{ Reservation capacity.Reservation }
+		if err := post("reservations.get", map[string]any{"tenantId": "acme", "reservationId": m.id}, &out); err != nil {
+			tb.Fatal(err)
+		}
+		r := out.Reservation
+		active := false
+		for _, ev := range r.History {
+			switch {
+			case ev.State == capacity.Active:
+				active = true
+				bind = append(bind, ev.At.Sub(r.Window.Start))
+			case ev.Reason == capacity.ReasonReplaced:
+				res.Replaced++
+			}
+		}
+		if !active {
+			res.Stuck++
+		}
+	}
+	res.Bound = len(bind)
+	if len(bind) > 0 {
+		slices.Sort(bind)
+		res.BindP50, res.BindP99 = bind[len(bind)/2], bind[len(bind)*99/100]
+		res.BindPassesP50, res.BindPassesP99 = res.BindP50.Seconds(), res.BindP99.Seconds()
+	}
+	vs, err := capacity.Check(context.Background(), st.App.CapacityStore())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, v := range vs {
+		res.Violations = append(res.Violations, v.String())
+	}
+	res.Took = time.Since(setup)
+	return res
+}
+
+// firstCode is the API error code in an answer's body.
+func firstCode(body string) string {
+	for _, c := range []string{"QUOTA_EXCEEDED", "CAPACITY_EXHAUSTED", "UNAVAILABLE", "INVALID_INPUT", "INTERNAL"} {
+		if strings.Contains(body, c) {
+			return c
+		}
+	}
+	return "other"
+}
+
+func ms(v float64) time.Duration { return time.Duration(v * float64(time.Millisecond)) }
+
+func newAgent(tb testing.TB, url, pool, id string, key crypto.Signer, d *agent.RecordingDriver) *agent.Agent {
+	tb.Helper()
+	a, err := agent.New(agent.Config{Client: client.New(url, "dev:fleet-agent"), TenantID: "acme", PoolID: pool, NodeID: id,
+		Key: key, Platform: "linux/amd64", Devices: 8, Driver: d, StateDir: tb.TempDir()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return a
+}
+
+// waitFor polls cond until it holds or the deadline passes (the fleet's
+// first heartbeats arrive in real time).
+func waitFor(tb testing.TB, d time.Duration, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("fleet not ready after %s", d)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
