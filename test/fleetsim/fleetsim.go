@@ -19,8 +19,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
-	"strings"
 	"sort"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -53,10 +53,10 @@ type Result struct {
 	Agents, Heartbeats                int
 	HeartbeatP50, HeartbeatP99        time.Duration // server-side, as the gateway logged each
 	CallsPerBeat, RCUPerBeat, WCUPerB float64
-	Created, Bound                    int           // reservations placed; those that reached active
-	BindP50, BindP99                  time.Duration // window start → active
-	BindPassesP50, BindPassesP99      float64       // the same in reconciler passes
-	Replaced, Stuck                   int           // moved off a dead node; never active before their window ended
+	Created, Bound                    int            // reservations placed; those that reached active
+	BindP50, BindP99                  time.Duration  // window start → active
+	BindPassesP50, BindPassesP99      float64        // the same in reconciler passes
+	Replaced, Stuck                   int            // moved off a dead node; never active before their window ended
 	Refused                           map[string]int // creates not placed, by answer
 	Violations                        []string
 	Passes                            int
@@ -86,8 +86,8 @@ type logLine struct {
 }
 
 func (l *requestLog) Enabled(context.Context, slog.Level) bool { return true }
-func (l *requestLog) WithAttrs([]slog.Attr) slog.Handler     { return l }
-func (l *requestLog) WithGroup(string) slog.Handler          { return l }
+func (l *requestLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *requestLog) WithGroup(string) slog.Handler            { return l }
 func (l *requestLog) Handle(_ context.Context, r slog.Record) error {
 	if r.Message != "request" {
 		return nil
@@ -375,4 +375,3 @@ func waitFor(tb testing.TB, d time.Duration, cond func() bool) {
 		time.Sleep(200 * time.Millisecond)
 	}
 }
-

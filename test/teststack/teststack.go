@@ -63,7 +63,9 @@ func WithPins(p Pins) Option { return func(s *setup) { s.pins = &p } }
 
 // WithConfig adjusts the app's configuration before it starts (e.g. the
 // heartbeat interval).
-func WithConfig(f func(*app.Config)) Option { return func(s *setup) { s.configs = append(s.configs, f) } }
+func WithConfig(f func(*app.Config)) Option {
+	return func(s *setup) { s.configs = append(s.configs, f) }
+}
 
 // WithCursorKey sets the app's cursor key (default "teststack").
 func WithCursorKey(k string) Option { return func(s *setup) { s.cursorKey = k } }
