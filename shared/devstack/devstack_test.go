@@ -401,6 +401,9 @@ func TestDevPolicy(t *testing.T) {
 		{"ops", "compute:pools:admin", "tenant:globex", false},
 		{"ops", "compute:reservations:create", "tenant:acme", false},
 		{"mallory", "compute:pools:read", "tenant:acme", false},
+		{"fleet-agent", "compute:nodes:report", "node:gpu-pool-1/gpu.h100-node-0", true},
+		{"fleet-agent", "compute:pools:read", "tenant:acme", false},
+		{"fleet-agent", "compute:nodes:report", "tenant:acme", false},
 	} {
 		d, err := p.Decide(context.Background(), iam.Request{Principal: tc.principal, Permission: tc.permission, Scope: tc.scope})
 		if err != nil || d.Allow != tc.allow {

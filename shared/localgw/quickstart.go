@@ -82,7 +82,7 @@ func shellQuote(s string) string {
 func Quickstart(s Stack, now time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Better Compute local stack: %s (health: %s%s)\n", s.URL, s.URL, HealthPath)
-	b.WriteString("Principals (localstack/policy.json): admin (everything), alice and ops (tenant acme).\n")
+	b.WriteString("Principals (localstack/policy.json): admin (everything), alice and ops (tenant acme), fleet-agent (node reports only: compute:nodes:report on node:*).\n")
 	for _, ex := range Examples(now) {
 		m := api.Lookup(ex.Method)
 		fmt.Fprintf(&b, "\n# %s\ncurl -sS -X POST %s%s \\\n  -H 'Authorization: Bearer dev:%s' -H 'Content-Type: application/json' \\\n  -d '%s'\n",
