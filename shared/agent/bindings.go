@@ -68,6 +68,17 @@ func (a *Agent) bindings(ctx context.Context, list []fleet.DesiredBinding) {
 	}
 }
 
+// unreported reports whether it has a word on a binding that no accepted
+// report carried yet.
+func (a *Agent) unreported() bool {
+	for id, w := range a.words {
+		if a.reported[id] != w.State {
+			return true
+		}
+	}
+	return false
+}
+
 // reportBindings is its word on every reservation of the last answer, in
 // its order, then on the rest it still holds or has not reported yet (by
 // id); at most fleet.MaxBindings.

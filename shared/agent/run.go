@@ -31,6 +31,11 @@ func (a *Agent) Run(ctx context.Context) error {
 		}
 		var wait time.Duration
 		switch _, replay := replayed(err); {
+		case err == nil && a.unreported():
+			// It bound or unbound something: say so at once, so a tenant's
+			// reservation goes active (and the next holder's bind comes) a
+			// heartbeat sooner.
+			failures, replayRetried = 0, false
 		case err == nil:
 			failures, replayRetried = 0, false
 			wait = a.jittered(time.Duration(res.NextHeartbeatSeconds) * time.Second)

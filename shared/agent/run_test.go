@@ -130,3 +130,33 @@ func TestJitterUpperBound(t *testing.T) {
 		t.Errorf("jittered 10 s at the top: %v", got)
 	}
 }
+
+// A heartbeat whose answer made the node bind something is followed by
+// another at once, carrying the bound word; then the answer's interval
+// again.
+func TestRunReportsABindAtOnce(t *testing.T) {
+	node := newKey(t)
+	api := newFakeAPI(t, node)
+	api.answers([]fleet.DesiredBinding{bind("r1", "gpu-0")})
+	var slept []time.Duration
+	ctx, cancel := context.WithCancel(context.Background())
+	f := newFixture(t, api.srv.URL, node, func(c *Config) {
+		c.Rand = func() float64 { return 0.5 }
+		c.Sleep = func(ctx context.Context, d time.Duration) error {
+			slept = append(slept, d)
+			if len(slept) == 3 {
+				cancel()
+			}
+			return ctx.Err()
+		}
+	})
+	if err := f.agent.Run(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("run: %v", err)
+	}
+	if want := []time.Duration{0, 5 * time.Second, 5 * time.Second}; !slices.Equal(slept, want) {
+		t.Errorf("slept %v, want %v", slept, want)
+	}
+	if got := api.last().Bindings; len(got) != 1 || got[0].State != fleet.BindBound {
+		t.Errorf("last report's bindings: %+v", got)
+	}
+}
