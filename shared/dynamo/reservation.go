@@ -24,9 +24,15 @@ import (
 // keys order lists (see listKeys): lsk (`ordered`) and psk (`bypool`) for
 // the states a plain list shows, ssk (`bystate`) for every state.
 //
-// Worst case: 1,024 device indexes × ~4 B, twice (`dev`, or `plan` on a
-// draft) + 5 events × ~60 B + the request's fields (ids ≤ 128 characters)
-// and three list keys ≈ 6 KB. Typical: ~800 B.
+// On managed nodes (docs/fleet.md) it also carries `bn`, the nodes told to
+// bind it, and while it moves off a failed node `mv`/`mvt` (the devices it
+// moves onto) and `mvf` (those it left, until freed), with `mvn` moves so
+// far (at most capacity.MaxMoves) and `nu` (a node failure noted).
+//
+// Worst case: 1,024 device indexes × ~4 B (`dev`, or `plan` on a draft) +
+// 10 events × ~60 B + the request's fields (ids ≤ 128 characters) and
+// three list keys ≈ 6 KB, plus a move's 2 × 1,024 indexes and `bn` ≈ 15 KB.
+// Typical: ~900 B.
 
 func resSK(id string) string { return "RES#" + id }
 
