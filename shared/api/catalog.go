@@ -102,8 +102,9 @@ const ReconcilerFunction = "reconciler"
 var ReconcilerActions = []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
 
 // ReconcilerIndexes are where the reconciler's Query reads: the due index,
-// and the table itself (a managed pool's node items, for the fleet's sweep).
-var ReconcilerIndexes = []string{"due", BaseTable}
+// the table itself (a managed pool's node items, for the fleet's sweep; a
+// rollout's nodes in its order) and the rollouts' progress indexes.
+var ReconcilerIndexes = []string{"due", BaseTable, "bystate", "bypool"}
 
 const (
 	tenantScope = "tenant:{tenantId}"
@@ -123,6 +124,8 @@ var ResourceDocs = []Resource{
 		Summary: "A quota caps the devices of one resource that a tenant's live reservations of one pool hold charged: a `max` and a `used` counter per tenant, pool and resource. A reservation is charged its count from its admission (`reservations.create`) until it is terminal (released, or its window's end), so `used` is the sum of the counts of the tenant's `placed`, `binding` and `active` reservations — bookings for later included — and not the devices held at this moment (`pools.usage` shows those): a reservation for next week counts against `max` from the moment it is made. A missing row grants 0. `pools.create` and `pools.offer` write the rows; `reservations.create` charges them (`QUOTA_EXCEEDED` when `used + count` would pass `max`) and a reservation's end credits them. These methods read them."},
 	{Name: "reservations",
 		Summary: "A reservation is a tenant's claim on devices of one pool for a time window. `create` writes the request as a draft, Better IAM decides once on that draft (the request as attributes), and only an allowed draft is charged against quota and placed on devices. A reservation holds its quota charge from its admission until it is terminal, whenever its window starts; the reconciler moves it through `placed`, `binding` and `active` to `released` at the window's end (see [the state machine](README.md#reservation-states))."},
+	{Name: "rollouts",
+		Summary: "A rollout moves the managed nodes of some pools onto one registered release, in waves over a stable shuffled order of those nodes, gated on the nodes' own signed reports, cordoning and draining each node around the reservations on its devices first. It aborts on failures (a node's silence included) and rolls the nodes it updated back. On completion the version becomes its pools' baseline; outside rollouts no node is ever moved. Rollouts belong to the platform (`compute:fleet:admin` on the fleet scope). See docs/rollouts.md."},
 	{Name: "nodes",
 		Summary: "A node is one host of a pool — one of its logical nodes `<resource>-node-<k>` — running `bcd`. The pool's owner registers it with its key; from then on it is managed: it signs its heartbeats with that key, and each answer tells it which release to run and which reservations to bind or unbind. New reservations are placed on a managed node only while it is `ready` and not cordoned, and a reservation on managed nodes becomes `active` only once each of them reported it bound. Nodes that never register keep working as before (bound at once, always eligible). See docs/fleet.md."},
 }
@@ -313,6 +316,58 @@ var Catalog = []*Method{
 			{apierr.Conflict, "the report's counter is not above the last accepted one (a replay)", []Detail{detail("field", "report.payload.counter"), detail("reason", fleet.ReasonReplay), detail("latestCounter")}},
 		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem"}},
+	{Name: "rollouts.create", Kind: Mutation, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout", Phase: "v0.6",
+		Summary: "Creates a rollout of a registered release onto the managed nodes of some pools, in waves, gated on the nodes' own signed reports; the reconciler `fleet.rollouts` drives it (docs/rollouts.md).",
+		Notes: []Note{
+			{"Nodes", "The rollout's nodes are its pools' managed nodes when it is created, in a stable shuffled order (a hash of the rollout and the node), so every wave samples every pool; wave k takes the first nodes of that order up to its cumulative size. A node running the version already counts as updated; one whose platform has no binary in the release is skipped (`no_binary`)."},
+			{"Failures", "It aborts once the failed nodes are more than `maxFailedNodes`: with 0 at the first failure, with 2 at the third. A node that sends no healthy report of the target within `progressDeadlineSeconds` of its install has failed: silence is failure."},
+			{"Drain", "A node is cordoned, then installs once no non-terminal reservation on its devices overlaps [now, now + progressDeadlineSeconds); after `drain.waitSeconds` it is skipped (`busy`), or, with `onTimeout: force`, installs anyway and each overlapping reservation's history says `disrupted` with the rollout's id. A tenant's reservation is never disturbed otherwise."},
+			{"Replay", "A retry with the same tenant, principal and `clientToken` gets the same rollout; the same token with another request is `CONFLICT`."},
+		},
+		Input: reflect.TypeFor[CreateRolloutInput](), Output: reflect.TypeFor[RolloutResult](),
+		Errors: []ErrorCase{
+			{apierr.InvalidInput, "the release expired (`expired`), a pool is named twice, a wave gives both or neither of `nodes` and `percent`, covers fewer nodes than the one before or (the last) not every node, or `drain.onTimeout` is neither `skip` nor `force`",
+				[]Detail{detail("field", "version", "pools", "waves[i]", "drain.onTimeout"), detail("reason", rollout.ReasonExpired, "constraint")}},
+			{apierr.NotFound, "the version is not registered, or a pool does not exist (`poolId`)", []Detail{detail("poolId")}},
+			{apierr.Conflict, "a pool is in another rollout that is not finished (`rolloutId`), or the `clientToken` was used for another request", []Detail{detail("rolloutId"), detail("field", "clientToken")}},
+		},
+		Actions: []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}, Indexes: []string{BaseTable}},
+	{Name: "rollouts.get", Kind: Read, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout", Phase: "v0.6",
+		Summary: "Returns a rollout: its waves, state, counts of its nodes by step (as of the reconciler's last pass), settings and timeline.",
+		Input:   reflect.TypeFor[GetRolloutInput](), Output: reflect.TypeFor[RolloutResult](),
+		Errors:  []ErrorCase{{apierr.NotFound, "no such rollout", nil}},
+		Actions: []string{"dynamodb:GetItem"}},
+	{Name: "rollouts.list", Kind: Read, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout", Phase: "v0.6",
+		Summary: "Lists rollouts, newest first, optionally of one state. Rollouts belong to the platform: the list is not filtered by tenant.",
+		Input:   reflect.TypeFor[ListRolloutsInput](), Output: reflect.TypeFor[ListRolloutsResult](),
+		Errors:  []ErrorCase{{apierr.InvalidInput, "`state` is not a rollout state", []Detail{detail("field", "state"), detail("reason", "constraint")}}},
+		Actions: []string{"dynamodb:Query", "dynamodb:BatchGetItem", ReadsCursorKey}, Indexes: []string{"ordered", "bystate"}},
+	{Name: "rollouts.nodes", Kind: Read, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout", Phase: "v0.6",
+		Summary: "Lists a rollout's nodes in its order, optionally of one step: each node's wave, step, reason, the release it ran when the rollout took it, and its rollback. Nodes pending in a finished rollout were never touched.",
+		Input:   reflect.TypeFor[RolloutNodesInput](), Output: reflect.TypeFor[RolloutNodesResult](),
+		Errors: []ErrorCase{
+			{apierr.InvalidInput, "`step` is not a node step", []Detail{detail("field", "step"), detail("reason", "constraint")}},
+			{apierr.NotFound, "no such rollout", nil},
+		},
+		Actions: []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", ReadsCursorKey}, Indexes: []string{BaseTable, "bystate"}},
+	{Name: "rollouts.pause", Kind: Mutation, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout", Phase: "v0.6",
+		Summary: "Pauses a progressing rollout: no node starts once this answers (it waits for a pass starting nodes to finish); those in progress finish. A paused or terminal rollout is returned unchanged.",
+		Input:   reflect.TypeFor[ChangeRolloutInput](), Output: reflect.TypeFor[RolloutResult](),
+		Errors: []ErrorCase{
+			{apierr.NotFound, "no such rollout", nil},
+			{apierr.Unavailable, "a reconciler pass kept starting nodes for 5 seconds; retry", nil},
+		},
+		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem"}},
+	{Name: "rollouts.resume", Kind: Mutation, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout", Phase: "v0.6",
+		Summary: "Resumes a paused rollout. Any other is returned unchanged.",
+		Input:   reflect.TypeFor[ChangeRolloutInput](), Output: reflect.TypeFor[RolloutResult](),
+		Errors:  []ErrorCase{{apierr.NotFound, "no such rollout", nil}},
+		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem"}},
+	{Name: "rollouts.abort", Kind: Mutation, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout", Phase: "v0.6",
+		Summary: "Aborts a progressing or paused rollout: nodes not yet installing go back (uncordoned), installing ones finish or time out; then, with `rollbackOnAbort`, every node it updated is sent back to the release it ran before, under the same `maxUnavailable` (`rolled_back` once each reported it running or failed to), else `aborted`. An aborting or terminal rollout is returned unchanged.",
+		Input:   reflect.TypeFor[ChangeRolloutInput](), Output: reflect.TypeFor[RolloutResult](),
+		Errors:  []ErrorCase{{apierr.NotFound, "no such rollout", nil}},
+		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem"}},
 }
 
 func init() {

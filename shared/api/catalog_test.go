@@ -37,6 +37,13 @@ var specMethods = []struct {
 	{"nodes.cordon", "mutation", "compute:pools:admin", "tenant:{tenantId}", "fleet", false, "v0.6"},
 	{"nodes.uncordon", "mutation", "compute:pools:admin", "tenant:{tenantId}", "fleet", false, "v0.6"},
 	{"nodes.heartbeat", "mutation", "compute:nodes:report", "node:{poolId}/{nodeId}", "fleet", false, "v0.6"},
+	{"rollouts.create", "mutation", "compute:fleet:admin", "compute-fleet", "rollout", false, "v0.6"},
+	{"rollouts.get", "read", "compute:fleet:admin", "compute-fleet", "rollout", false, "v0.6"},
+	{"rollouts.list", "read", "compute:fleet:admin", "compute-fleet", "rollout", false, "v0.6"},
+	{"rollouts.nodes", "read", "compute:fleet:admin", "compute-fleet", "rollout", false, "v0.6"},
+	{"rollouts.pause", "mutation", "compute:fleet:admin", "compute-fleet", "rollout", false, "v0.6"},
+	{"rollouts.resume", "mutation", "compute:fleet:admin", "compute-fleet", "rollout", false, "v0.6"},
+	{"rollouts.abort", "mutation", "compute:fleet:admin", "compute-fleet", "rollout", false, "v0.6"},
 }
 
 // extensions are methods the contract's table does not list (their reference

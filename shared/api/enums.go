@@ -156,9 +156,34 @@ var (
 	}}
 )
 
+// Enums of rollouts.
+var (
+	RolloutStateEnum = &Enum{Name: "rolloutState", Values: []EnumValue{
+		{string(rollout.Progressing), "waves are running"},
+		{string(rollout.Paused), "no node starts; those in progress finish"},
+		{string(rollout.Completed), "terminal: every node updated, failed within the limit or skipped; the version is its pools' baseline"},
+		{string(rollout.Aborting), "aborted (by `rollouts.abort` or failures over `maxFailedNodes`): nodes not installing go back, then updated ones are rolled back"},
+		{string(rollout.Aborted), "terminal: aborted without rollback"},
+		{string(rollout.RolledBack), "terminal: every node it updated reported the release it ran before running (or failed to)"},
+	}}
+	RolloutStepEnum = &Enum{Name: "rolloutStep", Values: []EnumValue{
+		{string(rollout.Pending), "not started"},
+		{string(rollout.Draining), "cordoned by the rollout, waiting for reservations on its devices"},
+		{string(rollout.Installing), "told the release: verifying it under its own pins, downloading, installing"},
+		{string(rollout.Verifying), "installed: waiting for a healthy report running it"},
+		{string(rollout.Updated), "running the version, healthy"},
+		{string(rollout.Failed), "the install failed, the node reported unhealthy, or it was silent past the deadline"},
+		{string(rollout.Skipped), "not installed: no binary for its platform, busy past the drain's wait, or the rollout ended first"},
+	}}
+	OnTimeoutEnum = &Enum{Name: "onTimeout", Values: []EnumValue{
+		{rollout.OnTimeoutSkip, "skip the node (`skipped`, reason `busy`)"},
+		{rollout.OnTimeoutForce, "install anyway; each overlapping reservation's history says `disrupted`"},
+	}}
+)
+
 // Enums lists every enum, in the order the docs show them.
 var Enums = []*Enum{StateEnum, ReasonEnum, ReleasedByEnum, TopologyEnum, InvalidReasonEnum, RuleEnum, DependencyEnum,
-	NodeStateEnum, CordonByEnum, BindActionEnum, BindingStateEnum, InstallStateEnum}
+	NodeStateEnum, CordonByEnum, BindActionEnum, BindingStateEnum, InstallStateEnum, RolloutStateEnum, RolloutStepEnum, OnTimeoutEnum}
 
 // LookupEnum finds an enum by name (nil when there is none).
 func LookupEnum(name string) *Enum {

@@ -52,6 +52,8 @@ var DetailKeys = []DetailKey{
 	{Key: "path", Type: "string", Doc: "the path of a request no route serves (local gateway only)"},
 	{Key: "keyId", Type: "string", Doc: "the keyid of the node's registered key (hex SHA-256 of its SubjectPublicKeyInfo DER)"},
 	{Key: "platform", Type: "string", Doc: "the platform the node is registered with"},
+	{Key: "rolloutId", Type: "string", Doc: "the rollout that holds the pool (not finished)"},
+	{Key: "poolId", Type: "string", Doc: "the pool that does not exist"},
 	{Key: "latestCounter", Type: "integer", Doc: "the counter of the node's last accepted report: the next report needs a higher one"},
 }
 

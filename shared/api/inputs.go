@@ -3,6 +3,7 @@ package api
 import (
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -183,4 +184,50 @@ type HeartbeatInput struct {
 // ScopeFields fills the node's own scope, node:{poolId}/{nodeId}.
 func (in HeartbeatInput) ScopeFields() map[string]string {
 	return map[string]string{"poolId": in.PoolID, "nodeId": in.NodeID}
+}
+
+// Rollouts.
+
+// RolloutDrain is rollouts.create's drain.
+type RolloutDrain struct {
+	WaitSeconds *int    `json:"waitSeconds,omitempty" bc:"min=0,max=604800,doc=how long a node may wait for reservations on its devices (default 3600)"`
+	OnTimeout   *string `json:"onTimeout,omitempty" enum:"onTimeout" bc:"doc=then skip the node or force the install (default skip)"`
+}
+
+type CreateRolloutInput struct {
+	Tenant
+	Version                 string             `json:"version" bc:"required,min=1,max=128,doc=a registered release's version"`
+	Pools                   []string           `json:"pools" bc:"required,min=1,max=50,doc=the pools whose managed nodes it takes"`
+	Waves                   []rollout.WaveSpec `json:"waves" bc:"required,min=1,max=10,doc=cumulative: each covers at least as many nodes as the one before; the last covers every node"`
+	BakeSeconds             *int               `json:"bakeSeconds,omitempty" bc:"min=0,max=86400,doc=the wait after a wave is done before the next starts (default 300)"`
+	MaxUnavailable          *int               `json:"maxUnavailable,omitempty" bc:"min=1,max=1000000,doc=nodes of its pools out of service at once (not ready or cordoned: those already out included; default 1)"`
+	MaxFailedNodes          *int               `json:"maxFailedNodes,omitempty" bc:"min=0,max=1000000,doc=it aborts once more nodes than this failed (default 0: at the first)"`
+	ProgressDeadlineSeconds *int               `json:"progressDeadlineSeconds,omitempty" bc:"min=60,max=86400,doc=how long a node may take from install to a healthy report of the target: silence is failure (default 900)"`
+	Drain                   *RolloutDrain      `json:"drain,omitempty" bc:"doc=draining around reservations"`
+	RollbackOnAbort         *bool              `json:"rollbackOnAbort,omitempty" bc:"doc=on abort send every updated node back to the release it ran before (default true)"`
+	ClientToken             *string            `json:"clientToken,omitempty" bc:"min=1,max=64,doc=idempotency token (per tenant and principal)"`
+}
+
+type GetRolloutInput struct {
+	Tenant
+	RolloutID string `json:"rolloutId" bc:"required,pattern=reservationId"`
+}
+
+type ListRolloutsInput struct {
+	Tenant
+	State *string `json:"state,omitempty" enum:"rolloutState" bc:"doc=only rollouts in this state"`
+	Page
+}
+
+type RolloutNodesInput struct {
+	Tenant
+	RolloutID string  `json:"rolloutId" bc:"required,pattern=reservationId"`
+	Step      *string `json:"step,omitempty" enum:"rolloutStep" bc:"doc=only nodes in this step"`
+	Page
+}
+
+type ChangeRolloutInput struct {
+	Tenant
+	RolloutID string  `json:"rolloutId" bc:"required,pattern=reservationId"`
+	Reason    *string `json:"reason,omitempty" bc:"min=1,max=256,doc=why (recorded in its history)"`
 }

@@ -72,3 +72,19 @@ type ListNodesResult struct {
 
 // HeartbeatResult is nodes.heartbeat's answer (the fleet's own type).
 type HeartbeatResult = fleet.HeartbeatResult
+
+// Rollouts.
+
+type RolloutResult struct {
+	Rollout rollout.Rollout `json:"rollout" doc:"the rollout"`
+}
+
+type ListRolloutsResult struct {
+	Rollouts   []rollout.Rollout `json:"rollouts" doc:"rollouts, newest first"`
+	NextCursor string            `json:"nextCursor,omitempty" doc:"present when more rollouts follow: send it as cursor for the next page"`
+}
+
+type RolloutNodesResult struct {
+	Nodes      []rollout.NodeProgress `json:"nodes" doc:"the rollout's nodes, in its order"`
+	NextCursor string                 `json:"nextCursor,omitempty" doc:"present when more nodes follow: send it as cursor for the next page"`
+}

@@ -130,7 +130,7 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 // Reconciler builds capacity.reservations, the reservation reconciler.
 func (a *App) Reconciler() *capacity.Reconciler {
 	return &capacity.Reconciler{Service: a.CapacityService(), Due: a.CapacityStore(), ProvisionHours: a.Config.ProvisionHours,
-		Fleet: a.FleetService()}
+		Fleet: a.FleetService(), Rollouts: a.RolloutReconciler()}
 }
 
 // reconcileCapacity runs one pass and logs its summary (with the Lag

@@ -7,6 +7,8 @@ import (
 	"os"
 
 	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/kmssign"
 	"github.com/bettercompute/control-plane/shared/rollout"
@@ -41,7 +43,92 @@ func rolloutModule(ctx context.Context, a *App) ([]api.Endpoint, error) {
 		}
 		return api.ListReleasesResult{Releases: rs, NextCursor: a.next(lp, next)}, nil
 	})
-	return []api.Endpoint{register, list}, nil
+	return append([]api.Endpoint{register, list}, rolloutEndpoints(a)...), nil
+}
+
+// RolloutStore is the rollouts' table access.
+func (a *App) RolloutStore() *dynamo.Rollouts { return &dynamo.Rollouts{DB: a.DB, Table: a.Config.Table} }
+
+// Rollouts builds the rollouts service.
+func (a *App) Rollouts() *rollout.Rollouts {
+	return &rollout.Rollouts{Store: a.RolloutStore(), Releases: &dynamo.Releases{DB: a.DB, Table: a.Config.Table},
+		Pools: a.CapacityStore(), Now: a.Now}
+}
+
+// RolloutReconciler builds fleet.rollouts, run by the reconciler's pass.
+func (a *App) RolloutReconciler() *rollout.Reconciler {
+	return &rollout.Reconciler{Store: a.RolloutStore(), Releases: &dynamo.Releases{DB: a.DB, Table: a.Config.Table},
+		Nodes: a.FleetStore(), Cordons: a.FleetService(), Calendar: a.CapacityStore(), Now: a.Now, Logger: a.Logger}
+}
+
+func rolloutEndpoints(a *App) []api.Endpoint {
+	svc := a.Rollouts()
+	change := func(name string, fn func(ctx context.Context, id, reason string) (rollout.Rollout, error)) api.Endpoint {
+		return api.Bind(api.Lookup(name), func(ctx context.Context, call *api.Call, in *api.ChangeRolloutInput) (api.RolloutResult, error) {
+			r, err := fn(ctx, in.RolloutID, deref(in.Reason))
+			return api.RolloutResult{Rollout: r}, err
+		})
+	}
+	return []api.Endpoint{
+		api.Bind(api.Lookup("rollouts.create"), func(ctx context.Context, call *api.Call, in *api.CreateRolloutInput) (api.RolloutResult, error) {
+			req := rollout.CreateRequest{Version: in.Version, Pools: in.Pools, Waves: in.Waves, BakeSeconds: in.BakeSeconds,
+				MaxUnavailable: in.MaxUnavailable, MaxFailedNodes: in.MaxFailedNodes, ProgressDeadlineSeconds: in.ProgressDeadlineSeconds,
+				RollbackOnAbort: in.RollbackOnAbort, ClientToken: deref(in.ClientToken),
+				By: rollout.Audit{TenantID: call.TenantID, Principal: call.Principal}}
+			if in.Drain != nil {
+				req.DrainWaitSeconds, req.DrainOnTimeout = in.Drain.WaitSeconds, in.Drain.OnTimeout
+			}
+			r, err := svc.Create(ctx, req)
+			return api.RolloutResult{Rollout: r}, err
+		}),
+		api.Bind(api.Lookup("rollouts.get"), func(ctx context.Context, call *api.Call, in *api.GetRolloutInput) (api.RolloutResult, error) {
+			r, err := svc.Get(ctx, in.RolloutID)
+			return api.RolloutResult{Rollout: r}, err
+		}),
+		api.Bind(api.Lookup("rollouts.list"), func(ctx context.Context, call *api.Call, in *api.ListRolloutsInput) (api.ListRolloutsResult, error) {
+			var st rollout.State
+			if in.State != nil {
+				var ok bool
+				if st, ok = rollout.ParseState(*in.State); !ok {
+					return api.ListRolloutsResult{}, apierr.Invalid("constraint", "state", "state must be one of %v", rollout.States)
+				}
+			}
+			lp, err := a.page(call, in.Page, capacity.DefaultLimit, "state="+string(st))
+			if err != nil {
+				return api.ListRolloutsResult{}, err
+			}
+			rs, next, err := svc.List(ctx, st, capacity.Page{Limit: lp.Limit, After: lp.After})
+			if err != nil {
+				return api.ListRolloutsResult{}, err
+			}
+			return api.ListRolloutsResult{Rollouts: nonNil(rs), NextCursor: a.next(lp, next)}, nil
+		}),
+		api.Bind(api.Lookup("rollouts.nodes"), func(ctx context.Context, call *api.Call, in *api.RolloutNodesInput) (api.RolloutNodesResult, error) {
+			var st rollout.Step
+			if in.Step != nil {
+				var ok bool
+				if st, ok = rollout.ParseStep(*in.Step); !ok {
+					return api.RolloutNodesResult{}, apierr.Invalid("constraint", "step", "step must be one of %v", rollout.Steps)
+				}
+			}
+			lp, err := a.page(call, in.Page, capacity.DefaultLimit, "rolloutId="+in.RolloutID, "step="+string(st))
+			if err != nil {
+				return api.RolloutNodesResult{}, err
+			}
+			ns, next, err := svc.Nodes(ctx, in.RolloutID, st, lp.Limit, lp.After["k"])
+			if err != nil {
+				return api.RolloutNodesResult{}, err
+			}
+			var cur map[string]string
+			if next != "" {
+				cur = map[string]string{"k": next}
+			}
+			return api.RolloutNodesResult{Nodes: nonNil(ns), NextCursor: a.next(lp, cur)}, nil
+		}),
+		change("rollouts.pause", svc.Pause),
+		change("rollouts.resume", svc.Resume),
+		change("rollouts.abort", svc.Abort),
+	}
 }
 
 // Pin is one configured release key and the setting that pinned it.

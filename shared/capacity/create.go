@@ -185,7 +185,7 @@ func (s *Service) readAhead(ctx context.Context, r Reservation) *ahead {
 
 // requestOf is the placement request of a draft.
 func requestOf(r Reservation) Request {
-	return Request{ID: r.ReservationID, Count: r.Count, Topology: r.Topology, Window: r.Window}
+	return Request{ID: r.ReservationID, Tenant: r.TenantID, Count: r.Count, Topology: r.Topology, Window: r.Window}
 }
 
 // validateWindow applies the window rules of reservations.create at now.

@@ -111,10 +111,13 @@ func (n NodeHour) Topology() PoolResource {
 	return PoolResource{PoolID: n.Pool, Topology: Topology{Resource: n.Resource, Devices: n.Devices, NodeSize: n.NodeSize}}
 }
 
-// Entry is one reservation's devices on a node, for its whole window.
+// Entry is one reservation's devices on a node, for its whole window, and
+// the tenant that holds it (so a rollout draining the node can find the
+// reservation).
 type Entry struct {
 	Mask   Mask
 	Window Window
+	Tenant string
 }
 
 // Free is the mask of the node's devices no allocation other than id's

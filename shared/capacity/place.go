@@ -159,7 +159,7 @@ func (s *Service) write(ctx context.Context, state nodeHours, p Placement, req R
 	done := make([]bool, len(jobs))
 	errs := make([]error, len(jobs))
 	_ = s.each(ctx, len(jobs), func(i int) error {
-		errs[i] = s.Store.Allocate(ctx, jobs[i].nh, req.ID, Entry{Mask: jobs[i].mask, Window: req.Window})
+		errs[i] = s.Store.Allocate(ctx, jobs[i].nh, req.ID, Entry{Mask: jobs[i].mask, Window: req.Window, Tenant: req.Tenant})
 		done[i] = errs[i] == nil
 		return nil
 	})

@@ -59,6 +59,7 @@ func (e NoFit) Error() string { return "capacity: no placement fits (" + e.Reaso
 // Request is what a placement must satisfy.
 type Request struct {
 	ID       string // the reservation (its own allocations do not count as busy)
+	Tenant   string // who holds it (recorded with its entries)
 	Count    int
 	Topology string // OnNodes or AnyDevices
 	Window   Window

@@ -25,6 +25,11 @@ type FleetSweeper interface {
 	Sweep(ctx context.Context, poolID string, due, now time.Time) error
 }
 
+// RolloutAdvancer is fleet.rollouts' part of a pass (package rollout).
+type RolloutAdvancer interface {
+	Advance(ctx context.Context, rolloutID string) error
+}
+
 // BindAtOnce is the default Binder: devices are bound as soon as asked.
 type BindAtOnce struct{}
 
@@ -107,6 +112,9 @@ type Reconciler struct {
 	// Fleet sweeps the managed pools' nodes when their sweep is due (nil:
 	// none is).
 	Fleet FleetSweeper
+	// Rollouts advances the rollouts not yet finished: fleet.rollouts, in
+	// the same pass (nil: none).
+	Rollouts RolloutAdvancer
 	// Workers bounds the items processed at once (default 16).
 	Workers int
 	// Margin: the pass stops taking work this long before the context's
@@ -280,8 +288,9 @@ func (p *PassResult) add(s *Service, r step, due time.Time, err error, oldest *t
 	p.Provisioned += r.provisioned
 	p.Told += r.told
 	// Lag is the age of the oldest real work: an entry whose item is gone
-	// is skipped and does not hold the metric up.
-	if !r.gone && (oldest.IsZero() || due.Before(*oldest)) {
+	// is skipped and does not hold the metric up, nor do the fleet's
+	// sweeps and rollouts (due every pass by design, from their start).
+	if !r.gone && !r.fleet && (oldest.IsZero() || due.Before(*oldest)) {
 		*oldest = due
 	}
 	switch {
@@ -296,7 +305,7 @@ func (p *PassResult) add(s *Service, r step, due time.Time, err error, oldest *t
 		p.Swept++
 	case r.settled:
 		p.Settled++
-	case r.fleet:
+	case r.fleet && err == nil:
 		p.Fleet++
 	case len(r.moved) == 0:
 		p.Skipped++
@@ -320,12 +329,17 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time, budg
 	if d.Quota != nil {
 		return rc.quota(ctx, *d.Quota, now)
 	}
+	if d.Rollout != "" {
+		if rc.Rollouts == nil {
+			return step{}, nil
+		}
+		return step{fleet: true}, rc.Rollouts.Advance(ctx, d.Rollout)
+	}
 	if d.FleetPool != "" {
 		if rc.Fleet == nil {
 			return step{}, nil
 		}
-		err := rc.Fleet.Sweep(ctx, d.FleetPool, d.Due, now)
-		return step{fleet: err == nil}, err
+		return step{fleet: true}, rc.Fleet.Sweep(ctx, d.FleetPool, d.Due, now)
 	}
 	r := *d.Reservation
 	var st step

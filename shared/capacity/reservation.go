@@ -103,7 +103,9 @@ const (
 type Event struct {
 	State  State     `json:"state" enum:"state" doc:"the state entered"`
 	At     time.Time `json:"at" doc:"when"`
-	Reason string    `json:"reason,omitempty" enum:"reason" doc:"why, on a rejected or expired entry"`
+	Reason string    `json:"reason,omitempty" enum:"reason" doc:"why: on a rejected or expired entry, and on entries of what happened on its nodes (node_unreachable, replaced, disrupted)"`
+	// RolloutID names the rollout of a disrupted entry.
+	RolloutID string `json:"rolloutId,omitempty" doc:"the rollout that installed a release on one of its nodes while it held them (reason disrupted)"`
 }
 
 // Overlaps reports whether two half-open windows share an instant.

@@ -741,6 +741,9 @@ func (w *simStore) Amend(ctx context.Context, r, to capacity.Reservation) (capac
 func (w *simStore) Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool) error {
 	return simDo(w, ctx, "Flag", func() error { return w.inner.Flag(ctx, t, node, h, off) })
 }
+func (w *simStore) Disrupt(ctx context.Context, tenant, id, rid string, at time.Time) error {
+	return simDo(w, ctx, "Disrupt "+id, func() error { return w.inner.Disrupt(ctx, tenant, id, rid, at) })
+}
 func (w *simStore) SetPlan(ctx context.Context, r capacity.Reservation, p capacity.Placement, ns int) error {
 	return simDo(w, ctx, "SetPlan "+r.ReservationID, func() error { return w.inner.SetPlan(ctx, r, p, ns) })
 }

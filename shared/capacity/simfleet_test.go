@@ -240,3 +240,15 @@ func (w *simFleetStore) EnsureSweep(ctx context.Context, pool string, due time.T
 func (w *simFleetStore) ClaimSweep(ctx context.Context, pool string, due, next time.Time) error {
 	return simDo(w.s(), ctx, "ClaimSweep", func() error { return w.inner.ClaimSweep(ctx, pool, due, next) })
 }
+func (w *simFleetStore) SetTarget(ctx context.Context, r fleet.Record, rid string, t *fleet.Target, floor int64) (fleet.Record, error) {
+	return w.inner.SetTarget(ctx, r, rid, t, floor)
+}
+func (w *simFleetStore) CountOut(ctx context.Context, pool string) (int, error) {
+	return w.inner.CountOut(ctx, pool)
+}
+func (w *simFleetStore) Baseline(ctx context.Context, pool string) (*fleet.Target, error) {
+	return w.inner.Baseline(ctx, pool)
+}
+func (w *simFleetStore) SetBaseline(ctx context.Context, pool string, t fleet.Target) error {
+	return w.inner.SetBaseline(ctx, pool, t)
+}

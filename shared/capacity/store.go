@@ -192,6 +192,10 @@ type ReservationStore interface {
 	// reservation is still in r's state with r's move in flight (ErrStale
 	// otherwise), and returns it as written.
 	Amend(ctx context.Context, r, to Reservation) (Reservation, error)
+	// Disrupt appends a history entry {state: its state, reason:
+	// disrupted, rolloutId} to a non-terminal reservation, once per rollout
+	// (idempotent; nothing for a terminal or missing one).
+	Disrupt(ctx context.Context, tenant, id, rolloutID string, at time.Time) error
 	// SetPlan records on a draft the placement its create is about to
 	// charge and write, when it is too large for the charge's record, if it
 	// is still a draft (ErrStale otherwise).
@@ -240,6 +244,8 @@ type DueItem struct {
 	// FleetPool names a pool whose nodes are due for the fleet's sweep
 	// (the Reconciler's Fleet).
 	FleetPool string
+	// Rollout names a rollout not yet finished (the Reconciler's Rollouts).
+	Rollout string
 }
 
 // Snapshot is everything the invariant checker compares.

@@ -253,3 +253,93 @@ func (c *Client) NodesHeartbeat(ctx context.Context, in *api.HeartbeatInput) (*a
 	}
 	return out, nil
 }
+
+// RolloutsCreate calls rollouts.create (POST /api/compute/rollouts/create): creates a rollout of a
+// registered release onto the managed nodes of some pools, in waves, gated on the nodes' own signed
+// reports; the reconciler `fleet.rollouts` drives it (docs/rollouts.md).
+func (c *Client) RolloutsCreate(ctx context.Context, in *api.CreateRolloutInput) (*api.RolloutResult, error) {
+	out := new(api.RolloutResult)
+	if err := c.Call(ctx, "rollouts.create", in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RolloutsGet calls rollouts.get (POST /api/compute/rollouts/get): returns a rollout: its waves,
+// state, counts of its nodes by step (as of the reconciler's last pass), settings and timeline.
+func (c *Client) RolloutsGet(ctx context.Context, in *api.GetRolloutInput) (*api.RolloutResult, error) {
+	out := new(api.RolloutResult)
+	if err := c.Call(ctx, "rollouts.get", in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RolloutsList calls rollouts.list (POST /api/compute/rollouts/list): lists rollouts, newest first,
+// optionally of one state.
+func (c *Client) RolloutsList(ctx context.Context, in *api.ListRolloutsInput) (*api.ListRolloutsResult, error) {
+	out := new(api.ListRolloutsResult)
+	if err := c.Call(ctx, "rollouts.list", in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RolloutsListPages calls rollouts.list page after page, from in's cursor until a page
+// carries no nextCursor; it stops at the first error.
+func (c *Client) RolloutsListPages(ctx context.Context, in api.ListRolloutsInput) iter.Seq2[*api.ListRolloutsResult, error] {
+	return pages(ctx, in, func(in *api.ListRolloutsInput) **string { return &in.Cursor }, c.RolloutsList,
+		func(out *api.ListRolloutsResult) string { return out.NextCursor })
+}
+
+// RolloutsNodes calls rollouts.nodes (POST /api/compute/rollouts/nodes): lists a rollout's nodes in
+// its order, optionally of one step: each node's wave, step, reason, the release it ran when the
+// rollout took it, and its rollback.
+func (c *Client) RolloutsNodes(ctx context.Context, in *api.RolloutNodesInput) (*api.RolloutNodesResult, error) {
+	out := new(api.RolloutNodesResult)
+	if err := c.Call(ctx, "rollouts.nodes", in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RolloutsNodesPages calls rollouts.nodes page after page, from in's cursor until a page
+// carries no nextCursor; it stops at the first error.
+func (c *Client) RolloutsNodesPages(ctx context.Context, in api.RolloutNodesInput) iter.Seq2[*api.RolloutNodesResult, error] {
+	return pages(ctx, in, func(in *api.RolloutNodesInput) **string { return &in.Cursor }, c.RolloutsNodes,
+		func(out *api.RolloutNodesResult) string { return out.NextCursor })
+}
+
+// RolloutsPause calls rollouts.pause (POST /api/compute/rollouts/pause): pauses a progressing
+// rollout: no node starts once this answers (it waits for a pass starting nodes to finish); those
+// in progress finish.
+func (c *Client) RolloutsPause(ctx context.Context, in *api.ChangeRolloutInput) (*api.RolloutResult, error) {
+	out := new(api.RolloutResult)
+	if err := c.Call(ctx, "rollouts.pause", in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RolloutsResume calls rollouts.resume (POST /api/compute/rollouts/resume): resumes a paused
+// rollout.
+func (c *Client) RolloutsResume(ctx context.Context, in *api.ChangeRolloutInput) (*api.RolloutResult, error) {
+	out := new(api.RolloutResult)
+	if err := c.Call(ctx, "rollouts.resume", in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// RolloutsAbort calls rollouts.abort (POST /api/compute/rollouts/abort): aborts a progressing or
+// paused rollout: nodes not yet installing go back (uncordoned), installing ones finish or time
+// out; then, with `rollbackOnAbort`, every node it updated is sent back to the release it ran
+// before, under the same `maxUnavailable` (`rolled_back` once each reported it running or failed
+// to), else `aborted`.
+func (c *Client) RolloutsAbort(ctx context.Context, in *api.ChangeRolloutInput) (*api.RolloutResult, error) {
+	out := new(api.RolloutResult)
+	if err := c.Call(ctx, "rollouts.abort", in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}

@@ -117,6 +117,12 @@ func dueItem(item map[string]types.AttributeValue) (capacity.DueItem, error) {
 		}
 		q := it.row()
 		d.Quota = &q
+	case kindRollout:
+		r, err := recordFrom(item)
+		if err != nil {
+			return d, err
+		}
+		d.Rollout = r.RolloutID
 	case kindFleet:
 		var it fleetItem
 		if err := attributevalue.UnmarshalMap(item, &it); err != nil {

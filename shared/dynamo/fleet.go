@@ -30,7 +30,12 @@ import (
 //	     reconciler writes them; the sweep forgets unbinds reported done);
 //	     nb counts them
 //	oc, rc    the operator's and a rollout's cordon
-//	fl, flTo  its node-hours carry the ineligible flag through flTo
+//	fl, flTo  its node-hours carry the ineligible flag through flTo; psk
+//	     NODE#OUT#<resource>#<k> while they do (the `bypool` LSI: a count of
+//	     the pool's nodes out of service, what a rollout's maxUnavailable
+//	     counts)
+//	tgt, floor  a rollout's target release {v, s, rid} and the floor it
+//	     tells meanwhile
 //	ssk  NODE#<state>#<resource>#<k> (the `bystate` LSI: lists by state)
 //
 // Worst case: 128 entries × ~230 B (26-character id, a 128-character
@@ -136,7 +141,25 @@ type nodeItem struct {
 	Reported  map[string]string   `dynamodbav:"rep"`
 	Flagged   bool                `dynamodbav:"fl,omitempty"`
 	FlaggedTo int64               `dynamodbav:"flTo,omitempty"`
+	PSK       string              `dynamodbav:"psk,omitempty"`
+	Target    *targetItem         `dynamodbav:"tgt,omitempty"`
+	Floor     int64               `dynamodbav:"floor,omitempty"`
 }
+
+type targetItem struct {
+	V   string `dynamodbav:"v"`
+	S   int64  `dynamodbav:"s"`
+	RID string `dynamodbav:"rid,omitempty"`
+}
+
+func (t *targetItem) target() *fleet.Target {
+	if t == nil {
+		return nil
+	}
+	return &fleet.Target{Version: t.V, Sequence: t.S, RolloutID: t.RID}
+}
+
+func nodeOutPSK(resource string, k int) string { return fmt.Sprintf("%sOUT#%s#%06d", nodePrefix, resource, k) }
 
 func toCordonItem(c *fleet.Cordon) *cordonItem {
 	if c == nil {
@@ -168,7 +191,7 @@ func (it nodeItem) record() fleet.Record {
 		KeyID: it.KeyID, State: fleet.State(it.State), CreatedAt: parseTime(it.CreatedAt)},
 		Index: it.Index, Owner: it.Owner, PublicKey: it.Pub, Counter: it.Counter, NodeSize: it.NodeSize,
 		Operator: it.Operator.cordon(), Rollout: it.Rollout.cordon(), Entries: map[string]fleet.Entry{}, Reported: it.Reported,
-		Flagged: it.Flagged, FlaggedTo: capacity.Hour(it.FlaggedTo)}
+		Flagged: it.Flagged, FlaggedTo: capacity.Hour(it.FlaggedTo), Target: it.Target.target(), Floor: it.Floor}
 	if r.Reported == nil {
 		r.Reported = map[string]string{}
 	}
@@ -178,6 +201,13 @@ func (it nodeItem) record() fleet.Record {
 	}
 	if it.Running != nil {
 		r.Running = &fleet.Version{Version: it.Running.V, Sequence: it.Running.S}
+	}
+	if it.Install != nil {
+		r.Install = &fleet.Install{Version: it.Install.V, State: it.Install.St}
+		if it.Install.R != "" {
+			reason := it.Install.R
+			r.Install.Reason = &reason
+		}
 	}
 	if it.Health != nil {
 		h := fleet.Health{DevicesExpected: it.Health.E, DevicesVisible: it.Health.V, Checks: make([]fleet.Check, len(it.Health.C))}
@@ -441,9 +471,10 @@ func eligibilityAsRead(r fleet.Record) expression.ConditionBuilder {
 func (s *Fleet) SetFlagged(ctx context.Context, r fleet.Record, flagged bool, to capacity.Hour) error {
 	upd := expression.Set(expression.Name("fl"), expression.Value(flagged))
 	if flagged {
-		upd = upd.Set(expression.Name("flTo"), expression.Value(int64(to)))
+		upd = upd.Set(expression.Name("flTo"), expression.Value(int64(to))).
+			Set(expression.Name(schema.AttrPool), expression.Value(nodeOutPSK(r.Resource, r.Index)))
 	} else {
-		upd = upd.Remove(expression.Name("flTo"))
+		upd = upd.Remove(expression.Name("flTo")).Remove(expression.Name(schema.AttrPool))
 	}
 	c := eligibilityAsRead(r)
 	_, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueNone)
@@ -478,12 +509,81 @@ func (s *Fleet) DropEntry(ctx context.Context, r fleet.Record, id string) error 
 }
 
 type fleetItem struct {
-	PK       string `dynamodbav:"pk"`
-	SK       string `dynamodbav:"sk"`
-	Kind     string `dynamodbav:"kind"`
-	PoolID   string `dynamodbav:"poolId"`
-	DueShard string `dynamodbav:"dueShard"`
-	DueAt    string `dynamodbav:"dueAt"`
+	PK       string      `dynamodbav:"pk"`
+	SK       string      `dynamodbav:"sk"`
+	Kind     string      `dynamodbav:"kind"`
+	PoolID   string      `dynamodbav:"poolId"`
+	DueShard string      `dynamodbav:"dueShard"`
+	DueAt    string      `dynamodbav:"dueAt"`
+	Baseline *targetItem `dynamodbav:"baseline,omitempty"`
+}
+
+// SetTarget implements fleet.Store.
+func (s *Fleet) SetTarget(ctx context.Context, r fleet.Record, rolloutID string, t *fleet.Target, floor int64) (fleet.Record, error) {
+	var upd expression.UpdateBuilder
+	var c expression.ConditionBuilder
+	rid := expression.Name("tgt").AppendName(expression.Name("rid"))
+	if t != nil {
+		upd = expression.Set(expression.Name("tgt"), expression.Value(targetItem{V: t.Version, S: t.Sequence, RID: rolloutID})).
+			Set(expression.Name("floor"), expression.Value(floor))
+		c = expression.Or(expression.AttributeNotExists(expression.Name("tgt")), rid.Equal(expression.Value(rolloutID)))
+	} else {
+		upd = expression.Remove(expression.Name("tgt")).Remove(expression.Name("floor"))
+		c = rid.Equal(expression.Value(rolloutID))
+	}
+	c = c.And(expression.AttributeExists(expression.Name(schema.AttrPK)))
+	av, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueAllNew)
+	if isConditionFailed(err) {
+		return fleet.Record{}, fleet.ErrStale
+	}
+	if err != nil {
+		return fleet.Record{}, err
+	}
+	return nodeFrom(av)
+}
+
+// CountOut implements fleet.Store: a COUNT Query of the keys-only
+// `bypool` LSI (what it reads: the out-of-service nodes' keys).
+func (s *Fleet) CountOut(ctx context.Context, pool string) (int, error) {
+	kc := expression.Key(schema.AttrPK).Equal(expression.Value(poolPK(pool))).
+		And(expression.Key(schema.AttrPool).BeginsWith(nodePrefix + "OUT#"))
+	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
+	if err != nil {
+		return 0, err
+	}
+	p := dynamodb.NewQueryPaginator(s.DB, &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(schema.IndexPool),
+		KeyConditionExpression: e.KeyCondition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+		ConsistentRead: aws.Bool(true), Select: types.SelectCount})
+	n := 0
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return 0, err
+		}
+		n += int(page.Count)
+	}
+	return n, nil
+}
+
+// Baseline implements fleet.Store (on the pool's sweep item).
+func (s *Fleet) Baseline(ctx context.Context, pool string) (*fleet.Target, error) {
+	var it fleetItem
+	ok, err := s.table().get(ctx, key(poolPK(pool), skFleet), &it)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return it.Baseline.target(), nil
+}
+
+// SetBaseline implements fleet.Store.
+func (s *Fleet) SetBaseline(ctx context.Context, pool string, t fleet.Target) error {
+	_, err := s.table().update(ctx, key(poolPK(pool), skFleet),
+		expression.Set(expression.Name("baseline"), expression.Value(targetItem{V: t.Version, S: t.Sequence, RID: t.RolloutID})),
+		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return nil // not a managed pool: no node to tell
+	}
+	return err
 }
 
 // EnsureSweep implements fleet.Store.

@@ -23,8 +23,8 @@ import (
 // A node-hour, CAL#<pool>#<resource>#<yyyymmddhh> / N#<node>, is one
 // node's placement state for one UTC hour:
 //
-//	a    reservation id → {m: device mask, s, e: window in Unix ms} — the
-//	     allocations that overlap the hour
+//	a    reservation id → {m: device mask, s, e: window in Unix ms, t:
+//	     tenant} — the allocations that overlap the hour
 //	v    "d<i>" → version of device i (bumped by every write that adds or
 //	     removes an entry using it)
 //	fit  untouched·2^20 + spread(node): devices no allocation of the hour
@@ -56,8 +56,9 @@ import (
 // its node is. A refusal is proved with a Query of the `cap` index, which
 // reads keys only.
 //
-// Worst case: 64 entries × ~75 B (26-character id, three numbers) + 64
-// versions × ~12 B + ~200 B ≈ 5.8 KB. Typical: a few entries, ~300 B.
+// Worst case: 64 entries × ~205 B (26-character id, three numbers, a
+// 128-character tenant) + 64 versions × ~12 B + ~200 B ≈ 14 KB. Typical: a
+// few entries of short tenant ids, ~350 B.
 const (
 	offBias   = 1 << 30 // a multiple of 2^fitShift, above every fit and cap
 	fitShift  = capacity.SpreadBits
@@ -79,9 +80,10 @@ func calPK(pool, resource string, h capacity.Hour) string {
 func nodeSK(node int) string { return fmt.Sprintf("N#%06d", node) }
 
 type entryItem struct {
-	M int64 `dynamodbav:"m"`
-	S int64 `dynamodbav:"s"`
-	E int64 `dynamodbav:"e"`
+	M int64  `dynamodbav:"m"`
+	S int64  `dynamodbav:"s"`
+	E int64  `dynamodbav:"e"`
+	T string `dynamodbav:"t,omitempty"`
 }
 
 type nodeHourItem struct {
@@ -119,7 +121,7 @@ func (it nodeHourItem) nodeHour() capacity.NodeHour {
 		}
 	}
 	for id, e := range it.Entries {
-		nh.Entries[id] = capacity.Entry{Mask: capacity.Mask(uint64(e.M)),
+		nh.Entries[id] = capacity.Entry{Mask: capacity.Mask(uint64(e.M)), Tenant: e.T,
 			Window: capacity.Window{Start: time.UnixMilli(e.S).UTC(), End: time.UnixMilli(e.E).UTC()}}
 	}
 	return nh
@@ -361,7 +363,7 @@ func newNodeHourItem(nh capacity.NodeHour) nodeHourItem {
 		it.Versions[devKey(i)] = v
 	}
 	for id, e := range nh.Entries {
-		it.Entries[id] = entryItem{M: int64(e.Mask), S: e.Window.Start.UnixMilli(), E: e.Window.End.UnixMilli()}
+		it.Entries[id] = entryItem{M: int64(e.Mask), S: e.Window.Start.UnixMilli(), E: e.Window.End.UnixMilli(), T: e.Tenant}
 	}
 	return it
 }
@@ -452,7 +454,7 @@ func (s *Capacity) Allocate(ctx context.Context, nh capacity.NodeHour, id string
 // counts behind fit and cap move by ADD, so writes on other devices of the
 // node in between (which the version conditions allow) compose.
 func (s *Capacity) allocate(ctx context.Context, k map[string]types.AttributeValue, nh capacity.NodeHour, id string, e capacity.Entry) error {
-	upd := expression.Set(path("a", id), expression.Value(entryItem{M: int64(e.Mask), S: e.Window.Start.UnixMilli(), E: e.Window.End.UnixMilli()})).
+	upd := expression.Set(path("a", id), expression.Value(entryItem{M: int64(e.Mask), S: e.Window.Start.UnixMilli(), E: e.Window.End.UnixMilli(), T: e.Tenant})).
 		Add(expression.Name("n"), expression.Value(1))
 	if delta := nh.UntouchedAfter(id, e.Mask, false) - nh.Untouched; delta != 0 {
 		upd = upd.Add(expression.Name(schema.AttrFit), expression.Value(delta<<fitShift))

@@ -2,6 +2,7 @@ package dynamo
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"time"
 
@@ -37,9 +38,10 @@ import (
 func resSK(id string) string { return "RES#" + id }
 
 type eventItem struct {
-	State  string `dynamodbav:"s"`
-	At     string `dynamodbav:"at"`
-	Reason string `dynamodbav:"r,omitempty"`
+	State   string `dynamodbav:"s"`
+	At      string `dynamodbav:"at"`
+	Reason  string `dynamodbav:"r,omitempty"`
+	Rollout string `dynamodbav:"rid,omitempty"`
 }
 
 type reservationItem struct {
@@ -124,7 +126,7 @@ func toReservationItem(r capacity.Reservation) reservationItem {
 	}
 	it.History = make([]eventItem, len(r.History))
 	for i, e := range r.History {
-		it.History[i] = eventItem{State: string(e.State), At: fmtTime(e.At), Reason: e.Reason}
+		it.History[i] = eventItem{State: string(e.State), At: fmtTime(e.At), Reason: e.Reason, Rollout: e.RolloutID}
 	}
 	if !r.Lease.IsZero() {
 		it.Lease = fmtTime(r.Lease)
@@ -149,7 +151,7 @@ func (it reservationItem) reservation() capacity.Reservation {
 		Bound:   it.Bound, Move: it.Move, MovedFrom: it.MovedFrom, Moves: it.Moves, NodeNoted: it.NodeNoted,
 	}
 	for i, e := range it.History {
-		r.History[i] = capacity.Event{State: capacity.State(e.State), At: parseTime(e.At), Reason: e.Reason}
+		r.History[i] = capacity.Event{State: capacity.State(e.State), At: parseTime(e.At), Reason: e.Reason, RolloutID: e.Rollout}
 	}
 	if it.Lease != "" {
 		r.Lease = parseTime(it.Lease)
@@ -264,6 +266,36 @@ func (s *Capacity) Amend(ctx context.Context, r, to capacity.Reservation) (capac
 		return capacity.Reservation{}, err
 	}
 	return cur.reservation(), nil
+}
+
+// maxDisruptions bounds the disrupted entries of one reservation's
+// history (and so its size): later rollouts disrupt it unrecorded.
+const maxDisruptions = 4
+
+// Disrupt implements capacity.ReservationStore: one conditional UpdateItem
+// appending the entry and the rollout to `dis` (at most maxDisruptions).
+func (s *Capacity) Disrupt(ctx context.Context, tenant, id, rolloutID string, at time.Time) error {
+	r, err := s.GetReservation(ctx, tenant, id)
+	switch {
+	case errors.Is(err, capacity.ErrNotFound):
+		return nil
+	case err != nil:
+		return err
+	case r.State.Terminal():
+		return nil
+	}
+	ev := []eventItem{{State: string(r.State), At: fmtTime(at), Reason: capacity.ReasonDisrupted, Rollout: rolloutID}}
+	upd := expression.Set(expression.Name("hist"), expression.ListAppend(expression.Name("hist"), expression.Value(ev))).
+		Set(expression.Name("dis"), expression.ListAppend(expression.IfNotExists(expression.Name("dis"), expression.Value([]string{})), expression.Value([]string{rolloutID})))
+	c := expression.And(expression.Name("state").Equal(expression.Value(string(r.State))),
+		expression.Or(expression.AttributeNotExists(expression.Name("dis")),
+			expression.And(expression.Not(expression.Contains(expression.Name("dis"), rolloutID)),
+				expression.Size(expression.Name("dis")).LessThan(expression.Value(maxDisruptions)))))
+	_, err = s.update(ctx, resKey(r), upd, &c, types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return nil // recorded already, full, or its state moved (terminal: nothing to say)
+	}
+	return err
 }
 
 // SetPlan implements capacity.ReservationStore.

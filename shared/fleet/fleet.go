@@ -163,6 +163,7 @@ type Node struct {
 	State           State         `json:"state" enum:"nodeState" doc:"where it is"`
 	Cordon          *Cordon       `json:"cordon" doc:"the cordon keeping new reservations off it (an operator's first), or null"`
 	Running         *Version      `json:"running" doc:"the release it last reported running, or null"`
+	Install         *Install      `json:"install,omitempty" doc:"the install its last report told of, if any"`
 	Health          *Health       `json:"health,omitempty" doc:"its last report's health; absent before its first heartbeat"`
 	LastHeartbeatAt *time.Time    `json:"lastHeartbeatAt,omitempty" doc:"when its last heartbeat was accepted; absent before the first"`
 	CreatedAt       time.Time     `json:"createdAt" doc:"when it was registered"`
@@ -234,6 +235,18 @@ type Record struct {
 	// FlaggedTo, exclusive); what the sweep compares with Eligible.
 	Flagged   bool
 	FlaggedTo capacity.Hour
+	// Target is the release a rollout told the node to install (nil:
+	// none), and Floor the lowest sequence it may install meanwhile: that
+	// of the release it ran when the rollout took it.
+	Target *Target
+	Floor  int64
+}
+
+// Target is a release a rollout tells a node to run.
+type Target struct {
+	Version   string
+	Sequence  int64
+	RolloutID string
 }
 
 // Eligible reports whether new reservations may be placed on the node:

@@ -172,17 +172,60 @@ func ParseReport(payload []byte) (Report, error) {
 // answer is a heartbeat's result for the node as the write left it.
 func (s *Service) answer(ctx context.Context, rec Record) HeartbeatResult {
 	d := Desired{Bindings: rec.desiredBindings(), Cordoned: rec.Operator != nil || rec.Rollout != nil}
-	if rec.Running != nil {
+	// A rollout's target while it has the node (the floor: what it ran
+	// when taken); else what it runs; a node that runs none, its pool's
+	// baseline. Outside rollouts a node is never moved.
+	switch {
+	case rec.Target != nil:
+		d.FloorSequence = rec.Floor
+		d.Release = s.desired(ctx, rec.Target.Version, rec.Target.Sequence)
+	case rec.Running != nil:
 		d.FloorSequence = rec.Running.Sequence
-		if rel, ok := s.release(ctx, rec.Running.Version); ok && rel.Sequence == rec.Running.Sequence && rel.Manifest != nil {
-			d.Release = &DesiredRelease{Version: rel.Version, Sequence: rel.Sequence, ManifestDigest: rel.Digest, Manifest: rel.Manifest}
+		d.Release = s.desired(ctx, rec.Running.Version, rec.Running.Sequence)
+	default:
+		if b := s.baseline(ctx, rec.PoolID); b != nil {
+			d.Release = s.desired(ctx, b.Version, b.Sequence)
 		}
 	}
 	next := s.interval()
-	if rec.Busy() {
+	installing := rec.Target != nil && (rec.Running == nil || rec.Running.Version != rec.Target.Version)
+	if rec.Busy() || installing {
 		next = min(next, BusyInterval)
 	}
 	return HeartbeatResult{Node: rec.View(), Desired: d, NextHeartbeatSeconds: int(next / time.Second)}
+}
+
+// desired is the registered release version@sequence as a node is told
+// it (nil when it is not registered, or not with that sequence).
+func (s *Service) desired(ctx context.Context, version string, seq int64) *DesiredRelease {
+	rel, ok := s.release(ctx, version)
+	if !ok || rel.Sequence != seq || rel.Manifest == nil {
+		return nil
+	}
+	return &DesiredRelease{Version: rel.Version, Sequence: rel.Sequence, ManifestDigest: rel.Digest, Manifest: rel.Manifest}
+}
+
+// baselineTTL is how long a function keeps a pool's baseline (it changes
+// when a rollout completes; only nodes that run no release ask for it).
+const baselineTTL = time.Minute
+
+type cachedBaseline struct {
+	t        *Target
+	expireAt time.Time
+}
+
+// baseline is the pool's baseline release, cached for baselineTTL.
+func (s *Service) baseline(ctx context.Context, poolID string) *Target {
+	if v, ok := s.baselines.Load(poolID); ok && s.now().Before(v.(cachedBaseline).expireAt) {
+		return v.(cachedBaseline).t
+	}
+	t, err := s.Store.Baseline(ctx, poolID)
+	if err != nil {
+		s.logger().Warn("heartbeat: reading a pool's baseline", "pool", poolID, "error", err.Error())
+		return nil
+	}
+	s.baselines.Store(poolID, cachedBaseline{t, s.now().Add(baselineTTL)})
+	return t
 }
 
 // release reads a registered release once per function (releases never

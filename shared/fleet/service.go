@@ -40,6 +40,7 @@ type Service struct {
 
 	keys      sync.Map // pool/node → cachedKey
 	manifests sync.Map // version → Release (immutable once recorded)
+	baselines sync.Map // pool → cachedBaseline
 }
 
 // cachedKey is a node's key as a function last read it.

@@ -41,6 +41,17 @@ type Store interface {
 	// DropEntry forgets a pending unbind the node reported done, if it is
 	// still an unbind.
 	DropEntry(ctx context.Context, r Record, reservationID string) error
+	// SetTarget tells the node to run t (floor: the lowest sequence it may
+	// install meanwhile) unless another rollout's target is set, or, t nil,
+	// lifts rolloutID's target (ErrStale when the condition failed).
+	SetTarget(ctx context.Context, r Record, rolloutID string, t *Target, floor int64) (Record, error)
+	// CountOut counts the pool's nodes out of service (not eligible) as
+	// their eligibility was last synced.
+	CountOut(ctx context.Context, poolID string) (int, error)
+	// Baseline reads the pool's baseline release (nil: none); SetBaseline
+	// records it.
+	Baseline(ctx context.Context, poolID string) (*Target, error)
+	SetBaseline(ctx context.Context, poolID string, t Target) error
 	// EnsureSweep makes the pool's fleet sweep due at due unless it
 	// exists; ClaimSweep moves it from due to next (ErrStale if another
 	// pass moved it first).

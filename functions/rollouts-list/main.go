@@ -1,0 +1,16 @@
+// Command rollouts-list is the Lambda serving rollouts.list.
+package main
+
+import (
+	"context"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/bettercompute/control-plane/shared/app"
+)
+
+func main() {
+	ctx := context.Background()
+	a := app.MustFromEnv(ctx)
+	lambda.Start(a.Gateway.Lambda(a.MustEndpoint(ctx, "rollouts.list")))
+}

@@ -1,0 +1,16 @@
+// Command rollouts-resume is the Lambda serving rollouts.resume.
+package main
+
+import (
+	"context"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/bettercompute/control-plane/shared/app"
+)
+
+func main() {
+	ctx := context.Background()
+	a := app.MustFromEnv(ctx)
+	lambda.Start(a.Gateway.Lambda(a.MustEndpoint(ctx, "rollouts.resume")))
+}

@@ -1,0 +1,438 @@
+package rollout
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/capacity"
+)
+
+// Sentinel errors of the rollout store.
+var (
+	ErrExists = errors.New("rollout: already exists")
+	ErrStale  = errors.New("rollout: stored state changed (condition failed)")
+)
+
+// CreateRequest is rollouts.create as sent (nil: the default).
+type CreateRequest struct {
+	Version                 string
+	Pools                   []string
+	Waves                   []WaveSpec
+	BakeSeconds             *int
+	MaxUnavailable          *int
+	MaxFailedNodes          *int
+	ProgressDeadlineSeconds *int
+	DrainWaitSeconds        *int
+	DrainOnTimeout          *string
+	RollbackOnAbort         *bool
+	ClientToken             string
+	By                      Audit
+}
+
+// Rollouts is the rollouts API's behaviour.
+type Rollouts struct {
+	Store    RolloutStore
+	Releases Store // registered releases
+	Pools    interface {
+		GetPool(ctx context.Context, poolID string) (capacity.Pool, error)
+	}
+	Now func() time.Time
+	// PauseWait bounds how long pause waits for a pass starting nodes to
+	// finish (default 5 s).
+	PauseWait time.Duration
+	// Sleep replaces the pause's wait (tests; default a timer).
+	Sleep func(ctx context.Context, d time.Duration) error
+}
+
+func (s *Rollouts) now() time.Time { return s.Now().UTC() }
+
+func dependency(err error) error {
+	if e := apierr.As(err); e != nil {
+		return e
+	}
+	return apierr.Dependency("dynamodb", err)
+}
+
+// settings applies the defaults and checks the rules the input tags do
+// not state.
+func settingsOf(req CreateRequest) (Settings, error) {
+	def := func(p *int, d int) int {
+		if p == nil {
+			return d
+		}
+		return *p
+	}
+	st := Settings{Waves: req.Waves, BakeSeconds: def(req.BakeSeconds, int(DefaultBake/time.Second)),
+		MaxUnavailable: def(req.MaxUnavailable, DefaultMaxUnavailable), MaxFailedNodes: def(req.MaxFailedNodes, 0),
+		ProgressDeadlineSeconds: def(req.ProgressDeadlineSeconds, int(DefaultProgressDeadline/time.Second)),
+		Drain:                   Drain{WaitSeconds: def(req.DrainWaitSeconds, int(DefaultDrainWait/time.Second)), OnTimeout: OnTimeoutSkip},
+		RollbackOnAbort:         req.RollbackOnAbort == nil || *req.RollbackOnAbort}
+	if req.DrainOnTimeout != nil {
+		st.Drain.OnTimeout = *req.DrainOnTimeout
+	}
+	if st.Drain.OnTimeout != OnTimeoutSkip && st.Drain.OnTimeout != OnTimeoutForce {
+		return st, apierr.Invalid("constraint", "drain.onTimeout", "drain.onTimeout: must be skip or force")
+	}
+	for i, w := range req.Waves {
+		if (w.Nodes == nil) == (w.Percent == nil) {
+			field := fmt.Sprintf("waves[%d]", i)
+			return st, apierr.Invalid("constraint", field, "%s: give exactly one of nodes and percent", field)
+		}
+	}
+	return st, nil
+}
+
+// fingerprint is the identity of a create as sent.
+func fingerprint(req CreateRequest) string {
+	req.By, req.ClientToken = Audit{}, ""
+	b, _ := json.Marshal(req)
+	sum := sha256.Sum256(b)
+	return fmt.Sprintf("%x", sum[:16])
+}
+
+var idEncoding = base32.NewEncoding("0123456789ABCDEFGHJKMNPQRSTVWXYZ").WithPadding(base32.NoPadding)
+
+// tokenID derives a rollout's id from its creator and clientToken.
+func tokenID(by Audit, token string) string {
+	sum := sha256.Sum256([]byte("bc-rollout\x00" + by.TenantID + "\x00" + by.Principal + "\x00" + token))
+	return idEncoding.EncodeToString(sum[:17])[:26]
+}
+
+// Create validates a rollout, claims its pools and records it; its nodes
+// are taken by the reconciler (docs/rollouts.md, Create).
+func (s *Rollouts) Create(ctx context.Context, req CreateRequest) (Rollout, error) {
+	now := s.now()
+	st, err := settingsOf(req)
+	if err != nil {
+		return Rollout{}, err
+	}
+	pools := slices.Clone(req.Pools)
+	slices.Sort(pools)
+	if len(slices.Compact(slices.Clone(pools))) != len(pools) {
+		return Rollout{}, apierr.Invalid("constraint", "pools", "pools: a pool is named twice")
+	}
+	rec := Record{Rollout: Rollout{Version: req.Version, Pools: pools, State: Progressing, Settings: st, CreatedBy: req.By,
+		CreatedAt: now.Truncate(time.Millisecond), UpdatedAt: now.Truncate(time.Millisecond)},
+		Request: fingerprint(req), ClientToken: req.ClientToken, Due: now}
+	rec.RolloutID = ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
+	if req.ClientToken != "" {
+		rec.RolloutID = tokenID(req.By, req.ClientToken)
+		stored, err := s.Store.GetRollout(ctx, rec.RolloutID)
+		switch {
+		case err == nil:
+			return s.replay(ctx, stored, rec)
+		case !errors.Is(err, ErrNotFound):
+			return Rollout{}, dependency(err)
+		}
+	}
+	rel, err := s.Releases.Get(ctx, req.Version)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return Rollout{}, apierr.New(apierr.NotFound, "release %q is not registered", req.Version)
+	case err != nil:
+		return Rollout{}, dependency(err)
+	case rel.Expires != nil && !rel.Expires.After(now):
+		return Rollout{}, apierr.Invalid(ReasonExpired, "version", "version: release %s expired at %s", req.Version, rel.Expires.Format(time.RFC3339))
+	}
+	rec.Sequence, rec.Digest = rel.Sequence, rel.ManifestDigest
+	total := 0
+	for _, id := range pools {
+		if _, err := s.Pools.GetPool(ctx, id); errors.Is(err, capacity.ErrNotFound) {
+			return Rollout{}, apierr.New(apierr.NotFound, "pool %q not found", id).With("poolId", id)
+		} else if err != nil {
+			return Rollout{}, dependency(err)
+		}
+		n, err := s.Store.CountPoolNodes(ctx, id, now)
+		if err != nil {
+			return Rollout{}, dependency(err)
+		}
+		total += n
+	}
+	sizes, bad, err := WaveSizes(req.Waves, total)
+	if err != nil {
+		field := fmt.Sprintf("waves[%d]", bad)
+		return Rollout{}, apierr.Invalid("constraint", field, "%s: %v (the rollout's pools have %d managed nodes)", field, err, total)
+	}
+	for _, size := range sizes {
+		rec.Waves = append(rec.Waves, Wave{Size: size})
+	}
+	rec.Counts.Nodes, rec.Counts.Pending = total, total
+	rec.History = []RolloutEvent{{State: Progressing, At: rec.CreatedAt}}
+	stored, err := s.Store.CreateRollout(ctx, rec)
+	switch {
+	case errors.Is(err, ErrExists):
+		return s.replay(ctx, stored, rec)
+	case err != nil:
+		return Rollout{}, dependency(err)
+	}
+	return s.claim(ctx, stored)
+}
+
+// replay answers a create whose id exists: the same request gets the
+// rollout (finishing its claims if the first call stopped short), another
+// one CONFLICT.
+func (s *Rollouts) replay(ctx context.Context, stored, sent Record) (Rollout, error) {
+	if stored.Request != sent.Request {
+		return Rollout{}, apierr.New(apierr.Conflict, "clientToken %q was used for another rollout request", sent.ClientToken).
+			With("field", "clientToken")
+	}
+	return s.claim(ctx, stored)
+}
+
+// claim claims the rollout's pools in order (a pool in another
+// non-terminal rollout: the claims made are released, CONFLICT with that
+// rollout's id) and makes it listed.
+func (s *Rollouts) claim(ctx context.Context, rec Record) (Rollout, error) {
+	if rec.Listed {
+		return rec.Rollout, nil
+	}
+	if rec.Finished {
+		return Rollout{}, s.conflict(rec.Reason)
+	}
+	for i, pool := range rec.Pools {
+		holder, err := s.claimPool(ctx, pool, rec.RolloutID)
+		if err != nil {
+			return Rollout{}, dependency(err)
+		}
+		if holder == "" {
+			continue
+		}
+		for _, p := range rec.Pools[:i] {
+			if err := s.Store.ReleasePool(ctx, p, rec.RolloutID); err != nil {
+				return Rollout{}, dependency(err)
+			}
+		}
+		rec.Finished, rec.Reason, rec.Due = true, holder, time.Time{}
+		if _, err := s.Store.UpdateRollout(ctx, rec); err != nil && !errors.Is(err, ErrStale) {
+			return Rollout{}, dependency(err)
+		}
+		return Rollout{}, s.conflict(holder)
+	}
+	rec.Listed = true
+	cur, err := s.Store.UpdateRollout(ctx, rec)
+	if errors.Is(err, ErrStale) {
+		if cur, err = s.Store.GetRollout(ctx, rec.RolloutID); err == nil && cur.Listed {
+			return cur.Rollout, nil
+		}
+	}
+	if err != nil {
+		return Rollout{}, dependency(err)
+	}
+	return cur.Rollout, nil
+}
+
+func (s *Rollouts) conflict(holder string) error {
+	return apierr.New(apierr.Conflict, "a pool of this rollout is in rollout %s, not finished", holder).With("rolloutId", holder)
+}
+
+// claimPool claims a pool, taking it over from a holder that is terminal
+// (a claim its end did not get to release).
+func (s *Rollouts) claimPool(ctx context.Context, pool, id string) (string, error) {
+	for range 3 {
+		holder, err := s.Store.ClaimPool(ctx, pool, id)
+		if err != nil || holder == "" {
+			return holder, err
+		}
+		h, err := s.Store.GetRollout(ctx, holder)
+		switch {
+		case errors.Is(err, ErrNotFound) || (err == nil && (h.State.Terminal() || (h.Finished && !h.Listed))):
+			if err := s.Store.ReleasePool(ctx, pool, holder); err != nil {
+				return "", err
+			}
+		case err != nil:
+			return "", err
+		default:
+			return holder, nil
+		}
+	}
+	return "", errors.New("rollout: a pool's claim kept changing")
+}
+
+// Get returns a rollout.
+func (s *Rollouts) Get(ctx context.Context, id string) (Rollout, error) {
+	rec, err := s.Store.GetRollout(ctx, id)
+	switch {
+	case errors.Is(err, ErrNotFound) || (err == nil && !rec.Listed):
+		return Rollout{}, apierr.New(apierr.NotFound, "rollout %q not found", id)
+	case err != nil:
+		return Rollout{}, dependency(err)
+	}
+	return rec.Rollout, nil
+}
+
+// List lists rollouts newest first.
+func (s *Rollouts) List(ctx context.Context, state State, page capacity.Page) ([]Rollout, map[string]string, error) {
+	recs, next, err := s.Store.ListRollouts(ctx, state, page)
+	if err != nil {
+		return nil, nil, dependency(err)
+	}
+	out := make([]Rollout, len(recs))
+	for i, r := range recs {
+		out[i] = r.Rollout
+	}
+	return out, next, nil
+}
+
+// Nodes lists a rollout's nodes, in its order (of one step when step is
+// not "").
+func (s *Rollouts) Nodes(ctx context.Context, id string, step Step, limit int, after string) ([]NodeProgress, string, error) {
+	rec, err := s.Store.GetRollout(ctx, id)
+	switch {
+	case errors.Is(err, ErrNotFound) || (err == nil && !rec.Listed):
+		return nil, "", apierr.New(apierr.NotFound, "rollout %q not found", id)
+	case err != nil:
+		return nil, "", dependency(err)
+	}
+	var ps []Progress
+	next := ""
+	if step != "" {
+		if ps, err = s.Store.ProgressByStep(ctx, id, step, limit+1, after); err == nil && len(ps) > limit {
+			ps, next = ps[:limit], ps[limit-1].Key()
+		}
+	} else {
+		ps, next, err = s.Store.ProgressInOrder(ctx, id, limit, after)
+	}
+	if err != nil {
+		return nil, "", dependency(err)
+	}
+	out := make([]NodeProgress, len(ps))
+	for i, p := range ps {
+		out[i] = p.NodeProgress
+		out[i].Wave = waveOfOrder(rec.Boundaries, p.Order)
+		if out[i].Rollback == RollbackDue {
+			out[i].Rollback = "" // not rolled back (yet)
+		}
+	}
+	return out, next, nil
+}
+
+// waveOfOrder is the wave of an order key (boundaries: each wave's last).
+func waveOfOrder(boundaries []string, order string) int {
+	for w, b := range boundaries {
+		if order <= b {
+			return w
+		}
+	}
+	return max(len(boundaries)-1, 0)
+}
+
+// Pause stops new nodes from starting; those in progress finish. It
+// answers once no pass is starting nodes, so no node starts after it.
+func (s *Rollouts) Pause(ctx context.Context, id, reason string) (Rollout, error) {
+	return s.change(ctx, id, func(r *Record) bool {
+		if r.State != Progressing {
+			return false
+		}
+		r.State = Paused
+		r.add(Paused, s.now(), reason)
+		return true
+	}, true)
+}
+
+// Resume lets a paused rollout go on.
+func (s *Rollouts) Resume(ctx context.Context, id, reason string) (Rollout, error) {
+	return s.change(ctx, id, func(r *Record) bool {
+		if r.State != Paused {
+			return false
+		}
+		r.State = Progressing
+		r.add(Progressing, s.now(), reason)
+		return true
+	}, false)
+}
+
+// Abort moves a progressing or paused rollout to aborting.
+func (s *Rollouts) Abort(ctx context.Context, id, reason string) (Rollout, error) {
+	return s.change(ctx, id, func(r *Record) bool {
+		if r.State != Progressing && r.State != Paused {
+			return false
+		}
+		r.State, r.Reason = Aborting, ReasonAbortedBy
+		r.add(Aborting, s.now(), firstNonEmpty(reason, ReasonAbortedBy))
+		return true
+	}, false)
+}
+
+func firstNonEmpty(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// add appends an event to the timeline (at most MaxHistory: later ones
+// replace the last).
+func (r *Record) add(st State, at time.Time, reason string) {
+	ev := RolloutEvent{State: st, At: at.Truncate(time.Millisecond), Reason: reason}
+	r.UpdatedAt = ev.At
+	if len(r.History) >= MaxHistory {
+		r.History[len(r.History)-1] = ev
+		return
+	}
+	r.History = append(r.History, ev)
+}
+
+// change applies fn to the stored rollout (unchanged when fn says so) with
+// an optimistic write; waitIntent: first wait for a pass starting nodes.
+func (s *Rollouts) change(ctx context.Context, id string, fn func(*Record) bool, waitIntent bool) (Rollout, error) {
+	wait := s.PauseWait
+	if wait <= 0 {
+		wait = 5 * time.Second
+	}
+	deadline := s.now().Add(wait)
+	for attempt := 0; ; attempt++ {
+		rec, err := s.Store.GetRollout(ctx, id)
+		switch {
+		case errors.Is(err, ErrNotFound) || (err == nil && !rec.Listed):
+			return Rollout{}, apierr.New(apierr.NotFound, "rollout %q not found", id)
+		case err != nil:
+			return Rollout{}, dependency(err)
+		}
+		if waitIntent && rec.Intent != nil && s.now().Sub(rec.Intent.At) < IntentStale && rec.State == Progressing {
+			if s.now().After(deadline) {
+				return Rollout{}, apierr.New(apierr.Unavailable, "a reconciler pass is starting nodes of rollout %s; retry", id)
+			}
+			if err := s.sleep(ctx, 50*time.Millisecond); err != nil {
+				return Rollout{}, err
+			}
+			continue
+		}
+		if !fn(&rec) {
+			return rec.Rollout, nil // already so, or terminal: unchanged
+		}
+		if waitIntent {
+			rec.Intent = nil // absent, or stale: its pass is gone
+		}
+		cur, err := s.Store.UpdateRollout(ctx, rec)
+		if errors.Is(err, ErrStale) && attempt < 16 {
+			continue
+		}
+		if err != nil {
+			return Rollout{}, dependency(err)
+		}
+		return cur.Rollout, nil
+	}
+}
+
+func (s *Rollouts) sleep(ctx context.Context, d time.Duration) error {
+	if s.Sleep != nil {
+		return s.Sleep(ctx, d)
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
