@@ -47,7 +47,9 @@ func rolloutModule(ctx context.Context, a *App) ([]api.Endpoint, error) {
 }
 
 // RolloutStore is the rollouts' table access.
-func (a *App) RolloutStore() *dynamo.Rollouts { return &dynamo.Rollouts{DB: a.DB, Table: a.Config.Table} }
+func (a *App) RolloutStore() *dynamo.Rollouts {
+	return &dynamo.Rollouts{DB: a.DB, Table: a.Config.Table}
+}
 
 // Rollouts builds the rollouts service.
 func (a *App) Rollouts() *rollout.Rollouts {

@@ -159,7 +159,9 @@ func (t *targetItem) target() *fleet.Target {
 	return &fleet.Target{Version: t.V, Sequence: t.S, RolloutID: t.RID}
 }
 
-func nodeOutPSK(resource string, k int) string { return fmt.Sprintf("%sOUT#%s#%06d", nodePrefix, resource, k) }
+func nodeOutPSK(resource string, k int) string {
+	return fmt.Sprintf("%sOUT#%s#%06d", nodePrefix, resource, k)
+}
 
 func toCordonItem(c *fleet.Cordon) *cordonItem {
 	if c == nil {

@@ -52,7 +52,7 @@ type simNode struct {
 	running  *fleet.Version
 	install  *fleet.Install
 	healthy  bool
-	silent   bool                         // sends nothing
+	silent   bool                          // sends nothing
 	onTold   func(v string) (bool, string) // install outcome (default: installed)
 }
 
