@@ -355,7 +355,7 @@ var Catalog = []*Method{
 		Input:   reflect.TypeFor[ChangeRolloutInput](), Output: reflect.TypeFor[RolloutResult](),
 		Errors: []ErrorCase{
 			{apierr.NotFound, "no such rollout", nil},
-			{apierr.Unavailable, "a reconciler pass kept starting nodes for 5 seconds; retry", nil},
+			{apierr.Unavailable, "a dependency failed (`dependency`), or a reconciler pass kept starting nodes for 5 seconds (no `dependency`); retry", []Detail{detail("dependency")}},
 		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem"}},
 	{Name: "rollouts.resume", Kind: Mutation, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout", Phase: "v0.6",

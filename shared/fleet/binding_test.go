@@ -71,6 +71,9 @@ func TestBindingThroughNode(t *testing.T) {
 	// The window ends: released at once (quota, devices), the node told to
 	// unbind; the next holder's bind comes after that unbind.
 	e.clock.Advance(time.Hour)
+	// The node kept heartbeating through the hour (else the sweep, in the
+	// same pass as the next holder's binding, finds it unreachable).
+	e.ready(t, "p1", "gpu-node-0", bound(r.ReservationID))
 	e.pass(t)
 	e.pass(t)
 	if got := e.get(t, r.ReservationID); got.State != capacity.Released {
@@ -82,7 +85,7 @@ func TestBindingThroughNode(t *testing.T) {
 		actions = append(actions, b.Action+" "+b.ReservationID)
 	}
 	if want := []string{"unbind " + r.ReservationID, "bind " + next.ReservationID}; !slices.Equal(actions, want) {
-		t.Fatalf("bindings %v, want %v", actions, want)
+		t.Fatalf("bindings %v, want %v (next: %+v)", actions, want, e.get(t, next.ReservationID))
 	}
 	e.ready(t, "p1", "gpu-node-0", unbound(r.ReservationID), bound(next.ReservationID))
 	e.pass(t)

@@ -439,6 +439,41 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 	c.do(exchange{method: "nodes.cordon", principal: "admin", body: with(nodeRef, "nodeId", "gpu-node-1", "reason", "fan"), status: 404, code: apierr.NotFound})
 	c.do(exchange{method: "nodes.uncordon", principal: "admin", body: with(nodeRef, "nodeId", "gpu-node-1"), status: 404, code: apierr.NotFound})
 
+	// rollouts: the platform's, over pools by id. p1's one managed node
+	// runs 1.0.0; the rollout is never advanced here (no reconciler), so
+	// pause, resume and abort each answer at once.
+	roll := obj{"tenantId": platform, "version": "1.1.0", "pools": []string{"p1"}, "waves": []obj{{"nodes": 1}},
+		"maxUnavailable": 1, "bakeSeconds": 0, "drain": obj{"waitSeconds": 60, "onTimeout": "skip"}}
+	created := c.do(exchange{method: "rollouts.create", principal: "admin", body: roll, status: ok})
+	rid, _ := created["rollout"].(map[string]any)["rolloutId"].(string)
+	c.do(exchange{method: "rollouts.create", principal: "admin", body: with(roll, "version", "1.2.0"), status: 409, code: apierr.Conflict,
+		details: obj{"rolloutId": rid}})
+	c.do(exchange{method: "rollouts.create", principal: "admin", body: with(roll, "version", "7.7.7"), status: 404, code: apierr.NotFound})
+	c.do(exchange{method: "rollouts.create", principal: "admin", body: with(roll, "pools", []string{"p404"}), status: 404, code: apierr.NotFound,
+		details: obj{"poolId": "p404"}})
+	c.do(exchange{method: "rollouts.create", principal: "admin", body: with(roll, "waves", []obj{{"nodes": 1, "percent": 100}}), status: 400, code: apierr.InvalidInput,
+		details: obj{"reason": "constraint", "field": "waves[0]"}})
+	c.do(exchange{method: "rollouts.create", principal: "admin", body: with(roll, "pools", []string{"p1", "p1"}), status: 400, code: apierr.InvalidInput,
+		details: obj{"reason": "constraint", "field": "pools"}})
+	rref := obj{"tenantId": platform, "rolloutId": rid}
+	c.do(exchange{method: "rollouts.get", principal: "admin", body: rref, status: ok})
+	c.do(exchange{method: "rollouts.get", principal: "alice", body: rref, status: 403, code: apierr.PermissionDenied})
+	c.do(exchange{method: "rollouts.get", principal: "admin", body: with(rref, "rolloutId", "01ARZ3NDEKTSV4RRFFQ69G5FAV"), status: 404, code: apierr.NotFound})
+	c.do(exchange{method: "rollouts.list", principal: "admin", body: obj{"tenantId": platform}, status: ok})
+	c.do(exchange{method: "rollouts.list", principal: "admin", body: obj{"tenantId": platform, "state": "progressing", "limit": 1}, status: ok})
+	c.do(exchange{method: "rollouts.list", principal: "admin", body: obj{"tenantId": platform, "state": "gone"}, status: 400, code: apierr.InvalidInput,
+		details: obj{"reason": "constraint", "field": "state"}, badBody: true})
+	c.do(exchange{method: "rollouts.nodes", principal: "admin", body: rref, status: ok})
+	c.do(exchange{method: "rollouts.nodes", principal: "admin", body: with(rref, "step", "gone"), status: 400, code: apierr.InvalidInput,
+		details: obj{"reason": "constraint", "field": "step"}, badBody: true})
+	c.do(exchange{method: "rollouts.nodes", principal: "admin", body: with(rref, "rolloutId", "01ARZ3NDEKTSV4RRFFQ69G5FAV"), status: 404, code: apierr.NotFound})
+	c.do(exchange{method: "rollouts.pause", principal: "admin", body: rref, status: ok})
+	c.do(exchange{method: "rollouts.resume", principal: "admin", body: rref, status: ok})
+	for _, m := range []string{"rollouts.pause", "rollouts.resume", "rollouts.abort"} {
+		c.do(exchange{method: m, principal: "admin", body: with(rref, "rolloutId", "01ARZ3NDEKTSV4RRFFQ69G5FAV"), status: 404, code: apierr.NotFound})
+	}
+	c.do(exchange{method: "rollouts.abort", principal: "admin", body: rref, status: ok})
+
 	// pools.usage shows the owner p2's reservation.
 	c.do(exchange{method: "pools.usage", principal: "admin", body: obj{"tenantId": "acme", "poolId": "p2", "resource": "gpu", "from": at(0), "hours": 6}, status: ok})
 	c.do(exchange{method: "pools.usage", principal: "admin", body: obj{"tenantId": "acme", "poolId": "p2", "resource": "tpu"}, status: 400, code: apierr.InvalidInput,
@@ -471,6 +506,13 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 		"nodes.cordon":         with(nodeRef, "reason", "fan"),
 		"nodes.uncordon":       nodeRef,
 		"nodes.heartbeat":      beat(nodeKey, nil),
+		"rollouts.create":      with(roll, "pools", []string{"p2"}),
+		"rollouts.get":         rref,
+		"rollouts.list":        {"tenantId": platform},
+		"rollouts.nodes":       rref,
+		"rollouts.pause":       rref,
+		"rollouts.resume":      rref,
+		"rollouts.abort":       rref,
 	}
 	for _, m := range api.Catalog {
 		body, ok := valid[m.Name]
