@@ -83,6 +83,7 @@ type logLine struct {
 	ms, rcu, wcu  float64
 	dynamoCalls   int
 	principalNode bool
+	at            time.Time // when the gateway logged it (the rollout simulation's windows)
 }
 
 func (l *requestLog) Enabled(context.Context, slog.Level) bool { return true }
@@ -92,7 +93,7 @@ func (l *requestLog) Handle(_ context.Context, r slog.Record) error {
 	if r.Message != "request" {
 		return nil
 	}
-	var line logLine
+	line := logLine{at: r.Time}
 	r.Attrs(func(a slog.Attr) bool {
 		switch a.Key {
 		case "method":
