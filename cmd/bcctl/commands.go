@@ -49,7 +49,8 @@ func (c *cli) resourceCommands() []*cobra.Command {
 	}
 	// Verbs that read their input otherwise than one flag per field.
 	custom := map[string]func(*api.Method) *cobra.Command{
-		"nodes.register": c.nodesRegisterCommand, // the key from a file
+		"nodes.register":  c.nodesRegisterCommand,  // the key from a file
+		"rollouts.create": c.rolloutsCreateCommand, // repeatable --pool and --wave, durations, --no-rollback
 	}
 	for _, m := range api.Catalog {
 		parent, ok := byName[m.Resource()]
@@ -66,6 +67,7 @@ func (c *cli) resourceCommands() []*cobra.Command {
 	}
 	byName["pools"].AddCommand(c.poolsShowCommand())
 	byName["reservations"].AddCommand(c.watchCommand())
+	byName["rollouts"].AddCommand(c.rolloutsWatchCommand())
 	out := make([]*cobra.Command, 0, len(order))
 	for _, name := range order {
 		out = append(out, byName[name])
@@ -84,6 +86,7 @@ type field struct {
 	positional bool
 	global     bool // tenantId: the --tenant flag
 	keyFile    bool // publicKey: read from a key file (nodes register)
+	negated    bool // a switch that sends false (rollouts create --no-rollback)
 }
 
 // flagRenames maps request fields to the flags that set them where a flag
@@ -95,6 +98,15 @@ var flagRenames = map[string]string{
 	"window.start": "start",
 	"window.end":   "end",
 	"resources":    "devices",
+	// rollouts create: --pool and --wave repeat, durations drop "Seconds".
+	"pools":                   "pool",
+	"waves":                   "wave",
+	"bakeSeconds":             "bake",
+	"maxFailedNodes":          "max-failed",
+	"progressDeadlineSeconds": "progress-deadline",
+	"drain.waitSeconds":       "drain-wait",
+	"drain.onTimeout":         "drain-on-timeout",
+	"rollbackOnAbort":         "no-rollback",
 }
 
 // flagOf is the flag that sets a request field (without dashes).
@@ -116,10 +128,13 @@ func fieldsOf(m *api.Method) []field {
 		case f.Name == "window":
 			continue // its start and end are flags of their own
 		case f.Name == "reservationId", f.Name == "poolId" && m.Resource() == "pools" && m.Verb() != "list",
-			f.Name == "nodeId" && m.Resource() == "nodes":
+			f.Name == "nodeId" && m.Resource() == "nodes", f.Name == "rolloutId" && m.Resource() == "rollouts",
+			f.Name == "version" && m.Name == "rollouts.create":
 			fl.positional = true
 		case f.Name == "publicKey" && m.Name == "nodes.register": // nodesRegisterCommand reads it
 			fl.keyFile = true
+		case f.Name == "rollbackOnAbort":
+			fl.flag, fl.negated = flagOf(f.Name), true
 		default:
 			fl.flag = flagOf(f.Name)
 		}
@@ -132,8 +147,12 @@ func (f field) kind() string {
 	switch {
 	case strings.HasPrefix(f.Type, "string (RFC 3339"):
 		return "time"
+	case f.Type == "integer" && strings.HasSuffix(f.Name, "Seconds"):
+		return "duration"
 	case f.Type == "integer":
 		return "int"
+	case f.Type == "array of string":
+		return "strings"
 	case strings.HasPrefix(f.Type, "map of string to integer"):
 		return "counts"
 	case f.Type == "object" || f.Type == "any":
@@ -142,6 +161,12 @@ func (f field) kind() string {
 	return "string"
 }
 
+// defaultSeconds is a default in a duration field's doc: "default 300".
+var defaultSeconds = regexp.MustCompile(`default ([0-9]+)\b`)
+
+// secondsRange is a duration field's limits in seconds: "0..86400".
+var secondsRange = regexp.MustCompile(`^([0-9]+)\.\.([0-9]+)$`)
+
 func (f field) usage() string {
 	var parts []string
 	switch {
@@ -149,6 +174,12 @@ func (f field) usage() string {
 		parts = append(parts, "a PEM file: --key a private key (only its public key is sent) or --public-key-file a PUBLIC KEY")
 	case f.kind() == "time":
 		parts = append(parts, "a time: RFC 3339 (2026-12-01T10:00:00Z), now, or relative (+2h, +30m, +1d) from the current minute")
+	case f.negated:
+		parts = append(parts, "a switch: sends "+f.Name+" false")
+	case f.kind() == "duration":
+		parts = append(parts, "a duration (90s, 5m, 1h30m), sent in whole seconds")
+	case f.kind() == "strings":
+		parts = append(parts, "repeatable")
 	case f.kind() == "counts":
 		parts = append(parts, "RESOURCE=N, repeatable")
 	case f.kind() == "json":
@@ -156,10 +187,20 @@ func (f field) usage() string {
 	default:
 		parts = append(parts, f.Type)
 	}
-	if f.Doc != "" {
-		parts = append(parts, api.ExpandDoc(f.Doc))
+	if doc := api.ExpandDoc(f.Doc); doc != "" && f.kind() == "duration" {
+		// The catalog's defaults are in seconds; the flag takes durations.
+		parts = append(parts, defaultSeconds.ReplaceAllStringFunc(doc, func(m string) string {
+			n, _ := strconv.Atoi(defaultSeconds.FindStringSubmatch(m)[1])
+			return "default " + span(time.Duration(n)*time.Second)
+		}))
+	} else if doc != "" {
+		parts = append(parts, doc)
 	}
-	if f.Constraints != "" {
+	if m := secondsRange.FindStringSubmatch(f.Constraints); m != nil && f.kind() == "duration" {
+		lo, _ := strconv.Atoi(m[1])
+		hi, _ := strconv.Atoi(m[2])
+		parts = append(parts, span(time.Duration(lo)*time.Second)+" to "+span(time.Duration(hi)*time.Second))
+	} else if f.Constraints != "" {
 		parts = append(parts, f.Constraints)
 	}
 	if f.Required {
@@ -195,6 +236,9 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 		case f.kind() == "counts":
 			multi[f.flag] = new([]string)
 			cmd.Flags().Var(&countsFlag{multi[f.flag]}, f.flag, f.usage())
+		case f.kind() == "strings":
+			multi[f.flag] = new([]string)
+			cmd.Flags().StringArrayVar(multi[f.flag], f.flag, nil, f.usage())
 		default:
 			values[f.flag] = new(string)
 			cmd.Flags().Var(&typedFlag{values[f.flag], f.kind()}, f.flag, f.usage())
@@ -216,15 +260,11 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 			var set bool
 			switch {
 			case f.global:
-				raw, set = c.tenant, c.tenant != ""
-				if m.Scope == api.FleetScope && !cmd.Flags().Changed("tenant") {
-					// The fleet's releases are the platform's, whatever tenant
-					// BC_TENANT names for capacity work.
-					raw, set = platformTenant, true
-				}
+				raw = c.tenantOf(cmd, m)
+				set = raw != ""
 			case f.positional:
 				raw, set = args[0], true
-			case f.kind() == "counts":
+			case f.kind() == "counts", f.kind() == "strings":
 				set = len(*multi[f.flag]) > 0
 			default:
 				raw, set = *values[f.flag], cmd.Flags().Changed(f.flag)
@@ -251,6 +291,16 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 	return cmd
 }
 
+// tenantOf is the tenantId a verb of m sends: --tenant (BC_TENANT), or
+// for the fleet's methods (releases, rollouts) the platform unless
+// --tenant is given, whatever tenant BC_TENANT names for capacity work.
+func (c *cli) tenantOf(cmd *cobra.Command, m *api.Method) string {
+	if m.Scope == api.FleetScope && !cmd.Flags().Changed("tenant") {
+		return platformTenant
+	}
+	return c.tenant
+}
+
 func flagName(f field) string {
 	switch {
 	case f.global:
@@ -271,6 +321,14 @@ func (c *cli) parseValue(f field, raw string, multi *[]string) (any, error) {
 			return nil, usageErr(fmt.Errorf("%s: %q is not an integer", flagName(f), raw))
 		}
 		return n, nil
+	case "duration":
+		d, err := time.ParseDuration(raw)
+		if err != nil || d%time.Second != 0 {
+			return nil, usageErr(fmt.Errorf("%s: %q is not a duration in whole seconds (90s, 5m, 1h30m)", flagName(f), raw))
+		}
+		return int(d / time.Second), nil
+	case "strings":
+		return *multi, nil
 	case "time":
 		t, err := parseWhen(raw, c.now())
 		if err != nil {
@@ -429,6 +487,9 @@ func (c *cli) invoke(cmd *cobra.Command, m *api.Method, body map[string]any, all
 	if err == nil && !all {
 		c.moreNote(pages)
 	}
+	if err == nil {
+		c.unchangedNote(m.Name, pages[0])
+	}
 	return err
 }
 
@@ -525,8 +586,12 @@ func methodHelp(m *api.Method, fields []field) string {
 		}
 	}
 	b.WriteString("\nFields (request field → how to set it):\n")
+	width := 14 // wider only for a method with longer names (rollouts create)
 	for _, f := range fields {
-		fmt.Fprintf(&b, "  %-14s %-24s %s\n", f.Name, flagName(f), f.usage())
+		width = max(width, len(f.Name))
+	}
+	for _, f := range fields {
+		fmt.Fprintf(&b, "  %-*s %-24s %s\n", width, f.Name, flagName(f), f.usage())
 	}
 	if len(m.Errors) > 0 {
 		b.WriteString("\nErrors (besides those of every method; docs/reference has them all):\n")

@@ -59,6 +59,9 @@ func hint(e *apierr.Error, fc failedCall) string {
 	if h := nodeHint(e, fc); h != "" {
 		return h
 	}
+	if h := rolloutHint(e, fc); h != "" {
+		return h
+	}
 	switch e.Code {
 	case apierr.InvalidInput:
 		if f := str("field"); f != "" {
@@ -184,6 +187,49 @@ func nodeHint(e *apierr.Error, fc failedCall) string {
 		return fmt.Sprintf("The report's at must be within %s of the server's clock: sign a fresh report, and check the node's clock.", fleet.MaxSkew)
 	case fleet.ReasonMismatch:
 		return "The signed report names another pool or node than the request (--pool, NODE): send it for the node that signed it."
+	}
+	return ""
+}
+
+// rolloutHint is what to do about an error of a rollouts method, by the
+// catalog's error cases ("" for what the general hints say well enough).
+// A pause or resume of a rollout in another state is no error (the API
+// answers it unchanged; unchangedNote says so).
+func rolloutHint(e *apierr.Error, fc failedCall) string {
+	if !strings.HasPrefix(fc.method, "rollouts.") || detail(e, "path") != "" {
+		return ""
+	}
+	id := fc.arg("rolloutId", "ID")
+	field := detail(e, "field")
+	switch {
+	case e.Code == apierr.Conflict && detail(e, "rolloutId") != "":
+		holder := detail(e, "rolloutId")
+		return fmt.Sprintf("A pool can be in one unfinished rollout at a time: follow %s to its end (bcctl rollouts watch %s) or abort it "+
+			"(bcctl rollouts abort %s --reason …), then create this one again.", holder, holder, holder)
+	case e.Code == apierr.Conflict && field == "clientToken":
+		return "This --client-token was used for another rollout request (version, pools, waves or settings differ): " +
+			"repeat the first command exactly to get its rollout, or use a new token."
+	case e.Code == apierr.NotFound && fc.method == "rollouts.create" && detail(e, "poolId") != "":
+		return fmt.Sprintf("Pool %s does not exist: check --pool (bcctl pools get %s --tenant OWNER shows a pool to its owner).",
+			detail(e, "poolId"), detail(e, "poolId"))
+	case e.Code == apierr.NotFound && fc.method == "rollouts.create":
+		version := fc.arg("version", "VERSION")
+		return fmt.Sprintf("Release %s is not registered: bcctl releases list shows the versions; sign its statement (bcctl sign) and "+
+			"register it (bcctl releases register --manifest FILE) first.", version)
+	case e.Code == apierr.NotFound:
+		return fmt.Sprintf("No rollout %s: bcctl rollouts list shows the rollouts (a create refused with CONFLICT made none).", id)
+	case e.Code == apierr.InvalidInput && strings.HasPrefix(field, "waves"):
+		return "Waves are cumulative: each --wave covers at least as many nodes as the one before, and the last covers every node " +
+			"of the rollout's pools (end with --wave 100%); the message says how many nodes they have."
+	case e.Code == apierr.InvalidInput && field == "version" && detail(e, "reason") == rollout.ReasonExpired:
+		return "The release has expired: register a new release (a new version, a higher sequence, a later expires) and roll that out."
+	case e.Code == apierr.InvalidInput && field == "pools":
+		return "Name each pool once (--pool POOL per pool)."
+	case e.Code == apierr.Unavailable && fc.method == "rollouts.pause" && detail(e, "dependency") == "":
+		return fmt.Sprintf("A reconciler pass kept starting the rollout's nodes: retry (bcctl rollouts pause %s); once it answers, no node starts.", id)
+	case e.Code == apierr.PermissionDenied:
+		return "Rollouts belong to the platform: the principal of --token needs compute:fleet:admin on the fleet scope " +
+			"(bcctl sends --tenant platform unless --tenant is given); ask an admin (locally: localstack/policy.json)."
 	}
 	return ""
 }

@@ -252,25 +252,31 @@ func ago(t *time.Time, now time.Time) string {
 		return "never"
 	}
 	d := now.Sub(*t)
-	switch {
-	case d < -time.Minute:
+	if d < -time.Minute {
 		return stamp(*t)
-	case d < time.Minute:
-		return "<1m ago"
+	}
+	return minutes(d) + " ago"
+}
+
+// minutes is a span in whole minutes, rounded down: "<1m", "5m", "2h5m",
+// "3d4h" (the days' minutes left out).
+func minutes(d time.Duration) string {
+	if d < time.Minute {
+		return "<1m"
 	}
 	const day = 24 * time.Hour
-	days, hours, minutes := int(d/day), int(d%day/time.Hour), int(d%time.Hour/time.Minute)
+	days, hours, mins := int(d/day), int(d%day/time.Hour), int(d%time.Hour/time.Minute)
 	switch {
 	case days > 0 && hours > 0:
-		return fmt.Sprintf("%dd%dh ago", days, hours)
+		return fmt.Sprintf("%dd%dh", days, hours)
 	case days > 0:
-		return fmt.Sprintf("%dd ago", days)
-	case hours > 0 && minutes > 0:
-		return fmt.Sprintf("%dh%dm ago", hours, minutes)
+		return fmt.Sprintf("%dd", days)
+	case hours > 0 && mins > 0:
+		return fmt.Sprintf("%dh%dm", hours, mins)
 	case hours > 0:
-		return fmt.Sprintf("%dh ago", hours)
+		return fmt.Sprintf("%dh", hours)
 	}
-	return fmt.Sprintf("%dm ago", minutes)
+	return fmt.Sprintf("%dm", mins)
 }
 
 // shorten cuts s to at most n characters, marking the cut with "…".

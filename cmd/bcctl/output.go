@@ -128,6 +128,32 @@ func renderTable(w io.Writer, method string, pages [][]byte, now time.Time) erro
 			ns = append(ns, a.Nodes...)
 		}
 		printNodes(tw, ns, now)
+	case "rollouts.create", "rollouts.get", "rollouts.pause", "rollouts.resume", "rollouts.abort":
+		a, err := decodeAnswer[api.RolloutResult](method, pages[0])
+		if err != nil {
+			return err
+		}
+		printRollout(tw, a.Rollout, now)
+	case "rollouts.list":
+		as, err := decodePages[api.ListRolloutsResult](method, pages)
+		if err != nil {
+			return err
+		}
+		var rs []rollout.Rollout
+		for _, a := range as {
+			rs = append(rs, a.Rollouts...)
+		}
+		printRollouts(tw, rs, now)
+	case "rollouts.nodes":
+		as, err := decodePages[api.RolloutNodesResult](method, pages)
+		if err != nil {
+			return err
+		}
+		var ns []rollout.NodeProgress
+		for _, a := range as {
+			ns = append(ns, a.Nodes...)
+		}
+		printRolloutNodes(tw, ns, now)
 	default:
 		tw.Flush()
 		return writeJSON(w, mergePages(method, pages))
