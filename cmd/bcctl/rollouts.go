@@ -209,7 +209,9 @@ func checkBounds(f field, n int, raw string) error {
 	}
 	unit, show := "", func(v int) string { return strconv.Itoa(v) }
 	if f.kind() == "duration" {
-		unit = " (" + strconv.Itoa(n) + "s)"
+		if raw != strconv.Itoa(n)+"s" {
+			unit = " (" + strconv.Itoa(n) + "s)"
+		}
 		show = func(v int) string { return span(time.Duration(v) * time.Second) }
 	}
 	var want string
@@ -454,7 +456,7 @@ func waitingFor(r rollout.Rollout, nodes []rollout.NodeProgress, now time.Time) 
 		if r.Settings.Drain.OnTimeout == rollout.OnTimeoutForce {
 			then = "forced"
 		}
-		parts = append(parts, fmt.Sprintf("%d draining (the reservations on its devices to end; %s after %s)", c.Draining, then,
+		parts = append(parts, fmt.Sprintf("%d draining (cordoned: installs once no reservation holds its devices, %s after %s)", c.Draining, then,
 			span(time.Duration(r.Settings.Drain.WaitSeconds)*time.Second)))
 	}
 	if c.Installing > 0 {
@@ -543,7 +545,11 @@ func printRollouts(w io.Writer, rs []rollout.Rollout, now time.Time) {
 	fmt.Fprintln(w, "ROLLOUT\tVERSION\tPOOLS\tSTATE\tWAVE\tUPDATED\tFAILED\tAGE")
 	for _, r := range rs {
 		state := string(r.State)
-		if r.Reason != "" {
+		switch r.Reason {
+		case "":
+		case rollout.ReasonAbortedBy:
+			state += " (by an operator)"
+		default:
 			state += " (" + r.Reason + ")"
 		}
 		wave := fmt.Sprintf("%d/%d", min(currentWave(r)+1, len(r.Waves)), len(r.Waves))
@@ -677,7 +683,7 @@ func (p rolloutPicture) Draw(w io.Writer, now time.Time, timers bool) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "WAVE\tNODES\tSTATUS\t")
+	fmt.Fprintln(tw, "WAVE\tSIZE\tSTATUS\tNODES")
 	cur := currentWave(r)
 	for i, wv := range r.Waves {
 		status := "pending"
