@@ -306,6 +306,20 @@ func TestRolloutsGolden(t *testing.T) {
 	if r := got.Rollout; r.RolloutID != first || r.State != rollout.Completed || r.Counts.Updated != 5 || r.Counts.Skipped != 1 || len(r.Waves) != 3 {
 		t.Errorf("-o json rollouts get: %+v", r)
 	}
+	// watch -o json: one line per change, {"rollout", "nodes"}; an aborted
+	// rollout's is its last, exit 1.
+	var o, e strings.Builder
+	c := &cli{out: &o, errOut: &e, getenv: func(k string) string { return env[k] }, now: clock.Now, sleep: sleepCtx}
+	if code := c.exec(ctx, []string{"-o", "json", "rollouts", "watch", third}); code != exitAPIError || strings.Count(o.String(), "\n") != 1 {
+		t.Errorf("-o json rollouts watch: exit %d\n%s%s", code, o.String(), e.String())
+	}
+	var line struct {
+		Rollout rollout.Rollout
+		Nodes   []rollout.NodeProgress
+	}
+	if err := json.Unmarshal([]byte(o.String()), &line); err != nil || line.Rollout.State != rollout.Aborted || len(line.Nodes) != 4 {
+		t.Errorf("-o json rollouts watch: %v %+v", err, line)
+	}
 	raw = step(0, "-o", "json", "rollouts", "nodes", first, "--limit", "4", "--all")
 	var ns api.RolloutNodesResult
 	if err := json.Unmarshal([]byte(raw), &ns); err != nil {
@@ -486,5 +500,35 @@ failed: gpu-node-2 (p1, wave 2): install: sha256 mismatch
 	rolloutPicture{Rollout: r, Nodes: nodes[:70], Partial: true}.Draw(&b, now, true)
 	if s := b.String(); !strings.Contains(s, "(+50 not drawn)") || !strings.Contains(s, "cells: the first 70 of 120 nodes") {
 		t.Errorf("partial picture:\n%s", s)
+	}
+}
+
+// The rollouts verbs' help (TestHelpAndCompletion's list covers others),
+// and completion of their enum flags from the catalog.
+func TestRolloutsHelp(t *testing.T) {
+	var transcript strings.Builder
+	for _, args := range [][]string{{"rollouts", "--help"}, {"rollouts", "create", "--help"}, {"rollouts", "watch", "--help"},
+		{"rollouts", "nodes", "--help"}, {"rollouts", "abort", "--help"}} {
+		out, errOut, code := bcctlRun(t, nil, args...)
+		if code != 0 {
+			t.Errorf("bcctl %v: exit %d %s", args, code, errOut)
+		}
+		transcript.WriteString("$ bcctl " + strings.Join(args, " ") + "\n" + out + "\n")
+	}
+	golden(t, "rollouts-help.golden", ports.ReplaceAllString(transcript.String(), "127.0.0.1:<port>"))
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"rollouts", "create", "2.0.0", "--drain-on-timeout", ""}, []string{"skip", "force"}},
+		{[]string{"rollouts", "list", "--state", ""}, []string{"progressing", "rolled_back"}},
+		{[]string{"rollouts", "nodes", "R", "--step", ""}, []string{"draining", "verifying"}},
+	} {
+		out, _, _ := bcctlRun(t, nil, append([]string{"__complete"}, c.args...)...)
+		for _, s := range c.want {
+			if !strings.Contains(out, s+"\n") {
+				t.Errorf("completion of %v lacks %s:\n%s", c.args, s, out)
+			}
+		}
 	}
 }
