@@ -479,32 +479,34 @@ func (p *pass) startNode(ctx context.Context, pr Progress) error {
 	if err := p.rc.fault(FaultStarted); err != nil {
 		return err
 	}
-	return p.cordon(ctx, next, true)
+	_, err := p.cordon(ctx, next, true)
+	return err
 }
 
-// cordon sets or lifts the rollout's cordon on a progress item's node.
-func (p *pass) cordon(ctx context.Context, pr Progress, on bool) error {
+// cordon sets or lifts the rollout's cordon on a progress item's node,
+// and says whether it had to write.
+func (p *pass) cordon(ctx context.Context, pr Progress, on bool) (bool, error) {
 	n, err := p.rc.Nodes.GetNode(ctx, pr.PoolID, pr.Resource, pr.Index)
 	if errors.Is(err, fleet.ErrNotFound) {
-		return nil
+		return false, nil
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	var c *fleet.Cordon
 	if on {
 		if n.Rollout != nil && n.Rollout.RolloutID == p.rec.RolloutID {
-			return nil
+			return false, nil
 		}
 		c = &fleet.Cordon{By: fleet.ByRollout, Reason: "rollout " + p.rec.RolloutID + " to " + p.rec.Version,
 			RolloutID: p.rec.RolloutID, At: p.now.Truncate(time.Millisecond)}
 	} else if n.Rollout == nil || n.Rollout.RolloutID != p.rec.RolloutID {
-		return nil
+		return false, nil
 	}
 	if _, err := p.rc.Cordons.SetRolloutCordon(ctx, n, c); err != nil && !errors.Is(err, fleet.ErrStale) {
-		return err
+		return false, err
 	}
-	return p.rc.fault(FaultCordoned)
+	return true, p.rc.fault(FaultCordoned)
 }
 
 // advanceActive moves every node that is out of service for the rollout:
@@ -551,20 +553,25 @@ func (p *pass) drain(ctx context.Context, pr Progress) error {
 		// Not installing yet: back where it was.
 		return p.conclude(ctx, pr, Draining, Skipped, ReasonNotStarted)
 	}
-	if err := p.cordon(ctx, pr, true); err != nil {
-		return err
-	}
 	deadline := time.Duration(p.rec.Settings.ProgressDeadlineSeconds) * time.Second
 	busy, err := p.overlapping(ctx, pr, capacity.Window{Start: p.now, End: p.now.Add(deadline)})
 	if err != nil {
 		return err
 	}
+	waited := p.now.Sub(pr.DrainedAt) >= time.Duration(p.rec.Settings.Drain.WaitSeconds)*time.Second
+	if len(busy) > 0 && waited && p.rec.Settings.Drain.OnTimeout != OnTimeoutForce {
+		return p.conclude(ctx, pr, Draining, Skipped, ReasonBusy)
+	}
+	// The cordon was set when the node started; this repairs a crash or a
+	// conclusion cut short. A cordon written now is checked against the
+	// calendar from the next pass on: a reservation admitted between the
+	// read above and this write would be missed.
+	if set, err := p.cordon(ctx, pr, true); err != nil || set {
+		return err
+	}
 	if len(busy) > 0 {
-		if p.now.Sub(pr.DrainedAt) < time.Duration(p.rec.Settings.Drain.WaitSeconds)*time.Second {
+		if !waited {
 			return nil // wait for them
-		}
-		if p.rec.Settings.Drain.OnTimeout != OnTimeoutForce {
-			return p.conclude(ctx, pr, Draining, Skipped, ReasonBusy)
 		}
 		for id, tenant := range busy {
 			if err := p.rc.Calendar.Disrupt(ctx, tenant, id, p.rec.RolloutID, p.now); err != nil {
@@ -671,13 +678,20 @@ func clipReason(s string) string {
 	return s
 }
 
-// conclude ends a node's part: its step, then its target and cordon lifted
-// (a failed node stays out of placement while it is not ready).
+// conclude ends a node's part: its target and cordon lifted, then its
+// step (a failed node stays out of placement while it is not ready). In
+// that order, so a crash between leaves the step where it was and the
+// next pass concludes again from the node's reports (which the lift does
+// not change); the other order would leave a concluded node cordoned,
+// which no pass visits again.
 func (p *pass) conclude(ctx context.Context, pr Progress, from, to Step, reason string) error {
 	next := pr
 	next.Step, next.Reason, next.UpdatedAt = to, reason, p.now
 	if to == Updated {
 		next.Rollback = RollbackDue
+	}
+	if err := p.release(ctx, next); err != nil {
+		return err
 	}
 	if err := p.rc.Store.UpdateProgress(ctx, next, from, pr.Rollback); err != nil {
 		if errors.Is(err, ErrStale) {
@@ -685,10 +699,7 @@ func (p *pass) conclude(ctx context.Context, pr Progress, from, to Step, reason 
 		}
 		return err
 	}
-	if err := p.rc.fault(FaultStepped); err != nil {
-		return err
-	}
-	return p.release(ctx, next)
+	return p.rc.fault(FaultStepped)
 }
 
 // release lifts the rollout's target and cordon from a node.
@@ -708,7 +719,8 @@ func (p *pass) release(ctx context.Context, pr Progress) error {
 	if err := p.rc.fault(FaultReleased); err != nil {
 		return err
 	}
-	return p.cordon(ctx, pr, false)
+	_, err = p.cordon(ctx, pr, false)
+	return err
 }
 
 // abort: draining nodes go back (advanceActive); installing and verifying
@@ -770,7 +782,7 @@ func (p *pass) rollback(ctx context.Context, pr Progress) error {
 	if err := p.rc.fault(FaultStarted); err != nil {
 		return err
 	}
-	if err := p.cordon(ctx, next, true); err != nil {
+	if _, err := p.cordon(ctx, next, true); err != nil {
 		return err
 	}
 	n, err := p.rc.Nodes.GetNode(ctx, pr.PoolID, pr.Resource, pr.Index)
@@ -795,16 +807,6 @@ func (p *pass) verifyRollback(ctx context.Context, pr Progress) error {
 	if err != nil {
 		return err
 	}
-	if n.Target == nil || n.Target.RolloutID != p.rec.RolloutID {
-		// The target was not written yet (a crash after the step): again.
-		t := &fleet.Target{Version: pr.Previous.Version, Sequence: pr.Previous.Sequence, RolloutID: p.rec.RolloutID}
-		if _, err := p.rc.Nodes.SetTarget(ctx, n, p.rec.RolloutID, t, pr.Previous.Sequence); err != nil && !errors.Is(err, fleet.ErrStale) {
-			return err
-		}
-		if err := p.cordon(ctx, pr, true); err != nil {
-			return err
-		}
-	}
 	runs := n.Running != nil && n.Running.Version == pr.Previous.Version
 	to := ""
 	switch {
@@ -813,21 +815,30 @@ func (p *pass) verifyRollback(ctx context.Context, pr Progress) error {
 	case n.Install != nil && n.Install.Version == pr.Previous.Version && n.Install.State == fleet.InstallFailed,
 		runs && n.State == fleet.Unhealthy, !p.now.Before(pr.Deadline):
 		to = RollbackFailed
+	case n.Target == nil || n.Target.RolloutID != p.rec.RolloutID:
+		// The target was not written yet (a crash after the step): again.
+		t := &fleet.Target{Version: pr.Previous.Version, Sequence: pr.Previous.Sequence, RolloutID: p.rec.RolloutID}
+		if _, err := p.rc.Nodes.SetTarget(ctx, n, p.rec.RolloutID, t, pr.Previous.Sequence); err != nil && !errors.Is(err, fleet.ErrStale) {
+			return err
+		}
+		_, err := p.cordon(ctx, pr, true)
+		return err
 	default:
 		return nil
 	}
+	// Lifted before the step is written, as in conclude.
 	next := pr
 	next.Rollback, next.UpdatedAt = to, p.now
+	if err := p.release(ctx, next); err != nil {
+		return err
+	}
 	if err := p.rc.Store.UpdateProgress(ctx, next, Updated, RollbackInstalling); err != nil {
 		if errors.Is(err, ErrStale) {
 			return nil
 		}
 		return err
 	}
-	if err := p.rc.fault(FaultStepped); err != nil {
-		return err
-	}
-	return p.release(ctx, next)
+	return p.rc.fault(FaultStepped)
 }
 
 // finish ends a terminal rollout: (completed) its version becomes its

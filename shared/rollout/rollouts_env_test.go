@@ -3,6 +3,8 @@ package rollout_test
 import (
 	"context"
 	"crypto"
+	"maps"
+	"slices"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -54,6 +56,13 @@ type simNode struct {
 	healthy  bool
 	silent   bool                          // sends nothing
 	onTold   func(v string) (bool, string) // install outcome (default: installed)
+	bound    map[string]string             // reservation → bound/unbound, as last reported
+	told     []toldAt                      // every release the answers named, when
+}
+
+type toldAt struct {
+	version string
+	at      time.Time
 }
 
 func newFleetEnv(t testing.TB) *fleetEnv {
@@ -148,13 +157,29 @@ func (e *fleetEnv) beat(n *simNode) {
 	}
 	rep := fleet.Report{PoolID: n.pool, NodeID: n.id, Counter: n.counter, At: e.clock.Now(), Running: n.running, Install: n.install,
 		Health: fleet.Health{DevicesExpected: 8, DevicesVisible: visible, Checks: []fleet.Check{}}, Bindings: []fleet.ReportedBinding{}}
+	for _, id := range slices.Sorted(maps.Keys(n.bound)) {
+		rep.Bindings = append(rep.Bindings, fleet.ReportedBinding{ReservationID: id, State: n.bound[id]})
+	}
 	payload, _ := json.Marshal(rep)
 	env, _ := dsse.Sign(fleet.ReportPayloadType, payload, n.key)
 	res, err := e.fleet.Heartbeat(context.Background(), "acme", n.pool, n.id, env)
 	if err != nil {
 		e.t.Fatalf("heartbeat %s: %v", n.id, err)
 	}
+	// Bindings as a driver that never refuses: bound or unbound on the
+	// next report; one the answer no longer lists is forgotten.
+	listed := map[string]string{}
+	for _, b := range res.Desired.Bindings {
+		listed[b.ReservationID] = fleet.BindBound
+		if b.Action == fleet.ActionUnbind {
+			listed[b.ReservationID] = fleet.BindUnbound
+		}
+	}
+	n.bound = listed
 	d := res.Desired.Release
+	if d != nil && (n.running == nil || n.running.Version != d.Version) {
+		n.told = append(n.told, toldAt{d.Version, e.clock.Now()})
+	}
 	if d == nil || (n.running != nil && n.running.Version == d.Version) {
 		return
 	}
