@@ -3,11 +3,11 @@ package rollout_test
 import (
 	"context"
 	"crypto"
-	"maps"
-	"slices"
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
+	"slices"
 	"sync"
 	"testing"
 	"time"
