@@ -260,6 +260,16 @@ func (n *simNode) ref() string { return n.pool + "/" + n.id }
 // that release's binary installed, pins (nil: the rig's).
 func (h *rig) node(tb testing.TB, pool, id, platform string, running *fleet.Version, pins *rollout.Pins) *simNode {
 	tb.Helper()
+	n, err := h.newNode(pool, id, platform, running, pins, tb.TempDir())
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// newNode is node without tb (safe off the test's goroutine): dir is the
+// agent's state dir.
+func (h *rig) newNode(pool, id, platform string, running *fleet.Version, pins *rollout.Pins, dir string) (*simNode, error) {
 	if platform == "" {
 		platform = "linux/amd64"
 	}
@@ -268,26 +278,28 @@ func (h *rig) node(tb testing.TB, pool, id, platform string, running *fleet.Vers
 	}
 	key, _ := dsse.GenerateKey(dsse.AlgEd25519)
 	pem, _ := dsse.MarshalPublicKeyPEM(key.Public())
-	h.must(tb, "nodes.register", map[string]any{"tenantId": "acme", "poolId": pool, "nodeId": id,
-		"publicKey": string(pem), "platform": platform}, nil)
-	n := &simNode{pool: pool, id: id, platform: platform, key: key, dir: tb.TempDir(), pins: pins,
+	if err := h.post(context.Background(), "nodes.register", map[string]any{"tenantId": "acme", "poolId": pool, "nodeId": id,
+		"publicKey": string(pem), "platform": platform}, nil); err != nil {
+		return nil, err
+	}
+	n := &simNode{pool: pool, id: id, platform: platform, key: key, dir: dir, pins: pins,
 		driver: agent.NewRecordingDriver(8), starter: &starter{}}
 	if running != nil {
 		// What an agent leaves behind once it installed a release: its
 		// binary and a state file naming it (agent.StateFile).
 		bin := filepath.Join(n.dir, running.Version, agent.BinaryName)
 		if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
-			tb.Fatal(err)
+			return nil, err
 		}
 		if err := os.WriteFile(bin, binaryData(running.Version), 0o755); err != nil {
-			tb.Fatal(err)
+			return nil, err
 		}
 		state, _ := json.Marshal(map[string]any{"running": running, "previous": nil})
 		if err := os.WriteFile(filepath.Join(n.dir, agent.StateFile), state, 0o644); err != nil {
-			tb.Fatal(err)
+			return nil, err
 		}
 	}
-	return n
+	return n, nil
 }
 
 // run starts (or restarts: a new process on the same state dir) n's agent;

@@ -1,0 +1,633 @@
+package fleetsim
+
+// The rollout simulation (the scenario): reference agents in pools
+// heartbeat through the local gateway in real time (their sleeps scaled by
+// RolloutConfig.BeatScale), the reconciler passes every second, some nodes
+// hold reservations. Run A rolls a good release out in waves 1, 1 %, 10 %,
+// 50 %, 100 % under maxUnavailable 5 % and maxFailedNodes 2; run B rolls
+// out one that 30 % of wave 3's agents fail to start healthy, so it
+// aborts and rolls back. After every pass the simulation samples every
+// node record: how many are out of service, and which were ever given a
+// target.
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/meter"
+	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/test/teststack"
+)
+
+// RolloutConfig is one rollout simulation's shape.
+type RolloutConfig struct {
+	Pools, NodesPerPool int
+	Reserved            int           // nodes holding a whole-node reservation from run A's start
+	ShortHold, LongHold time.Duration // every third reservation is long (it outlasts DrainWait: skipped busy); the rest short
+	Interval            time.Duration // the app's idle heartbeat interval (≥ 5 s)
+	BeatScale           float64       // agents sleep the answers' intervals × this (1: real time)
+	Bake, DrainWait     int           // seconds
+	MaxUnavailablePct   int           // maxUnavailable, in percent of the nodes (rounded up; 0: 5 %)
+	FailPct             int           // of wave 3's nodes, failing run B's release (their starter says unhealthy)
+	Timeout             time.Duration // per run
+	Idle                time.Duration // the window of heartbeats and passes without a rollout, before run A
+	ProvisionHours      int           // the app's hours provisioned ahead (0: its default); the first pass provisions them for every pool
+	Seed                uint64
+}
+
+// RunStats is one rollout's outcome.
+type RunStats struct {
+	RolloutID       string
+	State           rollout.State
+	Reason          string
+	Counts          rollout.Counts
+	Waves           []int   // cumulative sizes
+	Seconds         float64 // create → terminal
+	UpdatedPerMin   float64 // nodes updated per minute, first wave's start → last wave's end (A)
+	PeakUnavailable int
+	Passes          int
+	BusyUpdated     int // A: reserved nodes updated after their reservation ended
+	BusySkipped     int // A: reserved nodes skipped (busy)
+	// B: the pass that marked the threshold-crossing failure (the
+	// (maxFailedNodes+1)-th) to aborting and to rolled_back, in passes and
+	// seconds; and from that agent's failed start.
+	Failing                           int
+	ToAbortPasses, ToRolledBackPasses int
+	ToAbort, ToRolledBack             time.Duration
+	AgentToAbort                      time.Duration
+	RolledBack                        int // updated nodes sent back, done
+}
+
+// PassGroup is the reconciler's passes of one phase.
+type PassGroup struct {
+	Label            string
+	WaveSize, Active int // the current wave's cumulative size; most nodes out for the rollout at a pass's start
+	Passes           int
+	MeanMS, MaxMS    float64
+	Calls, RCU, WCU  float64 // means per pass (every DynamoDB call of the pass, capacity and sweep included)
+	MaxCalls         int
+}
+
+// BeatCost is heartbeats' cost in a window.
+type BeatCost struct {
+	Beats           int
+	Calls, RCU, WCU float64 // per heartbeat
+	P50             time.Duration
+}
+
+// RolloutResult is what a rollout simulation measured.
+type RolloutResult struct {
+	Agents, Pools, MaxUnavailable int
+	A, B                          RunStats
+	Groups                        []PassGroup
+	Beats                         map[string]BeatCost // idle, A, B
+	Violations                    []string
+	Setup, Took                   time.Duration // start → fleet ready (before the idle window); start → end
+}
+
+func (r RolloutResult) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d agents in %d pools, maxUnavailable %d, in %s (setup %s); %d violations\n", r.Agents, r.Pools, r.MaxUnavailable,
+		r.Took.Round(time.Second), r.Setup.Round(time.Second), len(r.Violations))
+	fmt.Fprintf(&b, "A: %s (%s) in %.1f s, %d passes, waves %v, counts %+v, %.1f nodes updated/min, peak unavailable %d; reserved: %d updated after their reservation, %d skipped busy\n",
+		r.A.State, r.A.Reason, r.A.Seconds, r.A.Passes, r.A.Waves, r.A.Counts, r.A.UpdatedPerMin, r.A.PeakUnavailable, r.A.BusyUpdated, r.A.BusySkipped)
+	fmt.Fprintf(&b, "B: %s (%s) in %.1f s, %d passes, counts %+v, peak unavailable %d; %d failing in wave 3; threshold failure → aborting %d passes %.2f s (agent's failed start → aborting %.2f s), → rolled_back %d passes %.2f s; %d rolled back\n",
+		r.B.State, r.B.Reason, r.B.Seconds, r.B.Passes, r.B.Counts, r.B.PeakUnavailable, r.B.Failing, r.B.ToAbortPasses, r.B.ToAbort.Seconds(), r.B.AgentToAbort.Seconds(),
+		r.B.ToRolledBackPasses, r.B.ToRolledBack.Seconds(), r.B.RolledBack)
+	for _, k := range []string{"idle", "A", "B"} {
+		c := r.Beats[k]
+		fmt.Fprintf(&b, "heartbeats %-4s: %d, %.2f calls %.2f RCU %.2f WCU per heartbeat, p50 %s\n", k, c.Beats, c.Calls, c.RCU, c.WCU, c.P50.Round(10*time.Microsecond))
+	}
+	for _, g := range r.Groups {
+		fmt.Fprintf(&b, "passes %-22s wave size %4d, ≤%3d active: %3d passes, %.0f ms mean %.0f ms max, %.1f calls (max %d) %.1f RCU %.1f WCU per pass\n",
+			g.Label, g.WaveSize, g.Active, g.Passes, g.MeanMS, g.MaxMS, g.Calls, g.MaxCalls, g.RCU, g.WCU)
+	}
+	for _, v := range r.Violations {
+		fmt.Fprintf(&b, "violation: %s\n", v)
+	}
+	return b.String()
+}
+
+// passRec is one reconciler pass as the simulation saw it.
+type passRec struct {
+	start, end time.Time
+	usage      meter.Usage
+	errs       int
+	label      string // phase at its start
+	waveSize   int
+	active     int
+	out        int // nodes of the pools out of service after it
+}
+
+// RunRollout runs runs A and B on one fleet and returns what they measured;
+// tb fails on an error of the harness itself.
+func RunRollout(tb testing.TB, cfg RolloutConfig) RolloutResult {
+	tb.Helper()
+	began := time.Now()
+	rng := rand.New(rand.NewPCG(cfg.Seed, 29))
+	h := newRig(tb, cfg.Interval, teststack.WithConfig(func(c *app.Config) {
+		if cfg.ProvisionHours > 0 {
+			c.ProvisionHours = cfg.ProvisionHours
+		}
+	}))
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	res := RolloutResult{Pools: cfg.Pools, Beats: map[string]BeatCost{}}
+	violate := func(f string, args ...any) { res.Violations = append(res.Violations, fmt.Sprintf(f, args...)) }
+
+	h.register(tb, h.sign(tb, h.statement("1.0.0", 1)))
+	h.register(tb, h.sign(tb, h.statement("2.0.0", 2)))
+	h.register(tb, h.sign(tb, h.statement("3.0.0", 3)))
+	v1 := &fleet.Version{Version: "1.0.0", Sequence: 1}
+	var nodes []*simNode
+	byRef := map[string]*simNode{}
+	var pools []string
+	for p := range cfg.Pools {
+		pool := fmt.Sprintf("ro-%02d", p)
+		pools = append(pools, pool)
+		h.must(tb, "pools.create", map[string]any{"tenantId": "acme", "poolId": pool, "resources": map[string]any{"gpu": cfg.NodesPerPool * 8}}, nil)
+		made := make([]*simNode, cfg.NodesPerPool)
+		errs := make([]error, cfg.NodesPerPool)
+		dirs := make([]string, cfg.NodesPerPool)
+		for k := range dirs {
+			dirs[k] = tb.TempDir()
+		}
+		var wg sync.WaitGroup
+		for w := range 8 { // registered 8 at a time
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for k := w; k < cfg.NodesPerPool; k += 8 {
+					made[k], errs[k] = h.newNode(pool, capacity.NodeID("gpu", k), "", v1, nil, dirs[k])
+				}
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			tb.Fatal(err)
+		}
+		for _, n := range made {
+			nodes = append(nodes, n)
+			byRef[n.ref()] = n
+		}
+	}
+	res.Agents = len(nodes)
+	for _, n := range nodes {
+		h.run(tb, ctx, n, cfg.BeatScale)
+	}
+
+	// The reconciler every second, each pass metered; after it, every node
+	// record of the pools sampled.
+	var (
+		mu       sync.Mutex
+		passes   []passRec
+		current  string                         // the rollout in progress
+		targeted = map[string]map[string]bool{} // node → target versions ever seen
+	)
+	rstore, fstore := h.st.App.RolloutStore(), h.st.App.FleetStore()
+	reconciling := make(chan struct{})
+	go func() {
+		defer close(reconciling)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+			mu.Lock()
+			id := current
+			mu.Unlock()
+			pr := passRec{label: "idle"}
+			if id != "" {
+				if rec, err := rstore.GetRollout(ctx, id); err == nil {
+					pr.label, pr.waveSize = phase(rec)
+					pr.active = rec.Counts.Draining + rec.Counts.Installing + rec.Counts.Verifying
+				}
+			}
+			m := &meter.Meter{}
+			pr.start = time.Now()
+			pres, err := h.st.App.Reconciler().Pass(meter.With(ctx, m))
+			pr.end = time.Now()
+			pr.usage, pr.errs = m.Usage(), pres.Errors
+			if err != nil {
+				pr.errs++
+			}
+			if ctx.Err() != nil {
+				pr.errs = 0 // cut off by the end of the simulation
+				mu.Lock()
+				passes = append(passes, pr) // the last pass (it may have ended a run)
+				mu.Unlock()
+				return
+			}
+			for _, pool := range pools {
+				_ = fstore.PoolNodes(ctx, pool, func(r fleet.Record) error {
+					if !r.Eligible() {
+						pr.out++
+					}
+					if r.Target != nil {
+						k := pool + "/" + r.NodeID
+						mu.Lock()
+						if targeted[k] == nil {
+							targeted[k] = map[string]bool{}
+						}
+						targeted[k][r.Target.Version] = true
+						mu.Unlock()
+					}
+					return nil
+				})
+			}
+			mu.Lock()
+			passes = append(passes, pr)
+			mu.Unlock()
+		}
+	}()
+	stopAll := func() {
+		stop()
+		for _, n := range nodes {
+			n.stop()
+		}
+		<-reconciling
+	}
+	defer func() {
+		if ctx.Err() == nil {
+			stopAll()
+		}
+	}()
+
+	// Ready, then a quiet stretch: heartbeats and passes without a rollout.
+	waitFor(tb, 3*cfg.Interval+10*time.Second, func() bool {
+		ready := 0
+		for _, pool := range pools {
+			_ = fstore.PoolNodes(ctx, pool, func(r fleet.Record) error {
+				if r.State == fleet.Ready && r.Running != nil {
+					ready++
+				}
+				return nil
+			})
+		}
+		return ready == len(nodes)
+	})
+	// Two more passes (the flags lifted; the first pass provisioned the
+	// pools' hours), then the idle window.
+	passCount := func() int { mu.Lock(); defer mu.Unlock(); return len(passes) }
+	c0 := passCount()
+	waitFor(tb, time.Minute, func() bool { return passCount() >= c0+2 })
+	idleFrom := time.Now()
+	res.Setup = idleFrom.Sub(began)
+	time.Sleep(cfg.Idle) // pacing: the idle window, not synchronization
+	pct := cmp.Or(cfg.MaxUnavailablePct, 5)
+	maxUnavailable := (len(nodes)*pct + 99) / 100
+	res.MaxUnavailable = maxUnavailable
+
+	// Reservations: whole nodes, from now.
+	type held struct {
+		end  time.Time
+		long bool
+		id   string
+	}
+	reserved := map[string]held{}
+	for i := range cfg.Reserved {
+		hold, long := cfg.ShortHold, i%3 == 2
+		if long {
+			hold = cfg.LongHold
+		}
+		end := time.Now().Add(hold)
+		var out struct{ Reservation capacity.Reservation }
+		pool := pools[rng.IntN(len(pools))]
+		if err := h.post(ctx, "reservations.create", map[string]any{"tenantId": "acme", "poolId": pool, "resource": "gpu", "count": 8,
+			"window": map[string]any{"end": end.UTC().Format(time.RFC3339Nano)}}, &out); err != nil {
+			tb.Fatalf("reservation %d: %v", i, err)
+		}
+		for _, nid := range out.Reservation.NodeIDs {
+			reserved[pool+"/"+nid] = held{out.Reservation.Window.End, long, out.Reservation.ReservationID}
+		}
+	}
+
+	create := func(version string) rollout.Rollout {
+		var out struct{ Rollout rollout.Rollout }
+		h.must(tb, "rollouts.create", map[string]any{"tenantId": platformTenant, "version": version, "pools": pools,
+			"waves":          []map[string]any{{"nodes": 1}, {"percent": 1}, {"percent": 10}, {"percent": 50}, {"percent": 100}},
+			"maxUnavailable": maxUnavailable, "maxFailedNodes": 2, "bakeSeconds": cfg.Bake, "progressDeadlineSeconds": 60,
+			"drain": map[string]any{"waitSeconds": cfg.DrainWait, "onTimeout": "skip"}}, &out)
+		mu.Lock()
+		current = out.Rollout.RolloutID
+		mu.Unlock()
+		return out.Rollout
+	}
+	await := func(id string, want func(rollout.State) bool) (rollout.Rollout, time.Time) {
+		deadline := time.Now().Add(cfg.Timeout)
+		for {
+			r, err := h.getRollout(ctx, id)
+			if err == nil && want(r.State) {
+				return r, time.Now()
+			}
+			if time.Now().After(deadline) {
+				tb.Fatalf("rollout %s after %s: %s (%s), counts %+v, history %+v", id, cfg.Timeout, r.State, r.Reason, r.Counts, r.History)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+	window := func(from, to time.Time) (int, int, int) { // passes in [from, to]: first index, last index, peak out
+		mu.Lock()
+		defer mu.Unlock()
+		first, last, peak := -1, -1, 0
+		for i, p := range passes {
+			if p.start.Before(from) || p.start.After(to) {
+				continue
+			}
+			if first < 0 {
+				first = i
+			}
+			last = i
+			peak = max(peak, p.out)
+		}
+		return first, last, peak
+	}
+
+	// Run A: a good release.
+	aFrom := time.Now()
+	ra := create("2.0.0")
+	doneA, aTo := await(ra.RolloutID, rollout.State.Terminal)
+	res.A = stats(doneA, aFrom, aTo)
+	first, last, peak := window(aFrom, aTo)
+	res.A.Passes, res.A.PeakUnavailable = last-first+1, peak
+	if doneA.State != rollout.Completed {
+		violate("run A ended %s (%s), counts %+v", doneA.State, doneA.Reason, doneA.Counts)
+	}
+	if len(doneA.Waves) > 0 && doneA.Waves[0].StartedAt != nil && doneA.Waves[len(doneA.Waves)-1].FinishedAt != nil {
+		span := doneA.Waves[len(doneA.Waves)-1].FinishedAt.Sub(*doneA.Waves[0].StartedAt)
+		res.A.UpdatedPerMin = float64(doneA.Counts.Updated) / span.Minutes()
+	}
+	for _, p := range h.rolloutNodes(tb, ra.RolloutID) {
+		k := p.PoolID + "/" + p.NodeID
+		r, busy := reserved[k]
+		switch {
+		case busy && p.Step == rollout.Updated && !p.UpdatedAt.Before(r.end):
+			res.A.BusyUpdated++
+		case busy && p.Step == rollout.Skipped && p.Reason == rollout.ReasonBusy:
+			res.A.BusySkipped++
+		case busy:
+			violate("run A: %s reserved until %s: %s (%s) at %s", k, r.end.Format(time.TimeOnly), p.Step, p.Reason, p.UpdatedAt.Format(time.TimeOnly))
+		case p.Step != rollout.Updated:
+			violate("run A: %s not reserved: %s (%s)", k, p.Step, p.Reason)
+		}
+	}
+	for _, r := range reserved {
+		if r.long {
+			_ = h.post(ctx, "reservations.release", map[string]any{"tenantId": "acme", "reservationId": r.id}, nil)
+		}
+	}
+
+	// Between the runs every agent restarts on its state dir (a new
+	// process). The agent marks a release it started installing as never
+	// to be tried again and does not clear the mark when the install
+	// succeeds (shared/agent/install.go, release: retryAt[key] = forever),
+	// so without a restart a node updated to 2.0.0 in run A would never
+	// install 2.0.0 again when run B rolls it back.
+	for _, n := range nodes {
+		n.stop()
+		h.run(tb, ctx, n, cfg.BeatScale)
+	}
+
+	// Run B: 30 % of wave 3's agents fail to start 3.0.0 healthy.
+	bFrom := time.Now()
+	rb := create("3.0.0")
+	sizes := make([]int, len(rb.Waves))
+	for i, w := range rb.Waves {
+		sizes[i] = w.Size
+	}
+	order := slices.Clone(nodes)
+	slices.SortFunc(order, func(a, b *simNode) int {
+		return cmp.Compare(rollout.OrderKey(rb.RolloutID, a.pool, a.id), rollout.OrderKey(rb.RolloutID, b.pool, b.id))
+	})
+	wave3 := order[sizes[1]:sizes[2]]
+	failing := map[string]bool{}
+	res.B.Failing = (len(wave3)*cfg.FailPct + 99) / 100
+	for _, i := range rng.Perm(len(wave3))[:res.B.Failing] {
+		wave3[i].starter.failOn("3.0.0", "health probe: bcd 3.0.0 exited 1")
+		failing[wave3[i].ref()] = true
+	}
+	inWaves13 := map[string]bool{}
+	for _, n := range order[:sizes[2]] {
+		inWaves13[n.ref()] = true
+	}
+	doneB, bTo := await(rb.RolloutID, rollout.State.Terminal)
+	res.B = stats(doneB, bFrom, bTo)
+	res.B.Failing = len(failing)
+	first, last, peak = window(bFrom, bTo)
+	res.B.Passes, res.B.PeakUnavailable = last-first+1, peak
+	if doneB.State != rollout.RolledBack || doneB.Reason != rollout.ReasonFailures {
+		violate("run B ended %s (%s), counts %+v", doneB.State, doneB.Reason, doneB.Counts)
+	}
+	progB := h.rolloutNodes(tb, rb.RolloutID)
+	var failedAt []time.Time
+	for _, p := range progB {
+		k := p.PoolID + "/" + p.NodeID
+		if p.Step == rollout.Failed {
+			failedAt = append(failedAt, p.UpdatedAt)
+			if !failing[k] {
+				violate("run B: %s failed (%s) without failing", k, p.Reason)
+			}
+		}
+		if p.Step == rollout.Updated {
+			if p.Rollback == rollout.RollbackDone {
+				res.B.RolledBack++
+			} else {
+				violate("run B: updated node %s: rollback %q", k, p.Rollback)
+			}
+		}
+	}
+	prevB := map[string]*fleet.Version{}
+	for _, p := range progB {
+		prevB[p.PoolID+"/"+p.NodeID] = p.Previous
+	}
+	for _, n := range nodes {
+		// Every node runs what it ran when run B took it (2.0.0, or 1.0.0
+		// when run A skipped it busy): updated ones rolled back, failed
+		// ones fell back, the rest never moved.
+		if got, want := n.agent.Running(), prevB[n.ref()]; got == nil || want == nil || *got != *want {
+			violate("after run B %s runs %+v, not %+v", n.ref(), got, want)
+		}
+		if !inWaves13[n.ref()] {
+			mu.Lock()
+			told := targeted[n.ref()]["3.0.0"]
+			mu.Unlock()
+			for _, s := range n.starter.log() {
+				told = told || s.version == "3.0.0"
+			}
+			if told {
+				violate("run B: %s (outside waves 1–3) was given 3.0.0", n.ref())
+			}
+		}
+	}
+	slices.SortFunc(failedAt, func(a, b time.Time) int { return a.Compare(b) })
+	at := func(state rollout.State) time.Time {
+		for _, ev := range doneB.History {
+			if ev.State == state {
+				return ev.At
+			}
+		}
+		return time.Time{}
+	}
+	if th := 2; len(failedAt) > th { // maxFailedNodes 2: the third failure crosses it
+		t3, tAbort, tBack := failedAt[th], at(rollout.Aborting), at(rollout.RolledBack)
+		res.B.ToAbort, res.B.ToRolledBack = tAbort.Sub(t3), tBack.Sub(t3)
+		i3, iA, iB := passOf(passes, t3, &mu), passOf(passes, tAbort, &mu), passOf(passes, tBack, &mu)
+		res.B.ToAbortPasses, res.B.ToRolledBackPasses = iA-i3, iB-i3
+		if i3 < 0 || iA < 0 || iA-i3 > 2 {
+			violate("run B: aborting %d passes (%s) after the third failure", iA-i3, res.B.ToAbort)
+		}
+		var starts []time.Time
+		for k := range failing {
+			for _, s := range byRef[k].starter.log() {
+				if s.version == "3.0.0" && s.err != nil {
+					starts = append(starts, s.at)
+				}
+			}
+		}
+		slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+		if len(starts) > th {
+			res.B.AgentToAbort = tAbort.Sub(starts[th])
+		}
+	} else {
+		violate("run B: %d failures, want more than 2", len(failedAt))
+	}
+	stopAll()
+
+	// Caps, heartbeats and passes.
+	for _, r := range []RunStats{res.A, res.B} {
+		if r.PeakUnavailable > maxUnavailable {
+			violate("rollout %s: %d nodes out of service at once, maxUnavailable %d", r.RolloutID, r.PeakUnavailable, maxUnavailable)
+		}
+	}
+	res.Beats["idle"] = beats(h.logs, idleFrom, aFrom)
+	res.Beats["A"] = beats(h.logs, aFrom, aTo)
+	res.Beats["B"] = beats(h.logs, bFrom, bTo)
+	res.Groups = groups(passes, aFrom)
+	for _, p := range passes {
+		if p.errs > 0 {
+			violate("a pass at %s had %d errors", p.start.Format(time.TimeOnly), p.errs)
+		}
+	}
+	res.Took = time.Since(began)
+	return res
+}
+
+// phase is a rollout's phase at a pass's start and its current wave's size.
+func phase(rec rollout.Record) (string, int) {
+	run := "B"
+	if rec.Version == "2.0.0" {
+		run = "A"
+	}
+	switch {
+	case rec.State.Terminal():
+		return run + " " + string(rec.State), 0
+	case rec.State == rollout.Aborting:
+		return run + " aborting", 0
+	case !rec.Enumerated:
+		return run + " enumerate", 0
+	case !rec.Walked:
+		return run + " walk", 0
+	}
+	for i, w := range rec.Waves {
+		if w.FinishedAt == nil {
+			if w.StartedAt == nil {
+				return run + " bake", w.Size
+			}
+			return fmt.Sprintf("%s wave %d", run, i+1), w.Size
+		}
+	}
+	return run + " done", 0
+}
+
+// passOf is the index of the pass running at t (-1: none).
+func passOf(ps []passRec, t time.Time, mu *sync.Mutex) int {
+	mu.Lock()
+	defer mu.Unlock()
+	for i, p := range ps {
+		if !t.Before(p.start.Add(-time.Millisecond)) && !t.After(p.end) {
+			return i
+		}
+	}
+	return -1
+}
+
+func stats(r rollout.Rollout, from, to time.Time) RunStats {
+	s := RunStats{RolloutID: r.RolloutID, State: r.State, Reason: r.Reason, Counts: r.Counts, Seconds: to.Sub(from).Seconds()}
+	for _, w := range r.Waves {
+		s.Waves = append(s.Waves, w.Size)
+	}
+	return s
+}
+
+// beats is the cost of the heartbeats the gateway logged in [from, to).
+func beats(l *requestLog, from, to time.Time) BeatCost {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var c BeatCost
+	var lat []float64
+	for _, line := range l.lines {
+		if line.method != "nodes.heartbeat" || line.status != 200 || line.at.Before(from) || !line.at.Before(to) {
+			continue
+		}
+		lat = append(lat, line.ms)
+		c.Calls += float64(line.dynamoCalls)
+		c.RCU += line.rcu
+		c.WCU += line.wcu
+	}
+	c.Beats = len(lat)
+	if c.Beats > 0 {
+		n := float64(c.Beats)
+		c.Calls, c.RCU, c.WCU = c.Calls/n, c.RCU/n, c.WCU/n
+		sort.Float64s(lat)
+		c.P50 = ms(lat[len(lat)/2])
+	}
+	return c
+}
+
+// groups sums the passes by phase, in the order phases came.
+func groups(ps []passRec, from time.Time) []PassGroup {
+	var out []PassGroup
+	idx := map[string]int{}
+	for _, p := range ps {
+		label := p.label
+		if label == "idle" && p.start.After(from) {
+			label = "between runs"
+		}
+		i, ok := idx[label]
+		if !ok {
+			i = len(out)
+			idx[label] = i
+			out = append(out, PassGroup{Label: label, WaveSize: p.waveSize})
+		}
+		g := &out[i]
+		ms := float64(p.end.Sub(p.start).Microseconds()) / 1000
+		g.Passes++
+		g.MeanMS += ms
+		g.MaxMS = max(g.MaxMS, ms)
+		g.Calls += float64(p.usage.Calls)
+		g.RCU += p.usage.RCU
+		g.WCU += p.usage.WCU
+		g.MaxCalls = max(g.MaxCalls, p.usage.Calls)
+		g.Active = max(g.Active, p.active)
+	}
+	for i := range out {
+		n := float64(out[i].Passes)
+		out[i].MeanMS, out[i].Calls, out[i].RCU, out[i].WCU = out[i].MeanMS/n, out[i].Calls/n, out[i].RCU/n, out[i].WCU/n
+	}
+	return out
+}
