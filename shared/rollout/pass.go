@@ -429,15 +429,12 @@ func (p *pass) start(ctx context.Context, _ int, candidates func(limit int) ([]P
 	if err != nil || room <= 0 {
 		return err
 	}
-	ps, err := candidates(room)
+	ps, err := candidates(min(room, MaxStartPerPass))
 	if err != nil || len(ps) == 0 {
 		return err
 	}
 	next := p.rec
-	next.Intent = &Intent{At: p.now}
-	for _, pr := range ps {
-		next.Intent.Nodes = append(next.Intent.Nodes, pr.PoolID+"/"+pr.NodeID)
-	}
+	next.Intent = &Intent{At: p.now, Nodes: len(ps)}
 	cur, err := p.rc.Store.UpdateRollout(ctx, next)
 	if errors.Is(err, ErrStale) {
 		return nil // paused, aborted or another pass: read again next pass
@@ -509,6 +506,14 @@ func (p *pass) cordon(ctx context.Context, pr Progress, on bool) (bool, error) {
 	return true, p.rc.fault(FaultCordoned)
 }
 
+// visits bounds the nodes of one step (or rollback state) a pass visits:
+// every one in service's budget and some left over by crashes, at most
+// MaxVisitPerPass (a pass's time, whatever maxUnavailable allows; the rest
+// wait for the next pass).
+func (p *pass) visits() int {
+	return min(4*p.rec.Settings.MaxUnavailable+16, MaxVisitPerPass)
+}
+
 // advanceActive moves every node that is out of service for the rollout:
 // draining ones install once their reservations allow (or are skipped,
 // or forced), installing and verifying ones become updated or failed on
@@ -516,7 +521,7 @@ func (p *pass) cordon(ctx context.Context, pr Progress, on bool) (bool, error) {
 // finish their rollback. Their number is bounded by maxUnavailable.
 func (p *pass) advanceActive(ctx context.Context) error {
 	for _, st := range []Step{Draining, Installing, Verifying} {
-		ps, err := p.rc.Store.ProgressByStep(ctx, p.rec.RolloutID, st, 4*p.rec.Settings.MaxUnavailable+16, "")
+		ps, err := p.rc.Store.ProgressByStep(ctx, p.rec.RolloutID, st, p.visits(), "")
 		if err != nil {
 			return err
 		}
@@ -532,7 +537,7 @@ func (p *pass) advanceActive(ctx context.Context) error {
 			}
 		}
 	}
-	ps, err := p.rc.Store.ProgressByRollback(ctx, p.rec.RolloutID, RollbackInstalling, 4*p.rec.Settings.MaxUnavailable+16)
+	ps, err := p.rc.Store.ProgressByRollback(ctx, p.rec.RolloutID, RollbackInstalling, p.visits())
 	if err != nil {
 		return err
 	}
@@ -738,7 +743,7 @@ func (p *pass) abort(ctx context.Context, counts Counts) error {
 	}
 	// Nodes it updated not yet sent back, by the rollout's order (nodes
 	// that ran the version before the rollout are not moved).
-	due, err := p.rc.Store.ProgressByRollback(ctx, p.rec.RolloutID, RollbackDue, 4*p.rec.Settings.MaxUnavailable+16)
+	due, err := p.rc.Store.ProgressByRollback(ctx, p.rec.RolloutID, RollbackDue, p.visits())
 	if err != nil {
 		return err
 	}

@@ -87,6 +87,12 @@ const (
 	// IntentStale: a pass that recorded nodes it is starting and did not
 	// clear the record within this long is gone (crashed, cut off).
 	IntentStale = time.Minute
+	// MaxStartPerPass bounds the nodes one pass starts (a pass's work, and
+	// its time within the scheduled function's timeout, whatever
+	// maxUnavailable allows): a start is a progress write and a cordon.
+	MaxStartPerPass = 100
+	// MaxVisitPerPass bounds the nodes of one step a pass visits.
+	MaxVisitPerPass = 400
 	// MaxHistory bounds a rollout's timeline.
 	MaxHistory = 32
 )

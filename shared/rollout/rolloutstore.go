@@ -37,9 +37,10 @@ type Record struct {
 	Due      time.Time
 }
 
-// Intent is what a pass is starting.
+// Intent is what a pass is starting: how many nodes (at most
+// MaxStartPerPass), since when.
 type Intent struct {
-	Nodes []string
+	Nodes int
 	At    time.Time
 }
 
