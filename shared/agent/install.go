@@ -172,27 +172,18 @@ func intact(path string, bin rollout.Binary) bool {
 	return err == nil && n == bin.Size && hex.EncodeToString(h.Sum(nil)) == bin.SHA256
 }
 
-// download fetches bin over https into path: a temporary file in the same
+// download fetches bin (https, or file: a path on the host, for
+// air-gapped hosts and tests) into path: a temporary file in the same
 // directory, renamed over path only once its size and sha256 are the
 // manifest's.
 func (a *Agent) download(ctx context.Context, bin rollout.Binary, path string) error {
-	if u, err := url.Parse(bin.URL); err != nil || u.Scheme != "https" {
-		return refused("binary URL %q is not https", bin.URL)
-	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, bin.URL, nil)
+	body, length, err := a.open(ctx, bin)
 	if err != nil {
-		return refused("binary URL %q: %v", bin.URL, err)
+		return err
 	}
-	resp, err := a.cfg.HTTP.Do(req)
-	if err != nil {
-		return fmt.Errorf("download %s: %w", bin.URL, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("download %s: HTTP %d", bin.URL, resp.StatusCode)
-	}
-	if resp.ContentLength > bin.Size {
-		return refused("download %s: %d bytes offered, the manifest says %d", bin.URL, resp.ContentLength, bin.Size)
+	defer body.Close()
+	if length > bin.Size {
+		return refused("download %s: %d bytes offered, the manifest says %d", bin.URL, length, bin.Size)
 	}
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -205,7 +196,7 @@ func (a *Agent) download(ctx context.Context, bin rollout.Binary, path string) e
 	defer os.Remove(tmp.Name()) // after the rename, a no-op
 	defer tmp.Close()
 	h := sha256.New()
-	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(resp.Body, bin.Size+1))
+	n, err := io.Copy(io.MultiWriter(tmp, h), io.LimitReader(body, bin.Size+1))
 	switch {
 	case n > bin.Size:
 		return refused("download %s: more than the manifest's %d bytes", bin.URL, bin.Size)
@@ -230,6 +221,46 @@ func (a *Agent) download(ctx context.Context, bin rollout.Binary, path string) e
 		return err
 	}
 	return syncDir(dir)
+}
+
+// open opens bin's URL: its body and its length as offered (-1: not
+// said). Only https and file URLs are fetched; the bytes are checked
+// against the signed manifest either way.
+func (a *Agent) open(ctx context.Context, bin rollout.Binary) (io.ReadCloser, int64, error) {
+	u, err := url.Parse(bin.URL)
+	switch {
+	case err != nil:
+		return nil, 0, refused("binary URL %q: %v", bin.URL, err)
+	case u.Scheme == "file":
+		if u.Host != "" {
+			return nil, 0, refused("binary URL %q names a host", bin.URL)
+		}
+		f, err := os.Open(u.Path)
+		if err != nil {
+			return nil, 0, fmt.Errorf("download %s: %w", bin.URL, err)
+		}
+		st, err := f.Stat()
+		if err != nil || !st.Mode().IsRegular() {
+			f.Close()
+			return nil, 0, refused("binary URL %q is not a regular file", bin.URL)
+		}
+		return f, st.Size(), nil
+	case u.Scheme != "https":
+		return nil, 0, refused("binary URL %q is neither https nor file", bin.URL)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, bin.URL, nil)
+	if err != nil {
+		return nil, 0, refused("binary URL %q: %v", bin.URL, err)
+	}
+	resp, err := a.cfg.HTTP.Do(req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("download %s: %w", bin.URL, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		resp.Body.Close()
+		return nil, 0, fmt.Errorf("download %s: HTTP %d", bin.URL, resp.StatusCode)
+	}
+	return resp.Body, resp.ContentLength, nil
 }
 
 // prune removes installed releases other than the one running and the one

@@ -3,6 +3,8 @@ package agent
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net/http"
 	"os"
@@ -308,5 +310,44 @@ func TestExecStarter(t *testing.T) {
 		if (want == "") != (err == nil) || (err != nil && !strings.Contains(err.Error(), want)) {
 			t.Errorf("%s: %v, want %q", filepath.Base(path), err, want)
 		}
+	}
+}
+
+// file URLs: a binary on the host is installed like a downloaded one
+// (size and sha256 checked); a file that differs from the manifest, a
+// directory, another host or another scheme is refused.
+func TestInstallFromFileURLs(t *testing.T) {
+	dir := t.TempDir()
+	data := []byte("#!bcd 1.1.0 from a file\n")
+	path := filepath.Join(dir, "bcd-1.1.0")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256(data)
+	good := rollout.Binary{Platform: "linux/amd64", URL: "file://" + path, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}
+	e := newInstallEnv(t)
+	st := rollout.Statement{Version: "1.1.0", Sequence: 2, Binaries: []rollout.Binary{good}}
+	if err := e.agent.Install(context.Background(), desired(t, st, e.release), 0); err != nil {
+		t.Fatalf("install from %s: %v", good.URL, err)
+	}
+	if got, err := os.ReadFile(e.agent.binaryPath("1.1.0")); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("installed %q, %v", got, err)
+	}
+	for name, tc := range map[string]struct {
+		bin  func(b rollout.Binary) rollout.Binary
+		want string
+	}{
+		"a file other than the manifest's": {func(b rollout.Binary) rollout.Binary { b.SHA256 = strings.Repeat("1", 64); return b }, "sha256"},
+		"larger than the manifest says":    {func(b rollout.Binary) rollout.Binary { b.Size--; return b }, "bytes offered"},
+		"a directory":                      {func(b rollout.Binary) rollout.Binary { b.URL = "file://" + dir; return b }, "not a regular file"},
+		"a host":                           {func(b rollout.Binary) rollout.Binary { b.URL = "file://mirror" + path; return b }, "must be an https URL with a host, or a file URL"},
+		"plain http":                       {func(b rollout.Binary) rollout.Binary { b.URL = "http://127.0.0.1:1/bcd"; return b }, "must be an https URL with a host, or a file URL"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			e := newInstallEnv(t)
+			st := rollout.Statement{Version: "1.1.0", Sequence: 2, Binaries: []rollout.Binary{tc.bin(good)}}
+			refusedWith(t, e.agent.Install(context.Background(), desired(t, st, e.release), 0), tc.want)
+			e.nothingInstalled(t, "1.1.0", nil)
+		})
 	}
 }

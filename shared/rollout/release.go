@@ -13,7 +13,7 @@ const PayloadType = "application/vnd.bettercompute.release.v1+json"
 // Binary is one per-platform build of bcd.
 type Binary struct {
 	Platform string `json:"platform" bc:"required,pattern=platform" doc:"os/arch or os/arch/variant, lowercase (linux/arm64)"`
-	URL      string `json:"url" bc:"required,max=2048" doc:"https URL the binary is downloaded from"`
+	URL      string `json:"url" bc:"required,max=2048" doc:"where the binary is fetched from: an https URL, or file:///path on the node"`
 	SHA256   string `json:"sha256" bc:"required,pattern=sha256hex" doc:"hex SHA-256 of the binary"`
 	Size     int64  `json:"size" bc:"required,min=1" doc:"the binary's size in bytes"`
 }

@@ -166,8 +166,8 @@ func ParseStatement(payload []byte, now time.Time) (Statement, error) {
 		return st, invalid(root+".version", "must be a SemVer 2.0 version")
 	}
 	for i, b := range st.Binaries {
-		if !isHTTPSURL(b.URL) {
-			return st, invalid(fmt.Sprintf("%s.binaries[%d].url", root, i), "must be an https URL with a host")
+		if !isHTTPSURL(b.URL) && !isFileURL(b.URL) {
+			return st, invalid(fmt.Sprintf("%s.binaries[%d].url", root, i), "must be an https URL with a host, or a file URL of an absolute path on the node (file:///…)")
 		}
 	}
 	if st.Expires != nil && !st.Expires.After(now) {
@@ -262,6 +262,18 @@ func objectFields(data []byte) ([]string, []json.RawMessage) {
 // isHTTPSURL accepts an absolute https URL with a host and no user info
 // (credentials in a URL every agent downloads would leak them). The scheme
 // must be written in lowercase, like every other field of the statement.
+// isFileURL: file:///absolute/path (no host): a binary the node finds on
+// its own disk (an air-gapped mirror, the local stack's simulated fleet).
+// The signed size and sha256 bind the bytes either way.
+func isFileURL(s string) bool {
+	if !strings.HasPrefix(s, "file:///") {
+		return false
+	}
+	u, err := url.Parse(s)
+	return err == nil && u.Scheme == "file" && u.Host == "" && u.Opaque == "" && u.User == nil &&
+		u.RawQuery == "" && u.Fragment == "" && strings.HasPrefix(u.Path, "/") && len(u.Path) > 1
+}
+
 func isHTTPSURL(s string) bool {
 	if !strings.HasPrefix(s, "https://") {
 		return false

@@ -349,7 +349,7 @@ type Binary struct {
 	// Size the binary's size in bytes
 	Size int `json:"size"`
 
-	// Url https URL the binary is downloaded from
+	// Url where the binary is fetched from: an https URL, or file:///path on the node
 	Url string `json:"url"`
 }
 
