@@ -103,7 +103,7 @@ func (s *Stack) addObservability(cfg Config, fns []Function) {
 
 	// One alarm for every function: Lambda's own total across the account's
 	// functions in the region (the per-function lines are on the dashboard).
-	// A math expression cannot sum 20 functions (alarms take at most 10
+	// A math expression cannot sum 27 functions (alarms take at most 10
 	// metrics).
 	throttles := awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 		Namespace: jsii.String("AWS/Lambda"), MetricName: jsii.String("Throttles"),

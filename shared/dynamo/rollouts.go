@@ -24,13 +24,13 @@ import (
 //	     starting nodes; `Ver` conditions every write (optimistic). Listed
 //	     ones carry lsk (RES-like order: R#<createdAt>#<id>) and ssk
 //	     (<state>#<createdAt>#<id>); due (dueShard/dueAt) until finished.
-//	     Worst case: 50 pool ids × 63 B + 10 waves × ~80 B + 32 events ×
-//	     ~90 B + settings, counts, principal (≤ 128) and the enumeration
-//	     cursor (~300 B) ≈ 8 KB. Typical: ~1.5 KB.
+//	     Worst case ≈ 42 KB (32 timeline events with 256-character
+//	     reasons in 4-byte UTF-8; 50 pool ids ≈ 3.3 KB), ≈ 11 KB in ASCII;
+//	     typical ≈ 1.5 KB (docs/rollouts.md, Items).
 //	ROLLOUT#<id> / N#<order>#<pool>#<node>   one node's progress: ssk
 //	     <step>#<order>#… (`bystate`: a step's nodes in order, and counts),
-//	     psk RB#<rollback>#<order>#… (`bypool`: nodes to roll back). ~400 B,
-//	     at most ~600 B (a 200-character reason).
+//	     psk RB#<rollback>#<order>#… (`bypool`: nodes to roll back). ≈ 450 B,
+//	     at most ≈ 2.1 KB (a 200-character reason in 4-byte UTF-8).
 //	POOL#<pool> / #ROLLOUT   the pool's claim by a non-terminal rollout.
 const (
 	rolloutPK    = "ROLLOUT"
