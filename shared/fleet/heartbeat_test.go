@@ -196,3 +196,28 @@ func TestRegister(t *testing.T) {
 		t.Errorf("node id %q", n.NodeID)
 	}
 }
+
+// A heartbeat's cost: one conditional write when the function's caches
+// are warm. Cold, it reads the node (its key, cached a minute, never
+// trusted past a key change) and — only for a node that runs no release,
+// which is told its pool's baseline — the pool's sweep item (cached a
+// minute per pool). Never more, whatever the node reports.
+func TestHeartbeatCost(t *testing.T) {
+	e := newEnv(t)
+	e.pool(t, "p1", 16)
+	e.register(t, "p1", "gpu-node-0")
+	count := func(what string, want int64) {
+		t.Helper()
+		e.rt.Reset()
+		e.ready(t, "p1", "gpu-node-0")
+		if got := e.rt.Count(); got != want {
+			t.Errorf("%s: %d round trips, want %d", what, got, want)
+		}
+	}
+	count("cold: the node's key, the pool's baseline, the write", 3)
+	count("warm", 1)
+	count("warm again", 1)
+	e.clock.Advance(fleet.KeyCacheTTL + time.Second)
+	count("both caches' minute past", 3)
+	count("warm", 1)
+}
