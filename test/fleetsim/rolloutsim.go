@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -398,9 +399,12 @@ func RunRollout(tb testing.TB, cfg RolloutConfig) RolloutResult {
 	// succeeds (shared/agent/install.go, release: retryAt[key] = forever),
 	// so without a restart a node updated to 2.0.0 in run A would never
 	// install 2.0.0 again when run B rolls it back.
-	for _, n := range nodes {
-		n.stop()
-		h.run(tb, ctx, n, cfg.BeatScale)
+	// BC_ROLLOUTSIM_KEEP_AGENTS=1 keeps them running, to show it.
+	if os.Getenv("BC_ROLLOUTSIM_KEEP_AGENTS") == "" {
+		for _, n := range nodes {
+			n.stop()
+			h.run(tb, ctx, n, cfg.BeatScale)
+		}
 	}
 
 	// Run B: 30 % of wave 3's agents fail to start 3.0.0 healthy.
