@@ -74,6 +74,7 @@ type Agent struct {
 	running *fleet.Version
 	install *fleet.Install
 	retryAt map[string]time.Time // release (version@digest) → not before
+	asked   string               // the release the last answer named
 	busy    chan struct{}        // closed when the install in progress ends
 }
 

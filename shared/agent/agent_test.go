@@ -213,3 +213,54 @@ func TestStepInstallsTheDesiredRelease(t *testing.T) {
 		t.Errorf("a refused release was tried again")
 	}
 }
+
+// A release installed before, asked again later (a rollout's rollback, or
+// a rollout back to it), is installed again; a refused one is tried again
+// once an answer named another release in between.
+func TestStepInstallsAReleaseAskedAgain(t *testing.T) {
+	node := newKey(t)
+	api := newFakeAPI(t, node)
+	site := newBinarySite(t)
+	f := newFixture(t, api.srv.URL, node, func(c *Config) { c.HTTP = site.srv.Client() })
+	e := &installEnv{fixture: f, site: site}
+	st1, _ := e.statement("1.1.0", 2)
+	st2, _ := e.statement("1.2.0", 3)
+	v1, v2 := desired(t, st1, f.release), desired(t, st2, f.release)
+	ask := func(rel fleet.DesiredRelease, floor int64) *fleet.Report {
+		t.Helper()
+		api.script(func(fleet.Report) (int, any) {
+			res := answer(5)
+			res.Desired.Release, res.Desired.FloorSequence = &rel, floor
+			return 200, res
+		})
+		step(t, f.agent)
+		if err := f.agent.Wait(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		step(t, f.agent)
+		rep := api.last()
+		return &rep
+	}
+	for i, c := range []struct {
+		rel   fleet.DesiredRelease
+		floor int64
+		want  string
+	}{{v1, 0, "1.1.0"}, {v2, 2, "1.2.0"}, {v1, 2, "1.1.0"}, {v2, 2, "1.2.0"}} {
+		if rep := ask(c.rel, c.floor); rep.Running == nil || rep.Running.Version != c.want {
+			t.Fatalf("step %d: running %+v, install %+v, want %s", i, rep.Running, rep.Install, c.want)
+		}
+	}
+	// Refused (below the floor), then another release, then the same again
+	// with a floor it meets: installed.
+	st3, _ := e.statement("1.3.0", 4)
+	v3 := desired(t, st3, f.release)
+	if rep := ask(v3, 5); rep.Install == nil || rep.Install.State != fleet.InstallFailed {
+		t.Fatalf("below the floor: %+v", rep.Install)
+	}
+	if rep := ask(v1, 2); rep.Running == nil || rep.Running.Version != "1.1.0" {
+		t.Fatalf("back to 1.1.0: %+v", rep.Running)
+	}
+	if rep := ask(v3, 2); rep.Running == nil || rep.Running.Version != "1.3.0" {
+		t.Fatalf("1.3.0 asked again within its floor: running %+v, install %+v", rep.Running, rep.Install)
+	}
+}

@@ -299,7 +299,17 @@ func (a *Agent) release(ctx context.Context, d fleet.Desired) {
 		return
 	}
 	key := rel.Version + "@" + rel.ManifestDigest
-	if a.busy != nil || a.cfg.Now().Before(a.retryAt[key]) {
+	if a.busy != nil {
+		return
+	}
+	if key != a.asked {
+		// The answer names another release than last time: a refusal of an
+		// earlier one no longer holds (a rollout may send the node back to
+		// it, and must be able to).
+		a.asked = key
+		clear(a.retryAt)
+	}
+	if a.cfg.Now().Before(a.retryAt[key]) {
 		return
 	}
 	a.retryAt[key] = forever
@@ -314,6 +324,7 @@ func (a *Agent) release(ctx context.Context, d fleet.Desired) {
 		defer close(busy)
 		a.busy = nil
 		if err == nil {
+			delete(a.retryAt, key) // installed: asked again later (a rollback to it), it installs again
 			a.install = &fleet.Install{Version: rel.Version, State: fleet.InstallInstalled}
 			a.log.Info("installed", "version", rel.Version)
 			return
@@ -327,7 +338,8 @@ func (a *Agent) release(ctx context.Context, d fleet.Desired) {
 	}()
 }
 
-// forever: a refused release is not tried again (until the agent restarts).
+// forever: a refused release is not tried again while the answers keep
+// naming it (until the agent restarts).
 var forever = time.Unix(1<<62, 0)
 
 // Wait waits for the install in progress, if any, to end.
