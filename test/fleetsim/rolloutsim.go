@@ -487,13 +487,16 @@ func RunRollout(tb testing.TB, cfg RolloutConfig) RolloutResult {
 		}
 		return time.Time{}
 	}
+	stopAll()                        // every pass recorded (the last may have ended run B)
 	if th := 2; len(failedAt) > th { // maxFailedNodes 2: the third failure crosses it
 		t3, tAbort, tBack := failedAt[th], at(rollout.Aborting), at(rollout.RolledBack)
-		res.B.ToAbort, res.B.ToRolledBack = tAbort.Sub(t3), tBack.Sub(t3)
+		// The same pass marks the failure and aborts: the event's time is
+		// the pass's, truncated to the millisecond, the progress's is not.
+		res.B.ToAbort, res.B.ToRolledBack = max(0, tAbort.Sub(t3)), tBack.Sub(t3)
 		i3, iA, iB := passOf(passes, t3, &mu), passOf(passes, tAbort, &mu), passOf(passes, tBack, &mu)
 		res.B.ToAbortPasses, res.B.ToRolledBackPasses = iA-i3, iB-i3
-		if i3 < 0 || iA < 0 || iA-i3 > 2 {
-			violate("run B: aborting %d passes (%s) after the third failure", iA-i3, res.B.ToAbort)
+		if i3 < 0 || iA < 0 || iB < 0 || iA-i3 > 2 {
+			violate("run B: aborting %d passes (%s) after the third failure (passes %d, %d, %d)", iA-i3, res.B.ToAbort, i3, iA, iB)
 		}
 		var starts []time.Time
 		for k := range failing {
@@ -510,7 +513,6 @@ func RunRollout(tb testing.TB, cfg RolloutConfig) RolloutResult {
 	} else {
 		violate("run B: %d failures, want more than 2", len(failedAt))
 	}
-	stopAll()
 
 	// Caps, heartbeats and passes.
 	for _, r := range []RunStats{res.A, res.B} {
