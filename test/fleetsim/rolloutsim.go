@@ -16,7 +16,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -393,19 +392,12 @@ func RunRollout(tb testing.TB, cfg RolloutConfig) RolloutResult {
 		}
 	}
 
-	// Between the runs every agent restarts on its state dir (a new
-	// process). The agent marks a release it started installing as never
-	// to be tried again and does not clear the mark when the install
-	// succeeds (shared/agent/install.go, release: retryAt[key] = forever),
-	// so without a restart a node updated to 2.0.0 in run A would never
-	// install 2.0.0 again when run B rolls it back.
-	// BC_ROLLOUTSIM_KEEP_AGENTS=1 keeps them running, to show it.
-	if os.Getenv("BC_ROLLOUTSIM_KEEP_AGENTS") == "" {
-		for _, n := range nodes {
-			n.stop()
-			h.run(tb, ctx, n, cfg.BeatScale)
-		}
-	}
+	// The agents run on from run A into run B (the same processes): a
+	// node run A updated to 2.0.0 must install 2.0.0 again when run B
+	// rolls it back. (Before 1561ae1 the agent kept its mark "never try
+	// again" on a release it had installed, and the rollback of every such
+	// node failed at its deadline; this simulation restarted the agents
+	// between the runs to get past it.)
 
 	// Run B: 30 % of wave 3's agents fail to start 3.0.0 healthy.
 	bFrom := time.Now()
