@@ -306,19 +306,9 @@ func (s *Service) flagTarget(now time.Time) capacity.Hour {
 // the node's eligibility did not change meanwhile (else the next call, or
 // the sweep, does it again). Idempotent.
 func (s *Service) syncFlags(ctx context.Context, rec Record, t capacity.Topology) (Record, error) {
-	now := s.now()
-	off := !rec.Eligible()
-	from := capacity.HourOf(now)
-	to := s.flagTarget(now)
-	switch {
-	case off && rec.Flagged && rec.FlaggedTo >= to-1:
-		return rec, nil // flagged far enough ahead (the sweep extends it hourly)
-	case off && rec.Flagged && rec.FlaggedTo > from:
-		from = rec.FlaggedTo
-	case !off && !rec.Flagged:
+	off, from, to, ok := s.flagSpan(rec)
+	if !ok {
 		return rec, nil
-	case !off:
-		to = rec.FlaggedTo
 	}
 	pr := capacity.PoolResource{PoolID: rec.PoolID, Topology: t}
 	var hours []capacity.Hour
@@ -342,6 +332,26 @@ func (s *Service) syncFlags(ctx context.Context, rec Record, t capacity.Topology
 		rec.FlaggedTo = 0
 	}
 	return rec, nil
+}
+
+// flagSpan is what syncFlags would write for rec now: off or on, over
+// the hours [from, to); ok false when nothing.
+func (s *Service) flagSpan(rec Record) (off bool, from, to capacity.Hour, ok bool) {
+	now := s.now()
+	off = !rec.Eligible()
+	from = capacity.HourOf(now)
+	to = s.flagTarget(now)
+	switch {
+	case off && rec.Flagged && rec.FlaggedTo >= to-1:
+		return off, from, to, false // flagged far enough ahead (the sweep extends it hourly)
+	case off && rec.Flagged && rec.FlaggedTo > from:
+		from = rec.FlaggedTo
+	case !off && !rec.Flagged:
+		return off, from, to, false
+	case !off:
+		to = rec.FlaggedTo
+	}
+	return off, from, to, true
 }
 
 // flagWorkers bounds one node's flag writes at once.
