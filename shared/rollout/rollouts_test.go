@@ -496,7 +496,7 @@ func TestRolloutCrashMatrix(t *testing.T) {
 							break
 						}
 					}
-					e.clock.Advance(time.Second)
+					e.clock.Advance(3 * time.Second) // a stale intent (a minute) in 20 rounds
 					e.beatAll()
 					_, _ = e.crc.Pass(context.Background()) // a crash fails one item
 					if n := e.unavailable("a"); n > 2 {
