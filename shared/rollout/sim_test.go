@@ -39,12 +39,14 @@ func TestRolloutSimulation(t *testing.T) {
 	for _, seed := range seeds {
 		t.Run(fmt.Sprintf("seed#%d", seed), func(t *testing.T) {
 			t.Parallel()
+			defer func() { // also after a Fatal
+				if t.Failed() {
+					t.Logf("replay: BC_ROLLOUT_SEED=%d go test ./shared/rollout -run 'TestRolloutSimulation'", seed)
+				}
+			}()
 			st := simulateRollout(t, seed)
-			t.Logf("seed %d: %d passes, %d crashes, %d nested (%d passes, %d pauses, %d resumes, %d aborts), %d failing nodes; ended %s",
-				seed, st.passes, st.crashes, st.nested(), st.inner, st.pauses, st.resumes, st.aborts, st.failing, st.end)
-			if t.Failed() {
-				t.Logf("replay: BC_ROLLOUT_SEED=%d go test ./shared/rollout -run 'TestRolloutSimulation'", seed)
-			}
+			t.Logf("seed %d: %d passes, %d crashes, %d pauses, %d passes and %d aborts nested inside a pass's writes, %d resumes; %d failing nodes; ended %s",
+				seed, st.passes, st.crashes, st.pauses, st.inner, st.aborts, st.resumes, st.failing, st.end)
 		})
 	}
 }
@@ -53,8 +55,6 @@ type simStats struct {
 	passes, crashes, inner, pauses, resumes, aborts, failing int
 	end                                                      rollout.State
 }
-
-func (s simStats) nested() int { return s.inner + s.pauses + s.resumes + s.aborts }
 
 func simulateRollout(t *testing.T, seed uint64) simStats {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
