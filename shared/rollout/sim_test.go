@@ -14,7 +14,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
-// TestRolloutSimulation explores a rollout's passes seeded: at every write
+// TestRolloutProtocolSimulation explores a rollout's passes seeded: at every write
 // point of a pass the seed may crash it there, or run — right there, in
 // the middle of it — another pass, a pause, a resume or an abort; between
 // passes the clock jumps and nodes report, some failing their install.
@@ -25,7 +25,7 @@ import (
 // updated), no target or cordon left. A failing seed names itself:
 // BC_ROLLOUT_SEEDS=n runs n seeds (make test runs 2; 48 pass, docs/rollouts.md), BC_ROLLOUT_SEED=k
 // one.
-func TestRolloutSimulation(t *testing.T) {
+func TestRolloutProtocolSimulation(t *testing.T) {
 	seeds := []uint64{1, 2}
 	if v, err := strconv.Atoi(os.Getenv("BC_ROLLOUT_SEEDS")); err == nil && v > 0 {
 		seeds = seeds[:0]
@@ -41,7 +41,7 @@ func TestRolloutSimulation(t *testing.T) {
 			t.Parallel()
 			defer func() { // also after a Fatal
 				if t.Failed() {
-					t.Logf("replay: BC_ROLLOUT_SEED=%d go test ./shared/rollout -run 'TestRolloutSimulation'", seed)
+					t.Logf("replay: BC_ROLLOUT_SEED=%d go test ./shared/rollout -run 'TestRolloutProtocolSimulation'", seed)
 				}
 			}()
 			st := simulateRollout(t, seed)
