@@ -549,22 +549,7 @@ func (s *Fleet) SetTarget(ctx context.Context, r fleet.Record, rolloutID string,
 func (s *Fleet) CountOut(ctx context.Context, pool string) (int, error) {
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(poolPK(pool))).
 		And(expression.Key(schema.AttrPool).BeginsWith(nodePrefix + "OUT#"))
-	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
-	if err != nil {
-		return 0, err
-	}
-	p := dynamodb.NewQueryPaginator(s.DB, &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(schema.IndexPool),
-		KeyConditionExpression: e.KeyCondition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-		ConsistentRead: aws.Bool(true), Select: types.SelectCount})
-	n := 0
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return 0, err
-		}
-		n += int(page.Count)
-	}
-	return n, nil
+	return s.table().count(ctx, schema.IndexPool, kc, nil)
 }
 
 // Baseline implements fleet.Store (on the pool's sweep item).

@@ -175,3 +175,31 @@ func path(attr string, keys ...string) expression.NameBuilder {
 	}
 	return n
 }
+
+// count is a consistent COUNT query (of index, "" for the table) under kc
+// and filter, summed over every page.
+func (t table) count(ctx context.Context, index string, kc expression.KeyConditionBuilder, filter *expression.ConditionBuilder) (int, error) {
+	b := expression.NewBuilder().WithKeyCondition(kc)
+	if filter != nil {
+		b = b.WithFilter(*filter)
+	}
+	e, err := b.Build()
+	if err != nil {
+		return 0, err
+	}
+	in := &dynamodb.QueryInput{TableName: aws.String(t.name), KeyConditionExpression: e.KeyCondition(), FilterExpression: e.Filter(),
+		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ConsistentRead: aws.Bool(true), Select: types.SelectCount}
+	if index != "" {
+		in.IndexName = aws.String(index)
+	}
+	p := dynamodb.NewQueryPaginator(t.db, in)
+	n := 0
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return 0, err
+		}
+		n += int(page.Count)
+	}
+	return n, nil
+}

@@ -423,22 +423,7 @@ func (s *Rollouts) ProgressInOrder(ctx context.Context, id string, limit int, af
 // CountStep implements rollout.RolloutStore: a COUNT query of `bystate`.
 func (s *Rollouts) CountStep(ctx context.Context, id string, st rollout.Step) (int, error) {
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(progressPK(id))).And(expression.Key(schema.AttrState).BeginsWith(string(st) + "#"))
-	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
-	if err != nil {
-		return 0, err
-	}
-	p := dynamodb.NewQueryPaginator(s.DB, &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(schema.IndexState),
-		KeyConditionExpression: e.KeyCondition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-		ConsistentRead: aws.Bool(true), Select: types.SelectCount})
-	n := 0
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return 0, err
-		}
-		n += int(page.Count)
-	}
-	return n, nil
+	return s.table().count(ctx, schema.IndexState, kc, nil)
 }
 
 // PoolNodes implements rollout.RolloutStore: a page of the pool's node
@@ -480,20 +465,5 @@ func (s *Rollouts) PoolNodes(ctx context.Context, pool string, limit int, after 
 func (s *Rollouts) CountPoolNodes(ctx context.Context, pool string, t time.Time) (int, error) {
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(poolPK(pool))).And(expression.Key(schema.AttrSK).BeginsWith(nodePrefix))
 	f := expression.Name("createdAt").LessThanEqual(expression.Value(fmtTime(t)))
-	e, err := expression.NewBuilder().WithKeyCondition(kc).WithFilter(f).Build()
-	if err != nil {
-		return 0, err
-	}
-	p := dynamodb.NewQueryPaginator(s.DB, &dynamodb.QueryInput{TableName: aws.String(s.Table), KeyConditionExpression: e.KeyCondition(),
-		FilterExpression: e.Filter(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-		ConsistentRead: aws.Bool(true), Select: types.SelectCount})
-	n := 0
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return 0, err
-		}
-		n += int(page.Count)
-	}
-	return n, nil
+	return s.table().count(ctx, "", kc, &f)
 }
