@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"strings"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/kmssign"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/shared/strictjson"
@@ -41,7 +41,7 @@ func (c *cli) keygenCommand() *cobra.Command {
 			if err != nil {
 				return localErr(err)
 			}
-			if err := writeKeyFile(out, pem, force); err != nil {
+			if err := dsse.WriteKeyFile(out, pem, force, "a private key"); err != nil {
 				return localErr(err)
 			}
 			return c.printPublic(k.Public())
@@ -52,28 +52,6 @@ func (c *cli) keygenCommand() *cobra.Command {
 	cmd.Flags().BoolVar(&force, "force", false, "replace an existing key file (the old private key is lost)")
 	_ = cmd.RegisterFlagCompletionFunc("alg", fixed(rollout.AlgECDSAP256, rollout.AlgEd25519))
 	return cmd
-}
-
-// writeKeyFile writes a private key with mode 0600, refusing to replace an
-// existing file unless force: a key that signed releases must not vanish by
-// a repeated command.
-func writeKeyFile(path string, pem []byte, force bool) error {
-	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
-	if force {
-		flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
-	}
-	f, err := os.OpenFile(path, flags, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("keygen: %s exists; not replacing a private key (use --force to replace it)", path)
-	}
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(pem); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // pubkeyCommand prints a key's keyid and public PEM.

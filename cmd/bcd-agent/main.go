@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"os/signal"
 	"runtime"
@@ -201,7 +200,7 @@ func (o *options) keygenCommand() *cobra.Command {
 			if err != nil {
 				return localErr(err)
 			}
-			if err := writeKey(out, pem, force); err != nil {
+			if err := dsse.WriteKeyFile(out, pem, force, "a node key"); err != nil {
 				return localErr(err)
 			}
 			return o.printRegistration(k.Public(), out)
@@ -242,27 +241,6 @@ func orPlaceholder(v, placeholder string) string {
 		return placeholder
 	}
 	return v
-}
-
-// writeKey writes a private key with mode 0600, refusing to replace one
-// unless force: the node is registered under it.
-func writeKey(path string, pem []byte, force bool) error {
-	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
-	if force {
-		flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
-	}
-	f, err := os.OpenFile(path, flags, 0o600)
-	if errors.Is(err, fs.ErrExist) {
-		return fmt.Errorf("keygen: %s exists; not replacing a node key (use --force to replace it)", path)
-	}
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(pem); err != nil {
-		f.Close()
-		return err
-	}
-	return f.Close()
 }
 
 // agent builds the agent the flags describe; closeFn closes the journal.

@@ -16,6 +16,8 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"io/fs"
+	"os"
 	"slices"
 )
 
@@ -140,3 +142,26 @@ func (p *Pins) KeyIDs() []string { return slices.Clone(p.ids) }
 
 // Threshold is the number of distinct pinned keys that must sign.
 func (p *Pins) Threshold() int { return p.threshold }
+
+// WriteKeyFile writes a private key's PEM with mode 0600, refusing to
+// replace an existing file unless force: a key that signed releases, or
+// that a node is registered under, must not vanish by a repeated command.
+// what names the key in the refusal ("a private key", "a node key").
+func WriteKeyFile(path string, pem []byte, force bool, what string) error {
+	flags := os.O_WRONLY | os.O_CREATE | os.O_EXCL
+	if force {
+		flags = os.O_WRONLY | os.O_CREATE | os.O_TRUNC
+	}
+	f, err := os.OpenFile(path, flags, 0o600)
+	if errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("keygen: %s exists; not replacing %s (use --force to replace it)", path, what)
+	}
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(pem); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}

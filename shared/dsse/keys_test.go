@@ -12,6 +12,8 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -304,4 +306,28 @@ func rsaPublic(t testing.TB) crypto.PublicKey {
 		t.Fatal(err)
 	}
 	return k.Public()
+}
+
+// WriteKeyFile: mode 0600, never replacing a key unless forced.
+func TestWriteKeyFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "k.pem")
+	if err := dsse.WriteKeyFile(path, []byte("one"), false, "a node key"); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("mode %v, %v", fi.Mode(), err)
+	}
+	err := dsse.WriteKeyFile(path, []byte("two"), false, "a node key")
+	if err == nil || !strings.Contains(err.Error(), "not replacing a node key") {
+		t.Fatalf("replacing without force: %v", err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "one" {
+		t.Fatalf("the key changed: %q", b)
+	}
+	if err := dsse.WriteKeyFile(path, []byte("two"), true, "a node key"); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(path); string(b) != "two" {
+		t.Fatalf("forced: %q", b)
+	}
 }
