@@ -357,29 +357,7 @@ func (s *Fleet) ListNodes(ctx context.Context, pool string, st fleet.State, page
 // PoolNodes implements fleet.Store: the pool's node items, page by page.
 func (s *Fleet) PoolNodes(ctx context.Context, pool string, fn func(fleet.Record) error) error {
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(poolPK(pool))).And(expression.Key(schema.AttrSK).BeginsWith(nodePrefix))
-	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
-	if err != nil {
-		return err
-	}
-	p := dynamodb.NewQueryPaginator(s.DB, &dynamodb.QueryInput{TableName: aws.String(s.Table),
-		KeyConditionExpression: e.KeyCondition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-		ConsistentRead: aws.Bool(true)})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return err
-		}
-		for _, item := range page.Items {
-			var it nodeItem
-			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
-				return err
-			}
-			if err := fn(it.record()); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return queryEach(ctx, s.table(), kc, nil, func(it nodeItem) error { return fn(it.record()) })
 }
 
 // allNew decodes an ALL_NEW answer.
@@ -674,28 +652,12 @@ func (s *Fleet) Ineligible(ctx context.Context, t capacity.PoolResource) (map[in
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(poolPK(t.PoolID))).
 		And(expression.Key(schema.AttrSK).BeginsWith(nodePrefix + t.Resource + "#"))
 	proj := expression.NamesList(expression.Name("idx"), expression.Name("state"), expression.Name("oc"), expression.Name("rc"))
-	e, err := expression.NewBuilder().WithKeyCondition(kc).WithProjection(proj).Build()
-	if err != nil {
-		return nil, err
-	}
-	p := dynamodb.NewQueryPaginator(s.DB, &dynamodb.QueryInput{TableName: aws.String(s.Table),
-		KeyConditionExpression: e.KeyCondition(), ProjectionExpression: e.Projection(),
-		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ConsistentRead: aws.Bool(true)})
 	out := map[int]bool{}
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return nil, err
+	err := queryEach(ctx, s.table(), kc, &proj, func(it nodeItem) error {
+		if it.State != string(fleet.Ready) || it.Operator != nil || it.Rollout != nil {
+			out[it.Index] = true
 		}
-		for _, item := range page.Items {
-			var it nodeItem
-			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
-				return nil, err
-			}
-			if it.State != string(fleet.Ready) || it.Operator != nil || it.Rollout != nil {
-				out[it.Index] = true
-			}
-		}
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }

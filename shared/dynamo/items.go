@@ -203,3 +203,35 @@ func (t table) count(ctx context.Context, index string, kc expression.KeyConditi
 	}
 	return n, nil
 }
+
+// queryEach streams a consistent Query of the table under kc (projected
+// when proj is not nil), page by page, decoding each item into a T.
+func queryEach[T any](ctx context.Context, t table, kc expression.KeyConditionBuilder, proj *expression.ProjectionBuilder, fn func(T) error) error {
+	b := expression.NewBuilder().WithKeyCondition(kc)
+	if proj != nil {
+		b = b.WithProjection(*proj)
+	}
+	e, err := b.Build()
+	if err != nil {
+		return err
+	}
+	p := dynamodb.NewQueryPaginator(t.db, &dynamodb.QueryInput{TableName: aws.String(t.name), KeyConditionExpression: e.KeyCondition(),
+		ProjectionExpression: e.Projection(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+		ConsistentRead: aws.Bool(true)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return err
+		}
+		for _, item := range page.Items {
+			var it T
+			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+				return err
+			}
+			if err := fn(it); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}

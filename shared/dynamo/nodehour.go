@@ -268,29 +268,7 @@ func (s *Capacity) NodeRange(ctx context.Context, t capacity.PoolResource, h cap
 }
 
 func (s *Capacity) nodeQuery(ctx context.Context, kc expression.KeyConditionBuilder, fn func(capacity.NodeHour) error) error {
-	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
-	if err != nil {
-		return err
-	}
-	p := dynamodb.NewQueryPaginator(s.DB, &dynamodb.QueryInput{TableName: aws.String(s.Table),
-		KeyConditionExpression: e.KeyCondition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-		ConsistentRead: aws.Bool(true)})
-	for p.HasMorePages() {
-		page, err := p.NextPage(ctx)
-		if err != nil {
-			return err
-		}
-		for _, item := range page.Items {
-			var it nodeHourItem
-			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
-				return err
-			}
-			if err := fn(it.nodeHour()); err != nil {
-				return err
-			}
-		}
-	}
-	return nil
+	return queryEach(ctx, table{s.DB, s.Table}, kc, nil, func(it nodeHourItem) error { return fn(it.nodeHour()) })
 }
 
 // provisionWorkers bounds the puts of one Provision.
