@@ -235,6 +235,13 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 	if len(row.Charging) > 16 { // at most the charges this process has not forgotten yet
 		t.Errorf("%d charge records left on the row after the churn", len(row.Charging))
 	}
+	// A create answered UNAVAILABLE may leave its draft's devices for the
+	// reconciler to free (a cut-off flow); only without one must the whole
+	// pool be free at once.
+	if out[apierr.Unavailable] > 0 {
+		e.clock.Advance(capacity.StaleAfter + time.Second)
+		e.pass(t)
+	}
 	if r, err := e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 24*8, 0, time.Hour), allow); err != nil || r.State != capacity.Placed {
 		t.Errorf("a whole-pool create after the churn: %+v %v", r, err)
 	}
