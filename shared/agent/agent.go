@@ -1,10 +1,11 @@
 // Package agent is the reference node agent (docs/agent.md): bcd's
 // control-plane side, as a library. It holds the node's key and its own
-// release pins, heartbeats signed reports (nodes.heartbeat), binds and
-// unbinds reservations through a pluggable Driver in the order the answer
-// lists them, and installs the release it is told to run only after
-// verifying it under its own pins (Install). cmd/bcd-agent runs it on a
-// host; make run's simulated fleet runs it in process.
+// release pins, heartbeats signed reports (nodes.heartbeat), unbinds and
+// binds reservations through a pluggable Driver (a device's next holder
+// only after its report of the previous holder's unbound was accepted),
+// and installs the release it is told to run only after verifying it under
+// its own pins (Install). cmd/bcd-agent runs it on a host; make run's
+// simulated fleet runs it in process.
 package agent
 
 import (
@@ -133,10 +134,10 @@ func (a *Agent) Running() *fleet.Version {
 }
 
 // Step is one heartbeat: it builds and signs the report, sends it, and acts
-// on the answer: the bindings in the order listed (unbinds first), then the
-// release (an install runs in the background under ctx: see Wait). A
-// CONFLICT replay moves the counter past the server's, so the next Step is
-// accepted.
+// on the answer: the bindings (every unbind, then the binds: see bindings),
+// then the release (an install runs in the background under ctx: see Wait).
+// A CONFLICT replay moves the counter past the server's, so the next Step
+// is accepted.
 func (a *Agent) Step(ctx context.Context) (fleet.HeartbeatResult, error) {
 	rep := a.report(ctx)
 	payload, err := json.Marshal(rep)

@@ -8,46 +8,30 @@ import (
 	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
-// bindings acts on an answer's bindings in the order listed (every unbind
-// before any bind, so a device's previous holder is scrubbed before the
-// next is given it). A bind the driver refuses because a device is still
-// held stays pending (its word unchanged) and is tried again next step; a
-// failed bind or unbind is reported failed, and tried again next step too.
+// bindings acts on an answer's bindings: every unbind first, whatever the
+// order listed, then the binds. A device's previous holder is not only
+// scrubbed before the next is given it: the next is given it only once a
+// report that said the previous holder unbound was accepted (SPEC §6), so
+// the control plane holds the scrub's word before the device changes
+// hands. A bind whose devices overlap an unbind of the same answer not
+// reported so stays pending (its word unchanged) until a later step; one
+// that overlaps none proceeds at once. A reservation the answer also says
+// to unbind is never bound. A bind the driver refuses because a device is
+// still held stays pending too; a failed bind or unbind is reported
+// failed, and tried again next step.
 func (a *Agent) bindings(ctx context.Context, list []fleet.DesiredBinding) {
 	told := make(map[string]bool, len(list))
+	unbinds := map[string][]string{} // this answer's unbinds: reservation → its devices
 	for _, b := range list {
 		told[b.ReservationID] = true
-		id := b.ReservationID
-		switch b.Action {
-		case fleet.ActionUnbind:
-			if a.words[id].State == fleet.BindUnbound && !a.held[id] {
-				continue
-			}
-			if err := a.cfg.Driver.Unbind(ctx, id); err != nil {
-				a.log.Warn("unbind failed", "reservation", id, "error", err.Error())
-				a.words[id] = failed(id, "unbind: "+err.Error())
-				continue
-			}
-			delete(a.held, id)
-			a.words[id] = fleet.ReportedBinding{ReservationID: id, State: fleet.BindUnbound}
-			a.log.Info("unbound", "reservation", id)
-		case fleet.ActionBind:
-			if a.held[id] && a.words[id].State == fleet.BindBound {
-				continue
-			}
-			err := a.cfg.Driver.Bind(ctx, id, b.TenantID, b.DeviceIDs)
-			var busy *BusyError
-			switch {
-			case errors.As(err, &busy):
-				a.log.Info("bind pending: a device is still held", "reservation", id, "device", busy.DeviceID, "held_by", busy.HeldBy)
-			case err != nil:
-				a.log.Warn("bind failed", "reservation", id, "error", err.Error())
-				a.words[id] = failed(id, "bind: "+err.Error())
-			default:
-				a.held[id] = true
-				a.words[id] = fleet.ReportedBinding{ReservationID: id, State: fleet.BindBound}
-				a.log.Info("bound", "reservation", id, "tenant", b.TenantID, "devices", len(b.DeviceIDs))
-			}
+		if b.Action == fleet.ActionUnbind {
+			unbinds[b.ReservationID] = b.DeviceIDs
+			a.unbind(ctx, b.ReservationID)
+		}
+	}
+	for _, b := range list {
+		if b.Action == fleet.ActionBind {
+			a.bind(ctx, b, unbinds)
 		}
 	}
 	a.order = a.order[:0]
@@ -65,6 +49,60 @@ func (a *Agent) bindings(ctx context.Context, list []fleet.DesiredBinding) {
 		if _, ok := a.words[id]; !ok {
 			delete(a.reported, id)
 		}
+	}
+}
+
+// unbind scrubs a reservation's devices through the driver and says
+// unbound, even of one it never bound (a tombstone: it was released before
+// this node bound it), unless it said so already and holds nothing of it.
+func (a *Agent) unbind(ctx context.Context, id string) {
+	if a.words[id].State == fleet.BindUnbound && !a.held[id] {
+		return
+	}
+	if err := a.cfg.Driver.Unbind(ctx, id); err != nil {
+		a.log.Warn("unbind failed", "reservation", id, "error", err.Error())
+		a.words[id] = failed(id, "unbind: "+err.Error())
+		return
+	}
+	delete(a.held, id)
+	a.words[id] = fleet.ReportedBinding{ReservationID: id, State: fleet.BindUnbound}
+	a.log.Info("unbound", "reservation", id)
+}
+
+// bind gives a reservation its devices through the driver, unless the same
+// answer says to unbind it, or a device of it belongs to an unbind of the
+// answer whose unbound no accepted report carried yet.
+func (a *Agent) bind(ctx context.Context, b fleet.DesiredBinding, unbinds map[string][]string) {
+	id := b.ReservationID
+	if _, ok := unbinds[id]; ok {
+		a.log.Warn("bind not done: the same answer says to unbind it", "reservation", id)
+		return
+	}
+	if a.held[id] && a.words[id].State == fleet.BindBound {
+		return
+	}
+	for prev, devices := range unbinds {
+		if a.reported[prev] == fleet.BindUnbound && a.words[prev].State == fleet.BindUnbound {
+			continue // scrubbed, and the control plane has its word
+		}
+		if i := slices.IndexFunc(b.DeviceIDs, func(d string) bool { return slices.Contains(devices, d) }); i >= 0 {
+			a.log.Info("bind pending: the previous holder's unbound is not reported yet", "reservation", id,
+				"device", b.DeviceIDs[i], "previous_holder", prev)
+			return
+		}
+	}
+	err := a.cfg.Driver.Bind(ctx, id, b.TenantID, b.DeviceIDs)
+	var busy *BusyError
+	switch {
+	case errors.As(err, &busy):
+		a.log.Info("bind pending: a device is still held", "reservation", id, "device", busy.DeviceID, "held_by", busy.HeldBy)
+	case err != nil:
+		a.log.Warn("bind failed", "reservation", id, "error", err.Error())
+		a.words[id] = failed(id, "bind: "+err.Error())
+	default:
+		a.held[id] = true
+		a.words[id] = fleet.ReportedBinding{ReservationID: id, State: fleet.BindBound}
+		a.log.Info("bound", "reservation", id, "tenant", b.TenantID, "devices", len(b.DeviceIDs))
 	}
 }
 
