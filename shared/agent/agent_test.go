@@ -56,36 +56,127 @@ func TestStepReport(t *testing.T) {
 	}
 }
 
-// Unbinds before binds, as listed: the previous holder's unbind, then the
-// next holder's bind of the same devices; each reported the next step; an
+// The previous holder's unbind, then (only once a report saying it unbound
+// was accepted) the next holder's bind of the same devices; a bind sharing
+// no device with a pending unbind at once; each reported the next step; an
 // unbound reservation no longer listed is forgotten, a bound one kept.
 func TestStepBindingsInOrder(t *testing.T) {
 	node := newKey(t)
 	api := newFakeAPI(t, node)
 	f := newFixture(t, api.srv.URL, node)
+	handover := []fleet.DesiredBinding{unbind("r0", "gpu-0", "gpu-1"), bind("r1", "gpu-1", "gpu-2"), bind("r2", "gpu-5")}
 	api.answers(
 		[]fleet.DesiredBinding{bind("r0", "gpu-0", "gpu-1")},
-		[]fleet.DesiredBinding{unbind("r0", "gpu-0", "gpu-1"), bind("r1", "gpu-1", "gpu-2")},
-		[]fleet.DesiredBinding{unbind("r0", "gpu-0", "gpu-1"), bind("r1", "gpu-1", "gpu-2")},
-		[]fleet.DesiredBinding{bind("r1", "gpu-1", "gpu-2")},
+		handover,
+		handover,
+		[]fleet.DesiredBinding{bind("r1", "gpu-1", "gpu-2"), bind("r2", "gpu-5")},
 		[]fleet.DesiredBinding{},
 	)
-	want := [][]string{
-		{},                         // before anything was listed
-		{"r0 bound"},               // after the bind
-		{"r0 unbound", "r1 bound"}, // after the unbind, then the bind
-		{"r0 unbound", "r1 bound"}, // still listed: still said
-		{"r1 bound"},               // r0 no longer listed and said: forgotten
-		{"r1 bound"},               // r1 no longer listed but held: still said
-	}
-	for i, w := range want {
+	all := []string{"bind r0", "unbind r0", "bind r2", "bind r1"}
+	for i, w := range []struct {
+		report []string // the report the step sent
+		driver []string // the driver's calls once it acted on the answer
+	}{
+		{[]string{}, []string{"bind r0"}},
+		// r0 scrubbed, r2 bound at once; r1 waits for r0's unbound to be accepted.
+		{[]string{"r0 bound"}, []string{"bind r0", "unbind r0", "bind r2"}},
+		// The report said r0 unbound and the answer still lists r1's bind.
+		{[]string{"r0 unbound", "r2 bound"}, all},
+		{[]string{"r0 unbound", "r1 bound", "r2 bound"}, all}, // still listed: still said
+		{[]string{"r1 bound", "r2 bound"}, all},               // r0 no longer listed and said: forgotten
+		{[]string{"r1 bound", "r2 bound"}, all},               // no longer listed but held: still said
+	} {
 		step(t, f.agent)
-		if got := words(api.last()); !slices.Equal(got, w) {
-			t.Fatalf("report %d: %v, want %v", i, got, w)
+		if got := words(api.last()); !slices.Equal(got, w.report) {
+			t.Fatalf("report %d: %v, want %v", i, got, w.report)
+		}
+		if got := ops(f.driver); !slices.Equal(got, w.driver) {
+			t.Fatalf("driver after step %d: %v, want %v", i, got, w.driver)
 		}
 	}
+}
+
+// The next holder is bound only after a report saying the previous one
+// unbound was accepted: a step whose answer was lost (the report may or
+// may not have been accepted) binds nothing, the next accepted one does.
+func TestStepBindsTheNextHolderOnlyAfterAnAcceptedUnbound(t *testing.T) {
+	node := newKey(t)
+	api := newFakeAPI(t, node)
+	f := newFixture(t, api.srv.URL, node)
+	n := 0
+	api.script(func(fleet.Report) (int, any) {
+		n++
+		res := answer(5)
+		switch n {
+		case 1:
+			res.Desired.Bindings = []fleet.DesiredBinding{bind("r0", "gpu-0", "gpu-1")}
+		case 3:
+			return 503, apierr.New(apierr.Unavailable, "the answer was lost")
+		default:
+			res.Desired.Bindings = []fleet.DesiredBinding{unbind("r0", "gpu-0", "gpu-1"), bind("r1", "gpu-0", "gpu-1")}
+		}
+		return 200, res
+	})
+	step(t, f.agent)
+	step(t, f.agent)
+	if got, want := ops(f.driver), []string{"bind r0", "unbind r0"}; !slices.Equal(got, want) {
+		t.Fatalf("after the handover's first answer: %v, want %v", got, want)
+	}
+	if _, err := f.agent.Step(context.Background()); apierr.CodeOf(err) != apierr.Unavailable {
+		t.Fatalf("step: %v, want the UNAVAILABLE", err)
+	}
+	if got, want := words(api.last()), []string{"r0 unbound"}; !slices.Equal(got, want) {
+		t.Fatalf("the lost step's report: %v, want %v", got, want)
+	}
+	if got, want := ops(f.driver), []string{"bind r0", "unbind r0"}; !slices.Equal(got, want) {
+		t.Fatalf("after a lost answer: %v, want %v", got, want)
+	}
+	step(t, f.agent)
+	if got, want := words(api.last()), []string{"r0 unbound"}; !slices.Equal(got, want) {
+		t.Fatalf("the accepted report: %v, want %v", got, want)
+	}
 	if got, want := ops(f.driver), []string{"bind r0", "unbind r0", "bind r1"}; !slices.Equal(got, want) {
-		t.Errorf("driver: %v, want %v", got, want)
+		t.Fatalf("after the accepted unbound: %v, want %v", got, want)
+	}
+	step(t, f.agent)
+	if got, want := words(api.last()), []string{"r0 unbound", "r1 bound"}; !slices.Equal(got, want) {
+		t.Errorf("then: %v, want %v", got, want)
+	}
+}
+
+// An unbind of a reservation the node never bound (a tombstone: released
+// before this node bound it) is scrubbed and answered unbound, and the
+// next holder of its devices waits for that word to be accepted like any
+// other; a reservation the same answer says to unbind is never bound,
+// whatever the order the answer lists them in.
+func TestStepTombstonesAndUnbindsWin(t *testing.T) {
+	node := newKey(t)
+	api := newFakeAPI(t, node)
+	f := newFixture(t, api.srv.URL, node)
+	api.answers([]fleet.DesiredBinding{
+		bind("r9", "gpu-6"), unbind("r9", "gpu-6"), // listed out of order: the unbind wins
+		unbind("r7", "gpu-3"), bind("r8", "gpu-3"), // r7: a tombstone
+	})
+	step(t, f.agent)
+	if got, want := ops(f.driver), []string{"unbind r9", "unbind r7"}; !slices.Equal(got, want) {
+		t.Fatalf("first answer: driver %v, want %v", got, want)
+	}
+	step(t, f.agent)
+	if got, want := words(api.last()), []string{"r9 unbound", "r7 unbound"}; !slices.Equal(got, want) {
+		t.Fatalf("report: %v, want %v", got, want)
+	}
+	if got, want := ops(f.driver), []string{"unbind r9", "unbind r7", "bind r8"}; !slices.Equal(got, want) {
+		t.Fatalf("second answer: driver %v, want %v", got, want)
+	}
+	step(t, f.agent)
+	if got, want := words(api.last()), []string{"r9 unbound", "r7 unbound", "r8 bound"}; !slices.Equal(got, want) {
+		t.Errorf("report: %v, want %v", got, want)
+	}
+	if got, want := ops(f.driver), []string{"unbind r9", "unbind r7", "bind r8"}; !slices.Equal(got, want) {
+		t.Errorf("third answer: driver %v, want %v", got, want)
+	}
+	if held := f.driver.Held(); len(held) != 1 || !slices.Equal(held["r8"], []string{"gpu-3"}) {
+		t.Errorf("driver holds %v", held)
 	}
 }
 
@@ -105,13 +196,17 @@ func TestStepPendingAndFailedBinds(t *testing.T) {
 		[]fleet.DesiredBinding{unbind("r0", "gpu-1"), bind("r1", "gpu-1")},
 	)
 	step(t, f.agent) // r1 refused: gpu-1 is r0's
-	step(t, f.agent)
+	step(t, f.agent) // r0 unbound; r1 waits for that word to be accepted
 	if got := words(api.last()); len(got) != 0 {
 		t.Fatalf("a pending bind was reported: %v", got)
 	}
 	step(t, f.agent)
-	if got, want := words(api.last()), []string{"r0 unbound", "r1 bound"}; !slices.Equal(got, want) {
+	if got, want := words(api.last()), []string{"r0 unbound"}; !slices.Equal(got, want) {
 		t.Fatalf("after the unbind: %v, want %v", got, want)
+	}
+	step(t, f.agent)
+	if got, want := words(api.last()), []string{"r0 unbound", "r1 bound"}; !slices.Equal(got, want) {
+		t.Fatalf("after the unbound was accepted: %v, want %v", got, want)
 	}
 
 	f.driver.FailBinds(errors.New("nvidia-smi: device busy"))
