@@ -554,11 +554,22 @@ func (p *pass) advanceActive(ctx context.Context) error {
 // it is skipped (busy) — or, forced, installs anyway and each overlapping
 // reservation's history says disrupted.
 func (p *pass) drain(ctx context.Context, pr Progress) error {
+	deadline := time.Duration(p.rec.Settings.ProgressDeadlineSeconds) * time.Second
 	if p.rec.State == Aborting {
-		// Not installing yet: back where it was.
+		n, err := p.rc.Nodes.GetNode(ctx, pr.PoolID, pr.Resource, pr.Index)
+		if err != nil && !errors.Is(err, fleet.ErrNotFound) {
+			return err
+		}
+		if err == nil && p.told(n) {
+			// Told the target (left by a pass of the order before v0.7's):
+			// it counts as installing, and finishes or times out.
+			return p.install(ctx, pr, Draining, deadline)
+		}
+		// Not installing yet: back where it was. A pass installing it now
+		// wins the step (conclude's write is conditioned on draining), and
+		// verify restores what the lift took from it.
 		return p.conclude(ctx, pr, Draining, Skipped, ReasonNotStarted)
 	}
-	deadline := time.Duration(p.rec.Settings.ProgressDeadlineSeconds) * time.Second
 	busy, err := p.overlapping(ctx, pr, capacity.Window{Start: p.now, End: p.now.Add(deadline)})
 	if err != nil {
 		return err
@@ -584,7 +595,7 @@ func (p *pass) drain(ctx context.Context, pr Progress) error {
 			}
 		}
 	}
-	return p.install(ctx, pr, Draining, &fleet.Target{Version: p.rec.Version, Sequence: p.rec.Sequence, RolloutID: p.rec.RolloutID}, deadline)
+	return p.install(ctx, pr, Draining, deadline)
 }
 
 // overlapping lists the reservations (id → tenant) holding the node's
@@ -618,28 +629,50 @@ func (p *pass) overlapping(ctx context.Context, pr Progress, w capacity.Window) 
 	return out, nil
 }
 
-// install tells the node its target and moves its progress to installing.
-func (p *pass) install(ctx context.Context, pr Progress, from Step, t *fleet.Target, deadline time.Duration) error {
+// install moves a node's progress to installing, then tells the node its
+// target. In that order: from the moment a node is told the target it
+// counts as installing for every later decision (abort, rollback, counts),
+// so only the pass whose step write won tells it, and a crash between the
+// two leaves an installing node without its target, which verify tells
+// again. The other order let a crash, or an aborting pass racing this one,
+// conclude a node told the target as skipped (not_started): it installed
+// and was never sent back.
+func (p *pass) install(ctx context.Context, pr Progress, from Step, deadline time.Duration) error {
+	next := pr
+	next.Step, next.Deadline, next.UpdatedAt = Installing, p.now.Add(deadline), p.now
+	if err := p.rc.Store.UpdateProgress(ctx, next, from, pr.Rollback); err != nil {
+		if errors.Is(err, ErrStale) {
+			return nil // another pass moved it on (installed or concluded): its step is that pass's
+		}
+		return err
+	}
+	if err := p.rc.fault(FaultStepped); err != nil {
+		return err
+	}
 	n, err := p.rc.Nodes.GetNode(ctx, pr.PoolID, pr.Resource, pr.Index)
 	if err != nil {
 		return err
 	}
+	return p.tell(ctx, n, next)
+}
+
+// tell writes the rollout's target on an installing node, with the floor
+// of the release it ran when the rollout took it.
+func (p *pass) tell(ctx context.Context, n fleet.Record, pr Progress) error {
 	floor := int64(0)
 	if pr.Previous != nil {
 		floor = pr.Previous.Sequence
 	}
+	t := &fleet.Target{Version: p.rec.Version, Sequence: p.rec.Sequence, RolloutID: p.rec.RolloutID}
 	if _, err := p.rc.Nodes.SetTarget(ctx, n, p.rec.RolloutID, t, floor); err != nil && !errors.Is(err, fleet.ErrStale) {
 		return err
 	}
-	if err := p.rc.fault(FaultTargeted); err != nil {
-		return err
-	}
-	next := pr
-	next.Step, next.Deadline, next.UpdatedAt = Installing, p.now.Add(deadline), p.now
-	if err := p.rc.Store.UpdateProgress(ctx, next, from, pr.Rollback); err != nil && !errors.Is(err, ErrStale) {
-		return err
-	}
-	return p.rc.fault(FaultStepped)
+	return p.rc.fault(FaultTargeted)
+}
+
+// told: the node holds this rollout's target (rolling forward).
+func (p *pass) told(n fleet.Record) bool {
+	return n.Target != nil && n.Target.RolloutID == p.rec.RolloutID && n.Target.Version == p.rec.Version
 }
 
 // verify moves an installing or verifying node on its last report: the
@@ -665,6 +698,15 @@ func (p *pass) verify(ctx context.Context, pr Progress) error {
 		return p.conclude(ctx, pr, pr.Step, Failed, ReasonUnhealthy)
 	case !p.now.Before(pr.Deadline):
 		return p.conclude(ctx, pr, pr.Step, Failed, ReasonDeadline)
+	case !p.told(n) || n.Rollout == nil || n.Rollout.RolloutID != p.rec.RolloutID:
+		// A crash between the step and the target, or an aborting pass's
+		// lift racing the install: it counts as installing, so it is told
+		// again and cordoned again (as verifyRollback repairs).
+		if err := p.tell(ctx, n, pr); err != nil {
+			return err
+		}
+		_, err := p.cordon(ctx, pr, true)
+		return err
 	case pr.Step == Installing && (runs || (n.Install != nil && n.Install.Version == p.rec.Version && n.Install.State == fleet.InstallInstalled)):
 		next := pr
 		next.Step, next.UpdatedAt = Verifying, p.now
