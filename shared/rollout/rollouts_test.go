@@ -690,3 +690,88 @@ func TestDrainAroundReservations(t *testing.T) {
 		t.Fatalf("history of the forced reservation: %+v", still(r).History)
 	}
 }
+
+// A node told the target counts as installing for every later decision
+// (SPEC §4.7, v0.7): at the install's target write and at its step write,
+// a crash (then the nodes report and the rollout is aborted) or an abort
+// racing a pass (the nodes report, the rollout is aborted and another pass
+// runs, all inside this pass's write) leaves the node installing — sent
+// back by the rollback — never skipped on the new release.
+func TestTargetedNodeCountsAsInstalling(t *testing.T) {
+	for _, point := range []string{rollout.FaultTargeted, rollout.FaultStepped} {
+		for _, mode := range []string{"crash", "abort+pass"} {
+			t.Run(point+"/"+mode, func(t *testing.T) {
+				t.Parallel()
+				e := newFleetEnv(t)
+				e.release("1.0.0", 1)
+				e.release("2.0.0", 2)
+				e.pool("a", 2, "1.0.0", 1)
+				e.pass()
+				r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"},
+					Waves: []rollout.WaveSpec{{Percent: ptr(100)}}, MaxUnavailable: ptr(1)})
+				ctx := context.Background()
+				hit := false
+				e.rc.Faults = func(p string) error {
+					if p != point || hit {
+						return nil
+					}
+					hit = true // the first step or target write is the first node's install
+					if mode == "crash" {
+						return errCrash
+					}
+					e.beatAll()
+					if _, err := e.rollouts.Abort(ctx, r.RolloutID, "regression"); err != nil {
+						t.Error(err)
+					}
+					other := *e.rc
+					other.Faults = nil
+					if err := other.Advance(ctx, r.RolloutID); err != nil {
+						t.Error(err)
+					}
+					return nil
+				}
+				for i := 0; i < 30 && !hit; i++ {
+					e.clock.Advance(time.Second)
+					e.beatAll()
+					_, _ = e.crc.Pass(ctx)
+				}
+				if !hit {
+					t.Fatalf("no pass reached %s", point)
+				}
+				e.rc.Faults = nil
+				if mode == "crash" {
+					e.beatAll() // a node told the target installs it
+					if _, err := e.rollouts.Abort(ctx, r.RolloutID, "regression"); err != nil {
+						t.Fatal(err)
+					}
+				}
+				got := e.until(r.RolloutID, rollout.RolledBack, 200, nil)
+				e.pass() // finish
+				for _, k := range e.order {
+					if n := e.node[k]; n.running == nil || n.running.Version != "1.0.0" {
+						t.Errorf("%s runs %+v after the rollback", k, n.running)
+					}
+				}
+				ns, _, err := e.rollouts.Nodes(ctx, r.RolloutID, "", 10, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				if ns[0].Step != rollout.Updated || ns[0].Rollback != rollout.RollbackDone {
+					t.Errorf("the first node: %+v, want updated and rolled back", ns[0])
+				}
+				if got.Counts.Skipped != 0 {
+					t.Errorf("counts %+v: a node skipped", got.Counts)
+				}
+				err = e.nodes.PoolNodes(ctx, "a", func(n fleet.Record) error {
+					if n.Target != nil || n.Rollout != nil {
+						t.Errorf("%s keeps target %+v, cordon %+v", n.NodeID, n.Target, n.Rollout)
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatal(err)
+				}
+			})
+		}
+	}
+}
