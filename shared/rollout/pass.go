@@ -60,6 +60,8 @@ type Reconciler struct {
 	Calendar Calendar
 	Now      func() time.Time
 	Logger   *slog.Logger
+	// Table names the deployment in the transition metrics (BC_TABLE).
+	Table string
 	// Batch bounds the progress items a pass writes while enumerating
 	// and reads while walking (default 2,000).
 	Batch int
@@ -166,6 +168,7 @@ func (p *pass) decide(ctx context.Context, counts Counts, fn func(*Record)) erro
 	if err != nil {
 		return err
 	}
+	logTransition(ctx, p.rc.Logger, p.rc.Table, p.rec.State, cur.Rollout, p.now)
 	p.rec = cur
 	return p.rc.fault(FaultDecided)
 }

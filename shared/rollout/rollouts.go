@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"time"
 
@@ -46,6 +47,9 @@ type Rollouts struct {
 		GetPool(ctx context.Context, poolID string) (capacity.Pool, error)
 	}
 	Now func() time.Time
+	// Logger and Table: an abort's transition line (metrics.go); nil: none.
+	Logger *slog.Logger
+	Table  string
 	// PauseWait bounds how long pause waits for a pass starting nodes to
 	// finish (default 5 s).
 	PauseWait time.Duration
@@ -406,6 +410,7 @@ func (s *Rollouts) change(ctx context.Context, id string, fn func(*Record) bool,
 			}
 			continue
 		}
+		from := rec.State
 		if !fn(&rec) {
 			return rec.Rollout, nil // already so, or terminal: unchanged
 		}
@@ -419,6 +424,7 @@ func (s *Rollouts) change(ctx context.Context, id string, fn func(*Record) bool,
 		if err != nil {
 			return Rollout{}, dependency(err)
 		}
+		logTransition(ctx, s.Logger, s.Table, from, cur.Rollout, s.now())
 		return cur.Rollout, nil
 	}
 }
