@@ -1,0 +1,613 @@
+package fleetproto
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/rollout"
+)
+
+// The checker. What it can judge at the moment something happens it
+// judges then, against the table read right after (no actor runs in
+// between): every heartbeat answer (a), every create's placement (b),
+// every node a rollout starts (d), every reservation becoming active (e).
+// The rest at quiescence: flags and the out-of-service count (c), active
+// reservations again (e), the rollout's outcome (f), the capacity
+// invariants (capacity.Check), and, once every window ended, that nodes
+// are told nothing and were told about what they held when registered (h).
+//
+// Checks: a (no answer binds two overlapping reservations on one device,
+// or a terminal one), b (no placement on a node out of placement all along
+// since before the create), c (flags and CountOut match eligibility), d
+// (no node started at or above maxUnavailable), e (active only from
+// honest bound reports answering a bind entry), f (each node on what its
+// rollout's outcome says, no rollout target or cordon left, operators'
+// cordons kept), g (no create answers UNAVAILABLE unless a failure was
+// injected into its own calls), h (a node registered while holding a
+// reservation is told to bind and unbind it), invariant (capacity.Check),
+// quiescence, internal, floor, release, rollout.
+
+type violation struct {
+	step int
+	msg  string
+}
+
+type ledger struct {
+	violations map[string][]violation
+	checked    map[string]int // how often each check judged something
+	// eligibility: per node, the steps it went out of placement (an
+	// answer that left it not ready or cordoned returned, or it was
+	// marked unreachable) and came back (a write left its record eligible)
+	out, back map[nodeRef][]int
+	outWhy    map[nodeRef][]string
+	lastRec   map[nodeRef]fleet.Record
+	// operators' last word on each node's cordon: true cordoned, false
+	// uncordoned; absent when the last call's answer was lost
+	opCordon map[nodeRef]bool
+
+	rolloutID      string
+	maxUnavailable int
+	mayAbort       bool
+	registerLate   bool
+	probes         int
+	fillHour       capacity.Hour
+	filled         []string
+
+	stats struct {
+		steps, answers, creates, placed, unavailable, releases, bindsTold, active, moves int
+		rollout, rolloutDetail                                                           string
+		actorsTook                                                                       time.Duration
+		rounds                                                                           int
+	}
+}
+
+func (l *ledger) init() {
+	l.violations, l.checked = map[string][]violation{}, map[string]int{}
+	l.out, l.back, l.outWhy = map[nodeRef][]int{}, map[nodeRef][]int{}, map[nodeRef][]string{}
+	l.lastRec = map[nodeRef]fleet.Record{}
+	l.opCordon = map[nodeRef]bool{}
+}
+
+func (w *world) fail(check string, step int, format string, args ...any) {
+	w.violations[check] = append(w.violations[check], violation{step: step, msg: fmt.Sprintf(format, args...)})
+}
+
+func (w *world) node(ref nodeRef) (fleet.Record, bool) {
+	rec, err := w.fleetI.GetNode(context.Background(), ref.pool, "gpu", ref.k)
+	if errors.Is(err, fleet.ErrNotFound) {
+		return rec, false
+	}
+	if err != nil {
+		w.t.Fatalf("checker: reading %s: %v", ref, err)
+	}
+	return rec, true
+}
+
+// wentOut records that an answer leaving the node out of placement
+// returned (if its record is still out now).
+func (w *world) wentOut(ref nodeRef, why string) {
+	if rec, ok := w.node(ref); ok && !rec.Eligible() {
+		w.out[ref] = append(w.out[ref], w.s.steps)
+		w.outWhy[ref] = append(w.outWhy[ref], why)
+		w.probe(ref)
+	}
+}
+
+// afterStep reads the nodes the step wrote: a record that became eligible
+// is when the node came back; one marked unreachable went out.
+func (w *world) afterStep() {
+	w.dirtyMu.Lock()
+	refs := make([]nodeRef, 0, len(w.dirty))
+	for ref := range w.dirty {
+		refs = append(refs, ref)
+	}
+	clear(w.dirty)
+	w.dirtyMu.Unlock()
+	for _, ref := range refs {
+		rec, ok := w.node(ref)
+		if !ok {
+			continue
+		}
+		prev := w.lastRec[ref]
+		w.lastRec[ref] = rec
+		if rec.Eligible() && !prev.Eligible() {
+			w.back[ref] = append(w.back[ref], w.s.steps)
+		}
+		if rec.State == fleet.Unreachable && prev.State != fleet.Unreachable {
+			w.out[ref] = append(w.out[ref], w.s.steps)
+			w.outWhy[ref] = append(w.outWhy[ref], "marked unreachable")
+		}
+	}
+}
+
+// outAllAlong says whether the node went out at or before from and did not
+// come back until to, and why it went out.
+func (w *world) outAllAlong(ref nodeRef, from, to int) (string, int, bool) {
+	last := -1
+	for i, s := range w.out[ref] {
+		if s <= from {
+			last = i
+		}
+	}
+	if last < 0 {
+		return "", 0, false
+	}
+	went := w.out[ref][last]
+	for _, s := range w.back[ref] {
+		if s > went && s <= to {
+			return "", 0, false
+		}
+	}
+	return w.outWhy[ref][last], went, true
+}
+
+// answered checks one heartbeat answer (a): no two binds of overlapping
+// windows on one device, no bind of a reservation terminal now.
+func (w *world) answered(n *node, res fleet.HeartbeatResult) {
+	w.stats.answers++
+	if res.Node.State != fleet.Ready || res.Desired.Cordoned {
+		w.wentOut(n.ref, "heartbeat answered "+string(res.Node.State)+cordonNote(res.Desired.Cordoned))
+	}
+	w.checked["a"]++
+	var binds []fleet.DesiredBinding
+	for _, b := range res.Desired.Bindings {
+		if b.Action == fleet.ActionBind {
+			binds = append(binds, b)
+		}
+	}
+	for i, a := range binds {
+		for _, b := range binds[i+1:] {
+			if a.Window.Start.Before(b.Window.End) && b.Window.Start.Before(a.Window.End) {
+				if d := shared(a.DeviceIDs, b.DeviceIDs); d != "" {
+					w.fail("a", w.s.steps, "%s told to bind %s (%s) and %s (%s), windows overlapping, both on %s", n.ref,
+						a.ReservationID, a.TenantID, b.ReservationID, b.TenantID, d)
+				}
+			}
+		}
+		r, err := w.capI.GetReservation(context.Background(), a.TenantID, a.ReservationID)
+		if err == nil && r.State.Terminal() {
+			w.fail("a", w.s.steps, "%s told to bind %s, %s", n.ref, a.ReservationID, r.State)
+		}
+	}
+}
+
+func cordonNote(c bool) string {
+	if c {
+		return ", cordoned"
+	}
+	return ""
+}
+
+func shared(a, b []string) string {
+	for _, d := range a {
+		if slices.Contains(b, d) {
+			return d
+		}
+	}
+	return ""
+}
+
+// placedOn checks a create's placement (b): none of its nodes was out of
+// placement from before the create started to its answer.
+func (w *world) placedOn(r capacity.Reservation, start int) {
+	for _, nd := range r.Placement() {
+		ref := nodeRef{r.PoolID, nd.Node}
+		w.checked["b"]++
+		if why, went, ok := w.outAllAlong(ref, start, w.s.steps); ok {
+			w.fail("b", w.s.steps, "%s (%s, created from step %d) placed on %s, out of placement since step %d (%s) and not back",
+				r.ReservationID, r.TenantID, start, ref, went, why)
+		}
+	}
+}
+
+// checkActive checks a reservation that is active (e): each managed node
+// of its placement holds a bind entry for it and its last accepted report
+// said bound, honestly — answering a bind it was told, not a stale word.
+func (w *world) checkActive(r capacity.Reservation, when string) {
+	w.stats.active++
+	for _, nd := range r.Placement() {
+		ref := nodeRef{r.PoolID, nd.Node}
+		rec, ok := w.node(ref)
+		if !ok {
+			continue // unmanaged: bound at once
+		}
+		w.checked["e"]++
+		e, has := rec.Entries[r.ReservationID]
+		word := w.nodes[ref].sent[rec.Counter][r.ReservationID]
+		switch {
+		case !has:
+			w.fail("e", w.s.steps, "%s active (%s), %s holds no entry for it", r.ReservationID, when, ref)
+		case e.Action != fleet.ActionBind:
+			w.fail("e", w.s.steps, "%s active (%s), %s is told to %s it (its last report: %q)", r.ReservationID, when, ref, e.Action, rec.Reported[r.ReservationID])
+		case rec.Reported[r.ReservationID] != fleet.BindBound:
+			w.fail("e", w.s.steps, "%s active (%s), %s last reported %q", r.ReservationID, when, ref, rec.Reported[r.ReservationID])
+		case !word.honest:
+			w.fail("e", w.s.steps, "%s active (%s) from a stale bound report of %s (report %d: the answer before did not list a bind of it)",
+				r.ReservationID, when, ref, rec.Counter)
+		}
+	}
+}
+
+// checkStart checks a node a rollout just started (d): the pools'
+// out-of-service count from the node records was below maxUnavailable.
+func (w *world) checkStart(p rollout.Progress) {
+	ctx := context.Background()
+	rec, err := w.rollI.GetRollout(ctx, p.RolloutID)
+	if err != nil {
+		w.t.Fatalf("checker: %v", err)
+	}
+	out, outs := 0, []string{}
+	for _, pool := range rec.Pools {
+		if err := w.fleetI.PoolNodes(ctx, pool, func(n fleet.Record) error {
+			if !n.Eligible() && !(n.PoolID == p.PoolID && n.NodeID == p.NodeID) {
+				out++
+				outs = append(outs, fmt.Sprintf("%s/%s %s%s", n.PoolID, n.NodeID, n.State, cordonNote(n.Operator != nil || n.Rollout != nil)))
+			}
+			return nil
+		}); err != nil {
+			w.t.Fatalf("checker: %v", err)
+		}
+	}
+	w.checked["d"]++
+	if out >= rec.Settings.MaxUnavailable {
+		what := "started"
+		if p.Rollback != "" {
+			what = "started rolling back"
+		}
+		w.fail("d", w.s.steps, "%s/%s %s with %d other nodes out of service (maxUnavailable %d): %v", p.PoolID, p.NodeID, what, out,
+			rec.Settings.MaxUnavailable, outs)
+	}
+}
+
+// checkCordons (f), when the actors ended: each operator's cordon is as
+// the last answered call on its node left it.
+func (w *world) checkCordons() {
+	for _, ref := range slices.SortedFunc(maps.Keys(w.opCordon), func(a, b nodeRef) int {
+		return cmp.Or(cmp.Compare(a.pool, b.pool), cmp.Compare(a.k, b.k))
+	}) {
+		cordoned := w.opCordon[ref]
+		w.checked["f"]++
+		rec, _ := w.node(ref)
+		if (rec.Operator != nil) != cordoned {
+			w.fail("f", w.s.steps, "when the actors ended: the operator's last answered call on %s %s it, its operator cordon is %+v", ref,
+				map[bool]string{true: "cordoned", false: "uncordoned"}[cordoned], rec.Operator)
+		}
+	}
+}
+
+func (w *world) operatorSaid(ref nodeRef, cordon, ok bool) {
+	if ok {
+		w.opCordon[ref] = cordon
+	} else {
+		delete(w.opCordon, ref)
+	}
+}
+
+// quiesce: every node heals and reports honestly (failing installs still
+// fail), the rollout is resumed, and clean passes run until nothing moves;
+// the checks at quiescence run; then every window ends, passes run again,
+// and the final checks run.
+func (w *world) quiesce(ctx context.Context) {
+	w.checkCordons()
+	for _, ref := range w.order {
+		n := w.nodes[ref]
+		n.healthy, n.flaky, n.silent, n.scrub, n.failed, n.silentUntil = true, 0, 0, 0, 0, time.Time{}
+	}
+	// A few clean rounds, the operators' cordons still on: every sweep
+	// since saw what the actors left, so the flags say what the records do.
+	for range 3 {
+		w.round(ctx, "after the actors")
+	}
+	snap, err := w.capI.Snapshot(ctx)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.checkFlags(ctx, "after the actors and 3 clean passes", snap)
+	for _, ref := range w.order {
+		n := w.nodes[ref]
+		if rec, ok := w.node(ref); ok && rec.Operator != nil {
+			// Operators lift their cordons: the rollout may need the room.
+			if _, err := w.fleet.Uncordon(ctx, ownerTenant, ref.pool, n.id); err != nil {
+				w.t.Fatalf("uncordon %s: %v", ref, err)
+			}
+		}
+	}
+	w.settle(ctx, "after the actors")
+	w.checkQuiet(ctx, "after the actors")
+	for _, id := range w.filled {
+		if _, err := w.cap.ReleaseReservation(ctx, filler, id); err != nil {
+			w.t.Fatalf("releasing %s: %v", id, err)
+		}
+	}
+	snap, err = w.capI.Snapshot(ctx)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	last := w.clock.Now()
+	for _, r := range snap.Reservations {
+		if r.Window.End.After(last) {
+			last = r.Window.End
+		}
+	}
+	w.clock.Advance(last.Sub(w.clock.Now()) + time.Minute)
+	w.settle(ctx, "after every window")
+	w.checkQuiet(ctx, "after every window")
+	w.checkEnded(ctx)
+}
+
+// settle runs rounds — every managed node reports, a clean pass — until
+// the rollout (if any) finished and three passes in a row moved nothing.
+func (w *world) settle(ctx context.Context, when string) {
+	calm := 0
+	for i := 0; calm < 3; i++ {
+		if i == 100 {
+			w.fail("quiescence", 0, "%s: no quiescence after %d rounds", when, i)
+			return
+		}
+		if w.rolloutID != "" {
+			if r, err := w.rollouts.Get(ctx, w.rolloutID); err == nil && r.State == rollout.Paused {
+				if _, err := w.rollouts.Resume(ctx, w.rolloutID, "sim: quiescence"); err != nil {
+					w.t.Fatalf("resume: %v", err)
+				}
+			}
+		}
+		res := w.round(ctx, when)
+		done := true
+		if w.rolloutID != "" {
+			rec, err := w.rollI.GetRollout(ctx, w.rolloutID)
+			done = err == nil && rec.Finished
+		}
+		if done && res.Errors == 0 && res.TransitionCount() == 0 && res.Repaired == 0 && res.Told == 0 {
+			calm++
+		} else {
+			calm = 0
+		}
+	}
+}
+
+// round: the clock moves, every managed node reports, a clean pass runs.
+func (w *world) round(ctx context.Context, when string) capacity.PassResult {
+	w.stats.rounds++
+	w.clock.Advance(roundEvery)
+	for _, ref := range w.order {
+		if n := w.nodes[ref]; n.managed {
+			if err := n.beat(ctx, w); err != nil {
+				w.t.Fatalf("%s: heartbeat of %s: %v", when, ref, err)
+			}
+		}
+	}
+	res, err := w.crc.Pass(ctx)
+	if err != nil {
+		w.t.Fatalf("%s: pass: %v", when, err)
+	}
+	w.afterStep()
+	return res
+}
+
+// checkQuiet: the capacity invariants; every active reservation (e); every
+// node-hour's flag and the out-of-service counts (c); the rollout's
+// outcome (f).
+func (w *world) checkQuiet(ctx context.Context, when string) {
+	vs, err := capacity.Check(ctx, w.capI)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, v := range vs {
+		w.fail("invariant", 0, "%s: %s", when, v)
+	}
+	snap, err := w.capI.Snapshot(ctx)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, r := range snap.Reservations {
+		if r.State == capacity.Active {
+			w.checkActive(r, when)
+			w.stats.active--
+		}
+		if when == "after the actors" {
+			for _, ev := range r.History {
+				if ev.Reason == capacity.ReasonReplaced {
+					w.stats.moves++
+				}
+			}
+		}
+	}
+	w.checkFlags(ctx, when, snap)
+	if when == "after the actors" {
+		w.checkRollout(ctx)
+	}
+}
+
+// checkFlags (c): every stored node-hour from now through the flagged
+// horizon is off exactly when its node is not eligible (an unmanaged node
+// always is), and each pool's CountOut is its nodes not eligible.
+func (w *world) checkFlags(ctx context.Context, when string, snap capacity.Snapshot) {
+	from := capacity.HourOf(w.clock.Now())
+	to := from + provision + fleet.FlagMarginHours - 1 // the sweep extends the last hour as hours pass
+	recs := map[nodeRef]fleet.Record{}
+	for _, p := range pools {
+		if err := w.fleetI.PoolNodes(ctx, p, func(n fleet.Record) error { recs[nodeRef{p, n.Index}] = n; return nil }); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+	seen := map[nodeRef]map[capacity.Hour]bool{}
+	for _, nh := range snap.NodeHours {
+		if nh.Hour < from || nh.Hour >= to {
+			continue
+		}
+		ref := nodeRef{nh.Pool, nh.Node}
+		w.checked["c"]++
+		rec, managed := recs[ref]
+		want := managed && !rec.Eligible()
+		if nh.Off != want {
+			w.fail("c", 0, "%s: %s hour %s is off=%v, the node is %s%s", when, ref, nh.Hour, nh.Off, rec.State, cordonNote(rec.Operator != nil || rec.Rollout != nil))
+		}
+		if seen[ref] == nil {
+			seen[ref] = map[capacity.Hour]bool{}
+		}
+		seen[ref][nh.Hour] = true
+	}
+	for ref, rec := range recs {
+		if rec.Eligible() {
+			continue
+		}
+		for h := from; h < to; h++ {
+			if !seen[ref][h] {
+				w.fail("c", 0, "%s: %s is %s%s but its hour %s is not stored (so not flagged)", when, ref, rec.State,
+					cordonNote(rec.Operator != nil || rec.Rollout != nil), h)
+			}
+		}
+	}
+	for _, p := range pools {
+		want := 0
+		for ref, rec := range recs {
+			if ref.pool == p && !rec.Eligible() {
+				want++
+			}
+		}
+		got, err := w.fleetI.CountOut(ctx, p)
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		if got != want {
+			w.fail("c", 0, "%s: pool %s CountOut %d, %d of its nodes are not eligible", when, p, got, want)
+		}
+	}
+}
+
+// checkRollout (f): the rollout ended, each node runs what its outcome
+// says (updated on the target unless rolled back to its previous; failed
+// either; skipped and never started on what they ran), no node keeps a
+// rollout target or cordon, and each operator's cordon is as the last
+// answered call left it.
+func (w *world) checkRollout(ctx context.Context) {
+	for _, ref := range w.order {
+		if rec, ok := w.node(ref); ok && (rec.Target != nil || rec.Rollout != nil) {
+			w.fail("f", 0, "%s keeps rollout target %+v, rollout cordon %+v", ref, rec.Target, rec.Rollout)
+		}
+	}
+	if w.rolloutID == "" {
+		w.stats.rollout = "none"
+		return
+	}
+	r, err := w.rollouts.Get(ctx, w.rolloutID)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	w.stats.rollout = string(r.State)
+	w.stats.rolloutDetail = fmt.Sprintf("%d updated, %d failed, %d skipped of %d", r.Counts.Updated, r.Counts.Failed, r.Counts.Skipped, r.Counts.Nodes)
+	if !r.State.Terminal() {
+		w.fail("f", 0, "rollout %s did not end: %s, counts %+v", r.RolloutID, r.State, r.Counts)
+		return
+	}
+	ns, _, err := w.rollouts.Nodes(ctx, w.rolloutID, "", 100, "")
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	in := map[nodeRef]bool{}
+	for _, np := range ns {
+		ref := nodeRef{np.PoolID, capacityIndex(np.NodeID)}
+		in[ref] = true
+		n := w.nodes[ref]
+		w.checked["f"]++
+		prev := oldVersion
+		if np.Previous != nil {
+			prev = np.Previous.Version
+		}
+		want := []string{prev}
+		switch {
+		case np.Step == rollout.Failed || np.Rollback == rollout.RollbackFailed:
+			want = []string{prev, newVersion}
+		case np.Step == rollout.Updated && np.Rollback != rollout.RollbackDone && r.State != rollout.RolledBack:
+			want = []string{newVersion}
+		}
+		if got := version(n.running); !slices.Contains(want, got) {
+			w.fail("f", 0, "rollout %s: %s (%s%s) runs %s, want %v", r.State, ref, np.Step, rollbackNote(np.Rollback), got, want)
+		}
+	}
+	for _, ref := range w.order {
+		if n := w.nodes[ref]; !in[ref] && version(n.running) != oldVersion {
+			w.fail("f", 0, "%s, not in the rollout, runs %s", ref, version(n.running))
+		}
+	}
+}
+
+func rollbackNote(rb string) string {
+	if rb == "" {
+		return ""
+	}
+	return ", rollback " + rb
+}
+
+func version(v *fleet.Version) string {
+	if v == nil {
+		return "none"
+	}
+	return v.Version
+}
+
+func capacityIndex(nodeID string) int {
+	_, k, _ := fleet.ParseNodeID(nodeID)
+	return k
+}
+
+// checkEnded, once every window ended: no ready node is told anything; no
+// quota is held; a node registered while it held a reservation was told
+// to bind it and to unbind it (h).
+func (w *world) checkEnded(ctx context.Context) {
+	for _, ref := range w.order {
+		if rec, ok := w.node(ref); ok && rec.State == fleet.Ready && len(rec.Entries) > 0 {
+			w.fail("quiescence", 0, "every window ended, %s still told %v", ref, rec.Entries)
+		}
+	}
+	snap, err := w.capI.Snapshot(ctx)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, q := range snap.Quotas {
+		if q.Used != 0 || len(q.Charging) != 0 || len(q.Crediting) != 0 {
+			w.fail("invariant", 0, "every window ended, quota row %s still holds %+v", q.Key(), q)
+		}
+	}
+	for _, r := range snap.Reservations {
+		if !r.WasPlaced() {
+			continue
+		}
+		started, ended := time.Time{}, time.Time{}
+		for _, ev := range r.History {
+			switch {
+			case (ev.State == capacity.Binding || ev.State == capacity.Active) && started.IsZero():
+				started = ev.At
+			case ev.State.Terminal():
+				ended = ev.At
+			}
+			if ev.Reason == capacity.ReasonReplaced {
+				started = time.Time{} // moved: where it was at registration is not known here
+				break
+			}
+		}
+		if started.IsZero() {
+			continue
+		}
+		for _, nd := range r.Placement() {
+			n := w.nodes[nodeRef{r.PoolID, nd.Node}]
+			if !n.late || !started.Before(n.registeredAt) || !ended.After(n.registeredAt) {
+				continue
+			}
+			w.checked["h"]++
+			for _, action := range []string{fleet.ActionBind, fleet.ActionUnbind} {
+				if n.told[r.ReservationID+"/"+action] == "" {
+					w.fail("h", 0, "%s registered at %s while holding %s (%s from %s to %s): never told to %s it", n.ref,
+						n.registeredAt.Format("15:04:05"), r.ReservationID, r.State, started.Format("15:04:05"), ended.Format("15:04:05"), action)
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,212 @@
+package fleetproto
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/smithy-go/middleware"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
+	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/rollout"
+)
+
+// Every DynamoDB request an actor makes is a scheduling point: the
+// scheduler is installed in the client as the first initialize-step
+// middleware (outside the SDK's retries), so whatever store method a
+// service calls — node item writes, node-hour flags, allocations and
+// frees, reservation amends, rollout and progress writes, and any method
+// added later — stops there, and fails or crashes there, as
+// shared/dynamo/faults.go fails requests before or after the server. The
+// few store methods that fan out over goroutines (Free, Provision) are
+// one scheduling point each (atomicCalendar), so one actor never runs two
+// requests at once.
+
+type atomicKey struct{}
+
+// whole marks ctx as inside one atomic store call.
+func whole(ctx context.Context) context.Context { return context.WithValue(ctx, atomicKey{}, true) }
+
+func inWhole(ctx context.Context) bool { v, _ := ctx.Value(atomicKey{}).(bool); return v }
+
+// option installs the scheduler in a client.
+func (w *world) option() func(*dynamodb.Options) {
+	return func(o *dynamodb.Options) {
+		o.APIOptions = append(o.APIOptions, func(st *middleware.Stack) error {
+			return st.Initialize.Add(middleware.InitializeMiddlewareFunc("fleetprotoSched",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (middleware.InitializeOutput, middleware.Metadata, error) {
+					name, write, node := describe(in.Parameters)
+					served := func() (middleware.InitializeOutput, middleware.Metadata, error) {
+						out, md, err := next.HandleInitialize(ctx, in)
+						if err == nil && write && node != nil {
+							w.dirtyMu.Lock()
+							w.dirty[*node] = true
+							w.dirtyMu.Unlock()
+						}
+						return out, md, err
+					}
+					if inWhole(ctx) {
+						return served()
+					}
+					switch d := w.s.yield(ctx, name); d {
+					case crashBefore:
+						return middleware.InitializeOutput{}, middleware.Metadata{}, errCrashed
+					case failBefore:
+						return middleware.InitializeOutput{}, middleware.Metadata{}, errInjected
+					case crashAfter, failAfter:
+						_, _, _ = served()
+						if d == crashAfter {
+							return middleware.InitializeOutput{}, middleware.Metadata{}, errCrashed
+						}
+						return middleware.InitializeOutput{}, middleware.Metadata{}, errInjected
+					}
+					return served()
+				}), middleware.Before)
+		})
+	}
+}
+
+// nodeRef names a node item.
+type nodeRef struct {
+	pool string
+	k    int
+}
+
+func (n nodeRef) String() string { return n.pool + "/" + capacity.NodeID("gpu", n.k) }
+
+// describe names a request for the trace (its operation and key) and says
+// whether it writes and, for a node item, which node.
+func describe(p any) (name string, write bool, node *nodeRef) {
+	var k map[string]types.AttributeValue
+	switch in := p.(type) {
+	case *dynamodb.GetItemInput:
+		name, k = "GetItem", in.Key
+	case *dynamodb.PutItemInput:
+		name, k, write = "PutItem", in.Item, true
+	case *dynamodb.UpdateItemInput:
+		name, k, write = "UpdateItem", in.Key, true
+	case *dynamodb.DeleteItemInput:
+		name, k, write = "DeleteItem", in.Key, true
+	case *dynamodb.QueryInput:
+		name = "Query"
+		if in.IndexName != nil {
+			name += " " + *in.IndexName
+		}
+		for _, v := range in.ExpressionAttributeValues {
+			if s, ok := v.(*types.AttributeValueMemberS); ok && strings.Contains(s.Value, "#") {
+				name += " " + s.Value
+				break
+			}
+		}
+		return name, false, nil
+	case *dynamodb.BatchGetItemInput:
+		n := 0
+		for _, ka := range in.RequestItems {
+			n += len(ka.Keys)
+		}
+		return fmt.Sprintf("BatchGetItem (%d keys)", n), false, nil
+	case *dynamodb.BatchWriteItemInput:
+		return "BatchWriteItem", true, nil
+	default:
+		return fmt.Sprintf("%T", p), false, nil
+	}
+	pk, sk := str(k[schema.AttrPK]), str(k[schema.AttrSK])
+	name += " " + pk + " " + sk
+	if pool, ok := strings.CutPrefix(pk, "POOL#"); ok && strings.HasPrefix(sk, "NODE#") {
+		if i := strings.LastIndex(sk, "#"); i > 0 {
+			if n, err := strconv.Atoi(sk[i+1:]); err == nil {
+				node = &nodeRef{pool, n}
+			}
+		}
+	}
+	return name, write, node
+}
+
+func str(v types.AttributeValue) string {
+	if s, ok := v.(*types.AttributeValueMemberS); ok {
+		return s.Value
+	}
+	return ""
+}
+
+// atomicCalendar is the capacity store the actors' services use: every
+// request is already a scheduling point (option); Free and Provision,
+// which fan out, are one each; Transition is watched for the checker.
+type atomicCalendar struct {
+	*dynamo.Capacity
+	w *world
+}
+
+func (c *atomicCalendar) Free(ctx context.Context, t capacity.PoolResource, keys []capacity.NodeHourKey, id string) error {
+	return do(c.w.s, ctx, fmt.Sprintf("Free %s (%d node-hours)", id, len(keys)), func() error {
+		return c.Capacity.Free(whole(ctx), t, keys, id)
+	})
+}
+
+func (c *atomicCalendar) Provision(ctx context.Context, t capacity.PoolResource, h capacity.Hour) (bool, error) {
+	return call(c.w.s, ctx, fmt.Sprintf("Provision %s/%s hour %s", t.PoolID, t.Resource, h), func() (bool, error) {
+		return c.Capacity.Provision(whole(ctx), t, h)
+	})
+}
+
+// Transition: a reservation that just became active is checked at once,
+// against the nodes as they are right after the write (check e).
+func (c *atomicCalendar) Transition(ctx context.Context, to capacity.Reservation, from capacity.State) (capacity.Reservation, error) {
+	cur, err := c.Capacity.Transition(ctx, to, from)
+	if err == nil && cur.State == capacity.Active && from != capacity.Active {
+		c.w.checkActive(cur, "when it became active")
+	}
+	return cur, err
+}
+
+// watchedProgress is the rollout store: each node a rollout starts (its
+// progress leaving pending, or a rollback starting) is checked against the
+// pools' true out-of-service count at that moment (check d).
+type watchedProgress struct {
+	*dynamo.Rollouts
+	w *world
+}
+
+func (r *watchedProgress) UpdateProgress(ctx context.Context, p rollout.Progress, from rollout.Step, fromRollback string) error {
+	err := r.Rollouts.UpdateProgress(ctx, p, from, fromRollback)
+	if err == nil {
+		starts := (from == rollout.Pending && p.Step.Active()) ||
+			(fromRollback == rollout.RollbackDue && p.Rollback == rollout.RollbackInstalling)
+		if starts {
+			r.w.checkStart(p)
+		}
+	}
+	return err
+}
+
+// watchedCordons is the rollout reconciler's cordon writer: a rollout
+// cordon set is when its node went out of placement (check b).
+type watchedCordons struct {
+	svc *fleet.Service
+	w   *world
+}
+
+func (c watchedCordons) SetRolloutCordon(ctx context.Context, rec fleet.Record, cd *fleet.Cordon) (fleet.Record, error) {
+	out, err := c.svc.SetRolloutCordon(ctx, rec, cd)
+	if err == nil && cd != nil {
+		c.w.wentOut(nodeRef{rec.PoolID, rec.Index}, "rollout cordon")
+	}
+	return out, err
+}
+
+// releaseReader adapts the releases store to what heartbeats read.
+type releaseReader struct{ s *dynamo.Releases }
+
+func (r releaseReader) Release(ctx context.Context, v string) (fleet.Release, error) {
+	rel, err := r.s.Get(ctx, v)
+	if err != nil {
+		return fleet.Release{}, fleet.ErrNotFound
+	}
+	return fleet.Release{Version: rel.Version, Sequence: rel.Sequence, Digest: rel.ManifestDigest, Manifest: rel.Manifest}, nil
+}

@@ -1,0 +1,324 @@
+package fleetproto
+
+import (
+	"context"
+	"crypto/ed25519"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/devstack"
+	"github.com/bettercompute/control-plane/shared/dsse"
+	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/test/teststack"
+)
+
+// TestFleetProtocolSimulation runs the fleet protocol simulation (package
+// doc, docs/fleet.md) for a few seeds: BC_FLEETPROTO_SEEDS=n runs seeds
+// 1..n, BC_FLEETPROTO_SEED=k replays seed k exactly (every choice — which
+// actor goes on, what a call does, when the clock moves, ids, keys — comes
+// from the seed; nothing from real time). A failing seed prints the line
+// that replays it and the steps before each check's first violation;
+// BC_FLEETPROTO_TRACE=dir writes every seed's whole trace there.
+func TestFleetProtocolSimulation(t *testing.T) {
+	seeds := []uint64{1, 2, 3}
+	if v, err := strconv.Atoi(os.Getenv("BC_FLEETPROTO_SEEDS")); err == nil && v > 0 {
+		seeds = seeds[:0]
+		for i := range v {
+			seeds = append(seeds, uint64(i+1))
+		}
+	}
+	if v, err := strconv.ParseUint(os.Getenv("BC_FLEETPROTO_SEED"), 10, 64); err == nil {
+		seeds = []uint64{v}
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed#%d", seed), func(t *testing.T) {
+			began := time.Now()
+			w := newWorld(t, seed)
+			defer func() { // after a Fatal too
+				w.report(time.Since(began))
+				if t.Failed() {
+					t.Logf("replay: BC_FLEETPROTO_SEED=%d go test ./test/fleetproto -run TestFleetProtocolSimulation -v", seed)
+				}
+			}()
+			w.run()
+		})
+	}
+}
+
+const (
+	poolNodes   = 6 // nodes per pool
+	nodeSize    = 4 // devices per node
+	provision   = 2 // hours provisioned (and flagged, plus fleet.FlagMarginHours) ahead
+	interval    = 10 * time.Second
+	actorPhase  = 6 * time.Minute
+	passEvery   = 5 * time.Second
+	roundEvery  = 10 * time.Second // between clean passes at quiescence
+	oldVersion  = "1.0.0"
+	newVersion  = "2.0.0"
+	platform    = "linux/amd64"
+	ownerTenant = "acme"
+	filler      = "filler" // the tenant that fills a node-hour
+)
+
+var (
+	t0      = time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
+	pools   = []string{"p1", "p2"}
+	tenants = []string{"acme", "globex", "initech"}
+)
+
+// world is one seed's run: the real services on a fresh table, the
+// actors, and the checker's ledger.
+type world struct {
+	t     *testing.T
+	seed  uint64
+	rng   *rand.Rand
+	s     *sched
+	clock *teststack.Clock
+	end   time.Time // the actors' phase ends
+
+	table string
+	// the checker's own stores (a client without the scheduler)
+	capI   *dynamo.Capacity
+	fleetI *dynamo.Fleet
+	rollI  *dynamo.Rollouts
+
+	// the services every actor (and the quiescence) goes through
+	cap      *capacity.Service
+	fleet    *fleet.Service
+	rc       *rollout.Reconciler
+	rollouts *rollout.Rollouts
+	crc      *capacity.Reconciler
+
+	nodes map[nodeRef]*node
+	order []nodeRef
+	ids   int
+
+	dirtyMu sync.Mutex
+	dirty   map[nodeRef]bool
+
+	ledger
+}
+
+func newWorld(t *testing.T, seed uint64) *world {
+	st := devstack.Shared(t)
+	table := devstack.NewTable(t, st)
+	clock := teststack.NewClock(t0)
+	rng := rand.New(rand.NewPCG(seed, 0xf1ee7))
+	w := &world{t: t, seed: seed, rng: rng, s: newSched(rng, clock), clock: clock, end: t0.Add(actorPhase), table: table,
+		nodes: map[nodeRef]*node{}, dirty: map[nodeRef]bool{}}
+	w.ledger.init()
+	plain := st.DynamoDB()
+	w.capI = &dynamo.Capacity{DB: plain, Table: table}
+	w.fleetI = &dynamo.Fleet{DB: plain, Table: table}
+	w.rollI = &dynamo.Rollouts{DB: plain, Table: table}
+	w.wire(st.DynamoDB(w.option()))
+	w.s.onStep = w.afterStep
+	return w
+}
+
+// wire builds the services as the reconciler function and the API do, on
+// the scheduled client.
+func (w *world) wire(db *dynamodb.Client) {
+	log := slog.New(slog.DiscardHandler)
+	capS := &atomicCalendar{Capacity: &dynamo.Capacity{DB: db, Table: w.table}, w: w}
+	nodes := &dynamo.Fleet{DB: db, Table: w.table}
+	releases := &dynamo.Releases{DB: db, Table: w.table, Now: w.clock.Now}
+	progress := &watchedProgress{Rollouts: &dynamo.Rollouts{DB: db, Table: w.table}, w: w}
+	w.cap = &capacity.Service{Store: capS, Now: w.clock.Now, Logger: log, Nodes: nodes, ProvisionHours: provision, Serial: true,
+		Sleep: func(ctx context.Context, d time.Duration) error { w.pause(ctx, d); return nil },
+		NewID: func(time.Time) string { w.ids++; return fmt.Sprintf("SIM%05dX%017d", w.ids, w.seed) }}
+	w.fleet = &fleet.Service{Store: nodes, Pools: capS, Calendar: capS, Releases: releaseReader{releases},
+		Now: w.clock.Now, Logger: log, Interval: interval, ProvisionHours: provision, Serial: true}
+	w.rc = &rollout.Reconciler{Store: progress, Releases: releases, Nodes: nodes, Cordons: watchedCordons{w.fleet, w}, Calendar: capS,
+		Now: w.clock.Now, Logger: log}
+	w.rollouts = &rollout.Rollouts{Store: progress, Releases: releases, Pools: capS, Now: w.clock.Now,
+		Sleep: func(ctx context.Context, d time.Duration) error { w.pause(ctx, d); return nil }}
+	w.crc = &capacity.Reconciler{Service: w.cap, Due: capS, Fleet: w.fleet, Rollouts: w.rc, Serial: true, ProvisionHours: provision}
+	w.adopt()
+}
+
+// pause is a backoff or wait inside a flow: the actor sleeps on the
+// simulated clock (the test's own calls move the clock).
+func (w *world) pause(ctx context.Context, d time.Duration) {
+	if actorOf(ctx) == nil {
+		w.clock.Advance(d)
+		return
+	}
+	w.s.sleep(ctx, d)
+}
+
+// run sets the world up, runs the actors, then the quiescence and its
+// checks.
+func (w *world) run() {
+	ctx := context.Background()
+	w.setUp(ctx)
+	w.cast(ctx)
+	began := time.Now()
+	w.s.run()
+	w.stats.steps, w.stats.actorsTook = w.s.steps, time.Since(began)
+	w.quiesce(ctx)
+}
+
+// setUp: two pools of six 4-GPU nodes owned by acme and offered to globex
+// and initech; two releases; every node of p1 and four of p2 registered,
+// running the old release and healthy (p2's last two stay unmanaged, and
+// in most seeds an operator registers them mid-run while they hold
+// reservations); in half the seeds, one node-hour an hour ahead filled to
+// its 64 entries.
+func (w *world) setUp(ctx context.Context) {
+	t := w.t
+	for _, p := range pools {
+		if _, err := w.cap.CreatePool(ctx, ownerTenant, p, map[string]int{"gpu": poolNodes * nodeSize}, map[string]int{"gpu": nodeSize}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.cap.OfferPool(ctx, ownerTenant, p, "globex", "gpu", 12); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.cap.OfferPool(ctx, ownerTenant, p, "initech", "gpu", 8); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.cap.OfferPool(ctx, ownerTenant, p, filler, "gpu", capacity.MaxEntriesPerNodeHour); err != nil {
+			t.Fatal(err)
+		}
+	}
+	w.release(ctx, oldVersion, 1)
+	w.release(ctx, newVersion, 2)
+	for _, p := range pools {
+		for k := range poolNodes {
+			ref := nodeRef{p, k}
+			n := w.newNode(ref)
+			w.nodes[ref], w.order = n, append(w.order, ref)
+			if p == "p2" && k >= 4 {
+				continue // unmanaged, for now
+			}
+			if err := w.register(ctx, n); err != nil {
+				t.Fatal(err)
+			}
+			if err := n.beat(ctx, w); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if _, err := w.crc.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if w.rng.IntN(2) == 0 {
+		w.fill(ctx)
+	}
+}
+
+// release registers version at seq (a manifest the simulated nodes do not
+// verify: the agent's verification is tested with the agent).
+func (w *world) release(ctx context.Context, version string, seq int64) {
+	manifest, _ := json.Marshal(map[string]any{"payloadType": rollout.PayloadType, "payload": "e30", "signatures": []any{}})
+	_, _, err := w.rc.Releases.Register(ctx, rollout.Release{Version: version, Sequence: seq,
+		Binaries:       []rollout.Binary{{Platform: platform, URL: "https://dl.example.com/bcd-" + version, SHA256: fmt.Sprintf("%064x", seq), Size: 1}},
+		ManifestDigest: fmt.Sprintf("sha256:%064x", seq), Signers: []string{}, RegisteredAt: w.clock.Now(), Manifest: manifest})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+}
+
+func (w *world) newNode(ref nodeRef) *node {
+	var seed [ed25519.SeedSize]byte
+	for i := range seed {
+		seed[i] = byte(w.rng.IntN(256))
+	}
+	key := ed25519.NewKeyFromSeed(seed[:])
+	pem, _ := dsse.MarshalPublicKeyPEM(key.Public())
+	return &node{ref: ref, id: capacity.NodeID("gpu", ref.k), key: key, pem: string(pem), healthy: true,
+		running: &fleet.Version{Version: oldVersion, Sequence: 1}, words: map[string]word{}, accepted: map[string]string{},
+		sent: map[int64]map[string]word{}, told: map[string]string{}}
+}
+
+func (w *world) register(ctx context.Context, n *node) error {
+	_, err := w.fleet.Register(ctx, ownerTenant, n.ref.pool, n.id, n.pem, platform)
+	if err == nil {
+		n.managed, n.registeredAt = true, w.clock.Now()
+		w.wentOut(n.ref, "registered")
+	}
+	return err
+}
+
+// fill books 64 one-device reservations of one minute each in the hour
+// after next, one after another: best fit puts them on one node, whose
+// node-hour then holds capacity.MaxEntriesPerNodeHour entries.
+func (w *world) fill(ctx context.Context) {
+	h := capacity.HourOf(t0) + 2
+	for i := range capacity.MaxEntriesPerNodeHour {
+		s := h.Start().Add(time.Duration(i) * 50 * time.Second)
+		r, err := w.cap.CreateReservation(ctx, capacity.CreateRequest{TenantID: filler, PoolID: "p1", Resource: "gpu", Count: 1,
+			Start: &s, End: s.Add(40 * time.Second), Principal: "filler", ClientToken: fmt.Sprintf("fill-%d", i)}, allow)
+		if err != nil {
+			w.t.Fatalf("fill %d: %v", i, err)
+		}
+		w.filled = append(w.filled, r.ReservationID)
+	}
+	w.fillHour = h
+}
+
+func allow(context.Context, map[string]any) error { return nil }
+
+// report logs the run's figures and every check's violations.
+func (w *world) report(took time.Duration) {
+	t := w.t
+	st := w.stats
+	t.Logf("seed %d: %d steps, %d actors, %d crashes, %d failed calls, %d stalls; %d heartbeats answered, %d creates (%d placed, %d UNAVAILABLE), %d releases; %d binds told, %d active, %d moves; rollout %s (%s); %s (actors %s, quiescence %d rounds)",
+		w.seed, st.steps, w.s.actors, w.s.crashes, w.s.failures, w.s.stalls, st.answers, st.creates, st.placed, st.unavailable, st.releases,
+		st.bindsTold, st.active, st.moves, st.rollout, st.rolloutDetail, took.Round(100*time.Millisecond), st.actorsTook.Round(100*time.Millisecond), st.rounds)
+	keys := slices.Sorted(maps.Keys(w.violations))
+	var judged []string
+	for _, k := range slices.Sorted(maps.Keys(w.checked)) {
+		judged = append(judged, fmt.Sprintf("%s %d", k, w.checked[k]))
+	}
+	t.Logf("seed %d: judged: %s", w.seed, strings.Join(judged, ", "))
+	var sum []string
+	for _, k := range keys {
+		sum = append(sum, fmt.Sprintf("%s×%d", k, len(w.violations[k])))
+	}
+	if len(sum) > 0 {
+		t.Logf("seed %d: checks failed: %s", w.seed, strings.Join(sum, " "))
+	}
+	for _, k := range keys {
+		vs := w.violations[k]
+		for i, v := range vs[:min(len(vs), 4)] {
+			t.Errorf("seed %d: check %s: %s", w.seed, k, v.msg)
+			if i == 0 && v.step > 0 {
+				t.Logf("seed %d: check %s: the steps up to its first violation (step %d):\n%s", w.seed, k, v.step, w.traceBefore(v.step, 30))
+			}
+		}
+		if len(vs) > 4 {
+			t.Errorf("seed %d: check %s: %d more", w.seed, k, len(vs)-4)
+		}
+	}
+	if dir := os.Getenv("BC_FLEETPROTO_TRACE"); dir != "" {
+		_ = os.WriteFile(fmt.Sprintf("%s/seed-%d.trace", dir, w.seed), []byte(strings.Join(w.s.trace, "\n")+"\n"), 0o644)
+	}
+}
+
+// traceBefore is the n trace lines before step (inclusive).
+func (w *world) traceBefore(step, n int) string {
+	end := len(w.s.trace)
+	for i, l := range w.s.trace {
+		if strings.HasPrefix(l, "#"+strconv.Itoa(step)+" ") {
+			end = i + 1
+			break
+		}
+	}
+	return strings.Join(w.s.trace[max(0, end-n):end], "\n")
+}
