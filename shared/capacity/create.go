@@ -56,8 +56,9 @@ var (
 	// errReleased: the draft a create flow admits was ended by another
 	// writer (its charge voided, its plan refused).
 	errReleased = errors.New("capacity: the draft was released")
-	// errContended: a placement lost more races than it may retry; nothing
-	// of it is left written.
+	// errContended: a placement still lost races at the flow's deadline
+	// (wrapping context.DeadlineExceeded), or past Service.PlaceAttempts;
+	// nothing of it is left written.
 	errContended   = errors.New("capacity: placement is contended")
 	errInvalidPool = errors.New("capacity: pool not visible")
 	errInvalidRes  = errors.New("capacity: resource not in the pool")
@@ -425,12 +426,16 @@ func (s *Service) admit(ctx context.Context, r Reservation) (Reservation, error)
 		// The draft was released (its charge voided) while this flow placed.
 		return s.yield(ctx, r, nil)
 	case errors.Is(err, errContended):
-		// Nothing of this attempt is left written: give the charge back so
-		// the row's slot is free, and let the client retry.
+		// Lost races until the flow's deadline. Nothing of this attempt is
+		// left written: give the charge back so the row's slot is free, and
+		// let the client retry.
 		if rerr := s.Store.Refund(ctx, k, r.ReservationID, r.Count); rerr != nil {
 			s.logger().Warn("refund after contention", "reservation", r.ReservationID, "error", rerr.Error())
 		}
-		return Reservation{}, apierr.New(apierr.Unavailable, "placement is contended; retry the request")
+		e := apierr.New(apierr.Unavailable, "placement stayed contended until the request's deadline; retry the request").
+			With("dependency", "dynamodb")
+		e.Cause = err
+		return Reservation{}, e
 	case err != nil:
 		return Reservation{}, err
 	}

@@ -3,13 +3,16 @@ package capacity
 import (
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
+	"time"
 )
 
-// Placement attempts: how many node-hour writes a create may lose to racing
-// creates before it answers UNAVAILABLE (never CAPACITY_EXHAUSTED: devices
-// may well be free).
-const defaultPlaceAttempts = 16
+// placeReserve is the part of a flow's time a placement never spends on
+// retries: what is left undoes its writes and refunds its charge, so a
+// create that stops at its deadline leaves nothing for the reconciler.
+const placeReserve = time.Second
 
 // allocate writes placement p into its node-hours. A write lost to a racing
 // create (the versions of its devices moved) undoes this attempt's other
@@ -18,13 +21,21 @@ const defaultPlaceAttempts = 16
 // charge's record, which is what a repair undoes. A placement carried over
 // from an earlier flow (which may have written part of it, its success
 // hidden by an error) that no longer fits is freed before it is replaced.
+//
+// Lost races are retried until the placement is written or a genuine answer
+// exists (nothing fits: NoFit), never for a fixed number of times: every
+// lost write is another create's won one, so the state it reads again has
+// moved on. Only the flow's deadline (less placeReserve) — or
+// PlaceAttempts, when set — ends the retries with errContended. A node-hour
+// holding MaxEntriesPerNodeHour entries is no race: it refuses this
+// reservation whatever its devices say, so its node stops being a candidate
+// (as a full node) and the choice is made again without it.
 func (s *Service) allocate(ctx context.Context, r Reservation, req Request, pr PoolResource, p Placement, state nodeHours, carried bool) (Placement, error) {
-	attempts := s.PlaceAttempts
-	if attempts <= 0 {
-		attempts = defaultPlaceAttempts
-	}
 	hours := r.Window.Hours()
 	for attempt := 1; ; attempt++ {
+		if err := s.mayRetry(ctx, r, attempt); err != nil {
+			return nil, err
+		}
 		if !covers(state, p, hours) {
 			var err error
 			if state, err = s.placementHours(ctx, pr, p, hours); err != nil {
@@ -70,26 +81,55 @@ func (s *Service) allocate(ctx context.Context, r Reservation, req Request, pr P
 			p, state = q, st
 			continue
 		}
-		lost, err := s.write(ctx, state, p, req, hours)
+		lost, full, err := s.writeEntries(ctx, state, p, req, hours)
 		if err != nil {
 			return nil, err
 		}
-		s.contended(lost)
 		if !lost {
+			s.contended(false)
 			return p, nil
 		}
-		s.placeRetries.Add(1)
-		if attempt >= attempts {
-			return nil, errContended
-		}
-		if err := s.pause(ctx, attempt); err != nil {
-			return nil, err
+		if len(full) > 0 {
+			// Not a race: these nodes cannot take another entry this hour.
+			req.Exclude = maps.Clone(req.Exclude)
+			if req.Exclude == nil {
+				req.Exclude = map[int]bool{}
+			}
+			for _, n := range full {
+				req.Exclude[n] = true
+			}
+		} else {
+			s.contended(true)
+			s.placeRetries.Add(1)
+			if err := s.pause(ctx, attempt); err != nil {
+				return nil, err
+			}
 		}
 		req.Attempt++
 		if p, state, err = s.rechoose(ctx, r, req, pr); err != nil {
 			return nil, err
 		}
 	}
+}
+
+// mayRetry says whether a placement may make attempt n (nil) or must stop
+// (errContended): at the flow's deadline less placeReserve — by the
+// context and by the flow's lease on the service's clock — or past
+// PlaceAttempts when that is set.
+func (s *Service) mayRetry(ctx context.Context, r Reservation, n int) error {
+	switch {
+	case n == 1:
+		return nil
+	case s.PlaceAttempts > 0 && n > s.PlaceAttempts:
+		return errContended
+	}
+	if d, ok := ctx.Deadline(); ok && time.Until(d) < placeReserve {
+		return fmt.Errorf("%w: %w", errContended, context.DeadlineExceeded)
+	}
+	if !s.now().Before(r.Lease.Add(FlowDeadline - TakeOverAfter - placeReserve)) {
+		return fmt.Errorf("%w: %w", errContended, context.DeadlineExceeded)
+	}
+	return nil
 }
 
 // covers reports whether state holds every node-hour p writes.
@@ -144,8 +184,16 @@ func fits(state nodeHours, p Placement, req Request, hours []Hour) bool {
 }
 
 // write adds the entries of p; lost reports a write refused because the
-// state moved (after undoing this attempt's successful writes).
+// state moved or a node-hour is full (after undoing this attempt's
+// successful writes).
 func (s *Service) write(ctx context.Context, state nodeHours, p Placement, req Request, hours []Hour) (lost bool, err error) {
+	lost, _, err = s.writeEntries(ctx, state, p, req, hours)
+	return lost, err
+}
+
+// writeEntries is write that also names the nodes whose node-hours were
+// full (MaxEntriesPerNodeHour entries).
+func (s *Service) writeEntries(ctx context.Context, state nodeHours, p Placement, req Request, hours []Hour) (lost bool, full []int, err error) {
 	type job struct {
 		nh   NodeHour
 		mask Mask
@@ -164,17 +212,22 @@ func (s *Service) write(ctx context.Context, state nodeHours, p Placement, req R
 		return nil
 	})
 	var failed error
-	for _, e := range errs {
+	for i, e := range errs {
 		switch {
 		case e == nil:
-		case errors.Is(e, ErrStale), errors.Is(e, ErrCalendarFull):
+		case errors.Is(e, ErrCalendarFull):
+			lost = true
+			if !slices.Contains(full, jobs[i].nh.Node) {
+				full = append(full, jobs[i].nh.Node)
+			}
+		case errors.Is(e, ErrStale):
 			lost = true
 		default:
 			failed = e
 		}
 	}
 	if !lost && failed == nil {
-		return false, nil
+		return false, nil, nil
 	}
 	// Undo what this attempt wrote; if that fails, the charge's record
 	// still covers it, and a repair frees it.
@@ -189,9 +242,9 @@ func (s *Service) write(ctx context.Context, state nodeHours, p Placement, req R
 		undo = s.Store.Free(ctx, jobs[0].nh.Topology(), written, req.ID)
 	}
 	if failed != nil || undo != nil {
-		return false, unavailable(errors.Join(failed, undo))
+		return false, nil, unavailable(errors.Join(failed, undo))
 	}
-	return true, nil
+	return true, full, nil
 }
 
 // rechoose reads the candidates again, chooses again and records the new

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo"
 )
 
 // race runs n creates at once (released together) and counts outcomes.
@@ -203,5 +204,55 @@ func TestRechoiceTooLargeForTheChargeIsRepaired(t *testing.T) {
 	e.clock.Advance(capacity.StaleAfter + time.Second)
 	e.pass(t)
 	e.pass(t)
+	e.check(t)
+}
+
+// racingStore makes a create's placement writes lose real races: before
+// each of the first lose writes of a reservation, another writer takes and
+// frees the same devices of the node-hour (moving their versions), so the
+// create's conditional write is refused as it would be by a racing create.
+type racingStore struct {
+	*dynamo.Capacity
+	victim string
+	mu     sync.Mutex
+	lose   int
+}
+
+func (s *racingStore) Allocate(ctx context.Context, nh capacity.NodeHour, id string, e capacity.Entry) error {
+	s.mu.Lock()
+	race := id == s.victim && s.lose > 0
+	if race {
+		s.lose--
+	}
+	s.mu.Unlock()
+	if race {
+		if err := s.Capacity.Allocate(ctx, nh, "RACER", e); err != nil {
+			return err
+		}
+		if err := s.Capacity.Free(ctx, nh.Topology(), []capacity.NodeHourKey{nh.Key()}, "RACER"); err != nil {
+			return err
+		}
+	}
+	return s.Capacity.Allocate(ctx, nh, id, e)
+}
+
+// A create that keeps losing races re-reads and retries until it is placed
+// (or nothing fits), not a fixed number of times: 40 lost writes in a row,
+// more than the 16 attempts it once gave up after with UNAVAILABLE, and
+// the devices still free — it is placed.
+func TestLostRacesAreRetriedUntilPlaced(t *testing.T) {
+	e := newEnv(t)
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 8})
+	store := &racingStore{Capacity: e.store, victim: capacity.TokenID("acme", "alice", "unlucky"), lose: 40}
+	svc := &capacity.Service{Store: store, Now: e.clock.Now, Logger: e.svc.Logger, Sleep: func(context.Context, time.Duration) error { return nil }}
+	req := e.req("acme", "p1", "gpu", 1, 0, time.Hour)
+	req.ClientToken, req.Principal = "unlucky", "alice"
+	r, err := svc.CreateReservation(context.Background(), req, allow)
+	if err != nil || r.State != capacity.Placed {
+		t.Errorf("create after 40 lost races: %+v %v, want placed", r, err)
+	}
+	if store.lose != 0 || svc.PlaceRetries() < 40 {
+		t.Errorf("%d of 40 races not run, %d placement retries", store.lose, svc.PlaceRetries())
+	}
 	e.check(t)
 }

@@ -197,7 +197,7 @@ var rowExists = expression.AttributeExists(expression.Name(schema.AttrPK))
 // record is there (an earlier flow's charge, or voided), the quota does
 // not fit, or the row is full of records in flight (ErrBusy); when the
 // read shows none of these — the row changed in between — the charge is
-// tried again. QUOTA_EXCEEDED is only ever answered from a read in which
+// tried again, as long as ctx lasts (a lost race is not a full row). QUOTA_EXCEEDED is only ever answered from a read in which
 // the count does not fit.
 func (s *Capacity) Charge(ctx context.Context, k capacity.QuotaKey, id string, count int, p capacity.Placement, settle []string, due time.Time) (capacity.Charged, error) {
 	n := expression.Value(count)
@@ -212,7 +212,7 @@ func (s *Capacity) Charge(ctx context.Context, k capacity.QuotaKey, id string, c
 	}
 	c := all([]expression.ConditionBuilder{expression.Name("free").GreaterThanEqual(n),
 		expression.AttributeNotExists(path("q", id)), expression.Name("q").Size().LessThan(expression.Value(capacity.MaxInFlight))})
-	for attempt := 0; ; attempt++ {
+	for {
 		_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
 		if err == nil {
 			return capacity.Charged{Count: count, Placement: p, Fresh: true}, nil
@@ -234,8 +234,13 @@ func (s *Capacity) Charge(ctx context.Context, k capacity.QuotaKey, id string, c
 		switch {
 		case it.Free < int64(count):
 			return capacity.Charged{}, capacity.QuotaExceeded{Quota: it.row().Quota}
-		case len(it.InFlight) >= capacity.MaxInFlight, attempt == 3:
+		case len(it.InFlight) >= capacity.MaxInFlight:
 			return capacity.Charged{}, capacity.ErrBusy
+		}
+		// The row moved between the write and the read (another charge,
+		// refund or settle won): charge again, until the caller's deadline.
+		if err := ctx.Err(); err != nil {
+			return capacity.Charged{}, err
 		}
 	}
 }
