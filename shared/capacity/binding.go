@@ -47,14 +47,19 @@ type NodeStore interface {
 	// NodeStates reads the managed nodes among nodes of t, with what each
 	// holds and reported for reservation id ("" for none).
 	NodeStates(ctx context.Context, t PoolResource, nodes []int, id string) (map[int]NodeState, error)
-	// Bind tells node to bind id's devices, turning its binds of previous
-	// (other reservations on those devices, whose windows have ended) into
-	// unbinds in the same write, so its answer lists the unbind first.
-	// Idempotent; ErrStale when the node changed since it was read,
-	// ErrCalendarFull when it holds its maximum of pending bindings.
-	Bind(ctx context.Context, t PoolResource, node int, id string, b NodeBinding, previous []string) error
-	// Unbind tells node to unbind id (idempotent; nothing when it holds no
-	// entry for id).
+	// Bind tells node to bind id's devices, written only against the node
+	// as seen (its entries' Version): a new entry, or — seen.Entry an
+	// unbind the node reported done — that unbind turned back into a bind,
+	// for a newer placement only (b.Moves above the entry's). The same
+	// write turns its binds of previous (other reservations on those
+	// devices, whose windows have ended) into unbinds, so no answer lists
+	// two binds on one device, and the unbind comes first. Idempotent;
+	// ErrStale when the node changed since seen, ErrCalendarFull when it
+	// holds its maximum of pending bindings.
+	Bind(ctx context.Context, t PoolResource, node int, id string, b NodeBinding, previous []string, seen NodeState) error
+	// Unbind tells node to unbind id: its entry becomes an unbind; with
+	// none, the node's entries' version still moves, so a bind written
+	// against what was read before fails. Idempotent.
 	Unbind(ctx context.Context, t PoolResource, node int, id string) error
 	// Ineligible lists the managed nodes of t new reservations may not be
 	// placed on (a read of every managed node of the resource).
@@ -67,6 +72,10 @@ type NodeState struct {
 	Cordoned bool   // by an operator or a rollout
 	Entry    string // its entry for the reservation asked about: "", "bind" or "unbind"
 	Reported string // what its last report said of it: "", "bound", "unbound" or "failed"
+	// EntryMoves is the move count the entry was written for; Version, the
+	// node's entries' version (what Bind is conditioned on).
+	EntryMoves int
+	Version    int64
 	// Holders are its other reservations' bind entries: their devices.
 	Holders map[string]Mask
 }
@@ -79,6 +88,7 @@ type NodeBinding struct {
 	TenantID string
 	Mask     Mask
 	Window   Window
+	Moves    int // the reservation's move count when it was bound there
 }
 
 // nodesOf lists a placement's nodes, ascending.
@@ -138,13 +148,19 @@ func (rc *Reconciler) bind(ctx context.Context, r *Reservation, now time.Time, s
 		return false, err
 	}
 	managed := make([]int, 0, len(states))
-	for n := range states {
+	tell := false
+	for n, ns := range states {
 		managed = append(managed, n)
+		tell = tell || ns.Entry == "" || rebind(ns, r.Moves)
 	}
 	slices.Sort(managed)
-	if !slices.Equal(r.Bound, managed) {
+	if !slices.Equal(r.Bound, managed) || tell {
 		// Recorded before any node is told, so a release always knows
-		// which nodes to tell to unbind.
+		// which nodes to tell to unbind — and written even when recorded
+		// already, after the nodes were read: a fence. A release or move
+		// before it fails it; one after it moves the nodes' entries'
+		// version (Unbind), so the binds below, conditioned on the version
+		// read, fail. No node is ever told to bind a terminal reservation.
 		to := *r
 		to.Bound = managed
 		cur, err := s.Store.Amend(ctx, *r, to)
@@ -162,15 +178,9 @@ func (rc *Reconciler) bind(ctx context.Context, r *Reservation, now time.Time, s
 		if !ok {
 			continue
 		}
-		if ns.Entry == "" {
-			var previous []string
-			for id, m := range ns.Holders {
-				if m&nd.Mask != 0 {
-					previous = append(previous, id)
-				}
-			}
-			slices.Sort(previous)
-			err := s.Nodes.Bind(ctx, pr, nd.Node, r.ReservationID, NodeBinding{TenantID: r.TenantID, Mask: nd.Mask, Window: r.Window}, previous)
+		if ns.Entry == "" || rebind(ns, r.Moves) {
+			err := s.Nodes.Bind(ctx, pr, nd.Node, r.ReservationID, NodeBinding{TenantID: r.TenantID, Mask: nd.Mask, Window: r.Window,
+				Moves: r.Moves}, previousHolders(ns, nd.Mask), ns)
 			switch {
 			case errors.Is(err, ErrStale), errors.Is(err, ErrCalendarFull):
 				// Moved under us, or full of bindings it has not reported:
@@ -184,9 +194,29 @@ func (rc *Reconciler) bind(ctx context.Context, r *Reservation, now time.Time, s
 				return false, err
 			}
 		}
-		all = all && ns.Reported == "bound"
+		// Active only from a bound that answers a bind it was told.
+		all = all && ns.Entry == "bind" && ns.Reported == "bound"
 	}
 	return all, nil
+}
+
+// rebind: the node holds an unbind of the reservation left from an
+// earlier placement there (moved off and back), reported scrubbed: it is
+// bound again — until then its "bound" answers the old bind, not this one.
+func rebind(ns NodeState, moves int) bool {
+	return ns.Entry == "unbind" && ns.Reported == "unbound" && ns.EntryMoves < moves
+}
+
+// previousHolders lists the node's other binds on devices of mask.
+func previousHolders(ns NodeState, mask Mask) []string {
+	var out []string
+	for id, m := range ns.Holders {
+		if m&mask != 0 {
+			out = append(out, id)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // bindAtOnce binds on unmanaged nodes (the Binder; default at once).
@@ -373,6 +403,66 @@ func (s *Service) unbind(ctx context.Context, r Reservation, nodes []int) error 
 		return err
 	}
 	return s.fault(FaultUnbound)
+}
+
+// Adopt tells a node that registered while it held reservations — bound
+// at once while it was unmanaged — to bind those active now, and records
+// it on each (Bound) first, so its release or end tells the node to
+// unbind it (docs/fleet.md, Binding). Reservations still binding are the
+// binding step's. Idempotent: the fleet calls it until it succeeds.
+func (s *Service) Adopt(ctx context.Context, t PoolResource, node int, now time.Time) error {
+	if s.Nodes == nil {
+		return nil
+	}
+	k := NodeHourKey{Node: node, Hour: HourOf(now)}
+	got, err := s.Store.NodeHours(ctx, t, []NodeHourKey{k})
+	if err != nil {
+		return unavailable(err)
+	}
+	ids := make([]string, 0, len(got[k].Entries))
+	for id, e := range got[k].Entries {
+		if !now.Before(e.Window.Start) && now.Before(e.Window.End) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		e := got[k].Entries[id]
+		r, err := s.Store.GetReservation(ctx, e.Tenant, id)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			continue
+		case err != nil:
+			return unavailable(err)
+		case r.State != Active:
+			continue
+		}
+		states, err := s.Nodes.NodeStates(ctx, t, []int{node}, id)
+		if err != nil {
+			return unavailable(err)
+		}
+		ns, ok := states[node]
+		if !ok || ns.Entry != "" {
+			continue
+		}
+		// Recorded (and fenced, as in bind) after the node was read.
+		to := r
+		if !slices.Contains(r.Bound, node) {
+			to.Bound = append(slices.Clone(r.Bound), node)
+			slices.Sort(to.Bound)
+		}
+		if r, err = s.Store.Amend(ctx, r, to); err != nil {
+			return amendErr(err)
+		}
+		b := NodeBinding{TenantID: r.TenantID, Mask: e.Mask, Window: r.Window, Moves: r.Moves}
+		if err := s.Nodes.Bind(ctx, t, node, id, b, previousHolders(ns, e.Mask), ns); err != nil {
+			if errors.Is(err, ErrStale) {
+				return errMoved
+			}
+			return unavailable(err)
+		}
+	}
+	return nil
 }
 
 // eligiblePlacement makes sure a placement whose window reaches past the

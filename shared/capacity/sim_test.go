@@ -738,8 +738,8 @@ func (w *simStore) Transition(ctx context.Context, to capacity.Reservation, from
 func (w *simStore) Amend(ctx context.Context, r, to capacity.Reservation) (capacity.Reservation, error) {
 	return simCall(w, ctx, "Amend "+r.ReservationID, func() (capacity.Reservation, error) { return w.inner.Amend(ctx, r, to) })
 }
-func (w *simStore) Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool) error {
-	return simDo(w, ctx, "Flag", func() error { return w.inner.Flag(ctx, t, node, h, off) })
+func (w *simStore) Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool, gen int64) error {
+	return simDo(w, ctx, "Flag", func() error { return w.inner.Flag(ctx, t, node, h, off, gen) })
 }
 func (w *simStore) Disrupt(ctx context.Context, tenant, id, rid string, at time.Time) error {
 	return simDo(w, ctx, "Disrupt "+id, func() error { return w.inner.Disrupt(ctx, tenant, id, rid, at) })

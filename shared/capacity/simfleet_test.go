@@ -186,8 +186,8 @@ func (w *simNodeStore) store() *simStore { return w.sim.store }
 func (w *simNodeStore) NodeStates(ctx context.Context, t capacity.PoolResource, nodes []int, id string) (map[int]capacity.NodeState, error) {
 	return simCall(w.store(), ctx, "NodeStates "+id, func() (map[int]capacity.NodeState, error) { return w.inner.NodeStates(ctx, t, nodes, id) })
 }
-func (w *simNodeStore) Bind(ctx context.Context, t capacity.PoolResource, node int, id string, b capacity.NodeBinding, prev []string) error {
-	return simDo(w.store(), ctx, fmt.Sprintf("Bind %s node %d", id, node), func() error { return w.inner.Bind(ctx, t, node, id, b, prev) })
+func (w *simNodeStore) Bind(ctx context.Context, t capacity.PoolResource, node int, id string, b capacity.NodeBinding, prev []string, seen capacity.NodeState) error {
+	return simDo(w.store(), ctx, fmt.Sprintf("Bind %s node %d", id, node), func() error { return w.inner.Bind(ctx, t, node, id, b, prev, seen) })
 }
 func (w *simNodeStore) Unbind(ctx context.Context, t capacity.PoolResource, node int, id string) error {
 	return simDo(w.store(), ctx, fmt.Sprintf("Unbind %s node %d", id, node), func() error { return w.inner.Unbind(ctx, t, node, id) })
@@ -225,20 +225,32 @@ func (w *simFleetStore) Heartbeat(ctx context.Context, r fleet.Record, keyID str
 func (w *simFleetStore) SetCordon(ctx context.Context, r fleet.Record, by string, c *fleet.Cordon) (fleet.Record, error) {
 	return simCall(w.s(), ctx, "SetCordon", func() (fleet.Record, error) { return w.inner.SetCordon(ctx, r, by, c) })
 }
-func (w *simFleetStore) SetFlagged(ctx context.Context, r fleet.Record, flagged bool, to capacity.Hour) error {
-	return simDo(w.s(), ctx, "SetFlagged "+r.NodeID, func() error { return w.inner.SetFlagged(ctx, r, flagged, to) })
+func (w *simFleetStore) ClaimFlags(ctx context.Context, r fleet.Record) (fleet.Record, error) {
+	return simCall(w.s(), ctx, "ClaimFlags "+r.NodeID, func() (fleet.Record, error) { return w.inner.ClaimFlags(ctx, r) })
 }
-func (w *simFleetStore) MarkUnreachable(ctx context.Context, r fleet.Record) error {
-	return simDo(w.s(), ctx, "MarkUnreachable "+r.NodeID, func() error { return w.inner.MarkUnreachable(ctx, r) })
+func (w *simFleetStore) SetFlagged(ctx context.Context, r fleet.Record, gen int64, flagged bool, to capacity.Hour) error {
+	return simDo(w.s(), ctx, "SetFlagged "+r.NodeID, func() error { return w.inner.SetFlagged(ctx, r, gen, flagged, to) })
+}
+func (w *simFleetStore) MarkUnreachable(ctx context.Context, r fleet.Record) (fleet.Record, error) {
+	return simCall(w.s(), ctx, "MarkUnreachable "+r.NodeID, func() (fleet.Record, error) { return w.inner.MarkUnreachable(ctx, r) })
 }
 func (w *simFleetStore) DropEntry(ctx context.Context, r fleet.Record, id string) error {
 	return simDo(w.s(), ctx, "DropEntry "+id, func() error { return w.inner.DropEntry(ctx, r, id) })
 }
+func (w *simFleetStore) SetAdopted(ctx context.Context, r fleet.Record) error {
+	return simDo(w.s(), ctx, "SetAdopted "+r.NodeID, func() error { return w.inner.SetAdopted(ctx, r) })
+}
+func (w *simFleetStore) SetDisrupted(ctx context.Context, pool string, since *time.Time) error {
+	return w.inner.SetDisrupted(ctx, pool, since)
+}
+func (w *simFleetStore) Disrupted(ctx context.Context, pool string) (*time.Time, error) {
+	return w.inner.Disrupted(ctx, pool)
+}
 func (w *simFleetStore) EnsureSweep(ctx context.Context, pool string, due time.Time) error {
 	return simDo(w.s(), ctx, "EnsureSweep", func() error { return w.inner.EnsureSweep(ctx, pool, due) })
 }
-func (w *simFleetStore) ClaimSweep(ctx context.Context, pool string, due, next time.Time) error {
-	return simDo(w.s(), ctx, "ClaimSweep", func() error { return w.inner.ClaimSweep(ctx, pool, due, next) })
+func (w *simFleetStore) ClaimSweep(ctx context.Context, pool string, due, next time.Time) (fleet.SweepState, error) {
+	return simCall(w.s(), ctx, "ClaimSweep", func() (fleet.SweepState, error) { return w.inner.ClaimSweep(ctx, pool, due, next) })
 }
 func (w *simFleetStore) SetTarget(ctx context.Context, r fleet.Record, rid string, t *fleet.Target, floor int64) (fleet.Record, error) {
 	return w.inner.SetTarget(ctx, r, rid, t, floor)

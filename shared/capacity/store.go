@@ -146,10 +146,12 @@ type CalendarStore interface {
 	Free(ctx context.Context, t PoolResource, keys []NodeHourKey, id string) error
 	// Flag marks node-hour (node, h) off — no new placement on it, however
 	// free (a node the fleet says is not eligible) — or, with off false,
-	// lifts the mark. Marking creates the node-hour if it is missing.
-	// Idempotent, and it composes with placements and frees (it moves the
-	// orders' counts by a fixed offset).
-	Flag(ctx context.Context, t PoolResource, node int, h Hour, off bool) error
+	// lifts the mark, as generation gen of the node's flags wants it: a
+	// node-hour a newer generation wrote is left alone, so a slow writer
+	// never undoes a newer one (docs/fleet.md, Eligibility). It creates
+	// the node-hour if it is missing. Idempotent, and it composes with
+	// placements and frees (it moves the orders' counts by a fixed offset).
+	Flag(ctx context.Context, t PoolResource, node int, h Hour, off bool, gen int64) error
 }
 
 // Scan is what an ordered read of an hour saw besides its items: More,

@@ -540,13 +540,18 @@ func (s *Fleet) Baseline(ctx context.Context, pool string) (*fleet.Target, error
 	return it.Baseline.target(), nil
 }
 
-// SetBaseline implements fleet.Store.
+// SetBaseline implements fleet.Store. A baseline only ever moves to a
+// higher sequence (SPEC §4.7, v0.7): a rollout whose finish lags a newer
+// one's leaves the newer baseline, and an equal or lower one is a no-op.
 func (s *Fleet) SetBaseline(ctx context.Context, pool string, t fleet.Target) error {
+	base := expression.Name("baseline")
+	c := expression.AttributeExists(expression.Name(schema.AttrPK)).And(
+		expression.Or(expression.AttributeNotExists(base), base.AppendName(expression.Name("s")).LessThan(expression.Value(t.Sequence))))
 	_, err := s.table().update(ctx, key(poolPK(pool), skFleet),
-		expression.Set(expression.Name("baseline"), expression.Value(targetItem{V: t.Version, S: t.Sequence, RID: t.RolloutID})),
-		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueNone)
+		expression.Set(base, expression.Value(targetItem{V: t.Version, S: t.Sequence, RID: t.RolloutID})),
+		&c, types.ReturnValueNone)
 	if isConditionFailed(err) {
-		return nil // not a managed pool: no node to tell
+		return nil // not a managed pool (no node to tell), or a baseline as high already
 	}
 	return err
 }

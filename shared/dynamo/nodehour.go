@@ -105,6 +105,9 @@ type nodeHourItem struct {
 	Entries   map[string]entryItem `dynamodbav:"a"`
 	ExpiresAt int64                `dynamodbav:"expiresAt,omitempty"`
 	Off       bool                 `dynamodbav:"off,omitempty"`
+	// OG is the generation of the node's flags that last wrote Off
+	// (fleet: a writer never undoes a newer generation's flag).
+	OG int64 `dynamodbav:"og,omitempty"`
 }
 
 func (it nodeHourItem) nodeHour() capacity.NodeHour {
@@ -530,44 +533,61 @@ func (s *Capacity) free(ctx context.Context, nh capacity.NodeHour, id string) er
 	return errors.New("dynamo: a node-hour changed too often to free an entry")
 }
 
-// Flag implements capacity.CalendarStore: marking is an UpdateItem that
-// sets off and moves fit and cap down by offBias if the node-hour is stored
-// and not marked yet; a missing one is put marked (then the update is
-// tried again if a placement stored it first). Lifting is the reverse if it
-// is marked.
-func (s *Capacity) Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool) error {
+// Flag implements capacity.CalendarStore: it makes node-hour (node, h) say
+// what generation gen of the node's flags wants, unless a newer generation
+// wrote it already (og ≥ gen) — so a writer that read the node before
+// another changed it can never undo the other's flag, whatever the
+// interleaving of their writes. Marking sets off and moves fit and cap
+// down by offBias, lifting is the reverse; an hour already as wanted only
+// records gen; a missing one is put as wanted (unmarked too, so a slower
+// writer's put of a marked one fails). At most 3 calls; 1 on a change.
+func (s *Capacity) Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool, gen int64) error {
 	k := key(calPK(t.PoolID, t.Resource, h), nodeSK(node))
-	bias := expression.Value(offBias)
-	if !off {
-		upd := expression.Remove(expression.Name("off")).Add(expression.Name(schema.AttrFit), bias).Add(expression.Name(schema.AttrCap), bias)
-		_, err := s.update(ctx, k, upd, cond(expression.AttributeExists(expression.Name("off"))), types.ReturnValueNone)
-		if isConditionFailed(err) {
-			return nil
-		}
-		return err
-	}
+	og, offAttr := expression.Name("og"), expression.Name("off")
+	newer := expression.Or(expression.AttributeNotExists(og), og.LessThan(expression.Value(gen)))
+	stored := expression.AttributeExists(expression.Name(schema.AttrPK))
 	for range 4 {
-		upd := expression.Set(expression.Name("off"), expression.Value(true)).
-			Add(expression.Name(schema.AttrFit), expression.Value(-offBias)).Add(expression.Name(schema.AttrCap), expression.Value(-offBias))
-		c := expression.AttributeExists(expression.Name(schema.AttrPK)).And(expression.AttributeNotExists(expression.Name("off")))
+		var upd expression.UpdateBuilder
+		var c expression.ConditionBuilder
+		if off {
+			upd = expression.Set(offAttr, expression.Value(true)).Set(og, expression.Value(gen)).
+				Add(expression.Name(schema.AttrFit), expression.Value(-offBias)).Add(expression.Name(schema.AttrCap), expression.Value(-offBias))
+			c = expression.And(stored, expression.AttributeNotExists(offAttr), newer)
+		} else {
+			upd = expression.Remove(offAttr).Set(og, expression.Value(gen)).
+				Add(expression.Name(schema.AttrFit), expression.Value(offBias)).Add(expression.Name(schema.AttrCap), expression.Value(offBias))
+			c = expression.And(expression.AttributeExists(offAttr), newer)
+		}
 		_, err := s.update(ctx, k, upd, &c, types.ReturnValueNone)
 		if !isConditionFailed(err) {
 			return err
 		}
-		nh := capacity.EmptyNodeHour(t, capacity.NodeHourKey{Node: node, Hour: h})
-		nh.Off = true
-		err = s.put(ctx, newNodeHourItem(nh), notExists)
+		as := expression.AttributeNotExists(offAttr)
+		if off {
+			as = expression.AttributeExists(offAttr)
+		}
+		c = expression.And(stored, as, newer)
+		_, err = s.update(ctx, k, expression.Set(og, expression.Value(gen)), &c, types.ReturnValueNone)
 		if !isConditionFailed(err) {
 			return err
 		}
-		// Stored: marked already, or stored unmarked by a placement since
-		// the update; read which.
 		var cur nodeHourItem
-		if ok, err := s.get(ctx, k, &cur); err != nil {
+		ok, err := s.get(ctx, k, &cur)
+		switch {
+		case err != nil:
 			return err
-		} else if ok && cur.Off {
-			return nil
+		case ok && cur.OG >= gen:
+			return nil // a newer generation has it
+		case !ok:
+			nh := capacity.EmptyNodeHour(t, capacity.NodeHourKey{Node: node, Hour: h})
+			nh.Off = off
+			it := newNodeHourItem(nh)
+			it.OG = gen
+			if err := s.put(ctx, it, notExists); !isConditionFailed(err) {
+				return err
+			}
 		}
+		// Changed between the calls: again.
 	}
 	return errors.New("dynamo: a node-hour changed too often to flag it")
 }

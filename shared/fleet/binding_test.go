@@ -263,7 +263,13 @@ func TestReplacement(t *testing.T) {
 		t.Errorf("quota moved: %d → %d", q0.Used, q.Used)
 	}
 	e.check(t)
-	// Bound on its new node: active.
+	// Told to bind on its new node (the pass after the move), then bound
+	// there: active. A bound reported before it was told is no answer.
+	e.ready(t, "p1", got.NodeIDs[0], bound(r.ReservationID))
+	e.pass(t)
+	if got := e.get(t, r.ReservationID); got.State != capacity.Binding {
+		t.Errorf("active from a bound that answered no bind: %s", got.State)
+	}
 	e.ready(t, "p1", got.NodeIDs[0], bound(r.ReservationID))
 	e.pass(t)
 	if got := e.get(t, r.ReservationID); got.State != capacity.Active {

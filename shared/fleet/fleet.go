@@ -215,6 +215,9 @@ type Entry struct {
 	Mask     capacity.Mask
 	Window   capacity.Window
 	Action   string
+	// Moves is the reservation's move count when it was bound here: only
+	// a newer placement turns an unbind back into a bind.
+	Moves int
 }
 
 // Record is a node as stored: the Node, and what the API does not show.
@@ -231,10 +234,22 @@ type Record struct {
 	Rollout  *Cordon
 	Entries  map[string]Entry  // pending binds and unbinds, by reservation
 	Reported map[string]string // the last accepted report's bindings: reservation → state
-	// Flagged: the node's node-hours carry the ineligible flag (up to
-	// FlaggedTo, exclusive); what the sweep compares with Eligible.
-	Flagged   bool
-	FlaggedTo capacity.Hour
+	// Eligibility as applied (docs/fleet.md, Eligibility): Gen is the
+	// generation the last flag writer claimed; FlagGen, Flagged and
+	// FlaggedTo what the last writer to finish applied (the node-hours
+	// carry the ineligible flag up to FlaggedTo, exclusive); Out, whether
+	// the node is in its pool's out-of-service index. What every writer
+	// and the sweep compare with what the record wants (Eligible).
+	Gen, FlagGen int64
+	Flagged      bool
+	FlaggedTo    capacity.Hour
+	Out          bool
+	// BindVersion rises with every change of Entries: a bind is written
+	// only against the entries it read.
+	BindVersion int64
+	// Adopted: the reservations the node held when it registered (bound
+	// at once while it was unmanaged) were told to it.
+	Adopted bool
 	// Target is the release a rollout told the node to install (nil:
 	// none), and Floor the lowest sequence it may install meanwhile: that
 	// of the release it ran when the rollout took it.
@@ -252,6 +267,15 @@ type Target struct {
 // Eligible reports whether new reservations may be placed on the node:
 // ready and not cordoned (docs/reference/nodes.md).
 func (r Record) Eligible() bool { return r.State == Ready && r.Operator == nil && r.Rollout == nil }
+
+// FlagsInSync reports whether what was applied is what the record wants
+// now: the last writer to finish was the last to claim, and the flags and
+// the out-of-service index say !Eligible, the flags far enough ahead
+// (through target-1: the sweep extends them hourly).
+func (r Record) FlagsInSync(target capacity.Hour) bool {
+	off := !r.Eligible()
+	return r.FlagGen == r.Gen && r.Flagged == off && r.Out == off && (!off || r.FlaggedTo >= target-1)
+}
 
 // View is the node as the API answers it (cordon and bindings filled in).
 func (r Record) View() Node {

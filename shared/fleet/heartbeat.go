@@ -66,6 +66,19 @@ func (s *Service) Heartbeat(ctx context.Context, tenant, poolID, nodeID string, 
 		case err != nil:
 			return HeartbeatResult{}, unavailable(err)
 		}
+		if !rec.Eligible() && !s.InSync(rec) {
+			// A report that takes the node out of ready: out of placement
+			// before this answers (the write above already counted it out
+			// of service). Paid on the transition only; a node that turns
+			// ready waits for the sweep.
+			p, err := s.Pools.GetPool(ctx, poolID)
+			if err != nil {
+				return HeartbeatResult{}, unavailable(err)
+			}
+			if rec, err = s.syncFlags(ctx, rec, p.Topology(rec.Resource)); err != nil {
+				return HeartbeatResult{}, err
+			}
+		}
 		return s.answer(ctx, rec), nil
 	}
 }

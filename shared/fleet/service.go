@@ -22,8 +22,10 @@ type Service struct {
 	Pools    Pools
 	Calendar Calendar
 	Releases Releases
-	Now      func() time.Time
-	Logger   *slog.Logger
+	// Adopter binds what a newly managed node holds (nil: nothing to tell).
+	Adopter Adopter
+	Now     func() time.Time
+	Logger  *slog.Logger
 	// Interval is the idle heartbeat interval (default DefaultInterval);
 	// a node is unreachable after UnreachableAfter of them.
 	Interval time.Duration
@@ -183,7 +185,27 @@ func (s *Service) Register(ctx context.Context, tenant, poolID, nodeID, publicKe
 	if rec, err = s.syncFlags(ctx, rec, t); err != nil {
 		return Node{}, err
 	}
+	if rec, err = s.adopt(ctx, rec, t); err != nil {
+		return Node{}, err
+	}
 	return rec.View(), nil
+}
+
+// adopt tells a node that just became managed the reservations it holds
+// (Adopter), once; the sweep repeats it for a node whose registration
+// was cut short.
+func (s *Service) adopt(ctx context.Context, rec Record, t capacity.Topology) (Record, error) {
+	if rec.Adopted || s.Adopter == nil {
+		return rec, nil
+	}
+	if err := s.Adopter.Adopt(ctx, capacity.PoolResource{PoolID: rec.PoolID, Topology: t}, rec.Index, s.now()); err != nil {
+		return rec, unavailable(err)
+	}
+	if err := s.Store.SetAdopted(ctx, rec); err != nil {
+		return rec, unavailable(err)
+	}
+	rec.Adopted = true
+	return rec, nil
 }
 
 // Get returns one node of a pool the tenant owns.
@@ -300,58 +322,98 @@ func (s *Service) flagTarget(now time.Time) capacity.Hour {
 	return capacity.HourOf(now) + capacity.Hour(h+FlagMarginHours)
 }
 
-// syncFlags makes the node's node-hours say what its record says: flagged
-// from now through the horizon (and the margin) while it is not eligible,
-// unflagged where they were once it is. Then it records what they say, if
-// the node's eligibility did not change meanwhile (else the next call, or
-// the sweep, does it again). Idempotent.
+// InSync reports whether the node's flags and out-of-service entry are
+// what its record wants now (Record.FlagsInSync).
+func (s *Service) InSync(rec Record) bool { return rec.FlagsInSync(s.flagTarget(s.now())) }
+
+// maxSyncAttempts bounds one caller's tries to bring a node's flags in
+// line when other writers keep moving it; what is left, the sweep repairs.
+const maxSyncAttempts = 4
+
+// syncFlags makes the node's node-hours and its out-of-service entry say
+// what its record says (docs/fleet.md, Eligibility), level-triggered: it
+// compares what the record wants with what the last writer applied and
+// never trusts a "done" bit. A writer claims the next generation (one
+// write, returning the node as it is now: what it wants is read from
+// that), writes each hour with it — an hour a newer generation wrote is
+// left alone, so a slow writer never undoes a newer one — then records
+// what it applied unless a newer writer claimed meanwhile. A writer that
+// loses re-reads and tries again; past maxSyncAttempts the node is left
+// out of sync and the sweep, comparing the same way, repairs it.
 func (s *Service) syncFlags(ctx context.Context, rec Record, t capacity.Topology) (Record, error) {
-	off, from, to, ok := s.flagSpan(rec)
-	if !ok {
-		return rec, nil
-	}
 	pr := capacity.PoolResource{PoolID: rec.PoolID, Topology: t}
-	var hours []capacity.Hour
-	for h := from; h < to; h++ {
-		hours = append(hours, h)
-	}
-	if err := s.each(ctx, len(hours), func(i int) error {
-		return s.Calendar.Flag(ctx, pr, rec.Index, hours[i], off)
-	}); err != nil {
-		return rec, unavailable(err)
-	}
-	err := s.Store.SetFlagged(ctx, rec, off, to)
-	switch {
-	case errors.Is(err, ErrStale):
-		return rec, nil // its eligibility moved: whoever moved it syncs again
-	case err != nil:
-		return rec, unavailable(err)
-	}
-	rec.Flagged, rec.FlaggedTo = off, to
-	if !off {
-		rec.FlaggedTo = 0
+	for range maxSyncAttempts {
+		if s.InSync(rec) {
+			return rec, nil
+		}
+		prev := rec
+		cur, err := s.Store.ClaimFlags(ctx, rec)
+		switch {
+		case errors.Is(err, ErrNotFound):
+			return rec, nil
+		case err != nil:
+			return rec, unavailable(err)
+		}
+		rec = cur
+		off, from, to := s.flagSpan(prev, rec)
+		hours := make([]capacity.Hour, 0, int(to-from))
+		for h := from; h < to; h++ {
+			hours = append(hours, h)
+		}
+		if err := s.each(ctx, len(hours), func(i int) error {
+			return s.Calendar.Flag(ctx, pr, rec.Index, hours[i], off, rec.Gen)
+		}); err != nil {
+			return rec, unavailable(err)
+		}
+		switch err := s.Store.SetFlagged(ctx, rec, rec.Gen, off, to); {
+		case errors.Is(err, ErrStale):
+			// Moved or claimed meanwhile: read it again and compare.
+			if rec, err = s.Store.GetNode(ctx, rec.PoolID, rec.Resource, rec.Index); errors.Is(err, ErrNotFound) {
+				return rec, nil
+			} else if err != nil {
+				return rec, unavailable(err)
+			}
+			continue
+		case err != nil:
+			return rec, unavailable(err)
+		}
+		rec.FlagGen, rec.Flagged, rec.Out, rec.FlaggedTo = rec.Gen, off, off, to
+		if !off {
+			rec.FlaggedTo = 0
+		}
+		return rec, nil
 	}
 	return rec, nil
 }
 
-// flagSpan is what syncFlags would write for rec now: off or on, over
-// the hours [from, to); ok false when nothing.
-func (s *Service) flagSpan(rec Record) (off bool, from, to capacity.Hour, ok bool) {
+// flagSpan is what a writer that claimed cur (read as prev just before)
+// writes: off or on, over the hours [from, to). Marking: from now through
+// the target — only the hours past what was applied when the last claim
+// before this one is the one that applied, and applied the same (the
+// hourly extension); lifting: every hour any writer may have marked.
+func (s *Service) flagSpan(prev, cur Record) (off bool, from, to capacity.Hour) {
 	now := s.now()
-	off = !rec.Eligible()
-	from = capacity.HourOf(now)
-	to = s.flagTarget(now)
+	off = !cur.Eligible()
+	from, to = capacity.HourOf(now), s.flagTarget(now)
+	trusted := prev.FlagGen == prev.Gen && prev.Gen == cur.Gen-1 && prev.Flagged == off
 	switch {
-	case off && rec.Flagged && rec.FlaggedTo >= to-1:
-		return off, from, to, false // flagged far enough ahead (the sweep extends it hourly)
-	case off && rec.Flagged && rec.FlaggedTo > from:
-		from = rec.FlaggedTo
-	case !off && !rec.Flagged:
-		return off, from, to, false
+	case off && trusted && prev.FlaggedTo > from:
+		from = min(prev.FlaggedTo, to)
 	case !off:
-		to = rec.FlaggedTo
+		to = max(to, cur.FlaggedTo)
 	}
-	return off, from, to, true
+	return off, from, to
+}
+
+// flagWrites is how many node-hour writes bringing rec in sync costs now.
+func (s *Service) flagWrites(rec Record) int {
+	if s.InSync(rec) {
+		return 0
+	}
+	next := rec
+	next.Gen++
+	_, from, to := s.flagSpan(rec, next)
+	return int(to - from)
 }
 
 // flagWorkers bounds one node's flag writes at once.

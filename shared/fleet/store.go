@@ -31,16 +31,24 @@ type Store interface {
 	// (by: ByOperator or ByRollout), if that cordon is still as r read it
 	// (ErrStale otherwise), and returns the node as written.
 	SetCordon(ctx context.Context, r Record, by string, c *Cordon) (Record, error)
-	// SetFlagged records that the node's node-hours carry the ineligible
-	// flag through to (exclusive) — or, flagged false, none — if what
-	// decides eligibility (state and cordons) is still as r read it.
-	SetFlagged(ctx context.Context, r Record, flagged bool, to capacity.Hour) error
-	// MarkUnreachable moves a node to unreachable if no report was
-	// accepted since r was read (its counter is still r's).
-	MarkUnreachable(ctx context.Context, r Record) error
+	// ClaimFlags takes the next generation of the node's flags (one
+	// write) and returns the node as it left it (ErrNotFound when gone).
+	ClaimFlags(ctx context.Context, r Record) (Record, error)
+	// SetFlagged records that generation gen's writer applied its flags
+	// (flagged through to, exclusive, or none) and the out-of-service
+	// index entry with them, if no newer generation was claimed — and,
+	// lifting, if the node is still eligible (ErrStale otherwise).
+	SetFlagged(ctx context.Context, r Record, gen int64, flagged bool, to capacity.Hour) error
+	// MarkUnreachable moves a node to unreachable (and out of service, in
+	// the same write) if no report was accepted since r was read (its
+	// counter is still r's); it returns the node as written.
+	MarkUnreachable(ctx context.Context, r Record) (Record, error)
 	// DropEntry forgets a pending unbind the node reported done, if it is
 	// still an unbind.
 	DropEntry(ctx context.Context, r Record, reservationID string) error
+	// SetAdopted records that the reservations the node held when it
+	// registered were told to it.
+	SetAdopted(ctx context.Context, r Record) error
 	// SetTarget tells the node to run t (floor: the lowest sequence it may
 	// install meanwhile) unless another rollout's target is set, or, t nil,
 	// lifts rolloutID's target (ErrStale when the condition failed).
@@ -54,9 +62,26 @@ type Store interface {
 	SetBaseline(ctx context.Context, poolID string, t Target) error
 	// EnsureSweep makes the pool's fleet sweep due at due unless it
 	// exists; ClaimSweep moves it from due to next (ErrStale if another
-	// pass moved it first).
+	// pass moved it first) and returns it.
 	EnsureSweep(ctx context.Context, poolID string, due time.Time) error
-	ClaimSweep(ctx context.Context, poolID string, due, next time.Time) error
+	ClaimSweep(ctx context.Context, poolID string, due, next time.Time) (SweepState, error)
+	// SetDisrupted records when the pool's mass silence began (nil: it
+	// ended); Disrupted reads it (nil: none).
+	SetDisrupted(ctx context.Context, poolID string, since *time.Time) error
+	Disrupted(ctx context.Context, poolID string) (*time.Time, error)
+}
+
+// SweepState is a pool's sweep as claimed.
+type SweepState struct {
+	// DisruptedSince: the pool's managed nodes went silent together at
+	// that time and the sweep holds their marking (nil: no disruption).
+	DisruptedSince *time.Time
+}
+
+// Adopter tells a node registering the reservations bound on it while it
+// was unmanaged (capacity.Service.Adopt).
+type Adopter interface {
+	Adopt(ctx context.Context, t capacity.PoolResource, node int, now time.Time) error
 }
 
 // Pools is what the fleet reads of the capacity module: the pools.
@@ -67,7 +92,7 @@ type Pools interface {
 // Calendar is where placement looks for candidates: the node-hours, which
 // carry each node's eligibility (capacity.CalendarStore.Flag).
 type Calendar interface {
-	Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool) error
+	Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool, gen int64) error
 }
 
 // Release is a registered release as a node is told it.

@@ -14,21 +14,39 @@ var (
 	SweepAgainAfter = time.Second
 )
 
+// Mass silence (docs/fleet.md, Silence caused by us): when, in one sweep,
+// at least DisruptionMin nodes and DisruptionShare of a pool's managed
+// nodes still in contact at the last sweep are found silent together, the
+// control plane or the network failed, not the hosts — the way the
+// Kubernetes node lifecycle controller treats a disrupted zone. The sweep
+// then marks none of them unreachable (so no reservation is moved off
+// them and no rollout fails them: both act on `unreachable`), records the
+// disruption on the pool's sweep item and logs an alarm; once it ends,
+// silent nodes are marked at most ResumeShare of the pool's managed nodes
+// (at least one) a sweep, until none is left.
+var (
+	DisruptionShare = 0.55
+	DisruptionMin   = 3
+	ResumeShare     = 0.1
+)
+
 // Sweep is the fleet's part of a reconciler pass for one managed pool
 // (capacity.FleetSweeper): it takes the pool's sweep (one pass at a time),
-// then looks at every node once — a node whose reports stopped for
-// UnreachableAfter intervals becomes unreachable; node-hours are flagged or
-// unflagged where a node's eligibility changed, and flagged further ahead
-// as hours pass; unbinds the node reported done are forgotten. Its reads
-// grow with the pool's nodes, its writes only with what changed, and its
-// node-hour flag writes are at most SweepFlagBudget: past it, the nodes
-// left keep their flags until the sweep, due again in a second, goes on
-// (a pool whose nodes all went silent at once is flagged over a few passes,
-// each inside the function's timeout; placement meanwhile may choose such a
-// node, and binding moves the reservation off it).
+// then looks at every node once, level-triggered — whatever any writer
+// left, it compares and repairs: a node whose reports stopped for
+// UnreachableAfter intervals becomes unreachable (unless the pool's
+// nodes went silent together, above); a node whose flags or
+// out-of-service entry are not what its record wants is brought in sync
+// (Record.FlagsInSync: never trusting what a writer said it applied);
+// flags are extended as hours pass; a node whose registration was cut
+// short is adopted; unbinds the node reported done are forgotten. Its reads grow with the pool's
+// nodes, its writes only with what changed, and its node-hour flag writes
+// are at most SweepFlagBudget: past it, the nodes left stay out of sync
+// until the sweep, due again in a second, goes on.
 func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) error {
 	next := now.Add(s.SweepEvery)
-	if err := s.Store.ClaimSweep(ctx, poolID, due, next); err != nil {
+	st, err := s.Store.ClaimSweep(ctx, poolID, due, next)
+	if err != nil {
 		if errors.Is(err, ErrStale) {
 			return nil // another pass has it
 		}
@@ -41,28 +59,35 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 	silent := time.Duration(UnreachableAfter) * s.interval()
 	var errs []error
 	budget, more := SweepFlagBudget, false
+	sync := func(rec Record) {
+		n := s.flagWrites(rec)
+		switch {
+		case n == 0:
+		case n > budget && budget < SweepFlagBudget:
+			more = true // this one and the rest: on the next sweep
+		default:
+			budget -= n
+			if _, err := s.syncFlags(ctx, rec, p.Topology(rec.Resource)); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	var quiet []Record // silent: marked once the pool is counted
+	inContact := 0
 	err = s.Store.PoolNodes(ctx, poolID, func(rec Record) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
-		if (rec.State == Ready || rec.State == Unhealthy) && rec.LastHeartbeatAt != nil && now.Sub(*rec.LastHeartbeatAt) > silent {
-			switch err := s.Store.MarkUnreachable(ctx, rec); {
-			case err == nil:
-				rec.State = Unreachable
-			case !errors.Is(err, ErrStale):
-				errs = append(errs, err)
-				return nil
-			}
+		if rec.State == Ready || rec.State == Unhealthy {
+			inContact++
 		}
-		if _, from, to, ok := s.flagSpan(rec); ok {
-			if n := int(to - from); n > budget && budget < SweepFlagBudget {
-				more = true // this one and the rest: on the next sweep
-			} else {
-				budget -= n
-				if _, err := s.syncFlags(ctx, rec, p.Topology(rec.Resource)); err != nil {
-					errs = append(errs, err)
-				}
-			}
+		if (rec.State == Ready || rec.State == Unhealthy) && rec.LastHeartbeatAt != nil && now.Sub(*rec.LastHeartbeatAt) > silent {
+			quiet = append(quiet, rec)
+		} else {
+			sync(rec)
+		}
+		if _, err := s.adopt(ctx, rec, p.Topology(rec.Resource)); err != nil {
+			errs = append(errs, err)
 		}
 		for id, e := range rec.Entries {
 			if e.Action == ActionUnbind && rec.Reported[id] == BindUnbound {
@@ -76,8 +101,40 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 	if err != nil {
 		errs = append(errs, err)
 	}
+	mark := len(quiet)
+	switch disrupted := len(quiet) >= DisruptionMin && float64(len(quiet)) >= DisruptionShare*float64(inContact); {
+	case disrupted:
+		mark = 0
+		if st.DisruptedSince == nil {
+			s.logger().Error("fleet: mass silence: the pool's nodes went silent together; none is marked unreachable until reports return",
+				"pool", poolID, "silent", len(quiet), "inContact", inContact)
+			if err := s.Store.SetDisrupted(ctx, poolID, &now); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	case st.DisruptedSince != nil:
+		mark = min(mark, max(1, int(ResumeShare*float64(inContact))))
+		if len(quiet) == 0 {
+			s.logger().Info("fleet: mass silence over", "pool", poolID, "since", st.DisruptedSince.Format(time.RFC3339))
+			if err := s.Store.SetDisrupted(ctx, poolID, nil); err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	for i, rec := range quiet {
+		if i < mark && ctx.Err() == nil {
+			switch cur, err := s.Store.MarkUnreachable(ctx, rec); {
+			case err == nil:
+				rec = cur
+			case !errors.Is(err, ErrStale):
+				errs = append(errs, err)
+				continue
+			}
+		}
+		sync(rec)
+	}
 	if more && ctx.Err() == nil {
-		if err := s.Store.ClaimSweep(ctx, poolID, next, now.Add(SweepAgainAfter)); err != nil && !errors.Is(err, ErrStale) {
+		if _, err := s.Store.ClaimSweep(ctx, poolID, next, now.Add(SweepAgainAfter)); err != nil && !errors.Is(err, ErrStale) {
 			errs = append(errs, err)
 		}
 	}
