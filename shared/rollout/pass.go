@@ -119,9 +119,9 @@ func (p *pass) run(ctx context.Context) error {
 		if p.now.Sub(rec.CreatedAt) < capacity.StaleAfter {
 			return nil
 		}
-		return p.finish(ctx, "abandoned")
+		return p.abandon(ctx)
 	case rec.State.Terminal():
-		return p.finish(ctx, "")
+		return p.finish(ctx)
 	case !rec.Enumerated:
 		return p.enumerate(ctx)
 	case !rec.Walked:
@@ -891,9 +891,35 @@ func (p *pass) verifyRollback(ctx context.Context, pr Progress) error {
 	return p.rc.fault(FaultStepped)
 }
 
+// abandon finishes a create that stopped before its claims were made.
+// Marked finished first, conditioned on Ver, and only then its claims
+// released: a create whose final write (listed) races this either wins,
+// and this write fails and leaves its claims alone, or loses and answers
+// UNAVAILABLE (Rollouts.claim), so a create never answers a rollout this
+// abandoned. A crash between leaves claims of a finished, unlisted
+// rollout, which the next create of those pools takes over.
+func (p *pass) abandon(ctx context.Context) error {
+	rec := p.rec
+	rec.Finished, rec.Due, rec.Reason = true, time.Time{}, ReasonAbandoned
+	cur, err := p.rc.Store.UpdateRollout(ctx, rec)
+	if errors.Is(err, ErrStale) {
+		return nil // listed (or retried) meanwhile: the next pass reads it again
+	}
+	if err != nil {
+		return err
+	}
+	p.rec = cur
+	for _, pool := range rec.Pools {
+		if err := p.rc.Store.ReleasePool(ctx, pool, rec.RolloutID); err != nil {
+			return err
+		}
+	}
+	return p.rc.fault(FaultFinished)
+}
+
 // finish ends a terminal rollout: (completed) its version becomes its
 // pools' baseline; its pools' claims are released; it is due no more.
-func (p *pass) finish(ctx context.Context, reason string) error {
+func (p *pass) finish(ctx context.Context) error {
 	rec := p.rec
 	if rec.State == Completed {
 		for _, pool := range rec.Pools {
@@ -911,9 +937,6 @@ func (p *pass) finish(ctx context.Context, reason string) error {
 		return err
 	}
 	rec.Finished, rec.Due = true, time.Time{}
-	if reason != "" && !rec.Listed {
-		rec.Reason = reason
-	}
 	_, err := p.rc.Store.UpdateRollout(ctx, rec)
 	if errors.Is(err, ErrStale) {
 		return nil

@@ -105,11 +105,22 @@ func fingerprint(req CreateRequest) string {
 
 var idEncoding = base32.NewEncoding("0123456789ABCDEFGHJKMNPQRSTVWXYZ").WithPadding(base32.NoPadding)
 
-// tokenID derives a rollout's id from its creator and clientToken.
-func tokenID(by Audit, token string) string {
-	sum := sha256.Sum256([]byte("bc-rollout\x00" + by.TenantID + "\x00" + by.Principal + "\x00" + token))
+// tokenID derives a rollout's id from its creator and clientToken; gen
+// counts the creates of that token the reconciler abandoned before
+// (abandoned is final: a retry never revives one, whose claims another
+// create may be taking over).
+func tokenID(by Audit, token string, gen int) string {
+	s := "bc-rollout\x00" + by.TenantID + "\x00" + by.Principal + "\x00" + token
+	if gen > 0 {
+		s += "\x00" + itoa(gen)
+	}
+	sum := sha256.Sum256([]byte(s))
 	return idEncoding.EncodeToString(sum[:17])[:26]
 }
+
+// maxAbandoned bounds the abandoned creates a clientToken steps over (each
+// took more than StaleAfter).
+const maxAbandoned = 8
 
 // Create validates a rollout, claims its pools and records it; its nodes
 // are taken by the reconciler (docs/rollouts.md, Create).
@@ -128,15 +139,19 @@ func (s *Rollouts) Create(ctx context.Context, req CreateRequest) (Rollout, erro
 		CreatedAt: now.Truncate(time.Millisecond), UpdatedAt: now.Truncate(time.Millisecond)},
 		Request: fingerprint(req), ClientToken: req.ClientToken, Due: now}
 	rec.RolloutID = ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
-	if req.ClientToken != "" {
-		rec.RolloutID = tokenID(req.By, req.ClientToken)
+	for gen := 0; req.ClientToken != ""; gen++ {
+		rec.RolloutID = tokenID(req.By, req.ClientToken, gen)
 		stored, err := s.Store.GetRollout(ctx, rec.RolloutID)
 		switch {
-		case err == nil:
-			return s.replay(ctx, stored, rec)
-		case !errors.Is(err, ErrNotFound):
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
 			return Rollout{}, dependency(err)
+		case stored.Finished && !stored.Listed && stored.Reason == ReasonAbandoned && stored.Request == rec.Request && gen < maxAbandoned:
+			continue // this request, abandoned: the next id
+		default:
+			return s.replay(ctx, stored, rec)
 		}
+		break
 	}
 	rel, err := s.Releases.Get(ctx, req.Version)
 	switch {
@@ -199,6 +214,9 @@ func (s *Rollouts) claim(ctx context.Context, rec Record) (Rollout, error) {
 	if rec.Listed {
 		return rec.Rollout, nil
 	}
+	if rec.Finished && rec.Reason == ReasonAbandoned {
+		return Rollout{}, retryCreate(rec.RolloutID) // the retry takes the token's next id
+	}
 	if rec.Finished {
 		return Rollout{}, s.conflict(rec.Reason)
 	}
@@ -221,17 +239,37 @@ func (s *Rollouts) claim(ctx context.Context, rec Record) (Rollout, error) {
 		}
 		return Rollout{}, s.conflict(holder)
 	}
+	// The commit, conditioned on Ver: it loses to the reconciler's abandon
+	// (which writes the rollout finished before it releases any claim), so a
+	// create never answers a rollout the reconciler will not run.
 	rec.Listed = true
 	cur, err := s.Store.UpdateRollout(ctx, rec)
 	if errors.Is(err, ErrStale) {
-		if cur, err = s.Store.GetRollout(ctx, rec.RolloutID); err == nil && cur.Listed {
-			return cur.Rollout, nil
+		cur, err = s.Store.GetRollout(ctx, rec.RolloutID)
+		switch {
+		case err == nil && cur.Listed:
+			return cur.Rollout, nil // a concurrent retry listed it
+		case err == nil && cur.Finished: // abandoned meanwhile: the claims it made go too
+			for _, p := range rec.Pools {
+				if err := s.Store.ReleasePool(ctx, p, rec.RolloutID); err != nil {
+					return Rollout{}, dependency(err)
+				}
+			}
+			return Rollout{}, retryCreate(rec.RolloutID)
+		case err == nil:
+			return Rollout{}, retryCreate(rec.RolloutID) // changed by a concurrent retry: retry
 		}
 	}
 	if err != nil {
 		return Rollout{}, dependency(err)
 	}
 	return cur.Rollout, nil
+}
+
+// retryCreate: a create took longer than StaleAfter and the reconciler
+// abandoned it; the same request with its clientToken starts it again.
+func retryCreate(id string) error {
+	return apierr.New(apierr.Unavailable, "rollout %s was abandoned while it was being created (the create took longer than %s); retry with the same clientToken", id, capacity.StaleAfter)
 }
 
 func (s *Rollouts) conflict(holder string) error {
