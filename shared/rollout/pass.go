@@ -464,9 +464,22 @@ func (p *pass) start(ctx context.Context, _ int, candidates func(limit int) ([]P
 	return nil
 }
 
-// startNode moves a pending node to draining and cordons it.
+// startNode moves a pending node to draining and cordons it. A node that
+// ran nothing when it was enumerated may have taken its pool's baseline
+// since: the release it runs now is the one a rollback sends it back to
+// (and its floor).
 func (p *pass) startNode(ctx context.Context, pr Progress) error {
 	next := pr
+	if pr.Previous == nil {
+		n, err := p.rc.Nodes.GetNode(ctx, pr.PoolID, pr.Resource, pr.Index)
+		if err != nil && !errors.Is(err, fleet.ErrNotFound) {
+			return err
+		}
+		if err == nil && n.Running != nil && n.Running.Version != p.rec.Version {
+			running := *n.Running
+			next.Previous = &running
+		}
+	}
 	next.Step, next.DrainedAt, next.UpdatedAt = Draining, p.now, p.now
 	at := p.now.Truncate(time.Millisecond)
 	next.StartedAt = &at
