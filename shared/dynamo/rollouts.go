@@ -460,10 +460,58 @@ func (s *Rollouts) PoolNodes(ctx context.Context, pool string, limit int, after 
 	return out, next, nil
 }
 
-// CountPoolNodes implements rollout.RolloutStore: a COUNT query of the
-// pool's node items registered by t.
-func (s *Rollouts) CountPoolNodes(ctx context.Context, pool string, t time.Time) (int, error) {
+// CountPoolNodes implements rollout.RolloutStore: one paged Query of the
+// pool's node items (what it reads: their creation times and platforms).
+func (s *Rollouts) CountPoolNodes(ctx context.Context, pool string, t time.Time, platforms map[string]bool) (int, int, error) {
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(poolPK(pool))).And(expression.Key(schema.AttrSK).BeginsWith(nodePrefix))
-	f := expression.Name("createdAt").LessThanEqual(expression.Value(fmtTime(t)))
-	return s.table().count(ctx, "", kc, &f)
+	proj := expression.NamesList(expression.Name("createdAt"), expression.Name("platform"))
+	nodes, withBinary := 0, 0
+	err := queryEach(ctx, s.table(), kc, &proj, func(n struct {
+		CreatedAt string `dynamodbav:"createdAt"`
+		Platform  string `dynamodbav:"platform"`
+	}) error {
+		if parseTime(n.CreatedAt).After(t) {
+			return nil
+		}
+		nodes++
+		if platforms[n.Platform] {
+			withBinary++
+		}
+		return nil
+	})
+	return nodes, withBinary, err
+}
+
+// PoolsUpdated implements rollout.RolloutStore: the keys-only `bystate`
+// query of the rollout's updated nodes, whose index keys
+// (`updated#<order>#<pool>#<node>`) name each one's pool; it stops once
+// every pool of want has been seen.
+func (s *Rollouts) PoolsUpdated(ctx context.Context, id string, want []string) (map[string]bool, error) {
+	prefix := string(rollout.Updated) + "#"
+	kc := expression.Key(schema.AttrPK).Equal(expression.Value(progressPK(id))).And(expression.Key(schema.AttrState).BeginsWith(prefix))
+	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
+	if err != nil {
+		return nil, err
+	}
+	p := dynamodb.NewQueryPaginator(s.DB, &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(schema.IndexState),
+		KeyConditionExpression: e.KeyCondition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+		ConsistentRead: aws.Bool(true)})
+	out := map[string]bool{}
+	for p.HasMorePages() && len(out) < len(want) {
+		page, err := p.NextPage(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, it := range page.Items {
+			k, _ := it[schema.AttrState].(*types.AttributeValueMemberS)
+			if k == nil {
+				continue
+			}
+			// order#pool#node: pool ids hold no '#'.
+			if parts := strings.SplitN(strings.TrimPrefix(k.Value, prefix), "#", 3); len(parts) == 3 {
+				out[parts[1]] = true
+			}
+		}
+	}
+	return out, nil
 }

@@ -930,12 +930,20 @@ func (p *pass) abandon(ctx context.Context) error {
 	return p.rc.fault(FaultFinished)
 }
 
-// finish ends a terminal rollout: (completed) its version becomes its
-// pools' baseline; its pools' claims are released; it is due no more.
+// finish ends a terminal rollout: (completed) its version becomes the
+// baseline of each of its pools in which at least one node was updated;
+// its pools' claims are released; it is due no more.
 func (p *pass) finish(ctx context.Context) error {
 	rec := p.rec
 	if rec.State == Completed {
+		updated, err := p.rc.Store.PoolsUpdated(ctx, rec.RolloutID, rec.Pools)
+		if err != nil {
+			return err
+		}
 		for _, pool := range rec.Pools {
+			if !updated[pool] {
+				continue // every node skipped or failed: the pool's baseline stays
+			}
 			if err := p.rc.Nodes.SetBaseline(ctx, pool, fleet.Target{Version: rec.Version, Sequence: rec.Sequence, RolloutID: rec.RolloutID}); err != nil {
 				return err
 			}

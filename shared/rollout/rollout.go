@@ -68,6 +68,7 @@ const (
 	ReasonRunning      = "already"     // it ran the version already
 	ReasonNotStarted   = "not_started" // the rollout ended before it took the node
 	ReasonNoPrevious   = "no_previous" // rollback: it ran no release before
+	ReasonNoNodes      = "no_nodes"    // create: the pools have no managed node
 	ReasonAbandoned    = "abandoned"   // a create that stopped before its claims, finished by the reconciler
 	OnTimeoutSkip      = "skip"
 	OnTimeoutForce     = "force"

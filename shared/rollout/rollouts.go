@@ -163,18 +163,28 @@ func (s *Rollouts) Create(ctx context.Context, req CreateRequest) (Rollout, erro
 		return Rollout{}, apierr.Invalid(ReasonExpired, "version", "version: release %s expired at %s", req.Version, rel.Expires.Format(time.RFC3339))
 	}
 	rec.Sequence, rec.Digest = rel.Sequence, rel.ManifestDigest
-	total := 0
+	platforms := map[string]bool{}
+	for _, b := range rel.Binaries {
+		platforms[b.Platform] = true
+	}
+	total, withBinary := 0, 0
 	for _, id := range pools {
 		if _, err := s.Pools.GetPool(ctx, id); errors.Is(err, capacity.ErrNotFound) {
 			return Rollout{}, apierr.New(apierr.NotFound, "pool %q not found", id).With("poolId", id)
 		} else if err != nil {
 			return Rollout{}, dependency(err)
 		}
-		n, err := s.Store.CountPoolNodes(ctx, id, now)
+		n, b, err := s.Store.CountPoolNodes(ctx, id, now, platforms)
 		if err != nil {
 			return Rollout{}, dependency(err)
 		}
-		total += n
+		total, withBinary = total+n, withBinary+b
+	}
+	switch {
+	case total == 0:
+		return Rollout{}, apierr.Invalid(ReasonNoNodes, "pools", "pools: no managed node in the rollout's pools")
+	case withBinary == 0:
+		return Rollout{}, apierr.Invalid(ReasonNoBinary, "version", "version: release %s has no binary for the platform of any managed node of the rollout's pools", req.Version)
 	}
 	sizes, bad, err := WaveSizes(req.Waves, total)
 	if err != nil {

@@ -98,6 +98,10 @@ type RolloutStore interface {
 	CountStep(ctx context.Context, id string, step Step) (int, error)
 	// PoolNodes lists a pool's nodes after the key after (enumeration).
 	PoolNodes(ctx context.Context, poolID string, limit int, after string) ([]fleet.Record, string, error)
-	// CountPoolNodes counts a pool's registered nodes created at or before t.
-	CountPoolNodes(ctx context.Context, poolID string, t time.Time) (int, error)
+	// CountPoolNodes counts a pool's registered nodes created at or before
+	// t, and those of them whose platform is one of platforms.
+	CountPoolNodes(ctx context.Context, poolID string, t time.Time, platforms map[string]bool) (nodes, withBinary int, err error)
+	// PoolsUpdated names the pools of want in which at least one of the
+	// rollout's nodes is updated.
+	PoolsUpdated(ctx context.Context, id string, want []string) (map[string]bool, error)
 }
