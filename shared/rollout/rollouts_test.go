@@ -143,6 +143,24 @@ func TestCreateRefusals(t *testing.T) {
 			}
 		})
 	}
+	// v0.7: pools with no managed node; no managed node with a binary for
+	// its platform in the release.
+	if _, err := e.cap.CreatePool(ctx, "acme", "bare", map[string]int{"gpu": 8}, nil); err != nil {
+		t.Fatal(err)
+	}
+	e.release("3.0.0", 6, "linux/arm64")
+	for _, tc := range []struct {
+		name, reason, field string
+		req                 rollout.CreateRequest
+	}{
+		{"no managed node", rollout.ReasonNoNodes, "pools", rollout.CreateRequest{Version: "1.0.0", Pools: []string{"bare"}, Waves: waves, By: by}},
+		{"no binary for any node", rollout.ReasonNoBinary, "version", rollout.CreateRequest{Version: "3.0.0", Pools: []string{"a", "bare"}, Waves: waves, By: by}},
+	} {
+		_, err := e.rollouts.Create(ctx, tc.req)
+		if ae := apierr.As(err); ae == nil || ae.Code != apierr.InvalidInput || ae.Details["reason"] != tc.reason || ae.Details["field"] != tc.field {
+			t.Errorf("%s: got %v, want INVALID_INPUT reason %s", tc.name, err, tc.reason)
+		}
+	}
 	rs, _, _ := e.rollouts.List(ctx, "", capacity.Page{Limit: 10})
 	if len(rs) != 0 {
 		t.Errorf("refused creates listed: %+v", rs)
