@@ -21,6 +21,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/metrics"
 )
@@ -118,7 +119,8 @@ func TestTemplateMatchesRegistrySchemas(t *testing.T) {
 }
 
 // records are real EMF lines: a request answered ok, one answered with an
-// error code, and a reconciler pass summary.
+// error code, a reconciler pass summary, a pool's fleet sweep record, and a
+// rollout transition.
 func records(t *testing.T) map[string]metrics.Point {
 	t.Helper()
 	var buf bytes.Buffer
@@ -139,12 +141,23 @@ func records(t *testing.T) map[string]metrics.Point {
 				Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
 					JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"sub": "admin"}}}}})
 	}
-	capacity.PassResult{Found: 2, Transitions: map[string]int{"active": 1}, Repaired: 1, Lag: 2 * time.Second}.
+	capacity.PassResult{Found: 2, Transitions: map[string]int{"active": 1}, Repaired: 1, NodesMoved: 1, Lag: 2 * time.Second}.
 		Log(context.Background(), logger, "bc-table")
+	var ps fleet.PoolStats
+	at := time.Now().Add(-10 * time.Second)
+	ps.Add(fleet.Record{Node: fleet.Node{NodeID: "gpu-node-0", State: fleet.Ready, LastHeartbeatAt: &at}}, time.Now())
+	ps.Emit(logger, "bc-table", "p1", time.Now())
+	// Stand-in for shared/rollout's transition record (metrics.go, another
+	// change): the shape that file writes, with the names the stack uses.
+	// Replace with its emitter once it is in the tree.
+	logger.LogAttrs(context.Background(), slog.LevelInfo, "rollout transition",
+		slog.String(DimensionTable, "bc-table"), slog.String(DimensionState, "aborting"), slog.Int(MetricRolloutTransitions, 1),
+		metrics.Attr(time.Now(), metrics.Directive{Dimensions: [][]string{{DimensionTable, DimensionState}},
+			Metrics: []metrics.Metric{{Name: MetricRolloutTransitions, Unit: metrics.Count}}}))
 	out := map[string]metrics.Point{}
 	lines := bytes.Split(bytes.TrimSpace(buf.Bytes()), []byte("\n"))
-	if len(lines) != 3 {
-		t.Fatalf("%d log lines, want 3:\n%s", len(lines), buf.Bytes())
+	if len(lines) != 5 {
+		t.Fatalf("%d log lines, want 5:\n%s", len(lines), buf.Bytes())
 	}
 	for _, line := range lines {
 		points, ok, err := metrics.Parse(line)
@@ -166,14 +179,23 @@ func TestDashboardAndAlarmMetricsExistInTheRecords(t *testing.T) {
 	for _, r := range ofType("AWS::CloudWatch::Dashboard") {
 		used = append(used, dashboardMetrics(t, r.Properties["DashboardBody"])...)
 	}
+	key := func(m any) {
+		if path(m, "Namespace") != MetricNamespace {
+			return
+		}
+		var dims []string
+		for _, d := range path(m, "Dimensions").([]any) {
+			dims = append(dims, path(d, "Name").(string))
+		}
+		used = append(used, metrics.Key(MetricNamespace, path(m, "MetricName").(string), dims...))
+	}
 	for _, a := range ofType("AWS::CloudWatch::Alarm") {
-		p := a.Properties
-		if p["Namespace"] == MetricNamespace {
-			var dims []string
-			for _, d := range p["Dimensions"].([]any) {
-				dims = append(dims, path(d, "Name").(string))
+		key(a.Properties) // an alarm on one metric
+		ms, _ := a.Properties["Metrics"].([]any)
+		for _, m := range ms { // or on metric math
+			if stat := path(m, "MetricStat", "Metric"); stat != nil {
+				key(stat)
 			}
-			used = append(used, metrics.Key(MetricNamespace, p["MetricName"].(string), dims...))
 		}
 	}
 	seen := map[string]bool{}
@@ -196,11 +218,29 @@ func TestDashboardAndAlarmMetricsExistInTheRecords(t *testing.T) {
 		metrics.Key(MetricNamespace, MetricRepaired, DimensionTable),
 		metrics.Key(MetricNamespace, MetricSwept, DimensionTable),
 		metrics.Key(MetricNamespace, MetricLag, DimensionTable),
+		metrics.Key(MetricNamespace, MetricNodesMoved, DimensionTable),
+		metrics.Key(MetricNamespace, MetricNodesReady, DimensionTable),
+		metrics.Key(MetricNamespace, MetricNodesReady, DimensionTable, DimensionPool),
+		metrics.Key(MetricNamespace, MetricNodesUnreachable, DimensionTable, DimensionPool),
+		metrics.Key(MetricNamespace, MetricHeartbeatAgeP50, DimensionTable, DimensionPool),
+		metrics.Key(MetricNamespace, MetricHeartbeatAgeP99, DimensionTable, DimensionPool),
+		metrics.Key(MetricNamespace, MetricNodesHeld, DimensionTable),
+		metrics.Key(MetricNamespace, MetricPoolDisrupted, DimensionTable),
+		metrics.Key(MetricNamespace, MetricRolloutTransitions, DimensionTable, DimensionState),
 	} {
 		if !seen[k] {
 			t.Errorf("the dashboard does not show %s", k)
 		}
 	}
+}
+
+var searchExpr = regexp.MustCompile(`SEARCH\('\{([^,}]+),([^}]+)\} MetricName="([^"]+)"`)
+
+func lastOf(m []any) any {
+	if len(m) == 0 {
+		return nil
+	}
+	return m[len(m)-1]
 }
 
 // dashboardMetrics reads the dashboard body (a Fn::Join of JSON text and
@@ -232,6 +272,13 @@ func dashboardMetrics(t *testing.T, body any) []string {
 	var out []string
 	for _, w := range d.Widgets {
 		for _, m := range w.Properties.Metrics {
+			// A search over the pools' series: {namespace,dims…} MetricName="…".
+			if e, ok := path(lastOf(m), "expression").(string); ok {
+				if sm := searchExpr.FindStringSubmatch(e); sm != nil && sm[1] == MetricNamespace {
+					out = append(out, metrics.Key(MetricNamespace, sm[3], strings.Split(sm[2], ",")...))
+				}
+				continue
+			}
 			if len(m) < 2 || m[0] != MetricNamespace {
 				continue
 			}

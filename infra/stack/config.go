@@ -44,7 +44,15 @@ type Config struct {
 	LogLevel         string  // logLevel → BC_LOG_LEVEL and Lambda's application log level: debug or info
 	ThrottleRate     float64 // throttleRateLimit: steady requests per second of each route
 	ThrottleBurst    float64 // throttleBurstLimit: burst of each route
-	AlarmEmail       string  // alarmEmail: optional subscriber of the alarm topic
+	// The heartbeat route and function, sized apart from the tenant routes
+	// so tenant traffic cannot starve heartbeats (docs/infrastructure.md,
+	// Heartbeat capacity): heartbeatReservedConcurrency (0: none reserved),
+	// heartbeatRateLimit and heartbeatBurstLimit of POST
+	// /api/compute/nodes/heartbeat.
+	HeartbeatReservedConcurrency int
+	HeartbeatRateLimit           float64
+	HeartbeatBurstLimit          int
+	AlarmEmail                   string // alarmEmail: optional subscriber of the alarm topic
 	// Destroy: removalPolicy=destroy deletes the table and keys with the stack
 	// (LocalStack, throwaway stacks). The default retains them.
 	Destroy bool
@@ -69,6 +77,9 @@ const (
 	CtxLogLevel          = "logLevel"
 	CtxThrottleRate      = "throttleRateLimit"
 	CtxThrottleBurst     = "throttleBurstLimit"
+	CtxHeartbeatReserved = "heartbeatReservedConcurrency"
+	CtxHeartbeatRate     = "heartbeatRateLimit"
+	CtxHeartbeatBurst    = "heartbeatBurstLimit"
 	CtxAlarmEmail        = "alarmEmail"
 	CtxRemovalPolicy     = "removalPolicy"
 )
@@ -91,6 +102,10 @@ func ConfigFrom(get func(key string) any) (Config, error) {
 		LogLevel:         "info",
 		ThrottleRate:     50,
 		ThrottleBurst:    100,
+
+		HeartbeatReservedConcurrency: DefaultHeartbeatReservedConcurrency,
+		HeartbeatRateLimit:           DefaultHeartbeatRateLimit,
+		HeartbeatBurstLimit:          DefaultHeartbeatBurstLimit,
 	}
 	var errs []string
 	fail := func(key, format string, args ...any) {
@@ -194,6 +209,9 @@ func ConfigFrom(get func(key string) any) (Config, error) {
 	str(CtxLogLevel, &c.LogLevel)
 	num(CtxThrottleRate, &c.ThrottleRate)
 	num(CtxThrottleBurst, &c.ThrottleBurst)
+	integer(CtxHeartbeatReserved, &c.HeartbeatReservedConcurrency)
+	num(CtxHeartbeatRate, &c.HeartbeatRateLimit)
+	integer(CtxHeartbeatBurst, &c.HeartbeatBurstLimit)
 	str(CtxAlarmEmail, &c.AlarmEmail)
 	removal := "retain"
 	str(CtxRemovalPolicy, &removal)
@@ -229,6 +247,12 @@ func ConfigFrom(get func(key string) any) (Config, error) {
 	if c.ThrottleRate <= 0 || c.ThrottleBurst <= 0 {
 		fail(CtxThrottleRate, "stage throttling wants positive rate and burst limits, got %v and %v", c.ThrottleRate, c.ThrottleBurst)
 	}
+	if c.HeartbeatReservedConcurrency < 0 {
+		fail(CtxHeartbeatReserved, "want an integer ≥ 0 (0: none reserved), got %d", c.HeartbeatReservedConcurrency)
+	}
+	if c.HeartbeatRateLimit <= 0 || c.HeartbeatBurstLimit <= 0 {
+		fail(CtxHeartbeatRate, "the heartbeat route wants positive rate and burst limits, got %v and %d", c.HeartbeatRateLimit, c.HeartbeatBurstLimit)
+	}
 	switch removal {
 	case "retain":
 	case "destroy":
@@ -241,6 +265,17 @@ func ConfigFrom(get func(key string) any) (Config, error) {
 	}
 	return c, nil
 }
+
+// Heartbeat sizing defaults (docs/infrastructure.md, Heartbeat capacity):
+// 100,000 nodes at the 30-s interval send 3,334 heartbeats a second; the
+// route admits 1.5× that (5,000/s, also API Gateway's default account
+// burst), and 300 reserved executions hold 5,000/s at a mean duration of
+// up to 60 ms (3,334/s up to 90 ms) against a design duration of 50 ms.
+const (
+	DefaultHeartbeatReservedConcurrency = 300
+	DefaultHeartbeatRateLimit           = 5000
+	DefaultHeartbeatBurstLimit          = 5000
+)
 
 var roleARN = regexp.MustCompile(`^arn:aws[a-z-]*:iam::\d{12}:role/[\w+=,.@/-]+$`)
 

@@ -37,6 +37,15 @@ func TestConfigFromDefaultsAndCLIStrings(t *testing.T) {
 	if c.StackName != "BetterCompute" || c.AssetRoot != "build" || c.LogLevel != "info" {
 		t.Errorf("defaults: %+v", c)
 	}
+	if c.HeartbeatReservedConcurrency != 300 || c.HeartbeatRateLimit != 5000 || c.HeartbeatBurstLimit != 5000 {
+		t.Errorf("heartbeat defaults: reserved %d rate %v burst %d, want 300, 5000, 5000 (docs/infrastructure.md)",
+			c.HeartbeatReservedConcurrency, c.HeartbeatRateLimit, c.HeartbeatBurstLimit)
+	}
+	ctx[CtxHeartbeatReserved] = "0" // none reserved (an account with little concurrency)
+	if c0, err := ConfigFrom(ctxOf(ctx)); err != nil || c0.HeartbeatReservedConcurrency != 0 {
+		t.Errorf("heartbeatReservedConcurrency 0: %v %v", c0.HeartbeatReservedConcurrency, err)
+	}
+	delete(ctx, CtxHeartbeatReserved)
 	if strings.Join(c.JWTAudience, "|") != "a|b" || c.ReleaseThreshold != 3 || c.LogRetentionDays != 14 ||
 		c.ThrottleRate != 25.5 || !c.Destroy || c.Architecture != ArchX86 || !c.Placeholders {
 		t.Errorf("parsed: %+v", c)
@@ -112,6 +121,9 @@ func TestConfigFromRejects(t *testing.T) {
 		CtxArchitecture:      "riscv64",
 		CtxLogRetentionDays:  31,
 		CtxThrottleBurst:     "-1",
+		CtxHeartbeatReserved: "-1",
+		CtxHeartbeatRate:     "0",
+		CtxHeartbeatBurst:    "2.5", // CloudFormation's burst limit is an integer
 		CtxRemovalPolicy:     "snapshot",
 		CtxPlaceholders:      "maybe",
 		CtxStackName:         42.0,

@@ -17,6 +17,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/metrics"
 )
 
@@ -30,8 +31,38 @@ const (
 	MetricTransitions = capacity.MetricTransitions
 	MetricRepaired    = capacity.MetricRepaired
 	MetricSwept       = capacity.MetricSwept
+	MetricNodesMoved  = capacity.MetricNodesMoved
 	DimensionTable    = metrics.DimensionTable
 )
+
+// The fleet's metrics: each managed pool's sweep writes one record
+// (fleet.PoolStats.Emit) under [Table, Pool] and [Table].
+const (
+	MetricNodesRegistered  = fleet.MetricNodesRegistered
+	MetricNodesReady       = fleet.MetricNodesReady
+	MetricNodesUnhealthy   = fleet.MetricNodesUnhealthy
+	MetricNodesUnreachable = fleet.MetricNodesUnreachable
+	MetricHeartbeatAgeP50  = fleet.MetricHeartbeatAgeP50
+	MetricHeartbeatAgeP99  = fleet.MetricHeartbeatAgeP99
+	MetricNodesSilent      = fleet.MetricNodesSilent
+	MetricNodesHeld        = fleet.MetricNodesHeld
+	MetricPoolDisrupted    = fleet.MetricPoolDisrupted
+	DimensionPool          = fleet.DimensionPool
+)
+
+// Rollouts: one record per state transition, RolloutTransitions (Count 1)
+// under [Table, State], written by shared/rollout (metrics.go). Literal
+// names here, not imported: they must equal that file's constants.
+const (
+	MetricRolloutTransitions = "RolloutTransitions"
+	DimensionState           = "State"
+)
+
+// RolloutStates are the State values of RolloutTransitions.
+var RolloutStates = []string{"aborting", "aborted", "rolled_back", "completed"}
+
+// nodeStateMetrics are the node counts by state, in fleet.States' order.
+var nodeStateMetrics = []string{MetricNodesRegistered, MetricNodesReady, MetricNodesUnhealthy, MetricNodesUnreachable}
 
 // Alarm thresholds (documented in docs/infrastructure.md).
 const (
@@ -40,6 +71,7 @@ const (
 	api5xxLowTraffic            = 5             // or this many 5xx when there were fewer
 	reconcilerErrorsFiveMinutes = 3             // failed passes in 5 minutes (of ~5)
 	reconcilerLagMillis         = 5 * 60 * 1000 // due work overdue by 5 minutes
+	unreachablePercent          = 10            // % of the deployment's nodes unreachable over 10 minutes
 )
 
 // Alarm ids (construct ids; CloudFormation names them <stack>-<id>-<suffix>).
@@ -52,6 +84,9 @@ const (
 	AlarmReconcilerStopped = "ReconcilerNotRunningAlarm"
 	AlarmReconcilerLag     = "ReconcilerLagAlarm"
 	AlarmReconcilerDLQ     = "ReconcilerDLQAlarm"
+	AlarmFleetMassSilence  = "FleetMassSilenceAlarm"
+	AlarmFleetUnreachable  = "FleetUnreachableShareAlarm"
+	AlarmRolloutAborting   = "RolloutAbortingAlarm"
 )
 
 // addObservability creates the alarms, their SNS topic and the dashboard.
@@ -133,7 +168,52 @@ func (s *Stack) addObservability(cfg Config, fns []Function) {
 	alarm(AlarmReconcilerDLQ, "EventBridge could not deliver reconciler ticks: see the messages in the dead-letter queue",
 		dlqDepth, 1, gte, quiet)
 
+	// The fleet. A mass silence: a pool's nodes went silent together and
+	// the sweep holds their marking (docs/fleet.md) — the control plane or
+	// the network failed, not the hosts.
+	fleetMax := func(name string) awscloudwatch.IMetric {
+		return s.emfMetric(name, nil, awscloudwatch.MetricProps{Statistic: jsii.String("Maximum"), Period: five, Unit: awscloudwatch.Unit_COUNT})
+	}
+	silence := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+		Expression:   jsii.String("MAX([FILL(disrupted, 0), FILL(held, 0)])"),
+		UsingMetrics: &map[string]awscloudwatch.IMetric{"disrupted": fleetMax(MetricPoolDisrupted), "held": fleetMax(MetricNodesHeld)},
+		Label:        jsii.String("pools disrupted / nodes held"), Period: five,
+	})
+	alarm(AlarmFleetMassSilence, "Mass silence: a pool's nodes went silent together (PoolDisrupted, or NodesHeld ≥ 1) and the sweep holds them back from unreachable: check the API, the heartbeat route's throttles and the network, not the hosts (docs/fleet.md)",
+		silence, 1, gte, quiet)
+	// Unreachable share of the deployment's nodes: the [Table] sums of the
+	// pools' sweep records over 10 minutes (every sweep counts every node).
+	ten := awscdk.Duration_Minutes(jsii.Number(10))
+	states := map[string]awscloudwatch.IMetric{}
+	var total []string
+	for i, name := range nodeStateMetrics {
+		id := fmt.Sprintf("s%d", i)
+		states[id] = s.emfMetric(name, nil, awscloudwatch.MetricProps{Statistic: jsii.String("Sum"), Period: ten, Unit: awscloudwatch.Unit_COUNT})
+		total = append(total, "FILL("+id+", 0)")
+	}
+	share := awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+		Expression:   jsii.String(fmt.Sprintf("IF((%[1]s) > 0, 100 * FILL(s3, 0) / (%[1]s), 0)", strings.Join(total, " + "))),
+		UsingMetrics: &states, Label: jsii.String("unreachable % of nodes"), Period: ten,
+	})
+	alarm(AlarmFleetUnreachable, fmt.Sprintf("More than %d%% of the deployment's nodes were unreachable over 10 minutes (NodesUnreachable / all nodes, from the fleet sweep's records): see the dashboard's nodes by state per pool", unreachablePercent),
+		share, unreachablePercent, awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, quiet)
+	aborting := s.emfMetric(MetricRolloutTransitions, map[string]string{DimensionState: "aborting"},
+		awscloudwatch.MetricProps{Statistic: jsii.String("Sum"), Period: five, Unit: awscloudwatch.Unit_COUNT})
+	alarm(AlarmRolloutAborting, "A rollout is aborting (failed nodes past its maxFailedNodes, or an operator's abort): its nodes go back to the release they ran (docs/rollouts.md)",
+		aborting, 1, gte, quiet)
+
 	s.addDashboard(fns, alarms, lag, dlqDepth)
+}
+
+// perPool is a search over the pools' [Table, Pool] series of one fleet
+// metric of this deployment: one line per pool (pools are created at run
+// time; a dashboard cannot list them).
+func (s *Stack) perPool(name, stat, label string, period awscdk.Duration) awscloudwatch.IMetric {
+	return awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+		Expression: jsii.String(fmt.Sprintf(`SEARCH('{%s,%s,%s} MetricName="%s" %s="%s"', '%s', %d)`,
+			MetricNamespace, DimensionPool, DimensionTable, name, DimensionTable, *s.Table.TableName(), stat, int(*period.ToSeconds(nil)))),
+		Label: jsii.String(label), Period: period,
+	})
 }
 
 // emfMetric is one of the functions' EMF metrics of this deployment: its
@@ -306,6 +386,41 @@ func (s *Stack) addDashboard(fns []Function, alarms []awscloudwatch.IAlarm, lag,
 			s.Table.MetricConsumedReadCapacityUnits(label(opt("Sum"), "read units")),
 			s.Table.MetricConsumedWriteCapacityUnits(label(opt("Sum"), "write units")),
 		}, s.Table.MetricConditionalCheckFailedRequests(label(opt("Sum"), "conditional check failed"))),
+	)
+
+	// The fleet, from the pools' sweep records (fleet.PoolStats) and the
+	// reconciler's moves; rollouts from their transition records.
+	count := func(name, stat, label string, dims map[string]string) awscloudwatch.IMetric {
+		return s.emfMetric(name, dims, awscloudwatch.MetricProps{
+			Statistic: jsii.String(stat), Label: jsii.String(label), Period: one, Unit: awscloudwatch.Unit_COUNT,
+		})
+	}
+	var byState, byStatePerPool []awscloudwatch.IMetric
+	for _, name := range nodeStateMetrics {
+		byState = append(byState, count(name, "Sum", name, nil))
+		byStatePerPool = append(byStatePerPool, s.perPool(name, "Maximum", name, one))
+	}
+	d.AddWidgets(
+		graph("Nodes by state (all pools: sum of the minute's sweeps)", 8, byState),
+		graph("Nodes by state per pool", 8, byStatePerPool),
+		graph("Heartbeat age per pool (ms): p50, p99", 8, []awscloudwatch.IMetric{
+			s.perPool(MetricHeartbeatAgeP50, "Maximum", "p50", one),
+			s.perPool(MetricHeartbeatAgeP99, "Maximum", "p99", one),
+		}),
+	)
+	var rollouts []awscloudwatch.IMetric
+	for _, st := range RolloutStates {
+		rollouts = append(rollouts, count(MetricRolloutTransitions, "Sum", st, map[string]string{DimensionState: st}))
+	}
+	d.AddWidgets(
+		graph("Silent and held nodes; pools in a mass silence", 8, []awscloudwatch.IMetric{
+			count(MetricNodesSilent, "Sum", "silent", nil),
+			count(MetricNodesHeld, "Sum", "held (mass silence)", nil),
+		}, count(MetricPoolDisrupted, "Maximum", "a pool disrupted (0/1)", nil)),
+		graph("Reservations moved off failed nodes", 8, []awscloudwatch.IMetric{
+			s.passMetric(MetricNodesMoved, "Sum", one, awscloudwatch.Unit_COUNT),
+		}),
+		graph("Rollouts by state reached (aborts and rollbacks)", 8, rollouts),
 	)
 }
 

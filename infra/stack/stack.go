@@ -235,6 +235,11 @@ func (s *Stack) addFunction(f Function, cfg Config, arch awslambda.Architecture,
 		// a second one, and API traffic can never starve the reconciler.
 		props.ReservedConcurrentExecutions = jsii.Number(1)
 	}
+	if f.Method != nil && f.Method.Name == HeartbeatMethod && cfg.HeartbeatReservedConcurrency > 0 {
+		// Heartbeats keep their own executions: tenant traffic on the
+		// other functions cannot take them (Heartbeat capacity).
+		props.ReservedConcurrentExecutions = jsii.Number(cfg.HeartbeatReservedConcurrency)
+	}
 	fn := awslambda.NewFunction(scope, jsii.String("Function"), props)
 	s.Lambdas[f.Name] = fn
 	s.Roles[f.Name] = role
@@ -376,18 +381,41 @@ func (s *Stack) addAPI(cfg Config, fns []Function, removal awscdk.RemovalPolicy)
 			AuthorizerName: jsii.String("jwt"),
 			JwtAudience:    jsii.Strings(cfg.JWTAudience...),
 		})
+	var heartbeat awsapigatewayv2.HttpRoute
 	for _, f := range fns {
 		if f.Method == nil {
 			continue
 		}
-		s.API.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
+		routes := s.API.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
 			Path:        jsii.String(f.Method.Path()),
 			Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod_POST},
 			Integration: awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String(f.Name), s.Lambdas[f.Name], nil),
 			Authorizer:  auth,
 		})
+		if f.Method.Name == HeartbeatMethod {
+			heartbeat = (*routes)[0]
+		}
 	}
+	// The heartbeat route's own bucket, sized for the fleet rather than for
+	// a tenant (the other routes keep DefaultRouteSettings). RouteSettings
+	// is raw JSON to CloudFormation (a route key → settings map), so the
+	// property names are spelled as CloudFormation wants them. The stage
+	// names the route by key, so it is created after the route.
+	s.Stage.Node().DefaultChild().(awsapigatewayv2.CfnStage).SetRouteSettings(map[string]any{
+		HeartbeatRouteKey(): map[string]any{
+			"ThrottlingRateLimit":  cfg.HeartbeatRateLimit,
+			"ThrottlingBurstLimit": cfg.HeartbeatBurstLimit,
+		},
+	})
+	s.Stage.Node().AddDependency(heartbeat)
 }
+
+// HeartbeatMethod is the method whose route and function are sized for the
+// fleet (docs/infrastructure.md, Heartbeat capacity).
+const HeartbeatMethod = "nodes.heartbeat"
+
+// HeartbeatRouteKey is the heartbeat's HTTP API route key.
+func HeartbeatRouteKey() string { return "POST " + api.Lookup(HeartbeatMethod).Path() }
 
 const accessLogFormat = `{"requestId":"$context.requestId","ip":"$context.identity.sourceIp","time":"$context.requestTime",` +
 	`"routeKey":"$context.routeKey","status":"$context.status","responseLength":"$context.responseLength",` +

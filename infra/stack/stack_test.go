@@ -91,6 +91,8 @@ func synth(m *testing.M) (int, error) {
 	ctx[CtxReleasePins] = testPins
 	ctx[CtxReleaseThreshold] = "2" // as -c gives it
 	ctx[CtxReleaseSignerRole] = testSigner
+	ctx[CtxHeartbeatReserved] = "250" // not the default: the value must arrive
+	ctx[CtxHeartbeatRate] = "4000"
 	app := awscdk.NewApp(&awscdk.AppProps{
 		Context: &ctx, Outdir: jsii.String(filepath.Join(dir, "cdk.out")), StackTraces: jsii.Bool(false),
 	})
@@ -234,8 +236,11 @@ func TestOneFunctionPerMethodPlusReconciler(t *testing.T) {
 		if !equal(p["TracingConfig"], map[string]any{"Mode": "Active"}) {
 			t.Errorf("%s: tracing %v", name, p["TracingConfig"])
 		}
-		if reserved, isReconciler := p["ReservedConcurrentExecutions"], name == api.ReconcilerFunction; isReconciler != (reserved != nil) || (isReconciler && reserved != 1.0) {
-			t.Errorf("%s: reserved concurrency %v (only the reconciler has 1)", name, reserved)
+		// Only the reconciler (1: one pass at a time) and the heartbeat
+		// (sized for the fleet) reserve concurrency.
+		want := map[string]any{api.ReconcilerFunction: 1.0, api.Lookup(HeartbeatMethod).FunctionName(): 250.0}[name]
+		if reserved := p["ReservedConcurrentExecutions"]; reserved != want {
+			t.Errorf("%s: reserved concurrency %v, want %v", name, reserved, want)
 		}
 		if !equal(p["Role"], getAtt(id.Role, "Arn")) {
 			t.Errorf("%s: runs as %v, want its own role", name, p["Role"])
@@ -363,6 +368,30 @@ func TestAuthorizerAndStage(t *testing.T) {
 		"ThrottlingBurstLimit": tested.ThrottleBurst, "ThrottlingRateLimit": tested.ThrottleRate,
 	}) {
 		t.Errorf("stage throttling %v", p["DefaultRouteSettings"])
+	}
+	// The heartbeat route has a bucket of its own, sized for the fleet;
+	// every tenant route keeps the default one.
+	if tested.HeartbeatRateLimit != 4000 || tested.HeartbeatBurstLimit != DefaultHeartbeatBurstLimit {
+		t.Fatalf("test context: heartbeat rate %v burst %v", tested.HeartbeatRateLimit, tested.HeartbeatBurstLimit)
+	}
+	key := "POST /api/compute/nodes/heartbeat"
+	if !equal(p["RouteSettings"], map[string]any{key: map[string]any{
+		"ThrottlingBurstLimit": DefaultHeartbeatBurstLimit, "ThrottlingRateLimit": 4000,
+	}}) {
+		t.Errorf("stage route settings %s, want the heartbeat route's own throttle", jsonOf(p["RouteSettings"]))
+	}
+	var route string
+	for id, r := range ofType("AWS::ApiGatewayV2::Route") {
+		if r.Properties["RouteKey"] == key {
+			route = id
+		}
+	}
+	var doc map[string]any
+	if err := json.Unmarshal(tmplJSON, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if deps := strs(path(doc, "Resources", ref["stage"], "DependsOn")); route == "" || !slices.Contains(deps, route) {
+		t.Errorf("the stage names route %q in its settings but does not depend on it (DependsOn %v)", route, deps)
 	}
 	if format, _ := path(p, "AccessLogSettings", "Format").(string); !json.Valid([]byte(format)) || !strings.Contains(format, "$context.requestId") {
 		t.Errorf("access log format %q", format)
@@ -797,8 +826,43 @@ func TestAlarms(t *testing.T) {
 	has("DLQ depth", func(p map[string]any) bool {
 		return metric("AWS/SQS", "ApproximateNumberOfMessagesVisible")(p) && dim(p, getAtt(ref["dlq"], "QueueName"))
 	})
-	if len(alarms) != 8 {
-		t.Errorf("%d alarms, want the 8 above", len(alarms))
+	// The fleet: each on the deployment's [Table] series, with its
+	// statistic, period and threshold.
+	stat := func(p map[string]any, name, statistic string, period float64, dims ...string) bool {
+		ms, _ := p["Metrics"].([]any)
+		for _, m := range ms {
+			ms := path(m, "MetricStat")
+			var names []string
+			ds, _ := path(ms, "Metric", "Dimensions").([]any)
+			for _, d := range ds {
+				names = append(names, path(d, "Name").(string))
+			}
+			if path(ms, "Metric", "Namespace") == MetricNamespace && path(ms, "Metric", "MetricName") == name &&
+				path(ms, "Stat") == statistic && path(ms, "Period") == period && path(ms, "Unit") == "Count" && equal(names, dims) {
+				return true
+			}
+		}
+		return false
+	}
+	has("mass silence", func(p map[string]any) bool {
+		return expression("MAX([FILL(disrupted, 0), FILL(held, 0)])", MetricPoolDisrupted, MetricNodesHeld)(p) &&
+			stat(p, MetricPoolDisrupted, "Maximum", 300, DimensionTable) && stat(p, MetricNodesHeld, "Maximum", 300, DimensionTable) &&
+			p["Threshold"] == 1.0 && p["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+	})
+	has("unreachable share", func(p map[string]any) bool {
+		ok := expression("100 * FILL(s3, 0) / (FILL(s0, 0) + FILL(s1, 0) + FILL(s2, 0) + FILL(s3, 0))",
+			MetricNodesRegistered, MetricNodesReady, MetricNodesUnhealthy, MetricNodesUnreachable)(p)
+		for _, m := range nodeStateMetrics {
+			ok = ok && stat(p, m, "Sum", 600, DimensionTable)
+		}
+		return ok && p["Threshold"] == 10.0 && p["ComparisonOperator"] == "GreaterThanThreshold"
+	})
+	has("rollout aborting", func(p map[string]any) bool {
+		return metric(MetricNamespace, MetricRolloutTransitions)(p) && dim(p, refTo(ref["table"])) && dim(p, "aborting") &&
+			p["Statistic"] == "Sum" && p["Period"] == 300.0 && p["Threshold"] == 1.0 && p["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+	})
+	if len(alarms) != 11 {
+		t.Errorf("%d alarms, want the 11 above", len(alarms))
 	}
 	check(t, "dashboard", func() { tmpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Dashboard"), jsii.Number(1)) })
 }
