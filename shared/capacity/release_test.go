@@ -190,7 +190,9 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 	k := capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu"}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
+	var mu sync.Mutex
 	released := 0
+	cutOff := 0 // flows that ran out of their deadline: creates answered UNAVAILABLE, releases
 	wg.Add(1)
 	go func() { // the canceller
 		defer wg.Done()
@@ -206,15 +208,21 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 				return
 			}
 			for _, r := range rs {
-				if _, err := e.svc.ReleaseReservation(ctx, "acme", r.ReservationID); err == nil {
+				_, err := e.svc.ReleaseReservation(ctx, "acme", r.ReservationID)
+				mu.Lock()
+				switch {
+				case err == nil:
 					released++
+				case errors.Is(err, context.DeadlineExceeded):
+					cutOff++ // its give-back is the sweep's
+				default:
+					t.Errorf("release of draft %s: %v", r.ReservationID, err)
 				}
+				mu.Unlock()
 			}
 		}
 	}()
-	var mu sync.Mutex
 	out := map[string]int{}
-	cutOff := 0 // UNAVAILABLE at the flow's deadline
 	var creators sync.WaitGroup
 	for range 16 {
 		creators.Add(1)
@@ -239,7 +247,15 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 				}
 				mu.Unlock()
 				if err == nil && r.State.Holding() {
-					_, _ = e.svc.ReleaseReservation(ctx, "acme", r.ReservationID)
+					if _, err := e.svc.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil {
+						mu.Lock()
+						if errors.Is(err, context.DeadlineExceeded) {
+							cutOff++ // its give-back is the sweep's
+						} else {
+							t.Errorf("release of %s: %v", r.ReservationID, err)
+						}
+						mu.Unlock()
+					}
 				}
 			}
 		}()
@@ -265,10 +281,21 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 		t.Errorf("%d charge records left on the row after the churn (%d flows cut off)", len(row.Charging), cutOff)
 	}
 	// A flow cut off may leave its draft's devices for the reconciler to
-	// free; only without one must the whole pool be free at once.
+	// free, or its reservation placed (cut off after the fence: the client
+	// saw UNAVAILABLE and would retry or release it); only without one must
+	// the whole pool be free at once.
 	if cutOff > 0 {
 		e.clock.Advance(capacity.StaleAfter + time.Second)
 		e.pass(t)
+	}
+	for _, st := range []capacity.State{capacity.Placed, capacity.Binding, capacity.Active} {
+		rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: st}, capacity.Page{Limit: 100}))
+		if len(rs) > 0 && cutOff == 0 {
+			t.Errorf("%d reservations %s after the churn, none cut off", len(rs), st)
+		}
+		for _, r := range rs {
+			must(e.svc.ReleaseReservation(ctx, "acme", r.ReservationID))
+		}
 	}
 	if r, err := e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 24*8, 0, time.Hour), allow); err != nil || r.State != capacity.Placed {
 		t.Errorf("a whole-pool create after the churn: %+v %v", r, err)
