@@ -52,17 +52,32 @@ var ReconcileFaultPoints = []string{
 	"reconcile.credited", "reconcile.unplaced", FaultReconcileSwept,
 }
 
+// ErrProvisionCut is what CalendarStore.Provision returns (wrapped) when it
+// stopped starting puts because its context's deadline was near: the
+// node-hours it put stay, the hour's marker is not written, and the next
+// Provision of the hour puts only the node-hours still missing.
+var ErrProvisionCut = errors.New("provisioning stopped before the deadline")
+
 // pool completes a pool's creation if a crash cut it short, provisions its
 // hours ahead and marks it due again at the start of the next hour (when
 // the next hour enters the ProvisionHours ahead).
-func (rc *Reconciler) pool(ctx context.Context, p Pool, due, now time.Time, budget *atomic.Int64) (step, error) {
+//
+// Provisioning runs under the pass's stop time (lim.stopAt): a big pool
+// (12,500 nodes × 72 hours for 100,000 devices) takes several passes, and
+// each ends its part before the pass's deadline instead of at it — what
+// it put is kept (ProvisionedTo moves to the hour in progress) and the
+// pool stays due for the next pass. Its due work is provisioning only
+// (st.ahead), which the pass's Lag does not count (docs/capacity.md,
+// "Provisioning big pools"); an unfinished creation does.
+func (rc *Reconciler) pool(ctx context.Context, p Pool, due, now time.Time, lim limits) (step, error) {
 	s := rc.Service
 	if now.Before(due) {
 		return step{}, nil
 	}
-	var st step
+	st := step{ahead: true}
 	if due.Equal(p.CreatedAt.Add(StaleAfter)) {
 		// Still due from its claim: the create did not finish.
+		st.ahead = false
 		if err := s.completePool(ctx, p, now); err != nil {
 			return st, err
 		}
@@ -72,14 +87,28 @@ func (rc *Reconciler) pool(ctx context.Context, p Pool, due, now time.Time, budg
 	if horizon <= 0 {
 		horizon = ProvisionHours
 	}
-	hours, through, done, err := s.provisionPool(ctx, p, now, horizon, budget)
+	pctx := ctx
+	if !lim.stopAt.IsZero() {
+		var cancel context.CancelFunc
+		pctx, cancel = context.WithDeadline(ctx, lim.stopAt)
+		defer cancel()
+	}
+	hours, through, done, err := s.provisionPool(pctx, p, now, horizon, lim.budget)
 	st.provisioned = hours
-	if err != nil {
+	switch {
+	case err != nil && errors.Is(err, ErrProvisionCut) && ctx.Err() == nil:
+		// Stopped before the pass's deadline, progress kept: not an error.
+		st.cut = true
+	case err != nil:
 		return st, err
 	}
 	next := (HourOf(now) + 1).Start()
 	if !done {
-		next = now // the budget ran out: the next pass goes on
+		next = now // the budget or the pass's time ran out: the next pass goes on
+		if next.Equal(p.CreatedAt.Add(StaleAfter)) {
+			// That due time says "creation unfinished" (above): not it.
+			next = next.Add(time.Millisecond)
+		}
 	}
 	if err := s.Store.PoolDue(ctx, p.PoolID, next, through); err != nil {
 		return st, unavailable(err)
@@ -121,7 +150,8 @@ type Reconciler struct {
 	// deadline (default 10% of the time left, at most 5s).
 	Margin time.Duration
 	// ProvisionBudget bounds the node-hours one pass provisions (default
-	// DefaultProvisionBudget); pools left over stay due for the next.
+	// DefaultProvisionBudget); pools left over stay due for the next. The
+	// pass's stop time bounds it too (see pool).
 	ProvisionBudget int
 	// ProvisionHours is how many hours ahead pools are kept provisioned
 	// (default ProvisionHours).
@@ -134,20 +164,23 @@ type Reconciler struct {
 // DefaultProvisionBudget: node-hours one pass provisions at most (about
 // 15 s of writes at 16 at once on DynamoDB; an hour of the largest
 // resource, 100,000 one-device nodes, is always started when budget is
-// left).
+// left). On a slower store the pass's deadline stops it first: what was
+// put is kept and the next pass goes on.
 const DefaultProvisionBudget = 50_000
 
 // PassResult summarizes one pass.
 type PassResult struct {
 	Found       int            `json:"found"`
-	Transitions map[string]int `json:"transitions"` // by target state
-	Repaired    int            `json:"repaired"`    // crash leftovers: stale drafts expired, pool creations completed
-	Swept       int            `json:"swept"`       // terminal reservations' give-back re-run (routine)
-	Settled     int            `json:"settled"`     // quota rows whose charge records were settled (routine)
-	Provisioned int            `json:"provisioned"` // hours ahead provisioned (every node-hour of a resource's hour stored)
-	Fleet       int            `json:"fleet"`       // managed pools whose nodes were swept (routine)
-	Told        int            `json:"told"`        // binds written to nodes, and reservations moved off failed nodes
-	Skipped     int            `json:"skipped"`     // not yet due, or another pass got there first
+	Transitions map[string]int `json:"transitions"`  // by target state
+	Repaired    int            `json:"repaired"`     // crash leftovers: stale drafts expired, pool creations completed
+	Swept       int            `json:"swept"`        // terminal reservations' give-back re-run (routine)
+	Settled     int            `json:"settled"`      // quota rows whose charge records were settled (routine)
+	Provisioned int            `json:"provisioned"`  // hours ahead provisioned (every node-hour of a resource's hour stored)
+	Fleet       int            `json:"fleet"`        // managed pools whose nodes were swept (routine)
+	Told        int            `json:"told"`         // binds written to nodes, and reservations moved off failed nodes
+	NodesMoved  int            `json:"nodesMoved"`   // reservations moved off failed nodes (moves completed)
+	Cut         int            `json:"provisionCut"` // pools whose provisioning stopped at the pass's stop time (due again at once)
+	Skipped     int            `json:"skipped"`      // not yet due, or another pass got there first
 	Errors      int            `json:"errors"`
 	Lag         time.Duration  `json:"-"` // now − oldest dueAt found (0 if none)
 	Stopped     bool           `json:"stoppedEarly"`
@@ -174,8 +207,21 @@ type step struct {
 	settled     bool
 	fleet       bool
 	told        int // nodes told to bind, and moves made
+	nodesMoved  int // moves completed off failed nodes (binding.go)
 	gone        bool
 	provisioned int
+	// ahead: a pool whose only due work is provisioning its hours ahead
+	// (not counted in the lag); cut: that provisioning stopped at the
+	// pass's stop time.
+	ahead bool
+	cut   bool
+}
+
+// limits are what bounds one pass's provisioning: the node-hours left to
+// provision and the time the pass stops taking work (zero: no deadline).
+type limits struct {
+	budget *atomic.Int64
+	stopAt time.Time
 }
 
 // Pass runs one reconciler pass and logs its summary line. Each shard of
@@ -200,8 +246,9 @@ func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 	if rc.ProvisionBudget <= 0 {
 		budget.Store(DefaultProvisionBudget)
 	}
+	lim := limits{budget: &budget, stopAt: stopAt}
 	if rc.Serial {
-		return rc.serialPass(ctx, now, start, &budget)
+		return rc.serialPass(ctx, now, start, lim)
 	}
 	workers := rc.Workers
 	if workers <= 0 {
@@ -247,7 +294,7 @@ func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 		go func() {
 			defer consumers.Done()
 			for d := range items {
-				st, err := rc.handle(ctx, d, now, &budget)
+				st, err := rc.handle(ctx, d, now, lim)
 				results <- result{st, d.Due, err}
 			}
 		}()
@@ -261,7 +308,7 @@ func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 }
 
 // serialPass is Pass with one item at a time, shard after shard.
-func (rc *Reconciler) serialPass(ctx context.Context, now, start time.Time, budget *atomic.Int64) (PassResult, error) {
+func (rc *Reconciler) serialPass(ctx context.Context, now, start time.Time, lim limits) (PassResult, error) {
 	res := PassResult{Transitions: map[string]int{}}
 	var oldest time.Time
 	var scanErr error
@@ -272,7 +319,7 @@ func (rc *Reconciler) serialPass(ctx context.Context, now, start time.Time, budg
 		}
 		for _, d := range due {
 			res.Found++
-			st, err := rc.handle(ctx, d, now, budget)
+			st, err := rc.handle(ctx, d, now, lim)
 			res.add(rc.Service, st, d.Due, err, &oldest)
 		}
 	}
@@ -287,10 +334,16 @@ func (p *PassResult) add(s *Service, r step, due time.Time, err error, oldest *t
 	}
 	p.Provisioned += r.provisioned
 	p.Told += r.told
+	p.NodesMoved += r.nodesMoved
+	if r.cut {
+		p.Cut++
+	}
 	// Lag is the age of the oldest real work: an entry whose item is gone
 	// is skipped and does not hold the metric up, nor do the fleet's
-	// sweeps and rollouts (due every pass by design, from their start).
-	if !r.gone && !r.fleet && (oldest.IsZero() || due.Before(*oldest)) {
+	// sweeps and rollouts (due every pass by design, from their start),
+	// nor a pool whose only due work is provisioning ahead (creates never
+	// wait for it: a node-hour not stored yet is made up empty).
+	if !r.gone && !r.fleet && !r.ahead && (oldest.IsZero() || due.Before(*oldest)) {
 		*oldest = due
 	}
 	switch {
@@ -321,10 +374,10 @@ func (p *PassResult) finish(now, start, oldest time.Time) {
 }
 
 // handle moves one due item forward as far as it can go now.
-func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time, budget *atomic.Int64) (step, error) {
+func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time, lim limits) (step, error) {
 	s := rc.Service
 	if d.Pool != nil {
-		return rc.pool(ctx, *d.Pool, d.Due, now, budget)
+		return rc.pool(ctx, *d.Pool, d.Due, now, lim)
 	}
 	if d.Quota != nil {
 		return rc.quota(ctx, *d.Quota, now)
@@ -423,14 +476,16 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time, budg
 
 // The metrics of a pass's summary line: the lag (milliseconds between the
 // oldest due item's dueAt and the pass), the transitions it made, the
-// repairs it did and the sweeps, with the table as dimension. The CDK app
-// alarms on and graphs these names.
+// repairs it did, the sweeps and the reservations moved off failed nodes,
+// with the table as dimension. The CDK app alarms on and graphs these
+// names.
 const (
 	MetricNamespace   = metrics.Namespace
 	MetricLag         = "Lag"
 	MetricTransitions = "transitioned"
 	MetricRepaired    = "repaired"
 	MetricSwept       = "swept"
+	MetricNodesMoved  = "NodesMoved"
 	DimensionTable    = metrics.DimensionTable
 )
 
@@ -442,6 +497,7 @@ var PassMetrics = metrics.Directive{
 		{Name: MetricTransitions, Unit: metrics.Count},
 		{Name: MetricRepaired, Unit: metrics.Count},
 		{Name: MetricSwept, Unit: metrics.Count},
+		{Name: MetricNodesMoved, Unit: metrics.Count},
 	},
 }
 
@@ -467,6 +523,9 @@ func (p PassResult) Log(ctx context.Context, logger *slog.Logger, table string) 
 		slog.Int("settled", p.Settled),
 		slog.Int("fleet", p.Fleet),
 		slog.Int("told", p.Told),
+		slog.Int(MetricNodesMoved, p.NodesMoved),
+		slog.Int("provisioned", p.Provisioned),
+		slog.Int("provisionCut", p.Cut),
 		slog.Int("skipped", p.Skipped),
 		slog.Int("errors", p.Errors),
 		slog.Bool("stoppedEarly", p.Stopped),

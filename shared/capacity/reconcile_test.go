@@ -1,13 +1,16 @@
 package capacity_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/metrics"
 )
 
 var errCrash = errors.New("injected crash")
@@ -451,4 +454,25 @@ func TestReconcileSkipsGhostEntries(t *testing.T) {
 		t.Errorf("the real reservation is %s, want active", got.State)
 	}
 	e.check(t)
+}
+
+// The pass summary is an EMF record that publishes NodesMoved (the
+// reservations moved off failed nodes) beside the lag and the counts.
+func TestPassLogPublishesNodesMoved(t *testing.T) {
+	var buf bytes.Buffer
+	capacity.PassResult{Found: 3, Transitions: map[string]int{}, NodesMoved: 2, Lag: time.Second}.
+		Log(context.Background(), slog.New(slog.NewJSONHandler(&buf, nil)), "bc-table")
+	points, ok, err := metrics.Parse(bytes.TrimSpace(buf.Bytes()))
+	if err != nil || !ok {
+		t.Fatalf("not an EMF record (%v): %s", err, buf.Bytes())
+	}
+	got := map[string]float64{}
+	for _, p := range points {
+		if p.Dimensions[capacity.DimensionTable] == "bc-table" && len(p.Values) == 1 {
+			got[p.Name] = p.Values[0]
+		}
+	}
+	if got[capacity.MetricNodesMoved] != 2 || got[capacity.MetricLag] != 1000 {
+		t.Errorf("published %v, want NodesMoved 2 and Lag 1000", got)
+	}
 }

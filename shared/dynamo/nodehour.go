@@ -277,10 +277,22 @@ func (s *Capacity) nodeQuery(ctx context.Context, kc expression.KeyConditionBuil
 // provisionWorkers bounds the puts of one Provision.
 const provisionWorkers = 32
 
+// provisionStop: Provision starts no put once less than this is left
+// before its context's deadline, so the puts in flight finish in time.
+const provisionStop = time.Second
+
 // Provision implements capacity.CalendarStore: every missing node-hour of
 // the hour (a conditional put each, so one that a create already wrote is
 // left alone), then the marker. Concurrent provisioners of one hour do the
 // same puts; whichever finishes first writes the marker.
+//
+// It first reads which node-hours of the hour are stored (one keys-and-node
+// Query of the hour's partition: a few pages for 12,500 nodes) and puts
+// only the others, so an hour a deadline cut short goes on where it
+// stopped rather than paying a failed conditional put per node again. Once
+// less than provisionStop is left before ctx's deadline it starts no more
+// puts, waits for those in flight and returns capacity.ErrProvisionCut
+// (wrapped): what it put stays, the marker is not written.
 func (s *Capacity) Provision(ctx context.Context, t capacity.PoolResource, h capacity.Hour) (bool, error) {
 	pk := calPK(t.PoolID, t.Resource, h)
 	var marker hourItem
@@ -288,6 +300,22 @@ func (s *Capacity) Provision(ctx context.Context, t capacity.PoolResource, h cap
 		return false, err
 	}
 	nodes := t.Nodes()
+	stored, missing := make([]bool, nodes), nodes
+	proj := expression.NamesList(expression.Name("node"))
+	kc := expression.Key(schema.AttrPK).Equal(expression.Value(pk)).And(expression.Key(schema.AttrSK).BeginsWith("N#"))
+	if err := queryEach(ctx, s.table(), kc, &proj, func(it struct {
+		Node int `dynamodbav:"node"`
+	}) error {
+		if it.Node >= 0 && it.Node < nodes && !stored[it.Node] {
+			stored[it.Node] = true
+			missing--
+		}
+		return nil
+	}); err != nil {
+		return false, err
+	}
+	stopAt, hasDeadline := ctx.Deadline()
+	stopAt = stopAt.Add(-provisionStop)
 	jobs := make(chan int)
 	errc := make(chan error, provisionWorkers)
 	var wg sync.WaitGroup
@@ -305,10 +333,19 @@ func (s *Capacity) Provision(ctx context.Context, t capacity.PoolResource, h cap
 		}()
 	}
 	var err error
+	put := 0
 feed:
 	for k := 0; k < nodes; k++ {
+		if stored[k] {
+			continue
+		}
+		if (hasDeadline && time.Now().After(stopAt)) || ctx.Err() != nil {
+			err = fmt.Errorf("%w: %s hour %s: %d of %d missing node-hours put", capacity.ErrProvisionCut, pk, h, put, missing)
+			break feed
+		}
 		select {
 		case jobs <- k:
+			put++
 		case err = <-errc:
 			break feed
 		}
@@ -316,11 +353,12 @@ feed:
 	close(jobs)
 	wg.Wait()
 	close(errc)
+	for e := range errc {
+		err = e // a failed put outranks the cut
+		break
+	}
 	if err != nil {
 		return false, err
-	}
-	for e := range errc {
-		return false, e
 	}
 	return true, s.PutHour(ctx, t, h)
 }
