@@ -326,10 +326,11 @@ var Catalog = []*Method{
 		},
 		Input: reflect.TypeFor[CreateRolloutInput](), Output: reflect.TypeFor[RolloutResult](),
 		Errors: []ErrorCase{
-			{apierr.InvalidInput, "the release expired (`expired`), a pool is named twice, a wave gives both or neither of `nodes` and `percent`, covers fewer nodes than the one before or (the last) not every node, or `drain.onTimeout` is neither `skip` nor `force`",
-				[]Detail{detail("field", "version", "pools", "waves[i]", "drain.onTimeout"), detail("reason", rollout.ReasonExpired, "constraint")}},
+			{apierr.InvalidInput, "the release expired (`expired`), the pools have no managed node (`no_nodes`, field `pools`), no managed node of the pools has a binary for its platform in the release (`no_binary`, field `version`), a pool is named twice, a wave gives both or neither of `nodes` and `percent`, covers fewer nodes than the one before or (the last) not every node, or `drain.onTimeout` is neither `skip` nor `force`",
+				[]Detail{detail("field", "version", "pools", "waves[i]", "drain.onTimeout"), detail("reason", rollout.ReasonExpired, rollout.ReasonNoNodes, rollout.ReasonNoBinary, "constraint")}},
 			{apierr.NotFound, "the version is not registered, or a pool does not exist (`poolId`)", []Detail{detail("poolId")}},
 			{apierr.Conflict, "a pool is in another rollout that is not finished (`rolloutId`), or the `clientToken` was used for another request", []Detail{detail("rolloutId"), detail("field", "clientToken")}},
+			{apierr.Unavailable, "a dependency failed (`dependency`), or the create took longer than the reconciler's staleness limit and the reconciler abandoned it (no `dependency`); retry with the same `clientToken`", []Detail{detail("dependency")}},
 		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:Query"}, Indexes: []string{BaseTable}},
 	{Name: "rollouts.get", Kind: Read, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout", Phase: "v0.6",
