@@ -385,7 +385,7 @@ func (w *world) releaser(tenant, id string, wait time.Duration) func(ctx context
 func (w *world) rolloutActor(ctx context.Context) {
 	w.s.sleep(ctx, time.Duration(5+w.rng.IntN(30))*time.Second)
 	req := w.rolloutRequest()
-	for attempt := 0; attempt < 4; attempt++ {
+	for attempt := 0; attempt < 10; attempt++ {
 		var r rollout.Rollout
 		err, _, _ := w.invoke(ctx, 10*time.Second, func(ctx context.Context) error {
 			var err error
@@ -401,7 +401,7 @@ func (w *world) rolloutActor(ctx context.Context) {
 			w.fail("rollout", w.s.steps, "rollouts.create refused: %v", err)
 			return
 		}
-		w.s.sleep(ctx, time.Second)
+		w.s.sleep(ctx, 15*time.Second)
 	}
 	if w.rolloutID == "" {
 		return

@@ -23,8 +23,8 @@ import (
 // invariants (capacity.Check), and, once every window ended, that nodes
 // are told nothing and were told about what they held when registered (h).
 //
-// Checks: a (no answer binds two overlapping reservations on one device,
-// or a terminal one), b (no placement on a node out of placement all along
+// Checks: a (no answer binds two overlapping reservations on one device),
+// a-terminal (nor a reservation terminal when it answered), b (no placement on a node out of placement all along
 // since before the create), c (flags and CountOut match eligibility), d
 // (no node started at or above maxUnavailable), e (active only from
 // honest bound reports answering a bind entry), f (each node on what its
@@ -173,7 +173,7 @@ func (w *world) answered(n *node, res fleet.HeartbeatResult) {
 		}
 		r, err := w.capI.GetReservation(context.Background(), a.TenantID, a.ReservationID)
 		if err == nil && r.State.Terminal() {
-			w.fail("a", w.s.steps, "%s told to bind %s, %s", n.ref, a.ReservationID, r.State)
+			w.fail("a-terminal", w.s.steps, "%s told to bind %s, %s", n.ref, a.ReservationID, r.State)
 		}
 	}
 }
@@ -346,9 +346,12 @@ func (w *world) quiesce(ctx context.Context) {
 // the rollout (if any) finished and three passes in a row moved nothing.
 func (w *world) settle(ctx context.Context, when string) {
 	calm := 0
+	var res capacity.PassResult
 	for i := 0; calm < 3; i++ {
-		if i == 100 {
-			w.fail("quiescence", 0, "%s: no quiescence after %d rounds", when, i)
+		if i == 60 {
+			r, _ := w.rollI.GetRollout(ctx, w.rolloutID)
+			w.fail("quiescence", 0, "%s: no quiescence after %d rounds: last pass %+v; rollout %s finished=%v counts %+v", when, i, res,
+				r.State, r.Finished, r.Counts)
 			return
 		}
 		if w.rolloutID != "" {
@@ -358,7 +361,7 @@ func (w *world) settle(ctx context.Context, when string) {
 				}
 			}
 		}
-		res := w.round(ctx, when)
+		res = w.round(ctx, when)
 		done := true
 		if w.rolloutID != "" {
 			rec, err := w.rollI.GetRollout(ctx, w.rolloutID)

@@ -3,6 +3,8 @@ package fleetproto
 import (
 	"context"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -98,10 +100,9 @@ func describe(p any) (name string, write bool, node *nodeRef) {
 		if in.IndexName != nil {
 			name += " " + *in.IndexName
 		}
-		for _, v := range in.ExpressionAttributeValues {
-			if s, ok := v.(*types.AttributeValueMemberS); ok && strings.Contains(s.Value, "#") {
+		for _, k := range slices.Sorted(maps.Keys(in.ExpressionAttributeValues)) {
+			if s, ok := in.ExpressionAttributeValues[k].(*types.AttributeValueMemberS); ok && strings.Contains(s.Value, "#") {
 				name += " " + s.Value
-				break
 			}
 		}
 		return name, false, nil
