@@ -30,10 +30,16 @@ import (
 //	     reconciler writes them; the sweep forgets unbinds reported done);
 //	     nb counts them
 //	oc, rc    the operator's and a rollout's cordon
-//	fl, flTo  its node-hours carry the ineligible flag through flTo; psk
-//	     NODE#OUT#<resource>#<k> while they do (the `bypool` LSI: a count of
-//	     the pool's nodes out of service, what a rollout's maxUnavailable
-//	     counts)
+//	fg   the generation the last flag writer claimed; fl, flTo, flGen what
+//	     the last writer to finish applied: its node-hours carry the
+//	     ineligible flag through flTo (docs/fleet.md, Eligibility)
+//	psk  NODE#OUT#<resource>#<k> while the node is out of service (the
+//	     `bypool` LSI: a count of the pool's nodes out of service, what a
+//	     rollout's maxUnavailable counts) — set by the very write that takes
+//	     it out (a report, a cordon, the sweep), removed once its flags are
+//	     lifted
+//	bv   rises with every change of b (a bind is conditioned on it)
+//	adp  the reservations it held when it registered were told to it
 //	tgt, floor  a rollout's target release {v, s, rid} and the floor it
 //	     tells meanwhile
 //	ssk  NODE#<state>#<resource>#<k> (the `bystate` LSI: lists by state)
@@ -106,11 +112,12 @@ type cordonItem struct {
 }
 
 type bindItem struct {
-	T string `dynamodbav:"t"`
-	M int64  `dynamodbav:"m"`
-	S int64  `dynamodbav:"s"`
-	E int64  `dynamodbav:"e"`
-	A string `dynamodbav:"a"`
+	T  string `dynamodbav:"t"`
+	M  int64  `dynamodbav:"m"`
+	S  int64  `dynamodbav:"s"`
+	E  int64  `dynamodbav:"e"`
+	A  string `dynamodbav:"a"`
+	MV int    `dynamodbav:"mv"`
 }
 
 type nodeItem struct {
@@ -139,9 +146,13 @@ type nodeItem struct {
 	Entries   map[string]bindItem `dynamodbav:"b"`
 	NB        int                 `dynamodbav:"nb"`
 	Reported  map[string]string   `dynamodbav:"rep"`
+	Gen       int64               `dynamodbav:"fg,omitempty"`
+	FlagGen   int64               `dynamodbav:"flGen,omitempty"`
 	Flagged   bool                `dynamodbav:"fl,omitempty"`
 	FlaggedTo int64               `dynamodbav:"flTo,omitempty"`
 	PSK       string              `dynamodbav:"psk,omitempty"`
+	BV        int64               `dynamodbav:"bv,omitempty"`
+	Adopted   bool                `dynamodbav:"adp,omitempty"`
 	Target    *targetItem         `dynamodbav:"tgt,omitempty"`
 	Floor     int64               `dynamodbav:"floor,omitempty"`
 }
@@ -193,7 +204,8 @@ func (it nodeItem) record() fleet.Record {
 		KeyID: it.KeyID, State: fleet.State(it.State), CreatedAt: parseTime(it.CreatedAt)},
 		Index: it.Index, Owner: it.Owner, PublicKey: it.Pub, Counter: it.Counter, NodeSize: it.NodeSize,
 		Operator: it.Operator.cordon(), Rollout: it.Rollout.cordon(), Entries: map[string]fleet.Entry{}, Reported: it.Reported,
-		Flagged: it.Flagged, FlaggedTo: capacity.Hour(it.FlaggedTo), Target: it.Target.target(), Floor: it.Floor}
+		Gen: it.Gen, FlagGen: it.FlagGen, Flagged: it.Flagged, FlaggedTo: capacity.Hour(it.FlaggedTo), Out: it.PSK != "",
+		BindVersion: it.BV, Adopted: it.Adopted, Target: it.Target.target(), Floor: it.Floor}
 	if r.Reported == nil {
 		r.Reported = map[string]string{}
 	}
@@ -223,8 +235,9 @@ func (it nodeItem) record() fleet.Record {
 		r.Health = &h
 	}
 	for id, e := range it.Entries {
-		r.Entries[id] = fleet.Entry{TenantID: e.T, Mask: capacity.Mask(uint64(e.M)), Action: e.A,
+		r.Entries[id] = fleet.Entry{TenantID: e.T, Mask: capacity.Mask(uint64(e.M)), Action: e.A, Moves: e.MV,
 			Window: capacity.Window{Start: time.UnixMilli(e.S).UTC(), End: time.UnixMilli(e.E).UTC()}}
+
 	}
 	return r
 }
@@ -242,7 +255,7 @@ func (s *Fleet) PutNode(ctx context.Context, r fleet.Record) (fleet.Record, erro
 	it := nodeItem{PK: poolPK(r.PoolID), SK: nodeItemSK(r.Resource, r.Index), SSK: nodeSSK(r.State, r.Resource, r.Index), Kind: kindNode,
 		PoolID: r.PoolID, NodeID: r.NodeID, Resource: r.Resource, Index: r.Index, NodeSize: r.NodeSize, Owner: r.Owner,
 		Platform: r.Platform, KeyID: r.KeyID, Pub: r.PublicKey, State: string(r.State), CreatedAt: fmtTime(r.CreatedAt),
-		Entries: map[string]bindItem{}, Reported: map[string]string{}}
+		Entries: map[string]bindItem{}, Reported: map[string]string{}, PSK: nodeOutPSK(r.Resource, r.Index)}
 	err := s.table().put(ctx, it, notExists)
 	if isConditionFailed(err) {
 		stored, gerr := s.GetNode(ctx, r.PoolID, r.Resource, r.Index)
@@ -381,6 +394,11 @@ func (s *Fleet) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep
 		Set(expression.Name(schema.AttrState), expression.Value(nodeSSK(st, r.Resource, r.Index))).
 		Set(expression.Name("health"), expression.Value(toHealthItem(rep.Health))).
 		Set(expression.Name("rep"), expression.Value(reported))
+	if st != fleet.Ready {
+		// Out of service from the moment the report is accepted: a rollout
+		// counting the pool's out-of-service index sees it at once.
+		upd = upd.Set(expression.Name(schema.AttrPool), expression.Value(nodeOutPSK(r.Resource, r.Index)))
+	}
 	if rep.Running != nil {
 		upd = upd.Set(expression.Name("running"), expression.Value(versionItem{V: rep.Running.Version, S: rep.Running.Sequence}))
 	} else {
@@ -421,6 +439,7 @@ func (s *Fleet) SetCordon(ctx context.Context, r fleet.Record, by string, c *fle
 	var cnd expression.ConditionBuilder
 	if c != nil {
 		upd, cnd = expression.Set(attr, expression.Value(toCordonItem(c))), expression.AttributeNotExists(attr)
+		upd = upd.Set(expression.Name(schema.AttrPool), expression.Value(nodeOutPSK(r.Resource, r.Index)))
 	} else {
 		upd, cnd = expression.Remove(attr), expression.AttributeExists(attr)
 	}
@@ -434,29 +453,37 @@ func (s *Fleet) SetCordon(ctx context.Context, r fleet.Record, by string, c *fle
 	return nodeFrom(av)
 }
 
-// eligibilityAsRead conditions a write on the node's state and cordons
-// being as r read them.
-func eligibilityAsRead(r fleet.Record) expression.ConditionBuilder {
-	exists := func(name string, set bool) expression.ConditionBuilder {
-		if set {
-			return expression.AttributeExists(expression.Name(name))
-		}
-		return expression.AttributeNotExists(expression.Name(name))
+// eligibleNow conditions a write on the node being eligible: ready and
+// not cordoned.
+func eligibleNow() expression.ConditionBuilder {
+	return expression.And(expression.Name("state").Equal(expression.Value(string(fleet.Ready))),
+		expression.AttributeNotExists(expression.Name("oc")), expression.AttributeNotExists(expression.Name("rc")))
+}
+
+// ClaimFlags implements fleet.Store.
+func (s *Fleet) ClaimFlags(ctx context.Context, r fleet.Record) (fleet.Record, error) {
+	av, err := s.table().update(ctx, recKey(r), expression.Add(expression.Name("fg"), expression.Value(1)),
+		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueAllNew)
+	if isConditionFailed(err) {
+		return fleet.Record{}, fleet.ErrNotFound
 	}
-	return expression.And(expression.Name("state").Equal(expression.Value(string(r.State))),
-		exists("oc", r.Operator != nil), exists("rc", r.Rollout != nil))
+	if err != nil {
+		return fleet.Record{}, err
+	}
+	return nodeFrom(av)
 }
 
 // SetFlagged implements fleet.Store.
-func (s *Fleet) SetFlagged(ctx context.Context, r fleet.Record, flagged bool, to capacity.Hour) error {
-	upd := expression.Set(expression.Name("fl"), expression.Value(flagged))
+func (s *Fleet) SetFlagged(ctx context.Context, r fleet.Record, gen int64, flagged bool, to capacity.Hour) error {
+	upd := expression.Set(expression.Name("fl"), expression.Value(flagged)).Set(expression.Name("flGen"), expression.Value(gen))
+	c := expression.Name("fg").Equal(expression.Value(gen))
 	if flagged {
 		upd = upd.Set(expression.Name("flTo"), expression.Value(int64(to))).
 			Set(expression.Name(schema.AttrPool), expression.Value(nodeOutPSK(r.Resource, r.Index)))
 	} else {
 		upd = upd.Remove(expression.Name("flTo")).Remove(expression.Name(schema.AttrPool))
+		c = c.And(eligibleNow())
 	}
-	c := eligibilityAsRead(r)
 	_, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueNone)
 	if isConditionFailed(err) {
 		return fleet.ErrStale
@@ -465,10 +492,26 @@ func (s *Fleet) SetFlagged(ctx context.Context, r fleet.Record, flagged bool, to
 }
 
 // MarkUnreachable implements fleet.Store.
-func (s *Fleet) MarkUnreachable(ctx context.Context, r fleet.Record) error {
+func (s *Fleet) MarkUnreachable(ctx context.Context, r fleet.Record) (fleet.Record, error) {
 	upd := expression.Set(expression.Name("state"), expression.Value(string(fleet.Unreachable))).
-		Set(expression.Name(schema.AttrState), expression.Value(nodeSSK(fleet.Unreachable, r.Resource, r.Index)))
+		Set(expression.Name(schema.AttrState), expression.Value(nodeSSK(fleet.Unreachable, r.Resource, r.Index))).
+		Set(expression.Name(schema.AttrPool), expression.Value(nodeOutPSK(r.Resource, r.Index)))
 	c := expression.Name("counter").Equal(expression.Value(r.Counter))
+	av, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueAllNew)
+	if isConditionFailed(err) {
+		return fleet.Record{}, fleet.ErrStale
+	}
+	if err != nil {
+		return fleet.Record{}, err
+	}
+	return nodeFrom(av)
+}
+
+// DropEntry implements fleet.Store.
+func (s *Fleet) DropEntry(ctx context.Context, r fleet.Record, id string) error {
+	upd := expression.Remove(path("b", id)).Add(expression.Name("nb"), expression.Value(-1)).Add(expression.Name("bv"), expression.Value(1))
+	c := expression.And(path("b", id).AppendName(expression.Name("a")).Equal(expression.Value(fleet.ActionUnbind)),
+		path("rep", id).Equal(expression.Value(fleet.BindUnbound)))
 	_, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueNone)
 	if isConditionFailed(err) {
 		return fleet.ErrStale
@@ -476,14 +519,12 @@ func (s *Fleet) MarkUnreachable(ctx context.Context, r fleet.Record) error {
 	return err
 }
 
-// DropEntry implements fleet.Store.
-func (s *Fleet) DropEntry(ctx context.Context, r fleet.Record, id string) error {
-	upd := expression.Remove(path("b", id)).Add(expression.Name("nb"), expression.Value(-1))
-	c := expression.And(path("b", id).AppendName(expression.Name("a")).Equal(expression.Value(fleet.ActionUnbind)),
-		path("rep", id).Equal(expression.Value(fleet.BindUnbound)))
-	_, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueNone)
+// SetAdopted implements fleet.Store.
+func (s *Fleet) SetAdopted(ctx context.Context, r fleet.Record) error {
+	_, err := s.table().update(ctx, recKey(r), expression.Set(expression.Name("adp"), expression.Value(true)),
+		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueNone)
 	if isConditionFailed(err) {
-		return fleet.ErrStale
+		return nil // deregistered meanwhile
 	}
 	return err
 }
@@ -496,6 +537,7 @@ type fleetItem struct {
 	DueShard string      `dynamodbav:"dueShard"`
 	DueAt    string      `dynamodbav:"dueAt"`
 	Baseline *targetItem `dynamodbav:"baseline,omitempty"`
+	Dis      string      `dynamodbav:"dis,omitempty"`
 }
 
 // SetTarget implements fleet.Store.
@@ -567,13 +609,52 @@ func (s *Fleet) EnsureSweep(ctx context.Context, pool string, due time.Time) err
 }
 
 // ClaimSweep implements fleet.Store.
-func (s *Fleet) ClaimSweep(ctx context.Context, pool string, due, next time.Time) error {
+func (s *Fleet) ClaimSweep(ctx context.Context, pool string, due, next time.Time) (fleet.SweepState, error) {
 	c := expression.Name(schema.AttrDueAt).Equal(expression.Value(fmtTime(due)))
-	_, err := s.table().update(ctx, key(poolPK(pool), skFleet), expression.Set(expression.Name(schema.AttrDueAt), expression.Value(fmtTime(next))), &c, types.ReturnValueNone)
+	av, err := s.table().update(ctx, key(poolPK(pool), skFleet), expression.Set(expression.Name(schema.AttrDueAt), expression.Value(fmtTime(next))), &c, types.ReturnValueAllNew)
 	if isConditionFailed(err) {
-		return fleet.ErrStale
+		return fleet.SweepState{}, fleet.ErrStale
+	}
+	if err != nil {
+		return fleet.SweepState{}, err
+	}
+	var it fleetItem
+	if err := attributevalue.UnmarshalMap(av, &it); err != nil {
+		return fleet.SweepState{}, err
+	}
+	return fleet.SweepState{DisruptedSince: it.disrupted()}, nil
+}
+
+func (it fleetItem) disrupted() *time.Time {
+	if it.Dis == "" {
+		return nil
+	}
+	t := parseTime(it.Dis)
+	return &t
+}
+
+// SetDisrupted implements fleet.Store.
+func (s *Fleet) SetDisrupted(ctx context.Context, pool string, since *time.Time) error {
+	upd := expression.Remove(expression.Name("dis"))
+	if since != nil {
+		upd = expression.Set(expression.Name("dis"), expression.Value(fmtTime(*since)))
+	}
+	_, err := s.table().update(ctx, key(poolPK(pool), skFleet), upd,
+		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return nil
 	}
 	return err
+}
+
+// Disrupted implements fleet.Store.
+func (s *Fleet) Disrupted(ctx context.Context, pool string) (*time.Time, error) {
+	var it fleetItem
+	ok, err := s.table().get(ctx, key(poolPK(pool), skFleet), &it)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return it.disrupted(), nil
 }
 
 // NodeStates implements capacity.NodeStore: one consistent BatchGetItem of
@@ -591,11 +672,11 @@ func (s *Fleet) NodeStates(ctx context.Context, t capacity.PoolResource, nodes [
 			return err
 		}
 		ns := capacity.NodeState{Ready: it.State == string(fleet.Ready), Cordoned: it.Operator != nil || it.Rollout != nil,
-			Reported: it.Reported[id], Holders: map[string]capacity.Mask{}}
+			Reported: it.Reported[id], Holders: map[string]capacity.Mask{}, Version: it.BV}
 		for rid, e := range it.Entries {
 			switch {
 			case rid == id:
-				ns.Entry = e.A
+				ns.Entry, ns.EntryMoves = e.A, e.MV
 			case e.A == fleet.ActionBind:
 				ns.Holders[rid] = capacity.Mask(uint64(e.M))
 			}
@@ -606,14 +687,33 @@ func (s *Fleet) NodeStates(ctx context.Context, t capacity.PoolResource, nodes [
 	return out, err
 }
 
-// Bind implements capacity.NodeStore: one conditional UpdateItem that adds
-// the entry and turns previous into unbinds.
-func (s *Fleet) Bind(ctx context.Context, t capacity.PoolResource, node int, id string, b capacity.NodeBinding, previous []string) error {
+// atVersion conditions a node write on its entries' version being v.
+func atVersion(v int64) expression.ConditionBuilder {
+	bv := expression.Name("bv")
+	if v == 0 {
+		return expression.Or(expression.AttributeNotExists(bv), bv.Equal(expression.Value(0)))
+	}
+	return bv.Equal(expression.Value(v))
+}
+
+// Bind implements capacity.NodeStore: one conditional UpdateItem, against
+// the entries as seen (bv), that writes the entry (or turns the node's
+// scrubbed unbind of it back into a bind), forgets the node's last word on
+// it, and turns previous into unbinds.
+func (s *Fleet) Bind(ctx context.Context, t capacity.PoolResource, node int, id string, b capacity.NodeBinding, previous []string, seen capacity.NodeState) error {
 	k := nodeKey(t.PoolID, t.Resource, node)
 	upd := expression.Set(path("b", id), expression.Value(bindItem{T: b.TenantID, M: int64(b.Mask), S: b.Window.Start.UnixMilli(),
-		E: b.Window.End.UnixMilli(), A: fleet.ActionBind})).Add(expression.Name("nb"), expression.Value(1))
-	conds := []expression.ConditionBuilder{expression.AttributeExists(expression.Name(schema.AttrPK)),
-		expression.AttributeNotExists(path("b", id)), expression.Name("nb").LessThan(expression.Value(fleet.MaxBindings))}
+		E: b.Window.End.UnixMilli(), A: fleet.ActionBind, MV: b.Moves})).
+		Remove(path("rep", id)).Add(expression.Name("bv"), expression.Value(1))
+	conds := []expression.ConditionBuilder{expression.AttributeExists(expression.Name(schema.AttrPK)), atVersion(seen.Version)}
+	if seen.Entry == "" {
+		upd = upd.Add(expression.Name("nb"), expression.Value(1))
+		conds = append(conds, expression.AttributeNotExists(path("b", id)), expression.Name("nb").LessThan(expression.Value(fleet.MaxBindings)))
+	} else {
+		conds = append(conds, path("b", id).AppendName(expression.Name("a")).Equal(expression.Value(fleet.ActionUnbind)),
+			path("rep", id).Equal(expression.Value(fleet.BindUnbound)),
+			path("b", id).AppendName(expression.Name("mv")).LessThan(expression.Value(b.Moves)))
+	}
 	for _, p := range previous {
 		upd = upd.Set(path("b", p).AppendName(expression.Name("a")), expression.Value(fleet.ActionUnbind))
 		conds = append(conds, expression.AttributeExists(path("b", p)))
@@ -631,24 +731,42 @@ func (s *Fleet) Bind(ctx context.Context, t capacity.PoolResource, node int, id 
 	case !ok:
 		return nil // unregistered meanwhile: nothing to tell
 	}
-	if _, held := cur.Entries[id]; held {
-		return nil
+	if e, held := cur.Entries[id]; held && e.A == fleet.ActionBind {
+		return nil // bound already
 	}
-	if cur.NB >= fleet.MaxBindings {
+	if seen.Entry == "" && cur.NB >= fleet.MaxBindings {
 		return capacity.ErrCalendarFull
 	}
 	return capacity.ErrStale
 }
 
-// Unbind implements capacity.NodeStore.
+// Unbind implements capacity.NodeStore: the entry turned into an unbind,
+// or, with none, only the entries' version moved — either way a bind
+// conditioned on the version read before fails.
 func (s *Fleet) Unbind(ctx context.Context, t capacity.PoolResource, node int, id string) error {
-	c := expression.AttributeExists(path("b", id))
-	_, err := s.table().update(ctx, nodeKey(t.PoolID, t.Resource, node),
-		expression.Set(path("b", id).AppendName(expression.Name("a")), expression.Value(fleet.ActionUnbind)), &c, types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return nil
+	k := nodeKey(t.PoolID, t.Resource, node)
+	e := path("b", id)
+	bv := expression.Add(expression.Name("bv"), expression.Value(1))
+	for range 4 {
+		c := expression.AttributeExists(e)
+		_, err := s.table().update(ctx, k, bv.Set(e.AppendName(expression.Name("a")), expression.Value(fleet.ActionUnbind)), &c, types.ReturnValueNone)
+		if !isConditionFailed(err) {
+			return err
+		}
+		c = expression.And(expression.AttributeExists(expression.Name(schema.AttrPK)), expression.AttributeNotExists(e))
+		_, err = s.table().update(ctx, k, bv, &c, types.ReturnValueNone)
+		if !isConditionFailed(err) {
+			return err
+		}
+		var cur nodeItem
+		if ok, err := s.table().get(ctx, k, &cur); err != nil {
+			return err
+		} else if !ok {
+			return nil // unmanaged: nothing to tell
+		}
+		// Bound between the calls: again.
 	}
-	return err
+	return errors.New("dynamo: a node's entries changed too often to unbind")
 }
 
 // Ineligible implements capacity.NodeStore: a Query of the resource's node
