@@ -45,15 +45,15 @@ func TestRolloutProtocolSimulation(t *testing.T) {
 				}
 			}()
 			st := simulateRollout(t, seed)
-			t.Logf("seed %d: %d passes, %d crashes, %d pauses, %d passes and %d aborts nested inside a pass's writes, %d resumes; %d failing nodes; ended %s",
-				seed, st.passes, st.crashes, st.pauses, st.inner, st.aborts, st.resumes, st.failing, st.end)
+			t.Logf("seed %d: %d passes, %d crashes, %d pauses, %d passes, %d aborts and %d rounds of heartbeats nested inside a pass's writes, %d resumes; %d failing nodes; ended %s",
+				seed, st.passes, st.crashes, st.pauses, st.inner, st.aborts, st.beats, st.resumes, st.failing, st.end)
 		})
 	}
 }
 
 type simStats struct {
-	passes, crashes, inner, pauses, resumes, aborts, failing int
-	end                                                      rollout.State
+	passes, crashes, inner, pauses, resumes, aborts, beats, failing int
+	end                                                             rollout.State
 }
 
 func simulateRollout(t *testing.T, seed uint64) simStats {
@@ -93,7 +93,7 @@ func simulateRollout(t *testing.T, seed uint64) simStats {
 		case n < 20:
 			nested = true
 			defer func() { nested = false }()
-			switch rng.IntN(4) {
+			switch rng.IntN(5) {
 			case 0:
 				st.inner++
 				_ = e.rc.Advance(ctx, r.RolloutID)
@@ -107,7 +107,16 @@ func simulateRollout(t *testing.T, seed uint64) simStats {
 				if rng.IntN(4) == 0 { // aborts are rarer: most seeds should run to the end
 					st.aborts++
 					_, _ = e.rollouts.Abort(ctx, r.RolloutID, "sim")
+					if rng.IntN(2) == 0 { // an abort racing a pass, the nodes reporting meanwhile
+						st.beats++
+						e.beatAll()
+						st.inner++
+						_ = e.rc.Advance(ctx, r.RolloutID)
+					}
 				}
+			case 4: // heartbeats land in the middle of a pass's writes
+				st.beats++
+				e.beatAll()
 			}
 		}
 		return nil
