@@ -80,7 +80,7 @@ func TestCDKJSONDefaults(t *testing.T) {
 	}
 	for _, key := range []string{CtxStackName, CtxJWTIssuer, CtxJWTAudience, CtxIAMURL, CtxPolicyFile, CtxReleasePins,
 		CtxReleasePinsFile, CtxReleaseThreshold, CtxReleaseSignerRole, CtxReleaseKeyAdmin, CtxAssetRoot, CtxPlaceholders, CtxArchitecture, CtxLogRetentionDays,
-		CtxLogLevel, CtxThrottleRate, CtxThrottleBurst, CtxAlarmEmail, CtxRemovalPolicy} {
+		CtxLogLevel, CtxThrottleRate, CtxThrottleBurst, CtxHeartbeatReserved, CtxHeartbeatRate, CtxHeartbeatBurst, CtxAlarmEmail, CtxRemovalPolicy} {
 		if _, ok := cdk.Context[key]; !ok {
 			t.Errorf("cdk.json does not list context key %s", key)
 		}

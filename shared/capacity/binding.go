@@ -144,6 +144,7 @@ func (rc *Reconciler) bind(ctx context.Context, r *Reservation, now time.Time, s
 		err := s.replace(ctx, r, bad, now)
 		if r.Moves > moves {
 			st.told++
+			st.nodesMoved++
 		}
 		return false, err
 	}

@@ -22,6 +22,8 @@ type Service struct {
 	Pools    Pools
 	Calendar Calendar
 	Releases Releases
+	// Table names the deployment in the sweep's metrics (BC_TABLE).
+	Table string
 	// Adopter binds what a newly managed node holds (nil: nothing to tell).
 	Adopter Adopter
 	Now     func() time.Time

@@ -74,10 +74,12 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 	}
 	var quiet []Record // silent: marked once the pool is counted
 	inContact := 0
+	var stats PoolStats
 	err = s.Store.PoolNodes(ctx, poolID, func(rec Record) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		stats.Add(rec, now)
 		if rec.State == Ready || rec.State == Unhealthy {
 			inContact++
 		}
@@ -102,7 +104,8 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 		errs = append(errs, err)
 	}
 	mark := len(quiet)
-	switch disrupted := len(quiet) >= DisruptionMin && float64(len(quiet)) >= DisruptionShare*float64(inContact); {
+	disrupted := len(quiet) >= DisruptionMin && float64(len(quiet)) >= DisruptionShare*float64(inContact)
+	switch {
 	case disrupted:
 		mark = 0
 		if st.DisruptedSince == nil {
@@ -133,6 +136,9 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 		}
 		sync(rec)
 	}
+	stats.Silent, stats.Held = len(quiet), len(quiet)-min(mark, len(quiet))
+	stats.Disrupted = disrupted || (st.DisruptedSince != nil && len(quiet) > 0)
+	stats.Emit(s.logger(), s.Table, poolID, now)
 	if more && ctx.Err() == nil {
 		if _, err := s.Store.ClaimSweep(ctx, poolID, next, now.Add(SweepAgainAfter)); err != nil && !errors.Is(err, ErrStale) {
 			errs = append(errs, err)
