@@ -101,6 +101,8 @@ var (
 		{rollout.ReasonBadSignature, "a signature names a pinned key but does not verify under it, and fewer than the threshold verified; for a node report: no signature verifies under the node's registered key"},
 		{rollout.ReasonThreshold, "fewer distinct pinned keys signed than the threshold requires"},
 		{rollout.ReasonInvalidField, "a field of the release statement (or the node report) is missing, of the wrong type or breaks its rule (`details.field` names it)"},
+		{rollout.ReasonNoNodes, "the rollout's pools have no managed node"},
+		{rollout.ReasonNoBinary, "no managed node of the rollout's pools has a binary for its platform in the release"},
 		{rollout.ReasonExpired, "the statement's `expires` has passed"},
 		{rollout.ReasonDuplicatePlatform, "several binaries for one platform"},
 		{rollout.ReasonNoLinuxBinary, "no binary for os `linux`"},

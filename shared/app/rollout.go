@@ -54,13 +54,13 @@ func (a *App) RolloutStore() *dynamo.Rollouts {
 // Rollouts builds the rollouts service.
 func (a *App) Rollouts() *rollout.Rollouts {
 	return &rollout.Rollouts{Store: a.RolloutStore(), Releases: &dynamo.Releases{DB: a.DB, Table: a.Config.Table},
-		Pools: a.CapacityStore(), Now: a.Now}
+		Pools: a.CapacityStore(), Now: a.Now, Logger: a.Logger, Table: a.Config.Table}
 }
 
 // RolloutReconciler builds fleet.rollouts, run by the reconciler's pass.
 func (a *App) RolloutReconciler() *rollout.Reconciler {
 	return &rollout.Reconciler{Store: a.RolloutStore(), Releases: &dynamo.Releases{DB: a.DB, Table: a.Config.Table},
-		Nodes: a.FleetStore(), Cordons: a.FleetService(), Calendar: a.CapacityStore(), Now: a.Now, Logger: a.Logger}
+		Nodes: a.FleetStore(), Cordons: a.FleetService(), Calendar: a.CapacityStore(), Now: a.Now, Logger: a.Logger, Table: a.Config.Table}
 }
 
 func rolloutEndpoints(a *App) []api.Endpoint {
