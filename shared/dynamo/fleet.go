@@ -703,8 +703,12 @@ func atVersion(v int64) expression.ConditionBuilder {
 func (s *Fleet) Bind(ctx context.Context, t capacity.PoolResource, node int, id string, b capacity.NodeBinding, previous []string, seen capacity.NodeState) error {
 	k := nodeKey(t.PoolID, t.Resource, node)
 	upd := expression.Set(path("b", id), expression.Value(bindItem{T: b.TenantID, M: int64(b.Mask), S: b.Window.Start.UnixMilli(),
-		E: b.Window.End.UnixMilli(), A: fleet.ActionBind, MV: b.Moves})).
-		Remove(path("rep", id)).Add(expression.Name("bv"), expression.Value(1))
+		E: b.Window.End.UnixMilli(), A: fleet.ActionBind, MV: b.Moves})).Add(expression.Name("bv"), expression.Value(1))
+	if seen.Reported != "" {
+		// Its last word on an earlier bind is no answer to this one (the
+		// rep map exists then: a path into a missing map is invalid).
+		upd = upd.Remove(path("rep", id))
+	}
 	conds := []expression.ConditionBuilder{expression.AttributeExists(expression.Name(schema.AttrPK)), atVersion(seen.Version)}
 	if seen.Entry == "" {
 		upd = upd.Add(expression.Name("nb"), expression.Value(1))
@@ -746,15 +750,17 @@ func (s *Fleet) Bind(ctx context.Context, t capacity.PoolResource, node int, id 
 func (s *Fleet) Unbind(ctx context.Context, t capacity.PoolResource, node int, id string) error {
 	k := nodeKey(t.PoolID, t.Resource, node)
 	e := path("b", id)
-	bv := expression.Add(expression.Name("bv"), expression.Value(1))
+	// A fresh builder per write: an UpdateBuilder's copies share their
+	// operations (Set on a copy adds to the original).
+	bv := func() expression.UpdateBuilder { return expression.Add(expression.Name("bv"), expression.Value(1)) }
 	for range 4 {
 		c := expression.AttributeExists(e)
-		_, err := s.table().update(ctx, k, bv.Set(e.AppendName(expression.Name("a")), expression.Value(fleet.ActionUnbind)), &c, types.ReturnValueNone)
+		_, err := s.table().update(ctx, k, bv().Set(e.AppendName(expression.Name("a")), expression.Value(fleet.ActionUnbind)), &c, types.ReturnValueNone)
 		if !isConditionFailed(err) {
 			return err
 		}
 		c = expression.And(expression.AttributeExists(expression.Name(schema.AttrPK)), expression.AttributeNotExists(e))
-		_, err = s.table().update(ctx, k, bv, &c, types.ReturnValueNone)
+		_, err = s.table().update(ctx, k, bv(), &c, types.ReturnValueNone)
 		if !isConditionFailed(err) {
 			return err
 		}
