@@ -450,7 +450,11 @@ func (rc *Reconciler) handle(ctx context.Context, d DueItem, now time.Time, lim 
 		return st, s.fault(FaultReconcileSwept)
 	case !now.Before(r.Window.End):
 		// The window is over — also when it passed entirely while the
-		// reconciler was down: straight to released.
+		// reconciler was down: straight to released. Its nodes are told to
+		// unbind first (releaseUnbind).
+		if err := s.releaseUnbind(ctx, r); err != nil {
+			return st, err
+		}
 		_, err := move(FaultReconcileReleased)(r.Release(ReleasedByEnd, now))
 		return st, err
 	case r.State == Placed && !now.Before(r.Window.Start):

@@ -41,6 +41,9 @@ func (s *Service) ReleaseReservation(ctx context.Context, tenant, id string) (Re
 		if err != nil {
 			return Reservation{}, err
 		}
+		if err := s.releaseUnbind(ctx, r); err != nil {
+			return Reservation{}, err
+		}
 		cur, won, err := s.fenceWon(ctx, n, r.State, FaultFenced, nil)
 		if errors.Is(err, errGone) {
 			return Reservation{}, apierr.New(apierr.NotFound, "reservation %q not found", id)
@@ -95,6 +98,19 @@ func (s *Service) finishGiveBack(ctx context.Context, r Reservation) error {
 		return unavailable(err)
 	}
 	return s.giveBack(ctx, cur, flowRelease)
+}
+
+// releaseUnbind tells the nodes a binding or active reservation was bound
+// through to unbind it before the fence makes it terminal, so no node is
+// ever told to bind a terminal reservation, whatever a crash cuts short:
+// cut between the two, the reservation stays what it was (the release is
+// retried, or its window ends) while its nodes scrub — never the other way
+// round. The give-back after the fence tells them again (idempotent).
+func (s *Service) releaseUnbind(ctx context.Context, r Reservation) error {
+	if r.State != Binding && r.State != Active {
+		return nil
+	}
+	return s.unbind(ctx, r, r.Bound)
 }
 
 // GetReservation returns one of tenant's reservations.
