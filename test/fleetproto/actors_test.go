@@ -53,6 +53,7 @@ type node struct {
 	sent     map[int64]map[string]word
 	told     map[string]string
 	next     time.Duration
+	actor    *actor // its heartbeat loop
 }
 
 // beat sends the node's report and acts on the answer like the reference
@@ -145,6 +146,7 @@ func (n *node) act(w *world, res fleet.HeartbeatResult) {
 			continue
 		}
 		n.words[id] = word{state: fleet.BindBound, honest: true}
+		w.boundNow(n, id)
 	}
 	for id, wd := range n.words {
 		if listed[id] {
@@ -320,6 +322,10 @@ func (w *world) create(ctx context.Context, req capacity.CreateRequest, retry bo
 	w.noInternal("create", err)
 	switch {
 	case crashed:
+		if a := actorOf(ctx); a != nil && a.clean {
+			w.checked["g"]++
+			w.fail("g", w.s.steps, "%s/%s×%d (%s, nothing injected) cut off at its deadline without an answer: %v", req.TenantID, req.PoolID, req.Count, req.ClientToken, err)
+		}
 		return true
 	case err == nil:
 		if r.State == capacity.Placed {
@@ -331,7 +337,7 @@ func (w *world) create(ctx context.Context, req capacity.CreateRequest, retry bo
 		w.stats.unavailable++
 		w.checked["g"]++
 		if !faulted && !retry { // a retry may find its first attempt still holding the token's lease
-			w.fail("g", w.s.steps, "%s/%s×%d answered UNAVAILABLE with no failure injected into its calls: %v", req.TenantID, req.PoolID, req.Count, err)
+			w.fail("g", w.s.steps, "%s/%s×%d (%s) answered UNAVAILABLE with no failure injected into its calls: %v", req.TenantID, req.PoolID, req.Count, req.ClientToken, err)
 		}
 		return true
 	}
@@ -384,6 +390,9 @@ func (w *world) releaser(tenant, id string, wait time.Duration) func(ctx context
 // its clientToken), then pauses, resumes and aborts it now and then.
 func (w *world) rolloutActor(ctx context.Context) {
 	w.s.sleep(ctx, time.Duration(5+w.rng.IntN(30))*time.Second)
+	if w.adv.eager() {
+		w.actorOf(ctx).clean = true // its create and pauses: nothing injected
+	}
 	req := w.rolloutRequest()
 	for attempt := 0; attempt < 10; attempt++ {
 		var r rollout.Rollout
@@ -409,6 +418,9 @@ func (w *world) rolloutActor(ctx context.Context) {
 	aborted := false
 	for w.clock.Now().Before(w.end) {
 		w.s.sleep(ctx, time.Duration(10+w.rng.IntN(50))*time.Second)
+		if w.adv.eager() {
+			continue // the adversaries' rollout: on until they act
+		}
 		var what string
 		switch n := w.rng.IntN(100); {
 		case n < 30:
@@ -445,10 +457,17 @@ func (w *world) rolloutRequest() rollout.CreateRequest {
 	onTimeout := []string{"skip", "force"}[r.IntN(2)]
 	rollback := r.IntN(4) > 0
 	w.maxUnavailable = 1 + r.IntN(2)
+	bake, drain := r.IntN(20), 30+r.IntN(90)
+	if w.adv.eager() {
+		// Room to start nodes while the actors run (flapping, silent and
+		// cordoned nodes count out of service), where those adversaries act.
+		w.maxUnavailable += 3
+		bake, drain, onTimeout = 0, 20, "force"
+	}
 	return rollout.CreateRequest{Version: newVersion, Pools: pools,
 		Waves:       []rollout.WaveSpec{{Nodes: ptr(1)}, {Percent: ptr(50)}, {Percent: ptr(100)}},
-		BakeSeconds: ptr(r.IntN(20)), MaxUnavailable: ptr(w.maxUnavailable), MaxFailedNodes: ptr(r.IntN(3)),
-		ProgressDeadlineSeconds: ptr(60), DrainWaitSeconds: ptr(30 + r.IntN(90)), DrainOnTimeout: &onTimeout,
+		BakeSeconds: ptr(bake), MaxUnavailable: ptr(w.maxUnavailable), MaxFailedNodes: ptr(r.IntN(3)),
+		ProgressDeadlineSeconds: ptr(60), DrainWaitSeconds: ptr(drain), DrainOnTimeout: &onTimeout,
 		RollbackOnAbort: &rollback, ClientToken: fmt.Sprintf("sim-%d", w.seed), By: rollout.Audit{TenantID: "platform", Principal: "admin"}}
 }
 
@@ -496,7 +515,7 @@ func (w *world) cast(ctx context.Context) {
 		if r.IntN(10) == 0 {
 			n.failed = 100
 		}
-		w.s.spawn(ctx, "node "+ref.String(), 0, w.agent(n))
+		n.actor = w.s.spawn(ctx, "node "+ref.String(), 0, w.agent(n))
 	}
 	managed := []*node{}
 	for _, ref := range w.order {
@@ -513,6 +532,7 @@ func (w *world) cast(ctx context.Context) {
 	}
 	w.s.spawn(ctx, "rollouts", 0, w.rolloutActor)
 	w.s.spawn(ctx, "cron", 0, w.cron)
+	w.drawAdversaries()
 	w.s.rates = rates{crashBefore: 6, crashAfter: 6, failBefore: 8, failAfter: 8, stall: 40}
 }
 

@@ -120,6 +120,12 @@ func (w *world) afterStep() {
 		if rec.Eligible() && !prev.Eligible() {
 			w.back[ref] = append(w.back[ref], w.s.steps)
 		}
+		if w.adv.silenced[ref] && w.inSilence(ref) {
+			w.checked["silence"]++
+			if rec.State == fleet.Unreachable && prev.State != fleet.Unreachable {
+				w.fail("silence", w.s.steps, "%s marked unreachable during the mass silence of %s (since %s)", ref, ref.pool, w.adv.silenceFrom.Format("15:04:05"))
+			}
+		}
 		if rec.State == fleet.Unreachable && prev.State != fleet.Unreachable {
 			w.out[ref] = append(w.out[ref], w.s.steps)
 			w.outWhy[ref] = append(w.outWhy[ref], "marked unreachable")
@@ -178,6 +184,21 @@ func (w *world) answered(n *node, res fleet.HeartbeatResult) {
 	}
 }
 
+// cordonBy says whose cordons a node carries: the operator's, a rollout's.
+func cordonBy(rec fleet.Record) string {
+	var by []string
+	if rec.Operator != nil {
+		by = append(by, "operator")
+	}
+	if rec.Rollout != nil {
+		by = append(by, "rollout "+rec.Rollout.RolloutID)
+	}
+	if len(by) == 0 {
+		return "none"
+	}
+	return fmt.Sprint(by)
+}
+
 func cordonNote(c bool) string {
 	if c {
 		return ", cordoned"
@@ -201,8 +222,9 @@ func (w *world) placedOn(r capacity.Reservation, start int) {
 		ref := nodeRef{r.PoolID, nd.Node}
 		w.checked["b"]++
 		if why, went, ok := w.outAllAlong(ref, start, w.s.steps); ok {
-			w.fail("b", w.s.steps, "%s (%s, created from step %d) placed on %s, out of placement since step %d (%s) and not back",
-				r.ReservationID, r.TenantID, start, ref, went, why)
+			rec, _ := w.node(ref)
+			w.fail("b", w.s.steps, "%s (%s, created from step %d) placed on %s, out of placement since step %d (%s) and not back (now %s, cordon: %s)",
+				r.ReservationID, r.TenantID, start, ref, went, why, rec.State, cordonBy(rec))
 		}
 	}
 }

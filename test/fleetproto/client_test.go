@@ -177,6 +177,7 @@ type watchedProgress struct {
 func (r *watchedProgress) UpdateProgress(ctx context.Context, p rollout.Progress, from rollout.Step, fromRollback string) error {
 	err := r.Rollouts.UpdateProgress(ctx, p, from, fromRollback)
 	if err == nil {
+		r.w.silentFailed(p)
 		starts := (from == rollout.Pending && p.Step.Active()) ||
 			(fromRollback == rollout.RollbackDue && p.Rollback == rollout.RollbackInstalling)
 		if starts {
@@ -194,6 +195,9 @@ type watchedCordons struct {
 }
 
 func (c watchedCordons) SetRolloutCordon(ctx context.Context, rec fleet.Record, cd *fleet.Cordon) (fleet.Record, error) {
+	if cd != nil {
+		c.w.cordonRace(ctx, rec)
+	}
 	out, err := c.svc.SetRolloutCordon(ctx, rec, cd)
 	if err == nil && cd != nil {
 		c.w.wentOut(nodeRef{rec.PoolID, rec.Index}, "rollout cordon")

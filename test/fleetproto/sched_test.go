@@ -51,6 +51,12 @@ type actor struct {
 	op      string        // the call it stopped at
 	dead    bool
 	faulted bool // a failure or crash was injected into one of its calls
+	// clean: no failure, crash or stall is injected into its calls (an
+	// adversary's actor); slowFlags: its first flag write is held that
+	// long (reached is set when it is)
+	clean     bool
+	slowFlags time.Duration
+	reached   *bool
 }
 
 type actorKey struct{}
@@ -88,7 +94,7 @@ func newSched(rng *rand.Rand, clock *teststack.Clock) *sched {
 
 // spawn adds an actor, runnable now; it may be called by the test before
 // run or by a running actor.
-func (s *sched) spawn(ctx context.Context, name string, limit time.Duration, run func(ctx context.Context)) {
+func (s *sched) spawn(ctx context.Context, name string, limit time.Duration, run func(ctx context.Context)) *actor {
 	a := &actor{id: s.nextID, name: name, run: run, resume: make(chan decision), wake: s.clock.Now(), limit: limit, op: "start"}
 	s.nextID++
 	s.actors++
@@ -100,6 +106,14 @@ func (s *sched) spawn(ctx context.Context, name string, limit time.Duration, run
 		a.run(actx)
 		s.events <- event{a: a, done: true}
 	}()
+	return a
+}
+
+// spawnClean adds an actor into whose calls nothing is injected.
+func (s *sched) spawnClean(ctx context.Context, name string, limit time.Duration, run func(ctx context.Context)) *actor {
+	a := s.spawn(ctx, name, limit, run)
+	a.clean = true
+	return a
 }
 
 // running is the actor running now (nil: none, the test's own code).
@@ -177,7 +191,7 @@ func (s *sched) run() {
 		a := s.waiting[runnable[s.rng.IntN(len(runnable))]]
 		s.clock.Advance(time.Duration(s.rng.IntN(40)) * time.Millisecond)
 		d := proceed
-		if a.op != "start" && a.op != "sleep" {
+		if a.op != "start" && a.op != "sleep" && !a.clean {
 			var stall bool
 			d, stall = s.draw()
 			if stall {

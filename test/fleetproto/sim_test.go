@@ -119,6 +119,7 @@ type world struct {
 	dirty   map[nodeRef]bool
 
 	ledger
+	adv adversaries
 }
 
 func newWorld(t *testing.T, seed uint64) *world {
@@ -146,7 +147,7 @@ func (w *world) wire(db *dynamodb.Client) {
 	nodes := &dynamo.Fleet{DB: db, Table: w.table}
 	releases := &dynamo.Releases{DB: db, Table: w.table, Now: w.clock.Now}
 	progress := &watchedProgress{Rollouts: &dynamo.Rollouts{DB: db, Table: w.table}, w: w}
-	w.cap = &capacity.Service{Store: capS, Now: w.clock.Now, Logger: log, Nodes: nodes, ProvisionHours: provision, Serial: true,
+	w.cap = &capacity.Service{Store: capS, Now: w.clock.Now, Logger: log, Nodes: &watchedNodes{nodes, w}, ProvisionHours: provision, Serial: true,
 		// The backoff's jitter comes from the global source: the seed draws it instead.
 		Sleep: func(ctx context.Context, _ time.Duration) error {
 			w.pause(ctx, time.Duration(1+w.rng.IntN(64))*time.Millisecond)
@@ -155,7 +156,7 @@ func (w *world) wire(db *dynamodb.Client) {
 		NewID: func(time.Time) string { w.ids++; return fmt.Sprintf("SIM%05dX%017d", w.ids, w.seed) }}
 	w.fleet = &fleet.Service{Store: nodes, Pools: capS, Calendar: capS, Releases: releaseReader{releases},
 		Now: w.clock.Now, Logger: log, Interval: interval, ProvisionHours: provision, Serial: true}
-	w.rc = &rollout.Reconciler{Store: progress, Releases: releases, Nodes: nodes, Cordons: watchedCordons{w.fleet, w}, Calendar: capS,
+	w.rc = &rollout.Reconciler{Store: progress, Releases: releases, Nodes: &watchedTargets{nodes, w}, Cordons: watchedCordons{w.fleet, w}, Calendar: capS,
 		Now: w.clock.Now, Logger: log}
 	w.rollouts = &rollout.Rollouts{Store: progress, Releases: releases, Pools: capS, Now: w.clock.Now,
 		Sleep: func(ctx context.Context, d time.Duration) error { w.pause(ctx, d); return nil }}
@@ -297,7 +298,9 @@ func (w *world) report(took time.Duration) {
 	for _, k := range slices.Sorted(maps.Keys(w.checked)) {
 		judged = append(judged, fmt.Sprintf("%s %d", k, w.checked[k]))
 	}
-	t.Logf("seed %d: judged: %s", w.seed, strings.Join(judged, ", "))
+	t.Logf("seed %d: adversaries %s (bind fences %d, cordon races %d, abort race %v, move back %q, mass silence %q %s–%s); judged: %s", w.seed,
+		w.advNames(), w.adv.fenced, w.adv.cordonRaced, w.adv.abortRaced, w.adv.moveID, w.adv.silencePool,
+		w.adv.silenceFrom.Format("15:04:05"), w.adv.silenceTo.Format("15:04:05"), strings.Join(judged, ", "))
 	var sum []string
 	for _, k := range keys {
 		sum = append(sum, fmt.Sprintf("%s×%d", k, len(w.violations[k])))

@@ -1,0 +1,386 @@
+package fleetproto
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/rollout"
+)
+
+// Targeted adversaries (docs/fleet.md, The fleet protocol simulation):
+// each seed draws some of them; each acts at one precise point of a real
+// flow (a store call of a pass, a flag write), still seeded and on the
+// simulated clock. The actors an adversary starts are "clean" — no
+// failure, crash or stall is injected into their calls — so what they
+// answer is the service's own answer (check g judges them strictly).
+//
+//   - bind fence: a pass about to tell a node to bind (capacity.NodeStore
+//     Bind, after it read the node and recorded Bound) is held while the
+//     reservation is released, another tenant creates the same shape on
+//     the pool at once, and an overlapping pass runs (check a);
+//   - move back: a reservation is moved off its node the moment that node
+//     bound it, then off the next one, until it lands back on a node that
+//     scrubs slowly and goes on reporting bound (check e);
+//   - abort race: a pass that just wrote a node's rollout target is held
+//     while the node reports, the rollout is aborted and another pass runs
+//     (check f);
+//   - cordon race: just before a rollout cordons a node, an operator
+//     cordons it and an uncordon starts whose flag writes are slow; once
+//     that uncordon answered, creates probe the pool (check b);
+//   - full hour: creates aimed at the filled node-hour, at a time when a
+//     filler's device is busy there, so best fit prefers that node (check g);
+//   - mass silence: most of a pool's managed nodes go silent together for
+//     several intervals, then come back (check silence).
+type adversaries struct {
+	bindFence, moveBack, abortRace, cordonRace, fullHour, massSilence bool
+
+	fenced, cordonRaced int
+	abortRaced          bool
+
+	// move back
+	moveID   string
+	sickOnce map[string]nodeRef // reservation → node that sickens when it binds it
+
+	// mass silence: the pool, its silent nodes, the window judged
+	silencePool            string
+	silenced               map[nodeRef]bool
+	silenceFrom, silenceTo time.Time
+	silenceMoves           int
+}
+
+func (w *world) drawAdversaries() {
+	r := w.rng
+	a := &w.adv
+	a.bindFence = r.IntN(3) > 0
+	a.moveBack = r.IntN(2) == 0
+	a.abortRace = r.IntN(2) == 0
+	a.cordonRace = r.IntN(2) == 0
+	a.fullHour = w.fillHour != 0
+	a.massSilence = r.IntN(3) == 0
+	a.sickOnce = map[string]nodeRef{}
+	a.silenced = map[nodeRef]bool{}
+	if a.moveBack {
+		w.s.spawn(context.Background(), "adversary move back", 0, w.mover)
+	}
+	if a.fullHour {
+		w.s.spawn(context.Background(), "adversary full hour", 0, w.fullHourProbe)
+	}
+	if a.massSilence {
+		w.s.spawn(context.Background(), "adversary mass silence", 0, w.massSilence)
+	}
+}
+
+func (w *world) advNames() string {
+	a := w.adv
+	var out []string
+	for _, c := range []struct {
+		on   bool
+		name string
+	}{{a.bindFence, "bind-fence"}, {a.moveBack, "move-back"}, {a.abortRace, "abort-race"}, {a.cordonRace, "cordon-race"},
+		{a.fullHour, "full-hour"}, {a.massSilence, "mass-silence"}} {
+		if c.on {
+			out = append(out, c.name)
+		}
+	}
+	return fmt.Sprint(out)
+}
+
+// inPass: the actor of ctx is a reconciler pass.
+func inPass(ctx context.Context) bool {
+	a := actorOf(ctx)
+	return a != nil && len(a.name) > 5 && a.name[:5] == "pass "
+}
+
+// watchedNodes is the node store binding uses: Bind is where the bind
+// fence adversary holds a pass.
+type watchedNodes struct {
+	*dynamo.Fleet
+	w *world
+}
+
+func (n *watchedNodes) Bind(ctx context.Context, t capacity.PoolResource, node int, id string, b capacity.NodeBinding, previous []string, seen capacity.NodeState) error {
+	w := n.w
+	if w.adv.bindFence && w.adv.fenced < 3 && inPass(ctx) && w.clock.Now().Before(w.end) && w.rng.IntN(3) == 0 {
+		if r, err := w.capI.GetReservation(context.Background(), b.TenantID, id); err == nil && !r.State.Terminal() {
+			w.adv.fenced++
+			k := w.adv.fenced
+			other := tenants[(slices.Index(tenants, b.TenantID)+1+w.rng.IntN(len(tenants)-1))%len(tenants)]
+			start := w.clock.Now()
+			req := capacity.CreateRequest{TenantID: other, PoolID: r.PoolID, Resource: "gpu", Count: r.Count, Topology: r.Topology,
+				Principal: "rival", ClientToken: fmt.Sprintf("rival-%d", k), Start: &start, End: r.Window.End}
+			if !req.End.After(start.Add(30 * time.Second)) {
+				req.End = start.Add(60 * time.Second)
+			}
+			w.s.spawnClean(ctx, fmt.Sprintf("adversary bind fence %d (%s)", k, id), 0, func(ctx context.Context) {
+				w.releaser(r.TenantID, id, 0)(ctx)
+				w.create(ctx, req, false)
+				w.s.spawn(ctx, fmt.Sprintf("pass bind fence %d", k), 50*time.Second, w.pass)
+				w.wakeNode(nodeRef{t.PoolID, node})
+			})
+			w.s.sleep(ctx, time.Duration(3+w.rng.IntN(4))*time.Second)
+		}
+	}
+	return n.Fleet.Bind(ctx, t, node, id, b, previous, seen)
+}
+
+// watchedTargets is the node store rollouts use: SetTarget is where the
+// abort race adversary holds a pass.
+type watchedTargets struct {
+	*dynamo.Fleet
+	w *world
+}
+
+func (n *watchedTargets) SetTarget(ctx context.Context, r fleet.Record, rolloutID string, t *fleet.Target, floor int64) (fleet.Record, error) {
+	out, err := n.Fleet.SetTarget(ctx, r, rolloutID, t, floor)
+	w := n.w
+	if err == nil && t != nil && t.Version == newVersion && w.adv.abortRace && !w.adv.abortRaced && inPass(ctx) &&
+		w.clock.Now().Before(w.end) && w.rng.IntN(2) == 0 {
+		w.adv.abortRaced = true
+		ref := nodeRef{r.PoolID, r.Index}
+		w.wakeNode(ref)
+		w.s.spawnClean(ctx, "adversary abort race "+ref.String(), 0, func(ctx context.Context) {
+			w.s.sleep(ctx, time.Duration(500+w.rng.IntN(2500))*time.Millisecond)
+			err, _, _ := w.invoke(ctx, 10*time.Second, func(ctx context.Context) error {
+				_, err := w.rollouts.Abort(ctx, rolloutID, "sim: abort race")
+				return err
+			})
+			w.noInternal("rollouts.abort", err)
+			w.wakeNode(ref)
+			w.pass(ctx)
+			w.wakeNode(ref)
+		})
+		w.s.sleep(ctx, time.Duration(5+w.rng.IntN(5))*time.Second)
+	}
+	return out, err
+}
+
+// cordonRace runs before a rollout cordons ref: an operator's cordon (the
+// test's own call), then an uncordon whose flag writes are slow; the pass
+// waits until the uncordon reached its flags.
+func (w *world) cordonRace(ctx context.Context, rec fleet.Record) {
+	if !w.adv.cordonRace || w.adv.cordonRaced >= 2 || !inPass(ctx) || !w.clock.Now().Before(w.end) || w.rng.IntN(2) != 0 {
+		return
+	}
+	ref := nodeRef{rec.PoolID, rec.Index}
+	n := w.nodes[ref]
+	if _, err := w.fleet.Cordon(context.Background(), ownerTenant, ref.pool, n.id, "sim: operator (cordon race)"); err != nil {
+		return
+	}
+	w.adv.cordonRaced++
+	w.operatorSaid(ref, true, true)
+	w.wentOut(ref, "operator cordon (cordon race)")
+	reached := false
+	w.s.spawnClean(ctx, "adversary operator uncordon "+ref.String(), 0, func(ctx context.Context) {
+		a := actorOf(ctx)
+		a.slowFlags = time.Duration(2+w.rng.IntN(4)) * time.Second
+		a.reached = &reached
+		err, _, _ := w.invoke(ctx, 10*time.Second, func(ctx context.Context) error {
+			_, err := w.fleet.Uncordon(ctx, ownerTenant, ref.pool, n.id)
+			return err
+		})
+		w.noInternal("uncordon "+ref.String(), err)
+		w.operatorSaid(ref, false, err == nil)
+		for i, count := range []int{1, 2, nodeSize} {
+			start := w.clock.Now()
+			req := capacity.CreateRequest{TenantID: ownerTenant, PoolID: ref.pool, Resource: "gpu", Count: count, Principal: "prober",
+				ClientToken: fmt.Sprintf("cordon-race-%d-%d", w.adv.cordonRaced, i), Start: &start, End: start.Add(90 * time.Second)}
+			w.s.spawnClean(ctx, fmt.Sprintf("probe %d after the cordon race on %s", i, ref), 0, func(ctx context.Context) { w.create(ctx, req, false) })
+		}
+	})
+	for i := 0; !reached && i < 100; i++ {
+		w.s.sleep(ctx, 50*time.Millisecond)
+	}
+}
+
+// slowFlag delays the first flag write of an actor made slow.
+func (w *world) slowFlag(ctx context.Context) {
+	a := actorOf(ctx)
+	if a == nil || a.slowFlags == 0 {
+		return
+	}
+	d := a.slowFlags
+	a.slowFlags = 0
+	if a.reached != nil {
+		*a.reached = true
+	}
+	w.s.sleep(ctx, d)
+}
+
+// mover: a reservation of a whole node is made to move off each node the
+// moment it binds it (the node reports bound and unhealthy together),
+// its first node scrubbing slowly (saying bound after the unbind), until
+// it lands back on that node or runs out of moves.
+func (w *world) mover(ctx context.Context) {
+	w.s.sleep(ctx, time.Duration(20+w.rng.IntN(120))*time.Second)
+	a := actorOf(ctx)
+	a.clean = true
+	var r capacity.Reservation
+	for i := 0; i < 5 && r.State != capacity.Placed; i++ {
+		start := w.clock.Now().Add(5 * time.Second)
+		req := capacity.CreateRequest{TenantID: ownerTenant, PoolID: "p1", Resource: "gpu", Count: nodeSize, Principal: "mover",
+			ClientToken: fmt.Sprintf("move-back-%d", i), Start: &start, End: start.Add(150 * time.Second)}
+		err, _, _ := w.invoke(ctx, capacity.FlowDeadline, func(ctx context.Context) error {
+			var err error
+			r, err = w.cap.CreateReservation(ctx, req, allow)
+			return err
+		})
+		w.note("adversary move back: create %s: %v %s", req.ClientToken, err, r.State)
+		if r.State != capacity.Placed {
+			w.s.sleep(ctx, 10*time.Second)
+		}
+	}
+	if r.State != capacity.Placed || len(r.Placement()) != 1 {
+		return
+	}
+	w.placedOn(r, w.s.steps)
+	first := nodeRef{r.PoolID, r.Placement()[0].Node}
+	fn := w.nodes[first]
+	if !fn.managed {
+		return
+	}
+	w.adv.moveID = r.ReservationID
+	fn.scrub, fn.flaky = 8, 0
+	w.adv.sickOnce[r.ReservationID] = first
+	sick := map[nodeRef]bool{}
+	at := first
+	for end := r.Window.End; w.clock.Now().Before(end) && w.clock.Now().Before(w.end); {
+		w.s.sleep(ctx, time.Second)
+		cur, err := w.capI.GetReservation(context.Background(), r.TenantID, r.ReservationID)
+		if err != nil || cur.State.Terminal() || len(cur.Placement()) != 1 {
+			break
+		}
+		now := nodeRef{cur.PoolID, cur.Placement()[0].Node}
+		if now == at {
+			continue
+		}
+		at = now
+		if now == first {
+			break // back: the binding step judges it (check e)
+		}
+		// Moved away: the first node heals, the new one sickens when it
+		// binds it.
+		fn.healthy = true
+		if n := w.nodes[now]; n.managed {
+			n.flaky = 0
+			sick[now] = true
+			w.adv.sickOnce[r.ReservationID] = now
+		}
+	}
+	delete(w.adv.sickOnce, r.ReservationID)
+	for ref := range sick {
+		w.nodes[ref].healthy = true
+	}
+	fn.healthy = true
+}
+
+// boundNow is called when node n binds reservation id: a node the move
+// back adversary marked sickens in the same report.
+func (w *world) boundNow(n *node, id string) {
+	if ref, ok := w.adv.sickOnce[id]; ok && ref == n.ref {
+		n.healthy = false
+		delete(w.adv.sickOnce, id)
+	}
+}
+
+// fullHourProbe: now and then a create of one device for a few seconds
+// inside a filler's window, so the full node is the best fit.
+func (w *world) fullHourProbe(ctx context.Context) {
+	for i := 0; i < 3 && w.clock.Now().Before(w.end); i++ {
+		w.s.sleep(ctx, time.Duration(10+w.rng.IntN(90))*time.Second)
+		f := w.rng.IntN(capacity.MaxEntriesPerNodeHour)
+		start := w.fillHour.Start().Add(time.Duration(f)*50*time.Second + time.Duration(5+w.rng.IntN(20))*time.Second)
+		req := capacity.CreateRequest{TenantID: "initech", PoolID: "p1", Resource: "gpu", Count: 1, Principal: "fullhour",
+			ClientToken: fmt.Sprintf("full-hour-%d", i), Start: &start, End: start.Add(10 * time.Second)}
+		w.s.spawnClean(ctx, fmt.Sprintf("adversary full hour create %d", i), 0, func(ctx context.Context) { w.create(ctx, req, false) })
+	}
+}
+
+// massSilence: most of a managed pool's nodes (all but one of those in
+// contact) go silent at once for 4–5 intervals, then come back.
+func (w *world) massSilence(ctx context.Context) {
+	w.s.sleep(ctx, time.Duration(60+w.rng.IntN(180))*time.Second)
+	pool := pools[w.rng.IntN(len(pools))]
+	now := w.clock.Now()
+	var in []*node
+	for _, ref := range w.order {
+		if n := w.nodes[ref]; ref.pool == pool && n.managed && !now.Before(n.silentUntil) {
+			in = append(in, n)
+		}
+	}
+	if len(in) < fleet.DisruptionMin+1 {
+		return
+	}
+	w.rng.Shuffle(len(in), func(i, j int) { in[i], in[j] = in[j], in[i] })
+	d := time.Duration(40+w.rng.IntN(15)) * time.Second
+	w.adv.silencePool, w.adv.silenceFrom, w.adv.silenceTo = pool, now, now.Add(d+2*interval)
+	for _, n := range in[:len(in)-1] {
+		n.silentUntil, n.silent = now.Add(d), 0
+		w.adv.silenced[n.ref] = true
+	}
+}
+
+// inSilence: ref is one of the mass silence's nodes and now is within it.
+func (w *world) inSilence(ref nodeRef) bool {
+	now := w.clock.Now()
+	return w.adv.silenced[ref] && !now.Before(w.adv.silenceFrom) && now.Before(w.adv.silenceTo)
+}
+
+// wakeNode makes a sleeping node's heartbeat loop beat now.
+func (w *world) wakeNode(ref nodeRef) {
+	if n := w.nodes[ref]; n != nil && n.actor != nil && n.actor.op == "sleep" && n.actor.wake.After(w.clock.Now()) {
+		n.actor.wake = w.clock.Now()
+	}
+}
+
+// Flag: the cordon race's slow uncordon is held before its first write.
+func (c *atomicCalendar) Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool, gen int64) error {
+	c.w.slowFlag(ctx)
+	return c.Capacity.Flag(ctx, t, node, h, off, gen)
+}
+
+// Amend: a reservation moved off a node of a mass silence while it lasts
+// (check silence).
+func (c *atomicCalendar) Amend(ctx context.Context, r, to capacity.Reservation) (capacity.Reservation, error) {
+	cur, err := c.Capacity.Amend(ctx, r, to)
+	w := c.w
+	if err == nil && to.Moves > r.Moves && w.adv.silencePool == r.PoolID {
+		for _, nd := range r.Placement() {
+			ref := nodeRef{r.PoolID, nd.Node}
+			if rec, ok := w.node(ref); ok && w.inSilence(ref) && rec.State != fleet.Unhealthy && !rec.Eligible() {
+				w.fail("silence", w.s.steps, "%s moved off %s during the mass silence of %s (since %s)", r.ReservationID, ref, r.PoolID,
+					w.adv.silenceFrom.Format("15:04:05"))
+			}
+		}
+	}
+	return cur, err
+}
+
+// silentFailed: a rollout failing a node of a mass silence for its
+// deadline while the silence lasts (check silence).
+func (w *world) silentFailed(p rollout.Progress) {
+	ref := nodeRef{p.PoolID, capacityIndex(p.NodeID)}
+	if !w.adv.silenced[ref] {
+		return
+	}
+	w.checked["silence"]++
+	if w.inSilence(ref) && (p.Step == rollout.Failed || p.Rollback == rollout.RollbackFailed) && p.Reason == rollout.ReasonDeadline {
+		w.fail("silence", w.s.steps, "rollout failed %s (%s) during the mass silence of %s (since %s)", ref, p.Reason, ref.pool,
+			w.adv.silenceFrom.Format("15:04:05"))
+	}
+}
+
+// note adds a line to the trace.
+func (w *world) note(format string, args ...any) {
+	w.s.trace = append(w.s.trace, "-  "+fmt.Sprintf(format, args...))
+}
+
+// eager: an adversary acts on the rollout's own steps, so the rollout
+// runs on while the actors do (no pause, no bake, a short forced drain).
+func (a *adversaries) eager() bool { return a.abortRace || a.cordonRace }
+
+func (w *world) actorOf(ctx context.Context) *actor { return actorOf(ctx) }
