@@ -23,11 +23,15 @@ var (
 // them and no rollout fails them: both act on `unreachable`), records the
 // disruption on the pool's sweep item and logs an alarm; once it ends,
 // silent nodes are marked at most ResumeShare of the pool's managed nodes
-// (at least one) a sweep, until none is left.
+// (at least one) a sweep, until none is left — and so too once a
+// disruption has lasted DisruptionHold with the nodes still silent (a
+// pool really powered off must not keep its reservations on dead hosts
+// for ever).
 var (
 	DisruptionShare = 0.55
 	DisruptionMin   = 3
 	ResumeShare     = 0.1
+	DisruptionHold  = 15 * time.Minute
 )
 
 // Sweep is the fleet's part of a reconciler pass for one managed pool
@@ -105,8 +109,9 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 	}
 	mark := len(quiet)
 	disrupted := len(quiet) >= DisruptionMin && float64(len(quiet)) >= DisruptionShare*float64(inContact)
+	held := disrupted && (st.DisruptedSince == nil || now.Sub(*st.DisruptedSince) < DisruptionHold)
 	switch {
-	case disrupted:
+	case held:
 		mark = 0
 		if st.DisruptedSince == nil {
 			s.logger().Error("fleet: mass silence: the pool's nodes went silent together; none is marked unreachable until reports return",
@@ -115,7 +120,7 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 				errs = append(errs, err)
 			}
 		}
-	case st.DisruptedSince != nil:
+	case disrupted || st.DisruptedSince != nil:
 		mark = min(mark, max(1, int(ResumeShare*float64(inContact))))
 		if len(quiet) == 0 {
 			s.logger().Info("fleet: mass silence over", "pool", poolID, "since", st.DisruptedSince.Format(time.RFC3339))

@@ -34,6 +34,9 @@ type Nodes interface {
 	SetTarget(ctx context.Context, r fleet.Record, rolloutID string, t *fleet.Target, floor int64) (fleet.Record, error)
 	CountOut(ctx context.Context, poolID string) (int, error)
 	SetBaseline(ctx context.Context, poolID string, t fleet.Target) error
+	// Disrupted says since when the pool's nodes are silent together (a
+	// mass silence the fleet sweep holds: docs/fleet.md), nil for none.
+	Disrupted(ctx context.Context, poolID string) (*time.Time, error)
 }
 
 // Cordons sets and lifts a rollout's cordon on a node, with its placement
@@ -88,10 +91,11 @@ func (rc *Reconciler) batch() int {
 
 // pass is one pass's view of one rollout.
 type pass struct {
-	rc    *Reconciler
-	rec   Record
-	now   time.Time
-	pools map[string]capacity.Pool
+	rc        *Reconciler
+	rec       Record
+	now       time.Time
+	pools     map[string]capacity.Pool
+	disrupted map[string]bool // pool → in a mass silence (read once a pass)
 }
 
 // Advance moves one rollout forward as far as it goes now (the
@@ -104,7 +108,7 @@ func (rc *Reconciler) Advance(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	p := &pass{rc: rc, rec: rec, now: rc.now(), pools: map[string]capacity.Pool{}}
+	p := &pass{rc: rc, rec: rec, now: rc.now(), pools: map[string]capacity.Pool{}, disrupted: map[string]bool{}}
 	return p.run(ctx)
 }
 
@@ -713,6 +717,12 @@ func (p *pass) verify(ctx context.Context, pr Progress) error {
 	case runs && n.State == fleet.Unhealthy:
 		return p.conclude(ctx, pr, pr.Step, Failed, ReasonUnhealthy)
 	case !p.now.Before(pr.Deadline):
+		// Silence is failure — unless the pool's nodes went silent
+		// together: the control plane's or the network's fault, not the
+		// node's; it waits for the reports to return.
+		if held, err := p.silenceHeld(ctx, pr.PoolID); held || err != nil {
+			return err
+		}
 		return p.conclude(ctx, pr, pr.Step, Failed, ReasonDeadline)
 	case !p.told(n) || n.Rollout == nil || n.Rollout.RolloutID != p.rec.RolloutID:
 		// A crash between the step and the target, or an aborting pass's
@@ -732,6 +742,20 @@ func (p *pass) verify(ctx context.Context, pr Progress) error {
 		return p.rc.fault(FaultStepped)
 	}
 	return nil
+}
+
+// silenceHeld reports whether the pool is in a mass silence (read once a
+// pass).
+func (p *pass) silenceHeld(ctx context.Context, pool string) (bool, error) {
+	if d, ok := p.disrupted[pool]; ok {
+		return d, nil
+	}
+	since, err := p.rc.Nodes.Disrupted(ctx, pool)
+	if err != nil {
+		return false, err
+	}
+	p.disrupted[pool] = since != nil
+	return since != nil, nil
 }
 
 func clipReason(s string) string {
@@ -876,7 +900,12 @@ func (p *pass) verifyRollback(ctx context.Context, pr Progress) error {
 	case runs && n.State == fleet.Ready:
 		to = RollbackDone
 	case n.Install != nil && n.Install.Version == pr.Previous.Version && n.Install.State == fleet.InstallFailed,
-		runs && n.State == fleet.Unhealthy, !p.now.Before(pr.Deadline):
+		runs && n.State == fleet.Unhealthy:
+		to = RollbackFailed
+	case !p.now.Before(pr.Deadline):
+		if held, err := p.silenceHeld(ctx, pr.PoolID); held || err != nil {
+			return err // a mass silence: not the node's failure
+		}
 		to = RollbackFailed
 	case n.Target == nil || n.Target.RolloutID != p.rec.RolloutID:
 		// The target was not written yet (a crash after the step): again.

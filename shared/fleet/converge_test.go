@@ -1,0 +1,474 @@
+package fleet_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/fleet"
+)
+
+// The interleavings an outside review reproduced (issue 21), each replayed
+// deterministically: a writer is held at one store call (a channel, no
+// sleeps) while another flow runs whole, then let go.
+
+// hold is a fleet.Calendar that stops the first Flag call matching want
+// until released: the writer has claimed its generation and is about to
+// write its first node-hour.
+type hold struct {
+	inner   fleet.Calendar
+	once    sync.Once
+	want    func(off bool) bool
+	stopped chan struct{}
+	release chan struct{}
+}
+
+func newHold(inner fleet.Calendar, want func(off bool) bool) *hold {
+	return &hold{inner: inner, want: want, stopped: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (h *hold) Flag(ctx context.Context, t capacity.PoolResource, node int, hr capacity.Hour, off bool, gen int64) error {
+	if h.want(off) {
+		h.once.Do(func() {
+			close(h.stopped)
+			<-h.release
+		})
+	}
+	return h.inner.Flag(ctx, t, node, hr, off, gen)
+}
+
+// flagsOff reports the node's stored node-hours over the flagged horizon:
+// how many are off and how many are not.
+func (e *env) flagsOff(tb testing.TB, pool string, node int) (off, on int) {
+	tb.Helper()
+	p, err := e.store.GetPool(context.Background(), pool)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	pr := capacity.PoolResource{PoolID: pool, Topology: p.Topology("gpu")}
+	var keys []capacity.NodeHourKey
+	from := capacity.HourOf(e.clock.Now())
+	for h := from; h < from+capacity.Hour(capacity.ProvisionHours); h++ {
+		keys = append(keys, capacity.NodeHourKey{Node: node, Hour: h})
+	}
+	got, err := e.store.NodeHours(context.Background(), pr, keys)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, k := range keys {
+		if got[k].Off {
+			off++
+		} else {
+			on++
+		}
+	}
+	return off, on
+}
+
+// held runs fn on a fleet service whose flag writes stop at the first one
+// h matches; it returns once fn is stopped there, and a wait for fn's end.
+func (e *env) held(tb testing.TB, h *hold, fn func(s *fleet.Service) error) (wait func()) {
+	tb.Helper()
+	s := &fleet.Service{Store: e.nodes, Pools: e.store, Calendar: h, Now: e.clock.Now, Logger: e.fleet.Logger}
+	done := make(chan error, 1)
+	go func() { done <- fn(s) }()
+	select {
+	case <-h.stopped:
+	case err := <-done:
+		tb.Fatalf("the held writer ended before its first flag write: %v", err)
+	}
+	return func() {
+		close(h.release)
+		if err := <-done; err != nil {
+			tb.Fatalf("the held writer: %v", err)
+		}
+	}
+}
+
+// Defect 1: a rollout lifts its cordon and starts unflagging; an
+// operator's cordon lands in between, whole; the rollout's unflag goes on.
+// The operator's cordon must hold: every node-hour off, nothing placed.
+func TestOperatorCordonSurvivesARolloutsLift(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "p1", 8)
+	e.register(t, "p1", nodeName(0))
+	e.ready(t, "p1", nodeName(0))
+	e.pass(t)
+	rec, err := e.nodes.GetNode(ctx, "p1", "gpu", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec, err = e.fleet.SetRolloutCordon(ctx, rec, &fleet.Cordon{By: fleet.ByRollout, RolloutID: "r1", Reason: "rollout", At: e.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if off, _ := e.flagsOff(t, "p1", 0); off != capacity.ProvisionHours {
+		t.Fatalf("rollout cordon: %d hours off", off)
+	}
+	wait := e.held(t, newHold(e.store, func(off bool) bool { return !off }), func(s *fleet.Service) error {
+		_, err := s.SetRolloutCordon(ctx, rec, nil)
+		return err
+	})
+	if _, err := e.fleet.Cordon(ctx, "acme", "p1", nodeName(0), "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	wait()
+	if off, on := e.flagsOff(t, "p1", 0); on != 0 {
+		t.Errorf("operator cordon after the rollout's lift: %d hours off, %d not", off, on)
+	}
+	e.pass(t)
+	if _, err := e.create(t, "p1", 8, 0, time.Hour); err == nil {
+		t.Error("placed on the operator-cordoned node")
+	}
+	e.check(t)
+}
+
+// Defect 3: an operator's uncordon starts lifting; a rollout's cordon
+// lands in between, whole; the uncordon goes on. The draining node must
+// stay out of placement.
+func TestRolloutCordonSurvivesAnUncordon(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "p1", 8)
+	e.register(t, "p1", nodeName(0))
+	e.ready(t, "p1", nodeName(0))
+	if _, err := e.fleet.Cordon(ctx, "acme", "p1", nodeName(0), "maintenance"); err != nil {
+		t.Fatal(err)
+	}
+	wait := e.held(t, newHold(e.store, func(off bool) bool { return !off }), func(s *fleet.Service) error {
+		_, err := s.Uncordon(ctx, "acme", "p1", nodeName(0))
+		return err
+	})
+	rec, err := e.nodes.GetNode(ctx, "p1", "gpu", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.fleet.SetRolloutCordon(ctx, rec, &fleet.Cordon{By: fleet.ByRollout, RolloutID: "r1", Reason: "rollout", At: e.clock.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	wait()
+	if off, on := e.flagsOff(t, "p1", 0); on != 0 {
+		t.Errorf("rollout cordon after the operator's uncordon: %d hours off, %d not", off, on)
+	}
+	if _, err := e.create(t, "p1", 8, 0, time.Hour); err == nil {
+		t.Error("placed on the draining node")
+	}
+}
+
+// Defect 2: the sweep flags an unhealthy node; a healthy report lands
+// while it writes. The node may wait a pass, no more: after the next pass
+// its node-hours are lifted and it takes placements.
+func TestReadyNodeIsUnflaggedByTheNextPass(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "p1", 8)
+	e.register(t, "p1", nodeName(0))
+	e.ready(t, "p1", nodeName(0))
+	e.pass(t)
+	// Silent for 3 intervals: the sweep marks it unreachable and flags it,
+	// held at its first flag write while a healthy report lands.
+	e.clock.Advance(time.Duration(fleet.UnreachableAfter)*fleet.DefaultInterval + time.Second)
+	h := newHold(e.store, func(off bool) bool { return off })
+	rc := &capacity.Reconciler{Service: e.cap, Due: e.store,
+		Fleet: &fleet.Service{Store: e.nodes, Pools: e.store, Calendar: h, Now: e.clock.Now, Logger: e.fleet.Logger}}
+	done := make(chan error, 1)
+	go func() { _, err := rc.Pass(ctx); done <- err }()
+	<-h.stopped
+	e.ready(t, "p1", nodeName(0))
+	close(h.release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Second)
+	e.pass(t)
+	if off, _ := e.flagsOff(t, "p1", 0); off != 0 {
+		t.Errorf("a ready node after the next pass: %d hours off", off)
+	}
+	if _, err := e.create(t, "p1", 8, 0, time.Hour); err != nil {
+		t.Errorf("a create on the ready node: %v", err)
+	}
+	e.check(t)
+}
+
+// Defect 8: a report that makes a node unhealthy takes it out of
+// placement before the heartbeat answers — and counts it out of service
+// (defect 7) in the same write.
+func TestUnhealthyReportTakesTheNodeOutAtOnce(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "p1", 16)
+	for k := range 2 {
+		e.register(t, "p1", nodeName(k))
+		e.ready(t, "p1", nodeName(k))
+	}
+	e.pass(t)
+	if n, err := e.nodes.CountOut(ctx, "p1"); err != nil || n != 0 {
+		t.Fatalf("out of service before: %d %v", n, err)
+	}
+	rep := e.report("p1", nodeName(0))
+	rep.Health.DevicesVisible = 7
+	ans, err := e.beat(t, rep)
+	if err != nil || ans.Node.State != fleet.Unhealthy {
+		t.Fatalf("unhealthy report: %+v %v", ans.Node.State, err)
+	}
+	if n, err := e.nodes.CountOut(ctx, "p1"); err != nil || n != 1 {
+		t.Errorf("out of service right after the answer: %d %v", n, err)
+	}
+	for range 2 {
+		r, err := e.create(t, "p1", 8, 0, time.Hour)
+		if err == nil && r.NodeIDs[0] == nodeName(0) {
+			t.Errorf("placed on %s, which just reported unhealthy", nodeName(0))
+		}
+	}
+	// The steady state is one write again: a second unhealthy report
+	// syncs nothing.
+	e.rt.Reset()
+	rep = e.report("p1", nodeName(0))
+	rep.Health.DevicesVisible = 7
+	if _, err := e.beat(t, rep); err != nil {
+		t.Fatal(err)
+	}
+	if calls := e.rt.Count(); calls > 1 {
+		t.Errorf("a steady unhealthy heartbeat made %d calls, want 1", calls)
+	}
+}
+
+// Defect 9: a node registered while it holds an active reservation (bound
+// at once while unmanaged) is told to bind it, and to unbind it at its
+// end, before the next holder's bind.
+func TestRegisteredNodeAdoptsWhatItHolds(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.fleet.Adopter = e.cap
+	e.pool(t, "p1", 8)
+	r, err := e.create(t, "p1", 8, time.Minute, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * time.Minute)
+	e.pass(t)
+	if got := e.get(t, r.ReservationID); got.State != capacity.Active {
+		t.Fatalf("unmanaged: %s", got.State)
+	}
+	e.register(t, "p1", nodeName(0))
+	ans := e.ready(t, "p1", nodeName(0))
+	e.pass(t) // the sweep lifts the ready node's flags
+	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != fleet.ActionBind || ans.Desired.Bindings[0].ReservationID != r.ReservationID {
+		t.Fatalf("after registering: %+v", ans.Desired.Bindings)
+	}
+	e.ready(t, "p1", nodeName(0), bound(r.ReservationID))
+	if _, err := e.cap.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil {
+		t.Fatal(err)
+	}
+	next, err := e.create(t, "p1", 8, 0, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.pass(t)
+	ans = e.ready(t, "p1", nodeName(0), bound(r.ReservationID))
+	var actions []string
+	for _, b := range ans.Desired.Bindings {
+		actions = append(actions, b.Action+" "+b.ReservationID)
+	}
+	if len(actions) != 2 || actions[0] != "unbind "+r.ReservationID || actions[1] != "bind "+next.ReservationID {
+		t.Errorf("after the release: %v", actions)
+	}
+	e.check(t)
+}
+
+// Defect 4: a pass is held between recording a reservation's nodes and
+// binding them; meanwhile acme releases it, globex books the same devices
+// and an overlapping pass binds globex's. The held pass's bind must fail:
+// no answer lists two binds on one device, nor a bind of a released one.
+func TestBindNeverCrossesTenants(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "p1", 8)
+	if _, err := e.cap.OfferPool(ctx, "acme", "p1", "globex", "gpu", 8); err != nil {
+		t.Fatal(err)
+	}
+	e.register(t, "p1", nodeName(0))
+	e.ready(t, "p1", nodeName(0))
+	e.pass(t)
+	r, err := e.create(t, "p1", 8, time.Minute, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * time.Minute)
+	e.ready(t, "p1", nodeName(0))
+	stopped, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	e.cap.Faults = func(p string) error {
+		if p == capacity.FaultBindRecorded {
+			once.Do(func() { close(stopped); <-release })
+		}
+		return nil
+	}
+	done := make(chan error, 1)
+	go func() { _, err := e.rc.Pass(ctx); done <- err }()
+	<-stopped
+	if _, err := e.cap.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil {
+		t.Fatal(err)
+	}
+	s, end := e.clock.Now(), e.clock.Now().Add(time.Hour)
+	next, err := e.cap.CreateReservation(ctx, capacity.CreateRequest{TenantID: "globex", PoolID: "p1", Resource: "gpu", Count: 8, Start: &s, End: end}, allow)
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := &capacity.Reconciler{Service: &capacity.Service{Store: e.store, Now: e.clock.Now, Logger: e.cap.Logger, Nodes: e.nodes}, Due: e.store, Fleet: e.fleet}
+	if _, err := other.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	ans := e.ready(t, "p1", nodeName(0))
+	for _, b := range ans.Desired.Bindings {
+		if b.Action == fleet.ActionBind && b.ReservationID != next.ReservationID {
+			t.Errorf("told to bind %s (%s) besides globex's %s: %+v", b.ReservationID, b.TenantID, next.ReservationID, ans.Desired.Bindings)
+		}
+	}
+}
+
+// Defect 5: bound on X, moved to Y off X's unhealthy report, X recovers
+// still reporting it bound (not scrubbed yet), Y fails before binding and
+// it moves back to X: X's stale "bound" answers the old bind, not this
+// one. Active only after X scrubbed (unbound) and bound it again.
+func TestActiveOnlyFromABoundThatAnswersABind(t *testing.T) {
+	e := newEnv(t)
+	e.pool(t, "p1", 16)
+	for k := range 2 {
+		e.register(t, "p1", nodeName(k))
+		e.ready(t, "p1", nodeName(k))
+	}
+	e.pass(t)
+	r, err := e.create(t, "p1", 8, time.Minute, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	x := r.NodeIDs[0]
+	y := nodeName(1)
+	if x == y {
+		y = nodeName(0)
+	}
+	e.clock.Advance(2 * time.Minute)
+	e.ready(t, "p1", y)
+	e.ready(t, "p1", x)
+	e.pass(t) // binding: X told to bind
+	e.ready(t, "p1", y)
+	rep := e.report("p1", x, bound(r.ReservationID))
+	rep.Health.DevicesVisible = 7 // bound, but unhealthy
+	if _, err := e.beat(t, rep); err != nil {
+		t.Fatal(err)
+	}
+	e.pass(t) // moved to Y; X told to unbind
+	if got := e.get(t, r.ReservationID); got.NodeIDs[0] != y {
+		t.Fatalf("not moved to %s: %v", y, got.NodeIDs)
+	}
+	e.ready(t, "p1", x, bound(r.ReservationID)) // recovered, not scrubbed yet
+	e.pass(t)                                   // its flags lifted; Y told to bind
+	e.ready(t, "p1", x, bound(r.ReservationID))
+	rep = e.report("p1", y)
+	rep.Health.DevicesVisible = 7
+	if _, err := e.beat(t, rep); err != nil {
+		t.Fatal(err)
+	}
+	e.pass(t) // moved back to X
+	if got := e.get(t, r.ReservationID); got.NodeIDs[0] != x {
+		t.Fatalf("not moved back to %s: %v", x, got.NodeIDs)
+	}
+	for range 2 {
+		e.ready(t, "p1", x, bound(r.ReservationID))
+		e.pass(t)
+		if got := e.get(t, r.ReservationID); got.State == capacity.Active {
+			t.Fatal("active from X's stale bound (its entry is an unbind)")
+		}
+	}
+	// Scrubbed: told to bind again — within two passes (the sweep forgetting
+	// the unbind and the bind step racing it: the loser goes again).
+	var ans fleet.HeartbeatResult
+	for range 2 {
+		e.ready(t, "p1", x, unbound(r.ReservationID))
+		e.pass(t)
+		if ans = e.ready(t, "p1", x); len(ans.Desired.Bindings) == 1 && ans.Desired.Bindings[0].Action == fleet.ActionBind {
+			break
+		}
+	}
+	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != fleet.ActionBind {
+		t.Fatalf("after the scrub: %+v", ans.Desired.Bindings)
+	}
+	e.ready(t, "p1", x, bound(r.ReservationID))
+	e.pass(t)
+	if got := e.get(t, r.ReservationID); got.State != capacity.Active {
+		t.Errorf("after X bound it again: %s", got.State)
+	}
+	e.check(t)
+}
+
+// Mass silence: most of a pool's nodes go silent in one sweep — the
+// control plane's or the network's fault. None is marked unreachable (so
+// nothing moves), the pool is marked disrupted; when they report again it
+// ends. A node silent alone is marked as before; silence lasting past
+// DisruptionHold is marked gradually.
+func TestMassSilenceIsHeld(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "p1", 48)
+	for k := range 6 {
+		e.register(t, "p1", nodeName(k))
+		e.ready(t, "p1", nodeName(k))
+	}
+	e.pass(t)
+	unreachable := func() int {
+		n := 0
+		for k := range 6 {
+			if r, _ := e.nodes.GetNode(ctx, "p1", "gpu", k); r.State == fleet.Unreachable {
+				n++
+			}
+		}
+		return n
+	}
+	silentFor := time.Duration(fleet.UnreachableAfter)*fleet.DefaultInterval + time.Second
+	e.clock.Advance(silentFor)
+	for _, k := range []int{4, 5} {
+		e.ready(t, "p1", nodeName(k))
+	}
+	e.pass(t) // 4 of 6 silent at once
+	if n := unreachable(); n != 0 {
+		t.Errorf("mass silence: %d nodes marked unreachable", n)
+	}
+	if since, err := e.nodes.Disrupted(ctx, "p1"); err != nil || since == nil {
+		t.Errorf("mass silence not recorded: %v %v", since, err)
+	}
+	for k := range 6 {
+		e.ready(t, "p1", nodeName(k))
+	}
+	e.clock.Advance(time.Second)
+	e.pass(t)
+	if since, _ := e.nodes.Disrupted(ctx, "p1"); since != nil {
+		t.Errorf("disruption not over after every node reported: since %v", since)
+	}
+	// One node silent alone: unreachable, as before.
+	e.clock.Advance(silentFor)
+	for k := 1; k < 6; k++ {
+		e.ready(t, "p1", nodeName(k))
+	}
+	e.pass(t)
+	if n := unreachable(); n != 1 {
+		t.Errorf("one silent node: %d unreachable, want 1", n)
+	}
+	// Every node silent past DisruptionHold: marked one a sweep.
+	e.clock.Advance(silentFor)
+	e.pass(t)
+	if n := unreachable(); n != 1 {
+		t.Fatalf("second mass silence: %d unreachable, want still 1", n)
+	}
+	e.clock.Advance(fleet.DisruptionHold)
+	e.pass(t)
+	if n := unreachable(); n != 2 {
+		t.Errorf("past DisruptionHold: %d unreachable, want 2 (one more a sweep)", n)
+	}
+}
