@@ -209,12 +209,20 @@ func TestUnhealthyReportTakesTheNodeOutAtOnce(t *testing.T) {
 	}
 	rep := e.report("p1", nodeName(0))
 	rep.Health.DevicesVisible = 7
-	ans, err := e.beat(t, rep)
-	if err != nil || ans.Node.State != fleet.Unhealthy {
-		t.Fatalf("unhealthy report: %+v %v", ans.Node.State, err)
-	}
+	// Counted out of service from the report's own write: while its flag
+	// writes are held, a rollout counting the pool already sees it.
+	var ans fleet.HeartbeatResult
+	wait := e.held(t, newHold(e.store, func(off bool) bool { return off }), func(s *fleet.Service) error {
+		var err error
+		ans, err = s.Heartbeat(ctx, "acme", "p1", nodeName(0), sign(t, rep, e.keys["p1/"+nodeName(0)]))
+		return err
+	})
 	if n, err := e.nodes.CountOut(ctx, "p1"); err != nil || n != 1 {
-		t.Errorf("out of service right after the answer: %d %v", n, err)
+		t.Errorf("out of service once the report was written: %d %v", n, err)
+	}
+	wait()
+	if ans.Node.State != fleet.Unhealthy {
+		t.Fatalf("unhealthy report: %+v", ans.Node.State)
 	}
 	for range 2 {
 		r, err := e.create(t, "p1", 8, 0, time.Hour)
