@@ -42,7 +42,7 @@ func newEnv(tb testing.TB) *env {
 	st := devstack.Shared(tb)
 	table := devstack.NewTable(tb, st)
 	rt := &dynamo.RoundTrips{}
-	db := st.DynamoDB(rt.Option())
+	db := st.DynamoDB(rt.Option(), dynamo.Metered)
 	store := &dynamo.Capacity{DB: db, Table: table}
 	nodes := &dynamo.Fleet{DB: db, Table: table}
 	c := teststack.NewClock(start)
