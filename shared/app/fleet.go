@@ -25,7 +25,8 @@ func (a *App) FleetService() *fleet.Service {
 	a.fleetOnce.Do(func() {
 		a.fleet = &fleet.Service{Store: a.FleetStore(), Pools: a.CapacityStore(), Calendar: a.CapacityStore(),
 			Releases: releaseReader{&dynamo.Releases{DB: a.DB, Table: a.Config.Table}}, Now: a.Now, Logger: a.Logger,
-			Interval: a.Config.HeartbeatInterval, ProvisionHours: a.Config.ProvisionHours, Adopter: a.CapacityService(), Table: a.Config.Table}
+			Interval: a.Config.HeartbeatInterval, ProvisionHours: a.Config.ProvisionHours, Adopter: a.CapacityService(), Table: a.Config.Table,
+			Rollouts: rollout.Holds{Store: a.RolloutStore()}}
 	})
 	return a.fleet
 }

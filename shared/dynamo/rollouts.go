@@ -281,6 +281,21 @@ func progressFrom(av map[string]types.AttributeValue) (rollout.Progress, error) 
 	return p, err
 }
 
+// GetProgress implements rollout.RolloutStore: one consistent GetItem.
+func (s *Rollouts) GetProgress(ctx context.Context, id, poolID, nodeID string) (rollout.Progress, error) {
+	k := rollout.Progress{NodeProgress: rollout.NodeProgress{PoolID: poolID, NodeID: nodeID}, Order: rollout.OrderKey(id, poolID, nodeID)}.Key()
+	var raw map[string]types.AttributeValue
+	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), ConsistentRead: aws.Bool(true),
+		Key: key(progressPK(id), progressItemSK(k))})
+	if err != nil {
+		return rollout.Progress{}, err
+	}
+	if raw = out.Item; raw == nil {
+		return rollout.Progress{}, rollout.ErrNotFound
+	}
+	return progressFrom(raw)
+}
+
 // PutProgress implements rollout.RolloutStore.
 func (s *Rollouts) PutProgress(ctx context.Context, p rollout.Progress) error {
 	av, err := progressItem(p)

@@ -480,3 +480,46 @@ func TestMassSilenceIsHeld(t *testing.T) {
 		t.Errorf("past DisruptionHold: %d unreachable, want 2 (one more a sweep)", n)
 	}
 }
+
+// holdsNone is a RolloutHolds for which no rollout holds any node (or,
+// with held, every node).
+type holdsNone struct{ held bool }
+
+func (h holdsNone) Holds(context.Context, string, string, string) (bool, error) { return h.held, nil }
+
+// A rollout's cordon and target left on a node the rollout no longer holds
+// (a start's cordon landing after an abort concluded the node) are lifted
+// by the next sweep, and the node takes placements again; a node the
+// rollout holds keeps them.
+func TestSweepLiftsWhatARolloutNoLongerHolds(t *testing.T) {
+	for _, held := range []bool{true, false} {
+		e := newEnv(t)
+		ctx := context.Background()
+		e.fleet.Rollouts = holdsNone{held: held}
+		e.pool(t, "p1", 8)
+		e.register(t, "p1", nodeName(0))
+		e.ready(t, "p1", nodeName(0))
+		rec, err := e.nodes.GetNode(ctx, "p1", "gpu", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec, err = e.fleet.SetRolloutCordon(ctx, rec, &fleet.Cordon{By: fleet.ByRollout, RolloutID: "r1", Reason: "rollout", At: e.clock.Now()}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.nodes.SetTarget(ctx, rec, "r1", &fleet.Target{Version: "2.0.0", Sequence: 2, RolloutID: "r1"}, 1); err != nil {
+			t.Fatal(err)
+		}
+		e.ready(t, "p1", nodeName(0))
+		e.pass(t)
+		rec, err = e.nodes.GetNode(ctx, "p1", "gpu", 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if kept := rec.Rollout != nil && rec.Target != nil; kept != held {
+			t.Errorf("held %v: cordon %+v, target %+v after the sweep", held, rec.Rollout, rec.Target)
+		}
+		if off, _ := e.flagsOff(t, "p1", 0); (off > 0) != held {
+			t.Errorf("held %v: %d hours off after the sweep", held, off)
+		}
+	}
+}

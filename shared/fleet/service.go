@@ -22,6 +22,9 @@ type Service struct {
 	Pools    Pools
 	Calendar Calendar
 	Releases Releases
+	// Rollouts says whether a rollout still holds a node it cordoned or
+	// targeted (nil: never asked).
+	Rollouts RolloutHolds
 	// Table names the deployment in the sweep's metrics (BC_TABLE).
 	Table string
 	// Adopter binds what a newly managed node holds (nil: nothing to tell).

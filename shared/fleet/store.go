@@ -84,6 +84,13 @@ type Adopter interface {
 	Adopt(ctx context.Context, t capacity.PoolResource, node int, now time.Time) error
 }
 
+// RolloutHolds tells whether a rollout still holds a node
+// (rollout.Holds): the sweep lifts a rollout's cordon or target from a node
+// it no longer holds.
+type RolloutHolds interface {
+	Holds(ctx context.Context, rolloutID, poolID, nodeID string) (bool, error)
+}
+
 // Pools is what the fleet reads of the capacity module: the pools.
 type Pools interface {
 	GetPool(ctx context.Context, poolID string) (capacity.Pool, error)

@@ -95,6 +95,9 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 		if _, err := s.adopt(ctx, rec, p.Topology(rec.Resource)); err != nil {
 			errs = append(errs, err)
 		}
+		if err := s.releaseStranded(ctx, rec); err != nil {
+			errs = append(errs, err)
+		}
 		for id, e := range rec.Entries {
 			if e.Action == ActionUnbind && rec.Reported[id] == BindUnbound {
 				if err := s.Store.DropEntry(ctx, rec, id); err != nil && !errors.Is(err, ErrStale) {
@@ -152,6 +155,37 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 	if len(errs) > 0 {
 		// The sweep is due again at next anyway: what failed is retried.
 		return unavailable(errors.Join(errs...))
+	}
+	return nil
+}
+
+// releaseStranded lifts a rollout's cordon and target from a node the
+// rollout no longer holds (RolloutHolds): what a write of the rollout's
+// that landed after the node was concluded left behind.
+func (s *Service) releaseStranded(ctx context.Context, rec Record) error {
+	if s.Rollouts == nil || (rec.Rollout == nil && rec.Target == nil) {
+		return nil
+	}
+	id := ""
+	if rec.Rollout != nil {
+		id = rec.Rollout.RolloutID
+	} else {
+		id = rec.Target.RolloutID
+	}
+	held, err := s.Rollouts.Holds(ctx, id, rec.PoolID, rec.NodeID)
+	if err != nil || held {
+		return err
+	}
+	s.logger().Warn("fleet: lifting a rollout's cordon and target from a node it no longer holds", "pool", rec.PoolID, "node", rec.NodeID, "rollout", id)
+	if rec.Target != nil && rec.Target.RolloutID == id {
+		if _, err := s.Store.SetTarget(ctx, rec, id, nil, 0); err != nil && !errors.Is(err, ErrStale) {
+			return err
+		}
+	}
+	if rec.Rollout != nil && rec.Rollout.RolloutID == id {
+		if _, err := s.SetRolloutCordon(ctx, rec, nil); err != nil && !errors.Is(err, ErrStale) {
+			return err
+		}
 	}
 	return nil
 }

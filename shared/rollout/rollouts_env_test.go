@@ -78,7 +78,7 @@ func newFleetEnv(t testing.TB) *fleetEnv {
 	rstore := &dynamo.Rollouts{DB: db, Table: table}
 	cs := &capacity.Service{Store: store, Now: clock.Now, Logger: log, Nodes: nodes}
 	fs := &fleet.Service{Store: nodes, Pools: store, Calendar: store, Now: clock.Now, Logger: log,
-		Releases: releaseReader{releases}}
+		Releases: releaseReader{releases}, Rollouts: rollout.Holds{Store: rstore}}
 	rc := &rollout.Reconciler{Store: rstore, Releases: releases, Nodes: nodes, Cordons: fs, Calendar: store, Now: clock.Now, Logger: log}
 	e := &fleetEnv{t: t, clock: clock, cap: cs, fleet: fs, nodes: nodes, store: store, releases: releases, rstore: rstore, rc: rc,
 		rollouts: &rollout.Rollouts{Store: rstore, Releases: releases, Pools: store, Now: clock.Now,

@@ -82,6 +82,8 @@ type RolloutStore interface {
 	// ReleasePool lifts id's claim (idempotent).
 	ReleasePool(ctx context.Context, poolID, id string) error
 	// PutProgress writes a node's progress unless it exists.
+	// GetProgress reads one node's progress (ErrNotFound).
+	GetProgress(ctx context.Context, id, poolID, nodeID string) (Progress, error)
 	PutProgress(ctx context.Context, p Progress) error
 	// UpdateProgress writes p if the stored step and rollback are still
 	// from and fromRollback (ErrStale otherwise).
