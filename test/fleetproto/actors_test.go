@@ -276,6 +276,10 @@ func (w *world) tenant(name string) func(ctx context.Context) {
 				if w.rng.IntN(4) == 0 {
 					wait = time.Duration(w.rng.IntN(300)) * time.Millisecond // racing the create itself
 				}
+				// Within the actors' phase: a releaser waiting for a window hours
+				// ahead would carry the clock there before the quiescence, into
+				// the filled hour, where windows start and end every 50 s.
+				wait = min(wait, max(0, w.end.Sub(w.clock.Now())))
 				w.s.spawn(ctx, fmt.Sprintf("%s release %s", name, id), 0, w.releaser(req.TenantID, id, wait))
 			}
 			for attempt := 0; attempt < 2; attempt++ {

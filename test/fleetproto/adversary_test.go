@@ -288,12 +288,15 @@ func (w *world) boundNow(n *node, id string) {
 }
 
 // fullHourProbe: now and then a create of one device for a few seconds
-// inside a filler's window, so the full node is the best fit.
+// inside two fillers' windows, so the full node (two devices busy) is the
+// best fit.
 func (w *world) fullHourProbe(ctx context.Context) {
 	for i := 0; i < 3 && w.clock.Now().Before(w.end); i++ {
-		w.s.sleep(ctx, time.Duration(10+w.rng.IntN(90))*time.Second)
-		f := w.rng.IntN(capacity.MaxEntriesPerNodeHour)
-		start := w.fillHour.Start().Add(time.Duration(f)*50*time.Second + time.Duration(5+w.rng.IntN(20))*time.Second)
+		// The first before the tenants' creates in that hour pile up on
+		// another node.
+		w.s.sleep(ctx, time.Duration(1+w.rng.IntN(10)+i*w.rng.IntN(120))*time.Second)
+		f := 1 + w.rng.IntN(capacity.MaxEntriesPerNodeHour-1)
+		start := w.fillHour.Start().Add(time.Duration(f)*50*time.Second + time.Duration(5+w.rng.IntN(40))*time.Second)
 		req := capacity.CreateRequest{TenantID: "initech", PoolID: "p1", Resource: "gpu", Count: 1, Principal: "fullhour",
 			ClientToken: fmt.Sprintf("full-hour-%d", i), Start: &start, End: start.Add(10 * time.Second)}
 		w.s.spawnClean(ctx, fmt.Sprintf("adversary full hour create %d", i), 0, func(ctx context.Context) { w.create(ctx, req, false) })

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
@@ -369,11 +370,12 @@ func (w *world) quiesce(ctx context.Context) {
 func (w *world) settle(ctx context.Context, when string) {
 	calm := 0
 	var res capacity.PassResult
+	var recent []string // the last rounds, for the message
 	for i := 0; calm < 3; i++ {
 		if i == 60 {
 			r, _ := w.rollI.GetRollout(ctx, w.rolloutID)
-			w.fail("quiescence", 0, "%s: no quiescence after %d rounds: last pass %+v; rollout %s finished=%v counts %+v", when, i, res,
-				r.State, r.Finished, r.Counts)
+			w.fail("quiescence", 0, "%s: no quiescence after %d rounds: last pass %+v; rollout %s finished=%v counts %+v; the last rounds: %s", when, i, res,
+				r.State, r.Finished, r.Counts, strings.Join(recent, " | "))
 			return
 		}
 		if w.rolloutID != "" {
@@ -388,6 +390,11 @@ func (w *world) settle(ctx context.Context, when string) {
 		if w.rolloutID != "" {
 			rec, err := w.rollI.GetRollout(ctx, w.rolloutID)
 			done = err == nil && rec.Finished
+		}
+		recent = append(recent, fmt.Sprintf("%s done=%v transitions %v repaired %d told %d errors %d", w.clock.Now().Format("15:04:05"), done,
+			res.Transitions, res.Repaired, res.Told, res.Errors))
+		if len(recent) > 5 {
+			recent = recent[1:]
 		}
 		if done && res.Errors == 0 && res.TransitionCount() == 0 && res.Repaired == 0 && res.Told == 0 {
 			calm++

@@ -267,15 +267,16 @@ func (w *world) register(ctx context.Context, n *node) error {
 	return err
 }
 
-// fill books 64 one-device reservations of one minute each in the hour
-// after next, one after another: best fit puts them on one node, whose
-// node-hour then holds capacity.MaxEntriesPerNodeHour entries.
+// fill books 64 one-device reservations of 100 s, one every 50 s, in the
+// hour after next: each overlaps the one before, so best fit puts them all
+// on one node, whose node-hour then holds capacity.MaxEntriesPerNodeHour
+// entries and two busy devices at every instant (the fullest node there).
 func (w *world) fill(ctx context.Context) {
 	h := capacity.HourOf(t0) + 2
 	for i := range capacity.MaxEntriesPerNodeHour {
 		s := h.Start().Add(time.Duration(i) * 50 * time.Second)
 		r, err := w.cap.CreateReservation(ctx, capacity.CreateRequest{TenantID: filler, PoolID: "p1", Resource: "gpu", Count: 1,
-			Start: &s, End: s.Add(40 * time.Second), Principal: "filler", ClientToken: fmt.Sprintf("fill-%d", i)}, allow)
+			Start: &s, End: s.Add(100 * time.Second), Principal: "filler", ClientToken: fmt.Sprintf("fill-%d", i)}, allow)
 		if err != nil {
 			w.t.Fatalf("fill %d: %v", i, err)
 		}
