@@ -39,7 +39,7 @@ FUNCTIONS    := $(notdir $(patsubst %/,%,$(wildcard functions/*/)))
 # `make test` runs after the Go tests, e.g. INFRA_TEST_TARGETS += infra-test synth.
 INFRA_TEST_TARGETS :=
 
-.PHONY: help tools run test gotest fmt fmt-check vet build docs bench fuzz e2e clean distclean lambda-build lambda-test
+.PHONY: help tools run test gotest fmt fmt-check vet build docs bench fuzz fleetproto e2e clean distclean lambda-build lambda-test
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -135,6 +135,14 @@ fuzz: ## fuzz every target for FUZZTIME each (e.g. make fuzz FUZZTIME=5m); findi
 	  echo "== $$fn in $$pkg for $(FUZZTIME)"; \
 	  $(GO) test ./$$pkg -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 1s -parallel 2 || exit 1; \
 	done
+
+# make fleetproto: the fleet protocol simulation (docs/fleet.md) for seeds
+# 1..SEEDS, one after another (`make test` runs seeds 1 and 2); a failing
+# seed prints the line that replays it (BC_FLEETPROTO_SEED=k).
+SEEDS ?= 48
+fleetproto: ## run the fleet protocol simulation for seeds 1..SEEDS (e.g. make fleetproto SEEDS=100)
+	BC_FLEETPROTO_SEEDS=$(SEEDS) $(GO) test ./test/fleetproto -run TestFleetProtocolSimulation -count=1 -timeout 0 -v 2>&1 | \
+	  grep -E '^(---|FAIL|ok)|seed [0-9]+: ([0-9]+ steps|checks failed|check )|replay:'; exit $${PIPESTATUS[0]}
 
 # make bench: every benchmark, one package at a time (-p 1: none competes
 # with another for the 2 cores); cmd/benchdoc writes the raw output behind a

@@ -59,6 +59,8 @@ type ledger struct {
 	registerLate   bool
 	probes         int
 	fillHour       capacity.Hour
+	fillMost       int // the most entries the fill left in one node-hour
+	fillNode       int
 	filled         []string
 
 	stats struct {

@@ -283,6 +283,17 @@ func (w *world) fill(ctx context.Context) {
 		w.filled = append(w.filled, r.ReservationID)
 	}
 	w.fillHour = h
+	// What the fill made: the most entries one node-hour of that hour holds
+	// (the full-hour adversary aims at capacity.MaxEntriesPerNodeHour).
+	nhs, err := w.capI.Snapshot(ctx)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	for _, nh := range nhs.NodeHours {
+		if nh.Pool == "p1" && nh.Hour == h && len(nh.Entries) > w.fillMost {
+			w.fillMost, w.fillNode = len(nh.Entries), nh.Node
+		}
+	}
 }
 
 func allow(context.Context, map[string]any) error { return nil }
@@ -299,8 +310,8 @@ func (w *world) report(took time.Duration) {
 	for _, k := range slices.Sorted(maps.Keys(w.checked)) {
 		judged = append(judged, fmt.Sprintf("%s %d", k, w.checked[k]))
 	}
-	t.Logf("seed %d: adversaries %s (bind fences %d, cordon races %d, abort race %v, move back %q, mass silence %q %s–%s); judged: %s", w.seed,
-		w.advNames(), w.adv.fenced, w.adv.cordonRaced, w.adv.abortRaced, w.adv.moveID, w.adv.silencePool,
+	t.Logf("seed %d: adversaries %s (bind fences %d, cordon races %d, abort race %v, move back %q, fill: at most %d entries in a node-hour (node %d), mass silence %q %s–%s); judged: %s", w.seed,
+		w.advNames(), w.adv.fenced, w.adv.cordonRaced, w.adv.abortRaced, w.adv.moveID, w.fillMost, w.fillNode, w.adv.silencePool,
 		w.adv.silenceFrom.Format("15:04:05"), w.adv.silenceTo.Format("15:04:05"), strings.Join(judged, ", "))
 	var sum []string
 	for _, k := range keys {
