@@ -288,8 +288,9 @@ func (w *world) boundNow(n *node, id string) {
 }
 
 // fullHourProbe: now and then a create of one device for a few seconds
-// inside two fillers' windows, so the full node (two devices busy) is the
-// best fit.
+// inside two fillers' windows on the full node-hour's pool: its devices
+// fit, the node-hour does not (CAPACITY_EXHAUSTED, the pool's only node
+// excluded; never UNAVAILABLE).
 func (w *world) fullHourProbe(ctx context.Context) {
 	for i := 0; i < 3 && w.clock.Now().Before(w.end); i++ {
 		// The first before the tenants' creates in that hour pile up on
@@ -297,7 +298,7 @@ func (w *world) fullHourProbe(ctx context.Context) {
 		w.s.sleep(ctx, time.Duration(1+w.rng.IntN(10)+i*w.rng.IntN(120))*time.Second)
 		f := 1 + w.rng.IntN(capacity.MaxEntriesPerNodeHour-1)
 		start := w.fillHour.Start().Add(time.Duration(f)*50*time.Second + time.Duration(5+w.rng.IntN(40))*time.Second)
-		req := capacity.CreateRequest{TenantID: "initech", PoolID: "p1", Resource: "gpu", Count: 1, Principal: "fullhour",
+		req := capacity.CreateRequest{TenantID: "initech", PoolID: fillPool, Resource: "gpu", Count: 1, Principal: "fullhour",
 			ClientToken: fmt.Sprintf("full-hour-%d", i), Start: &start, End: start.Add(10 * time.Second)}
 		w.s.spawnClean(ctx, fmt.Sprintf("adversary full hour create %d", i), 0, func(ctx context.Context) { w.create(ctx, req, false) })
 	}

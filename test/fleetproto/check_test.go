@@ -632,7 +632,7 @@ func (w *world) checkEnded(ctx context.Context) {
 		}
 		for _, nd := range r.Placement() {
 			n := w.nodes[nodeRef{r.PoolID, nd.Node}]
-			if !n.late || !started.Before(n.registeredAt) || !ended.After(n.registeredAt) {
+			if n == nil || !n.late || !started.Before(n.registeredAt) || !ended.After(n.registeredAt) {
 				continue
 			}
 			w.checked["h"]++

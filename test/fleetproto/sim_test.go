@@ -80,6 +80,7 @@ const (
 	platform    = "linux/amd64"
 	ownerTenant = "acme"
 	filler      = "filler" // the tenant that fills a node-hour
+	fillPool    = "p3"     // its pool: one unmanaged node
 )
 
 var (
@@ -268,14 +269,25 @@ func (w *world) register(ctx context.Context, n *node) error {
 }
 
 // fill books 64 one-device reservations of 100 s, one every 50 s, in the
-// hour after next: each overlaps the one before, so best fit puts them all
-// on one node, whose node-hour then holds capacity.MaxEntriesPerNodeHour
-// entries and two busy devices at every instant (the fullest node there).
+// hour after next, on the one node of pool p3, whose node-hour then holds
+// capacity.MaxEntriesPerNodeHour entries (two devices busy at every
+// instant): a create there that fits its devices meets ErrCalendarFull.
 func (w *world) fill(ctx context.Context) {
+	// A pool of one node of its own: on 4-device nodes shared with the
+	// tenants, best fit spreads the fillers (a node whose devices were all
+	// touched in the hour leaves the fast path) and no node-hour fills.
+	if _, err := w.cap.CreatePool(ctx, ownerTenant, fillPool, map[string]int{"gpu": nodeSize}, map[string]int{"gpu": nodeSize}); err != nil {
+		w.t.Fatal(err)
+	}
+	for _, tn := range []string{filler, "initech"} {
+		if _, err := w.cap.OfferPool(ctx, ownerTenant, fillPool, tn, "gpu", capacity.MaxEntriesPerNodeHour); err != nil {
+			w.t.Fatal(err)
+		}
+	}
 	h := capacity.HourOf(t0) + 2
 	for i := range capacity.MaxEntriesPerNodeHour {
 		s := h.Start().Add(time.Duration(i) * 50 * time.Second)
-		r, err := w.cap.CreateReservation(ctx, capacity.CreateRequest{TenantID: filler, PoolID: "p1", Resource: "gpu", Count: 1,
+		r, err := w.cap.CreateReservation(ctx, capacity.CreateRequest{TenantID: filler, PoolID: fillPool, Resource: "gpu", Count: 1,
 			Start: &s, End: s.Add(100 * time.Second), Principal: "filler", ClientToken: fmt.Sprintf("fill-%d", i)}, allow)
 		if err != nil {
 			w.t.Fatalf("fill %d: %v", i, err)
@@ -290,7 +302,7 @@ func (w *world) fill(ctx context.Context) {
 		w.t.Fatal(err)
 	}
 	for _, nh := range nhs.NodeHours {
-		if nh.Pool == "p1" && nh.Hour == h && len(nh.Entries) > w.fillMost {
+		if nh.Pool == fillPool && nh.Hour == h && len(nh.Entries) > w.fillMost {
 			w.fillMost, w.fillNode = len(nh.Entries), nh.Node
 		}
 	}
