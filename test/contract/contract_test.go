@@ -221,7 +221,7 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	manifest := func(version string, seq int, signer crypto.Signer) json.RawMessage {
-		stmt := fmt.Sprintf(`{"version":%q,"sequence":%d,"expires":"2099-01-01T00:00:00Z","binaries":[{"platform":"linux/arm64","url":"https://dl.example.com/bcd","sha256":"%064x","size":1}]}`, version, seq, seq)
+		stmt := fmt.Sprintf(`{"version":%q,"sequence":%d,"expires":"2099-01-01T00:00:00Z","binaries":[{"platform":"linux/arm64","url":"https://dl.example.com/bcd","sha256":"%064x","size":1},{"platform":"linux/amd64","url":"https://dl.example.com/bcd-amd64","sha256":"%064x","size":1}]}`, version, seq, seq, seq)
 		env, err := rollout.SignEnvelope([]byte(stmt), signer)
 		if err != nil {
 			t.Fatal(err)

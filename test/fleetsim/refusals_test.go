@@ -40,9 +40,10 @@ import (
 //     binary's URL than the statement's sha256 is of.
 //   - size mismatch: the site serves more bytes than the statement's size.
 //   - no binary for the platform: the node is linux/arm64, the release has
-//     only linux/amd64. The pass marks it skipped (no_binary) when it
-//     enumerates the rollout's nodes (pass.go, enumerate): it is never told
-//     the release, so no agent refusal happens; that is asserted instead.
+//     only linux/amd64, and it is the rollout's only node: rollouts.create
+//     refuses the rollout (no_binary); the node is never told the release,
+//     so no agent refusal happens; that is asserted instead. (A node without
+//     a binary among nodes with one is skipped (no_binary) at enumeration.)
 //
 // Each failing case: the node reports the install failed with a reason
 // naming the refusal (nodes.get), its rollout progress is failed with the
@@ -140,6 +141,24 @@ func TestAgentRefusals(t *testing.T) {
 	expiring.Expires = &expires
 	h.register(t, h.sign(t, expiring))
 	slices.SortStableFunc(cases, func(a, b *tc) int { return -cmp.Compare(btoi(a.paused), btoi(b.paused)) })
+	// A rollout none of whose nodes has a binary for its platform is
+	// refused at create (INVALID_INPUT no_binary), its node never told.
+	kept := cases[:0]
+	for _, c := range cases {
+		if !c.skipped {
+			kept = append(kept, c)
+			continue
+		}
+		err := h.post(ctx, "rollouts.create", map[string]any{"tenantId": platformTenant, "version": c.version, "pools": []string{c.pool},
+			"waves": []map[string]any{{"percent": 100}}}, nil)
+		if err == nil || !strings.Contains(err.Error(), "HTTP 400") || !strings.Contains(err.Error(), `"reason":"`+rollout.ReasonNoBinary+`"`) {
+			t.Errorf("%s: rollouts.create: %v, want INVALID_INPUT %s", c.name, err, rollout.ReasonNoBinary)
+		}
+		if n := h.getNode(t, c.pool, c.node.id); n.Install != nil || len(c.node.starter.log()) != 0 {
+			t.Errorf("%s: a node the release has no binary for was told to install it: install %+v", c.name, n.Install)
+		}
+	}
+	cases = kept
 	for _, c := range cases {
 		var out struct{ Rollout rollout.Rollout }
 		h.must(t, "rollouts.create", map[string]any{"tenantId": platformTenant, "version": c.version, "pools": []string{c.pool},
