@@ -16,7 +16,8 @@ var (
 
 // Mass silence (docs/fleet.md, Silence caused by us): when, in one sweep,
 // at least DisruptionMin nodes and DisruptionShare of a pool's managed
-// nodes still in contact at the last sweep are found silent together, the
+// nodes still in contact at the last sweep are found late together (not
+// heard from for UnreachableAfter-1 intervals), the
 // control plane or the network failed, not the hosts — the way the
 // Kubernetes node lifecycle controller treats a disrupted zone. The sweep
 // then marks none of them unreachable (so no reservation is moved off
@@ -77,7 +78,12 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 		}
 	}
 	var quiet []Record // silent: marked once the pool is counted
-	inContact := 0
+	// late: nodes in contact not heard from for UnreachableAfter-1
+	// intervals — what decides a mass silence, since a pool's reports are
+	// spread over an interval: when the first of them crosses the limit,
+	// the others of a silence that began together are late already.
+	inContact, late := 0, 0
+	lateAfter := time.Duration(UnreachableAfter-1) * s.interval()
 	var stats PoolStats
 	err = s.Store.PoolNodes(ctx, poolID, func(rec Record) error {
 		if ctx.Err() != nil {
@@ -86,6 +92,9 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 		stats.Add(rec, now)
 		if rec.State == Ready || rec.State == Unhealthy {
 			inContact++
+			if rec.LastHeartbeatAt != nil && now.Sub(*rec.LastHeartbeatAt) > lateAfter {
+				late++
+			}
 		}
 		if (rec.State == Ready || rec.State == Unhealthy) && rec.LastHeartbeatAt != nil && now.Sub(*rec.LastHeartbeatAt) > silent {
 			quiet = append(quiet, rec)
@@ -111,7 +120,7 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 		errs = append(errs, err)
 	}
 	mark := len(quiet)
-	disrupted := len(quiet) >= DisruptionMin && float64(len(quiet)) >= DisruptionShare*float64(inContact)
+	disrupted := len(quiet) > 0 && late >= DisruptionMin && float64(late) >= DisruptionShare*float64(inContact)
 	held := disrupted && (st.DisruptedSince == nil || now.Sub(*st.DisruptedSince) < DisruptionHold)
 	switch {
 	case held:

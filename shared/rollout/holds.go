@@ -14,8 +14,18 @@ import (
 // (verify, verifyRollback). Both sides compare and repair every pass.
 type Holds struct{ Store RolloutStore }
 
-// Holds reports whether rollout id holds node nodeID of poolID.
+// Holds reports whether rollout id holds node nodeID of poolID: never
+// once the rollout is finished, whatever its progress items say.
 func (h Holds) Holds(ctx context.Context, id, poolID, nodeID string) (bool, error) {
+	r, err := h.Store.GetRollout(ctx, id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	case r.Finished:
+		return false, nil
+	}
 	p, err := h.Store.GetProgress(ctx, id, poolID, nodeID)
 	switch {
 	case errors.Is(err, ErrNotFound):
