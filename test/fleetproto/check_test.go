@@ -345,6 +345,11 @@ func (w *world) quiesce(ctx context.Context) {
 		}
 	}
 	w.settle(ctx, "after the actors")
+	// What a crash cut short is the reconciler's once it is StaleAfter old
+	// (a draft whose create was cut off, a release cut off after its fence):
+	// passes that move nothing before then do not make it quiet.
+	w.clock.Advance(capacity.StaleAfter + roundEvery)
+	w.settle(ctx, "after the actors and StaleAfter")
 	w.checkQuiet(ctx, "after the actors")
 	for _, id := range w.filled {
 		if _, err := w.cap.ReleaseReservation(ctx, filler, id); err != nil {
