@@ -93,10 +93,7 @@ func (e *env) held(tb testing.TB, h *hold, fn func(s *fleet.Service) error) (wai
 func TestOperatorCordonSurvivesARolloutsLift(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.pool(t, "p1", 8)
-	e.register(t, "p1", nodeName(0))
-	e.ready(t, "p1", nodeName(0))
-	e.pass(t)
+	e.managed(t, "p1", 8, 1)
 	rec, err := e.nodes.GetNode(ctx, "p1", "gpu", 0)
 	if err != nil {
 		t.Fatal(err)
@@ -163,10 +160,7 @@ func TestRolloutCordonSurvivesAnUncordon(t *testing.T) {
 func TestReadyNodeIsUnflaggedByTheNextPass(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.pool(t, "p1", 8)
-	e.register(t, "p1", nodeName(0))
-	e.ready(t, "p1", nodeName(0))
-	e.pass(t)
+	e.managed(t, "p1", 8, 1)
 	// Silent for 3 intervals: the sweep marks it unreachable and flags it,
 	// held at its first flag write while a healthy report lands.
 	e.clock.Advance(time.Duration(fleet.UnreachableAfter)*fleet.DefaultInterval + time.Second)
@@ -198,12 +192,7 @@ func TestReadyNodeIsUnflaggedByTheNextPass(t *testing.T) {
 func TestUnhealthyReportTakesTheNodeOutAtOnce(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.pool(t, "p1", 16)
-	for k := range 2 {
-		e.register(t, "p1", nodeName(k))
-		e.ready(t, "p1", nodeName(k))
-	}
-	e.pass(t)
+	e.managed(t, "p1", 16, 2)
 	if n, err := e.nodes.CountOut(ctx, "p1"); err != nil || n != 0 {
 		t.Fatalf("out of service before: %d %v", n, err)
 	}
@@ -347,12 +336,7 @@ func TestBindNeverCrossesTenants(t *testing.T) {
 // one. Active only after X scrubbed (unbound) and bound it again.
 func TestActiveOnlyFromABoundThatAnswersABind(t *testing.T) {
 	e := newEnv(t)
-	e.pool(t, "p1", 16)
-	for k := range 2 {
-		e.register(t, "p1", nodeName(k))
-		e.ready(t, "p1", nodeName(k))
-	}
-	e.pass(t)
+	e.managed(t, "p1", 16, 2)
 	r, err := e.create(t, "p1", 8, time.Minute, time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -424,12 +408,7 @@ func TestActiveOnlyFromABoundThatAnswersABind(t *testing.T) {
 func TestMassSilenceIsHeld(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.pool(t, "p1", 48)
-	for k := range 6 {
-		e.register(t, "p1", nodeName(k))
-		e.ready(t, "p1", nodeName(k))
-	}
-	e.pass(t)
+	e.managed(t, "p1", 48, 6)
 	unreachable := func() int {
 		n := 0
 		for k := range 6 {

@@ -64,6 +64,18 @@ func (e *env) pool(tb testing.TB, id string, devices int) {
 	}
 }
 
+// managed creates pool with devices gpu devices and nodes of its nodes
+// registered and ready, their flags lifted by a pass.
+func (e *env) managed(tb testing.TB, pool string, devices, nodes int) {
+	tb.Helper()
+	e.pool(tb, pool, devices)
+	for k := range nodes {
+		e.register(tb, pool, nodeName(k))
+		e.ready(tb, pool, nodeName(k))
+	}
+	e.pass(tb)
+}
+
 // register registers a node with a new key.
 func (e *env) register(tb testing.TB, pool, node string) fleet.Node {
 	tb.Helper()
