@@ -464,12 +464,12 @@ func TestMassSilenceIsHeld(t *testing.T) {
 // with held, every node).
 type holdsNone struct{ held bool }
 
-func (h holdsNone) Holds(context.Context, string, string, string) (bool, error) { return h.held, nil }
+func (h holdsNone) Holds(context.Context, string) (bool, error) { return h.held, nil }
 
-// A rollout's cordon and target left on a node the rollout no longer holds
+// A rollout's cordon and target left on a node once the rollout finished
 // (a start's cordon landing after an abort concluded the node) are lifted
-// by the next sweep, and the node takes placements again; a node the
-// rollout holds keeps them.
+// by the next sweep, and the node takes placements again; a running
+// rollout's node keeps them.
 func TestSweepLiftsWhatARolloutNoLongerHolds(t *testing.T) {
 	for _, held := range []bool{true, false} {
 		e := newEnv(t)

@@ -84,11 +84,11 @@ type Adopter interface {
 	Adopt(ctx context.Context, t capacity.PoolResource, node int, now time.Time) error
 }
 
-// RolloutHolds tells whether a rollout still holds a node
-// (rollout.Holds): the sweep lifts a rollout's cordon or target from a node
-// it no longer holds.
+// RolloutHolds tells whether a rollout still holds its nodes — is not
+// finished (rollout.Holds): the sweep lifts a finished rollout's cordon or
+// target from a node.
 type RolloutHolds interface {
-	Holds(ctx context.Context, rolloutID, poolID, nodeID string) (bool, error)
+	Holds(ctx context.Context, rolloutID string) (bool, error)
 }
 
 // Pools is what the fleet reads of the capacity module: the pools.

@@ -85,6 +85,7 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 	inContact, late := 0, 0
 	lateAfter := time.Duration(UnreachableAfter-1) * s.interval()
 	var stats PoolStats
+	holds := map[string]bool{} // rollout → still running (read once a sweep)
 	err = s.Store.PoolNodes(ctx, poolID, func(rec Record) error {
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -104,7 +105,7 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 		if _, err := s.adopt(ctx, rec, p.Topology(rec.Resource)); err != nil {
 			errs = append(errs, err)
 		}
-		if err := s.releaseStranded(ctx, rec); err != nil {
+		if err := s.releaseStranded(ctx, rec, holds); err != nil {
 			errs = append(errs, err)
 		}
 		for id, e := range rec.Entries {
@@ -168,10 +169,11 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 	return nil
 }
 
-// releaseStranded lifts a rollout's cordon and target from a node the
-// rollout no longer holds (RolloutHolds): what a write of the rollout's
-// that landed after the node was concluded left behind.
-func (s *Service) releaseStranded(ctx context.Context, rec Record) error {
+// releaseStranded lifts a rollout's cordon and target from a node once
+// the rollout is finished (RolloutHolds, asked once a sweep per rollout):
+// what a write of the rollout's that landed after the node was concluded
+// left behind.
+func (s *Service) releaseStranded(ctx context.Context, rec Record, holds map[string]bool) error {
 	if s.Rollouts == nil || (rec.Rollout == nil && rec.Target == nil) {
 		return nil
 	}
@@ -181,11 +183,18 @@ func (s *Service) releaseStranded(ctx context.Context, rec Record) error {
 	} else {
 		id = rec.Target.RolloutID
 	}
-	held, err := s.Rollouts.Holds(ctx, id, rec.PoolID, rec.NodeID)
-	if err != nil || held {
-		return err
+	held, ok := holds[id]
+	if !ok {
+		var err error
+		if held, err = s.Rollouts.Holds(ctx, id); err != nil {
+			return err
+		}
+		holds[id] = held
 	}
-	s.logger().Warn("fleet: lifting a rollout's cordon and target from a node it no longer holds", "pool", rec.PoolID, "node", rec.NodeID, "rollout", id)
+	if held {
+		return nil
+	}
+	s.logger().Warn("fleet: lifting a finished rollout's cordon and target from a node", "pool", rec.PoolID, "node", rec.NodeID, "rollout", id)
 	if rec.Target != nil && rec.Target.RolloutID == id {
 		if _, err := s.Store.SetTarget(ctx, rec, id, nil, 0); err != nil && !errors.Is(err, ErrStale) {
 			return err
