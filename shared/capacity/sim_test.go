@@ -37,7 +37,7 @@ import (
 // seeds and testdata/fuzz); make fuzz explores more; BC_SIM_SEEDS=n runs n.
 
 // simSeeds is how many seeds make test runs (BC_SIM_SEEDS overrides).
-const simSeeds = 32
+const simSeeds = 16
 
 func FuzzCapacitySimulation(f *testing.F) {
 	n := simSeeds
