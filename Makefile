@@ -24,7 +24,7 @@ RIE_VERSION       := v0.0.0-20261030222936-bef5c4ba774d
 RIE               := $(TOOLS_DIR)/aws-lambda-rie@$(RIE_VERSION)/aws-lambda-rie
 NODE_STAMP        := node_modules/.package-lock.json
 
-TEST_TIMEOUT ?= 10m
+TEST_TIMEOUT ?= 15m
 # Lambda architecture: arm64 in AWS; amd64 for LocalStack on an amd64 host.
 LAMBDA_GOARCH ?= arm64
 # Where make build puts <function>/bootstrap (make lambda-build: build/lambda-test).
