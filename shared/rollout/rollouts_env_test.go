@@ -65,6 +65,13 @@ type toldAt struct {
 	at      time.Time
 }
 
+// envHours is the provisioned horizon of these tests: a node's transition
+// flags envHours + fleet.FlagMarginHours node-hours, so the default 72 made
+// each cordon, uncordon and failed report 76 writes and the rollout tests
+// spend their time there, not on the rollout (flagging at the default
+// horizon is the fleet package's and the fleet simulation's to test).
+const envHours = 4
+
 func newFleetEnv(t testing.TB) *fleetEnv {
 	t.Helper()
 	st := devstack.Shared(t)
@@ -76,14 +83,14 @@ func newFleetEnv(t testing.TB) *fleetEnv {
 	nodes := &dynamo.Fleet{DB: db, Table: table}
 	releases := &dynamo.Releases{DB: db, Table: table, Now: clock.Now}
 	rstore := &dynamo.Rollouts{DB: db, Table: table}
-	cs := &capacity.Service{Store: store, Now: clock.Now, Logger: log, Nodes: nodes}
+	cs := &capacity.Service{Store: store, Now: clock.Now, Logger: log, Nodes: nodes, ProvisionHours: envHours}
 	fs := &fleet.Service{Store: nodes, Pools: store, Calendar: store, Now: clock.Now, Logger: log,
-		Releases: releaseReader{releases}, Rollouts: rollout.Holds{Store: rstore}}
+		Releases: releaseReader{releases}, Rollouts: rollout.Holds{Store: rstore}, ProvisionHours: envHours}
 	rc := &rollout.Reconciler{Store: rstore, Releases: releases, Nodes: nodes, Cordons: fs, Calendar: store, Now: clock.Now, Logger: log}
 	e := &fleetEnv{t: t, clock: clock, cap: cs, fleet: fs, nodes: nodes, store: store, releases: releases, rstore: rstore, rc: rc,
 		rollouts: &rollout.Rollouts{Store: rstore, Releases: releases, Pools: store, Now: clock.Now,
 			Sleep: func(context.Context, time.Duration) error { clock.Advance(50 * time.Millisecond); return nil }},
-		crc:  &capacity.Reconciler{Service: cs, Due: store, Fleet: fs, Rollouts: rc, Serial: true},
+		crc:  &capacity.Reconciler{Service: cs, Due: store, Fleet: fs, Rollouts: rc, Serial: true, ProvisionHours: envHours},
 		node: map[string]*simNode{}}
 	return e
 }
