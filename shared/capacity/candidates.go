@@ -45,8 +45,8 @@ func (s *Service) choose(ctx context.Context, r Reservation, req Request) (PoolR
 	}
 	pr = PoolResource{PoolID: r.PoolID, Topology: pool.Topology(r.Resource)}
 	s.learn(pr)
-	p, err := s.search(ctx, pr, req)
-	return pr, p, nil, err
+	p, state, err := s.search(ctx, pr, req)
+	return pr, p, state, err
 }
 
 // nodeHours is node-hours as read (or, missing, made up empty), by key.
@@ -197,72 +197,39 @@ func (s *Service) withHours(ctx context.Context, pr PoolResource, first []NodeHo
 	return cands, nil
 }
 
-// search is the slow path, when the fast path found no fit. First it looks
-// for a proof that nothing fits: an hour of the window (provisioned: every
-// node stored) in which the nodes' devices not held for the whole hour by
-// one reservation — more than any instant of the hour has free — cannot
-// hold the request. That costs a query per hour tried (at most
-// proofHoursMax), never more with the pool's size, and decides a refusal of
-// a busy window. Without one it probes a few nodes chosen by the
-// reservation's spread (their hours of the window, in BatchGetItems):
-// where hours are not provisioned — far ahead, where little is stored — a
-// node nothing was placed on fits at once. Last, it reads every stored
-// node-hour of the window (nodes never stored are empty) and chooses over
-// all of them: an exact answer, whose cost grows with the pool — a fit the
-// fast path cannot see (a device free in a gap between others'
-// reservations of the same hour), or a refusal that no hour proves.
-func (s *Service) search(ctx context.Context, pr PoolResource, req Request) (Placement, error) {
-	if nf, err := s.prove(ctx, pr, req); err != nil || nf != nil {
-		if err != nil {
-			return nil, err
-		}
-		return nil, *nf
+// search is the slow path, when the fast path found no fit. First, for
+// hours nothing provisioned (beyond the provisioned horizon, where only
+// what was placed is stored), it reads the hours' occupancy maps and takes
+// a node no hour of the window has stored — a whole free node, found by
+// one read at any utilisation (see vacant). Then it looks for a proof that
+// nothing fits: an hour of the window (provisioned, or with every node
+// stored) in which the nodes' devices not held for the whole hour by one
+// reservation — more than any instant of the hour has free — cannot hold
+// the request. That costs a query per hour tried (at most proofHoursMax),
+// never more with the pool's size, and decides a refusal of a busy window.
+// Last, it reads every stored node-hour of the window (nodes never stored
+// are empty) and chooses over all of them: an exact answer, whose cost
+// grows with the pool — a fit the fast path cannot see (a device free in a
+// gap between others' reservations of the same hour, or a node stored in
+// some hours of a long window and free throughout it), or a refusal that
+// no hour proves.
+func (s *Service) search(ctx context.Context, pr PoolResource, req Request) (Placement, nodeHours, error) {
+	p, state, complete, err := s.vacant(ctx, pr, req)
+	if err != nil || p != nil {
+		return p, state, err
 	}
-	if p, err := s.probe(ctx, pr, req); err != nil || p != nil {
-		return p, err
+	if nf, err := s.prove(ctx, pr, req, complete); err != nil || nf != nil {
+		if err != nil {
+			return nil, nil, err
+		}
+		return nil, nil, *nf
 	}
 	all, err := s.allCandidates(ctx, pr, req)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return Choose(pr.Topology, req, all)
-}
-
-// probeNodes is how many nodes beyond those a request needs search probes.
-const probeNodes = 4
-
-// probe reads the window's hours of a few consecutive nodes from a point
-// that depends on the reservation, and chooses among them (nil: none fits).
-func (s *Service) probe(ctx context.Context, pr PoolResource, req Request) (Placement, error) {
-	n := min(pr.Nodes(), probeNodes+pr.NodesFor(req.Count))
-	if req.Topology == AnyDevices {
-		n = min(pr.Nodes(), probeNodes+(req.Count+pr.NodeSize-1)/pr.NodeSize)
-	}
-	from := int(tiebreak(req.ID, req.Attempt, -3) % uint32(pr.Nodes()))
-	hours := req.Window.Hours()
-	keys := make([]NodeHourKey, 0, n*len(hours))
-	for i := range n {
-		for _, h := range hours {
-			keys = append(keys, NodeHourKey{Node: (from + i) % pr.Nodes(), Hour: h})
-		}
-	}
-	got, err := s.nodeHours(ctx, pr, keys)
-	if err != nil {
-		return nil, err
-	}
-	cands := make([]Candidate, n)
-	for i := range n {
-		node := (from + i) % pr.Nodes()
-		cands[i].Node = node
-		for _, h := range hours {
-			cands[i].Hours = append(cands[i].Hours, got[NodeHourKey{Node: node, Hour: h}])
-		}
-	}
-	p, err := Choose(pr.Topology, req, cands)
-	if isNoFit(err) {
-		return nil, nil
-	}
-	return p, err
+	p, err = Choose(pr.Topology, req, all)
+	return p, nil, err
 }
 
 // proofHours bounds the hours of a window prove reads at once, and
@@ -274,10 +241,11 @@ const (
 )
 
 // prove looks for an hour of the window that rules the request out: in a
-// provisioned hour, the want nodes with the most devices not held for the
-// whole hour hold fewer than count. The reason is capacity when all nodes
-// together hold fewer (else topology).
-func (s *Service) prove(ctx context.Context, pr PoolResource, req Request) (*NoFit, error) {
+// provisioned hour (or one complete says every node is stored in), the
+// want nodes with the most devices not held for the whole hour hold fewer
+// than count. The reason is capacity when all nodes together hold fewer
+// (else topology).
+func (s *Service) prove(ctx context.Context, pr PoolResource, req Request, complete map[Hour]bool) (*NoFit, error) {
 	want := 1
 	switch {
 	case req.Topology == AnyDevices:
@@ -295,7 +263,7 @@ func (s *Service) prove(ctx context.Context, pr PoolResource, req Request) (*NoF
 			if err != nil {
 				return unavailable(err)
 			}
-			if !scan.Provisioned {
+			if !scan.Provisioned && !complete[batch[i]] {
 				return nil
 			}
 			top, all := 0, 0

@@ -40,6 +40,7 @@ func Check(ctx context.Context, r SnapshotReader) ([]Violation, error) {
 //   - no device is held by two entries with overlapping windows;
 //   - a node-hour's untouched count and entry count match its entries;
 //   - no index entry outlives its item;
+//   - an occupancy map names only nodes whose node-hour is stored;
 //   - topology "node" is honoured: a count that fits a node on one node,
 //     a larger one on ⌈count / nodeSize⌉ nodes; every reservation holds
 //     exactly count devices of its pool.
@@ -150,6 +151,28 @@ func CheckSnapshot(s Snapshot) []Violation {
 			for _, h := range r.Window.Hours() {
 				if !seen[want{r.ReservationID, nd.Node, h}] {
 					add("missing_entry", r.PoolID+"/"+r.Resource, "reservation %s is %s but node %d holds nothing for it in hour %s", r.ReservationID, r.State, nd.Node, h)
+				}
+			}
+		}
+	}
+	stored := map[NodeHourKey]map[[2]string]bool{}
+	for _, nh := range s.NodeHours {
+		k := nh.Key()
+		if stored[k] == nil {
+			stored[k] = map[[2]string]bool{}
+		}
+		stored[k][[2]string{nh.Pool, nh.Resource}] = true
+	}
+	for _, m := range s.Maps {
+		if m.Provisioned {
+			continue // every node stored; the words no longer matter
+		}
+		for j, w := range m.Words {
+			for b := range OccWordBits {
+				node := j*OccWordBits + b
+				if w&(1<<uint(b)) != 0 && !stored[NodeHourKey{Node: node, Hour: m.Hour}][[2]string{m.PoolID, m.Resource}] {
+					add("occupancy", fmt.Sprintf("%s/%s/node-%d/%s", m.PoolID, m.Resource, node, m.Hour),
+						"the hour's occupancy map says stored, no node-hour is (the node would never be offered as vacant)")
 				}
 			}
 		}

@@ -257,6 +257,12 @@ func TestCheckSnapshot(t *testing.T) {
 	if vs := capacity.CheckSnapshot(good()); len(vs) != 0 {
 		t.Fatalf("good snapshot: %v", vs)
 	}
+	withMap := good()
+	withMap.Maps = []capacity.HourMap{{PoolID: "p1", Resource: "gpu", Hour: withMap.NodeHours[0].Hour, Occupancy: capacity.Occupancy{Words: map[int]uint64{0: 0b1}}},
+		{PoolID: "p1", Resource: "gpu", Hour: withMap.NodeHours[0].Hour + 1, Occupancy: capacity.Occupancy{Provisioned: true, Words: map[int]uint64{0: 0b11}}}}
+	if vs := capacity.CheckSnapshot(withMap); len(vs) != 0 {
+		t.Fatalf("a map naming its stored node, and a provisioned hour's stale words: %v", vs)
+	}
 	cases := map[string]func(*capacity.Snapshot){
 		"used":          func(s *capacity.Snapshot) { s.Quotas[0].Used, s.Quotas[0].Free = 3, 1 },
 		"free":          func(s *capacity.Snapshot) { s.Quotas[0].Free = 3 },
@@ -286,6 +292,9 @@ func TestCheckSnapshot(t *testing.T) {
 		"charge_state": func(s *capacity.Snapshot) { s.Quotas[0].Charging["r1"] = capacity.Charged{Count: 1, Voided: true} },
 		"index_orphan": func(s *capacity.Snapshot) { s.Orphans = []string{"fit: CAL#p1#gpu#2026112918 / N#000003"} },
 		"entry_window": func(s *capacity.Snapshot) { s.NodeHours[0].Hour++ },
+		"occupancy": func(s *capacity.Snapshot) { // node 0 is stored; node 1 is not
+			s.Maps = []capacity.HourMap{{PoolID: "p1", Resource: "gpu", Hour: s.NodeHours[0].Hour, Occupancy: capacity.Occupancy{Words: map[int]uint64{0: 0b11}}}}
+		},
 	}
 	for kind, breakIt := range cases {
 		s := good()

@@ -211,6 +211,9 @@ func (s *Service) writeEntries(ctx context.Context, state nodeHours, p Placement
 		done[i] = errs[i] == nil
 		return nil
 	})
+	if made := madeStored(jobs, errs, func(j job) NodeHour { return j.nh }); len(made) > 0 {
+		s.occupy(ctx, jobs[0].nh.Topology(), made)
+	}
 	var failed error
 	for i, e := range errs {
 		switch {
@@ -245,6 +248,24 @@ func (s *Service) writeEntries(ctx context.Context, state nodeHours, p Placement
 		return false, nil, unavailable(errors.Join(failed, undo))
 	}
 	return true, full, nil
+}
+
+// madeStored is, by hour, the nodes of the jobs read as missing that are
+// stored now: written by the job, or refused because another writer
+// stored them first — what the hours' occupancy maps must learn.
+func madeStored[J any](jobs []J, errs []error, nh func(J) NodeHour) map[Hour][]int {
+	var out map[Hour][]int
+	for i, j := range jobs {
+		n := nh(j)
+		if n.Stored || (errs[i] != nil && !errors.Is(errs[i], ErrStale) && !errors.Is(errs[i], ErrCalendarFull)) {
+			continue
+		}
+		if out == nil {
+			out = map[Hour][]int{}
+		}
+		out[n.Hour] = append(out[n.Hour], n.Node)
+	}
+	return out
 }
 
 // rechoose reads the candidates again, chooses again and records the new

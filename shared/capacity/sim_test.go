@@ -49,8 +49,8 @@ func FuzzCapacitySimulation(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, seed uint64) {
 		sim := runSimulation(t, seed)
-		t.Logf("seed %d: %d actors, %d steps (%d crashed, %d failed calls), %d creates placed, %d releases answered; answers %v",
-			seed, sim.actorCount, len(sim.steps), sim.crashes, sim.failures, len(sim.placed), len(sim.released), sim.answers)
+		t.Logf("seed %d: %d actors, %d steps (%d crashed, %d failed calls), %d creates placed, %d releases answered, %d node-hours put beyond the horizon checked in their maps; answers %v",
+			seed, sim.actorCount, len(sim.steps), sim.crashes, sim.failures, len(sim.placed), len(sim.released), sim.mapsChecked, sim.answers)
 		if f := sim.fleet; f != nil {
 			t.Logf("seed %d: fleet of %d nodes, nodes %d (during the run) and %d (holding a booking) failed: once windows started %d active through their nodes, %d moves, %d waiting",
 				seed, simNodes, sim.failed, f.late, f.active, f.moved, f.waiting)
@@ -67,6 +67,7 @@ type simulation struct {
 	t      *testing.T
 	seed   uint64
 	rng    *rand.Rand
+	far    *rand.Rand // draws the far-ahead windows (apart from rng: the other draws stay each seed's own)
 	e      *env
 	svc    *capacity.Service
 	store  *simStore
@@ -84,6 +85,19 @@ type simulation struct {
 	// v0.5); failed is the node that fails mid-run (-1: none).
 	fleet  *simFleet
 	failed int
+	// mapPuts are the node-hours creates put as missing beyond the
+	// provisioned horizon, by the actor that put them, and mapExempt those
+	// whose occupancy bit a fault excused (the put's or the map write's
+	// outcome unknown to the create); see checkMaps.
+	mapPuts     map[simMapKey]*actor
+	mapExempt   map[simMapKey]bool
+	mapsChecked int
+}
+
+type simMapKey struct {
+	res  string
+	node int
+	hour capacity.Hour
 }
 
 // An actor is one API call or reconciler pass: a Lambda invocation.
@@ -123,8 +137,9 @@ var (
 
 func runSimulation(t *testing.T, seed uint64) *simulation {
 	e := newEnv(t)
-	sim := &simulation{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), e: e, events: make(chan simEvent),
-		placed: map[string]bool{}, released: map[string]bool{}, answers: map[string]int{}}
+	sim := &simulation{t: t, seed: seed, rng: rand.New(rand.NewPCG(seed, 0x5eed)), far: rand.New(rand.NewPCG(seed, 0xfa2)), e: e, events: make(chan simEvent),
+		placed: map[string]bool{}, released: map[string]bool{}, answers: map[string]int{},
+		mapPuts: map[simMapKey]*actor{}, mapExempt: map[simMapKey]bool{}}
 	sim.store = &simStore{inner: e.store, sim: sim}
 	sim.svc = &capacity.Service{Store: sim.store, Now: e.clock.Now, Logger: e.svc.Logger, Serial: true,
 		Sleep: func(context.Context, time.Duration) error { return nil },
@@ -258,6 +273,11 @@ func (sim *simulation) createRequest(now time.Time, i int) capacity.CreateReques
 		start = start.Add(time.Duration(r.IntN(60)) * time.Minute)
 	}
 	start = maxT(start, now)
+	if sim.far.IntN(5) == 0 {
+		// Beyond the provisioned horizon (6 hours here): the occupancy maps'
+		// path (docs/capacity.md, "Beyond the provisioned horizon").
+		start = now.Truncate(time.Hour).Add(time.Duration(7+sim.far.IntN(30))*time.Hour + time.Duration(sim.far.IntN(2))*30*time.Minute)
+	}
 	req.Start = &start
 	req.End = start.Add(time.Duration(30+r.IntN(270)) * time.Minute)
 	sim.windows = append(sim.windows, capacity.Window{Start: start, End: req.End})
@@ -472,6 +492,7 @@ func (sim *simulation) quiesce(ctx context.Context) {
 	}
 	settle("after the actors")
 	sim.checkNow("after the actors")
+	sim.checkMaps("after the actors")
 	if sim.fleet != nil {
 		sim.fleet.check(ctx, "after the actors", false)
 		// Every window started (most still running): bound through the
@@ -528,6 +549,50 @@ func (sim *simulation) quiesce(ctx context.Context) {
 			t.Errorf("seed %d: every window ended, %s/%s node %d hour %s still holds %v", sim.seed, nh.Pool, nh.Resource, nh.Node, nh.Hour, nh.Entries)
 		}
 	}
+}
+
+// checkMaps: every node-hour a create put as missing, in an hour not
+// provisioned, is named by the hour's occupancy map — unless a fault left
+// the create unsure whether its put (or the map's write) happened, or the
+// create died before writing the map: a node-hour stored and not named is
+// offered as vacant, and the create that finds it so repairs the map.
+// (That the map names only stored node-hours is capacity.Check's.)
+func (sim *simulation) checkMaps(when string) {
+	snap, err := sim.e.store.Snapshot(context.Background())
+	if err != nil {
+		sim.t.Fatal(err)
+	}
+	type hourKey struct {
+		res  string
+		hour capacity.Hour
+	}
+	maps := map[hourKey]capacity.HourMap{}
+	for _, m := range snap.Maps {
+		maps[hourKey{m.Resource, m.Hour}] = m
+	}
+	stored := map[simMapKey]bool{}
+	for _, nh := range snap.NodeHours {
+		stored[simMapKey{nh.Resource, nh.Node, nh.Hour}] = true
+	}
+	named := 0
+	for k, a := range sim.mapPuts {
+		if sim.mapExempt[k] || (a != nil && a.dead) || !stored[k] {
+			continue
+		}
+		m := maps[hourKey{k.res, k.hour}]
+		if m.Provisioned {
+			continue
+		}
+		if !m.Stored(k.node) {
+			by := "the test"
+			if a != nil {
+				by = fmt.Sprintf("actor %d (%s)", a.id, a.name)
+			}
+			sim.t.Errorf("seed %d: %s: %s node %d hour %s was put by %s and its hour's occupancy map does not name it", sim.seed, when, k.res, k.node, k.hour, by)
+		}
+		named++
+	}
+	sim.mapsChecked = named
 }
 
 // checkNow runs the invariant checker, no over-admission, and what the
@@ -712,11 +777,32 @@ func (w *simStore) Hour(ctx context.Context, t capacity.PoolResource, h capacity
 func (w *simStore) NodeRange(ctx context.Context, t capacity.PoolResource, h capacity.Hour, first, last int, fn func(capacity.NodeHour) error) error {
 	return simDo(w, ctx, "NodeRange", func() error { return w.inner.NodeRange(ctx, t, h, first, last, fn) })
 }
+func (w *simStore) Occupancy(ctx context.Context, t capacity.PoolResource, hours []capacity.Hour) (map[capacity.Hour]capacity.Occupancy, error) {
+	return simCall(w, ctx, "Occupancy", func() (map[capacity.Hour]capacity.Occupancy, error) { return w.inner.Occupancy(ctx, t, hours) })
+}
+func (w *simStore) Occupy(ctx context.Context, t capacity.PoolResource, h capacity.Hour, nodes []int) error {
+	err := simDo(w, ctx, fmt.Sprintf("Occupy hour %s nodes %v", h, nodes), func() error { return w.inner.Occupy(ctx, t, h, nodes) })
+	if errors.Is(err, errInjected) || errors.Is(err, errCrashed) {
+		for _, n := range nodes {
+			w.sim.mapExempt[simMapKey{t.Resource, n, h}] = true
+		}
+	}
+	return err
+}
 func (w *simStore) Provision(ctx context.Context, t capacity.PoolResource, h capacity.Hour) (bool, error) {
 	return simCall(w, ctx, "Provision", func() (bool, error) { return w.inner.Provision(ctx, t, h) })
 }
 func (w *simStore) Allocate(ctx context.Context, nh capacity.NodeHour, id string, e capacity.Entry) error {
-	return simDo(w, ctx, fmt.Sprintf("Allocate %s node %d hour %s", id, nh.Node, nh.Hour), func() error { return w.inner.Allocate(ctx, nh, id, e) })
+	err := simDo(w, ctx, fmt.Sprintf("Allocate %s node %d hour %s", id, nh.Node, nh.Hour), func() error { return w.inner.Allocate(ctx, nh, id, e) })
+	if !nh.Stored {
+		k := simMapKey{nh.Resource, nh.Node, nh.Hour}
+		a, _ := ctx.Value(actorKey{}).(*actor)
+		w.sim.mapPuts[k] = a
+		if errors.Is(err, errInjected) || errors.Is(err, errCrashed) {
+			w.sim.mapExempt[k] = true
+		}
+	}
+	return err
 }
 func (w *simStore) Free(ctx context.Context, t capacity.PoolResource, keys []capacity.NodeHourKey, id string) error {
 	return simDo(w, ctx, fmt.Sprintf("Free %s (%d node-hours)", id, len(keys)), func() error { return w.inner.Free(ctx, t, keys, id) })

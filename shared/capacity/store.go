@@ -133,6 +133,15 @@ type CalendarStore interface {
 	// NodeRange calls fn with the stored node-hours of nodes first..last
 	// (inclusive) of h, in node order.
 	NodeRange(ctx context.Context, t PoolResource, h Hour, first, last int, fn func(NodeHour) error) error
+	// Occupancy reads the occupancy maps of hours (consistently; a hour
+	// with none has no node known stored).
+	Occupancy(ctx context.Context, t PoolResource, hours []Hour) (map[Hour]Occupancy, error)
+	// Occupy adds nodes to hour h's occupancy map (their node-hours are
+	// stored): conditional on each word it changes, a word lost to another
+	// writer read again and retried a few times (then an error; the map is
+	// a hint the next create repairs, never what a placement's safety
+	// rests on).
+	Occupy(ctx context.Context, t PoolResource, h Hour, nodes []int) error
 	// Provision stores every missing node-hour of h, then marks the hour
 	// provisioned (idempotent); made is false if it already was.
 	Provision(ctx context.Context, t PoolResource, h Hour) (made bool, err error)
@@ -256,9 +265,18 @@ type Snapshot struct {
 	Quotas       []QuotaRow
 	Reservations []Reservation
 	NodeHours    []NodeHour
+	// Maps are the hours' `#HOUR` items: occupancy maps, or provisioned.
+	Maps []HourMap
 	// Orphans are index entries whose item is gone (a local server killed
 	// mid-write can leave them; DynamoDB does not).
 	Orphans []string
+}
+
+// HourMap is one hour's occupancy map, of one resource of a pool.
+type HourMap struct {
+	PoolID, Resource string
+	Hour             Hour
+	Occupancy
 }
 
 // QuotaRow is a stored quota row with what it holds in flight.

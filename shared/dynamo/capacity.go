@@ -24,6 +24,7 @@ import (
 type Capacity struct {
 	DB    *dynamodb.Client
 	Table string
+	occ   occCache // the occupancy words last seen, per hour (occupancy.go)
 }
 
 var (

@@ -296,8 +296,8 @@ const provisionStop = time.Second
 func (s *Capacity) Provision(ctx context.Context, t capacity.PoolResource, h capacity.Hour) (bool, error) {
 	pk := calPK(t.PoolID, t.Resource, h)
 	var marker hourItem
-	if ok, err := s.get(ctx, key(pk, skHour), &marker); err != nil || ok {
-		return false, err
+	if ok, err := s.get(ctx, key(pk, skHour), &marker); err != nil || (ok && marker.Fit > 0) {
+		return false, err // a #HOUR item without fit is only the occupancy map
 	}
 	nodes := t.Nodes()
 	stored, missing := make([]bool, nodes), nodes
@@ -621,7 +621,14 @@ func (s *Capacity) Flag(ctx context.Context, t capacity.PoolResource, node int, 
 			nh.Off = off
 			it := newNodeHourItem(nh)
 			it.OG = gen
-			if err := s.put(ctx, it, notExists); !isConditionFailed(err) {
+			switch err := s.put(ctx, it, notExists); {
+			case err == nil:
+				// Stored now: the hour's occupancy map must name it (a failed
+				// map write is the next create's to repair: it finds the node
+				// stored when it takes it as vacant).
+				_ = s.Occupy(ctx, t, h, []int{node})
+				return nil
+			case !isConditionFailed(err):
 				return err
 			}
 		}

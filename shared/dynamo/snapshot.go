@@ -2,6 +2,9 @@ package dynamo
 
 import (
 	"context"
+	"fmt"
+	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -48,6 +51,11 @@ func (s *Capacity) Snapshot(ctx context.Context) (capacity.Snapshot, error) {
 				if err = attributevalue.UnmarshalMap(item, &it); err == nil {
 					snap.Reservations = append(snap.Reservations, it.reservation())
 				}
+			case kindHour:
+				var m capacity.HourMap
+				if m, err = hourMapOf(item); err == nil {
+					snap.Maps = append(snap.Maps, m)
+				}
 			case kindNodeHour:
 				var it nodeHourItem
 				if err = attributevalue.UnmarshalMap(item, &it); err == nil {
@@ -76,4 +84,23 @@ func (s *Capacity) Snapshot(ctx context.Context) (capacity.Snapshot, error) {
 		}
 	}
 	return snap, nil
+}
+
+// hourMapOf reads an hour item (its key names the pool, resource and hour).
+func hourMapOf(item map[string]types.AttributeValue) (capacity.HourMap, error) {
+	pk, _ := item[schema.AttrPK].(*types.AttributeValueMemberS)
+	if pk == nil {
+		return capacity.HourMap{}, fmt.Errorf("dynamo: hour item without pk")
+	}
+	parts := strings.Split(strings.TrimPrefix(pk.Value, "CAL#"), "#")
+	if len(parts) < 3 {
+		return capacity.HourMap{}, fmt.Errorf("dynamo: hour item %q", pk.Value)
+	}
+	at, err := time.Parse("2006010215", parts[len(parts)-1])
+	if err != nil {
+		return capacity.HourMap{}, fmt.Errorf("dynamo: hour item %q: %w", pk.Value, err)
+	}
+	o, err := occupancyOf(item)
+	return capacity.HourMap{PoolID: strings.Join(parts[:len(parts)-2], "#"), Resource: parts[len(parts)-2],
+		Hour: capacity.HourOf(at), Occupancy: o}, err
 }
