@@ -45,7 +45,11 @@ type Config struct {
 	Interval     time.Duration // the idle heartbeat interval (nodes are unreachable after 3)
 	KillPct      int           // agents killed (they stop) a third into the run
 	SickPct      int           // agents that start reporting a missing device a third into the run
-	Seed         uint64
+	// ProvisionHours is the app's provisioned horizon (0: its default, 72):
+	// each pool's hours are provisioned by the first passes, and each node
+	// that dies or falls sick flags that many hours (and 4 more).
+	ProvisionHours int
+	Seed           uint64
 }
 
 // Result is what a run measured.
@@ -132,7 +136,12 @@ func Run(tb testing.TB, cfg Config) Result {
 	}
 	logs := &requestLog{}
 	st := teststack.Start(tb, teststack.WithDecider(policy),
-		teststack.WithConfig(func(c *app.Config) { c.HeartbeatInterval = cfg.Interval }),
+		teststack.WithConfig(func(c *app.Config) {
+			c.HeartbeatInterval = cfg.Interval
+			if cfg.ProvisionHours > 0 {
+				c.ProvisionHours = cfg.ProvisionHours
+			}
+		}),
 		teststack.WithAppOptions(app.WithLogger(slog.New(logs))))
 	admin := client.New(st.URL, "dev:admin")
 	ctx, stop := context.WithCancel(context.Background())
