@@ -26,17 +26,28 @@ import (
 	"github.com/bettercompute/control-plane/shared/metrics"
 )
 
-// findings are the rule packs' annotations on the tested stack, by level
-// (from the synthesis TestMain made).
-func findings(level string) []*cxapi.SynthesisMessage {
-	pack := assertions.Match_StringLikeRegexp(jsii.String(`(AwsSolutions|Serverless)-`))
-	switch level {
-	case "error":
-		return *ann.FindError(jsii.String("*"), pack)
-	case "warning":
-		return *ann.FindWarning(jsii.String("*"), pack)
+// nagMessage is one annotation of a synthesis: the construct path it is
+// on, its level (error, warning or info) and its text.
+type nagMessage struct{ Path, Level, Text string }
+
+// rulePack tells the rule packs' annotations from the stack's own.
+var rulePack = regexp.MustCompile(`(AwsSolutions|Serverless)-`)
+
+// findings are the rule packs' annotations on the tested stack (from the
+// synthesis TestMain made).
+func findings() []nagMessage {
+	pack := assertions.Match_StringLikeRegexp(jsii.String(rulePack.String()))
+	var out []nagMessage
+	for level, found := range map[string]*[]*cxapi.SynthesisMessage{
+		"error":   ann.FindError(jsii.String("*"), pack),
+		"warning": ann.FindWarning(jsii.String("*"), pack),
+		"info":    ann.FindInfo(jsii.String("*"), pack),
+	} {
+		for _, m := range *found {
+			out = append(out, nagMessage{Path: *m.Id, Level: level, Text: fmt.Sprint(m.Entry.Data)})
+		}
 	}
-	return *ann.FindInfo(jsii.String("*"), pack)
+	return out
 }
 
 // What an info finding of a suppressed rule says: the rule, and the
@@ -50,41 +61,52 @@ var (
 // in code, and every suppression still matches a finding (a stale one would
 // hide the next real finding on that resource).
 func TestRulePacks(t *testing.T) {
-	for _, level := range []string{"error", "warning"} {
-		for _, m := range findings(level) {
-			t.Errorf("unsuppressed %s at %s: %v", level, *m.Id, m.Entry.Data)
-		}
+	fns, err := Functions()
+	if err != nil {
+		t.Fatal(err)
 	}
+	perPack := checkRulePacks(t, findings(), *stack.Node().Path(), Suppressions(tested, fns))
+	t.Logf("suppressed findings by pack: %v", perPack)
+}
+
+// checkRulePacks fails t for every unsuppressed error or warning of the
+// rule packs among msgs (a synthesis' annotations) and for every
+// suppression of sups that matches none of its findings on the stack at
+// stackPath. It returns the suppressed findings' count per pack.
+func checkRulePacks(t *testing.T, msgs []nagMessage, stackPath string, sups []Suppression) map[string]int {
+	t.Helper()
 	suppressed := map[string]bool{}
 	perPack := map[string]int{}
-	for _, m := range findings("info") {
-		text := fmt.Sprint(m.Entry.Data)
-		rule := suppressedRule.FindStringSubmatch(text)
+	for _, m := range msgs {
+		if !rulePack.MatchString(m.Text) {
+			continue
+		}
+		if m.Level == "error" || m.Level == "warning" {
+			t.Errorf("unsuppressed %s at %s: %s", m.Level, m.Path, strings.TrimSpace(m.Text))
+			continue
+		}
+		rule := suppressedRule.FindStringSubmatch(m.Text)
 		if rule == nil {
 			continue
 		}
-		applies := appliesTo.FindStringSubmatch(text)
-		key := *m.Id + " " + rule[1]
+		applies := appliesTo.FindStringSubmatch(m.Text)
+		key := m.Path + " " + rule[1]
 		if applies != nil {
 			key += " " + applies[1]
 		}
 		suppressed[key] = true
 		perPack[strings.SplitN(rule[1], "-", 2)[0]]++
 	}
-	fns, err := Functions()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range Suppressions(fns) {
+	for _, s := range sups {
 		if s.Rule == "" || len(s.Resources) == 0 || len(s.Reason) < 40 {
 			t.Errorf("suppression %+v: every suppression names its rule, its resources and a reason", s)
 		}
 		for _, r := range s.Resources {
-			keys := []string{"/" + *stack.Node().Path() + "/" + r + " " + s.Rule}
+			keys := []string{"/" + stackPath + "/" + r + " " + s.Rule}
 			if len(s.AppliesTo) > 0 {
 				keys = nil
 				for _, a := range s.AppliesTo {
-					keys = append(keys, "/"+*stack.Node().Path()+"/"+r+" "+s.Rule+" "+a)
+					keys = append(keys, "/"+stackPath+"/"+r+" "+s.Rule+" "+a)
 				}
 			}
 			for _, k := range keys {
@@ -94,7 +116,7 @@ func TestRulePacks(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("suppressed findings by pack: %v", perPack)
+	return perPack
 }
 
 // Every resource's properties are what CloudFormation's registry schemas

@@ -32,10 +32,10 @@ type Suppression struct {
 	Reason    string
 }
 
-// Suppressions is every accepted finding of the rule packs. Each names its
-// rule, its resources and why the finding does not apply or is accepted;
-// docs/infrastructure.md lists them.
-func Suppressions(fns []Function) []Suppression {
+// Suppressions is every accepted finding of the rule packs on the stack cfg
+// builds. Each names its rule, its resources and why the finding does not
+// apply or is accepted; docs/infrastructure.md lists them.
+func Suppressions(cfg Config, fns []Function) []Suppression {
 	var apiFns, writers, roles []string
 	for _, f := range fns {
 		roles = append(roles, f.Name+"/Role/DefaultPolicy/Resource")
@@ -46,7 +46,7 @@ func Suppressions(fns []Function) []Suppression {
 			writers = append(writers, f.Name+"/Role/DefaultPolicy/Resource")
 		}
 	}
-	return []Suppression{
+	sups := []Suppression{
 		{Rule: "AwsSolutions-SMG4", Resources: []string{"CursorKey/Resource"},
 			Reason: "The cursor key only makes tampered pagination cursors detectable (every query is bound to the caller's tenant partition either way); rotating it would turn every outstanding cursor into INVALID_INPUT mid-listing. Rotate by hand (put a new value, then the list functions pick it up at their next cold start) if it leaks."},
 		{Rule: "AwsSolutions-SQS3", Resources: []string{"ReconcilerDLQ/Resource"},
@@ -64,14 +64,22 @@ func Suppressions(fns []Function) []Suppression {
 		{Rule: "AwsSolutions-IAM5", Resources: roles, AppliesTo: []string{"Resource::*"},
 			Reason: "Active X-Ray tracing: xray:PutTraceSegments and xray:PutTelemetryRecords support no resource-level permissions, so their only resource is *. These are the only actions on *."},
 	}
+	if cfg.AlarmEmail != "" {
+		sups = append(sups,
+			Suppression{Rule: "AwsSolutions-SQS3", Resources: []string{alarmEmailDLQ + "/Resource"},
+				Reason: "This queue is a dead-letter queue: the alarm e-mail subscription's (its SNS RedrivePolicy; cdk-nag only recognizes queues named in another queue's RedrivePolicy). " + AlarmEmailDLQ + " fires on its first message."},
+			Suppression{Rule: "Serverless-SQSRedrivePolicy", Resources: []string{alarmEmailDLQ + "/Resource"},
+				Reason: "This queue is itself the dead-letter queue of the alarm e-mail subscription; nothing consumes it, so nothing could be redriven. " + AlarmEmailDLQ + " fires on its first message."})
+	}
+	return sups
 }
 
 // applyRulePacks adds the packs to the stack and its suppressions.
-func (s *Stack) applyRulePacks(fns []Function) {
+func (s *Stack) applyRulePacks(cfg Config, fns []Function) {
 	for _, pack := range RulePacks() {
 		awscdk.Aspects_Of(s.Stack).Add(pack, nil)
 	}
-	for _, sup := range Suppressions(fns) {
+	for _, sup := range Suppressions(cfg, fns) {
 		var applies *[]any
 		if len(sup.AppliesTo) > 0 {
 			a := make([]any, len(sup.AppliesTo))

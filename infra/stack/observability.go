@@ -84,10 +84,15 @@ const (
 	AlarmReconcilerStopped = "ReconcilerNotRunningAlarm"
 	AlarmReconcilerLag     = "ReconcilerLagAlarm"
 	AlarmReconcilerDLQ     = "ReconcilerDLQAlarm"
+	AlarmEmailDLQ          = "AlarmEmailDLQAlarm"
 	AlarmFleetMassSilence  = "FleetMassSilenceAlarm"
 	AlarmFleetUnreachable  = "FleetUnreachableShareAlarm"
 	AlarmRolloutAborting   = "RolloutAbortingAlarm"
 )
+
+// alarmEmailDLQ is the construct id of the alarm e-mail subscription's
+// dead-letter queue.
+const alarmEmailDLQ = "AlarmEmailDLQ"
 
 // addObservability creates the alarms, their SNS topic and the dashboard.
 func (s *Stack) addObservability(cfg Config, fns []Function) {
@@ -96,7 +101,12 @@ func (s *Stack) addObservability(cfg Config, fns []Function) {
 		EnforceSSL:  jsii.Bool(true),
 	})
 	if cfg.AlarmEmail != "" {
-		topic.AddSubscription(awssnssubscriptions.NewEmailSubscription(jsii.String(cfg.AlarmEmail), nil))
+		// What SNS cannot deliver to the address (past its retries, or
+		// refused) lands in the queue instead of being dropped, and
+		// AlarmEmailDLQAlarm fires on its first message.
+		s.AlarmDLQ = newDLQ(s.Stack, alarmEmailDLQ)
+		topic.AddSubscription(awssnssubscriptions.NewEmailSubscription(jsii.String(cfg.AlarmEmail),
+			&awssnssubscriptions.EmailSubscriptionProps{DeadLetterQueue: s.AlarmDLQ}))
 	} else {
 		awscdk.Annotations_Of(topic).AddWarningV2(jsii.String("bettercompute:alarms-notify-nobody"),
 			jsii.String("context "+CtxAlarmEmail+" is empty: the alarms notify an SNS topic nobody subscribes to "+
@@ -167,6 +177,14 @@ func (s *Stack) addObservability(cfg Config, fns []Function) {
 	})
 	alarm(AlarmReconcilerDLQ, "EventBridge could not deliver reconciler ticks: see the messages in the dead-letter queue",
 		dlqDepth, 1, gte, quiet)
+	if s.AlarmDLQ != nil {
+		// It notifies the same topic: its own mail may not arrive either,
+		// but the console, the dashboard and any other subscriber see it.
+		alarm(AlarmEmailDLQ, "SNS could not deliver alarm notifications to the alarmEmail address: they are in the AlarmEmailDLQ queue (this alarm's own mail may not arrive either; check the subscription in the SNS console)",
+			s.AlarmDLQ.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{
+				Statistic: jsii.String("Maximum"), Period: five,
+			}), 1, gte, quiet)
+	}
 
 	// The fleet. A mass silence: a pool's nodes went silent together and
 	// the sweep holds their marking (docs/fleet.md) — the control plane or

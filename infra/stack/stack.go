@@ -36,7 +36,8 @@ type Stack struct {
 	CursorKey  awssecretsmanager.Secret
 	API        awsapigatewayv2.HttpApi
 	Stage      awsapigatewayv2.HttpStage
-	DLQ        awssqs.Queue
+	DLQ        awssqs.Queue // the reconciler schedule's dead-letter queue
+	AlarmDLQ   awssqs.Queue // the alarm e-mail subscription's (nil without alarmEmail)
 	Schedule   awsevents.Rule
 	// Lambdas by function name (catalog FunctionName, and "reconciler").
 	Lambdas map[string]awslambda.Function
@@ -116,11 +117,7 @@ func New(scope constructs.Construct, cfg Config, props *awscdk.StackProps) (*Sta
 		},
 	})
 
-	s.DLQ = awssqs.NewQueue(s.Stack, jsii.String("ReconcilerDLQ"), &awssqs.QueueProps{
-		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
-		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
-		EnforceSSL:      jsii.Bool(true),
-	})
+	s.DLQ = newDLQ(s.Stack, "ReconcilerDLQ")
 
 	common := map[string]*string{
 		envTable:    s.Table.TableName(),
@@ -157,7 +154,7 @@ func New(scope constructs.Construct, cfg Config, props *awscdk.StackProps) (*Sta
 	s.addAPI(cfg, fns, stateful)
 	s.addSchedule()
 	s.addObservability(cfg, fns)
-	s.applyRulePacks(fns)
+	s.applyRulePacks(cfg, fns)
 
 	awscdk.NewCfnOutput(s.Stack, jsii.String(OutputAPIURL), &awscdk.CfnOutputProps{
 		Value: s.Stage.Url(), Description: jsii.String("Base URL of the API (POST <url>api/compute/<resource>/<method>)"),
@@ -169,6 +166,16 @@ func New(scope constructs.Construct, cfg Config, props *awscdk.StackProps) (*Sta
 		Value: s.SigningKey.KeyId(), Description: jsii.String("KMS key that signs release manifests (ECC_NIST_P256; pinned through BC_RELEASE_KMS_KEYS)"),
 	})
 	return s, nil
+}
+
+// newDLQ is a dead-letter queue: SQS-managed encryption, TLS only, and
+// messages kept 14 days (SQS's longest).
+func newDLQ(scope constructs.Construct, id string) awssqs.Queue {
+	return awssqs.NewQueue(scope, jsii.String(id), &awssqs.QueueProps{
+		RetentionPeriod: awscdk.Duration_Days(jsii.Number(14)),
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:      jsii.Bool(true),
+	})
 }
 
 func pendingWindow(cfg Config) awscdk.Duration {

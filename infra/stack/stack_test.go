@@ -48,7 +48,10 @@ const (
 
 var testAudience = []any{"aud-one", "aud-two"}
 
-const testSigner = "arn:aws:iam::123456789012:role/release-signer"
+const (
+	testSigner = "arn:aws:iam::123456789012:role/release-signer"
+	testEmail  = "alarms@issuer.test.example"
+)
 
 func TestMain(m *testing.M) {
 	code, err := synth(m)
@@ -93,6 +96,7 @@ func synth(m *testing.M) (int, error) {
 	ctx[CtxReleaseSignerRole] = testSigner
 	ctx[CtxHeartbeatReserved] = "250" // not the default: the value must arrive
 	ctx[CtxHeartbeatRate] = "4000"
+	ctx[CtxAlarmEmail] = testEmail
 	app := awscdk.NewApp(&awscdk.AppProps{
 		Context: &ctx, Outdir: jsii.String(filepath.Join(dir, "cdk.out")), StackTraces: jsii.Bool(false),
 	})
@@ -122,6 +126,7 @@ func synth(m *testing.M) (int, error) {
 	ref["api"] = logical(s.API)
 	ref["stage"] = logical(s.Stage)
 	ref["dlq"] = logical(s.DLQ)
+	ref["alarmDLQ"] = logical(s.AlarmDLQ)
 	ref["cursorKey"] = logical(s.CursorKey)
 	ref["schedule"] = logical(s.Schedule)
 
@@ -727,16 +732,67 @@ func TestReconcilerSchedule(t *testing.T) {
 			"FunctionName": refTo(ids[api.ReconcilerFunction].Function), "MaximumRetryAttempts": 0,
 		})
 	})
-	check(t, "DLQ", func() {
-		tmpl.HasResourceProperties(jsii.String("AWS::SQS::Queue"), &map[string]any{
-			"MessageRetentionPeriod": 14 * 24 * 3600, "SqsManagedSseEnabled": true,
-		})
-	})
+	checkDLQ(t, ref["dlq"])
 	check(t, "EventBridge may send to the DLQ", func() {
 		tmpl.HasResourceProperties(jsii.String("AWS::SQS::QueuePolicy"), &map[string]any{
 			"PolicyDocument": map[string]any{"Statement": assertions.Match_ArrayWith(&[]any{
 				assertions.Match_ObjectLike(&map[string]any{
 					"Action": "sqs:SendMessage", "Principal": map[string]any{"Service": "events.amazonaws.com"},
+				}),
+			})},
+		})
+	})
+}
+
+// checkDLQ checks a dead-letter queue: SQS-managed encryption, 14 days'
+// retention, and TLS only.
+func checkDLQ(t *testing.T, id string) {
+	t.Helper()
+	if p := props(id); p["MessageRetentionPeriod"] != float64(14*24*3600) || p["SqsManagedSseEnabled"] != true {
+		t.Errorf("queue %s: %s, want 14 days' retention and SQS-managed encryption", id, jsonOf(p))
+	}
+	tls := false
+	for _, qp := range ofType("AWS::SQS::QueuePolicy") {
+		for _, st := range path(qp.Properties, "PolicyDocument", "Statement").([]any) {
+			tls = tls || (path(st, "Effect") == "Deny" && equal(path(st, "Resource"), getAtt(id, "Arn")) &&
+				path(st, "Condition", "Bool", "aws:SecureTransport") == "false")
+		}
+	}
+	if !tls {
+		t.Errorf("queue %s: no policy denies requests without TLS", id)
+	}
+}
+
+// The alarm e-mail subscription sends what SNS cannot deliver to its own
+// dead-letter queue, which SNS may send to from the alarm topic only
+// (cdk-nag's Serverless-SNSRedrivePolicy: without it the README's deploy
+// failed its synthesis).
+func TestAlarmEmailSubscriptionHasADLQ(t *testing.T) {
+	subs := ofType("AWS::SNS::Subscription")
+	if len(subs) != 1 {
+		t.Fatalf("%d subscriptions, want the alarmEmail one", len(subs))
+	}
+	var topic string
+	for id := range ofType("AWS::SNS::Topic") {
+		topic = id
+	}
+	for id, sub := range subs {
+		p := sub.Properties
+		if p["Protocol"] != "email" || p["Endpoint"] != testEmail || !equal(p["TopicArn"], refTo(topic)) {
+			t.Errorf("subscription %s: %s, want %s's e-mail subscription to the alarm topic", id, jsonOf(p), testEmail)
+		}
+		if !equal(path(p, "RedrivePolicy", "deadLetterTargetArn"), getAtt(ref["alarmDLQ"], "Arn")) {
+			t.Errorf("subscription %s redrives to %s, want the alarm e-mail DLQ", id, jsonOf(p["RedrivePolicy"]))
+		}
+	}
+	checkDLQ(t, ref["alarmDLQ"])
+	check(t, "the alarm topic may send to the alarm e-mail DLQ", func() {
+		tmpl.HasResourceProperties(jsii.String("AWS::SQS::QueuePolicy"), &map[string]any{
+			"Queues": []any{refTo(ref["alarmDLQ"])},
+			"PolicyDocument": map[string]any{"Statement": assertions.Match_ArrayWith(&[]any{
+				assertions.Match_ObjectLike(&map[string]any{
+					"Action": "sqs:SendMessage", "Effect": "Allow", "Principal": map[string]any{"Service": "sns.amazonaws.com"},
+					"Condition": map[string]any{"ArnEquals": map[string]any{"aws:SourceArn": refTo(topic)}},
 				}),
 			})},
 		})
@@ -826,6 +882,10 @@ func TestAlarms(t *testing.T) {
 	has("DLQ depth", func(p map[string]any) bool {
 		return metric("AWS/SQS", "ApproximateNumberOfMessagesVisible")(p) && dim(p, getAtt(ref["dlq"], "QueueName"))
 	})
+	has("alarm e-mail DLQ depth", func(p map[string]any) bool {
+		return metric("AWS/SQS", "ApproximateNumberOfMessagesVisible")(p) && dim(p, getAtt(ref["alarmDLQ"], "QueueName")) &&
+			p["Threshold"] == 1.0 && p["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+	})
 	// The fleet: each on the deployment's [Table] series, with its
 	// statistic, period and threshold.
 	stat := func(p map[string]any, name, statistic string, period float64, dims ...string) bool {
@@ -861,8 +921,8 @@ func TestAlarms(t *testing.T) {
 		return metric(MetricNamespace, MetricRolloutTransitions)(p) && dim(p, refTo(ref["table"])) && dim(p, "aborting") &&
 			p["Statistic"] == "Sum" && p["Period"] == 300.0 && p["Threshold"] == 1.0 && p["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
 	})
-	if len(alarms) != 11 {
-		t.Errorf("%d alarms, want the 11 above", len(alarms))
+	if len(alarms) != 12 {
+		t.Errorf("%d alarms, want the 12 above", len(alarms))
 	}
 	check(t, "dashboard", func() { tmpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Dashboard"), jsii.Number(1)) })
 }
