@@ -11,6 +11,9 @@ CDKLOCAL := node_modules/.bin/cdklocal
 CDK_ENV  := JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 CDK_DISABLE_CLI_TELEMETRY=true
 # Extra CDK CLI arguments, e.g. CDK_ARGS='-c jwtIssuer=https://… -c iamUrl=https://…'.
 CDK_ARGS ?=
+# Where make synth writes the cloud assembly (the infra tests synthesize the
+# docs' deploy lines into a temporary folder, leaving cdk.out/ alone).
+CDK_OUT  ?= cdk.out
 
 # Synthesis never needs credentials: hide any the caller has so the CLI does
 # not try to resolve an account (no network, no metadata service).
@@ -27,8 +30,8 @@ infra-test: tools ## gofmt, vet, the CDK assertions, the cdk-nag rule packs and 
 	@out=$$(gofmt -l infra); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	cd infra && $(GO) vet ./... && $(CDK_ENV) $(GO) test ./...
 
-synth: tools ## synthesize the CloudFormation template into cdk.out (offline; placeholder bootstraps if build/ is incomplete)
-	$(CDK_OFFLINE) $(CDK_ENV) $(CDK) synth --quiet -c placeholderAssets=auto $(CDK_ARGS)
+synth: tools ## synthesize the CloudFormation template into cdk.out (CDK_OUT=dir: elsewhere; offline; placeholder bootstraps if build/ is incomplete)
+	$(CDK_OFFLINE) $(CDK_ENV) $(CDK) synth --quiet --output $(CDK_OUT) -c placeholderAssets=auto $(CDK_ARGS)
 
 deploy: tools build ## build the functions, then cdk deploy to the account of the current AWS credentials
 	$(CDK_ENV) $(CDK) deploy --outputs-file build/outputs.json $(CDK_ARGS)

@@ -1,0 +1,328 @@
+package stack
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// The handbook's rule: every command the docs give is run by a test exactly
+// as written. A real `cdk deploy` needs an AWS account, so these tests run
+// the synthesis a documented deploy line does (where cdk-nag's rule packs
+// fail a deploy), with the line's context values as written, and check the
+// context keys and defaults the docs' tables name against cdk.json.
+
+// The documents whose deploy lines and context tables are tested, from the
+// repository root.
+const (
+	readmeDoc = "README.md"
+	infraDoc  = "docs/infrastructure.md"
+)
+
+// A documented deploy command: `make deploy CDK_ARGS='…'`, in a fenced block
+// or an inline code span that may wrap over lines.
+var deployLine = regexp.MustCompile(`make deploy CDK_ARGS='([^']*)'`)
+
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+func readDoc(t *testing.T, doc string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(repoRoot(t), doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+// deployArgs are the CDK_ARGS of every deploy line of text, each with its
+// whitespace collapsed to single spaces: a code span wrapped over lines
+// renders (and is copied) with spaces, and the shell splits the words the
+// same either way.
+func deployArgs(text string) []string {
+	var out []string
+	for _, m := range deployLine.FindAllStringSubmatch(text, -1) {
+		out = append(out, strings.Join(strings.Fields(m[1]), " "))
+	}
+	return out
+}
+
+// cdkContext is cdk.json's context.
+func cdkContext(t *testing.T) map[string]any {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot(t), "cdk.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c struct{ Context map[string]any }
+	if err := json.Unmarshal(raw, &c); err != nil {
+		t.Fatalf("cdk.json: %v", err)
+	}
+	return c.Context
+}
+
+// appKeys are the context keys the app reads: cdk.json lists each with its
+// default (TestCDKJSONDefaults), beside the CLI's and the CDK's own keys.
+func appKeys(ctx map[string]any) map[string]bool {
+	out := map[string]bool{}
+	for k := range ctx {
+		if !strings.HasPrefix(k, "@") && k != "cli-telemetry" {
+			out[k] = true
+		}
+	}
+	return out
+}
+
+// contextArgs are the -c key=value pairs of a CDK command line, as the CLI
+// hands them to the app (strings).
+func contextArgs(t *testing.T, args string) map[string]any {
+	t.Helper()
+	out := map[string]any{}
+	words := strings.Fields(args)
+	for i := 0; i < len(words); i++ {
+		var kv string
+		switch w := words[i]; {
+		case w == "-c" || w == "--context":
+			if i++; i == len(words) {
+				t.Fatalf("CDK_ARGS %q: %s without a value", args, w)
+			}
+			kv = words[i]
+		case strings.HasPrefix(w, "--context="):
+			kv = strings.TrimPrefix(w, "--context=")
+		default:
+			continue // another CLI option: make synth gets it as written
+		}
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok {
+			t.Fatalf("CDK_ARGS %q: context %q is not key=value", args, kv)
+		}
+		out[k] = v
+	}
+	return out
+}
+
+// Each `make deploy CDK_ARGS='…'` of the README's Deploying section and of
+// docs/infrastructure.md, synthesized as `make synth CDK_ARGS='…'` with the
+// arguments exactly as written: the CLI, the app and the rule packs a
+// deploy runs. The synthesis must succeed, every key the line sets must be
+// one the app reads (the app ignores any other: a misspelt key deploys
+// without the value), and the rule packs must leave no finding unsuppressed
+// and no suppression stale on the stack those values build.
+func TestDocumentedDeployLinesSynthesize(t *testing.T) {
+	root := repoRoot(t)
+	if _, err := os.Stat(filepath.Join(root, "node_modules", ".bin", "cdk")); err != nil {
+		t.Fatalf("the CDK CLI is not installed (%v): run make tools", err)
+	}
+	defaults := cdkContext(t)
+	known := appKeys(defaults)
+	fns, err := Functions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range []string{readmeDoc, infraDoc} {
+		lines := deployArgs(readDoc(t, doc))
+		if len(lines) == 0 {
+			t.Errorf("%s has no `make deploy CDK_ARGS='…'` line: if the docs changed how they deploy, make this test run the new command", doc)
+		}
+		for i, args := range lines {
+			t.Run(fmt.Sprintf("%s/%d", filepath.Base(doc), i+1), func(t *testing.T) {
+				given := contextArgs(t, args)
+				ctx := map[string]any{}
+				for k, v := range defaults {
+					ctx[k] = v
+				}
+				ctx[CtxPlaceholders] = "auto" // what make synth adds before CDK_ARGS
+				for k, v := range given {
+					if !known[k] {
+						t.Errorf("the deploy line sets context %s, which the app does not read (cdk.json lists the keys it reads)", k)
+					}
+					ctx[k] = v
+				}
+				cfg, err := ConfigFrom(func(k string) any { return ctx[k] })
+				if err != nil {
+					t.Fatalf("the deploy line's context: %v", err)
+				}
+
+				out := t.TempDir()
+				cmd := exec.Command("make", "synth", "CDK_ARGS="+args, "CDK_OUT="+out)
+				cmd.Dir = root
+				// As typed in a shell, not as a sub-make of make test.
+				for _, e := range os.Environ() {
+					if k, _, _ := strings.Cut(e, "="); k != "MAKEFLAGS" && k != "MFLAGS" && k != "MAKELEVEL" {
+						cmd.Env = append(cmd.Env, e)
+					}
+				}
+				t.Logf("make synth CDK_ARGS='%s'", args)
+				if b, err := cmd.CombinedOutput(); err != nil {
+					t.Fatalf("make synth CDK_ARGS='%s' (the synthesis of %s's `make deploy` line): %v\n%s", args, doc, err, b)
+				}
+
+				msgs := assemblyMessages(t, filepath.Join(out, cfg.StackName+".metadata.json"))
+				perPack := checkRulePacks(t, msgs, cfg.StackName, Suppressions(cfg, fns))
+				for _, m := range msgs {
+					if m.Level == "warning" && !rulePack.MatchString(m.Text) {
+						t.Logf("synth warns at %s: %s", m.Path, strings.TrimSpace(m.Text))
+					}
+				}
+				t.Logf("suppressed findings by pack: %v", perPack)
+			})
+		}
+	}
+}
+
+// assemblyMessages are the annotations of a stack in the cloud assembly
+// the CLI wrote (its <stack>.metadata.json).
+func assemblyMessages(t *testing.T, file string) []nagMessage {
+	t.Helper()
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta map[string][]struct {
+		Type string
+		Data any
+	}
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		t.Fatalf("%s: %v", file, err)
+	}
+	var out []nagMessage
+	for path, entries := range meta {
+		for _, e := range entries {
+			if level, ok := strings.CutPrefix(e.Type, "aws:cdk:"); ok && (level == "error" || level == "warning" || level == "info") {
+				out = append(out, nagMessage{Path: path, Level: level, Text: fmt.Sprint(e.Data)})
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("%s holds no annotations: did the rule packs run?", file)
+	}
+	return out
+}
+
+var codeSpan = regexp.MustCompile("`([^`]+)`")
+
+// tableRows are the cells of the markdown table rows of text's section
+// under heading (up to the next heading of the same level), header and
+// separator rows left out.
+func tableRows(t *testing.T, text, heading string) [][]string {
+	t.Helper()
+	_, section, ok := strings.Cut(text, "\n"+heading+"\n")
+	if !ok {
+		t.Fatalf("no section %q", heading)
+	}
+	level := heading[:strings.IndexByte(heading, ' ')+1]
+	if i := strings.Index(section, "\n"+level); i >= 0 {
+		section = section[:i]
+	}
+	var rows [][]string
+	header := true
+	for _, line := range strings.Split(section, "\n") {
+		line = strings.TrimSpace(line)
+		if !strings.HasPrefix(line, "|") {
+			header = true // the next table starts with its header
+			continue
+		}
+		cells := strings.Split(strings.Trim(line, "|"), "|")
+		for i := range cells {
+			cells[i] = strings.TrimSpace(cells[i])
+		}
+		if header || strings.Trim(cells[0], "-: ") == "" {
+			header = false
+			continue
+		}
+		rows = append(rows, cells)
+	}
+	if len(rows) == 0 {
+		t.Fatalf("section %q has no table", heading)
+	}
+	return rows
+}
+
+func spans(cell string) []string {
+	var out []string
+	for _, m := range codeSpan.FindAllStringSubmatch(cell, -1) {
+		out = append(out, m[1])
+	}
+	return out
+}
+
+// render is a cdk.json value as the docs write it.
+func render(v any) string {
+	switch v := v.(type) {
+	case string:
+		return v
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+// The context the docs' tables name is the context the tests synthesize
+// with: every key of the README's Deploying table and of
+// docs/infrastructure.md's context table is one the app reads, the latter
+// lists every key, and the default it gives each is cdk.json's.
+func TestDocumentedContextTables(t *testing.T) {
+	defaults := cdkContext(t)
+	known := appKeys(defaults)
+
+	for _, row := range tableRows(t, readDoc(t, readmeDoc), "## Deploying to AWS") {
+		keys := spans(row[0])
+		if len(keys) == 0 {
+			t.Errorf("README Deploying table: row %q names no key", row[0])
+		}
+		for _, k := range keys {
+			if !known[k] {
+				t.Errorf("README Deploying table names context %s, which the app does not read", k)
+			}
+		}
+	}
+
+	listed := map[string]bool{}
+	for _, row := range tableRows(t, readDoc(t, infraDoc), "## Configuration (CDK context)") {
+		if len(row) < 3 {
+			t.Errorf("%s context table: row %q has %d cells", infraDoc, row, len(row))
+			continue
+		}
+		keys, values := spans(row[0]), spans(row[1])
+		for i, k := range keys {
+			if !known[k] {
+				t.Errorf("%s context table names %s, which the app does not read", infraDoc, k)
+				continue
+			}
+			listed[k] = true
+			want := render(defaults[k])
+			switch {
+			case strings.HasPrefix(row[1], "—"): // no default
+				if want != "" {
+					t.Errorf("%s context table: %s has no default, cdk.json gives %q", infraDoc, k, want)
+				}
+			case len(values) == len(keys): // `a`, `b` | `1`, `2`
+				if values[i] != want {
+					t.Errorf("%s context table: %s defaults to %q, cdk.json to %q", infraDoc, k, values[i], want)
+				}
+			default:
+				if want != "" && !strings.Contains(row[1], "`"+want+"`") {
+					t.Errorf("%s context table: the default of %s (cdk.json: %q) is not in %q", infraDoc, k, want, row[1])
+				}
+			}
+		}
+	}
+	for k := range known {
+		if !listed[k] {
+			t.Errorf("%s context table does not list context %s", infraDoc, k)
+		}
+	}
+}
