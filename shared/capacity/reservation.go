@@ -147,12 +147,16 @@ type Reservation struct {
 	// them to unbind); Move the devices it is being moved onto, MovedFrom
 	// those it was moved off and not yet freed (a move in flight, what a
 	// give-back frees too); Moves how often it moved; NodeNoted that its
-	// history says a node failed it since.
+	// history says a node failed it since. Amended counts the writes of
+	// those fields (Amend): each is conditioned on the count it read, so a
+	// writer holding an old copy never overwrites the nodes another one
+	// told to bind it.
 	Bound     []int `json:"-"`
 	Move      []int `json:"-"`
 	MovedFrom []int `json:"-"`
 	Moves     int   `json:"-"`
 	NodeNoted bool  `json:"-"`
+	Amended   int64 `json:"-"`
 
 	// Request is the fingerprint of the request as sent (clientToken
 	// replays compare it); ClientToken the token, if any; Principal who

@@ -3,6 +3,7 @@ package dynamo_test
 import (
 	"context"
 	"errors"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -454,5 +455,41 @@ func TestCapacityCoverable(t *testing.T) {
 	}
 	if nodes, _, _ := s.Coverable(ctx, pr, hour, 8, 8); len(nodes) != 2 {
 		t.Errorf("after the free, nodes with 8: %v", nodes)
+	}
+}
+
+// An Amend made from a copy another Amend has overtaken is refused: a pass
+// holding an old copy cannot write back the nodes told to bind the
+// reservation (bn) without the one another pass told meanwhile.
+func TestAmendRefusesAStaleCopy(t *testing.T) {
+	s, _ := newCapacity(t)
+	ctx := context.Background()
+	r := capacity.Reservation{ReservationID: "R1", TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 1,
+		Window: capacity.Window{Start: capT0, End: capT0.Add(time.Hour)}, State: capacity.Draft, CreatedAt: capT0, UpdatedAt: capT0}
+	if _, err := s.PutDraft(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	read, err := s.GetReservation(ctx, "acme", "R1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	told := read
+	told.Bound = []int{1} // one pass tells node 1 to bind it
+	cur, err := s.Amend(ctx, read, told)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale := read
+	stale.Move = []int{9} // another, from the copy read before, starts a move
+	if _, err := s.Amend(ctx, read, stale); !errors.Is(err, capacity.ErrStale) {
+		t.Fatalf("the stale copy's amend: %v", err)
+	}
+	if got, _ := s.GetReservation(ctx, "acme", "R1"); !slices.Equal(got.Bound, []int{1}) || got.Move != nil {
+		t.Fatalf("stored bn %v, mv %v", got.Bound, got.Move)
+	}
+	next := cur
+	next.Move = []int{9}
+	if _, err := s.Amend(ctx, cur, next); err != nil {
+		t.Fatalf("an amend from the fresh copy: %v", err)
 	}
 }

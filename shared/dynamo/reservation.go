@@ -75,6 +75,7 @@ type reservationItem struct {
 	MovedFrom     []int       `dynamodbav:"mvf,omitempty"`
 	Moves         int         `dynamodbav:"mvn,omitempty"`
 	NodeNoted     bool        `dynamodbav:"nu,omitempty"`
+	Amended       int64       `dynamodbav:"ag,omitempty"`
 	Lease         string      `dynamodbav:"lease,omitempty"`
 	Request       string      `dynamodbav:"request"`
 	ClientToken   string      `dynamodbav:"clientToken,omitempty"`
@@ -119,7 +120,7 @@ func toReservationItem(r capacity.Reservation) reservationItem {
 		Reason: r.Reason, Devices: r.Devices, Plan: r.Plan, NodeSize: r.NodeSize, CreatedAt: fmtTime(r.CreatedAt), UpdatedAt: fmtTime(r.UpdatedAt),
 		ReleasedBy: r.ReleasedBy, Credited: r.Credited, Request: r.Request, ClientToken: r.ClientToken,
 		Principal: r.Principal, Invalid: r.Invalid,
-		Bound: r.Bound, Move: r.Move, MoveToken: capacity.MoveToken(r.Move), MovedFrom: r.MovedFrom, Moves: r.Moves, NodeNoted: r.NodeNoted,
+		Bound: r.Bound, Move: r.Move, MoveToken: capacity.MoveToken(r.Move), MovedFrom: r.MovedFrom, Moves: r.Moves, NodeNoted: r.NodeNoted, Amended: r.Amended,
 	}
 	if it.Devices == nil {
 		it.Devices = []int{}
@@ -148,7 +149,7 @@ func (it reservationItem) reservation() capacity.Reservation {
 		CreatedAt: parseTime(it.CreatedAt), UpdatedAt: parseTime(it.UpdatedAt), ReleasedBy: it.ReleasedBy,
 		Credited: it.Credited, Request: it.Request, ClientToken: it.ClientToken, Principal: it.Principal, Invalid: it.Invalid,
 		History: make([]capacity.Event, len(it.History)),
-		Bound:   it.Bound, Move: it.Move, MovedFrom: it.MovedFrom, Moves: it.Moves, NodeNoted: it.NodeNoted,
+		Bound:   it.Bound, Move: it.Move, MovedFrom: it.MovedFrom, Moves: it.Moves, NodeNoted: it.NodeNoted, Amended: it.Amended,
 	}
 	for i, e := range it.History {
 		r.History[i] = capacity.Event{State: capacity.State(e.State), At: parseTime(e.At), Reason: e.Reason, RolloutID: e.Rollout}
@@ -229,7 +230,8 @@ func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from
 }
 
 // Amend implements capacity.ReservationStore: one conditional UpdateItem
-// on the state and the move token (mvt) as r read them.
+// on the state, the move token (mvt) and the amend count (ag) as r read
+// them.
 func (s *Capacity) Amend(ctx context.Context, r, to capacity.Reservation) (capacity.Reservation, error) {
 	it := toReservationItem(to)
 	upd := expression.Set(expression.Name("hist"), expression.Value(it.History)).
@@ -248,7 +250,17 @@ func (s *Capacity) Amend(ctx context.Context, r, to capacity.Reservation) (capac
 	} else {
 		upd = upd.Remove(expression.Name("mvt"))
 	}
+	// ag counts the amends: one made from an older copy (another writer
+	// amended since it read) is refused, whatever it would overwrite — the
+	// nodes told to bind it above all (bn).
+	ag := expression.Name("ag")
+	upd = upd.Set(ag, expression.Value(r.Amended+1))
 	c := expression.Name("state").Equal(expression.Value(string(r.State)))
+	if r.Amended > 0 {
+		c = c.And(ag.Equal(expression.Value(r.Amended)))
+	} else {
+		c = c.And(expression.AttributeNotExists(ag))
+	}
 	if tok := capacity.MoveToken(r.Move); tok != "" {
 		c = c.And(expression.Name("mvt").Equal(expression.Value(tok)))
 	} else {

@@ -235,7 +235,12 @@ func (w *world) placedOn(r capacity.Reservation, start int) {
 // checkActive checks a reservation that is active (e): each managed node
 // of its placement holds a bind entry for it and its last accepted report
 // said bound, honestly — answering a bind it was told, not a stale word.
-func (w *world) checkActive(r capacity.Reservation, when string) {
+//
+// since is when the flow that made it active started (zero: a check at
+// quiescence): a node an operator registered after that was unmanaged
+// when the flow read it — bound at once — and is the sweep's to adopt
+// (check h), not a stale activation.
+func (w *world) checkActive(r capacity.Reservation, when string, since time.Time) {
 	w.stats.active++
 	for _, nd := range r.Placement() {
 		ref := nodeRef{r.PoolID, nd.Node}
@@ -246,7 +251,9 @@ func (w *world) checkActive(r capacity.Reservation, when string) {
 		w.checked["e"]++
 		e, has := rec.Entries[r.ReservationID]
 		word := w.nodes[ref].sent[rec.Counter][r.ReservationID]
-		switch {
+		switch n := w.nodes[ref]; {
+		case !has && !since.IsZero() && n.late && n.registeredAt.After(since):
+			w.checked["e-adopted"]++
 		case !has:
 			w.fail("e", w.s.steps, "%s active (%s), %s holds no entry for it", r.ReservationID, when, ref)
 		case e.Action != fleet.ActionBind:
@@ -447,7 +454,7 @@ func (w *world) checkQuiet(ctx context.Context, when string) {
 	}
 	for _, r := range snap.Reservations {
 		if r.State == capacity.Active {
-			w.checkActive(r, when)
+			w.checkActive(r, when, time.Time{})
 			w.stats.active--
 		}
 		if when == "after the actors" {
@@ -529,7 +536,13 @@ func (w *world) checkFlags(ctx context.Context, when string, snap capacity.Snaps
 func (w *world) checkRollout(ctx context.Context) {
 	for _, ref := range w.order {
 		if rec, ok := w.node(ref); ok && (rec.Target != nil || rec.Rollout != nil) {
-			w.fail("f", 0, "%s keeps rollout target %+v, rollout cordon %+v", ref, rec.Target, rec.Rollout)
+			note := ""
+			if w.rolloutID != "" {
+				if rr, err := w.rollI.GetRollout(ctx, w.rolloutID); err == nil {
+					note = fmt.Sprintf(" (the rollout: %s, finished %v, due %v)", rr.State, rr.Finished, rr.Due)
+				}
+			}
+			w.fail("f", 0, "%s keeps rollout target %+v, rollout cordon %+v%s", ref, rec.Target, rec.Rollout, note)
 		}
 	}
 	if w.rolloutID == "" {

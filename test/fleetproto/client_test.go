@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
@@ -161,7 +162,11 @@ func (c *atomicCalendar) Provision(ctx context.Context, t capacity.PoolResource,
 func (c *atomicCalendar) Transition(ctx context.Context, to capacity.Reservation, from capacity.State) (capacity.Reservation, error) {
 	cur, err := c.Capacity.Transition(ctx, to, from)
 	if err == nil && cur.State == capacity.Active && from != capacity.Active {
-		c.w.checkActive(cur, "when it became active")
+		var since time.Time
+		if a := actorOf(ctx); a != nil {
+			since = a.started
+		}
+		c.w.checkActive(cur, "when it became active", since)
 	}
 	return cur, err
 }
