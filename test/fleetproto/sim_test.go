@@ -157,7 +157,7 @@ func (w *world) wire(db *dynamodb.Client) {
 		NewID: func(time.Time) string { w.ids++; return fmt.Sprintf("SIM%05dX%017d", w.ids, w.seed) }}
 	w.fleet = &fleet.Service{Store: nodes, Pools: capS, Calendar: capS, Releases: releaseReader{releases},
 		Rollouts: rollout.Holds{Store: progress}, // as the app wires it: the sweep lifts a finished rollout's cordon and target
-		Now: w.clock.Now, Logger: log, Interval: interval, ProvisionHours: provision, Serial: true}
+		Now:      w.clock.Now, Logger: log, Interval: interval, ProvisionHours: provision, Serial: true}
 	w.rc = &rollout.Reconciler{Store: progress, Releases: releases, Nodes: &watchedTargets{nodes, w}, Cordons: watchedCordons{w.fleet, w}, Calendar: capS,
 		Now: w.clock.Now, Logger: log}
 	w.rollouts = &rollout.Rollouts{Store: progress, Releases: releases, Pools: capS, Now: w.clock.Now,
