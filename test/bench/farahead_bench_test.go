@@ -6,11 +6,16 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/meter"
+	"github.com/bettercompute/control-plane/test/teststack"
 )
 
 // The far-ahead benchmarks (issue "admission stays flat beyond the
@@ -154,6 +159,94 @@ func BenchmarkCreateFarAhead(b *testing.B) {
 					}
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkFillFarHour is the issue's measurement, made the same way: one
+// 100,000-device pool (12,500 nodes of 8), the provisioned horizon set to
+// 2 hours, and 4 clients creating whole-node (count-8) reservations into
+// one hour two days ahead until it is 95 % booked. Per band of the hour's
+// bookings: mean latency, DynamoDB calls and read units per create (the
+// meter's totals over the band's creates: all calls in flight are
+// creates). One run (b.N is ignored: the run is the measurement).
+func BenchmarkFillFarHour(b *testing.B) {
+	const clients = 4
+	for b.Loop() {
+		m := &meter.Meter{}
+		st := startStack(b, teststack.WithAppOptions(app.WithDynamoOptions(dynamo.MeterAll(m))),
+			teststack.WithConfig(func(c *app.Config) { c.ProvisionHours = 2 }))
+		s := &scale{st: st, srv: &server{URL: st.URL}, m: m, now: time.Now().UTC()}
+		s.call(b, "pools.create", map[string]any{"tenantId": "owner", "poolId": "scale", "resources": map[string]any{"gpu": scaleDevices},
+			"nodeSize": map[string]any{"gpu": scaleNodeSize}})
+		s.call(b, "pools.offer", map[string]any{"tenantId": "owner", "poolId": "scale", "toTenantId": "acme", "resource": "gpu", "max": 1_000_000})
+		w := capacity.HourOf(s.now.Truncate(24 * time.Hour).Add(2*24*time.Hour + 10*time.Hour)).Window()
+		body, _ := json.Marshal(map[string]any{"tenantId": "acme", "poolId": "scale", "resource": "gpu", "count": scaleNodeSize,
+			"window": map[string]any{"start": w.Start.Format(time.RFC3339), "end": w.End.Format(time.RFC3339)}})
+		nodes := scaleDevices / scaleNodeSize
+		target := nodes * 95 / 100
+		bands := []int{0, 10, 50, 70, 80, 90, 95} // percent booked
+		type band struct {
+			creates   int
+			lat       time.Duration
+			from, to  meter.Usage
+			started   bool
+			refused   int
+			unplanned int
+		}
+		out := make([]band, len(bands)-1)
+		var mu sync.Mutex
+		var next atomic.Int64
+		var wg sync.WaitGroup
+		bandOf := func(k int) int {
+			pct := k * 100 / nodes
+			for i := len(bands) - 2; i >= 0; i-- {
+				if pct >= bands[i] {
+					return i
+				}
+			}
+			return 0
+		}
+		for range clients {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					k := int(next.Add(1)) - 1
+					if k >= target {
+						return
+					}
+					i := bandOf(k)
+					mu.Lock()
+					if !out[i].started {
+						out[i].started, out[i].from = true, m.Usage()
+					}
+					mu.Unlock()
+					d, status, resp := s.srv.try(b, "reservations/create", body)
+					mu.Lock()
+					out[i].creates++
+					out[i].lat += d
+					out[i].to = m.Usage()
+					switch status {
+					case http.StatusOK:
+					case http.StatusConflict:
+						out[i].refused++
+					default:
+						out[i].unplanned++
+						b.Logf("create %d: %d %s", k, status, resp)
+					}
+					mu.Unlock()
+				}
+			}()
+		}
+		wg.Wait()
+		for i, o := range out {
+			tag := fmt.Sprintf("booked-%d-%d-", bands[i], bands[i+1])
+			n := float64(o.creates)
+			b.ReportMetric(float64(o.lat.Microseconds())/1000/n, tag+"mean-ms")
+			b.ReportMetric(float64(o.to.Calls-o.from.Calls)/n, tag+"calls")
+			b.ReportMetric((o.to.RCU-o.from.RCU)/n, tag+"rcu")
+			b.ReportMetric(float64(o.refused+o.unplanned), tag+"not-placed")
 		}
 	}
 }
