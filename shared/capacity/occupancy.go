@@ -3,6 +3,8 @@ package capacity
 import (
 	"context"
 	"slices"
+	"sync/atomic"
+	"time"
 )
 
 // Occupancy is what an hour's index item says of the hour's nodes
@@ -116,11 +118,40 @@ func (s *Service) vacant(ctx context.Context, pr PoolResource, req Request) (Pla
 // because another writer had stored it (the map was behind: repaired
 // here). A map write that keeps losing is left: the next create that
 // takes the node as vacant finds it stored and sets the bit then.
+//
+// The hours' maps are written as the node-hours were, at once (s.each).
+// They never cost a create its answer: once less than occupyReserve is
+// left before the flow's deadline (a window of weeks on a slow local
+// server: a 90-day window puts 2,160 node-hours), the remaining hours'
+// maps are left behind, for the creates that find those nodes stored to
+// repair.
 func (s *Service) occupy(ctx context.Context, pr PoolResource, stored map[Hour][]int) {
-	for h, nodes := range stored {
-		if err := s.Store.Occupy(ctx, pr, h, nodes); err != nil {
-			s.logger().Warn("occupancy map not written: the next create that finds the node stored repairs it",
-				"pool", pr.PoolID, "resource", pr.Resource, "hour", h.String(), "nodes", len(nodes), "error", err)
+	hours := make([]Hour, 0, len(stored))
+	for h := range stored {
+		hours = append(hours, h)
+	}
+	slices.Sort(hours) // a seeded simulation replays the same order
+	deadline, bounded := ctx.Deadline()
+	var skipped atomic.Int64
+	_ = s.each(ctx, len(hours), func(i int) error {
+		h := hours[i]
+		if bounded && time.Until(deadline) < occupyReserve {
+			skipped.Add(1)
+			return nil
 		}
+		if err := s.Store.Occupy(ctx, pr, h, stored[h]); err != nil {
+			s.logger().Warn("occupancy map not written: the next create that finds the node stored repairs it",
+				"pool", pr.PoolID, "resource", pr.Resource, "hour", h.String(), "nodes", len(stored[h]), "error", err)
+		}
+		return nil
+	})
+	if n := skipped.Load(); n > 0 {
+		s.logger().Warn("occupancy maps left behind near the flow's deadline: the creates that find those nodes stored repair them",
+			"pool", pr.PoolID, "resource", pr.Resource, "hours", n)
 	}
 }
+
+// occupyReserve is the time before a flow's deadline after which its
+// placement writes no more occupancy maps (the fence and the answer come
+// first).
+const occupyReserve = 2 * time.Second
