@@ -39,7 +39,7 @@ FUNCTIONS    := $(notdir $(patsubst %/,%,$(wildcard functions/*/)))
 # `make test` runs after the Go tests, e.g. INFRA_TEST_TARGETS += infra-test synth.
 INFRA_TEST_TARGETS :=
 
-.PHONY: help tools run test gotest fmt fmt-check vet build docs bench fuzz fleetproto e2e clean distclean lambda-build lambda-test
+.PHONY: help tools run test gotest fmt fmt-check vet build docs bench fuzz fleetproto sims e2e clean distclean lambda-build lambda-test
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -143,6 +143,17 @@ SEEDS ?= 48
 fleetproto: ## run the fleet protocol simulation for seeds 1..SEEDS (e.g. make fleetproto SEEDS=100)
 	BC_FLEETPROTO_SEEDS=$(SEEDS) $(GO) test ./test/fleetproto -run TestFleetProtocolSimulation -count=1 -timeout 0 -v 2>&1 | \
 	  grep -E '^(---|FAIL|ok)|seed [0-9]+: ([0-9]+ steps|checks failed|check )|replay:'; exit $${PIPESTATUS[0]}
+
+# make sims: every seeded simulation with more seeds than make test runs
+# (which keeps a few of each to stay under 12 minutes): the capacity
+# simulation's 32 (make test: 8), the rollout protocol's 16 (2), the
+# rollout crash matrix at each fault point's first and third visit (first)
+# and the fleet protocol's SEEDS (2). Without -race; a failing seed prints
+# its replay.
+sims: ## run the seeded simulations with many seeds (capacity 32, rollout 16 and the crash matrix's third visits, fleet protocol SEEDS)
+	BC_SIM_SEEDS=32 $(GO) test ./shared/capacity -run FuzzCapacitySimulation -count=1 -timeout 0
+	BC_ROLLOUT_SEEDS=16 BC_CRASH_VISITS=1,3 $(GO) test ./shared/rollout -run 'TestRolloutProtocolSimulation|TestRolloutCrashMatrix' -count=1 -timeout 0
+	$(MAKE) fleetproto SEEDS=$(SEEDS)
 
 # make bench: every benchmark, one package at a time (-p 1: none competes
 # with another for the 2 cores); cmd/benchdoc writes the raw output behind a

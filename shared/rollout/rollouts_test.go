@@ -4,6 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -481,8 +484,21 @@ func TestPassInsideAnotherPassesStart(t *testing.T) {
 // maxUnavailable out of service, no node beyond the started waves, every
 // node back on 1.0.0 and no cordon or target left.
 func TestRolloutCrashMatrix(t *testing.T) {
+	// make test crashes each point at its first visit; make sims also at
+	// its third (BC_CRASH_VISITS=1,3): a later wave's.
+	visits := []int{1}
+	if v := os.Getenv("BC_CRASH_VISITS"); v != "" {
+		visits = visits[:0]
+		for _, f := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || n < 1 {
+				t.Fatalf("BC_CRASH_VISITS=%q: want visits like 1,3", v)
+			}
+			visits = append(visits, n)
+		}
+	}
 	for _, point := range rollout.PassFaultPoints {
-		for _, visit := range []int{1, 3} {
+		for _, visit := range visits {
 			t.Run(fmt.Sprintf("%s#%d", point, visit), func(t *testing.T) {
 				t.Parallel() // a table and a clock of its own
 				e := newFleetEnv(t)
