@@ -18,8 +18,8 @@ import (
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
-// The far-ahead benchmarks (issue "admission stays flat beyond the
-// provisioned horizon"): creates into an hour four days ahead — past the
+// The far-ahead benchmarks (docs/capacity.md, "Beyond the provisioned
+// horizon"): creates into an hour four days ahead — past the
 // 72-hour provisioned horizon, where only what was placed is stored and
 // the hour's occupancy map says which nodes hold anything — booked 0, 50,
 // 90 and 99 % by whole-node reservations or by single-device ones (placed
@@ -49,29 +49,35 @@ func (s *scale) bookFar(b *testing.B, w capacity.Window, pct int, single bool) {
 	nodes := s.top.Nodes()
 	booked := nodes * pct / 100
 	order := rand.New(rand.NewPCG(uint64(pct), uint64(nodes))).Perm(nodes)[:booked]
-	h := capacity.HourOf(w.Start)
 	var nhs []capacity.NodeHour
 	n := 0
 	for _, k := range order {
-		nh := capacity.EmptyNodeHour(pr, capacity.NodeHourKey{Node: k, Hour: h})
-		if single {
-			for d := range nh.Size {
-				n++
-				nh.Add(fmt.Sprintf("BOOK%07d", n), capacity.Entry{Mask: 1 << uint(d), Window: w, Tenant: "others"})
-			}
-		} else {
+		ids := make([]string, 0, scaleNodeSize)
+		for range map[bool]int{true: 1, false: scaleNodeSize}[single] {
 			n++
-			nh.Add(fmt.Sprintf("BOOK%07d", n), capacity.Entry{Mask: capacity.Full(nh.Size), Window: w, Tenant: "others"})
+			ids = append(ids, fmt.Sprintf("BOOK%07d", n))
 		}
-		nhs = append(nhs, nh)
+		for _, h := range w.Hours() { // each booking holds the whole window
+			nh := capacity.EmptyNodeHour(pr, capacity.NodeHourKey{Node: k, Hour: h})
+			if single {
+				for d := range nh.Size {
+					nh.Add(ids[d], capacity.Entry{Mask: 1 << uint(d), Window: w, Tenant: "others"})
+				}
+			} else {
+				nh.Add(ids[0], capacity.Entry{Mask: capacity.Full(nh.Size), Window: w, Tenant: "others"})
+			}
+			nhs = append(nhs, nh)
+		}
 	}
 	quotas := []capacity.Quota{{TenantID: "others", PoolID: "scale", Resource: "gpu", Max: 1_000_000, Used: int64(booked * scaleNodeSize)}}
 	if err := s.store.BulkLoad(ctx, nil, nhs, quotas); err != nil {
 		b.Fatal(err)
 	}
-	if booked > 0 {
-		if err := s.store.Occupy(ctx, pr, h, order); err != nil {
-			b.Fatal(err)
+	for _, h := range w.Hours() {
+		if booked > 0 {
+			if err := s.store.Occupy(ctx, pr, h, order); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
 }
@@ -163,11 +169,11 @@ func BenchmarkCreateFarAhead(b *testing.B) {
 	}
 }
 
-// BenchmarkFillFarHour is the issue's measurement, made the same way: one
+// BenchmarkFillFarHour repeats the measurement that found the far-ahead cost, the same way: one
 // 100,000-device pool (12,500 nodes of 8), the provisioned horizon set to
 // 2 hours, and 4 clients creating whole-node (count-8) reservations into
 // one hour two days ahead until it is 95 % booked. Per band of the hour's
-// bookings: mean latency, DynamoDB calls and read units per create (the
+// bookings: mean and median latency, DynamoDB calls and read units per create (the
 // meter's totals over the band's creates: all calls in flight are
 // creates). One run (b.N is ignored: the run is the measurement).
 func BenchmarkFillFarHour(b *testing.B) {
@@ -189,6 +195,7 @@ func BenchmarkFillFarHour(b *testing.B) {
 		type band struct {
 			creates   int
 			lat       time.Duration
+			lats      []time.Duration
 			from, to  meter.Usage
 			started   bool
 			refused   int
@@ -226,6 +233,7 @@ func BenchmarkFillFarHour(b *testing.B) {
 					mu.Lock()
 					out[i].creates++
 					out[i].lat += d
+					out[i].lats = append(out[i].lats, d)
 					out[i].to = m.Usage()
 					switch status {
 					case http.StatusOK:
@@ -244,9 +252,57 @@ func BenchmarkFillFarHour(b *testing.B) {
 			tag := fmt.Sprintf("booked-%d-%d-", bands[i], bands[i+1])
 			n := float64(o.creates)
 			b.ReportMetric(float64(o.lat.Microseconds())/1000/n, tag+"mean-ms")
+			b.ReportMetric(pct50(o.lats), tag+"p50-ms")
 			b.ReportMetric(float64(o.to.Calls-o.from.Calls)/n, tag+"calls")
 			b.ReportMetric((o.to.RCU-o.from.RCU)/n, tag+"rcu")
 			b.ReportMetric(float64(o.refused+o.unplanned), tag+"not-placed")
+		}
+	}
+}
+
+// BenchmarkCreateFarAheadDay: the same levels for a whole day four days
+// ahead, booked by 24-hour reservations, and 24-hour creates into it (each
+// reads the day's 24 maps, puts 24 node-hours and writes 24 maps), in the
+// 4,096-device pool (the 100,000-device pool's day is 300,000 seeded
+// node-hours a level: not run).
+func BenchmarkCreateFarAheadDay(b *testing.B) {
+	type base struct{ rcu, p50 float64 }
+	empty := map[[2]int]base{}
+	for _, single := range []bool{false, true} {
+		by := "nodes"
+		if single {
+			by = "devices"
+		}
+		for _, level := range []int{0, 50, 90, 99} {
+			b.Run(fmt.Sprintf("pool-4096/day-booked-%d-by-%s", level, by), func(b *testing.B) {
+				for b.Loop() {
+					s := newScale(b, 4096)
+					day := s.farWindow()
+					day.Start = day.Start.Truncate(24 * time.Hour)
+					day.End = day.Start.Add(24 * time.Hour)
+					s.bookFar(b, day, level, single)
+					free := s.top.Nodes() - s.top.Nodes()*level/100
+					n := max(1, min(20, free/2))
+					s.createsKept(b, 5, 1, capacity.HourOf(day.Start.Add(48*time.Hour)).Window()) // warm up, on another day
+					for _, count := range []int{8, 1} {
+						lat, per, refused := s.createsKept(b, n, count, day)
+						tag := fmt.Sprintf("count%d-", count)
+						p50 := pct50(lat)
+						b.ReportMetric(p50, tag+"p50-ms")
+						b.ReportMetric(float64(per.Calls), tag+"ddb-calls/op")
+						b.ReportMetric(per.RCU, tag+"rcu/op")
+						b.ReportMetric(per.WCU, tag+"wcu/op")
+						b.ReportMetric(float64(refused), tag+"refused")
+						k := [2]int{count, map[bool]int{true: 1}[single]}
+						if level == 0 {
+							empty[k] = base{per.RCU, p50}
+						} else if e, ok := empty[k]; ok {
+							b.ReportMetric(per.RCU/e.rcu, tag+"rcu-vs-empty")
+							b.ReportMetric(p50/e.p50, tag+"p50-vs-empty")
+						}
+					}
+				}
+			})
 		}
 	}
 }
