@@ -53,7 +53,7 @@ func (s *scale) bookFar(b *testing.B, w capacity.Window, pct int, single bool) {
 	n := 0
 	for _, k := range order {
 		ids := make([]string, 0, scaleNodeSize)
-		for range map[bool]int{true: 1, false: scaleNodeSize}[single] {
+		for range map[bool]int{true: scaleNodeSize, false: 1}[single] {
 			n++
 			ids = append(ids, fmt.Sprintf("BOOK%07d", n))
 		}
