@@ -128,7 +128,7 @@ type GetReservationInput struct {
 type ListReservationsInput struct {
 	Tenant
 	PoolID *string `json:"poolId,omitempty" bc:"pattern=poolId"`
-	State  *string `json:"state,omitempty" enum:"state" bc:"doc=only reservations in this state (denied ones are listed only this way)"`
+	State  *string `json:"state,omitempty" enum:"state" bc:"doc=only reservations in this state (denied and rejected and expired ones are listed only this way)"`
 	Page
 }
 
