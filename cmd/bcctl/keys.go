@@ -21,13 +21,14 @@ import (
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
-// keygenCommand makes a release signing key.
+// keygenCommand makes a signing key: a release signer's, or a node's
+// (nodes.register takes its public PEM; the agent signs its heartbeats).
 func (c *cli) keygenCommand() *cobra.Command {
 	var out, alg string
 	var force bool
 	cmd := &cobra.Command{
 		Use:   "keygen --out KEY.pem [--alg ecdsa-p256|ed25519] [--force]",
-		Short: "Make a release signing key; print its keyid and public PEM (for pins)",
+		Short: "Make a signing key (a release signer's or a node's); print its keyid and public PEM (for pins or nodes register)",
 		Args:  cobra.NoArgs,
 		RunE: func(*cobra.Command, []string) error {
 			if out == "" {
