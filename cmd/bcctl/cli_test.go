@@ -120,6 +120,7 @@ func TestCLIGolden(t *testing.T) {
 	step(2, "reservations", "lsit")
 	step(2, "resrvations", "list")
 	step(3, "--api-url", "http://127.0.0.1:1", "pools", "list")
+	step(2, "--api-url", "127.0.0.1:28080", "pools", "list") // no scheme: a bad command line, not an API down
 	step(1, "--api-url", st.URL+"/api", "pools", "list")
 	step(3, "check", "--dynamodb-endpoint", "http://127.0.0.1:1")
 	step(4, "check", "--table", "nope")

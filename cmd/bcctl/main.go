@@ -20,6 +20,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -97,6 +98,10 @@ a missing table).`,
 			case "table", "json":
 			default:
 				return usageErr(fmt.Errorf("-o must be table or json, not %q", c.output))
+			}
+			if u, err := url.Parse(c.apiURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return usageErr(fmt.Errorf("--api-url (or BC_API_URL) %q is not an http(s) URL: write it with its scheme, e.g. http://%s", c.apiURL,
+					strings.TrimPrefix(strings.TrimPrefix(c.apiURL, "//"), "://")))
 			}
 			c.client = client.New(c.apiURL, c.token)
 			return nil
