@@ -56,6 +56,26 @@ func (c *occCache) get(pk string) map[int]uint64 {
 	return maps.Clone(c.words[pk])
 }
 
+// set replaces pk's words with what was just read (the item's words are
+// only ever added to, unless provisioning wrote the marker over them or
+// TTL removed the item: then the cache must forget, or every guess fails).
+func (c *occCache) set(pk string, w map[int]uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.words == nil {
+		c.words = map[string]map[int]uint64{}
+	}
+	if _, ok := c.words[pk]; !ok && len(c.words) >= occCacheHours {
+		for k := range c.words {
+			delete(c.words, k)
+			break
+		}
+	}
+	cur := make(map[int]uint64, len(w))
+	maps.Copy(cur, w)
+	c.words[pk] = cur
+}
+
 func (c *occCache) merge(pk string, w map[int]uint64) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -126,9 +146,16 @@ func (s *Capacity) Occupancy(ctx context.Context, t capacity.PoolResource, hours
 			return err
 		}
 		out[byPK[pk.Value]] = o
-		s.occ.merge(pk.Value, o.Words)
+		s.occ.set(pk.Value, o.Words)
 		return nil
 	})
+	if err == nil {
+		for pk, h := range byPK {
+			if _, ok := out[h]; !ok {
+				s.occ.set(pk, nil) // no map: every word unset
+			}
+		}
+	}
 	return out, err
 }
 
@@ -208,13 +235,15 @@ func (s *Capacity) occupyWords(ctx context.Context, pk string, h capacity.Hour, 
 // readWords reads pk's words again into the cache.
 func (s *Capacity) readWords(ctx context.Context, pk string) error {
 	res, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), Key: key(pk, skHour), ConsistentRead: aws.Bool(true)})
-	if err != nil || len(res.Item) == 0 {
-		return err
-	}
-	o, err := occupancyOf(res.Item)
 	if err != nil {
 		return err
 	}
-	s.occ.merge(pk, o.Words)
+	o := capacity.Occupancy{}
+	if len(res.Item) > 0 {
+		if o, err = occupancyOf(res.Item); err != nil {
+			return err
+		}
+	}
+	s.occ.set(pk, o.Words)
 	return nil
 }
