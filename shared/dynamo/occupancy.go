@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
 // The occupancy map of an hour lives on the hour's `#HOUR` item, as
@@ -56,29 +57,9 @@ func (c *occCache) get(pk string) map[int]uint64 {
 	return maps.Clone(c.words[pk])
 }
 
-// set replaces pk's words with what was just read (the item's words are
-// only ever added to, unless provisioning wrote the marker over them or
-// TTL removed the item: then the cache must forget, or every guess fails).
-func (c *occCache) set(pk string, w map[int]uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.words == nil {
-		c.words = map[string]map[int]uint64{}
-	}
-	if _, ok := c.words[pk]; !ok && len(c.words) >= occCacheHours {
-		for k := range c.words {
-			delete(c.words, k)
-			break
-		}
-	}
-	cur := make(map[int]uint64, len(w))
-	maps.Copy(cur, w)
-	c.words[pk] = cur
-}
-
-func (c *occCache) merge(pk string, w map[int]uint64) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
+// entry is pk's words, made (evicting another hour's when full) if
+// missing; the caller holds mu.
+func (c *occCache) entry(pk string) map[int]uint64 {
 	if c.words == nil {
 		c.words = map[string]map[int]uint64{}
 	}
@@ -93,6 +74,25 @@ func (c *occCache) merge(pk string, w map[int]uint64) {
 		cur = map[int]uint64{}
 		c.words[pk] = cur
 	}
+	return cur
+}
+
+// set replaces pk's words with what was just read (the item's words are
+// only ever added to, unless provisioning wrote the marker over them or
+// TTL removed the item: then the cache must forget, or every guess fails).
+func (c *occCache) set(pk string, w map[int]uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur := c.entry(pk)
+	clear(cur)
+	maps.Copy(cur, w)
+}
+
+// merge adds this process's own written bits to pk's words.
+func (c *occCache) merge(pk string, w map[int]uint64) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	cur := c.entry(pk)
 	for j, v := range w {
 		cur[j] |= v
 	}
@@ -103,7 +103,7 @@ func occName(j int) string { return "o" + strconv.Itoa(j) }
 // occupancyOf reads an hour item's words (and whether it is the marker).
 func occupancyOf(item map[string]types.AttributeValue) (capacity.Occupancy, error) {
 	o := capacity.Occupancy{Words: map[int]uint64{}}
-	if _, ok := item[fitAttr]; ok {
+	if _, ok := item[schema.AttrFit]; ok {
 		o.Provisioned = true
 	}
 	for name, av := range item {
@@ -122,8 +122,6 @@ func occupancyOf(item map[string]types.AttributeValue) (capacity.Occupancy, erro
 	}
 	return o, nil
 }
-
-const fitAttr = "fit"
 
 // Occupancy implements capacity.CalendarStore: one consistent
 // BatchGetItem of the hours' `#HOUR` items (100 at a time).
