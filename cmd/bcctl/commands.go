@@ -488,6 +488,9 @@ func (c *cli) invoke(cmd *cobra.Command, m *api.Method, body map[string]any, all
 		c.moreNote(pages)
 	}
 	if err == nil {
+		c.cutNote(m.Name, pages)
+	}
+	if err == nil {
 		c.unchangedNote(m.Name, pages[0])
 	}
 	return err

@@ -577,7 +577,28 @@ func printRolloutNodes(w io.Writer, ns []rollout.NodeProgress, now time.Time) {
 	fmt.Fprintln(w, "NODE\tPOOL\tWAVE\tSTEP\tREASON\tSINCE")
 	for _, n := range ns {
 		at := n.UpdatedAt
-		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", n.NodeID, n.PoolID, n.Wave+1, stepText(n), dash(n.Reason), ago(&at, now))
+		reason, _ := cutReason(n.Reason)
+		fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\n", n.NodeID, n.PoolID, n.Wave+1, stepText(n), dash(reason), ago(&at, now))
+	}
+}
+
+// cutNote says on stderr, after a rollouts.nodes table, that reasons were
+// cut to fit it and where they are whole.
+func (c *cli) cutNote(method string, pages [][]byte) {
+	if method != "rollouts.nodes" || c.output != "table" {
+		return
+	}
+	as, err := decodePages[api.RolloutNodesResult](method, pages)
+	if err != nil {
+		return
+	}
+	for _, a := range as {
+		for _, n := range a.Nodes {
+			if _, cut := cutReason(n.Reason); cut {
+				fmt.Fprintf(c.errOut, "bcctl: reasons longer than %d characters are cut at a word; -o json prints them as the API keeps them\n", reasonWidth)
+				return
+			}
+		}
 	}
 }
 
@@ -668,7 +689,7 @@ func (p rolloutPicture) Draw(w io.Writer, now time.Time, timers bool) {
 	}
 	switch r.State {
 	case rollout.Completed:
-		fmt.Fprintf(w, "completed: %s is the baseline of %s\n", r.Version, strings.Join(r.Pools, ", "))
+		fmt.Fprintf(w, "completed: %s\n", completedText(r, p.Nodes, p.Partial))
 	case rollout.RolledBack:
 		fmt.Fprintln(w, "rolled back: every node it updated was sent back to the release it ran before")
 	case rollout.Aborted:
@@ -676,9 +697,9 @@ func (p rolloutPicture) Draw(w io.Writer, now time.Time, timers bool) {
 	}
 
 	byWave := make([][]rollout.NodeProgress, len(r.Waves))
-	for _, n := range p.Nodes {
-		if n.Wave >= 0 && n.Wave < len(byWave) {
-			byWave[n.Wave] = append(byWave[n.Wave], n)
+	for i, n := range p.Nodes {
+		if w := waveOfPosition(r, i); w >= 0 {
+			byWave[w] = append(byWave[w], n)
 		}
 	}
 	fmt.Fprintln(w)
@@ -729,9 +750,10 @@ func (p rolloutPicture) Draw(w io.Writer, now time.Time, timers bool) {
 	tw.Flush()
 
 	var failed []rollout.NodeProgress
-	for _, n := range p.Nodes {
+	var failedWave []int
+	for i, n := range p.Nodes {
 		if n.Step == rollout.Failed || n.Rollback == rollout.RollbackFailed {
-			failed = append(failed, n)
+			failed, failedWave = append(failed, n), append(failedWave, waveOfPosition(r, i))
 		}
 	}
 	if len(failed) > 0 {
@@ -745,7 +767,18 @@ func (p rolloutPicture) Draw(w io.Writer, now time.Time, timers bool) {
 			if n.Rollback == rollout.RollbackFailed {
 				what = "rollback failed"
 			}
-			fmt.Fprintf(w, "%s: %s (%s, wave %d): %s\n", what, n.NodeID, n.PoolID, n.Wave+1, dash(n.Reason))
+			head := fmt.Sprintf("%s: %s (%s, wave %d):", what, n.NodeID, n.PoolID, failedWave[i]+1)
+			reason := dash(readableReason(n.Reason))
+			if len([]rune(head))+1+len([]rune(reason)) <= reasonLine {
+				fmt.Fprintln(w, head+" "+reason)
+				continue
+			}
+			// A long reason (a URL, two digests) on lines of its own,
+			// broken at words, so a hash is never split.
+			fmt.Fprintln(w, head)
+			for _, l := range wrapWords(reason, reasonLine-4) {
+				fmt.Fprintln(w, "    "+l)
+			}
 		}
 	}
 	if p.Partial {
@@ -774,8 +807,10 @@ its step; the failed nodes with their reasons; a legend. On a terminal the pictu
 place; otherwise (a pipe, a file) a picture is printed each time something other than the clock
 changed. -o json prints each change as one JSON line {"rollout", "nodes"}.
 
-It exits when the rollout is terminal: 0 when it completed, 1 when it was rolled back or aborted
-(with the reason on stderr).`,
+It exits when the rollout is terminal. Exit codes: 0 it completed and every node was updated;
+1 it completed with nodes skipped or failed (how many, why, and the version's reach on stderr), it
+was rolled back or aborted (the reason on stderr), or the API answered an error; 2 a bad command
+line; 3 the API could not be reached.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -818,6 +853,14 @@ It exits when the rollout is terminal: 0 when it completed, 1 when it was rolled
 				r := p.Rollout
 				switch r.State {
 				case rollout.Completed:
+					// A completed rollout that left nodes behind is not a
+					// success: a script waiting on it must not go on as if
+					// every node ran the version.
+					if short := shortfall(r, p.Nodes, p.Partial); short != "" {
+						fmt.Fprintf(c.errOut, "bcctl: rollout %s completed, but %s\n", r.RolloutID, short)
+						fmt.Fprintf(c.errOut, "    bcctl rollouts nodes %s --step %s lists them.\n", r.RolloutID, shortStep(r.Counts))
+						return exitCode(exitAPIError)
+					}
 					return nil
 				case rollout.RolledBack, rollout.Aborted:
 					fmt.Fprintf(c.errOut, "bcctl: rollout %s %s: %s\n", r.RolloutID, strings.ReplaceAll(string(r.State), "_", " "), abortReason(r))
@@ -891,4 +934,176 @@ func (c *cli) unchangedNote(method string, answer []byte) {
 		return
 	}
 	fmt.Fprintf(c.errOut, "bcctl: rollout %s is %s, unchanged: %s\n", r.RolloutID, r.State, only)
+}
+
+// shortfall says, for a completed rollout, which nodes it did not update
+// and where the version runs ("" when it updated every node): "2 of 2
+// nodes skipped (no_binary): 1.1.0 runs on none of them". The reasons
+// come from the nodes read (partial: only the first of them).
+func shortfall(r rollout.Rollout, nodes []rollout.NodeProgress, partial bool) string {
+	c := r.Counts
+	if c.Updated >= c.Nodes {
+		return ""
+	}
+	var parts []string
+	add := func(n int, what string) {
+		switch {
+		case n == 0:
+		case len(parts) == 0:
+			parts = append(parts, fmt.Sprintf("%d of %s %s", n, strictjson.Plural(c.Nodes, "node"), what))
+		default:
+			parts = append(parts, fmt.Sprintf("%d %s", n, what))
+		}
+	}
+	add(c.Skipped, "skipped"+reasonKinds(nodes, rollout.Skipped, partial))
+	add(c.Failed, "failed"+reasonKinds(nodes, rollout.Failed, partial))
+	if len(parts) == 0 { // counts of a pass that has not caught up
+		add(c.Nodes-c.Updated, "not updated")
+	}
+	reach := fmt.Sprintf("%s runs on %d of them", r.Version, c.Updated)
+	if c.Updated == 0 {
+		reach = r.Version + " runs on none of them"
+	}
+	return strings.Join(parts, " and ") + ": " + reach
+}
+
+// shortStep is the step to list for a completed rollout's shortfall.
+func shortStep(c rollout.Counts) rollout.Step {
+	if c.Skipped == 0 && c.Failed > 0 {
+		return rollout.Failed
+	}
+	return rollout.Skipped
+}
+
+// reasonKinds is " (no_binary)" or " (1 no_binary, 1 busy)": the reasons of
+// the nodes read in step, each cut to its kind (install: … → install).
+func reasonKinds(nodes []rollout.NodeProgress, step rollout.Step, partial bool) string {
+	counts := map[string]int{}
+	var order []string
+	for _, n := range nodes {
+		if n.Step != step {
+			continue
+		}
+		kind, _, _ := strings.Cut(n.Reason, ":")
+		kind = dash(kind)
+		if counts[kind] == 0 {
+			order = append(order, kind)
+		}
+		counts[kind]++
+	}
+	if len(order) == 0 {
+		return ""
+	}
+	if len(order) == 1 && !partial {
+		return " (" + order[0] + ")"
+	}
+	parts := make([]string, len(order))
+	for i, k := range order {
+		parts[i] = fmt.Sprintf("%d %s", counts[k], k)
+	}
+	s := strings.Join(parts, ", ")
+	if partial {
+		s += ", of the nodes drawn"
+	}
+	return " (" + s + ")"
+}
+
+// completedText is what a completed rollout's picture says of its reach:
+// the version becomes the baseline only of pools where it updated a node.
+func completedText(r rollout.Rollout, nodes []rollout.NodeProgress, partial bool) string {
+	if r.Counts.Updated == 0 {
+		return fmt.Sprintf("no node was updated: %s runs on none of them and is no pool's baseline", r.Version)
+	}
+	if partial {
+		return fmt.Sprintf("%s is the baseline of each of %s where a node was updated", r.Version, strings.Join(r.Pools, ", "))
+	}
+	updated := map[string]bool{}
+	for _, n := range nodes {
+		if n.Step == rollout.Updated {
+			updated[n.PoolID] = true
+		}
+	}
+	var in, out []string
+	for _, pool := range r.Pools {
+		if updated[pool] {
+			in = append(in, pool)
+		} else {
+			out = append(out, pool)
+		}
+	}
+	s := fmt.Sprintf("%s is the baseline of %s", r.Version, strings.Join(in, ", "))
+	if len(out) > 0 {
+		s += fmt.Sprintf(" (not of %s: no node updated there)", strings.Join(out, ", "))
+	}
+	return s
+}
+
+// waveOfPosition is the wave of the i-th node of the rollout's order: the
+// waves are cumulative prefixes of it (the last takes any beyond). Watch
+// draws by position, not by each node's wave field, because the API
+// answers wave 0 for every node until the reconciler has walked the order
+// to find the waves' bounds.
+func waveOfPosition(r rollout.Rollout, i int) int {
+	for w, wv := range r.Waves {
+		if i < wv.Size {
+			return w
+		}
+	}
+	return len(r.Waves) - 1
+}
+
+// reasonWidth is the widest reason a table cell shows; reasonLine the
+// widest line of a reason watch prints.
+const (
+	reasonWidth = 60
+	reasonLine  = 100
+)
+
+// readableReason is a reason as the API keeps it (200 characters; a longer
+// one ends in "…"), with a clipped tail cut back to a word boundary, so no
+// hash or URL is shown half.
+func readableReason(s string) string {
+	if !strings.HasSuffix(s, "…") {
+		return s
+	}
+	body := strings.TrimSuffix(s, "…")
+	if i := strings.LastIndexByte(body, ' '); i > 0 {
+		body = body[:i]
+	}
+	return strings.TrimRight(body, " ,:;") + " …"
+}
+
+// cutReason fits a reason in a table cell, cut at a word boundary; cut
+// says whether it was.
+func cutReason(s string) (out string, cut bool) {
+	s = readableReason(s)
+	r := []rune(s)
+	if len(r) <= reasonWidth {
+		return s, false
+	}
+	head := string(r[:reasonWidth-1])
+	if i := strings.LastIndexByte(head, ' '); i > reasonWidth/3 {
+		head = head[:i]
+	} else if i := strings.LastIndexByte(head, '/'); i > reasonWidth/3 {
+		head = head[:i+1] // within a long URL, after a path segment
+	}
+	return strings.TrimRight(head, " ,:;") + "…", true
+}
+
+// wrapWords breaks s into lines of at most width runes at spaces (a word
+// longer than width stands on a line of its own).
+func wrapWords(s string, width int) []string {
+	var lines []string
+	line := ""
+	for _, w := range strings.Fields(s) {
+		switch {
+		case line == "":
+			line = w
+		case len([]rune(line))+1+len([]rune(w)) <= width:
+			line += " " + w
+		default:
+			lines, line = append(lines, line), w
+		}
+	}
+	return append(lines, line)
 }

@@ -247,7 +247,9 @@ func TestRolloutsGolden(t *testing.T) {
 	step(0, "rollouts", "pause", first, "--reason", "checking the dashboards")
 	step(0, "rollouts", "resume", first)
 	step(0, "rollouts", "resume", first) // not paused: unchanged
-	tr.watchStep(f, 0, "rollouts", "watch", first, "--interval", "30s")
+	// Completed, but its riscv64 node had no binary: not every node runs
+	// 2.0.0, so watch exits 1 and says so.
+	tr.watchStep(f, 1, "rollouts", "watch", first, "--interval", "30s")
 	step(0, "rollouts", "get", first)
 	step(0, "rollouts", "pause", first) // completed: unchanged
 
@@ -263,7 +265,10 @@ func TestRolloutsGolden(t *testing.T) {
 	}
 	for _, a := range f.agents {
 		if a.pool == order.Nodes[1].PoolID && a.node == order.Nodes[1].NodeID {
-			a.fail["3.0.0"] = "sha256 mismatch"
+			// As the agent words it: longer than the 200 characters a
+			// rollout keeps, so the API's copy ends inside the second digest.
+			a.fail["3.0.0"] = "download https://releases.example.com/bcd/3.0.0/bcd-linux-amd64: sha256 " + strings.Repeat("ab", 32) +
+				", the manifest says " + strings.Repeat("cd", 32)
 		}
 	}
 	tr.watchStep(f, 1, "rollouts", "watch", second, "--interval", "30s")
@@ -495,6 +500,17 @@ failed: gpu-node-2 (p1, wave 2): install: sha256 mismatch
 	if early.String() != late.String() || strings.Contains(early.String(), "3m30s") || !strings.Contains(early.String(), "baking") {
 		t.Errorf("without the clock's parts, a minute later differs or shows the countdown:\n%s\n%s", early.String(), late.String())
 	}
+	// Before the reconciler walked the order, the API answers wave 0 for
+	// every node: the cells go by position (the waves are prefixes of the
+	// order), one in each wave, not both in wave 1.
+	unwalked := rollout.Rollout{RolloutID: "R3", Version: "1.1.0", Sequence: 2, Pools: []string{"sim-fleet"}, State: rollout.Progressing,
+		Waves: []rollout.Wave{{Size: 1}, {Size: 2}}, Counts: rollout.Counts{Nodes: 2, Pending: 2},
+		Settings: rollout.Settings{MaxUnavailable: 1, RollbackOnAbort: true}}
+	b.Reset()
+	rolloutPicture{Rollout: unwalked, Nodes: []rollout.NodeProgress{node(0, 0, rollout.Pending, "", ""), node(1, 0, rollout.Pending, "", "")}}.Draw(&b, now, true)
+	if s := b.String(); !strings.Contains(s, "1     1     next     ·\n2     1     pending  ·\n") {
+		t.Errorf("picture before the waves' bounds are known:\n%s", s)
+	}
 	// Fewer nodes read than the rollout has: the cells say so.
 	b.Reset()
 	rolloutPicture{Rollout: r, Nodes: nodes[:70], Partial: true}.Draw(&b, now, true)
@@ -530,5 +546,73 @@ func TestRolloutsHelp(t *testing.T) {
 				t.Errorf("completion of %v lacks %s:\n%s", c.args, s, out)
 			}
 		}
+	}
+}
+
+// A completed rollout that left nodes behind says which and why, and
+// where the version runs; one that updated every node says nothing.
+func TestShortfall(t *testing.T) {
+	node := func(pool string, step rollout.Step, reason string) rollout.NodeProgress {
+		return rollout.NodeProgress{PoolID: pool, NodeID: "n", Step: step, Reason: reason}
+	}
+	for _, c := range []struct {
+		counts  rollout.Counts
+		nodes   []rollout.NodeProgress
+		partial bool
+		want    string
+	}{
+		{rollout.Counts{Nodes: 2, Updated: 2}, nil, false, ""},
+		{rollout.Counts{Nodes: 2, Skipped: 2}, []rollout.NodeProgress{node("p", rollout.Skipped, "no_binary"), node("p", rollout.Skipped, "no_binary")}, false,
+			"2 of 2 nodes skipped (no_binary): 1.1.0 runs on none of them"},
+		{rollout.Counts{Nodes: 6, Updated: 3, Skipped: 2, Failed: 1}, []rollout.NodeProgress{node("p", rollout.Skipped, "busy"),
+			node("p", rollout.Skipped, "not_started"), node("p", rollout.Failed, "install: sha256 mismatch"), node("p", rollout.Updated, "")}, false,
+			"2 of 6 nodes skipped (1 busy, 1 not_started) and 1 failed (install): 1.1.0 runs on 3 of them"},
+		{rollout.Counts{Nodes: 1500, Updated: 1499, Failed: 1}, nil, true, "1 of 1500 nodes failed: 1.1.0 runs on 1499 of them"},
+		{rollout.Counts{Nodes: 1500, Updated: 1498, Skipped: 2}, []rollout.NodeProgress{node("p", rollout.Skipped, "busy")}, true,
+			"2 of 1500 nodes skipped (1 busy, of the nodes drawn): 1.1.0 runs on 1498 of them"},
+	} {
+		r := rollout.Rollout{Version: "1.1.0", State: rollout.Completed, Counts: c.counts}
+		if got := shortfall(r, c.nodes, c.partial); got != c.want {
+			t.Errorf("shortfall(%+v) = %q, want %q", c.counts, got, c.want)
+		}
+	}
+	// The picture names the pools whose baseline moved: those with an
+	// updated node.
+	r := rollout.Rollout{Version: "1.1.0", Pools: []string{"a", "b"}, State: rollout.Completed, Counts: rollout.Counts{Nodes: 2, Updated: 1, Skipped: 1}}
+	if got, want := completedText(r, []rollout.NodeProgress{node("a", rollout.Updated, ""), node("b", rollout.Skipped, "busy")}, false),
+		"1.1.0 is the baseline of a (not of b: no node updated there)"; got != want {
+		t.Errorf("completedText = %q, want %q", got, want)
+	}
+	r.Counts = rollout.Counts{Nodes: 2, Skipped: 2}
+	if got, want := completedText(r, nil, false), "no node was updated: 1.1.0 runs on none of them and is no pool's baseline"; got != want {
+		t.Errorf("completedText = %q, want %q", got, want)
+	}
+}
+
+// Reasons are never cut inside a word: the API's clipped tail is cut back
+// to a word, a table cell cuts at a word, watch wraps at words.
+func TestReasonText(t *testing.T) {
+	hash := strings.Repeat("ab", 32)
+	clipped := string([]rune("install: download https://r.example.com/bcd: sha256 " + hash + ", the manifest says " + hash)[:199]) + "…"
+	if got, want := readableReason(clipped), "install: download https://r.example.com/bcd: sha256 "+hash+", the manifest says …"; got != want {
+		t.Errorf("readableReason = %q, want %q", got, want)
+	}
+	if got, cut := cutReason("install: sha256 mismatch"); got != "install: sha256 mismatch" || cut {
+		t.Errorf("a short reason: %q %v", got, cut)
+	}
+	if got, cut := cutReason(clipped); got != "install: download https://r.example.com/bcd: sha256…" || !cut {
+		t.Errorf("a long reason in a cell: %q %v", got, cut)
+	}
+	if got, _ := cutReason("install: download https://releases.example.com/bcd/3.0.0/bcd-linux-amd64: sha256 " + hash); got != "install: download https://releases.example.com/bcd/3.0.0/…" {
+		t.Errorf("a long URL in a cell: %q", got)
+	}
+	lines := wrapWords(readableReason(clipped), 40)
+	for _, l := range lines {
+		if len(l) > 40 && strings.Contains(l, " ") { // only a word longer than the line may exceed it
+			t.Errorf("wrapped line %q is longer than 40", l)
+		}
+	}
+	if strings.Join(lines, " ") != readableReason(clipped) {
+		t.Errorf("wrapped: %q", lines)
 	}
 }
