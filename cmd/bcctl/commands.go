@@ -461,6 +461,7 @@ func setPath(obj map[string]any, path string, v any) {
 // invoke calls the method (every page with all) and prints the answer.
 func (c *cli) invoke(cmd *cobra.Command, m *api.Method, body map[string]any, all bool) error {
 	ctx := cmd.Context()
+	before := c.rolloutBefore(cmd, m, body)
 	var pages [][]byte
 	for {
 		raw, _ := json.Marshal(body)
@@ -491,7 +492,8 @@ func (c *cli) invoke(cmd *cobra.Command, m *api.Method, body map[string]any, all
 		c.cutNote(m.Name, pages)
 	}
 	if err == nil {
-		c.unchangedNote(m.Name, pages[0])
+		reason, _ := body["reason"].(string)
+		c.unchangedNote(m.Name, before, pages[0], reason)
 	}
 	return err
 }

@@ -273,6 +273,7 @@ func TestRolloutsGolden(t *testing.T) {
 	}
 	tr.watchStep(f, 1, "rollouts", "watch", second, "--interval", "30s")
 	step(0, "rollouts", "nodes", second)
+	step(0, "rollouts", "abort", second, "--reason", "after the fact") // rolled back: unchanged
 
 	// 3.0.0 again, aborted by hand once a node is updated: --no-rollback
 	// leaves it on 3.0.0.
@@ -288,7 +289,9 @@ func TestRolloutsGolden(t *testing.T) {
 	step(0, "rollouts", "abort", third, "--reason", "p99 latency up 40% on wave 1")
 	f.round(30 * time.Second)
 	step(0, "rollouts", "get", third)
-	step(0, "rollouts", "abort", third) // aborted: unchanged
+	// Already aborting: unchanged (exit 0, as the API answers), and the
+	// second abort's reason is not recorded.
+	step(0, "rollouts", "abort", third, "--reason", "still slow")
 	tr.watchStep(f, 1, "rollouts", "watch", third)
 	step(0, "rollouts", "list")
 	step(0, "rollouts", "list", "--state", "completed")
@@ -614,5 +617,32 @@ func TestReasonText(t *testing.T) {
 	}
 	if strings.Join(lines, " ") != readableReason(clipped) {
 		t.Errorf("wrapped: %q", lines)
+	}
+}
+
+// pause, resume and abort say when they changed nothing, from the state
+// before the call and the answer (the API answers such a call unchanged,
+// no error); a call that changed the rollout says nothing.
+func TestUnchangedNote(t *testing.T) {
+	for _, c := range []struct {
+		method        string
+		before, after rollout.State
+		reason, want  string
+	}{
+		{"rollouts.pause", rollout.Progressing, rollout.Paused, "x", ""},
+		{"rollouts.abort", rollout.Paused, rollout.Aborting, "", ""},
+		{"rollouts.abort", "", rollout.Aborting, "", ""}, // the state before unknown: taken as changed
+		{"rollouts.abort", rollout.Aborting, rollout.Aborting, "again", `bcctl: rollout R was already aborting: the abort changed nothing; its --reason "again" was not recorded` + "\n"},
+		{"rollouts.pause", rollout.Aborting, rollout.Aborting, "", "bcctl: rollout R is aborting: the pause changed nothing (it changes a progressing rollout only)\n"},
+		{"rollouts.resume", rollout.Aborted, rollout.Aborted, "", "bcctl: rollout R was already aborted, a finished rollout: the resume changed nothing\n"},
+		{"rollouts.get", rollout.Completed, rollout.Completed, "", ""},
+	} {
+		var e strings.Builder
+		c2 := &cli{errOut: &e}
+		answer, _ := json.Marshal(api.RolloutResult{Rollout: rollout.Rollout{RolloutID: "R", State: c.after}})
+		c2.unchangedNote(c.method, c.before, answer, c.reason)
+		if e.String() != c.want {
+			t.Errorf("%s %s → %s: %q, want %q", c.method, c.before, c.after, e.String(), c.want)
+		}
 	}
 }
