@@ -65,6 +65,11 @@ func TestCLIGolden(t *testing.T) {
 	step(4, "releases", "register", "--manifest", statement)
 	step(0, "releases", "register", "--manifest", manifest)
 	step(0, "releases", "list")
+	// One release, from releases.list (the API has no releases.get).
+	step(0, "releases", "get", "1.0.0")
+	step(0, "-o", "json", "releases", "get", "1.0.0")
+	step(1, "releases", "get", "9.9.9")
+	step(1, "releases", "get", "v1.0.0")
 	// Release refusals, each with its own hint: a key this deployment does
 	// not pin, a rollback of the channel, a version taken.
 	stranger, _ := rollout.GenerateKey(rollout.AlgEd25519)
@@ -164,7 +169,7 @@ func (tr *transcript) String() string { return tr.b.String() }
 func TestHelpAndCompletion(t *testing.T) {
 	var transcript strings.Builder
 	for _, args := range [][]string{{"reservations", "create", "--help"}, {"releases", "list", "--help"}, {"call", "pools.offer", "-h"}, {"methods"},
-		{"reservations", "--help"}, {"quotas", "get", "--help"}, {"sign", "--help"}, {"--help"}, {"nodes", "register", "--help"}, {"nodes", "list", "--help"}} {
+		{"reservations", "--help"}, {"quotas", "get", "--help"}, {"sign", "--help"}, {"--help"}, {"nodes", "register", "--help"}, {"nodes", "list", "--help"}, {"releases", "get", "--help"}} {
 		out, errOut, code := bcctlRun(t, nil, args...)
 		if code != 0 {
 			t.Errorf("bcctl %v: exit %d %s", args, code, errOut)
@@ -264,4 +269,23 @@ func normalise(s string) string {
 	s = ulids.ReplaceAllString(s, "<id>")
 	s = cursors.ReplaceAllString(s, "--cursor <cursor>")
 	return ports.ReplaceAllString(s, "127.0.0.1:<port>")
+}
+
+// A release's expiry as the tables show it.
+func TestExpiresText(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	at := func(d time.Duration) *time.Time { t := now.Add(d); return &t }
+	for _, c := range []struct {
+		expires *time.Time
+		want    string
+	}{
+		{nil, "never"},
+		{at(time.Hour), "2026-12-01 11:00:00Z"},
+		{at(0), "2026-12-01 10:00:00Z (expired)"},
+		{at(-time.Hour), "2026-12-01 09:00:00Z (expired)"},
+	} {
+		if got := expiresText(rollout.Release{Expires: c.expires}, now); got != c.want {
+			t.Errorf("expiresText(%v) = %q, want %q", c.expires, got, c.want)
+		}
+	}
 }

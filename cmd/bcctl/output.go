@@ -100,18 +100,17 @@ func renderTable(w io.Writer, method string, pages [][]byte, now time.Time) erro
 		if err != nil {
 			return err
 		}
-		printRelease(tw, a.Release, a.Replayed)
+		printRelease(tw, a.Release, a.Replayed, now)
 	case "releases.list":
 		as, err := decodePages[api.ListReleasesResult](method, pages)
 		if err != nil {
 			return err
 		}
-		fmt.Fprintln(tw, "VERSION\tSEQUENCE\tPLATFORMS\tREGISTERED\tBY")
+		var rs []rollout.Release
 		for _, a := range as {
-			for _, r := range a.Releases {
-				fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\n", r.Version, r.Sequence, platforms(r), stamp(r.RegisteredAt), r.RegisteredBy.Principal)
-			}
+			rs = append(rs, a.Releases...)
 		}
+		printReleases(tw, rs, now)
 	case "nodes.register", "nodes.get", "nodes.cordon", "nodes.uncordon":
 		a, err := decodeAnswer[api.NodeResult](method, pages[0])
 		if err != nil {
@@ -229,9 +228,29 @@ func printTimeline(w io.Writer, h []capacity.Event) {
 	}
 }
 
-func printRelease(w io.Writer, r rollout.Release, replayed bool) {
-	fmt.Fprintf(w, "version\t%s\nsequence\t%d\nmanifest digest\t%s\nsigners\t%s\nregistered\t%s by %s/%s\n",
-		r.Version, r.Sequence, r.ManifestDigest, strings.Join(r.Signers, ", "), stamp(r.RegisteredAt), r.RegisteredBy.TenantID, r.RegisteredBy.Principal)
+// printReleases lists releases, one row each.
+func printReleases(w io.Writer, rs []rollout.Release, now time.Time) {
+	fmt.Fprintln(w, "VERSION\tSEQUENCE\tPLATFORMS\tEXPIRES\tREGISTERED\tBY")
+	for _, r := range rs {
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\n", r.Version, r.Sequence, platforms(r), expiresText(r, now), stamp(r.RegisteredAt), r.RegisteredBy.Principal)
+	}
+}
+
+// expiresText is a release's expiry: its time ("(expired)" once passed:
+// rollouts.create refuses it, nodes refuse to install it), or "never".
+func expiresText(r rollout.Release, now time.Time) string {
+	switch {
+	case r.Expires == nil:
+		return "never"
+	case !now.Before(*r.Expires):
+		return stamp(*r.Expires) + " (expired)"
+	}
+	return stamp(*r.Expires)
+}
+
+func printRelease(w io.Writer, r rollout.Release, replayed bool, now time.Time) {
+	fmt.Fprintf(w, "version\t%s\nsequence\t%d\nexpires\t%s\nmanifest digest\t%s\nsigners\t%s\nregistered\t%s by %s/%s\n",
+		r.Version, r.Sequence, expiresText(r, now), r.ManifestDigest, strings.Join(r.Signers, ", "), stamp(r.RegisteredAt), r.RegisteredBy.TenantID, r.RegisteredBy.Principal)
 	if replayed {
 		fmt.Fprintln(w, "replayed\tyes: this version was already recorded with this sequence")
 	}
