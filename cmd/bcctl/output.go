@@ -224,8 +224,17 @@ func printReservation(w io.Writer, r capacity.Reservation) {
 func printTimeline(w io.Writer, h []capacity.Event) {
 	fmt.Fprintln(w, "\nSTATE\tAT\tREASON")
 	for _, e := range h {
-		fmt.Fprintf(w, "%s\t%s\t%s\n", e.State, stamp(e.At), dash(e.Reason))
+		fmt.Fprintf(w, "%s\t%s\t%s\n", e.State, stamp(e.At), dash(eventReason(e)))
 	}
+}
+
+// eventReason is a history entry's reason, with the rollout that caused a
+// disrupted entry: "disrupted by rollout 01J…" (bcctl rollouts get shows it).
+func eventReason(e capacity.Event) string {
+	if e.RolloutID != "" {
+		return e.Reason + " by rollout " + e.RolloutID
+	}
+	return e.Reason
 }
 
 // printReleases lists releases, one row each.

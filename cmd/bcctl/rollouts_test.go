@@ -299,8 +299,20 @@ func TestRolloutsGolden(t *testing.T) {
 	step(1, "rollouts", "get", "NOPE")
 	step(1, "rollouts", "resume", "NOPE")
 	step(2, "rollouts", "watch", third, "--interval", "0s")
+
+	// A reservation of the whole pool, and a rollout that does not wait
+	// for it (--drain-wait 0s, force): the reservation's timeline names
+	// the rollout that disrupted it.
+	held := step(0, "reservations", "create", "--pool", "gpu-pool-1", "--resource", "gpu.h100", "--count", "32", "--end", "+1h", "--client-token", "all-of-pool-1")
+	heldID := strings.Fields(held)[1]
+	fourth := rolloutID(step(0, "rollouts", "create", "3.0.0", "--pool", "gpu-pool-1", "--wave", "100%", "--max-unavailable", "4",
+		"--drain-wait", "0s", "--drain-on-timeout", "force", "--client-token", "force-3.0.0"))
+	for range 4 {
+		f.round(30 * time.Second)
+	}
+	step(0, "reservations", "get", heldID)
 	out := strings.ReplaceAll(tr.String(), dir, "<dir>")
-	for id, name := range map[string]string{first: "<rollout-1>", second: "<rollout-2>", third: "<rollout-3>"} {
+	for id, name := range map[string]string{first: "<rollout-1>", second: "<rollout-2>", third: "<rollout-3>", fourth: "<rollout-4>"} {
 		out = strings.ReplaceAll(out, id, name)
 	}
 	golden(t, "rollouts.golden", normalise(out))

@@ -48,7 +48,7 @@ or the state given by --until. The exit code is 0 when it ended in the state wai
 					e := r.History[seen]
 					line := fmt.Sprintf("%s  %s", stamp(e.At), e.State)
 					if e.Reason != "" {
-						line += " (" + e.Reason + ")"
+						line += " (" + eventReason(e) + ")"
 					}
 					if e.State == capacity.Placed && len(r.NodeIDs) > 0 {
 						line += fmt.Sprintf("  %d × %s on %s", r.Count, r.Resource, idRanges(r.NodeIDs))
