@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -51,7 +52,7 @@ is printed as JSON.`,
 			}
 			m := api.Lookup(args[0])
 			if m == nil {
-				return usageErr(fmt.Errorf("call: no method %q (see bcctl methods)", args[0]))
+				return usageErr(noMethod(cmd.Root(), args[0]))
 			}
 			if slices.Contains(args[1:], "-h") || slices.Contains(args[1:], "--help") {
 				fmt.Fprintln(c.out, methodHelp(m, fieldsOf(m)))
@@ -192,4 +193,53 @@ func (c *cli) methodsCommand() *cobra.Command {
 	}
 	cmd.Flags().BoolVar(&withFields, "fields", false, "also list each method's input fields")
 	return cmd
+}
+
+// noMethod says that name is no catalog method, and what was likely meant:
+// the closest methods by edit distance, or the bcctl verb of that name
+// (pools.show, releases.get: verbs of bcctl, not methods of the API).
+func noMethod(root *cobra.Command, name string) error {
+	msg := fmt.Sprintf("call: no method %q (see bcctl methods)", name)
+	norm := strings.NewReplacer("/", ".", " ", ".", "_", ".").Replace(strings.ToLower(name))
+	if res, verb, ok := strings.Cut(norm, "."); ok && api.Lookup(norm) == nil {
+		if found, rest, err := root.Find([]string{res, verb}); err == nil && len(rest) == 0 && found.Name() == verb && found.Parent().Name() == res {
+			return fmt.Errorf("%s; %s is a bcctl verb, not an API method: bcctl %s %s", msg, norm, res, verb)
+		}
+	}
+	best, names := -1, []string(nil)
+	for _, m := range api.Catalog {
+		d := editDistance(norm, m.Name)
+		switch {
+		case best < 0 || d < best:
+			best, names = d, []string{m.Name}
+		case d == best:
+			names = append(names, m.Name)
+		}
+	}
+	if best >= 0 && best <= 3 && best < len(norm)/2 {
+		msg += "; did you mean " + strings.Join(names, ", ") + "?"
+	}
+	return errors.New(msg)
+}
+
+// editDistance is the Levenshtein distance of a and b (bytes: method
+// names are ASCII).
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	cur := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			sub := prev[j-1]
+			if a[i-1] != b[j-1] {
+				sub++
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, sub)
+		}
+		prev, cur = cur, prev
+	}
+	return prev[len(b)]
 }

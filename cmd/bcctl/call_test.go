@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 )
@@ -102,5 +103,29 @@ func TestParseWhenRoundsToTheMinute(t *testing.T) {
 	}
 	if got, err := parseWhen("2026-12-01t10:00:00z", a); err != nil || !got.Equal(time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)) {
 		t.Errorf("lowercase RFC 3339: %v %v", got, err)
+	}
+}
+
+// A method name call does not know gets the closest catalog method, or the
+// bcctl verb of that name; nothing when nothing is close.
+func TestCallSuggestions(t *testing.T) {
+	for _, c := range []struct{ name, want string }{
+		{"reservation.create", "; did you mean reservations.create?"},
+		{"reservations/create", "; did you mean reservations.create?"},
+		{"reservations.lsit", "; did you mean reservations.list?"},
+		{"nodes.hearbeat", "; did you mean nodes.heartbeat?"},
+		{"releases.get", "; releases.get is a bcctl verb, not an API method: bcctl releases get"},
+		{"pools.show", "; pools.show is a bcctl verb, not an API method: bcctl pools show"},
+		{"frobnicate", ""},
+		{"x.y", ""},
+	} {
+		_, errOut, code := bcctlRun(t, nil, "call", c.name)
+		want := fmt.Sprintf("bcctl: call: no method %q (see bcctl methods)%s\n", c.name, c.want)
+		if code != exitUsage || !strings.HasPrefix(errOut, want) {
+			t.Errorf("call %s: exit %d\n%s\nwant %s", c.name, code, errOut, want)
+		}
+	}
+	if d := editDistance("kitten", "sitting"); d != 3 {
+		t.Errorf("editDistance(kitten, sitting) = %d", d)
 	}
 }
