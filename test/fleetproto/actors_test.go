@@ -33,6 +33,7 @@ type node struct {
 	managed      bool
 	late         bool // registered by an operator while the actors ran
 	registeredAt time.Time
+	firstTold    time.Time // its first heartbeat answer
 	counter      int64
 	healthy      bool
 	running      *fleet.Version
@@ -96,6 +97,9 @@ func (n *node) beat(ctx context.Context, w *world) error {
 
 func (n *node) act(w *world, res fleet.HeartbeatResult) {
 	n.next = time.Duration(res.NextHeartbeatSeconds) * time.Second
+	if n.firstTold.IsZero() {
+		n.firstTold = w.clock.Now()
+	}
 	listed := map[string]bool{}
 	unbinds := map[string][]string{}
 	for _, b := range res.Desired.Bindings {

@@ -125,7 +125,13 @@ func (w *world) afterStep() {
 		}
 		if w.adv.silenced[ref] && w.inSilence(ref) {
 			w.checked["silence"]++
-			if rec.State == fleet.Unreachable && prev.State != fleet.Unreachable {
+			// One already late when the silence began (its last accepted
+			// report UnreachableAfter-1 intervals old: a heartbeat held in
+			// flight) went silent alone first: the sweep that marks it sees
+			// one silent node, not the pool's.
+			lateBefore := rec.LastHeartbeatAt != nil &&
+				w.adv.silenceFrom.Sub(*rec.LastHeartbeatAt) >= time.Duration(fleet.UnreachableAfter-1)*interval
+			if rec.State == fleet.Unreachable && prev.State != fleet.Unreachable && !lateBefore {
 				w.fail("silence", w.s.steps, "%s marked unreachable during the mass silence of %s (since %s)", ref, ref.pool, w.adv.silenceFrom.Format("15:04:05"))
 			}
 		}
@@ -330,6 +336,13 @@ func (w *world) quiesce(ctx context.Context) {
 	w.checkCordons()
 	for _, ref := range w.order {
 		n := w.nodes[ref]
+		// A register that crashed or timed out after it landed left the
+		// node unmanaged in the simulation's eyes: the operator lists the
+		// pool and starts its agent (a registered node that never reports
+		// is out of service, and would hold the rollout at maxUnavailable).
+		if rec, ok := w.node(ref); ok && !n.managed {
+			n.managed, n.late, n.registeredAt = true, true, rec.CreatedAt
+		}
 		n.healthy, n.flaky, n.silent, n.scrub, n.failed, n.silentUntil = true, 0, 0, 0, 0, time.Time{}
 	}
 	// A few clean rounds, the operators' cordons still on: every sweep
@@ -655,6 +668,9 @@ func (w *world) checkEnded(ctx context.Context) {
 			}
 			w.checked["h"]++
 			for _, action := range []string{fleet.ActionBind, fleet.ActionUnbind} {
+				if action == fleet.ActionBind && (n.firstTold.IsZero() || !n.firstTold.Before(ended)) {
+					continue // over before the node heard anything: only its unbind is owed
+				}
 				if n.told[r.ReservationID+"/"+action] == "" {
 					w.fail("h", 0, "%s registered at %s while holding %s (%s from %s to %s): never told to %s it", n.ref,
 						n.registeredAt.Format("15:04:05"), r.ReservationID, r.State, started.Format("15:04:05"), ended.Format("15:04:05"), action)
