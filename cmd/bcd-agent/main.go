@@ -21,10 +21,12 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/signal"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 
 	"github.com/spf13/cobra"
@@ -34,8 +36,10 @@ import (
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/dsse"
+	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/logfmt"
 	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
 // Exit codes (the package comment and docs/agent.md).
@@ -48,11 +52,38 @@ const (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// The signal is the context's cause, so run says which one stopped it.
+	ctx, cancel := context.WithCancelCause(context.Background())
+	sigs := make(chan os.Signal, 1)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-sigs
+		signal.Stop(sigs) // a second Ctrl-C kills it
+		cancel(stopped{s})
+	}()
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr, os.Getenv)
-	stop()
 	os.Exit(code)
 }
+
+// stopped is the signal that ended run.
+type stopped struct{ sig os.Signal }
+
+func (s stopped) Error() string {
+	switch s.sig {
+	case os.Interrupt:
+		return "SIGINT"
+	case syscall.SIGTERM:
+		return "SIGTERM"
+	}
+	return s.sig.String()
+}
+
+// Local development's principals (localstack/policy.json): the node
+// principal an agent runs as, and the admin it must not run as.
+const (
+	devNodeToken  = "dev:fleet-agent"
+	devAdminToken = "dev:admin"
+)
 
 // options are the command line, after the BC_* defaults.
 type options struct {
@@ -64,6 +95,8 @@ type options struct {
 
 	out, errOut io.Writer
 	getenv      func(string) string
+	log         *slog.Logger  // set by agent()
+	pins        *rollout.Pins // the pins loaded (nil: installs disabled)
 }
 
 // run executes one command line and returns its exit code.
@@ -119,7 +152,10 @@ line; 3 the API could not be reached; 4 a local failure (a file, a key).`,
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&o.apiURL, "api-url", o.env("BC_API_URL", "http://127.0.0.1:8080"), "API base URL ($BC_API_URL)")
-	pf.StringVar(&o.token, "token", o.env("BC_TOKEN", "dev:fleet-agent"), "bearer token granted compute:nodes:report on node:<pool>/<node>: a JWT, or dev:<principal> on the local gateway ($BC_TOKEN)")
+	// No default shown: --help must never print a token. The agent has a
+	// variable of its own, so make run's export block (BC_TOKEN=dev:admin,
+	// bcctl's) does not make it run as the admin.
+	pf.StringVar(&o.token, "token", "", "bearer token granted compute:nodes:report on node:<pool>/<node>: a JWT, or dev:<principal> on the local gateway ($BC_AGENT_TOKEN; neither set: "+devNodeToken+", the local node principal; bcctl's BC_TOKEN is not read)")
 	pf.StringVar(&o.tenant, "tenant", o.getenv("BC_TENANT"), "the pool's owner ($BC_TENANT)")
 	pf.StringVar(&o.pool, "pool", o.getenv("BC_POOL"), "the node's pool ($BC_POOL)")
 	pf.StringVar(&o.node, "node", o.getenv("BC_NODE"), "the node: <resource>-node-<k> ($BC_NODE)")
@@ -148,12 +184,43 @@ func (o *options) runCommand() *cobra.Command {
 				return err
 			}
 			defer closeFn()
-			if err := a.Run(cmd.Context()); !errors.Is(err, context.Canceled) {
+			installs := "disabled (no --pins-file)"
+			if o.pins != nil {
+				installs = fmt.Sprintf("%s, threshold %d", strictjson.Plural(len(o.pins.KeyIDs()), "pinned key"), o.pins.Threshold())
+			}
+			// Said at once, so an agent that is up never looks hung for its
+			// first interval.
+			o.log.Info("bcd-agent running", "tenant", o.tenant, "pool", o.pool, "node", o.node, "api_url", o.apiURL,
+				"interval", "each answer's nextHeartbeatSeconds (idle 30s by default)", "state_dir", o.stateDir,
+				"platform", o.platform, "installs", installs)
+			ctx := cmd.Context()
+			err = a.Run(ctx)
+			if !errors.Is(err, context.Canceled) {
 				return err
 			}
+			by := "its context ended"
+			if cause := context.Cause(ctx); cause != nil && !errors.Is(cause, context.Canceled) {
+				by = cause.Error()
+			}
+			o.log.Info("bcd-agent stopped", "by", by)
 			return nil
 		},
 	}
+}
+
+// firstHeartbeat logs the outcome of run's first heartbeat: up and what it
+// was told, or why not (run keeps trying).
+func (o *options) firstHeartbeat(res fleet.HeartbeatResult, err error) {
+	if err == nil {
+		running := "none"
+		if r := res.Node.Running; r != nil {
+			running = r.Version
+		}
+		o.log.Info("first heartbeat accepted", "node_state", string(res.Node.State), "running", running,
+			"next_heartbeat_s", res.NextHeartbeatSeconds)
+		return
+	}
+	o.log.Error("first heartbeat failed; retrying with backoff", "error", err.Error())
 }
 
 func (o *options) onceCommand() *cobra.Command {
@@ -259,6 +326,11 @@ func (o *options) agent() (a *agent.Agent, closeFn func(), err error) {
 		return nil, nil, usageErr(err)
 	}
 	log := logfmt.New(o.errOut, format, level)
+	o.log = log
+	token, err := o.resolveToken()
+	if err != nil {
+		return nil, nil, err
+	}
 	data, err := os.ReadFile(o.key)
 	if err != nil {
 		return nil, nil, localErr(err)
@@ -272,6 +344,7 @@ func (o *options) agent() (a *agent.Agent, closeFn func(), err error) {
 		if pins, err = loadPins(o.pinsFile, o.threshold); err != nil {
 			return nil, nil, localErr(err)
 		}
+		o.pins = pins
 	} else {
 		log.Warn("no --pins-file: installs are disabled (a release the node is told to run is reported failed)")
 	}
@@ -284,13 +357,43 @@ func (o *options) agent() (a *agent.Agent, closeFn func(), err error) {
 		}
 		closeFn = func() { c.Close() }
 	}
-	a, err = agent.New(agent.Config{Client: client.New(o.apiURL, o.token), TenantID: o.tenant, PoolID: o.pool, NodeID: o.node,
-		Key: key, Pins: pins, Platform: o.platform, Devices: o.devices, Driver: driver, StateDir: o.stateDir, Logger: log})
-	if err != nil {
+	a, err = agent.New(agent.Config{Client: client.New(o.apiURL, token), TenantID: o.tenant, PoolID: o.pool, NodeID: o.node,
+		Key: key, Pins: pins, Platform: o.platform, Devices: o.devices, Driver: driver, StateDir: o.stateDir, Logger: log,
+		FirstHeartbeat: o.firstHeartbeat})
+	var sd *agent.StateDirError
+	switch {
+	case errors.As(err, &sd):
+		closeFn()
+		return nil, nil, localErr(fmt.Errorf("--state-dir %s (BC_AGENT_STATE_DIR): %w\n    The agent keeps the binaries it installs and state.json there, so it checks at start that it may write it: "+
+			"run it as a user who may (its service's), or give --state-dir a directory it may write (e.g. --state-dir $HOME/.local/state/bcd-agent)", o.stateDir, sd.Err))
+	case err != nil:
 		closeFn()
 		return nil, nil, usageErr(err)
 	}
 	return a, closeFn, nil
+}
+
+// resolveToken is the bearer token: --token, else BC_AGENT_TOKEN, else the
+// local node principal. bcctl's BC_TOKEN is never read (make run exports
+// it as dev:admin for bcctl); the local admin is refused outright, since a
+// node's key and token should let it report for itself and nothing more.
+func (o *options) resolveToken() (string, error) {
+	token := o.token
+	if token == "" {
+		token = o.getenv("BC_AGENT_TOKEN")
+	}
+	if token == "" {
+		token = devNodeToken
+		if o.getenv("BC_TOKEN") != "" {
+			o.log.Warn("BC_TOKEN is bcctl's token and the agent does not read it: set BC_AGENT_TOKEN (or --token) for the agent's own; using " + devNodeToken)
+		}
+	}
+	if strings.TrimSpace(token) == devAdminToken {
+		return "", usageErr(fmt.Errorf("--token (or BC_AGENT_TOKEN) is %s, the local gateway's admin (granted everything): an agent runs as a node principal, "+
+			"granted compute:nodes:report on its node and nothing more\n    Locally that is %s, the default: leave --token and BC_AGENT_TOKEN unset "+
+			"(localstack/policy.json grants it node:*); deployed, a JWT whose principal Better IAM grants that one permission", devAdminToken, devNodeToken))
+	}
+	return token, nil
 }
 
 // loadPins reads a PEM bundle of release keys with a threshold.

@@ -4,10 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/client"
@@ -119,12 +126,41 @@ func TestOnceAgainstTheStack(t *testing.T) {
 		t.Errorf("answer: %+v", res)
 	}
 
-	// run heartbeats until its context ends, then exits 0.
-	stopped, cancel := context.WithCancel(ctx)
-	cancel()
-	var o, e bytes.Buffer
-	if code := run(stopped, []string{"run"}, &o, &e, func(k string) string { return env[k] }); code != exitOK {
+	// run says it is up at once, then its first heartbeat's outcome; on
+	// SIGTERM (the context's cause, as main sets it) it says it stopped and
+	// exits 0.
+	runCtx, stop := context.WithCancelCause(ctx)
+	e := &syncBuffer{}
+	done := make(chan int)
+	go func() { done <- run(runCtx, []string{"run"}, io.Discard, e, func(k string) string { return env[k] }) }()
+	for deadline := time.Now().Add(20 * time.Second); !strings.Contains(e.String(), "first heartbeat"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("run: no first heartbeat line:\n%s", e.String())
+		}
+	}
+	stop(stopped{syscall.SIGTERM})
+	if code := <-done; code != exitOK {
 		t.Errorf("run, stopped: exit %d: %s", code, e.String())
+	}
+	lines := strings.Split(strings.TrimSpace(e.String()), "\n")
+	if len(lines) != 3 {
+		t.Fatalf("run printed %d lines, want 3 (running, first heartbeat, stopped):\n%s", len(lines), e.String())
+	}
+	for i, want := range []map[string]any{
+		{"msg": "bcd-agent running", "node": "gpu.h100-node-1", "pool": "p-cmd", "api_url": st.URL, "state_dir": filepath.Join(dir, "state"),
+			"installs": "1 pinned key, threshold 1"},
+		{"msg": "first heartbeat accepted", "node_state": "ready", "running": "none"},
+		{"msg": "bcd-agent stopped", "by": "SIGTERM"},
+	} {
+		var got map[string]any
+		if err := json.Unmarshal([]byte(lines[i]), &got); err != nil {
+			t.Fatalf("line %d: %v: %s", i, err, lines[i])
+		}
+		for k, v := range want {
+			if got[k] != v {
+				t.Errorf("line %d: %s = %v, want %v\n%s", i, k, got[k], v, lines[i])
+			}
+		}
 	}
 
 	bad := filepath.Join(dir, "bad.pem")
@@ -139,6 +175,103 @@ func TestOnceAgainstTheStack(t *testing.T) {
 		t.Errorf("no API: exit %d: %s", code, errOut)
 	}
 }
+
+// The agent's token is its own: --token, else BC_AGENT_TOKEN, else the
+// local node principal; bcctl's BC_TOKEN (make run's export block says
+// dev:admin) is not read, only warned of; the local admin is refused; and
+// --help shows no token.
+func TestToken(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		got = append(got, r.Header.Get("Authorization"))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte(`{"error":{"code":"NOT_FOUND","message":"node not found","details":{}},"requestId":"r"}`))
+	}))
+	t.Cleanup(srv.Close)
+	dir := t.TempDir()
+	key := filepath.Join(dir, "node.pem")
+	if code, _, errOut := exec(t, nil, "keygen", "--out", key); code != exitOK {
+		t.Fatal(errOut)
+	}
+	env := map[string]string{"BC_API_URL": srv.URL, "BC_TENANT": "acme", "BC_POOL": "p", "BC_NODE": "gpu-node-0", "BC_NODE_KEY": key,
+		"BC_AGENT_STATE_DIR": filepath.Join(dir, "state")}
+	for _, c := range []struct {
+		env        map[string]string
+		args       []string
+		want, warn string
+	}{
+		{env, nil, "Bearer dev:fleet-agent", ""},
+		{with(env, "BC_TOKEN", "dev:admin"), nil, "Bearer dev:fleet-agent", "BC_TOKEN is bcctl's token and the agent does not read it"},
+		{with(with(env, "BC_TOKEN", "dev:admin"), "BC_AGENT_TOKEN", "jwt-of-the-node"), nil, "Bearer jwt-of-the-node", ""},
+		{with(env, "BC_AGENT_TOKEN", "jwt-of-the-node"), []string{"--token", "dev:node-7"}, "Bearer dev:node-7", ""},
+	} {
+		mu.Lock()
+		got = nil
+		mu.Unlock()
+		code, _, errOut := exec(t, c.env, append([]string{"once"}, c.args...)...)
+		mu.Lock()
+		sent := slices.Clone(got)
+		mu.Unlock()
+		if code != exitAPIError || len(sent) != 1 || sent[0] != c.want || (c.warn != "") != strings.Contains(errOut, "BC_TOKEN is bcctl's") ||
+			!strings.Contains(errOut, c.warn) {
+			t.Errorf("%v %v: exit %d, sent %q, want %q\n%s", c.env, c.args, code, sent, c.want, errOut)
+		}
+	}
+	for _, c := range []struct {
+		env  map[string]string
+		args []string
+	}{{with(env, "BC_AGENT_TOKEN", "dev:admin"), nil}, {env, []string{"--token", "dev:admin"}}} {
+		mu.Lock()
+		got = nil
+		mu.Unlock()
+		code, _, errOut := exec(t, c.env, append([]string{"once"}, c.args...)...)
+		if code != exitUsage || !strings.Contains(errOut, "the local gateway's admin") || !strings.Contains(errOut, "dev:fleet-agent, the default") || len(got) != 0 {
+			t.Errorf("the admin's token %v: exit %d, %d requests\n%s", c.args, code, len(got), errOut)
+		}
+	}
+	_, out, _ := exec(t, map[string]string{"BC_AGENT_TOKEN": "secret-jwt", "BC_TOKEN": "dev:admin"}, "run", "--help")
+	if strings.Contains(out, "secret-jwt") || strings.Contains(out, `default "dev:`) || !strings.Contains(out, "$BC_AGENT_TOKEN") {
+		t.Errorf("--help shows a token, or not where it comes from:\n%s", out)
+	}
+}
+
+// A state dir the agent cannot make is refused at start, naming
+// --state-dir, not at the first install.
+func TestStateDirChecked(t *testing.T) {
+	dir := t.TempDir()
+	key := filepath.Join(dir, "node.pem")
+	if code, _, errOut := exec(t, nil, "keygen", "--out", key); code != exitOK {
+		t.Fatal(errOut)
+	}
+	file := filepath.Join(dir, "file")
+	_ = os.WriteFile(file, nil, 0o600)
+	env := map[string]string{"BC_API_URL": "http://127.0.0.1:1", "BC_TENANT": "acme", "BC_POOL": "p", "BC_NODE": "gpu-node-0", "BC_NODE_KEY": key,
+		"BC_AGENT_STATE_DIR": filepath.Join(file, "state")}
+	for _, cmd := range []string{"run", "once"} {
+		code, _, errOut := exec(t, env, cmd)
+		if code != exitLocal || !strings.Contains(errOut, "bcd-agent: --state-dir "+filepath.Join(file, "state")+" (BC_AGENT_STATE_DIR): mkdir") ||
+			!strings.Contains(errOut, "give --state-dir a directory it may write") {
+			t.Errorf("%s with a state dir under a file: exit %d\n%s", cmd, code, errOut)
+		}
+	}
+}
+
+// syncBuffer is a bytes.Buffer safe to write while a test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+func (s *syncBuffer) String() string { s.mu.Lock(); defer s.mu.Unlock(); return s.b.String() }
 
 func with(env map[string]string, k, v string) map[string]string {
 	out := map[string]string{k: v}

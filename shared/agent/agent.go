@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
+	"os"
 	"sync"
 	"time"
 
@@ -54,6 +55,35 @@ type Config struct {
 	// inject them so no test sleeps.
 	Sleep func(ctx context.Context, d time.Duration) error
 	Rand  func() float64 // in [0, 1)
+	// FirstHeartbeat, when set, is told the outcome of Run's first
+	// heartbeat (after a replay's retry), so a program can say it is up
+	// rather than look hung for an interval; the library logs nothing of
+	// it (make run's simulated fleet runs hundreds of agents).
+	FirstHeartbeat func(res fleet.HeartbeatResult, err error)
+}
+
+// StateDirError is a state dir the agent cannot make or write: it would
+// fail only at the first install, so New refuses it at start.
+type StateDirError struct {
+	Dir string
+	Err error
+}
+
+func (e *StateDirError) Error() string { return fmt.Sprintf("agent: state dir %s: %v", e.Dir, e.Err) }
+func (e *StateDirError) Unwrap() error { return e.Err }
+
+// checkStateDir makes dir if it is missing and checks a file can be
+// written in it (installs write binaries and state.json there).
+func checkStateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return &StateDirError{Dir: dir, Err: err}
+	}
+	f, err := os.CreateTemp(dir, ".write-check-*")
+	if err != nil {
+		return &StateDirError{Dir: dir, Err: err}
+	}
+	f.Close()
+	return os.Remove(f.Name())
 }
 
 // Agent is one node's agent. Step and Run must not be called concurrently.
@@ -116,6 +146,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := checkStateDir(cfg.StateDir); err != nil {
+		return nil, err
 	}
 	st, err := loadState(cfg.StateDir)
 	if err != nil {

@@ -3,13 +3,17 @@ package agent
 import (
 	"context"
 	"errors"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
@@ -357,5 +361,40 @@ func TestStepInstallsAReleaseAskedAgain(t *testing.T) {
 	}
 	if rep := ask(v3, 2); rep.Running == nil || rep.Running.Version != "1.3.0" {
 		t.Fatalf("1.3.0 asked again within its floor: running %+v, install %+v", rep.Running, rep.Install)
+	}
+}
+
+// New refuses a state dir it cannot make or write (installs would fail
+// only at the first release), and makes a missing one.
+func TestNewChecksStateDir(t *testing.T) {
+	node := newKey(t)
+	base := t.TempDir()
+	file := filepath.Join(base, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := func(dir string) Config {
+		return Config{Client: client.New("http://127.0.0.1:1", "dev:fleet-agent"), TenantID: "acme", PoolID: "p1", NodeID: "gpu-node-0",
+			Key: node, Platform: "linux/amd64", Devices: 8, Driver: NewRecordingDriver(8), StateDir: dir}
+	}
+	var sd *StateDirError
+	if _, err := New(cfg(filepath.Join(file, "state"))); !errors.As(err, &sd) || sd.Dir != filepath.Join(file, "state") {
+		t.Errorf("a state dir under a file: %v", err)
+	}
+	if os.Geteuid() != 0 { // root writes anywhere
+		ro := filepath.Join(base, "ro")
+		if err := os.Mkdir(ro, 0o500); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := New(cfg(ro)); !errors.As(err, &sd) || !errors.Is(err, fs.ErrPermission) {
+			t.Errorf("a read-only state dir: %v", err)
+		}
+	}
+	fresh := filepath.Join(base, "a", "b")
+	if _, err := New(cfg(fresh)); err != nil {
+		t.Fatalf("a missing state dir: %v", err)
+	}
+	if entries, err := os.ReadDir(fresh); err != nil || len(entries) != 0 {
+		t.Errorf("the state dir after New: %v %v (made, and the write check left nothing)", entries, err)
 	}
 }

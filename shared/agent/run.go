@@ -23,7 +23,7 @@ const (
 // 4 s, … 60 s), except a replay (CONFLICT): Step moved the counter past the
 // server's, so it is retried at once, once.
 func (a *Agent) Run(ctx context.Context) error {
-	failures, replayRetried := 0, false
+	failures, replayRetried, told := 0, false, false
 	for {
 		res, err := a.Step(ctx)
 		if ctx.Err() != nil {
@@ -51,6 +51,10 @@ func (a *Agent) Run(ctx context.Context) error {
 				lvl = a.log.Error // it will not heal by itself: say so louder
 			}
 			lvl("heartbeat failed", "error", err.Error(), "failures", failures, "retry_in", wait.Round(time.Millisecond).String())
+		}
+		if !told && a.cfg.FirstHeartbeat != nil {
+			told = true
+			a.cfg.FirstHeartbeat(res, err)
 		}
 		if err := a.cfg.Sleep(ctx, wait); err != nil {
 			return err

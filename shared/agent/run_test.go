@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"testing"
 	"time"
@@ -158,5 +159,40 @@ func TestRunReportsABindAtOnce(t *testing.T) {
 	}
 	if got := api.last().Bindings; len(got) != 1 || got[0].State != fleet.BindBound {
 		t.Errorf("last report's bindings: %+v", got)
+	}
+}
+
+// Run tells FirstHeartbeat the outcome of its first heartbeat once — after
+// a replay's retry at once, the retry's — and never again.
+func TestRunFirstHeartbeat(t *testing.T) {
+	node := newKey(t)
+	api := newFakeAPI(t, node)
+	n := 0
+	api.script(func(rep fleet.Report) (int, any) {
+		n++
+		switch n {
+		case 1:
+			return 409, apierr.New(apierr.Conflict, "replay").With("reason", fleet.ReasonReplay).With("latestCounter", rep.Counter)
+		case 2:
+			return 404, apierr.New(apierr.NotFound, "node not found")
+		}
+		return 200, answer(30)
+	})
+	var told []string
+	ctx, cancel := context.WithCancel(context.Background())
+	f := newFixture(t, api.srv.URL, node, func(c *Config) {
+		c.FirstHeartbeat = func(res fleet.HeartbeatResult, err error) {
+			told = append(told, fmt.Sprint(res.NextHeartbeatSeconds, " ", err))
+		}
+		c.Sleep = func(ctx context.Context, d time.Duration) error {
+			if n == 3 {
+				cancel()
+			}
+			return ctx.Err()
+		}
+	})
+	_ = f.agent.Run(ctx)
+	if want := []string{"0 NOT_FOUND: node not found"}; !slices.Equal(told, want) {
+		t.Errorf("FirstHeartbeat told %q, want %q", told, want)
 	}
 }
