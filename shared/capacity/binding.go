@@ -57,6 +57,11 @@ type NodeStore interface {
 	// ErrStale when the node changed since seen, ErrCalendarFull when it
 	// holds its maximum of pending bindings.
 	Bind(ctx context.Context, t PoolResource, node int, id string, b NodeBinding, previous []string, seen NodeState) error
+	// Scrub tells node to unbind id's devices, which it held before it was
+	// managed and has no entry for (seen.Entry ""): an unbind entry, never
+	// a bind. Idempotent; ErrCalendarFull when the node holds its maximum
+	// of pending bindings.
+	Scrub(ctx context.Context, t PoolResource, node int, id string, b NodeBinding, seen NodeState) error
 	// Unbind tells node to unbind id: its entry becomes an unbind; with
 	// none, the node's entries' version still moves, so a bind written
 	// against what was read before fails. Idempotent.
@@ -78,6 +83,9 @@ type NodeState struct {
 	Version    int64
 	// Holders are its other reservations' bind entries: their devices.
 	Holders map[string]Mask
+	// Adopted: what it held when it registered was told to it (until
+	// then a reservation it holds may have no entry on it).
+	Adopted bool
 }
 
 // Eligible reports whether new reservations may be placed on the node.
@@ -406,23 +414,69 @@ func (s *Service) unbind(ctx context.Context, r Reservation, nodes []int) error 
 	return s.fault(FaultUnbound)
 }
 
-// Adopt tells a node that registered while it held reservations — bound
-// at once while it was unmanaged — to bind those active now, and records
-// it on each (Bound) first, so its release or end tells the node to
-// unbind it (docs/fleet.md, Binding). Reservations still binding are the
-// binding step's. Idempotent: the fleet calls it until it succeeds.
-func (s *Service) Adopt(ctx context.Context, t PoolResource, node int, now time.Time) error {
+// unbindHeld tells every node r was bound through (Bound) to unbind it,
+// and scrubs r's devices on placement nodes that registered while holding
+// it and whose adoption has not told them yet (a register cut short: the
+// sweep finishes it after r's entries were freed, so Adopt would never
+// see r). Releases and window ends call it before the fence and again in
+// the give-back after: a node managed before the fence is caught by one
+// of them; one managed after held a reservation already over.
+func (s *Service) unbindHeld(ctx context.Context, r Reservation) error {
+	if err := s.unbind(ctx, r, r.Bound); err != nil || s.Nodes == nil {
+		return err
+	}
+	var others []int
+	for _, nd := range r.Placement() {
+		if !slices.Contains(r.Bound, nd.Node) {
+			others = append(others, nd.Node)
+		}
+	}
+	if len(others) == 0 {
+		return nil
+	}
+	pr := prOf(r)
+	states, err := s.Nodes.NodeStates(ctx, pr, others, r.ReservationID)
+	if err != nil {
+		return unavailable(err)
+	}
+	for _, nd := range r.Placement() {
+		ns, ok := states[nd.Node]
+		if !ok || ns.Adopted || ns.Entry != "" {
+			continue // unmanaged, or its entry is Bound's (an Unbind above)
+		}
+		b := NodeBinding{TenantID: r.TenantID, Mask: nd.Mask, Window: r.Window, Moves: r.Moves}
+		switch err := s.Nodes.Scrub(ctx, pr, nd.Node, r.ReservationID, b, ns); {
+		case errors.Is(err, ErrCalendarFull), errors.Is(err, ErrStale):
+			// Not a reason to refuse the release: the node's adoption,
+			// still due, tells it while r's entries last.
+			s.logger().Warn("scrub not written", "reservation", r.ReservationID, "node", nd.Node, "error", err.Error())
+		case err != nil:
+			return unavailable(err)
+		}
+	}
+	return nil
+}
+
+// Adopt tells a node that registered at `at`// Adopt tells a node that registered at `at` while it held reservations
+// — bound at once while it was unmanaged — to bind those active now, and
+// records it on each (Bound) first, so its release or end tells the node
+// to unbind it (docs/fleet.md, Binding); those that ended since (an
+// adoption the sweep finishes after a register cut short) it tells to
+// unbind at once: the node may hold their devices still. Reservations
+// still binding are the binding step's. Idempotent: the fleet calls it
+// until it succeeds.
+func (s *Service) Adopt(ctx context.Context, t PoolResource, node int, at time.Time) error {
 	if s.Nodes == nil {
 		return nil
 	}
-	k := NodeHourKey{Node: node, Hour: HourOf(now)}
+	k := NodeHourKey{Node: node, Hour: HourOf(at)}
 	got, err := s.Store.NodeHours(ctx, t, []NodeHourKey{k})
 	if err != nil {
 		return unavailable(err)
 	}
 	ids := make([]string, 0, len(got[k].Entries))
 	for id, e := range got[k].Entries {
-		if !now.Before(e.Window.Start) && now.Before(e.Window.End) {
+		if !at.Before(e.Window.Start) && at.Before(e.Window.End) {
 			ids = append(ids, id)
 		}
 	}
@@ -435,7 +489,7 @@ func (s *Service) Adopt(ctx context.Context, t PoolResource, node int, now time.
 			continue
 		case err != nil:
 			return unavailable(err)
-		case r.State != Active:
+		case r.State != Active && !r.State.Terminal():
 			continue
 		}
 		states, err := s.Nodes.NodeStates(ctx, t, []int{node}, id)
@@ -444,6 +498,15 @@ func (s *Service) Adopt(ctx context.Context, t PoolResource, node int, now time.
 		}
 		ns, ok := states[node]
 		if !ok || ns.Entry != "" {
+			continue
+		}
+		if r.State.Terminal() {
+			b := NodeBinding{TenantID: r.TenantID, Mask: e.Mask, Window: r.Window, Moves: r.Moves}
+			if err := s.Nodes.Scrub(ctx, t, node, id, b, ns); errors.Is(err, ErrStale) {
+				return errMoved
+			} else if err != nil {
+				return unavailable(err)
+			}
 			continue
 		}
 		// Recorded (and fenced, as in bind) after the node was read.

@@ -99,7 +99,7 @@ func (s *Service) giveBack(ctx context.Context, r Reservation, flow string) erro
 	if err := s.fault(flow + ".unplaced"); err != nil {
 		return err
 	}
-	if err := s.unbind(ctx, r, r.Bound); err != nil {
+	if err := s.unbindHeld(ctx, r); err != nil {
 		return err
 	}
 	if !r.Credited {

@@ -110,7 +110,7 @@ func (s *Service) releaseUnbind(ctx context.Context, r Reservation) error {
 	if r.State != Binding && r.State != Active {
 		return nil
 	}
-	return s.unbind(ctx, r, r.Bound)
+	return s.unbindHeld(ctx, r)
 }
 
 // GetReservation returns one of tenant's reservations.

@@ -189,6 +189,9 @@ func (w *simNodeStore) NodeStates(ctx context.Context, t capacity.PoolResource, 
 func (w *simNodeStore) Bind(ctx context.Context, t capacity.PoolResource, node int, id string, b capacity.NodeBinding, prev []string, seen capacity.NodeState) error {
 	return simDo(w.store(), ctx, fmt.Sprintf("Bind %s node %d", id, node), func() error { return w.inner.Bind(ctx, t, node, id, b, prev, seen) })
 }
+func (w *simNodeStore) Scrub(ctx context.Context, t capacity.PoolResource, node int, id string, b capacity.NodeBinding, seen capacity.NodeState) error {
+	return simDo(w.store(), ctx, fmt.Sprintf("Scrub %s node %d", id, node), func() error { return w.inner.Scrub(ctx, t, node, id, b, seen) })
+}
 func (w *simNodeStore) Unbind(ctx context.Context, t capacity.PoolResource, node int, id string) error {
 	return simDo(w.store(), ctx, fmt.Sprintf("Unbind %s node %d", id, node), func() error { return w.inner.Unbind(ctx, t, node, id) })
 }

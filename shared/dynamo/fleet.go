@@ -672,7 +672,7 @@ func (s *Fleet) NodeStates(ctx context.Context, t capacity.PoolResource, nodes [
 			return err
 		}
 		ns := capacity.NodeState{Ready: it.State == string(fleet.Ready), Cordoned: it.Operator != nil || it.Rollout != nil,
-			Reported: it.Reported[id], Holders: map[string]capacity.Mask{}, Version: it.BV}
+			Reported: it.Reported[id], Holders: map[string]capacity.Mask{}, Version: it.BV, Adopted: it.Adopted}
 		for rid, e := range it.Entries {
 			switch {
 			case rid == id:
@@ -739,6 +739,40 @@ func (s *Fleet) Bind(ctx context.Context, t capacity.PoolResource, node int, id 
 		return nil // bound already
 	}
 	if seen.Entry == "" && cur.NB >= fleet.MaxBindings {
+		return capacity.ErrCalendarFull
+	}
+	return capacity.ErrStale
+}
+
+// Scrub implements capacity.NodeStore: one conditional UpdateItem that
+// writes id's entry as an unbind where the node has none (and forgets its
+// last word on id, as Bind does), moving the entries' version.
+func (s *Fleet) Scrub(ctx context.Context, t capacity.PoolResource, node int, id string, b capacity.NodeBinding, seen capacity.NodeState) error {
+	k := nodeKey(t.PoolID, t.Resource, node)
+	upd := expression.Set(path("b", id), expression.Value(bindItem{T: b.TenantID, M: int64(b.Mask), S: b.Window.Start.UnixMilli(),
+		E: b.Window.End.UnixMilli(), A: fleet.ActionUnbind, MV: b.Moves})).
+		Add(expression.Name("bv"), expression.Value(1)).Add(expression.Name("nb"), expression.Value(1))
+	if seen.Reported != "" {
+		upd = upd.Remove(path("rep", id))
+	}
+	c := all([]expression.ConditionBuilder{expression.AttributeExists(expression.Name(schema.AttrPK)),
+		expression.AttributeNotExists(path("b", id)), expression.Name("nb").LessThan(expression.Value(fleet.MaxBindings))})
+	_, err := s.table().update(ctx, k, upd, &c, types.ReturnValueNone)
+	if !isConditionFailed(err) {
+		return err
+	}
+	var cur nodeItem
+	ok, err := s.table().get(ctx, k, &cur)
+	switch {
+	case err != nil:
+		return err
+	case !ok:
+		return nil // unregistered meanwhile: nothing to tell
+	}
+	if _, held := cur.Entries[id]; held {
+		return nil // told already (a bind ends as an unbind)
+	}
+	if cur.NB >= fleet.MaxBindings {
 		return capacity.ErrCalendarFull
 	}
 	return capacity.ErrStale

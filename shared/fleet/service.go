@@ -203,7 +203,9 @@ func (s *Service) adopt(ctx context.Context, rec Record, t capacity.Topology) (R
 	if rec.Adopted || s.Adopter == nil {
 		return rec, nil
 	}
-	if err := s.Adopter.Adopt(ctx, capacity.PoolResource{PoolID: rec.PoolID, Topology: t}, rec.Index, s.now()); err != nil {
+	// What it held when it registered: reservations that ended since
+	// (the sweep finishing a register cut short) are told to unbind.
+	if err := s.Adopter.Adopt(ctx, capacity.PoolResource{PoolID: rec.PoolID, Topology: t}, rec.Index, rec.CreatedAt); err != nil {
 		return rec, unavailable(err)
 	}
 	if err := s.Store.SetAdopted(ctx, rec); err != nil {

@@ -81,7 +81,7 @@ type SweepState struct {
 // Adopter tells a node registering the reservations bound on it while it
 // was unmanaged (capacity.Service.Adopt).
 type Adopter interface {
-	Adopt(ctx context.Context, t capacity.PoolResource, node int, now time.Time) error
+	Adopt(ctx context.Context, t capacity.PoolResource, node int, at time.Time) error
 }
 
 // RolloutHolds tells whether a rollout still holds its nodes — is not

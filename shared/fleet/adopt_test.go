@@ -1,0 +1,67 @@
+package fleet_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dsse"
+	"github.com/bettercompute/control-plane/shared/fleet"
+)
+
+// failingAdopter cuts a registration short after its node was written.
+type failingAdopter struct{}
+
+func (failingAdopter) Adopt(context.Context, capacity.PoolResource, int, time.Time) error {
+	return errors.New("cut short")
+}
+
+// A register cut short before it adopted what the node held, and the
+// reservation released before the sweep finishes the adoption: the node
+// may still hold the tenant's devices, so its first answer tells it to
+// unbind them (found by the fleet protocol simulation, seed 6).
+func TestLateAdoptionScrubsWhatEnded(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "p1", 8)
+	r, err := e.create(t, "p1", 8, time.Minute, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * time.Minute)
+	e.pass(t)
+	if got := e.get(t, r.ReservationID); got.State != capacity.Active {
+		t.Fatalf("unmanaged: %s", got.State)
+	}
+	e.fleet.Adopter = failingAdopter{}
+	k, err := dsse.GenerateKey(dsse.AlgEd25519)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pem, err := dsse.MarshalPublicKeyPEM(k.Public())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.keys["p1/"+nodeName(0)] = k
+	if _, err := e.fleet.Register(ctx, "acme", "p1", nodeName(0), string(pem), "linux/amd64"); err == nil {
+		t.Fatal("register with a failing adopter succeeded")
+	}
+	if _, err := e.cap.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil {
+		t.Fatal(err)
+	}
+	e.fleet.Adopter = e.cap
+	e.clock.Advance(time.Minute)
+	e.pass(t) // the sweep finishes the adoption
+	ans := e.ready(t, "p1", nodeName(0))
+	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != fleet.ActionUnbind || ans.Desired.Bindings[0].ReservationID != r.ReservationID {
+		t.Fatalf("first answer after a late adoption: %+v, want unbind %s", ans.Desired.Bindings, r.ReservationID)
+	}
+	e.ready(t, "p1", nodeName(0), unbound(r.ReservationID))
+	e.pass(t)
+	if ans = e.ready(t, "p1", nodeName(0)); len(ans.Desired.Bindings) != 0 {
+		t.Errorf("after the node reported it unbound: %+v", ans.Desired.Bindings)
+	}
+	e.check(t)
+}
