@@ -169,11 +169,13 @@ func nodeHint(e *apierr.Error, fc failedCall) string {
 		return "The node's key is one ECDSA P-256 or Ed25519 key: --key KEY.pem (a private key; only its public key is sent) or " +
 			"--public-key-file (a PEM PUBLIC KEY). bcctl keygen --out NODE-KEY.pem makes one."
 	case e.Code == apierr.Conflict && detail(e, "field") == "publicKey":
-		return fmt.Sprintf("%s is registered with the key whose keyid is details.keyId, and registering again does not replace it: "+
-			"register with that key (bcctl pubkey --key FILE prints a key's keyid).", node)
+		return fmt.Sprintf("%s is registered with the key whose keyid is details.keyId (bcctl pubkey --key FILE prints a key's keyid): "+
+			"register with that key, or, if the host was re-imaged or its key lost, hand the node to the new key: "+
+			"bcctl nodes register --pool %s %s --key NEW-KEY.pem --replace (it keeps its reservations and cordon, and is not placed on "+
+			"until its first healthy heartbeat under the new key).", node, pool, node)
 	case e.Code == apierr.Conflict && detail(e, "field") == "platform":
-		return fmt.Sprintf("%s is registered as %s, and registering again does not change it: repeat the registration with --platform %s.",
-			node, detail(e, "platform"), detail(e, "platform"))
+		return fmt.Sprintf("%s is registered as %s: repeat the registration with --platform %s, or change it with --replace "+
+			"(then it is not placed on until its first healthy heartbeat).", node, detail(e, "platform"), detail(e, "platform"))
 	case e.Code == apierr.PermissionDenied && fc.method == "nodes.heartbeat":
 		return fmt.Sprintf("A heartbeat needs compute:nodes:report on node:%s/%s for the principal of --token (the node's own); "+
 			"ask an admin (locally: localstack/policy.json).", pool, node)

@@ -34,15 +34,18 @@ func (c *cli) nodesRegisterCommand(m *api.Method) *cobra.Command {
 		usage[fields[i].Name] = fields[i].usage()
 	}
 	var pool, keyFile, publicFile, platform string
+	var replace bool
 	cmd := &cobra.Command{
-		Use:   "register NODE --pool POOL (--key KEY.pem | --public-key-file PUBLIC.pem) [--platform os/arch]",
+		Use:   "register NODE --pool POOL (--key KEY.pem | --public-key-file PUBLIC.pem) [--platform os/arch] [--replace]",
 		Short: m.Brief(),
 		Long: methodHelp(m, fields) + `
 
 The node's key: --key reads a private key file (PKCS#8 or SEC1 PEM, as bcctl keygen writes) and sends
 only its public key; --public-key-file reads a PEM PUBLIC KEY. Either is checked before it is sent.
 --platform defaults to ` + defaultPlatform + `. A node's key and platform stay as first registered:
-registering it again with another is CONFLICT.`,
+registering it again with another is CONFLICT, unless --replace is given (a host re-imaged, a key lost):
+the node keeps its reservations, bindings and cordon, and is not placed on until its agent's first
+healthy heartbeat under the new key.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			switch {
@@ -56,6 +59,9 @@ registering it again with another is CONFLICT.`,
 				return err
 			}
 			body := map[string]any{"tenantId": c.tenant, "poolId": pool, "nodeId": args[0], "publicKey": publicKey, "platform": platform}
+			if replace {
+				body["replace"] = true
+			}
 			return c.invoke(cmd, m, body, false)
 		},
 	}
@@ -63,6 +69,7 @@ registering it again with another is CONFLICT.`,
 	cmd.Flags().StringVar(&keyFile, "key", "", "the node's private key file (PEM): only its public key is sent")
 	cmd.Flags().StringVar(&publicFile, "public-key-file", "", "the node's public key file (PEM PUBLIC KEY)")
 	cmd.Flags().StringVar(&platform, flagOf("platform"), defaultPlatform, usage["platform"])
+	cmd.Flags().BoolVar(&replace, flagOf("replace"), false, usage["replace"])
 	return cmd
 }
 

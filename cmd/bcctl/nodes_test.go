@@ -168,13 +168,22 @@ func TestNodesGolden(t *testing.T) {
 	step(0, "nodes", "list", "--pool", pool, "--state", "unreachable")
 	step(1, "nodes", "list", "--pool", pool, "--state", "gone")
 	step(1, "--tenant", "globex", "nodes", "list", "--pool", pool)
+	// node-1's host re-imaged with a new key: --replace hands it the node,
+	// registered until its first heartbeat under that key.
+	reimaged, err := dsse.GenerateKey(dsse.AlgEd25519)
+	if err != nil {
+		t.Fatal(err)
+	}
+	privNew, _ := dsse.MarshalPrivateKeyPEM(reimaged)
+	step(0, "nodes", "register", "--pool", pool, "gpu.h100-node-1", "--key", write("node-1-new.pem", privNew), "--platform", "linux/arm64", "--replace")
 	step(2, "nodes", "get", "--pool", pool)
 	step(2, "nodes", "lsit")
 	step(2, "node", "list")
 	golden(t, "nodes.golden", normalise(strings.ReplaceAll(tr.String(), dir, "<dir>")))
 
 	// -o json over every page is one answer: the nodes in order, their
-	// states, node-0's bindings as the API lists them, no cursor.
+	// states (node-1 replaced), node-0's bindings as the API lists them,
+	// no cursor.
 	all := step(0, "-o", "json", "nodes", "list", "--pool", pool, "--limit", "1", "--all")
 	var got api.ListNodesResult
 	if err := json.Unmarshal([]byte(all), &got); err != nil {
@@ -184,7 +193,7 @@ func TestNodesGolden(t *testing.T) {
 	for _, n := range got.Nodes {
 		states = append(states, n.NodeID+" "+string(n.State))
 	}
-	if want := []string{"gpu.h100-node-0 unreachable", "gpu.h100-node-1 unreachable", "gpu.h100-node-2 registered"}; !slices.Equal(states, want) || got.NextCursor != "" {
+	if want := []string{"gpu.h100-node-0 unreachable", "gpu.h100-node-1 registered", "gpu.h100-node-2 registered"}; !slices.Equal(states, want) || got.NextCursor != "" {
 		t.Errorf("-o json --all: %v (nextCursor %q), want %v", states, got.NextCursor, want)
 	}
 	if len(got.Nodes) == 3 {

@@ -260,13 +260,14 @@ var Catalog = []*Method{
 	{Name: "nodes.register", Kind: Mutation, Permission: "compute:pools:admin", Scope: tenantScope, Module: "fleet", Phase: "v0.6",
 		Summary: "Registers one of the pool's nodes with its public key and platform; from then on it is managed (see the resource). A registered node is not placed on until its first healthy heartbeat.",
 		Notes: []Note{
-			{"Replay", "The same registration again returns the stored node; the same node with another key or platform is `CONFLICT`."},
+			{"Replay", "The same registration again returns the stored node; the same node with another key or platform is `CONFLICT`, unless `replace` is true."},
+			{"Replace", "With `replace: true` the owner replaces a registered node's key and platform (a host re-imaged, a key lost) in one conditional write: the node keeps its reservations, the bindings it is told and its cordon; its counter restarts (the new key's first report is accepted from counter 1); and it is `registered` — out of placement and counted out of service from the moment this answers — until a heartbeat under the new key is accepted. Reports signed by the old key are `bad_signature` from then on. The same replacement again (the key and platform already stored) returns the node unchanged: the counter is not restarted twice. For a node not registered yet it registers it."},
 		},
 		Input: reflect.TypeFor[RegisterNodeInput](), Output: reflect.TypeFor[NodeResult](),
 		Errors: []ErrorCase{
 			{apierr.InvalidInput, "`nodeId` is not one of the pool's nodes, or `publicKey` is not one PEM ECDSA P-256 or Ed25519 public key", []Detail{detail("field", "nodeId", "publicKey"), detail("reason", "constraint")}},
 			{apierr.NotFound, "the pool does not exist or the tenant does not own it", nil},
-			{apierr.Conflict, "the node is registered with another key or platform", []Detail{detail("field", "publicKey", "platform"), detail("keyId"), detail("platform")}},
+			{apierr.Conflict, "without `replace`, the node is registered with another key or platform", []Detail{detail("field", "publicKey", "platform"), detail("keyId"), detail("platform")}},
 		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}},
 	{Name: "nodes.get", Kind: Read, Permission: "compute:pools:read", Scope: tenantScope, Module: "fleet", Phase: "v0.6",

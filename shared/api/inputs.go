@@ -150,6 +150,7 @@ type RegisterNodeInput struct {
 	NodeRef
 	PublicKey string `json:"publicKey" bc:"required,max=4096,doc=the node's key: one PEM PUBLIC KEY block (ECDSA P-256 or Ed25519)"`
 	Platform  string `json:"platform" bc:"required,max=64,pattern=platform,doc=os/arch or os/arch/variant (lowercase) as in release manifests"`
+	Replace   *bool  `json:"replace,omitempty" bc:"doc=replace the key and platform of a registered node (a host re-imaged or a key lost) instead of refusing them (default false)"`
 }
 
 type GetNodeInput struct {

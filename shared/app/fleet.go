@@ -49,7 +49,11 @@ func fleetModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 	svc := a.FleetService()
 	return []api.Endpoint{
 		api.Bind(api.Lookup("nodes.register"), func(ctx context.Context, call *api.Call, in *api.RegisterNodeInput) (api.NodeResult, error) {
-			n, err := svc.Register(ctx, in.TenantID, in.PoolID, in.NodeID, in.PublicKey, in.Platform)
+			register := svc.Register
+			if in.Replace != nil && *in.Replace {
+				register = svc.Replace
+			}
+			n, err := register(ctx, in.TenantID, in.PoolID, in.NodeID, in.PublicKey, in.Platform)
 			return api.NodeResult{Node: n}, err
 		}),
 		api.Bind(api.Lookup("nodes.get"), func(ctx context.Context, call *api.Call, in *api.GetNodeInput) (api.NodeResult, error) {

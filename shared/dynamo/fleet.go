@@ -21,7 +21,9 @@ import (
 // A node, POOL#<pool> / NODE#<resource>#<k, 6 digits>, is one registered
 // host of a pool, in its pool's partition:
 //
-//	pub, keyId, platform, owner, idx, ns   its registration (immutable)
+//	pub, keyId, platform, owner, idx, ns   its registration (key and
+//	     platform replaced only by nodes.register with replace, which also
+//	     sets counter 0 and state registered)
 //	counter, last, running, install, health, state   the last accepted
 //	     report (a heartbeat's one conditional write sets them)
 //	rep  reservation → bound|unbound|failed: that report's bindings
@@ -68,6 +70,7 @@ type Fleet struct {
 
 var (
 	_ fleet.Store        = (*Fleet)(nil)
+	_ fleet.Rekeyer      = (*Fleet)(nil)
 	_ capacity.NodeStore = (*Fleet)(nil)
 )
 
@@ -429,6 +432,34 @@ func (s *Fleet) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep
 	return nodeFrom(av)
 }
 
+// ReplaceKey implements fleet.Rekeyer: one conditional UpdateItem of the
+// registration's key and platform, the counter restarted, the state
+// registered and the node out of service (psk) in the same write, as any
+// write that takes a node out. Entries, cordons, flags and the last
+// report's fields are not touched, so no concurrent writer's update of
+// them is lost; a heartbeat racing it is conditioned on the old key and
+// loses, or lands first and is superseded.
+func (s *Fleet) ReplaceKey(ctx context.Context, r fleet.Record, keyID, pub, platform string) (fleet.Record, error) {
+	upd := expression.Set(expression.Name("keyId"), expression.Value(keyID)).
+		Set(expression.Name("pub"), expression.Value(pub)).
+		Set(expression.Name("platform"), expression.Value(platform)).
+		Set(expression.Name("counter"), expression.Value(0)).
+		Set(expression.Name("state"), expression.Value(string(fleet.Registered))).
+		Set(expression.Name(schema.AttrState), expression.Value(nodeSSK(fleet.Registered, r.Resource, r.Index))).
+		Set(expression.Name(schema.AttrPool), expression.Value(nodeOutPSK(r.Resource, r.Index)))
+	c := expression.And(expression.AttributeExists(expression.Name(schema.AttrPK)),
+		expression.Name("keyId").Equal(expression.Value(r.KeyID)),
+		expression.Name("platform").Equal(expression.Value(r.Platform)))
+	av, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueAllNew)
+	if isConditionFailed(err) {
+		return fleet.Record{}, fleet.ErrStale
+	}
+	if err != nil {
+		return fleet.Record{}, err
+	}
+	return nodeFrom(av)
+}
+
 // SetCordon implements fleet.Store.
 func (s *Fleet) SetCordon(ctx context.Context, r fleet.Record, by string, c *fleet.Cordon) (fleet.Record, error) {
 	attr := expression.Name("oc")
@@ -496,7 +527,10 @@ func (s *Fleet) MarkUnreachable(ctx context.Context, r fleet.Record) (fleet.Reco
 	upd := expression.Set(expression.Name("state"), expression.Value(string(fleet.Unreachable))).
 		Set(expression.Name(schema.AttrState), expression.Value(nodeSSK(fleet.Unreachable, r.Resource, r.Index))).
 		Set(expression.Name(schema.AttrPool), expression.Value(nodeOutPSK(r.Resource, r.Index)))
-	c := expression.Name("counter").Equal(expression.Value(r.Counter))
+	// The key too: a replaced node restarts its counter, which could reach
+	// r's again under the new key.
+	c := expression.And(expression.Name("counter").Equal(expression.Value(r.Counter)),
+		expression.Name("keyId").Equal(expression.Value(r.KeyID)))
 	av, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueAllNew)
 	if isConditionFailed(err) {
 		return fleet.Record{}, fleet.ErrStale

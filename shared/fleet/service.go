@@ -139,8 +139,21 @@ func nodeOf(p capacity.Pool, id string) (capacity.Topology, int, error) {
 }
 
 // Register records a node of a pool the tenant owns with its key and
-// platform; the same registration again returns the stored node.
+// platform; the same registration again returns the stored node, another
+// key or platform is CONFLICT.
 func (s *Service) Register(ctx context.Context, tenant, poolID, nodeID, publicKey, platform string) (Node, error) {
+	return s.register(ctx, tenant, poolID, nodeID, publicKey, platform, false)
+}
+
+// Replace is Register with replace: true — a registered node's key and
+// platform are replaced (a host re-imaged, a key lost): it keeps its
+// reservations, bindings and cordon, its counter restarts, and it is
+// registered, out of placement, until a heartbeat under the new key.
+func (s *Service) Replace(ctx context.Context, tenant, poolID, nodeID, publicKey, platform string) (Node, error) {
+	return s.register(ctx, tenant, poolID, nodeID, publicKey, platform, true)
+}
+
+func (s *Service) register(ctx context.Context, tenant, poolID, nodeID, publicKey, platform string, replace bool) (Node, error) {
 	p, err := s.ownedPool(ctx, tenant, poolID)
 	if err != nil {
 		return Node{}, err
@@ -170,13 +183,19 @@ func (s *Service) Register(ctx context.Context, tenant, poolID, nodeID, publicKe
 		State: Registered, CreatedAt: now.Truncate(time.Millisecond)}, Index: k, Owner: p.OwnerTenantID, PublicKey: string(pem), NodeSize: t.NodeSize}
 	stored, err := s.Store.PutNode(ctx, rec)
 	switch {
+	case errors.Is(err, ErrExists) && replace:
+		if rec, err = s.replaceKey(ctx, stored, keyID, string(pem), platform); err != nil {
+			return Node{}, err
+		}
 	case errors.Is(err, ErrExists):
 		if stored.KeyID != keyID {
-			return Node{}, apierr.New(apierr.Conflict, "node %q is registered with another key (%s)", nodeID, stored.KeyID).
+			return Node{}, apierr.New(apierr.Conflict, "node %q is registered with another key (%s); to hand it to this key, register it with replace: true "+
+				"(bcctl nodes register --replace)", nodeID, stored.KeyID).
 				With("field", "publicKey").With("keyId", stored.KeyID)
 		}
 		if stored.Platform != platform {
-			return Node{}, apierr.New(apierr.Conflict, "node %q is registered with platform %s", nodeID, stored.Platform).
+			return Node{}, apierr.New(apierr.Conflict, "node %q is registered with platform %s; to change it, register it with replace: true "+
+				"(bcctl nodes register --replace)", nodeID, stored.Platform).
 				With("field", "platform").With("platform", stored.Platform)
 		}
 		rec = stored
@@ -186,7 +205,9 @@ func (s *Service) Register(ctx context.Context, tenant, poolID, nodeID, publicKe
 		rec = stored
 	}
 	// A registered node is managed, and not eligible until it reports
-	// healthy: its node-hours are flagged before this answers.
+	// healthy (a replaced one, under its new key): its node-hours are
+	// flagged before this answers, as a heartbeat that takes a node out of
+	// ready flags them.
 	if rec, err = s.syncFlags(ctx, rec, t); err != nil {
 		return Node{}, err
 	}
@@ -194,6 +215,38 @@ func (s *Service) Register(ctx context.Context, tenant, poolID, nodeID, publicKe
 		return Node{}, err
 	}
 	return rec.View(), nil
+}
+
+// replaceKey gives a registered node the key and platform (Rekeyer), one
+// conditional write against the key and platform read: a retry, or a
+// racing replace to the same key, finds them there and is a replay — it
+// does not restart the counter of a node that heartbeated meanwhile.
+func (s *Service) replaceKey(ctx context.Context, rec Record, keyID, pem, platform string) (Record, error) {
+	rk, ok := s.Store.(Rekeyer)
+	if !ok {
+		return rec, apierr.New(apierr.Internal, "fleet: the node store cannot replace keys")
+	}
+	for attempt := 0; rec.KeyID != keyID || rec.Platform != platform; attempt++ {
+		cur, err := rk.ReplaceKey(ctx, rec, keyID, pem, platform)
+		switch {
+		case err == nil:
+			s.keys.Delete(rec.PoolID + "/" + rec.NodeID)
+			return cur, nil
+		case errors.Is(err, ErrStale) && attempt < maxSyncAttempts:
+			// Replaced meanwhile (or deregistered): compare again.
+			cur, err := s.Store.GetNode(ctx, rec.PoolID, rec.Resource, rec.Index)
+			switch {
+			case errors.Is(err, ErrNotFound):
+				return rec, nodeNotFound(rec.PoolID, rec.NodeID)
+			case err != nil:
+				return rec, unavailable(err)
+			}
+			rec = cur
+		default:
+			return rec, unavailable(err)
+		}
+	}
+	return rec, nil
 }
 
 // adopt tells a node that just became managed the reservations it holds

@@ -40,8 +40,9 @@ type Store interface {
 	// lifting, if the node is still eligible (ErrStale otherwise).
 	SetFlagged(ctx context.Context, r Record, gen int64, flagged bool, to capacity.Hour) error
 	// MarkUnreachable moves a node to unreachable (and out of service, in
-	// the same write) if no report was accepted since r was read (its
-	// counter is still r's); it returns the node as written.
+	// the same write) if no report was accepted and no key replaced since
+	// r was read (its counter and key are still r's); it returns the node
+	// as written.
 	MarkUnreachable(ctx context.Context, r Record) (Record, error)
 	// DropEntry forgets a pending unbind the node reported done, if it is
 	// still an unbind.
@@ -69,6 +70,18 @@ type Store interface {
 	// ended); Disrupted reads it (nil: none).
 	SetDisrupted(ctx context.Context, poolID string, since *time.Time) error
 	Disrupted(ctx context.Context, poolID string) (*time.Time, error)
+}
+
+// Rekeyer replaces a registered node's key (nodes.register with replace).
+// It is apart from Store so that a Store wrapper that never re-keys (a
+// simulation's) needs no method for it; the Service asks its Store for it.
+type Rekeyer interface {
+	// ReplaceKey sets the node's key and platform, restarts its counter
+	// (the next report is accepted from 1) and moves it to registered and
+	// out of service, in one write, if its key and platform are still r's
+	// (ErrStale otherwise); entries, cordons and flags are left as they
+	// are. It returns the node as written.
+	ReplaceKey(ctx context.Context, r Record, keyID, publicKey, platform string) (Record, error)
 }
 
 // SweepState is a pool's sweep as claimed.
