@@ -43,6 +43,7 @@ var DetailKeys = []DetailKey{
 	{Key: "requested", Type: "integer", Doc: "the count asked for"},
 	{Key: "used", Type: "integer", Doc: "the quota row's `used` when the admission was refused: the counts the tenant's live reservations hold charged, future bookings included (first answer only; a replay carries `requested`)"},
 	{Key: "max", Type: "integer", Doc: "the quota row's `max` when the admission was refused (first answer only)"},
+	{Key: "poolDevices", Type: "integer", Doc: "the pool's devices of the resource, when the count asked for is larger: no window or quota ever fits it (first answer only)"},
 	{Key: "dependency", Type: "string", Enum: DependencyEnum, Doc: "the dependency that failed; absent when the object was contended instead"},
 	{Key: "latestSequence", Type: "integer", Doc: "the release channel's latest registered sequence: a new release needs a higher one"},
 	{Key: "version", Type: "string", Doc: "the version that is already registered (or being registered)"},

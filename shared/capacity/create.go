@@ -3,6 +3,7 @@ package capacity
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -291,6 +292,17 @@ func answer(r Reservation) error {
 	return e.With("reservationId", r.ReservationID)
 }
 
+// overPool says so when the count is larger than the pool's devices of
+// the resource: no window, smaller load or higher quota ever fits it.
+func overPool(err error, r Reservation, pr PoolResource) error {
+	e := apierr.As(err)
+	if e == nil || pr.Devices == 0 || r.Count <= pr.Devices || (e.Code != apierr.QuotaExceeded && e.Code != apierr.CapacityExhausted) {
+		return err
+	}
+	e.Message += fmt.Sprintf(" (the pool has %d %s devices: a count of %d never fits)", pr.Devices, pr.Resource, r.Count)
+	return e.With("poolDevices", pr.Devices)
+}
+
 func noFitMessage(reason string) string {
 	if reason == ReasonTopology {
 		return "devices are free, but not on few enough nodes for the topology; try topology \"any\" or another window"
@@ -362,6 +374,7 @@ func (s *Service) admit(ctx context.Context, r Reservation) (Reservation, error)
 	k := r.Quota()
 	req := requestOf(r)
 	pr, p, state, err := s.choose(ctx, r, req)
+	over := func(res Reservation, err error) (Reservation, error) { return res, overPool(err, r, pr) }
 	switch {
 	case errors.Is(err, errInvalidPool), errors.Is(err, errInvalidRes):
 		return s.admitInvalid(ctx, r, err)
@@ -373,9 +386,9 @@ func (s *Service) admit(ctx context.Context, r Reservation) (Reservation, error)
 			return Reservation{}, unavailable(qerr)
 		}
 		if q.Used+int64(r.Count) > q.Max {
-			return s.rejectQuota(ctx, r, q)
+			return over(s.rejectQuota(ctx, r, q))
 		}
-		return s.reject(ctx, r, err.(NoFit).Reason, FaultRejectedCap)
+		return over(s.reject(ctx, r, err.(NoFit).Reason, FaultRejectedCap))
 	case err != nil:
 		return Reservation{}, err
 	}
@@ -402,7 +415,7 @@ func (s *Service) admit(ctx context.Context, r Reservation) (Reservation, error)
 		case verr != nil:
 			return Reservation{}, verr
 		}
-		return s.rejectQuota(ctx, r, qe.Quota)
+		return over(s.rejectQuota(ctx, r, qe.Quota))
 	case err != nil:
 		return Reservation{}, err
 	}
@@ -421,7 +434,7 @@ func (s *Service) admit(ctx context.Context, r Reservation) (Reservation, error)
 	p, err = s.allocate(ctx, r, req, pr, p, state, carried)
 	switch {
 	case isNoFit(err):
-		return s.reject(ctx, r, err.(NoFit).Reason, FaultRejectedCap)
+		return over(s.reject(ctx, r, err.(NoFit).Reason, FaultRejectedCap))
 	case errors.Is(err, errReleased):
 		// The draft was released (its charge voided) while this flow placed.
 		return s.yield(ctx, r, nil)
