@@ -58,6 +58,7 @@ is printed as JSON.`,
 				fmt.Fprintln(c.out, methodHelp(m, fieldsOf(m)))
 				return nil
 			}
+			c.called = m
 			tenant := c.tenant
 			if m.Scope == api.FleetScope && !tenantGiven {
 				tenant = platformTenant

@@ -134,6 +134,11 @@ func TestCLIGolden(t *testing.T) {
 	step(0, "call", "--tenant=globex", "quotas.get", "poolId=gpu-pool-1", "resource=gpu.h100")
 	step(0, "call", "quotas.get", "tenantId=globex", "poolId=gpu-pool-1", "resource=gpu.h100")
 	step(0, "call", "releases.list", "limit:=1.0")
+	// call's hints say how call takes a field (FIELD=value, FIELD:=json),
+	// not a verb's flag.
+	step(1, "call", "quotas.get", "resource=gpu.h100")
+	step(1, "call", "reservations.create", "poolId=gpu-pool-1", "resource=gpu.h100", "count=2", "window:={}")
+	step(1, "call", "reservations.create", "poolId=gpu-pool-1", "resource=gpu.h100", "count:=2", `window:={"start": "now"}`)
 	got := normalise(strings.ReplaceAll(transcript.String(), dir, "<dir>"))
 	golden(t, "cli.golden", got)
 }

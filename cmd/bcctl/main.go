@@ -55,6 +55,9 @@ type cli struct {
 
 	apiURL, token, tenant, output string
 	client                        *client.Client
+	// called is the method bcctl call sends (nil for a verb): its errors'
+	// hints say FIELD=value, not a verb's flags.
+	called *api.Method
 }
 
 // run executes one command line and returns its exit code.
@@ -201,18 +204,16 @@ func (c *cli) report(err error) int {
 		fmt.Fprintf(c.errOut, "    Is %s the API's base URL? It is the URL before /api/compute/... (locally %s), from BC_API_URL or --api-url.\n", c.apiURL, api.LocalServer)
 		return exitUnreachable
 	case errors.As(err, &ae):
-		fmt.Fprintf(c.errOut, "%s (HTTP %d): %s\n", ae.Code, apierr.HTTPStatus(ae.Code), ae.Message)
-		if d := detailLine(ae); d != "" {
-			fmt.Fprintf(c.errOut, "    details: %s\n", d)
-		}
-		var fc failedCall
+		var fc client.Failed
 		var answered apiError
 		if errors.As(err, &answered) {
 			fc = answered.call
 		}
-		if h := hint(ae, fc); h != "" {
-			fmt.Fprintf(c.errOut, "    %s\n", h)
+		words := flagWords
+		if c.called != nil {
+			words = callWords(c.called)
 		}
+		client.Explain(c.errOut, ae, fc, words)
 		return exitAPIError
 	case errors.As(err, &ue), isCobraUsage(err):
 		msg := strings.TrimRight(err.Error(), "\n")
@@ -259,7 +260,7 @@ func transportCause(err error) string {
 // *apierr.Error in it): the call it answered, for the hint.
 type apiError struct {
 	err  *apierr.Error
-	call failedCall
+	call client.Failed
 }
 
 func (e apiError) Error() string { return e.err.Error() }
@@ -275,8 +276,8 @@ func (c *cli) call(ctx context.Context, method string, body []byte) ([]byte, err
 	if resp.Status != http.StatusOK {
 		var ae *apierr.Error
 		if err := client.ErrorOf(resp); errors.As(err, &ae) {
-			fc := failedCall{method: method}
-			_ = json.Unmarshal(body, &fc.request) // the body bcctl built is JSON; call's may be anything
+			fc := client.Failed{Method: method}
+			_ = json.Unmarshal(body, &fc.Request) // the body bcctl built is JSON; call's may be anything
 			return nil, apiError{err: ae, call: fc}
 		}
 		return nil, notTheAPI{url: c.apiURL, status: resp.Status, body: shortBody(resp.Body)}
