@@ -78,6 +78,9 @@ func (s stopped) Error() string {
 	return s.sig.String()
 }
 
+// agentWords: the agent's token is its own variable's (a hint names it).
+var agentWords = client.Words{Token: "BC_AGENT_TOKEN (or --token)"}
+
 // Local development's principals (localstack/policy.json): the node
 // principal an agent runs as, and the admin it must not run as.
 const (
@@ -220,6 +223,7 @@ func (o *options) firstHeartbeat(res fleet.HeartbeatResult, err error) {
 			"next_heartbeat_s", res.NextHeartbeatSeconds)
 		return
 	}
+	// The heartbeat failed line before this one has the details and hint.
 	o.log.Error("first heartbeat failed; retrying with backoff", "error", err.Error())
 }
 
@@ -359,7 +363,7 @@ func (o *options) agent() (a *agent.Agent, closeFn func(), err error) {
 	}
 	a, err = agent.New(agent.Config{Client: client.New(o.apiURL, token), TenantID: o.tenant, PoolID: o.pool, NodeID: o.node,
 		Key: key, Pins: pins, Platform: o.platform, Devices: o.devices, Driver: driver, StateDir: o.stateDir, Logger: log,
-		FirstHeartbeat: o.firstHeartbeat})
+		Words: agentWords, FirstHeartbeat: o.firstHeartbeat})
 	var sd *agent.StateDirError
 	switch {
 	case errors.As(err, &sd):
@@ -446,8 +450,8 @@ func (o *options) report(err error) int {
 		fmt.Fprintf(o.errOut, "bcd-agent: %v\n", err)
 		return exitLocal
 	case errors.As(err, &ae):
-		d, _ := json.Marshal(ae.Details)
-		fmt.Fprintf(o.errOut, "bcd-agent: %s (HTTP %d): %s %s\n", ae.Code, apierr.HTTPStatus(ae.Code), ae.Message, d)
+		// As bcctl prints it: the code, the details' numbers, what to do.
+		client.Explain(o.errOut, ae, agent.HeartbeatCall(o.tenant, o.pool, o.node), agentWords)
 		return exitAPIError
 	case errors.As(err, &un):
 		fmt.Fprintf(o.errOut, "bcd-agent: cannot reach the API at %s: %v\n", o.apiURL, err)

@@ -168,8 +168,18 @@ func TestOnceAgainstTheStack(t *testing.T) {
 	if code, _, errOut := exec(t, with(env, "BC_AGENT_PINS_FILE", bad), "once"); code != exitLocal || !strings.Contains(errOut, "--pins-file") {
 		t.Errorf("a bad pins file: exit %d: %s", code, errOut)
 	}
-	if code, _, errOut := exec(t, with(env, "BC_NODE", "gpu.h100-node-0"), "once"); code != exitAPIError || !strings.Contains(errOut, "NOT_FOUND") {
+	// The API's errors as bcctl prints them: code and status, the details,
+	// one line of what to do — not raw JSON.
+	code, _, errOut = exec(t, with(env, "BC_NODE", "gpu.h100-node-0"), "once")
+	if code != exitAPIError || !strings.HasPrefix(errOut, `NOT_FOUND (HTTP 404): node "gpu.h100-node-0" of pool "p-cmd" is not registered`) ||
+		!strings.Contains(errOut, "\n    If gpu.h100-node-0 is not registered, register it first: bcctl nodes register --pool p-cmd gpu.h100-node-0") ||
+		strings.Contains(errOut, "{") {
 		t.Errorf("an unregistered node: exit %d: %s", code, errOut)
+	}
+	code, _, errOut = exec(t, env, "once", "--token", "dev:alice") // alice may not report for nodes
+	if code != exitAPIError || !strings.HasPrefix(errOut, "PERMISSION_DENIED (HTTP 403): ") ||
+		!strings.Contains(errOut, "\n    A heartbeat needs compute:nodes:report on node:p-cmd/gpu.h100-node-1 for the principal of --token") {
+		t.Errorf("a principal without the grant: exit %d: %s", code, errOut)
 	}
 	if code, _, errOut := exec(t, with(env, "BC_API_URL", "http://127.0.0.1:1"), "once"); code != exitUnreachable {
 		t.Errorf("no API: exit %d: %s", code, errOut)

@@ -55,6 +55,9 @@ type Config struct {
 	// inject them so no test sleeps.
 	Sleep func(ctx context.Context, d time.Duration) error
 	Rand  func() float64 // in [0, 1)
+	// Words are how the program names its token (and fields) in the hint
+	// Run logs with a failed heartbeat (client.Hint); zero: generic.
+	Words client.Words
 	// FirstHeartbeat, when set, is told the outcome of Run's first
 	// heartbeat (after a replay's retry), so a program can say it is up
 	// rather than look hung for an interval; the library logs nothing of

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
@@ -50,7 +51,8 @@ func (a *Agent) Run(ctx context.Context) error {
 			if !Retryable(err) {
 				lvl = a.log.Error // it will not heal by itself: say so louder
 			}
-			lvl("heartbeat failed", "error", err.Error(), "failures", failures, "retry_in", wait.Round(time.Millisecond).String())
+			attrs := []any{"error", err.Error(), "failures", failures, "retry_in", wait.Round(time.Millisecond).String()}
+			lvl("heartbeat failed", append(attrs, a.explain(err)...)...)
 		}
 		if !told && a.cfg.FirstHeartbeat != nil {
 			told = true
@@ -60,6 +62,29 @@ func (a *Agent) Run(ctx context.Context) error {
 			return err
 		}
 	}
+}
+
+// explain is an API error's details and what to do about it, as log
+// attributes (none for a transport failure: its error says it all).
+func (a *Agent) explain(err error) []any {
+	var e *apierr.Error
+	if !errors.As(err, &e) {
+		return nil
+	}
+	var out []any
+	if d := client.DetailLine(e); d != "" {
+		out = append(out, "details", d)
+	}
+	if h := client.Hint(e, HeartbeatCall(a.cfg.TenantID, a.cfg.PoolID, a.cfg.NodeID), a.cfg.Words); h != "" {
+		out = append(out, "hint", h)
+	}
+	return out
+}
+
+// HeartbeatCall is the call a node's heartbeat error answers, for its hint
+// (client.Hint names the node and pool from it).
+func HeartbeatCall(tenant, pool, node string) client.Failed {
+	return client.Failed{Method: "nodes.heartbeat", Request: map[string]any{"tenantId": tenant, "poolId": pool, "nodeId": node}}
 }
 
 // jittered is d (fleet.DefaultInterval when the answer gave none) ±Jitter.

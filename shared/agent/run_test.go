@@ -2,13 +2,17 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
@@ -194,5 +198,30 @@ func TestRunFirstHeartbeat(t *testing.T) {
 	_ = f.agent.Run(ctx)
 	if want := []string{"0 NOT_FOUND: node not found"}; !slices.Equal(told, want) {
 		t.Errorf("FirstHeartbeat told %q, want %q", told, want)
+	}
+}
+
+// A failed heartbeat's log line carries the API error's details and what
+// to do, as bcctl prints them, with the program's words for its token.
+func TestRunLogsHint(t *testing.T) {
+	node := newKey(t)
+	api := newFakeAPI(t, node)
+	api.script(func(fleet.Report) (int, any) {
+		return 401, apierr.New(apierr.Unauthenticated, "no valid token").With("reason", "token")
+	})
+	var logs strings.Builder
+	ctx, cancel := context.WithCancel(context.Background())
+	f := newFixture(t, api.srv.URL, node, func(c *Config) {
+		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
+		c.Words = client.Words{Token: "BC_AGENT_TOKEN (or --token)"}
+		c.Sleep = func(ctx context.Context, d time.Duration) error { cancel(); return ctx.Err() }
+	})
+	_ = f.agent.Run(ctx)
+	var line struct{ Msg, Error, Details, Hint string }
+	if err := json.Unmarshal([]byte(strings.SplitN(logs.String(), "\n", 2)[0]), &line); err != nil {
+		t.Fatalf("%v: %s", err, logs.String())
+	}
+	if line.Msg != "heartbeat failed" || line.Details != "reason=token" || !strings.HasPrefix(line.Hint, "Set BC_AGENT_TOKEN (or --token): ") {
+		t.Errorf("log line: %+v", line)
 	}
 }

@@ -1,0 +1,45 @@
+package client
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/fleet"
+)
+
+// Explain prints the code and status, the details and the hint; Words
+// say how the failing program sets a field and its token.
+func TestExplain(t *testing.T) {
+	var b strings.Builder
+	e := apierr.Invalid("required", "poolId", "poolId: is required")
+	Explain(&b, e, Failed{Method: "quotas.get"}, Words{Field: func(f string) string { return f + "=…" }, Fields: "bcctl call quotas.get -h"})
+	want := "INVALID_INPUT (HTTP 400): poolId: is required\n    details: field=poolId reason=required\n" +
+		"    Fix poolId=… (the request's poolId); bcctl call quotas.get -h lists every field and its limits.\n"
+	if b.String() != want {
+		t.Errorf("Explain:\n%s\nwant:\n%s", b.String(), want)
+	}
+	for _, c := range []struct {
+		e     *apierr.Error
+		fc    Failed
+		words Words
+		want  string
+	}{
+		{e, Failed{}, Words{}, "Fix the request's poolId."},
+		{apierr.New(apierr.InvalidInput, "bad"), Failed{}, Words{Fields: "the verb's --help"}, "Fix the request; the verb's --help lists every field and its limits."},
+		{apierr.New(apierr.Unauthenticated, "no token"), Failed{}, Words{Token: "BC_AGENT_TOKEN (or --token)"},
+			"Set BC_AGENT_TOKEN (or --token): a JWT from your identity provider, or dev:<principal> on the local gateway."},
+		{apierr.New(apierr.Unauthenticated, "no token"), Failed{}, Words{}, "Set the token: a JWT from your identity provider, or dev:<principal> on the local gateway."},
+		{apierr.New(apierr.PermissionDenied, "denied"), Failed{Method: "nodes.heartbeat", Request: map[string]any{"poolId": "p1", "nodeId": "n-0"}}, Words{},
+			"A heartbeat needs compute:nodes:report on node:p1/n-0 for the principal of --token (the node's own); ask an admin (locally: localstack/policy.json)."},
+		{apierr.Invalid(fleet.ReasonStale, "report.payload.at", "stale"), Failed{Method: "nodes.heartbeat"}, Words{},
+			"The report's at must be within " + fleet.MaxSkew.String() + " of the server's clock: sign a fresh report, and check the node's clock."},
+	} {
+		if got := Hint(c.e, c.fc, c.words); got != c.want {
+			t.Errorf("Hint(%v) = %q, want %q", c.e, got, c.want)
+		}
+	}
+	if got := DetailLine(apierr.New(apierr.QuotaExceeded, "x").With("used", 4).With("max", 16).With("reason", "quota")); got != "max=16 reason=quota used=4" {
+		t.Errorf("DetailLine = %q", got)
+	}
+}
