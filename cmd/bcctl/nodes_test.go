@@ -160,6 +160,11 @@ func TestNodesGolden(t *testing.T) {
 	last := write("beat.json", beat("gpu.h100-node-0", healthy, fleet.ReportedBinding{ReservationID: first, State: fleet.BindBound}))
 	step(1, "--token", "dev:node-0", "nodes", "heartbeat", "--pool", pool, "gpu.h100-node-0", "--report", last)
 	step(1, "--token", "dev:node-0", "nodes", "heartbeat", "--pool", pool, "gpu.h100-node-1", "--report", last)
+	// NOT_FOUND says which is missing: the pool (also when the tenant is
+	// not its owner), or the node.
+	step(1, "nodes", "heartbeat", "--pool", "gpu-pool-9", "gpu.h100-node-0", "--report", last)
+	step(1, "--tenant", "globex", "nodes", "heartbeat", "--pool", pool, "gpu.h100-node-0", "--report", last)
+	step(1, "nodes", "heartbeat", "--pool", pool, "gpu.h100-node-5", "--report", last)
 
 	// Silent for more than three intervals: unreachable at the next pass.
 	clock.Advance(2 * time.Minute)

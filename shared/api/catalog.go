@@ -266,7 +266,7 @@ var Catalog = []*Method{
 		Input: reflect.TypeFor[RegisterNodeInput](), Output: reflect.TypeFor[NodeResult](),
 		Errors: []ErrorCase{
 			{apierr.InvalidInput, "`nodeId` is not one of the pool's nodes, or `publicKey` is not one PEM ECDSA P-256 or Ed25519 public key", []Detail{detail("field", "nodeId", "publicKey"), detail("reason", "constraint")}},
-			{apierr.NotFound, "the pool does not exist or the tenant does not own it", nil},
+			{apierr.NotFound, "the pool does not exist or the tenant does not own it (`field: poolId`)", []Detail{detail("field", "poolId")}},
 			{apierr.Conflict, "without `replace`, the node is registered with another key or platform", []Detail{detail("field", "publicKey", "platform"), detail("keyId"), detail("platform")}},
 		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}},
@@ -275,7 +275,7 @@ var Catalog = []*Method{
 		Input:   reflect.TypeFor[GetNodeInput](), Output: reflect.TypeFor[NodeResult](),
 		Errors: []ErrorCase{
 			{apierr.InvalidInput, "`nodeId` is not one of the pool's nodes", []Detail{detail("field", "nodeId"), detail("reason", "constraint")}},
-			{apierr.NotFound, "the pool does not exist, the tenant does not own it (a tenant offered the pool sees none of its nodes), or the node is not registered", nil},
+			{apierr.NotFound, "the pool does not exist or the tenant does not own it (`field: poolId`; a tenant offered the pool sees none of its nodes), or the node is not registered (`field: nodeId`)", []Detail{detail("field", "poolId", "nodeId")}},
 		},
 		Actions: []string{"dynamodb:GetItem"}},
 	{Name: "nodes.list", Kind: Read, Permission: "compute:pools:read", Scope: tenantScope, Module: "fleet", Phase: "v0.6",
@@ -283,7 +283,7 @@ var Catalog = []*Method{
 		Input:   reflect.TypeFor[ListNodesInput](), Output: reflect.TypeFor[ListNodesResult](),
 		Errors: []ErrorCase{
 			{apierr.InvalidInput, "`state` is not a node state", []Detail{detail("field", "state"), detail("reason", "constraint")}},
-			{apierr.NotFound, "the pool does not exist or the tenant does not own it", nil},
+			{apierr.NotFound, "the pool does not exist or the tenant does not own it (`field: poolId`)", []Detail{detail("field", "poolId")}},
 		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:Query", "dynamodb:BatchGetItem", ReadsCursorKey}, Indexes: []string{BaseTable, "bystate"}},
 	{Name: "nodes.cordon", Kind: Mutation, Permission: "compute:pools:admin", Scope: tenantScope, Module: "fleet", Phase: "v0.6",
@@ -291,7 +291,7 @@ var Catalog = []*Method{
 		Input:   reflect.TypeFor[CordonNodeInput](), Output: reflect.TypeFor[NodeResult](),
 		Errors: []ErrorCase{
 			{apierr.InvalidInput, "`nodeId` is not one of the pool's nodes", []Detail{detail("field", "nodeId"), detail("reason", "constraint")}},
-			{apierr.NotFound, "the pool does not exist, the tenant does not own it, or the node is not registered", nil},
+			{apierr.NotFound, "the pool does not exist or the tenant does not own it (`field: poolId`), or the node is not registered (`field: nodeId`)", []Detail{detail("field", "poolId", "nodeId")}},
 		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}},
 	{Name: "nodes.uncordon", Kind: Mutation, Permission: "compute:pools:admin", Scope: tenantScope, Module: "fleet", Phase: "v0.6",
@@ -299,7 +299,7 @@ var Catalog = []*Method{
 		Input:   reflect.TypeFor[UncordonNodeInput](), Output: reflect.TypeFor[NodeResult](),
 		Errors: []ErrorCase{
 			{apierr.InvalidInput, "`nodeId` is not one of the pool's nodes", []Detail{detail("field", "nodeId"), detail("reason", "constraint")}},
-			{apierr.NotFound, "the pool does not exist, the tenant does not own it, or the node is not registered", nil},
+			{apierr.NotFound, "the pool does not exist or the tenant does not own it (`field: poolId`), or the node is not registered (`field: nodeId`)", []Detail{detail("field", "poolId", "nodeId")}},
 		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}},
 	{Name: "nodes.heartbeat", Kind: Mutation, Permission: "compute:nodes:report", Scope: NodeScope, Module: "fleet", Phase: "v0.6",
@@ -307,13 +307,13 @@ var Catalog = []*Method{
 		Notes: []Note{
 			{"Report", "A DSSE envelope (the encoding of release manifests) with payloadType `" + fleet.ReportPayloadType + "`, signed by the node's registered key, whose payload is the report `{\"poolId\", \"nodeId\", \"counter\": 1..2^53-1, \"at\": RFC 3339, \"running\": {\"version\", \"sequence\"} | null, \"install\"?: {\"version\", \"state\": installing|installed|failed, \"reason\"?}, \"health\": {\"devicesExpected\", \"devicesVisible\", \"checks\": [{\"name\", \"ok\", \"detail\"?}] (at most " + num(fleet.MaxChecks) + ")}, \"bindings\": [{\"reservationId\", \"state\": bound|unbound|failed, \"reason\"?}] (at most " + num(fleet.MaxBindings) + ")}`, decoded strictly. The node's state follows: `unhealthy` when fewer devices are visible than expected or a check failed, else `ready`; `unreachable` after " + num(fleet.UnreachableAfter) + " idle intervals without an accepted heartbeat."},
 			{"Answer", "`desired.bindings` lists every unbind before any bind: a device's previous holder is scrubbed before the next is given it. `nextHeartbeatSeconds` is " + human(fleet.BusyInterval) + " while the node has a binding it has not reported done, the idle interval (" + human(fleet.DefaultInterval) + " by default) otherwise."},
-			{"Cost", "One conditional write; warm, no read (the node's key is cached for " + human(fleet.KeyCacheTTL) + " and the write is conditioned on it), cold one read of the node (and one of a release the node runs, once per function)."},
+			{"Cost", "One conditional write; warm, no read (the node's key is cached for " + human(fleet.KeyCacheTTL) + " and the write is conditioned on it), cold one read of the node (and one of a release the node runs, once per function). A heartbeat refused because its node is not registered also reads the pool, to say which of the two is missing."},
 		},
 		Input: reflect.TypeFor[HeartbeatInput](), Output: reflect.TypeFor[HeartbeatResult](),
 		Errors: []ErrorCase{
 			{apierr.InvalidInput, "the report is refused: the envelope is malformed or of another payloadType, no signature verifies under the node's registered key (`bad_signature`), the payload is malformed or a field invalid, its `poolId`/`nodeId` are not the request's (`mismatch`), or its `at` is more than " + human(fleet.MaxSkew) + " from the server's clock (`stale`)",
 				[]Detail{detail("field"), detail("reason", fleet.ReasonMalformed, fleet.ReasonPayloadType, fleet.ReasonBadSignature, fleet.ReasonInvalidField, fleet.ReasonMismatch, fleet.ReasonStale), detail("keyId")}},
-			{apierr.NotFound, "the node is not registered (or `tenantId` is not the pool's owner)", nil},
+			{apierr.NotFound, "`tenantId` does not own the pool, or the pool does not exist (`field: poolId`: one answer for both, so a caller learns nothing of another tenant's pools), or the node is not registered in the tenant's pool (`field: nodeId`)", []Detail{detail("field", "poolId", "nodeId")}},
 			{apierr.Conflict, "the report's counter is not above the last accepted one (a replay)", []Detail{detail("field", "report.payload.counter"), detail("reason", fleet.ReasonReplay), detail("latestCounter")}},
 		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem"}},

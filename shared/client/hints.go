@@ -189,18 +189,27 @@ func releaseHint(e *apierr.Error) string {
 }
 
 // nodeHint is what to do about an error of a nodes method ("" for what
-// the general hints say well enough). The fleet's NOT_FOUND has no details
-// saying whether the pool or the node is missing (its message does), so
-// the hint for a node's NOT_FOUND covers both.
+// the general hints say well enough). The fleet's NOT_FOUND says in
+// details.field whether the pool (poolId) or the node (nodeId) is missing;
+// without it (an older API) the hint for a node's NOT_FOUND covers both.
 func nodeHint(e *apierr.Error, fc Failed) string {
 	if !strings.HasPrefix(fc.Method, "nodes.") || detail(e, "path") != "" {
 		return ""
 	}
 	pool, node := fc.arg("poolId", "POOL"), fc.arg("nodeId", "NODE")
 	register := fmt.Sprintf("bcctl nodes register --pool %s %s --key NODE-KEY.pem (or --public-key-file NODE.pub)", pool, node)
+	missing := "" // which the API says is missing (an older one does not)
+	if e.Code == apierr.NotFound {
+		missing = detail(e, "field")
+	}
 	switch {
-	case e.Code == apierr.NotFound && (fc.Method == "nodes.list" || fc.Method == "nodes.register"):
+	case missing == "poolId" && fc.Method == "nodes.heartbeat":
+		return fmt.Sprintf("Pool %s was not found for the report's tenant: a node reports as its pool's owner (--tenant), "+
+			"whoever else the pool is offered to; bcctl pools get %s as the owner shows whether it exists.", pool, pool)
+	case missing == "poolId" || (e.Code == apierr.NotFound && (fc.Method == "nodes.list" || fc.Method == "nodes.register")):
 		return "Check --pool and --tenant: only the pool's owner sees and registers its nodes (a tenant offered the pool sees none)."
+	case missing == "nodeId":
+		return fmt.Sprintf("If %s is not registered, register it first: %s. Pool %s is there and the tenant's: only the node is missing.", node, register, pool)
 	case e.Code == apierr.NotFound:
 		return fmt.Sprintf("If %s is not registered, register it first: %s; if the pool is not found, check --pool and --tenant "+
 			"(only the pool's owner sees its nodes).", node, register)

@@ -32,6 +32,12 @@ func TestExplain(t *testing.T) {
 		{apierr.New(apierr.Unauthenticated, "no token"), Failed{}, Words{}, "Set the token: a JWT from your identity provider, or dev:<principal> on the local gateway."},
 		{apierr.New(apierr.PermissionDenied, "denied"), Failed{Method: "nodes.heartbeat", Request: map[string]any{"poolId": "p1", "nodeId": "n-0"}}, Words{},
 			"A heartbeat needs compute:nodes:report on node:p1/n-0 for the principal of --token (the node's own); ask an admin (locally: localstack/policy.json)."},
+		{apierr.New(apierr.NotFound, "x").With("field", "nodeId"), Failed{Method: "nodes.heartbeat", Request: map[string]any{"poolId": "p1", "nodeId": "n-node-0"}}, Words{},
+			"If n-node-0 is not registered, register it first: bcctl nodes register --pool p1 n-node-0 --key NODE-KEY.pem (or --public-key-file NODE.pub). Pool p1 is there and the tenant's: only the node is missing."},
+		{apierr.New(apierr.NotFound, "x").With("field", "poolId"), Failed{Method: "nodes.heartbeat", Request: map[string]any{"poolId": "p1", "nodeId": "n-node-0"}}, Words{},
+			"Pool p1 was not found for the report's tenant: a node reports as its pool's owner (--tenant), whoever else the pool is offered to; bcctl pools get p1 as the owner shows whether it exists."},
+		{apierr.New(apierr.NotFound, "x").With("field", "poolId"), Failed{Method: "nodes.get", Request: map[string]any{"poolId": "p1", "nodeId": "n-node-0"}}, Words{},
+			"Check --pool and --tenant: only the pool's owner sees and registers its nodes (a tenant offered the pool sees none)."},
 		{apierr.Invalid(fleet.ReasonStale, "report.payload.at", "stale"), Failed{Method: "nodes.heartbeat"}, Words{},
 			"The report's at must be within " + fleet.MaxSkew.String() + " of the server's clock: sign a fresh report, and check the node's clock."},
 	} {

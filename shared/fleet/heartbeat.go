@@ -37,11 +37,15 @@ func (s *Service) Heartbeat(ctx context.Context, tenant, poolID, nodeID string, 
 	now := s.now()
 	for attempt := 0; ; attempt++ {
 		k, err := s.nodeKey(ctx, poolID, nodeID, attempt > 0)
-		if err != nil {
+		if errors.Is(err, ErrNotFound) {
+			return HeartbeatResult{}, s.missing(ctx, tenant, poolID, nodeID)
+		} else if err != nil {
 			return HeartbeatResult{}, err
 		}
 		if k.owner != tenant {
-			return HeartbeatResult{}, nodeNotFound(poolID, nodeID)
+			// As for a pool the tenant does not own: whether it exists is
+			// not told.
+			return HeartbeatResult{}, poolNotFound(poolID)
 		}
 		rep, err := s.open(k, envelope, poolID, nodeID, now)
 		if err != nil {
@@ -51,10 +55,12 @@ func (s *Service) Heartbeat(ctx context.Context, tenant, poolID, nodeID string, 
 		switch {
 		case errors.Is(err, ErrNotFound):
 			s.keys.Delete(poolID + "/" + nodeID)
-			return HeartbeatResult{}, nodeNotFound(poolID, nodeID)
+			return HeartbeatResult{}, s.missing(ctx, tenant, poolID, nodeID)
 		case errors.Is(err, ErrStale):
 			cur, _, gerr := s.readKey(ctx, poolID, nodeID)
-			if gerr != nil {
+			if errors.Is(gerr, ErrNotFound) {
+				return HeartbeatResult{}, s.missing(ctx, tenant, poolID, nodeID)
+			} else if gerr != nil {
 				return HeartbeatResult{}, gerr
 			}
 			if cur.keyID != k.keyID && attempt == 0 {
@@ -95,16 +101,29 @@ func (s *Service) nodeKey(ctx context.Context, poolID, nodeID string, fresh bool
 	return k, err
 }
 
-// readKey reads the node and caches its key.
+// missing is the NOT_FOUND of a heartbeat whose node could not be read:
+// the pool's when the tenant does not own it (whether it exists, or is
+// another tenant's, is not told — as for every nodes method), else the
+// node's. An error path only: the heartbeat's own path never reads the
+// pool.
+func (s *Service) missing(ctx context.Context, tenant, poolID, nodeID string) error {
+	if _, err := s.ownedPool(ctx, tenant, poolID); err != nil {
+		return err
+	}
+	return nodeNotFound(poolID, nodeID)
+}
+
+// readKey reads the node and caches its key (ErrNotFound when the node is
+// not registered).
 func (s *Service) readKey(ctx context.Context, poolID, nodeID string) (cachedKey, Record, error) {
 	res, idx, ok := ParseNodeID(nodeID)
 	if !ok {
-		return cachedKey{}, Record{}, nodeNotFound(poolID, nodeID)
+		return cachedKey{}, Record{}, ErrNotFound
 	}
 	rec, err := s.Store.GetNode(ctx, poolID, res, idx)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return cachedKey{}, Record{}, nodeNotFound(poolID, nodeID)
+		return cachedKey{}, Record{}, ErrNotFound
 	case err != nil:
 		return cachedKey{}, Record{}, unavailable(err)
 	}

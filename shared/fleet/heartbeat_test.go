@@ -47,7 +47,8 @@ func TestHeartbeatRefusals(t *testing.T) {
 		{"stale at (future)", sign(t, func() fleet.Report { r := good(); r.At = e.clock.Now().Add(6 * time.Minute); return r }(), e.keys["p1/gpu-node-0"]), "p1", "gpu-node-0", apierr.InvalidInput, "stale", "report.payload.at"},
 		{"payload names another node", sign(t, func() fleet.Report { r := good(); r.NodeID = "gpu-node-1"; return r }(), e.keys["p1/gpu-node-0"]), "p1", "gpu-node-0", apierr.InvalidInput, "mismatch", "report.payload.nodeId"},
 		{"payload names another pool", sign(t, func() fleet.Report { r := good(); r.PoolID = "p2"; return r }(), e.keys["p1/gpu-node-0"]), "p1", "gpu-node-0", apierr.InvalidInput, "mismatch", "report.payload.poolId"},
-		{"unregistered node", sign(t, good(), e.keys["p1/gpu-node-0"]), "p1", "gpu-node-7", apierr.NotFound, "", ""},
+		{"unregistered node", sign(t, good(), e.keys["p1/gpu-node-0"]), "p1", "gpu-node-7", apierr.NotFound, "", "nodeId"},
+		{"no such pool", sign(t, good(), e.keys["p1/gpu-node-0"]), "p9", "gpu-node-0", apierr.NotFound, "", "poolId"},
 		{"other payload type", mustSign(t, "application/vnd.bettercompute.release.v1+json", good(), e), "p1", "gpu-node-0", apierr.InvalidInput, "payload_type", "report.payloadType"},
 		{"running left out", signRaw(t, `{"poolId":"p1","nodeId":"gpu-node-0","counter":99,"at":"`+e.clock.Now().Format(time.RFC3339)+`","health":{"devicesExpected":8,"devicesVisible":8,"checks":[]},"bindings":[]}`, e), "p1", "gpu-node-0", apierr.InvalidInput, "invalid_field", "report.payload.running"},
 		{"counter written 7.0", signRaw(t, `{"poolId":"p1","nodeId":"gpu-node-0","counter":99.0,"at":"`+e.clock.Now().Format(time.RFC3339)+`","running":null,"health":{"devicesExpected":8,"devicesVisible":8,"checks":[]},"bindings":[]}`, e), "p1", "gpu-node-0", apierr.InvalidInput, "invalid_field", "report.payload.counter"},
@@ -77,6 +78,61 @@ func TestHeartbeatRefusals(t *testing.T) {
 	// The tenant must be the pool's owner.
 	if _, err := e.fleet.Heartbeat(ctx, "globex", "p1", "gpu-node-0", sign(t, good(), e.keys["p1/gpu-node-0"])); apierr.CodeOf(err) != apierr.NotFound {
 		t.Errorf("another tenant's heartbeat: %v", err)
+	}
+}
+
+// A heartbeat's NOT_FOUND says which is missing, the pool or the node
+// (details.field), to a tenant that owns the pool; to any other tenant a
+// pool that exists is answered as one that does not — offered to it or
+// not, its node registered or not — as every nodes method answers it.
+func TestHeartbeatNotFoundSaysWhatIsMissing(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "p1", 16)
+	e.register(t, "p1", "gpu-node-0")
+	e.ready(t, "p1", "gpu-node-0")
+	if _, err := e.cap.OfferPool(ctx, "acme", "p1", "initech", "gpu", 8); err != nil {
+		t.Fatal(err)
+	}
+	key := e.keys["p1/gpu-node-0"]
+	beat := func(tenant, pool, node string) *apierr.Error {
+		t.Helper()
+		rep := e.report("p1", "gpu-node-0")
+		rep.PoolID, rep.NodeID = pool, node
+		_, err := e.fleet.Heartbeat(ctx, tenant, pool, node, sign(t, rep, key))
+		ae := apierr.As(err)
+		if ae == nil || ae.Code != apierr.NotFound {
+			t.Fatalf("heartbeat %s %s/%s: %v, want NOT_FOUND", tenant, pool, node, err)
+		}
+		return ae
+	}
+	for _, tc := range []struct{ name, tenant, pool, node, field string }{
+		{"the owner, a node not registered", "acme", "p1", "gpu-node-1", "nodeId"},
+		{"the owner, a node not of the pool", "acme", "p1", "cpu-node-0", "nodeId"},
+		{"the owner, no such pool", "acme", "p9", "gpu-node-0", "poolId"},
+		{"another tenant, the pool's registered node", "globex", "p1", "gpu-node-0", "poolId"},
+		{"another tenant, a node not registered", "globex", "p1", "gpu-node-1", "poolId"},
+		{"another tenant, no such pool", "globex", "p9", "gpu-node-0", "poolId"},
+		{"a tenant offered the pool", "initech", "p1", "gpu-node-0", "poolId"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ae := beat(tc.tenant, tc.pool, tc.node)
+			if ae.Details["field"] != tc.field {
+				t.Errorf("field %v, want %s (%s)", ae.Details["field"], tc.field, ae.Message)
+			}
+		})
+	}
+	// Nothing tells another tenant whether the pool exists.
+	exists, missing := beat("globex", "p1", "gpu-node-0"), beat("globex", "p9", "gpu-node-0")
+	if strings.ReplaceAll(exists.Message, "p1", "p9") != missing.Message || len(exists.Details) != len(missing.Details) {
+		t.Errorf("another tenant tells a pool that exists (%q %v) from one that does not (%q %v)", exists.Message, exists.Details, missing.Message, missing.Details)
+	}
+	// The other nodes methods say it the same way.
+	if _, err := e.fleet.Get(ctx, "acme", "p1", "gpu-node-1"); apierr.As(err) == nil || apierr.As(err).Details["field"] != "nodeId" {
+		t.Errorf("nodes.get of a node not registered: %v", err)
+	}
+	if _, err := e.fleet.Cordon(ctx, "globex", "p1", "gpu-node-0", "x"); apierr.As(err) == nil || apierr.As(err).Details["field"] != "poolId" {
+		t.Errorf("nodes.cordon by another tenant: %v", err)
 	}
 }
 

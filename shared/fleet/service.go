@@ -115,12 +115,15 @@ func (s *Service) ownedPool(ctx context.Context, tenant, poolID string) (capacit
 	return p, nil
 }
 
+// poolNotFound and nodeNotFound say, in details.field, which of the
+// request's ids names what is missing. A pool the tenant does not own is
+// one answer whether it exists or not.
 func poolNotFound(id string) error {
-	return apierr.New(apierr.NotFound, "pool %q not found (or not owned by the tenant)", id)
+	return apierr.New(apierr.NotFound, "pool %q not found (or not owned by the tenant)", id).With("field", "poolId")
 }
 
 func nodeNotFound(pool, id string) error {
-	return apierr.New(apierr.NotFound, "node %q of pool %q is not registered", id, pool)
+	return apierr.New(apierr.NotFound, "node %q of pool %q is not registered", id, pool).With("field", "nodeId")
 }
 
 // nodeOf checks that id names a node of the pool.
