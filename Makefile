@@ -171,8 +171,12 @@ bench: tools ## run every benchmark, record docs/bench/results.txt and regenerat
 	  $(GO) test -p 1 -run '^$$' -bench '$(BENCH)' -benchmem -timeout 60m ./...
 	$(if $(filter .,$(BENCH)),$(GO) run ./cmd/benchdoc doc -results $(BENCH_RESULTS) -doc docs/performance.md)
 
-clean: ## remove build output and the local stack's state (.local/)
-	rm -rf build .local
+# Deploy outputs describe a deployed stack, not a build: clean keeps them.
+DEPLOY_OUTPUTS := build/outputs.json build/.localstack/outputs.json
+
+clean: ## remove build output (not make deploy's build/outputs.json) and the local stack's state (.local/)
+	@[ ! -d build ] || find build -mindepth 1 -depth $(foreach f,$(DEPLOY_OUTPUTS),! -path $(f) ! -path $(patsubst %/,%,$(dir $(f)))) -exec rm -rf {} +
+	rm -rf .local
 
 distclean: clean ## also remove the installed tools
 	rm -rf node_modules $(TOOLS_DIR)

@@ -16,12 +16,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -65,7 +67,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", envOr("BC_LISTEN", "127.0.0.1:8080")) // a taken port fails first
+	ln, err := listen(envOr("BC_LISTEN", "127.0.0.1:8080")) // a taken port fails first
 	if err != nil {
 		return err
 	}
@@ -125,6 +127,30 @@ func run(ctx context.Context, log *slog.Logger) error {
 	<-simDone
 	log.Info("stopping")
 	return err
+}
+
+// listen opens the gateway's address. One another process holds (an
+// earlier make run, most often) is said so, with an address that is free
+// now to set instead.
+func listen(addr string) (net.Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if !errors.Is(err, syscall.EADDRINUSE) {
+		return ln, err
+	}
+	alt := "127.0.0.1:8081"
+	if host, port, serr := net.SplitHostPort(addr); serr == nil {
+		if p, perr := strconv.Atoi(port); perr == nil {
+			alt = net.JoinHostPort(host, strconv.Itoa(p+1))
+			for next := p + 1; next < p+20 && next <= 65535; next++ {
+				if l, lerr := net.Listen("tcp", net.JoinHostPort(host, strconv.Itoa(next))); lerr == nil {
+					l.Close()
+					alt = net.JoinHostPort(host, strconv.Itoa(next))
+					break
+				}
+			}
+		}
+	}
+	return nil, fmt.Errorf("%s is in use: stop the other process (an earlier make run?) or set BC_LISTEN=%s", addr, alt)
 }
 
 // cursorKey keeps a random cursor HMAC key in the state dir, so cursors

@@ -85,6 +85,10 @@ func startSimFleet(ctx context.Context, url string, n int, dir string, appPins [
 			}
 			return
 		}
+		if len(f.Agents) == 0 {
+			fmt.Println(f.summary())
+			return
+		}
 		f.firstBeats(ctx, log)
 		fmt.Println(f.summary())
 		<-f.run(ctx)
@@ -98,12 +102,24 @@ type simNode struct {
 	Devices    int
 }
 
-// simFleet is the set-up fleet: its nodes, registered, and their agents.
+// simFleet is the set-up fleet: its nodes, registered, and their agents;
+// and the nodes of its layout it left alone.
 type simFleet struct {
-	Tenant string // the pools' owner
-	Nodes  []simNode
-	Agents []*agent.Agent
-	closes []func()
+	Tenant  string // the pools' owner
+	Nodes   []simNode
+	Agents  []*agent.Agent
+	Skipped []skippedNode
+	closes  []func()
+}
+
+// skippedNode is a node of the fleet's layout registered under another key
+// or platform than the simulated agent's: someone else's node (the
+// README's `nodes register` step, or a key file removed). It is never
+// re-keyed behind the operator's back.
+type skippedNode struct {
+	simNode
+	Why     string // what is registered
+	KeyFile string // the key the simulated agent would take it with
 }
 
 // quickstartPool is the quickstart's pools.create request, exactly as it
@@ -121,7 +137,12 @@ func quickstartPool() (api.CreatePoolInput, error) {
 // setupSimFleet creates the pools (as admin: a replay returns the stored
 // pool), keeps a key per node under dir (a restart reuses them), registers
 // the nodes (a replay returns the stored node) and builds their agents,
-// not started. Agents talk through agentClient; they trust pins.
+// not started. A node registered under another key or platform is
+// skipped (simFleet.Skipped), the others still run: the layout — the
+// quickstart pool's nodes, then simPool's — does not move, so sim-fleet
+// keeps n minus the quickstart pool's nodes whatever was skipped, and a
+// restart takes the same nodes. Agents talk through agentClient; they
+// trust pins.
 func setupSimFleet(ctx context.Context, admin, agentClient *client.Client, n int, dir string, pins *rollout.Pins, log *slog.Logger) (*simFleet, error) {
 	quick, err := quickstartPool()
 	if err != nil {
@@ -140,14 +161,20 @@ func setupSimFleet(ctx context.Context, admin, agentClient *client.Client, n int
 		nodes = append(nodes, poolNodes(sim)[:rest]...)
 	}
 	nodes = nodes[:min(n, len(nodes))]
-	f := &simFleet{Tenant: quick.TenantID, Nodes: nodes}
+	f := &simFleet{Tenant: quick.TenantID}
 	for _, sn := range nodes {
 		a, closeFn, err := simAgent(ctx, admin, agentClient, quick.TenantID, sn, dir, pins, log)
-		if err != nil {
+		var skip *skippedNode
+		switch {
+		case errors.As(err, &skip):
+			log.Warn("simulated fleet: node skipped", "node", sn.Pool+"/"+sn.Node, "registered", skip.Why)
+			f.Skipped = append(f.Skipped, *skip)
+			continue
+		case err != nil:
 			f.close()
 			return nil, err
 		}
-		f.Agents, f.closes = append(f.Agents, a), append(f.closes, closeFn)
+		f.Nodes, f.Agents, f.closes = append(f.Nodes, sn), append(f.Agents, a), append(f.closes, closeFn)
 	}
 	return f, nil
 }
@@ -167,7 +194,7 @@ func simFleetPool(ctx context.Context, admin *client.Client, quick api.CreatePoo
 		}
 		if have := len(poolNodes(got.Pool)); have < rest {
 			return capacity.Pool{}, fmt.Errorf("simulated fleet: pool %s exists from an earlier run with %d nodes, BC_SIM_NODES needs %d there: "+
-				"lower BC_SIM_NODES or start on a fresh BC_STATE_DIR", simPool, have, rest)
+				"lower BC_SIM_NODES, or start over: make clean (or another BC_STATE_DIR)", simPool, have, rest)
 		}
 		return got.Pool, nil
 	}
@@ -207,8 +234,11 @@ func simAgent(ctx context.Context, admin, agentClient *client.Client, tenant str
 	_, err = admin.NodesRegister(ctx, &api.RegisterNodeInput{Tenant: api.Tenant{TenantID: tenant},
 		NodeRef: api.NodeRef{PoolID: sn.Pool, NodeID: sn.Node}, PublicKey: string(pem), Platform: simPlatform})
 	if e := apierr.As(err); e != nil && e.Code == apierr.Conflict {
-		return nil, nil, fmt.Errorf("simulated fleet: %s/%s is registered under another key or platform than %s.pem "+
-			"(the table outlived the keys): start on a fresh BC_STATE_DIR: %w", sn.Pool, sn.Node, base, err)
+		why := "under a key this stack does not hold"
+		if p, _ := e.Details["platform"].(string); e.Details["field"] == "platform" {
+			why = "as " + p + " (the simulated agents are " + simPlatform + ")"
+		}
+		return nil, nil, &skippedNode{simNode: sn, Why: why, KeyFile: base + ".pem"}
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("simulated fleet: registering %s/%s: %w", sn.Pool, sn.Node, err)
@@ -295,8 +325,34 @@ func (f *simFleet) close() {
 	}
 }
 
-// summary is the line make run prints once the fleet is up.
+func (s *skippedNode) Error() string {
+	return fmt.Sprintf("simulated fleet: %s/%s is registered %s", s.Pool, s.Node, s.Why)
+}
+
+// summary is the line make run prints once the fleet is up (or, every
+// node skipped, why it is not), then a line per node it skipped: what is
+// registered, and the two ways out.
 func (f *simFleet) summary() string {
+	var b strings.Builder
+	if len(f.Agents) > 0 {
+		b.WriteString(f.upLine())
+	} else {
+		fmt.Fprintf(&b, "Simulated fleet not started: each of its %d nodes is registered already, not to it:", len(f.Skipped))
+	}
+	for _, s := range f.Skipped {
+		guess := ""
+		if s.Pool != simPool {
+			guess = " (the README's `nodes register` step?)"
+		}
+		fmt.Fprintf(&b, "\n  %s/%s skipped: registered %s%s — `make clean` (or another BC_STATE_DIR) starts over with every node, "+
+			"or `bin/bcctl nodes register --pool %s %s --key %s --replace` hands it to the simulated fleet at the next make run.",
+			s.Pool, s.Node, s.Why, guess, s.Pool, s.Node, s.KeyFile)
+	}
+	return b.String()
+}
+
+// upLine says which agents run where.
+func (f *simFleet) upLine() string {
 	var pools []string
 	byPool := map[string][]string{}
 	for _, n := range f.Nodes {
@@ -310,7 +366,11 @@ func (f *simFleet) summary() string {
 		parts = append(parts, fmt.Sprintf("%s (%s)", p, strings.Join(byPool[p], ", ")))
 	}
 	first := f.Nodes[0].Pool
-	return fmt.Sprintf("Simulated fleet up: %d agents heartbeating as %s on %s. See them: bcctl nodes list --pool %s "+
+	count := strconv.Itoa(len(f.Agents))
+	if len(f.Skipped) > 0 {
+		count += " of " + strconv.Itoa(len(f.Agents)+len(f.Skipped))
+	}
+	return fmt.Sprintf("Simulated fleet up: %s agents heartbeating as %s on %s. See them: bin/bcctl nodes list --pool %s "+
 		"(POST /api/compute/nodes/list {\"tenantId\":%q,\"poolId\":%q} as dev:admin).",
-		len(f.Agents), simPrincipal, strings.Join(parts, ", "), first, f.Tenant, first)
+		count, simPrincipal, strings.Join(parts, ", "), first, f.Tenant, first)
 }

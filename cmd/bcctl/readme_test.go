@@ -27,9 +27,28 @@ func TestReadmeWalk(t *testing.T) {
 	}
 	t.Chdir(root)            // the README's paths are from the repository root
 	st := teststack.Start(t) // the dev pins and policy, as make run
-	now := time.Now()
-	for _, ex := range localgw.Examples(now) {
-		req, _ := http.NewRequest(http.MethodPost, st.URL+api.Lookup(ex.Method).Path(), strings.NewReader(ex.Body))
+	runQuickstart(t, st.URL)
+
+	lines := readmeCommands(t, filepath.Join(root, "README.md"))
+	if len(lines) < 8 {
+		t.Fatalf("found %d bcctl lines in the README's first sh block", len(lines))
+	}
+	outputs := walkReadme(t, lines, st.URL, t.TempDir(), func(ctx context.Context, _ time.Duration) error {
+		_, err := st.App.Reconciler().Pass(ctx) // watch: a reconciler pass between polls
+		return err
+	})
+	// The README says what quotas get shows: 4 of its own reservation, 2
+	// more after the quickstart's.
+	if q := outputs["quotas get"]; !strings.Contains(q, " 16   6 ") {
+		t.Errorf("quotas get after the quickstart and the README:\n%s", q)
+	}
+}
+
+// runQuickstart sends the curl calls make run prints to the API at url.
+func runQuickstart(t *testing.T, url string) {
+	t.Helper()
+	for _, ex := range localgw.Examples(time.Now()) {
+		req, _ := http.NewRequest(http.MethodPost, url+api.Lookup(ex.Method).Path(), strings.NewReader(ex.Body))
 		req.Header.Set("Authorization", "Bearer dev:"+ex.Principal)
 		req.Header.Set("Content-Type", "application/json")
 		resp, err := http.DefaultClient.Do(req)
@@ -41,24 +60,21 @@ func TestReadmeWalk(t *testing.T) {
 			t.Fatalf("quickstart %s: HTTP %d", ex.Title, resp.StatusCode)
 		}
 	}
+}
 
-	lines := readmeCommands(t, filepath.Join(root, "README.md"))
-	if len(lines) < 8 {
-		t.Fatalf("found %d bcctl lines in the README's first sh block", len(lines))
-	}
-	env := map[string]string{"BC_API_URL": st.URL, "BC_TOKEN": "dev:admin", "BC_TENANT": "acme"}
-	tmp := t.TempDir()
+// walkReadme runs the README's bcctl lines against the API at url, /tmp/
+// as tmp, each of which must exit 0; sleep is watch's wait between polls.
+// It returns each verb's last output.
+func walkReadme(t *testing.T, lines []string, url, tmp string, sleep func(context.Context, time.Duration) error) map[string]string {
+	t.Helper()
+	env := map[string]string{"BC_API_URL": url, "BC_TOKEN": "dev:admin", "BC_TENANT": "acme"}
 	var id string
 	outputs := map[string]string{}
 	for _, line := range lines {
 		line = strings.ReplaceAll(line, "/tmp/", tmp+"/")
 		line = strings.ReplaceAll(line, "<the reservation id>", id)
 		var o, e bytes.Buffer
-		c := &cli{out: &o, errOut: &e, getenv: func(k string) string { return env[k] }, now: time.Now,
-			sleep: func(ctx context.Context, _ time.Duration) error { // watch: a reconciler pass between polls
-				_, err := st.App.Reconciler().Pass(ctx)
-				return err
-			}}
+		c := &cli{out: &o, errOut: &e, getenv: func(k string) string { return env[k] }, now: time.Now, sleep: sleep}
 		args := strings.Fields(line)[1:]
 		if code := c.exec(context.Background(), args); code != 0 {
 			t.Fatalf("README: %s: exit %d\n%s%s", line, code, o.String(), e.String())
@@ -68,11 +84,7 @@ func TestReadmeWalk(t *testing.T) {
 			id = strings.Fields(strings.SplitN(o.String(), "\n", 2)[0])[1]
 		}
 	}
-	// The README says what quotas get shows: 4 of its own reservation, 2
-	// more after the quickstart's.
-	if q := outputs["quotas get"]; !strings.Contains(q, " 16   6 ") {
-		t.Errorf("quotas get after the quickstart and the README:\n%s", q)
-	}
+	return outputs
 }
 
 // readmeCommands returns the bcctl command lines of the README's first sh

@@ -11,6 +11,8 @@ package devstack
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -61,8 +63,11 @@ type Options struct {
 	// StateDir keeps dynalite's LevelDB (StateDir/dynamodb) and local-kms's
 	// data (StateDir/kms) across runs, and the servers' ports (PortsFile):
 	// a restart takes the same ports while they are free, so endpoints a
-	// user exported stay valid. Empty: dynalite runs in memory and
-	// local-kms in a temporary directory removed by Close, on any free ports.
+	// user exported stay valid; a state dir that remembers none (new, or
+	// wiped by make clean) starts on two ports derived from its path
+	// (preferredPorts), so they survive a wipe too. Empty: dynalite runs in
+	// memory and local-kms in a temporary directory removed by Close, on
+	// any free ports.
 	StateDir string
 	// KMSSeed is the path of a local-kms seed file (e.g. KMSSeedFile under
 	// the root). Empty: no seed. A seed local-kms skips fails Start.
@@ -145,6 +150,9 @@ func Start(ctx context.Context, o Options) (_ *Stack, err error) {
 			return nil, err
 		}
 		last = readPorts(o.StateDir)
+		if last.DynamoDB == 0 || last.KMS == 0 {
+			last = preferredPorts(o.StateDir) // new, or wiped: make clean
+		}
 	} else {
 		sweepTempDirs(s.log)
 		if s.tmpDir, err = os.MkdirTemp("", tempPrefix); err != nil {
@@ -489,6 +497,25 @@ const PortsFile = "ports.json"
 type ports struct {
 	DynamoDB int `json:"dynamodb"`
 	KMS      int `json:"kms"`
+}
+
+// Derived ports (preferredPorts) are taken from [derivedBase,
+// derivedBase+2*derivedSlots): below the kernels' ephemeral ranges (Linux
+// 32768 and up, macOS 49152 and up), so an outgoing connection seldom
+// holds one.
+const (
+	derivedBase  = 20000
+	derivedSlots = 5000
+)
+
+// preferredPorts are the ports of a state dir (an absolute path) that
+// remembers none: two neighbours derived from its path, the same after
+// the dir is wiped (make clean) and seldom another state dir's. A port
+// another process holds is given up for a free one, as a remembered one.
+func preferredPorts(stateDir string) ports {
+	sum := sha256.Sum256([]byte(stateDir))
+	slot := int(binary.BigEndian.Uint32(sum[:4]) % derivedSlots)
+	return ports{DynamoDB: derivedBase + 2*slot, KMS: derivedBase + 2*slot + 1}
 }
 
 // readPorts returns the ports of the last start (zero when unknown).

@@ -293,6 +293,38 @@ func TestRememberedPortsTakenFallBack(t *testing.T) {
 	}
 }
 
+// A state dir wiped (make clean) starts on the ports it had: those derived
+// from its path, which a fresh one starts on; another dir derives others.
+func TestPortsSurviveAWipe(t *testing.T) {
+	ctx := context.Background()
+	dir := filepath.Join(t.TempDir(), "state")
+	want := preferredPorts(dir)
+	if other := preferredPorts(dir + "-2"); other == want || want.KMS != want.DynamoDB+1 ||
+		want.DynamoDB < derivedBase || want.KMS >= derivedBase+2*derivedSlots {
+		t.Fatalf("derived ports %+v (another dir's %+v)", want, other)
+	}
+	for _, p := range []int{want.DynamoDB, want.KMS} {
+		if !portFree("", p) {
+			t.Skipf("port %d is held by another process", p)
+		}
+	}
+	for run := range 2 {
+		s, err := Start(ctx, Options{StateDir: dir})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := (ports{DynamoDB: portOf(s.DynamoEndpoint), KMS: portOf(s.KMSEndpoint)}); got != want {
+			t.Errorf("run %d: ports %+v, want the derived %+v", run, got, want)
+		}
+		if err := s.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 // local-kms on a port taken between the check and its bind exits during
 // start, which is what startKMS takes as the cue to retry on PORT=0.
 func TestKMSOnATakenPortExits(t *testing.T) {

@@ -88,7 +88,12 @@ func Quickstart(s Stack, now time.Time) string {
 		fmt.Fprintf(&b, "\n# %s\ncurl -sS -X POST %s%s \\\n  -H 'Authorization: Bearer dev:%s' -H 'Content-Type: application/json' \\\n  -d '%s'\n",
 			ex.Title, s.URL, m.Path(), ex.Principal, ex.Body)
 	}
-	fmt.Fprintf(&b, "\n# The bcctl CLI (go run ./cmd/bcctl …) in another shell; the ports stay across restarts while free:\n%s\n", s.Exports())
-	b.WriteString("\nStop with Ctrl-C; state persists under BC_STATE_DIR (default .local/).\n")
+	fmt.Fprintf(&b, "\n# The bcctl CLI in another shell, as the README runs it: %s, then bin/bcctl …\n%s\n", CLIBuild, s.Exports())
+	b.WriteString("# These ports stay the same across restarts and make clean (they follow BC_STATE_DIR's path); a port another\n" +
+		"# process holds is replaced by a free one, and then this block shows the new one.\n")
+	b.WriteString("\nStop with Ctrl-C; state persists under BC_STATE_DIR (default .local/, which make clean removes to start over).\n")
 	return b.String()
 }
+
+// CLIBuild is how the README builds the CLI it calls bin/bcctl.
+const CLIBuild = "go build -o bin/bcctl ./cmd/bcctl"
