@@ -246,6 +246,9 @@ func (w *simFleetStore) SetAdopted(ctx context.Context, r fleet.Record) error {
 func (w *simFleetStore) SetDisrupted(ctx context.Context, pool string, since *time.Time) error {
 	return w.inner.SetDisrupted(ctx, pool, since)
 }
+func (w *simFleetStore) SetResumed(ctx context.Context, pool string, at *time.Time) error {
+	return w.inner.SetResumed(ctx, pool, at)
+}
 func (w *simFleetStore) Disrupted(ctx context.Context, pool string) (*time.Time, error) {
 	return w.inner.Disrupted(ctx, pool)
 }

@@ -572,6 +572,7 @@ type fleetItem struct {
 	DueAt    string      `dynamodbav:"dueAt"`
 	Baseline *targetItem `dynamodbav:"baseline,omitempty"`
 	Dis      string      `dynamodbav:"dis,omitempty"`
+	Rsm      string      `dynamodbav:"rsm,omitempty"`
 }
 
 // SetTarget implements fleet.Store.
@@ -656,7 +657,12 @@ func (s *Fleet) ClaimSweep(ctx context.Context, pool string, due, next time.Time
 	if err := attributevalue.UnmarshalMap(av, &it); err != nil {
 		return fleet.SweepState{}, err
 	}
-	return fleet.SweepState{DisruptedSince: it.disrupted()}, nil
+	st := fleet.SweepState{DisruptedSince: it.disrupted()}
+	if it.Rsm != "" {
+		t := parseTime(it.Rsm)
+		st.ResumedAt = &t
+	}
+	return st, nil
 }
 
 func (it fleetItem) disrupted() *time.Time {
@@ -669,9 +675,23 @@ func (it fleetItem) disrupted() *time.Time {
 
 // SetDisrupted implements fleet.Store.
 func (s *Fleet) SetDisrupted(ctx context.Context, pool string, since *time.Time) error {
-	upd := expression.Remove(expression.Name("dis"))
+	upd := expression.Remove(expression.Name("dis")).Remove(expression.Name("rsm"))
 	if since != nil {
 		upd = expression.Set(expression.Name("dis"), expression.Value(fmtTime(*since)))
+	}
+	_, err := s.table().update(ctx, key(poolPK(pool), skFleet), upd,
+		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueNone)
+	if isConditionFailed(err) {
+		return nil
+	}
+	return err
+}
+
+// SetResumed implements fleet.Store.
+func (s *Fleet) SetResumed(ctx context.Context, pool string, at *time.Time) error {
+	upd := expression.Remove(expression.Name("rsm"))
+	if at != nil {
+		upd = expression.Set(expression.Name("rsm"), expression.Value(fmtTime(*at)))
 	}
 	_, err := s.table().update(ctx, key(poolPK(pool), skFleet), upd,
 		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueNone)

@@ -455,8 +455,69 @@ func TestMassSilenceIsHeld(t *testing.T) {
 	}
 	e.clock.Advance(fleet.DisruptionHold)
 	e.pass(t)
+	if n := unreachable(); n != 1 {
+		t.Errorf("the hold just ended: %d unreachable, want still 1 (a fresh grace)", n)
+	}
+	e.clock.Advance(silentFor)
+	e.pass(t)
 	if n := unreachable(); n != 2 {
-		t.Errorf("past DisruptionHold: %d unreachable, want 2 (one more a sweep)", n)
+		t.Errorf("past DisruptionHold and the grace: %d unreachable, want 2 (one more a sweep)", n)
+	}
+}
+
+// The nodes of a mass silence come back one by one: once the silent are
+// fewer than DisruptionMin the hold ends, and those still silent get a
+// fresh UnreachableAfter intervals from then (Kubernetes' node lifecycle
+// controller does the same leaving full disruption) — none is marked
+// while the rest return (found by the fleet protocol simulation: the
+// first sweep after the hold marked one that came back seconds later).
+func TestMassSilenceReturnsOneByOne(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.managed(t, "p1", 48, 6)
+	unreachable := func() int {
+		n := 0
+		for k := range 6 {
+			if r, _ := e.nodes.GetNode(ctx, "p1", "gpu", k); r.State == fleet.Unreachable {
+				n++
+			}
+		}
+		return n
+	}
+	silentFor := time.Duration(fleet.UnreachableAfter)*fleet.DefaultInterval + time.Second
+	e.clock.Advance(silentFor)
+	for _, k := range []int{4, 5} {
+		e.ready(t, "p1", nodeName(k))
+	}
+	e.pass(t) // 4 of 6 silent at once: held
+	if since, _ := e.nodes.Disrupted(ctx, "p1"); since == nil || unreachable() != 0 {
+		t.Fatalf("mass silence: disrupted since %v, %d unreachable", since, unreachable())
+	}
+	e.clock.Advance(fleet.DefaultInterval)
+	for _, k := range []int{2, 3, 4, 5} {
+		e.ready(t, "p1", nodeName(k))
+	}
+	e.pass(t) // two still silent: fewer than DisruptionMin
+	if n := unreachable(); n != 0 {
+		t.Errorf("two of the silence's nodes back: %d marked unreachable, want 0 (their grace)", n)
+	}
+	e.clock.Advance(fleet.DefaultInterval)
+	for k := range 6 {
+		e.ready(t, "p1", nodeName(k))
+	}
+	e.pass(t)
+	if since, _ := e.nodes.Disrupted(ctx, "p1"); since != nil || unreachable() != 0 {
+		t.Errorf("every node back: disrupted since %v, %d unreachable", since, unreachable())
+	}
+	// One of the silence's nodes never comes back: marked once its grace
+	// from the hold's end is over.
+	e.clock.Advance(silentFor)
+	for k := 1; k < 6; k++ {
+		e.ready(t, "p1", nodeName(k))
+	}
+	e.pass(t)
+	if n := unreachable(); n != 1 {
+		t.Errorf("a node silent alone after the silence: %d unreachable, want 1", n)
 	}
 }
 

@@ -69,6 +69,9 @@ type Store interface {
 	// SetDisrupted records when the pool's mass silence began (nil: it
 	// ended); Disrupted reads it (nil: none).
 	SetDisrupted(ctx context.Context, poolID string, since *time.Time) error
+	// SetResumed records when the sweep stopped holding a mass silence
+	// (nil: clear it); SetDisrupted(nil) clears it too.
+	SetResumed(ctx context.Context, poolID string, at *time.Time) error
 	Disrupted(ctx context.Context, poolID string) (*time.Time, error)
 }
 
@@ -89,6 +92,9 @@ type SweepState struct {
 	// DisruptedSince: the pool's managed nodes went silent together at
 	// that time and the sweep holds their marking (nil: no disruption).
 	DisruptedSince *time.Time
+	// ResumedAt: when the hold of that disruption ended; the nodes still
+	// silent get UnreachableAfter intervals from then before any is marked.
+	ResumedAt *time.Time
 }
 
 // Adopter tells a node registering the reservations bound on it while it

@@ -132,9 +132,32 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 			if err := s.Store.SetDisrupted(ctx, poolID, &now); err != nil {
 				errs = append(errs, err)
 			}
+		} else if st.ResumedAt != nil {
+			// Silent together again before the grace ran out.
+			if err := s.Store.SetResumed(ctx, poolID, nil); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	case disrupted || st.DisruptedSince != nil:
-		mark = min(mark, max(1, int(ResumeShare*float64(inContact))))
+		// The hold is over (the silent are fewer than the threshold, or it
+		// lasted DisruptionHold). Nodes of a silence come back one by one:
+		// those still silent get a fresh UnreachableAfter intervals from
+		// the hold's end — as Kubernetes' node lifecycle controller resets
+		// its nodes' probe times when a zone leaves full disruption — then
+		// ResumeShare of the nodes in contact are marked a sweep.
+		switch {
+		case st.ResumedAt == nil:
+			mark = 0
+			if len(quiet) > 0 {
+				if err := s.Store.SetResumed(ctx, poolID, &now); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		case now.Sub(*st.ResumedAt) < silent:
+			mark = 0
+		default:
+			mark = min(mark, max(1, int(ResumeShare*float64(inContact))))
+		}
 		if len(quiet) == 0 {
 			s.logger().Info("fleet: mass silence over", "pool", poolID, "since", st.DisruptedSince.Format(time.RFC3339))
 			if err := s.Store.SetDisrupted(ctx, poolID, nil); err != nil {
