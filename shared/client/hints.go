@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/bettercompute/control-plane/shared/api"
@@ -40,6 +41,20 @@ func DetailLine(e *apierr.Error) string {
 
 // detail is a string member of an error's details ("" when absent).
 func detail(e *apierr.Error, key string) string { s, _ := e.Details[key].(string); return s }
+
+// count is an integer detail as text ("" when absent): a number decoded
+// from JSON (float64) or set by the server (int).
+func count(e *apierr.Error, key string) string {
+	switch v := e.Details[key].(type) {
+	case float64:
+		return strconv.FormatFloat(v, 'f', -1, 64)
+	case int:
+		return strconv.Itoa(v)
+	case int64:
+		return strconv.FormatInt(v, 10)
+	}
+	return ""
+}
 
 // Failed is the call an API error answered: its method and the request
 // as sent (nil when the body was not a JSON object).
@@ -94,6 +109,10 @@ func Hint(e *apierr.Error, fc Failed, words Words) string {
 	}
 	if h := rolloutHint(e, fc); h != "" {
 		return h
+	}
+	if n := count(e, "poolDevices"); n != "" && (e.Code == apierr.QuotaExceeded || e.Code == apierr.CapacityExhausted) {
+		// No window or higher max fits a count above the pool's size.
+		return "The pool has only " + n + " devices of this resource: ask for at most " + n + " (or use another pool)."
 	}
 	switch e.Code {
 	case apierr.InvalidInput:

@@ -38,6 +38,12 @@ func TestExplain(t *testing.T) {
 			"Pool p1 was not found for the report's tenant: a node reports as its pool's owner (--tenant), whoever else the pool is offered to; bcctl pools get p1 as the owner shows whether it exists."},
 		{apierr.New(apierr.NotFound, "x").With("field", "poolId"), Failed{Method: "nodes.get", Request: map[string]any{"poolId": "p1", "nodeId": "n-node-0"}}, Words{},
 			"Check --pool and --tenant: only the pool's owner sees and registers its nodes (a tenant offered the pool sees none)."},
+		{apierr.New(apierr.QuotaExceeded, "x").With("requested", 40).With("poolDevices", 16), Failed{Method: "reservations.create"}, Words{},
+			"The pool has only 16 devices of this resource: ask for at most 16 (or use another pool)."},
+		{apierr.New(apierr.CapacityExhausted, "x").With("reason", "capacity").With("poolDevices", 8), Failed{Method: "reservations.create"}, Words{},
+			"The pool has only 8 devices of this resource: ask for at most 8 (or use another pool)."},
+		{apierr.New(apierr.CapacityExhausted, "x").With("reason", "capacity"), Failed{Method: "reservations.create"}, Words{},
+			"No devices are free for that window: try another window or a smaller count (bcctl pools show POOL)."},
 		{apierr.Invalid(fleet.ReasonStale, "report.payload.at", "stale"), Failed{Method: "nodes.heartbeat"}, Words{},
 			"The report's at must be within " + fleet.MaxSkew.String() + " of the server's clock: sign a fresh report, and check the node's clock."},
 	} {
