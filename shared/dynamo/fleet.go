@@ -756,8 +756,7 @@ func atVersion(v int64) expression.ConditionBuilder {
 // it, and turns previous into unbinds.
 func (s *Fleet) Bind(ctx context.Context, t capacity.PoolResource, node int, id string, b capacity.NodeBinding, previous []string, seen capacity.NodeState) error {
 	k := nodeKey(t.PoolID, t.Resource, node)
-	upd := expression.Set(path("b", id), expression.Value(bindItem{T: b.TenantID, M: int64(b.Mask), S: b.Window.Start.UnixMilli(),
-		E: b.Window.End.UnixMilli(), A: fleet.ActionBind, MV: b.Moves})).Add(expression.Name("bv"), expression.Value(1))
+	upd := expression.Set(path("b", id), entryValue(b, fleet.ActionBind)).Add(expression.Name("bv"), expression.Value(1))
 	if seen.Reported != "" {
 		// Its last word on an earlier bind is no answer to this one (the
 		// rep map exists then: a path into a missing map is invalid).
@@ -776,7 +775,21 @@ func (s *Fleet) Bind(ctx context.Context, t capacity.PoolResource, node int, id 
 		upd = upd.Set(path("b", p).AppendName(expression.Name("a")), expression.Value(fleet.ActionUnbind))
 		conds = append(conds, expression.AttributeExists(path("b", p)))
 	}
-	c := all(conds)
+	return s.writeEntry(ctx, k, upd, all(conds), id, seen.Entry == "", func(e bindItem) bool { return e.A == fleet.ActionBind })
+}
+
+// entryValue is the node's entry for a binding, as action.
+func entryValue(b capacity.NodeBinding, action string) expression.ValueBuilder {
+	return expression.Value(bindItem{T: b.TenantID, M: int64(b.Mask), S: b.Window.Start.UnixMilli(), E: b.Window.End.UnixMilli(), A: action, MV: b.Moves})
+}
+
+// writeEntry makes one conditional write of a node's entry for id and,
+// when its condition fails, says why from the node as it is now: nil when
+// there is nothing to tell (unregistered) or done says its entry is told
+// already, ErrCalendarFull when a fresh entry met MaxBindings, else
+// ErrStale.
+func (s *Fleet) writeEntry(ctx context.Context, k map[string]types.AttributeValue, upd expression.UpdateBuilder, c expression.ConditionBuilder,
+	id string, fresh bool, done func(bindItem) bool) error {
 	_, err := s.table().update(ctx, k, upd, &c, types.ReturnValueNone)
 	if !isConditionFailed(err) {
 		return err
@@ -789,10 +802,10 @@ func (s *Fleet) Bind(ctx context.Context, t capacity.PoolResource, node int, id 
 	case !ok:
 		return nil // unregistered meanwhile: nothing to tell
 	}
-	if e, held := cur.Entries[id]; held && e.A == fleet.ActionBind {
-		return nil // bound already
+	if e, held := cur.Entries[id]; held && done(e) {
+		return nil
 	}
-	if seen.Entry == "" && cur.NB >= fleet.MaxBindings {
+	if fresh && cur.NB >= fleet.MaxBindings {
 		return capacity.ErrCalendarFull
 	}
 	return capacity.ErrStale
@@ -802,34 +815,16 @@ func (s *Fleet) Bind(ctx context.Context, t capacity.PoolResource, node int, id 
 // writes id's entry as an unbind where the node has none (and forgets its
 // last word on id, as Bind does), moving the entries' version.
 func (s *Fleet) Scrub(ctx context.Context, t capacity.PoolResource, node int, id string, b capacity.NodeBinding, seen capacity.NodeState) error {
-	k := nodeKey(t.PoolID, t.Resource, node)
-	upd := expression.Set(path("b", id), expression.Value(bindItem{T: b.TenantID, M: int64(b.Mask), S: b.Window.Start.UnixMilli(),
-		E: b.Window.End.UnixMilli(), A: fleet.ActionUnbind, MV: b.Moves})).
+	upd := expression.Set(path("b", id), entryValue(b, fleet.ActionUnbind)).
 		Add(expression.Name("bv"), expression.Value(1)).Add(expression.Name("nb"), expression.Value(1))
 	if seen.Reported != "" {
 		upd = upd.Remove(path("rep", id))
 	}
 	c := all([]expression.ConditionBuilder{expression.AttributeExists(expression.Name(schema.AttrPK)),
 		expression.AttributeNotExists(path("b", id)), expression.Name("nb").LessThan(expression.Value(fleet.MaxBindings))})
-	_, err := s.table().update(ctx, k, upd, &c, types.ReturnValueNone)
-	if !isConditionFailed(err) {
-		return err
-	}
-	var cur nodeItem
-	ok, err := s.table().get(ctx, k, &cur)
-	switch {
-	case err != nil:
-		return err
-	case !ok:
-		return nil // unregistered meanwhile: nothing to tell
-	}
-	if _, held := cur.Entries[id]; held {
-		return nil // told already (a bind ends as an unbind)
-	}
-	if cur.NB >= fleet.MaxBindings {
-		return capacity.ErrCalendarFull
-	}
-	return capacity.ErrStale
+	// An entry there already, bind or unbind, is the node told: a bind
+	// ends as an unbind.
+	return s.writeEntry(ctx, nodeKey(t.PoolID, t.Resource, node), upd, c, id, true, func(bindItem) bool { return true })
 }
 
 // Unbind implements capacity.NodeStore: the entry turned into an unbind,

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
@@ -36,16 +35,7 @@ func TestLateAdoptionScrubsWhatEnded(t *testing.T) {
 		t.Fatalf("unmanaged: %s", got.State)
 	}
 	e.fleet.Adopter = failingAdopter{}
-	k, err := dsse.GenerateKey(dsse.AlgEd25519)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pem, err := dsse.MarshalPublicKeyPEM(k.Public())
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.keys["p1/"+nodeName(0)] = k
-	if _, err := e.fleet.Register(ctx, "acme", "p1", nodeName(0), string(pem), "linux/amd64"); err == nil {
+	if _, err := e.fleet.Register(ctx, "acme", "p1", nodeName(0), e.newKey(t, "p1", nodeName(0)), "linux/amd64"); err == nil {
 		t.Fatal("register with a failing adopter succeeded")
 	}
 	if _, err := e.cap.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil {

@@ -409,15 +409,7 @@ func TestMassSilenceIsHeld(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.managed(t, "p1", 48, 6)
-	unreachable := func() int {
-		n := 0
-		for k := range 6 {
-			if r, _ := e.nodes.GetNode(ctx, "p1", "gpu", k); r.State == fleet.Unreachable {
-				n++
-			}
-		}
-		return n
-	}
+	unreachable := func() int { return e.unreachable(t, "p1", 6) }
 	silentFor := time.Duration(fleet.UnreachableAfter)*fleet.DefaultInterval + time.Second
 	e.clock.Advance(silentFor)
 	for _, k := range []int{4, 5} {
@@ -475,15 +467,7 @@ func TestMassSilenceReturnsOneByOne(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.managed(t, "p1", 48, 6)
-	unreachable := func() int {
-		n := 0
-		for k := range 6 {
-			if r, _ := e.nodes.GetNode(ctx, "p1", "gpu", k); r.State == fleet.Unreachable {
-				n++
-			}
-		}
-		return n
-	}
+	unreachable := func() int { return e.unreachable(t, "p1", 6) }
 	silentFor := time.Duration(fleet.UnreachableAfter)*fleet.DefaultInterval + time.Second
 	e.clock.Advance(silentFor)
 	for _, k := range []int{4, 5} {
@@ -519,6 +503,22 @@ func TestMassSilenceReturnsOneByOne(t *testing.T) {
 	if n := unreachable(); n != 1 {
 		t.Errorf("a node silent alone after the silence: %d unreachable, want 1", n)
 	}
+}
+
+// unreachable counts the pool's nodes 0..n-1 marked unreachable.
+func (e *env) unreachable(tb testing.TB, pool string, n int) int {
+	tb.Helper()
+	out := 0
+	for k := range n {
+		r, err := e.nodes.GetNode(context.Background(), pool, "gpu", k)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if r.State == fleet.Unreachable {
+			out++
+		}
+	}
+	return out
 }
 
 // holdsNone is a RolloutHolds for which no rollout holds any node (or,

@@ -79,6 +79,17 @@ func (e *env) managed(tb testing.TB, pool string, devices, nodes int) {
 // register registers a node with a new key.
 func (e *env) register(tb testing.TB, pool, node string) fleet.Node {
 	tb.Helper()
+	n, err := e.fleet.Register(context.Background(), "acme", pool, node, e.newKey(tb, pool, node), "linux/amd64")
+	if err != nil {
+		tb.Fatalf("register %s: %v", node, err)
+	}
+	return n
+}
+
+// newKey makes the node's key (its reports are signed with it from now)
+// and returns its public PEM.
+func (e *env) newKey(tb testing.TB, pool, node string) string {
+	tb.Helper()
 	k, err := dsse.GenerateKey(dsse.AlgEd25519)
 	if err != nil {
 		tb.Fatal(err)
@@ -87,12 +98,8 @@ func (e *env) register(tb testing.TB, pool, node string) fleet.Node {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	n, err := e.fleet.Register(context.Background(), "acme", pool, node, string(pem), "linux/amd64")
-	if err != nil {
-		tb.Fatalf("register %s: %v", node, err)
-	}
 	e.keys[pool+"/"+node] = k
-	return n
+	return string(pem)
 }
 
 // report is a healthy report of node at the clock's time, with the next
