@@ -104,7 +104,7 @@ func (c *cli) globalFlags(args []string) (rest []string, tenantGiven bool, err e
 	if c.output != "table" && c.output != "json" {
 		return nil, false, fmt.Errorf("-o must be table or json, not %q", c.output)
 	}
-	c.client = client.New(c.apiURL, c.token)
+	c.client = client.New(c.apiURL, c.bearer())
 	return rest, tenantGiven, nil
 }
 

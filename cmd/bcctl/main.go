@@ -75,6 +75,15 @@ func (c *cli) exec(ctx context.Context, args []string) int {
 	return c.report(err)
 }
 
+// bearer is the token to send: --token, else $BC_TOKEN, else the local
+// gateway's dev:admin.
+func (c *cli) bearer() string {
+	if c.token != "" {
+		return c.token
+	}
+	return c.envOr("BC_TOKEN", "dev:admin")
+}
+
 func (c *cli) envOr(key, def string) string {
 	if v := c.getenv(key); v != "" {
 		return v
@@ -106,13 +115,14 @@ a missing table).`,
 				return usageErr(fmt.Errorf("--api-url (or BC_API_URL) %q is not an http(s) URL: write it with its scheme, e.g. http://%s", c.apiURL,
 					strings.TrimPrefix(strings.TrimPrefix(c.apiURL, "//"), "://")))
 			}
-			c.client = client.New(c.apiURL, c.token)
+			c.client = client.New(c.apiURL, c.bearer())
 			return nil
 		},
 	}
 	pf := root.PersistentFlags()
 	pf.StringVar(&c.apiURL, "api-url", c.envOr("BC_API_URL", "http://127.0.0.1:8080"), "API base URL ($BC_API_URL)")
-	pf.StringVar(&c.token, "token", c.envOr("BC_TOKEN", "dev:admin"), "bearer token: a JWT, or dev:<principal> on the local gateway ($BC_TOKEN)")
+	// No default in the flag: --help would print $BC_TOKEN's value.
+	pf.StringVar(&c.token, "token", "", "bearer token: a JWT, or dev:<principal> on the local gateway (default $BC_TOKEN, else dev:admin)")
 	pf.StringVar(&c.tenant, "tenant", c.getenv("BC_TENANT"), "tenant to act as ($BC_TENANT)")
 	pf.StringVarP(&c.output, "output", "o", "table", "output: table or json")
 	_ = root.RegisterFlagCompletionFunc("output", fixed("table", "json"))

@@ -758,9 +758,14 @@ func (p *pass) silenceHeld(ctx context.Context, pool string) (bool, error) {
 	return since != nil, nil
 }
 
+// MaxReason bounds a node's stored reason: "install: " and the 256
+// characters a report's install reason may have, so no agent's reason is
+// ever cut (a cut one ended mid-digest); a longer one ends in "…".
+const MaxReason = len(ReasonInstall+": ") + 256
+
 func clipReason(s string) string {
-	if r := []rune(s); len(r) > 200 {
-		return string(r[:199]) + "…"
+	if r := []rune(s); len(r) > MaxReason {
+		return string(r[:MaxReason-1]) + "…"
 	}
 	return s
 }
