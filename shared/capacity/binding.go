@@ -416,33 +416,31 @@ func (s *Service) unbind(ctx context.Context, r Reservation, nodes []int) error 
 
 // unbindHeld tells every node r was bound through (Bound) to unbind it,
 // and scrubs r's devices on placement nodes that registered while holding
-// it and whose adoption has not told them yet (a register cut short: the
-// sweep finishes it after r's entries were freed, so Adopt would never
-// see r). Releases and window ends call it before the fence and again in
+// it and were never told it — no entry, adoption not done (a register cut
+// short: the sweep finishes it after r's entries were freed, so Adopt
+// would never see r). Releases and window ends call it before the fence and again in
 // the give-back after: a node managed before the fence is caught by one
 // of them; one managed after held a reservation already over.
 func (s *Service) unbindHeld(ctx context.Context, r Reservation) error {
 	if err := s.unbind(ctx, r, r.Bound); err != nil || s.Nodes == nil {
 		return err
 	}
-	var others []int
-	for _, nd := range r.Placement() {
-		if !slices.Contains(r.Bound, nd.Node) {
-			others = append(others, nd.Node)
-		}
-	}
-	if len(others) == 0 {
+	// Bound ones too: a pass that recorded the node on r (Bound) and was
+	// fenced before its Bind left it no entry (found by the fleet protocol
+	// simulation, seed 15: the release's Unbind only moved the version).
+	nodes := nodesOf(r.Placement())
+	if len(nodes) == 0 {
 		return nil
 	}
 	pr := prOf(r)
-	states, err := s.Nodes.NodeStates(ctx, pr, others, r.ReservationID)
+	states, err := s.Nodes.NodeStates(ctx, pr, nodes, r.ReservationID)
 	if err != nil {
 		return unavailable(err)
 	}
 	for _, nd := range r.Placement() {
 		ns, ok := states[nd.Node]
 		if !ok || ns.Adopted || ns.Entry != "" {
-			continue // unmanaged, or its entry is Bound's (an Unbind above)
+			continue // unmanaged, told all it held, or its entry unbound above
 		}
 		b := NodeBinding{TenantID: r.TenantID, Mask: nd.Mask, Window: r.Window, Moves: r.Moves}
 		switch err := s.Nodes.Scrub(ctx, pr, nd.Node, r.ReservationID, b, ns); {

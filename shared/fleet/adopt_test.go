@@ -55,3 +55,42 @@ func TestLateAdoptionScrubsWhatEnded(t *testing.T) {
 	}
 	e.check(t)
 }
+
+// The same, after a pass recorded the node on the reservation (Bound) and
+// crashed before its Bind: the release's Unbind finds no entry to
+// turn, and the node, never told anything of it, is still told to unbind
+// it (found by the fleet protocol simulation, seed 15).
+func TestBoundButNeverToldIsScrubbed(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "p1", 8)
+	r, err := e.create(t, "p1", 8, time.Minute, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * time.Minute)
+	e.pass(t)
+	e.fleet.Adopter = failingAdopter{}
+	if _, err := e.fleet.Register(ctx, "acme", "p1", nodeName(0), e.newKey(t, "p1", nodeName(0)), "linux/amd64"); err == nil {
+		t.Fatal("register with a failing adopter succeeded")
+	}
+	// What the pass left: the node recorded on r (binding's Amend), no
+	// entry on the node.
+	cur := e.get(t, r.ReservationID)
+	to := cur
+	to.Bound = []int{0}
+	if _, err := e.store.Amend(ctx, cur, to); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.cap.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil {
+		t.Fatal(err)
+	}
+	e.fleet.Adopter = e.cap
+	e.clock.Advance(time.Minute)
+	e.pass(t)
+	ans := e.ready(t, "p1", nodeName(0))
+	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != fleet.ActionUnbind || ans.Desired.Bindings[0].ReservationID != r.ReservationID {
+		t.Fatalf("first answer: %+v, want unbind %s", ans.Desired.Bindings, r.ReservationID)
+	}
+	e.check(t)
+}
