@@ -668,8 +668,11 @@ func (w *world) checkEnded(ctx context.Context) {
 			}
 			w.checked["h"]++
 			for _, action := range []string{fleet.ActionBind, fleet.ActionUnbind} {
-				if action == fleet.ActionBind && (n.firstTold.IsZero() || !n.firstTold.Before(ended)) {
-					continue // over before the node heard anything: only its unbind is owed
+				if action == fleet.ActionBind && (n.firstTold.IsZero() || !n.firstTold.Add(interval).Before(ended)) {
+					// Over before the node heard anything, or within an
+					// interval of it (before a pass could bind it and the
+					// node hear it): only its unbind is owed.
+					continue
 				}
 				if n.told[r.ReservationID+"/"+action] == "" {
 					w.fail("h", 0, "%s registered at %s while holding %s (%s from %s to %s): never told to %s it", n.ref,
