@@ -56,9 +56,8 @@ func TestReadmeWalkThenSimFleet(t *testing.T) {
 	}
 	stop()
 
-	// As the README starts it: the default intervals (a reconciler pass
-	// every 5 s, idle nodes heartbeating every 30 s).
-	url, lines, exports, stop := makeRun(t, bin, state, "BC_SIM_NODES=4")
+	// As the README starts it: the variables it gives make run.
+	url, lines, exports, stop := makeRun(t, bin, state, readmeSimFleetEnv(t, filepath.Join(root, "README.md"))...)
 	defer stop()
 	var summary []string
 	for summary == nil {
@@ -351,4 +350,20 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// readmeSimFleetEnv is the variables of the README's first
+// `BC_SIM_NODES=… make run` command (BC_SIM_NODES=4 and the intervals it
+// sets).
+func readmeSimFleetEnv(t *testing.T, path string) []string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := regexp.MustCompile("`((?:BC_[A-Z_]+=[^ `]+ )+)make run`").FindSubmatch(b)
+	if m == nil || !strings.Contains(string(m[1]), "BC_SIM_NODES=") {
+		t.Fatal("the README starts no simulated fleet (`BC_SIM_NODES=… make run`)")
+	}
+	return strings.Fields(string(m[1]))
 }
