@@ -39,7 +39,7 @@ FUNCTIONS    := $(notdir $(patsubst %/,%,$(wildcard functions/*/)))
 # `make test` runs after the Go tests, e.g. INFRA_TEST_TARGETS += infra-test synth.
 INFRA_TEST_TARGETS :=
 
-.PHONY: help tools run test gotest fmt fmt-check vet build docs bench fuzz fleetproto sims e2e clean distclean lambda-build lambda-test
+.PHONY: help tools run test gotest fmt fmt-check vet build docs bench fuzz fleetproto fleetproto-reverts sims e2e clean distclean lambda-build lambda-test
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -143,6 +143,14 @@ SEEDS ?= 48
 fleetproto: ## run the fleet protocol simulation for seeds 1..SEEDS (e.g. make fleetproto SEEDS=100)
 	BC_FLEETPROTO_SEEDS=$(SEEDS) $(GO) test ./test/fleetproto -run TestFleetProtocolSimulation -count=1 -timeout 0 -v 2>&1 | \
 	  grep -E '^(---|FAIL|ok)|seed [0-9]+: ([0-9]+ steps|checks failed|check )|replay:'; exit $${PIPESTATUS[0]}
+
+# make fleetproto-reverts: the fleet protocol simulation's revert table —
+# each fix reverted alone (test/fleetproto/reverts/*.patch) in a scratch
+# worktree of HEAD, REVERT_SEEDS run, the failing checks printed
+# (docs/fleet.md). About 2 minutes a patch for 8 seeds.
+REVERT_SEEDS ?= 1,2,3,4,5,6,7,8
+fleetproto-reverts: tools ## each fleet fix reverted alone: which of REVERT_SEEDS fail (docs/fleet.md's revert table)
+	test/fleetproto/reverts/run.sh $(REVERT_SEEDS)
 
 # make sims: every seeded simulation with more seeds than make test runs
 # (which keeps a few of each to stay under 12 minutes): the capacity

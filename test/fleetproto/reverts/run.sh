@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The fleet protocol simulation's revert table (docs/fleet.md): each fix
+# reverted alone (one patch here, applied in a scratch worktree of HEAD),
+# the seeds run, the checks that failed printed. make fleetproto-reverts
+# runs it; REVERTS=F03 limits it to patches whose name starts so.
+#   usage: run.sh SEEDS    e.g. run.sh 1,2,3,4,5,6,7,8
+set -uo pipefail
+seeds=${1:-1,2,3,4,5,6,7,8}
+root=$(git rev-parse --show-toplevel)
+dir="$root/test/fleetproto/reverts"
+wt=$(mktemp -d "${TMPDIR:-/tmp}/bc-reverts.XXXXXX")
+trap 'git -C "$root" worktree remove --force "$wt" >/dev/null 2>&1; rm -rf "$wt"' EXIT
+git -C "$root" worktree add -q --detach "$wt" HEAD
+ln -s "$root/node_modules" "$wt/node_modules"
+ln -s "$root/.tools" "$wt/.tools"
+cd "$wt"
+run() { # the seeds on the tree as it is now
+	local out rc
+	out=$(BC_FLEETPROTO_SEED=$seeds go test ./test/fleetproto -run TestFleetProtocolSimulation -count=1 -timeout 0 -v 2>&1)
+	rc=$?
+	printf '%s\n' "$out" | grep -E 'checks failed|: check [a-z-]+: ' | grep -v 'steps up to' | sed 's/^ *sim_test.go:[0-9]*: /  /' | cut -c1-220
+	if [ $rc -eq 0 ]; then echo "  every seed passes"; fi
+}
+echo "== HEAD $(git rev-parse --short HEAD), seeds $seeds"
+run
+for p in "$dir"/${REVERTS:-F}*.patch; do
+	name=$(basename "$p" .patch)
+	echo "== $name"
+	if ! git apply "$p"; then
+		echo "  the patch no longer applies: the fix moved; regenerate it (git diff of the revert)"
+		continue
+	fi
+	run
+	git checkout -q -- .
+done
