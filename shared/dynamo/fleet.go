@@ -450,6 +450,12 @@ func (s *Fleet) ReplaceKey(ctx context.Context, r fleet.Record, keyID, pub, plat
 	c := expression.And(expression.AttributeExists(expression.Name(schema.AttrPK)),
 		expression.Name("keyId").Equal(expression.Value(r.KeyID)),
 		expression.Name("platform").Equal(expression.Value(r.Platform)))
+	return s.updateNode(ctx, r, upd, c)
+}
+
+// updateNode is one conditional UpdateItem of the node's item that
+// returns it as written; a failed condition is ErrStale.
+func (s *Fleet) updateNode(ctx context.Context, r fleet.Record, upd expression.UpdateBuilder, c expression.ConditionBuilder) (fleet.Record, error) {
 	av, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueAllNew)
 	if isConditionFailed(err) {
 		return fleet.Record{}, fleet.ErrStale
@@ -474,14 +480,7 @@ func (s *Fleet) SetCordon(ctx context.Context, r fleet.Record, by string, c *fle
 	} else {
 		upd, cnd = expression.Remove(attr), expression.AttributeExists(attr)
 	}
-	av, err := s.table().update(ctx, recKey(r), upd, &cnd, types.ReturnValueAllNew)
-	if isConditionFailed(err) {
-		return fleet.Record{}, fleet.ErrStale
-	}
-	if err != nil {
-		return fleet.Record{}, err
-	}
-	return nodeFrom(av)
+	return s.updateNode(ctx, r, upd, cnd)
 }
 
 // eligibleNow conditions a write on the node being eligible: ready and
@@ -531,14 +530,7 @@ func (s *Fleet) MarkUnreachable(ctx context.Context, r fleet.Record) (fleet.Reco
 	// r's again under the new key.
 	c := expression.And(expression.Name("counter").Equal(expression.Value(r.Counter)),
 		expression.Name("keyId").Equal(expression.Value(r.KeyID)))
-	av, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueAllNew)
-	if isConditionFailed(err) {
-		return fleet.Record{}, fleet.ErrStale
-	}
-	if err != nil {
-		return fleet.Record{}, err
-	}
-	return nodeFrom(av)
+	return s.updateNode(ctx, r, upd, c)
 }
 
 // DropEntry implements fleet.Store.
@@ -589,14 +581,7 @@ func (s *Fleet) SetTarget(ctx context.Context, r fleet.Record, rolloutID string,
 		c = rid.Equal(expression.Value(rolloutID))
 	}
 	c = c.And(expression.AttributeExists(expression.Name(schema.AttrPK)))
-	av, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueAllNew)
-	if isConditionFailed(err) {
-		return fleet.Record{}, fleet.ErrStale
-	}
-	if err != nil {
-		return fleet.Record{}, err
-	}
-	return nodeFrom(av)
+	return s.updateNode(ctx, r, upd, c)
 }
 
 // CountOut implements fleet.Store: a COUNT Query of the keys-only

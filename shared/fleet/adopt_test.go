@@ -24,20 +24,7 @@ func (failingAdopter) Adopt(context.Context, capacity.PoolResource, int, time.Ti
 func TestLateAdoptionScrubsWhatEnded(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.pool(t, "p1", 8)
-	r, err := e.create(t, "p1", 8, time.Minute, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.clock.Advance(2 * time.Minute)
-	e.pass(t)
-	if got := e.get(t, r.ReservationID); got.State != capacity.Active {
-		t.Fatalf("unmanaged: %s", got.State)
-	}
-	e.fleet.Adopter = failingAdopter{}
-	if _, err := e.fleet.Register(ctx, "acme", "p1", nodeName(0), e.newKey(t, "p1", nodeName(0)), "linux/amd64"); err == nil {
-		t.Fatal("register with a failing adopter succeeded")
-	}
+	r := e.registeredCutShort(t)
 	if _, err := e.cap.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil {
 		t.Fatal(err)
 	}
@@ -63,17 +50,7 @@ func TestLateAdoptionScrubsWhatEnded(t *testing.T) {
 func TestBoundButNeverToldIsScrubbed(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.pool(t, "p1", 8)
-	r, err := e.create(t, "p1", 8, time.Minute, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.clock.Advance(2 * time.Minute)
-	e.pass(t)
-	e.fleet.Adopter = failingAdopter{}
-	if _, err := e.fleet.Register(ctx, "acme", "p1", nodeName(0), e.newKey(t, "p1", nodeName(0)), "linux/amd64"); err == nil {
-		t.Fatal("register with a failing adopter succeeded")
-	}
+	r := e.registeredCutShort(t)
 	// What the pass left: the node recorded on r (binding's Amend), no
 	// entry on the node.
 	cur := e.get(t, r.ReservationID)
@@ -93,4 +70,26 @@ func TestBoundButNeverToldIsScrubbed(t *testing.T) {
 		t.Fatalf("first answer: %+v, want unbind %s", ans.Desired.Bindings, r.ReservationID)
 	}
 	e.check(t)
+}
+
+// registeredCutShort: an active reservation of the whole of p1's node 0,
+// bound at once while the node was unmanaged; then the node's register,
+// cut short before its adoption (the adopter fails).
+func (e *env) registeredCutShort(t *testing.T) capacity.Reservation {
+	t.Helper()
+	e.pool(t, "p1", 8)
+	r, err := e.create(t, "p1", 8, time.Minute, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * time.Minute)
+	e.pass(t)
+	if got := e.get(t, r.ReservationID); got.State != capacity.Active {
+		t.Fatalf("unmanaged: %s", got.State)
+	}
+	e.fleet.Adopter = failingAdopter{}
+	if _, err := e.fleet.Register(context.Background(), "acme", "p1", nodeName(0), e.newKey(t, "p1", nodeName(0)), "linux/amd64"); err == nil {
+		t.Fatal("register with a failing adopter succeeded")
+	}
+	return r
 }
