@@ -86,6 +86,9 @@ type NodeState struct {
 	// Adopted: what it held when it registered was told to it (until
 	// then a reservation it holds may have no entry on it).
 	Adopted bool
+	// Registered is when it registered: a reservation whose window
+	// started before may have been bound at once on it, unmanaged.
+	Registered time.Time
 }
 
 // Eligible reports whether new reservations may be placed on the node.
@@ -415,12 +418,18 @@ func (s *Service) unbind(ctx context.Context, r Reservation, nodes []int) error 
 }
 
 // unbindHeld tells every node r was bound through (Bound) to unbind it,
-// and scrubs r's devices on placement nodes that registered while holding
-// it and were never told it — no entry, adoption not done (a register cut
-// short: the sweep finishes it after r's entries were freed, so Adopt
-// would never see r). Releases and window ends call it before the fence and again in
-// the give-back after: a node managed before the fence is caught by one
-// of them; one managed after held a reservation already over.
+// and scrubs r's devices on managed placement nodes that hold no entry of
+// it and may hold its devices: adoption not done (a register cut short:
+// the sweep finishes it after r's entries were freed, so Adopt would
+// never see r), or registered after r's window started — bound at once
+// while unmanaged, and maybe never told: the adoption read r while it was
+// binding and left it to the binding step, whose pass had read the node
+// before it registered and made r active (the fleet protocol simulation,
+// seed 16 of the F05 revert's schedule). A node registered before the
+// window was managed when r was first bound: it holds r only through an
+// entry. Releases and window ends call it before the fence and again in the
+// give-back after: a node managed before the fence is caught by one of
+// them; one managed after held a reservation already over.
 func (s *Service) unbindHeld(ctx context.Context, r Reservation) error {
 	if err := s.unbind(ctx, r, r.Bound); err != nil || s.Nodes == nil {
 		return err
@@ -439,8 +448,10 @@ func (s *Service) unbindHeld(ctx context.Context, r Reservation) error {
 	}
 	for _, nd := range r.Placement() {
 		ns, ok := states[nd.Node]
-		if !ok || ns.Adopted || ns.Entry != "" {
-			continue // unmanaged, told all it held, or its entry unbound above
+		// StaleAfter: a register's write may land that long after its clock.
+		late := ns.Registered.After(r.Window.Start.Add(-StaleAfter))
+		if !ok || ns.Entry != "" || ns.Adopted && !late {
+			continue // unmanaged, its entry unbound above, or managed when r was bound
 		}
 		b := NodeBinding{TenantID: r.TenantID, Mask: nd.Mask, Window: r.Window, Moves: r.Moves}
 		switch err := s.Nodes.Scrub(ctx, pr, nd.Node, r.ReservationID, b, ns); {

@@ -711,7 +711,8 @@ func (s *Fleet) NodeStates(ctx context.Context, t capacity.PoolResource, nodes [
 			return err
 		}
 		ns := capacity.NodeState{Ready: it.State == string(fleet.Ready), Cordoned: it.Operator != nil || it.Rollout != nil,
-			Reported: it.Reported[id], Holders: map[string]capacity.Mask{}, Version: it.BV, Adopted: it.Adopted}
+			Reported: it.Reported[id], Holders: map[string]capacity.Mask{}, Version: it.BV, Adopted: it.Adopted,
+			Registered: parseTime(it.CreatedAt)}
 		for rid, e := range it.Entries {
 			switch {
 			case rid == id:

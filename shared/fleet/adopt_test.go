@@ -17,6 +17,51 @@ func (failingAdopter) Adopt(context.Context, capacity.PoolResource, int, time.Ti
 	return errors.New("cut short")
 }
 
+// passingAdopter adopts nothing: the adoption that read the node's
+// reservation while it was still binding, and left it to the binding step.
+type passingAdopter struct{}
+
+func (passingAdopter) Adopt(context.Context, capacity.PoolResource, int, time.Time) error { return nil }
+
+// A binding pass that read the placement's nodes just before one of them
+// registered (so: unmanaged, bound at once) makes the reservation active
+// after the adoption had left it, still binding, to that pass: the node
+// is adopted and was never told of the reservation. Its release tells it
+// to unbind — the node may hold the tenant's devices (found by the fleet
+// protocol simulation, seed 16 of the F05 revert's schedule).
+func TestAdoptedButNeverToldIsScrubbed(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.pool(t, "p1", 8)
+	r, err := e.create(t, "p1", 8, time.Minute, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(2 * time.Minute)
+	e.pass(t)
+	if got := e.get(t, r.ReservationID); got.State != capacity.Active {
+		t.Fatalf("unmanaged: %s", got.State)
+	}
+	e.fleet.Adopter = passingAdopter{}
+	if _, err := e.fleet.Register(ctx, "acme", "p1", nodeName(0), e.newKey(t, "p1", nodeName(0)), "linux/amd64"); err != nil {
+		t.Fatal(err)
+	}
+	e.fleet.Adopter = e.cap
+	if _, err := e.cap.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil {
+		t.Fatal(err)
+	}
+	ans := e.ready(t, "p1", nodeName(0))
+	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != fleet.ActionUnbind || ans.Desired.Bindings[0].ReservationID != r.ReservationID {
+		t.Fatalf("first answer after the release: %+v, want unbind %s", ans.Desired.Bindings, r.ReservationID)
+	}
+	e.ready(t, "p1", nodeName(0), unbound(r.ReservationID))
+	e.pass(t)
+	if ans = e.ready(t, "p1", nodeName(0)); len(ans.Desired.Bindings) != 0 {
+		t.Errorf("after the node reported it unbound: %+v", ans.Desired.Bindings)
+	}
+	e.check(t)
+}
+
 // A register cut short before it adopted what the node held, and the
 // reservation released before the sweep finishes the adoption: the node
 // may still hold the tenant's devices, so its first answer tells it to
