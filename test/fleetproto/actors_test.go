@@ -46,6 +46,7 @@ type node struct {
 	flaky, silent, failed int
 	scrub                 int
 	silentUntil           time.Time
+	sickUntil             time.Time // unhealthy until then (the sicken adversary)
 	// bindings: its word on each; the words of its last report whose
 	// answer came back; the words of every report it sent, by counter;
 	// every reservation an answer listed, with the last action told
@@ -210,7 +211,12 @@ func (w *world) agent(n *node) func(ctx context.Context) {
 				w.s.sleep(ctx, n.silentUntil.Sub(now))
 				continue
 			}
-			if w.rng.IntN(1000) < n.flaky {
+			switch {
+			case !n.sickUntil.IsZero() && now.Before(n.sickUntil):
+				n.healthy = false
+			case !n.sickUntil.IsZero():
+				n.healthy, n.sickUntil = true, time.Time{}
+			case w.rng.IntN(1000) < n.flaky:
 				n.healthy = !n.healthy
 			}
 			n.next = 0

@@ -26,20 +26,28 @@ import (
 //   - move back: a reservation is moved off its node the moment that node
 //     bound it, then off the next one, until it lands back on a node that
 //     scrubs slowly and goes on reporting bound (check e);
-//   - abort race: a pass that just wrote a node's rollout target is held
-//     while the node reports, the rollout is aborted and another pass runs
-//     (check f);
+//   - abort race: a pass about to write a node's rollout target (or that
+//     just wrote it) is held while the node reports, the rollout is
+//     aborted and another pass runs (check f);
 //   - cordon race: just before a rollout cordons a node, an operator
 //     cordons it and an uncordon starts whose flag writes are slow; once
 //     that uncordon answered, creates probe the pool (check b);
 //   - full hour: creates aimed at the filled node-hour, at a time when a
 //     filler's device is busy there, so best fit prefers that node (check g);
 //   - mass silence: most of a pool's managed nodes go silent together for
-//     several intervals, then come back (check silence).
+//     several intervals, then come back (check silence);
+//   - sicken: just before a rollout pass counts its pools' nodes out of
+//     service, ready nodes of those pools report unhealthy — as many as
+//     bring the count to maxUnavailable — and their reports are answered
+//     before the count (check d).
+//
+// Which adversaries a seed has comes from the seed's bits (on), not from
+// draws: each is on in half of any eight consecutive seeds, so the revert
+// table's seeds 1–8 meet every one of them four times.
 type adversaries struct {
-	bindFence, moveBack, abortRace, cordonRace, fullHour, massSilence bool
+	bindFence, moveBack, abortRace, cordonRace, fullHour, massSilence, sicken bool
 
-	fenced, cordonRaced int
+	fenced, cordonRaced, sickened int
 	abortRaced          bool
 
 	// move back
@@ -56,12 +64,13 @@ type adversaries struct {
 func (w *world) drawAdversaries() {
 	r := w.rng
 	a := &w.adv
-	a.bindFence = r.IntN(3) > 0
-	a.moveBack = r.IntN(2) == 0
-	a.abortRace = r.IntN(2) == 0
-	a.cordonRace = r.IntN(2) == 0
+	for range 5 {
+		r.IntN(3) // the draws that chose them once: the rest of each seed's stream as it was
+	}
+	on := func(i int) bool { return on(w.seed, i) }
+	a.bindFence, a.moveBack, a.abortRace = on(0), on(1), on(2)
+	a.cordonRace, a.massSilence, a.sicken = on(3), on(4), on(5)
 	a.fullHour = w.fillHour != 0
-	a.massSilence = r.IntN(3) == 0
 	a.sickOnce = map[string]nodeRef{}
 	a.silenced = map[nodeRef]bool{}
 	if a.moveBack {
@@ -82,12 +91,21 @@ func (w *world) advNames() string {
 		on   bool
 		name string
 	}{{a.bindFence, "bind-fence"}, {a.moveBack, "move-back"}, {a.abortRace, "abort-race"}, {a.cordonRace, "cordon-race"},
-		{a.fullHour, "full-hour"}, {a.massSilence, "mass-silence"}} {
+		{a.fullHour, "full-hour"}, {a.massSilence, "mass-silence"}, {a.sicken, "sicken"}} {
 		if c.on {
 			out = append(out, c.name)
 		}
 	}
 	return fmt.Sprint(out)
+}
+
+// on says whether seed has adversary i (0–5): the first three follow
+// the bits of seed-1, the last three their complement, so each is on in
+// four of any eight consecutive seeds (1–8: every pairing of a first
+// with a last but the same bit's).
+func on(seed uint64, i int) bool {
+	bit := (seed-1)>>(i%3)&1 == 1
+	return bit != (i >= 3)
 }
 
 // inPass: the actor of ctx is a reconciler pass.
@@ -136,27 +154,121 @@ type watchedTargets struct {
 }
 
 func (n *watchedTargets) SetTarget(ctx context.Context, r fleet.Record, rolloutID string, t *fleet.Target, floor int64) (fleet.Record, error) {
-	out, err := n.Fleet.SetTarget(ctx, r, rolloutID, t, floor)
 	w := n.w
-	if err == nil && t != nil && t.Version == newVersion && w.adv.abortRace && !w.adv.abortRaced && inPass(ctx) &&
-		w.clock.Now().Before(w.end) && w.rng.IntN(2) == 0 {
-		w.adv.abortRaced = true
-		ref := nodeRef{r.PoolID, r.Index}
-		w.wakeNode(ref)
-		w.s.spawnClean(ctx, "adversary abort race "+ref.String(), 0, func(ctx context.Context) {
-			w.s.sleep(ctx, time.Duration(500+w.rng.IntN(2500))*time.Millisecond)
-			err, _, _ := w.invoke(ctx, 10*time.Second, func(ctx context.Context) error {
-				_, err := w.rollouts.Abort(ctx, rolloutID, "sim: abort race")
-				return err
-			})
-			w.noInternal("rollouts.abort", err)
-			w.wakeNode(ref)
-			w.pass(ctx)
-			w.wakeNode(ref)
-		})
-		w.s.sleep(ctx, time.Duration(5+w.rng.IntN(5))*time.Second)
+	race := t != nil && t.Version == newVersion && w.adv.abortRace && !w.adv.abortRaced && inPass(ctx) && w.clock.Now().Before(w.end)
+	if race {
+		// Only install's own tell: the node draining (told first), or
+		// installing since this very pass (recorded first) — not a later
+		// pass's re-tell of a node whose target a lift took.
+		pr, err := w.rollI.GetProgress(context.Background(), rolloutID, r.PoolID, r.NodeID)
+		now := w.clock.Now()
+		race = err == nil && (pr.Step == rollout.Draining || pr.Step == rollout.Installing && now.Sub(pr.UpdatedAt) < time.Second) &&
+			w.rng.IntN(2) == 0
+	}
+	// Held before the write (three races in four): a pass that told the
+	// node before it recorded installing would lose the step to the
+	// abort's skip and tell it anyway. Held after it: a node told the
+	// target and still draining in the record (a pass of the order
+	// before v0.7's) counts as installing for the abort.
+	before := race && w.rng.IntN(4) > 0
+	if before {
+		w.abortRace(ctx, r, rolloutID, "before the target")
+	}
+	out, err := n.Fleet.SetTarget(ctx, r, rolloutID, t, floor)
+	if before && err == nil {
+		// The node hears the target at once, before a later pass's repair
+		// (a skipped node's target lifted) could take it back.
+		w.wakeNode(nodeRef{r.PoolID, r.Index})
+		w.s.sleep(ctx, time.Second)
+	}
+	if race && !before && err == nil {
+		w.abortRace(ctx, r, rolloutID, "after the target")
 	}
 	return out, err
+}
+
+// abortRace holds the pass (the caller) while its node reports, the
+// rollout is aborted and another pass runs.
+func (w *world) abortRace(ctx context.Context, r fleet.Record, rolloutID, when string) {
+	w.adv.abortRaced = true
+	ref := nodeRef{r.PoolID, r.Index}
+	w.note("adversary abort race on %s, %s", ref, when)
+	w.wakeNode(ref)
+	w.s.spawnClean(ctx, "adversary abort race "+ref.String(), 0, func(ctx context.Context) {
+		w.s.sleep(ctx, time.Duration(500+w.rng.IntN(2500))*time.Millisecond)
+		err, _, _ := w.invoke(ctx, 10*time.Second, func(ctx context.Context) error {
+			_, err := w.rollouts.Abort(ctx, rolloutID, "sim: abort race")
+			return err
+		})
+		w.noInternal("rollouts.abort", err)
+		w.wakeNode(ref)
+		w.pass(ctx)
+		w.wakeNode(ref)
+	})
+	w.s.sleep(ctx, time.Duration(5+w.rng.IntN(5))*time.Second)
+}
+
+// CountOut: the sicken adversary acts just before a rollout pass counts a
+// pool's nodes out of service.
+func (n *watchedTargets) CountOut(ctx context.Context, pool string) (int, error) {
+	n.w.sickenBefore(ctx, pool)
+	return n.Fleet.CountOut(ctx, pool)
+}
+
+// sickenBefore: ready managed nodes of the rollout's pools report
+// unhealthy (for 30 s) — as many as bring the out-of-service count the
+// node records make to maxUnavailable — and the pass counts once their
+// reports were answered. A count that misses them (one the sweep alone
+// moves) lets the pass start a node over maxUnavailable (check d).
+func (w *world) sickenBefore(ctx context.Context, pool string) {
+	a := &w.adv
+	if !a.sicken || a.sickened >= 3 || !inPass(ctx) || !w.clock.Now().Before(w.end) || w.rng.IntN(2) != 0 {
+		return
+	}
+	rec, err := w.rollI.GetRollout(context.Background(), w.rolloutID)
+	if err != nil || rec.State != rollout.Progressing || len(rec.Pools) == 0 || pool != rec.Pools[0] {
+		return // before the first pool's count only: a node sickened in a pool counted already is a race no count can see
+	}
+	now := w.clock.Now()
+	out := 0
+	var ready []*node
+	for _, pool := range rec.Pools {
+		_ = w.fleetI.PoolNodes(context.Background(), pool, func(r fleet.Record) error {
+			n := w.nodes[nodeRef{r.PoolID, r.Index}]
+			switch {
+			case !r.Eligible():
+				out++
+			case n != nil && n.managed && n.healthy && !now.Before(n.silentUntil) && now.After(n.sickUntil):
+				ready = append(ready, n)
+			}
+			return nil
+		})
+	}
+	need := rec.Settings.MaxUnavailable - out
+	if need <= 0 || need > len(ready) || need > 3 {
+		return
+	}
+	a.sickened++
+	w.rng.Shuffle(len(ready), func(i, j int) { ready[i], ready[j] = ready[j], ready[i] })
+	sick := ready[:need]
+	for _, n := range sick {
+		n.healthy, n.sickUntil = false, now.Add(30*time.Second)
+		w.note("adversary sicken %d: %s reports unhealthy before the pass counts (%d out, maxUnavailable %d)", a.sickened, n.ref, out,
+			rec.Settings.MaxUnavailable)
+	}
+	for i := 0; i < 100; i++ {
+		answered := true
+		for _, n := range sick {
+			if r, ok := w.node(n.ref); !ok || r.State == fleet.Ready {
+				answered = false
+				w.wakeNode(n.ref)
+			}
+		}
+		if answered {
+			return
+		}
+		w.s.sleep(ctx, 50*time.Millisecond)
+	}
 }
 
 // cordonRace runs before a rollout cordons ref: an operator's cordon (the

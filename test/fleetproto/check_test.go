@@ -125,13 +125,14 @@ func (w *world) afterStep() {
 		}
 		if w.adv.silenced[ref] && w.inSilence(ref) {
 			w.checked["silence"]++
-			// One already late when the silence began (its last accepted
-			// report UnreachableAfter-1 intervals old: a heartbeat held in
-			// flight) went silent alone first: the sweep that marks it sees
-			// one silent node, not the pool's.
-			lateBefore := rec.LastHeartbeatAt != nil &&
-				w.adv.silenceFrom.Sub(*rec.LastHeartbeatAt) >= time.Duration(fleet.UnreachableAfter-1)*interval
-			if rec.State == fleet.Unreachable && prev.State != fleet.Unreachable && !lateBefore {
+			// One that went silent alone first (a heartbeat held in
+			// flight before the silence began) may be marked before the
+			// pool's silence shows: when its own silence first reached
+			// UnreachableAfter intervals, fewer than DisruptionMin of the
+			// pool's nodes were late — what the sweep counts.
+			alone := rec.LastHeartbeatAt != nil &&
+				w.lateAt(ref.pool, rec.LastHeartbeatAt.Add(time.Duration(fleet.UnreachableAfter)*interval)) < fleet.DisruptionMin
+			if rec.State == fleet.Unreachable && prev.State != fleet.Unreachable && !alone {
 				w.fail("silence", w.s.steps, "%s marked unreachable during the mass silence of %s (since %s)", ref, ref.pool, w.adv.silenceFrom.Format("15:04:05"))
 			}
 		}
@@ -140,6 +141,19 @@ func (w *world) afterStep() {
 			w.outWhy[ref] = append(w.outWhy[ref], "marked unreachable")
 		}
 	}
+}
+
+// lateAt counts the mass silence's nodes of pool whose last accepted
+// report was UnreachableAfter-1 intervals old at t (the sweep's "late").
+func (w *world) lateAt(pool string, t time.Time) int {
+	n := 0
+	for ref := range w.adv.silenced {
+		if rec, ok := w.node(ref); ok && ref.pool == pool && rec.LastHeartbeatAt != nil &&
+			t.Sub(*rec.LastHeartbeatAt) > time.Duration(fleet.UnreachableAfter-1)*interval {
+			n++
+		}
+	}
+	return n
 }
 
 // outAllAlong says whether the node went out at or before from and did not
