@@ -154,7 +154,7 @@ fleetproto-reverts: tools ## each fleet fix reverted alone: which of REVERT_SEED
 
 # make sims: every seeded simulation with more seeds than make test runs
 # (which keeps a few of each to stay under 12 minutes): the capacity
-# simulation's 32 (make test: 8), the rollout protocol's 16 (2), the
+# simulation's 32 (make test: 4), the rollout protocol's 16 (2), the
 # rollout crash matrix at each fault point's first and third visit (first)
 # and the fleet protocol's SEEDS (2); and the real-time rollout simulation
 # of 100 reference agents (build tag sims: not in make test). Without

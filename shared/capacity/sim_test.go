@@ -38,7 +38,7 @@ import (
 
 // simSeeds is how many seeds make test runs (BC_SIM_SEEDS overrides; make
 // sims runs 32).
-const simSeeds = 8
+const simSeeds = 4
 
 func FuzzCapacitySimulation(f *testing.F) {
 	n := simSeeds
