@@ -48,7 +48,7 @@ type adversaries struct {
 	bindFence, moveBack, abortRace, cordonRace, fullHour, massSilence, sicken bool
 
 	fenced, cordonRaced, sickened int
-	abortRaced          bool
+	abortRaced                    bool
 
 	// move back
 	moveID   string
