@@ -32,16 +32,7 @@ func (passingAdopter) Adopt(context.Context, capacity.PoolResource, int, time.Ti
 func TestAdoptedButNeverToldIsScrubbed(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.pool(t, "p1", 8)
-	r, err := e.create(t, "p1", 8, time.Minute, time.Hour)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.clock.Advance(2 * time.Minute)
-	e.pass(t)
-	if got := e.get(t, r.ReservationID); got.State != capacity.Active {
-		t.Fatalf("unmanaged: %s", got.State)
-	}
+	r := e.boundAtOnce(t)
 	e.fleet.Adopter = passingAdopter{}
 	if _, err := e.fleet.Register(ctx, "acme", "p1", nodeName(0), e.newKey(t, "p1", nodeName(0)), "linux/amd64"); err != nil {
 		t.Fatal(err)
@@ -122,6 +113,18 @@ func TestBoundButNeverToldIsScrubbed(t *testing.T) {
 // cut short before its adoption (the adopter fails).
 func (e *env) registeredCutShort(t *testing.T) capacity.Reservation {
 	t.Helper()
+	r := e.boundAtOnce(t)
+	e.fleet.Adopter = failingAdopter{}
+	if _, err := e.fleet.Register(context.Background(), "acme", "p1", nodeName(0), e.newKey(t, "p1", nodeName(0)), "linux/amd64"); err == nil {
+		t.Fatal("register with a failing adopter succeeded")
+	}
+	return r
+}
+
+// boundAtOnce: an active reservation of the whole of p1's node 0, bound
+// at once while the node was unmanaged.
+func (e *env) boundAtOnce(t *testing.T) capacity.Reservation {
+	t.Helper()
 	e.pool(t, "p1", 8)
 	r, err := e.create(t, "p1", 8, time.Minute, time.Hour)
 	if err != nil {
@@ -131,10 +134,6 @@ func (e *env) registeredCutShort(t *testing.T) capacity.Reservation {
 	e.pass(t)
 	if got := e.get(t, r.ReservationID); got.State != capacity.Active {
 		t.Fatalf("unmanaged: %s", got.State)
-	}
-	e.fleet.Adopter = failingAdopter{}
-	if _, err := e.fleet.Register(context.Background(), "acme", "p1", nodeName(0), e.newKey(t, "p1", nodeName(0)), "linux/amd64"); err == nil {
-		t.Fatal("register with a failing adopter succeeded")
 	}
 	return r
 }
