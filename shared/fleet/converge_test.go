@@ -50,7 +50,7 @@ func (e *env) flagsOff(tb testing.TB, pool string, node int) (off, on int) {
 	pr := capacity.PoolResource{PoolID: pool, Topology: p.Topology("gpu")}
 	var keys []capacity.NodeHourKey
 	from := capacity.HourOf(e.clock.Now())
-	for h := from; h < from+capacity.Hour(capacity.ProvisionHours); h++ {
+	for h := from; h < from+capacity.Hour(e.hours); h++ {
 		keys = append(keys, capacity.NodeHourKey{Node: node, Hour: h})
 	}
 	got, err := e.store.NodeHours(context.Background(), pr, keys)
@@ -91,7 +91,7 @@ func (e *env) held(tb testing.TB, h *hold, fn func(s *fleet.Service) error) (wai
 // operator's cordon lands in between, whole; the rollout's unflag goes on.
 // The operator's cordon must hold: every node-hour off, nothing placed.
 func TestOperatorCordonSurvivesARolloutsLift(t *testing.T) {
-	e := newEnv(t)
+	e := newEnvHours(t, capacity.ProvisionHours) // the whole default horizon flagged and lifted
 	ctx := context.Background()
 	e.managed(t, "p1", 8, 1)
 	rec, err := e.nodes.GetNode(ctx, "p1", "gpu", 0)
@@ -101,7 +101,7 @@ func TestOperatorCordonSurvivesARolloutsLift(t *testing.T) {
 	if rec, err = e.fleet.SetRolloutCordon(ctx, rec, &fleet.Cordon{By: fleet.ByRollout, RolloutID: "r1", Reason: "rollout", At: e.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
-	if off, _ := e.flagsOff(t, "p1", 0); off != capacity.ProvisionHours {
+	if off, _ := e.flagsOff(t, "p1", 0); off != e.hours {
 		t.Fatalf("rollout cordon: %d hours off", off)
 	}
 	wait := e.held(t, newHold(e.store, func(off bool) bool { return !off }), func(s *fleet.Service) error {
@@ -190,7 +190,7 @@ func TestReadyNodeIsUnflaggedByTheNextPass(t *testing.T) {
 // placement before the heartbeat answers — and counts it out of service
 // (defect 7) in the same write.
 func TestUnhealthyReportTakesTheNodeOutAtOnce(t *testing.T) {
-	e := newEnv(t)
+	e := newEnvHours(t, capacity.ProvisionHours) // the whole default horizon flagged before the answer
 	ctx := context.Background()
 	e.managed(t, "p1", 16, 2)
 	if n, err := e.nodes.CountOut(ctx, "p1"); err != nil || n != 0 {

@@ -35,9 +35,19 @@ type env struct {
 	clock *teststack.Clock
 	keys  map[string]crypto.Signer // node id → its key
 	count map[string]int64         // node id → last counter sent
+	hours int                      // the provisioned horizon
 }
 
-func newEnv(tb testing.TB) *env {
+// envHours is the provisioned horizon of most of these tests: a node's
+// transition flags hours + fleet.FlagMarginHours node-hours, so at the
+// default 72 each cordon, uncordon and failed report is 76 writes and the
+// package spent its time there. The tests of flagging the whole default
+// horizon take newEnvHours(tb, capacity.ProvisionHours).
+const envHours = 4
+
+func newEnv(tb testing.TB) *env { tb.Helper(); return newEnvHours(tb, envHours) }
+
+func newEnvHours(tb testing.TB, hours int) *env {
 	tb.Helper()
 	st := devstack.Shared(tb)
 	table := devstack.NewTable(tb, st)
@@ -47,11 +57,11 @@ func newEnv(tb testing.TB) *env {
 	nodes := &dynamo.Fleet{DB: db, Table: table}
 	c := teststack.NewClock(start)
 	log := slog.New(slog.DiscardHandler)
-	cs := &capacity.Service{Store: store, Now: c.Now, Logger: log, Nodes: nodes}
-	fs := &fleet.Service{Store: nodes, Pools: store, Calendar: store, Now: c.Now, Logger: log}
-	rc := &capacity.Reconciler{Service: cs, Due: store, Fleet: fs}
+	cs := &capacity.Service{Store: store, Now: c.Now, Logger: log, Nodes: nodes, ProvisionHours: hours}
+	fs := &fleet.Service{Store: nodes, Pools: store, Calendar: store, Now: c.Now, Logger: log, ProvisionHours: hours}
+	rc := &capacity.Reconciler{Service: cs, Due: store, Fleet: fs, ProvisionHours: hours}
 	return &env{cap: cs, fleet: fs, rc: rc, store: store, nodes: nodes, rt: rt, clock: c,
-		keys: map[string]crypto.Signer{}, count: map[string]int64{}}
+		keys: map[string]crypto.Signer{}, count: map[string]int64{}, hours: hours}
 }
 
 func allow(context.Context, map[string]any) error { return nil }

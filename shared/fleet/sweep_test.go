@@ -43,11 +43,11 @@ func TestSweepFlagBudget(t *testing.T) {
 	}
 
 	defer func(b int) { fleet.SweepFlagBudget = b }(fleet.SweepFlagBudget)
-	fleet.SweepFlagBudget = 100 // one node's ~74 hours a sweep
+	fleet.SweepFlagBudget = envHours + fleet.FlagMarginHours + 2 // one node's hours a sweep, not two
 	e = setup()
 	e.pass(t)
 	if n := lifted(e); n != 1 {
-		t.Fatalf("budget 100: %d nodes lifted by the first sweep, want 1", n)
+		t.Fatalf("budget %d: %d nodes lifted by the first sweep, want 1", fleet.SweepFlagBudget, n)
 	}
 	passes := 1
 	for lifted(e) < 6 && passes < 20 {
@@ -59,7 +59,7 @@ func TestSweepFlagBudget(t *testing.T) {
 		passes++
 	}
 	if n := lifted(e); n != 6 || passes != 6 {
-		t.Fatalf("budget 100: %d of 6 lifted after %d passes, want 6 after 6", n, passes)
+		t.Fatalf("budget %d: %d of 6 lifted after %d passes, want 6 after 6", fleet.SweepFlagBudget, n, passes)
 	}
 	e.check(t)
 }
