@@ -417,7 +417,11 @@ func (w *world) fullHourProbe(ctx context.Context) {
 }
 
 // massSilence: most of a managed pool's nodes (all but one of those in
-// contact) go silent at once for 4–5 intervals, then come back.
+// contact) go silent at once for 10–16 intervals, then come back. Long
+// enough that a sweep without the hold would mark some of them: the grace
+// after a hold (F14) alone keeps the first UnreachableAfter intervals of
+// a disruption unmarked, so a silence of 4–5 intervals never got past it
+// and F13 reverted failed no seed.
 func (w *world) massSilence(ctx context.Context) {
 	w.s.sleep(ctx, time.Duration(60+w.rng.IntN(180))*time.Second)
 	pool := pools[w.rng.IntN(len(pools))]
@@ -432,7 +436,7 @@ func (w *world) massSilence(ctx context.Context) {
 		return
 	}
 	w.rng.Shuffle(len(in), func(i, j int) { in[i], in[j] = in[j], in[i] })
-	d := time.Duration(40+w.rng.IntN(15)) * time.Second
+	d := time.Duration(100+w.rng.IntN(61)) * time.Second
 	w.adv.silencePool, w.adv.silenceFrom, w.adv.silenceTo = pool, now, now.Add(d+2*interval)
 	for _, n := range in[:len(in)-1] {
 		n.silentUntil, n.silent = now.Add(d), 0
