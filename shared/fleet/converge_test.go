@@ -505,6 +505,54 @@ func TestMassSilenceReturnsOneByOne(t *testing.T) {
 	}
 }
 
+// A node whose reports stopped a little before the rest of a mass
+// silence is marked alone (the others not late yet); it still counts
+// towards the silence that follows, else 3 of 4 nodes going silent within
+// 40 s leave 2 of 3 in contact — below DisruptionMin — and both are marked
+// (found by the fleet protocol simulation, seed 1 of F09's schedule).
+func TestMassSilenceCountsOneMarkedJustBefore(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.managed(t, "p1", 48, 4)
+	unreachable := func() int { return e.unreachable(t, "p1", 4) }
+	silent := time.Duration(fleet.UnreachableAfter) * fleet.DefaultInterval
+	lead := 40 * time.Second // over an interval: node 0 is quiet before the others are late
+	e.clock.Advance(lead)    // node 0 stopped before this
+	for k := 1; k < 4; k++ {
+		e.ready(t, "p1", nodeName(k))
+	}
+	e.clock.Advance(silent - lead + time.Second) // nodes 1 and 2 stopped too
+	e.ready(t, "p1", nodeName(3))
+	e.pass(t)
+	if n := unreachable(); n != 1 {
+		t.Fatalf("node 0 silent alone: %d unreachable, want 1", n)
+	}
+	// The sweep comes late (passes crashed): node 0's silence is older
+	// than the limit now, the others' too.
+	e.clock.Advance(lead + silent)
+	e.ready(t, "p1", nodeName(3))
+	e.pass(t) // 0, 1 and 2 silent within 40 s: 3 of 4
+	if n := unreachable(); n != 1 {
+		t.Errorf("nodes 1 and 2 silent with node 0: %d unreachable, want 1 (held)", n)
+	}
+	if since, err := e.nodes.Disrupted(ctx, "p1"); err != nil || since == nil {
+		t.Errorf("mass silence not recorded: %v %v", since, err)
+	}
+	// One that stopped earlier does not count: a pool whose hosts die
+	// one by one is not disrupted.
+	for k := 1; k < 4; k++ {
+		e.ready(t, "p1", nodeName(k))
+	}
+	e.clock.Advance(time.Second)
+	e.pass(t)
+	e.clock.Advance(silent + time.Second)
+	e.ready(t, "p1", nodeName(3))
+	e.pass(t) // 0 marked a silence ago, 1 and 2 silent: 2 of 3 in contact
+	if n := unreachable(); n != 3 {
+		t.Errorf("two silent a silence after node 0: %d unreachable, want 3", n)
+	}
+}
+
 // unreachable counts the pool's nodes 0..n-1 marked unreachable.
 func (e *env) unreachable(tb testing.TB, pool string, n int) int {
 	tb.Helper()

@@ -84,6 +84,16 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 	// the others of a silence that began together are late already.
 	inContact, late := 0, 0
 	lateAfter := time.Duration(UnreachableAfter-1) * s.interval()
+	// marked: the last reports of the nodes already unreachable. One whose
+	// reports stopped less than UnreachableAfter intervals before the
+	// earliest of the silent ones' is part of their silence: its reports
+	// were held up just before the pool's went silent, so the sweep
+	// marked it alone before the rest were late, and it must not take
+	// them below DisruptionMin (found by the fleet protocol simulation:
+	// 3 of 4 nodes silent within 25 s, 2 of them marked). Those that
+	// stopped earlier do not count: a pool whose hosts died one by one is
+	// not disrupted.
+	var marked []time.Time
 	var stats PoolStats
 	holds := map[string]bool{} // rollout → still running (read once a sweep)
 	err = s.Store.PoolNodes(ctx, poolID, func(rec Record) error {
@@ -91,6 +101,9 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 			return ctx.Err()
 		}
 		stats.Add(rec, now)
+		if rec.State == Unreachable && rec.LastHeartbeatAt != nil {
+			marked = append(marked, *rec.LastHeartbeatAt)
+		}
 		if rec.State == Ready || rec.State == Unhealthy {
 			inContact++
 			if rec.LastHeartbeatAt != nil && now.Sub(*rec.LastHeartbeatAt) > lateAfter {
@@ -119,6 +132,20 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 	})
 	if err != nil {
 		errs = append(errs, err)
+	}
+	if len(quiet) > 0 {
+		first := *quiet[0].LastHeartbeatAt
+		for _, q := range quiet[1:] {
+			if q.LastHeartbeatAt.Before(first) {
+				first = *q.LastHeartbeatAt
+			}
+		}
+		for _, at := range marked {
+			if first.Sub(at) < silent {
+				inContact++
+				late++
+			}
+		}
 	}
 	mark := len(quiet)
 	disrupted := len(quiet) > 0 && late >= DisruptionMin && float64(late) >= DisruptionShare*float64(inContact)
