@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
 	"github.com/bettercompute/control-plane/shared/devstack"
 )
 
@@ -41,7 +41,7 @@ func devEnv(root string, lookup func(string) (string, bool)) map[string]string {
 
 // pinReport lists the effective release pins, one a line: keyid, the
 // setting that pinned it, and whether that setting is make run's default.
-func pinReport(pins []app.Pin, threshold int, defaulted map[string]string) string {
+func pinReport(pins []rolloutapp.Pin, threshold int, defaulted map[string]string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Release pins (threshold %d; a key pinned twice counts once):\n", threshold)
 	dev := false

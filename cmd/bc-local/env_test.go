@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
 	"github.com/bettercompute/control-plane/shared/devstack"
 )
 
@@ -49,7 +49,7 @@ func TestDevEnvPinRule(t *testing.T) {
 }
 
 func TestPinReport(t *testing.T) {
-	pins := []app.Pin{
+	pins := []rolloutapp.Pin{
 		{KeyID: "aa", Variable: "BC_RELEASE_PINS_FILE", From: "/repo/localstack/dev-release-pins.pem"},
 		{KeyID: "bb", Variable: "BC_RELEASE_PINS"},
 		{KeyID: "aa", Variable: "BC_RELEASE_KMS_KEYS", From: devstack.DevReleaseKeyID},

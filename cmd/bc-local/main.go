@@ -28,6 +28,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/modules"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/localgw"
@@ -35,12 +36,12 @@ import (
 )
 
 func main() {
-	level, err := app.ParseLogLevel(envOr("BC_LOG_LEVEL", "info"))
+	level, err := logfmt.ParseLevel(envOr("BC_LOG_LEVEL", "info"))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bc-local:", err)
 		os.Exit(2)
 	}
-	format, err := app.ParseLogFormat(envOr("BC_LOG_FORMAT", string(logfmt.Text)))
+	format, err := logfmt.ParseFormat(envOr("BC_LOG_FORMAT", string(logfmt.Text)))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bc-local:", err)
 		os.Exit(2)
@@ -102,7 +103,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 	} else if ttlErr != nil {
 		log.Info("table TTL not enabled (dynalite has no TTL)", "table", cfg.Table)
 	}
-	a, err := app.New(ctx, cfg, app.WithDevTokens(), app.WithLogger(log))
+	a, err := modules.New(ctx, cfg, app.WithDevTokens(), app.WithLogger(log))
 	if err != nil {
 		return err
 	}

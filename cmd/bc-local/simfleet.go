@@ -20,7 +20,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/agent"
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/dsse"
@@ -59,7 +59,7 @@ func parseSimNodes(s string) (int, error) {
 // in the listener's backlog until the gateway serves. A failed setup is
 // logged and the stack goes on without a fleet. The channel closes once
 // every agent stopped.
-func startSimFleet(ctx context.Context, url string, n int, dir string, appPins []app.Pin, threshold int, log *slog.Logger) <-chan struct{} {
+func startSimFleet(ctx context.Context, url string, n int, dir string, appPins []rolloutapp.Pin, threshold int, log *slog.Logger) <-chan struct{} {
 	done := make(chan struct{})
 	if n == 0 {
 		close(done)

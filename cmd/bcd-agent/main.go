@@ -33,7 +33,6 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/agent"
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
@@ -321,11 +320,11 @@ func (o *options) agent() (a *agent.Agent, closeFn func(), err error) {
 			return nil, nil, usageErr(fmt.Errorf("%s is required (or its BC_* variable: see --help)", f[0]))
 		}
 	}
-	level, err := app.ParseLogLevel(o.logLevel)
+	level, err := logfmt.ParseLevel(o.logLevel)
 	if err != nil {
 		return nil, nil, usageErr(err)
 	}
-	format, err := app.ParseLogFormat(o.logFormat)
+	format, err := logfmt.ParseFormat(o.logFormat)
 	if err != nil {
 		return nil, nil, usageErr(err)
 	}

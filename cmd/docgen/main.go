@@ -13,7 +13,7 @@ import (
 	"sort"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/modules"
 )
 
 func main() {
@@ -49,9 +49,9 @@ const (
 func generate() (map[string][]byte, error) {
 	files := map[string][]byte{}
 	for _, r := range api.ResourceDocs {
-		files[filepath.Join(referenceDir, r.Name+".md")] = []byte(api.Reference(r, app.Served))
+		files[filepath.Join(referenceDir, r.Name+".md")] = []byte(api.Reference(r, modules.Served))
 	}
-	files[filepath.Join(referenceDir, "README.md")] = []byte(api.Index(app.Served))
+	files[filepath.Join(referenceDir, "README.md")] = []byte(api.Index(modules.Served))
 	doc, err := api.OpenAPI()
 	if err != nil {
 		return nil, fmt.Errorf("openapi: %w", err)

@@ -7,10 +7,11 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/capacityapp"
 )
 
 func main() {
 	ctx := context.Background()
 	a := app.MustFromEnv(ctx)
-	lambda.Start(a.Gateway.Lambda(a.MustEndpoint(ctx, "quotas.get")))
+	lambda.Start(a.Gateway.Lambda(a.MustEndpoint(ctx, capacityapp.Module{}, "quotas.get")))
 }

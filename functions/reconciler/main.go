@@ -8,10 +8,10 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/modules"
 )
 
 func main() {
-	a := app.MustFromEnv(context.Background())
+	a := modules.MustFromEnv(context.Background())
 	lambda.Start(func(ctx context.Context, _ events.EventBridgeEvent) error { return a.Reconcile(ctx) })
 }

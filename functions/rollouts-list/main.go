@@ -7,10 +7,12 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/cursorkey"
+	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
 )
 
 func main() {
 	ctx := context.Background()
-	a := app.MustFromEnv(ctx)
-	lambda.Start(a.Gateway.Lambda(a.MustEndpoint(ctx, "rollouts.list")))
+	a := app.MustFromEnv(ctx, cursorkey.FromSecretsManager())
+	lambda.Start(a.Gateway.Lambda(a.MustEndpoint(ctx, &rolloutapp.Module{}, "rollouts.list")))
 }

@@ -7,30 +7,29 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
-	"github.com/aws/aws-sdk-go-v2/service/kms"
-	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/cursor"
 	"github.com/bettercompute/control-plane/shared/dynamo"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/logfmt"
 )
 
-// App holds the clients every module shares.
+// App is the core every module shares: configuration, the AWS config, the
+// DynamoDB client, the gateway, cursors and the logger. It knows no module:
+// each main names the one it serves (a Module, built on this core), so a
+// function links only that module and its dependencies — KMS only where
+// releases are registered.
 type App struct {
 	Config  Config
 	AWS     aws.Config
 	DB      *dynamodb.Client
-	KMS     *kms.Client
 	Gateway *api.Gateway
 	Cursors *cursor.Codec
 	Logger  *slog.Logger
@@ -41,15 +40,14 @@ type App struct {
 	only string
 	// cursorFallback: no cursor key was configured (see New).
 	cursorFallback bool
-	// pins: the release pins loaded at start (Pins).
-	pins []Pin
-	// fleet is the fleet service, built once (FleetService).
-	fleet     *fleet.Service
-	fleetOnce sync.Once
+	// cursorUnread: BC_CURSOR_SECRET_ARN is set but this process was built
+	// without a reader for it (see WithCursorKeyReader).
+	cursorUnread bool
 }
 
-// serves reports whether this process serves method name.
-func (a *App) serves(name string) bool { return a.only == "" || a.only == name }
+// Serves reports whether this process serves method name: a module skips
+// start-up work (like fetching KMS pins) for methods it is not built for.
+func (a *App) Serves(name string) bool { return a.only == "" || a.only == name }
 
 // Option adjusts an App before its modules are built (tests, the local gateway).
 type Option func(*options)
@@ -61,7 +59,17 @@ type options struct {
 	now       func() time.Time
 	logger    *slog.Logger
 	awsCfg    *aws.Config
+	readKey   KeyReader
 }
+
+// KeyReader reads the cursor key named by BC_CURSOR_SECRET_ARN
+// (shared/app/cursorkey: from Secrets Manager).
+type KeyReader func(ctx context.Context, awsCfg aws.Config, cfg Config) ([]byte, error)
+
+// WithCursorKeyReader reads the cursor key with r when BC_CURSOR_SECRET_ARN
+// is set: what the mains of the methods that page name, so the others do
+// not link Secrets Manager.
+func WithCursorKeyReader(r KeyReader) Option { return func(o *options) { o.readKey = r } }
 
 // WithDevTokens lets the gateway accept "Bearer dev:<principal>" (local only).
 func WithDevTokens() Option { return func(o *options) { o.devTokens = true } }
@@ -132,8 +140,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*App, error) {
 		}
 	}
 	key := []byte(cfg.CursorKey)
-	if cfg.CursorSecretARN != "" {
-		if key, err = readSecret(ctx, *awsCfg, cfg); err != nil {
+	unread := cfg.CursorSecretARN != "" && o.readKey == nil
+	if cfg.CursorSecretARN != "" && o.readKey != nil {
+		if key, err = o.readKey(ctx, *awsCfg, cfg); err != nil {
 			return nil, err
 		}
 	}
@@ -158,12 +167,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*App, error) {
 		Now:     now,
 
 		cursorFallback: fallback,
+		cursorUnread:   unread,
 	}
-	a.KMS = kms.NewFromConfig(*awsCfg, func(ko *kms.Options) {
-		if cfg.KMSEndpoint != "" {
-			ko.BaseEndpoint = aws.String(cfg.KMSEndpoint)
-		}
-	})
 	return a, nil
 }
 
@@ -180,26 +185,6 @@ func lambdaAWSConfig(cfg Config) *aws.Config {
 		Region:      cfg.Region,
 		Credentials: aws.NewCredentialsCache(credentials.NewStaticCredentialsProvider(id, secret, os.Getenv("AWS_SESSION_TOKEN"))),
 	}
-}
-
-// readSecret reads the cursor key from Secrets Manager (a cold start's one
-// extra round trip, only in the functions that page).
-func readSecret(ctx context.Context, awsCfg aws.Config, cfg Config) ([]byte, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	sm := secretsmanager.NewFromConfig(awsCfg, func(o *secretsmanager.Options) {
-		if cfg.SecretsEndpoint != "" {
-			o.BaseEndpoint = aws.String(cfg.SecretsEndpoint)
-		}
-	})
-	out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(cfg.CursorSecretARN)})
-	if err != nil {
-		return nil, fmt.Errorf("BC_CURSOR_SECRET_ARN: reading the cursor key: %w", err)
-	}
-	if aws.ToString(out.SecretString) == "" {
-		return nil, fmt.Errorf("BC_CURSOR_SECRET_ARN: secret %s holds no string", cfg.CursorSecretARN)
-	}
-	return []byte(*out.SecretString), nil
 }
 
 // warnCursorKey says, where a method pages with cursors, that no key was
@@ -224,32 +209,44 @@ func newDecider(cfg Config) (iam.Decider, error) {
 }
 
 // Health asks each dependency one cheap question — DynamoDB describes the
-// table, KMS lists one key — so the local gateway's /healthz reports a dead
-// server instead of answering 200 regardless.
-func (a *App) Health(ctx context.Context) error {
+// table, then each module that has dependencies of its own (a Checker) —
+// so the local gateway's /healthz reports a dead server instead of
+// answering 200 regardless.
+func (a *App) Health(ctx context.Context, mods ...Module) error {
 	if _, err := a.DB.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(a.Config.Table)}); err != nil {
 		return apierr.Dependency("dynamodb", err)
 	}
-	if _, err := a.KMS.ListKeys(ctx, &kms.ListKeysInput{Limit: aws.Int32(1)}); err != nil {
-		return apierr.Dependency("kms", err)
+	for _, m := range mods {
+		if c, ok := m.(Checker); ok {
+			if err := c.Health(ctx, a); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
 
-// module builds the endpoints of one catalog module.
-type module func(ctx context.Context, a *App) ([]api.Endpoint, error)
+// Module is one catalog module's wiring (shared/app/capacityapp,
+// fleetapp, rolloutapp): it builds the endpoints of the methods whose
+// catalog Module is its Name, on the core.
+type Module interface {
+	Name() string
+	Endpoints(ctx context.Context, a *App) ([]api.Endpoint, error)
+}
 
-// modules maps a catalog Module to its builder; a module missing here is
-// answered NOT_IMPLEMENTED from the catalog.
-var modules = map[string]module{}
+// Checker is a Module with dependencies beyond the core, asked by Health.
+type Checker interface {
+	Health(ctx context.Context, a *App) error
+}
 
-// Endpoints builds every catalog method's endpoint, in catalog order.
-func (a *App) Endpoints(ctx context.Context) ([]api.Endpoint, error) {
+// Endpoints builds every catalog method's endpoint, in catalog order; a
+// method whose module is not among mods is answered NOT_IMPLEMENTED.
+func (a *App) Endpoints(ctx context.Context, mods ...Module) ([]api.Endpoint, error) {
 	built := map[string]api.Endpoint{}
-	for name, build := range modules {
-		eps, err := build(ctx, a)
+	for _, mod := range mods {
+		eps, err := mod.Endpoints(ctx, a)
 		if err != nil {
-			return nil, fmt.Errorf("module %s: %w", name, err)
+			return nil, fmt.Errorf("module %s: %w", mod.Name(), err)
 		}
 		for _, ep := range eps {
 			built[ep.Method.Name] = ep
@@ -267,20 +264,23 @@ func (a *App) Endpoints(ctx context.Context) ([]api.Endpoint, error) {
 	return out, nil
 }
 
-// Endpoint builds only the module that serves method name (one Lambda).
-func (a *App) Endpoint(ctx context.Context, name string) (api.Endpoint, error) {
+// Endpoint builds method name's endpoint from mod, the module serving it
+// (one Lambda).
+func (a *App) Endpoint(ctx context.Context, mod Module, name string) (api.Endpoint, error) {
 	m := api.Lookup(name)
 	if m == nil {
 		return api.Endpoint{}, fmt.Errorf("no method %q in the catalog", name)
 	}
+	if m.Module != mod.Name() {
+		return api.Endpoint{}, fmt.Errorf("method %s is of module %s, not %s", name, m.Module, mod.Name())
+	}
 	a.warnCursorKey(m)
-	build, ok := modules[m.Module]
-	if !ok {
-		return api.NotServed(m), nil
+	if a.cursorUnread && slices.Contains(m.Actions, api.ReadsCursorKey) {
+		return api.Endpoint{}, fmt.Errorf("%s pages with cursors but this build reads no BC_CURSOR_SECRET_ARN: its main must name cursorkey.FromSecretsManager", name)
 	}
 	a.only = name
 	defer func() { a.only = "" }()
-	eps, err := build(ctx, a)
+	eps, err := mod.Endpoints(ctx, a)
 	if err != nil {
 		return api.Endpoint{}, err
 	}
@@ -293,8 +293,8 @@ func (a *App) Endpoint(ctx context.Context, name string) (api.Endpoint, error) {
 }
 
 // MustEndpoint is Endpoint for mains.
-func (a *App) MustEndpoint(ctx context.Context, name string) api.Endpoint {
-	ep, err := a.Endpoint(ctx, name)
+func (a *App) MustEndpoint(ctx context.Context, mod Module, name string) api.Endpoint {
+	ep, err := a.Endpoint(ctx, mod, name)
 	if err != nil {
 		a.Logger.Error("start", "method", name, "error", err.Error())
 		os.Exit(1)
@@ -302,35 +302,24 @@ func (a *App) MustEndpoint(ctx context.Context, name string) api.Endpoint {
 	return ep
 }
 
-// Reconcile runs one reconciler pass (capacity.reservations). Until the
-// capacity module registers one it does nothing.
-func (a *App) Reconcile(ctx context.Context) error {
-	if reconcile == nil {
-		return nil
+// Served reports, for the doc generator, whether a build of mods serves m.
+func Served(mods ...Module) func(m *api.Method) bool {
+	return func(m *api.Method) bool {
+		return slices.ContainsFunc(mods, func(mod Module) bool { return mod.Name() == m.Module })
 	}
-	return reconcile(ctx, a)
 }
 
-// reconcile is set by the capacity module's wiring.
-var reconcile func(ctx context.Context, a *App) error
-
-// Served reports whether this build serves method m (its module is wired).
-func Served(m *api.Method) bool {
-	_, ok := modules[m.Module]
-	return ok
-}
-
-// listPage is a list request's page: its limit, where to start, and the
+// ListPage is a list request's page: its limit, where to start, and the
 // binding its cursors are tied to (the method, the tenant, the filters).
-type listPage struct {
+type ListPage struct {
 	Limit   int
 	After   map[string]string // nil: the first page
 	binding string
 }
 
-// page decodes a list's limit (def when absent) and cursor.
-func (a *App) page(call *api.Call, p api.Page, def int, filters ...string) (listPage, error) {
-	lp := listPage{Limit: def, binding: cursor.Binding(call.Method.Name, call.TenantID, filters...)}
+// Page decodes a list's limit (def when absent) and cursor.
+func (a *App) Page(call *api.Call, p api.Page, def int, filters ...string) (ListPage, error) {
+	lp := ListPage{Limit: def, binding: cursor.Binding(call.Method.Name, call.TenantID, filters...)}
 	if p.Limit != nil {
 		lp.Limit = *p.Limit
 	}
@@ -344,7 +333,24 @@ func (a *App) page(call *api.Call, p api.Page, def int, filters ...string) (list
 	return lp, nil
 }
 
-// next is the cursor of the page after this one ("" when there is none).
-func (a *App) next(lp listPage, last map[string]string) string {
+// Next is the cursor of the page after this one ("" when there is none).
+func (a *App) Next(lp ListPage, last map[string]string) string {
 	return a.Cursors.Encode(lp.binding, last)
+}
+
+// Deref is *p, or the zero value when p is nil (an optional input field).
+func Deref[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
+}
+
+// NonNil makes an empty list encode as [] rather than null.
+func NonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
 }

@@ -84,10 +84,10 @@ func ConfigFromEnv() (Config, error) {
 		c.HeartbeatInterval < fleet.BusyInterval || c.HeartbeatInterval%time.Second != 0 || c.HeartbeatInterval > time.Hour {
 		return c, fmt.Errorf("BC_HEARTBEAT_INTERVAL must be a Go duration of whole seconds from %s to 1h, got %q", fleet.BusyInterval, os.Getenv("BC_HEARTBEAT_INTERVAL"))
 	}
-	if c.LogLevel, err = ParseLogLevel(envOr("BC_LOG_LEVEL", "info")); err != nil {
+	if c.LogLevel, err = logfmt.ParseLevel(envOr("BC_LOG_LEVEL", "info")); err != nil {
 		return c, err
 	}
-	if c.LogFormat, err = ParseLogFormat(envOr("BC_LOG_FORMAT", string(logfmt.JSON))); err != nil {
+	if c.LogFormat, err = logfmt.ParseFormat(envOr("BC_LOG_FORMAT", string(logfmt.JSON))); err != nil {
 		return c, err
 	}
 	if c.LogFormat == logfmt.Text && os.Getenv("AWS_LAMBDA_FUNCTION_NAME") != "" {
@@ -101,32 +101,6 @@ func ConfigFromEnv() (Config, error) {
 		c.Region = "us-east-1"
 	}
 	return c, nil
-}
-
-// ParseLogLevel accepts debug, info, warn and error (any case); anything
-// else is a configuration error, not a silent "info".
-func ParseLogLevel(s string) (slog.Level, error) {
-	switch strings.ToLower(s) {
-	case "debug":
-		return slog.LevelDebug, nil
-	case "info":
-		return slog.LevelInfo, nil
-	case "warn":
-		return slog.LevelWarn, nil
-	case "error":
-		return slog.LevelError, nil
-	}
-	return slog.LevelInfo, fmt.Errorf("BC_LOG_LEVEL must be debug, info, warn or error, got %q", s)
-}
-
-// ParseLogFormat accepts json and text (any case); anything else is a
-// configuration error.
-func ParseLogFormat(s string) (logfmt.Format, error) {
-	switch f := logfmt.Format(strings.ToLower(s)); f {
-	case logfmt.JSON, logfmt.Text:
-		return f, nil
-	}
-	return logfmt.JSON, fmt.Errorf("BC_LOG_FORMAT must be json or text, got %q", s)
 }
 
 func envOr(key, def string) string {

@@ -27,13 +27,13 @@ func TestConfigRefusesBadValues(t *testing.T) {
 		})
 	}
 	for in, want := range map[string]slog.Level{"debug": slog.LevelDebug, "INFO": slog.LevelInfo, "warn": slog.LevelWarn, "Error": slog.LevelError} {
-		if got, err := ParseLogLevel(in); err != nil || got != want {
-			t.Errorf("ParseLogLevel(%q) = %v, %v", in, got, err)
+		if got, err := logfmt.ParseLevel(in); err != nil || got != want {
+			t.Errorf("ParseLevel(%q) = %v, %v", in, got, err)
 		}
 	}
 	for in, want := range map[string]logfmt.Format{"json": logfmt.JSON, "Text": logfmt.Text} {
-		if got, err := ParseLogFormat(in); err != nil || got != want {
-			t.Errorf("ParseLogFormat(%q) = %v, %v", in, got, err)
+		if got, err := logfmt.ParseFormat(in); err != nil || got != want {
+			t.Errorf("ParseFormat(%q) = %v, %v", in, got, err)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
@@ -12,6 +13,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/modules"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/test/teststack"
@@ -32,7 +34,7 @@ var testPolicy = &iam.Policy{Grants: []iam.Grant{
 // an API Gateway event takes in a Lambda.
 type harness struct {
 	tb    testing.TB
-	app   *app.App
+	app   *modules.App
 	clock *teststack.Clock
 	eps   map[string]api.Endpoint
 }
@@ -67,7 +69,7 @@ func startHarness(tb testing.TB, s setup) (*harness, error) {
 	h := &harness{tb: tb, clock: teststack.NewClock(time.Now().UTC().Truncate(time.Second)), eps: map[string]api.Endpoint{}}
 	opts := append([]app.Option{app.WithDecider(testPolicy), app.WithClock(h.clock.Now),
 		app.WithLogger(slog.New(slog.NewJSONHandler(testLog{tb}, &slog.HandlerOptions{Level: slog.LevelWarn})))}, s.options...)
-	a, err := app.New(context.Background(), cfg, opts...)
+	a, err := modules.New(context.Background(), cfg, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -82,9 +84,10 @@ func startHarness(tb testing.TB, s setup) (*harness, error) {
 		}
 		return h, nil
 	}
+	mod := a.List()[slices.IndexFunc(a.List(), func(m app.Module) bool { return m.Name() == s.module })]
 	for _, m := range api.Catalog {
 		if m.Module == s.module {
-			ep, err := a.Endpoint(context.Background(), m.Name)
+			ep, err := a.App.Endpoint(context.Background(), mod, m.Name)
 			if err != nil {
 				return nil, err
 			}

@@ -15,6 +15,7 @@ import (
 	kmstypes "github.com/aws/aws-sdk-go-v2/service/kms/types"
 
 	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/kmssign"
 	"github.com/bettercompute/control-plane/shared/rollout"
@@ -197,10 +198,10 @@ func TestOnlyRegisterNeedsPins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Endpoint(context.Background(), "releases.list"); err != nil {
+	if _, err := a.Endpoint(context.Background(), &rolloutapp.Module{}, "releases.list"); err != nil {
 		t.Fatalf("releases.list without pins: %v", err)
 	}
-	if _, err := a.Endpoint(context.Background(), "releases.register"); err == nil {
+	if _, err := a.Endpoint(context.Background(), &rolloutapp.Module{}, "releases.register"); err == nil {
 		t.Fatal("releases.register started without pins")
 	}
 }
@@ -221,7 +222,7 @@ func TestReleasePinsSayWhereEachCameFrom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pins, err := a.ReleasePins(context.Background())
+	pins, err := rolloutapp.ReleasePins(context.Background(), a)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,13 +249,14 @@ func TestReleasePinsSayWhereEachCameFrom(t *testing.T) {
 		t.Errorf("pins:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
 	}
 	// The start keeps what it loaded: make run prints Pins, not a second read.
-	if a.Pins() != nil {
+	mod := &rolloutapp.Module{}
+	if mod.Pins() != nil {
 		t.Error("pins before the start loaded them")
 	}
-	if _, err := a.Endpoint(context.Background(), "releases.register"); err != nil {
+	if _, err := a.Endpoint(context.Background(), mod, "releases.register"); err != nil {
 		t.Fatal(err)
 	}
-	if kept := a.Pins(); len(kept) != len(pins) || kept[0].KeyID != pins[0].KeyID || kept[2].From != pins[2].From {
+	if kept := mod.Pins(); len(kept) != len(pins) || kept[0].KeyID != pins[0].KeyID || kept[2].From != pins[2].From {
 		t.Errorf("Pins after Endpoints = %v, want %v", kept, pins)
 	}
 }

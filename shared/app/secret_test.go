@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/capacityapp"
+	"github.com/bettercompute/control-plane/shared/app/cursorkey"
 	"github.com/bettercompute/control-plane/shared/cursor"
 	"github.com/bettercompute/control-plane/test/secretsapi"
 )
@@ -18,7 +20,7 @@ func TestCursorKeyFromSecretsManager(t *testing.T) {
 	sm := secretsapi.Start(t, map[string]string{arn: "the-cursor-key"})
 	cfg := app.Config{Table: "t", Region: "us-east-1", PolicyFile: "../../localstack/policy.json",
 		DynamoEndpoint: "http://127.0.0.1:1", CursorSecretARN: arn, SecretsEndpoint: sm.URL}
-	a, err := app.New(context.Background(), cfg, app.WithLogger(slog.New(slog.DiscardHandler)))
+	a, err := app.New(context.Background(), cfg, cursorkey.FromSecretsManager(), app.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -32,8 +34,30 @@ func TestCursorKeyFromSecretsManager(t *testing.T) {
 	}
 
 	cfg.CursorSecretARN = arn + "-gone"
-	if _, err := app.New(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "BC_CURSOR_SECRET_ARN") ||
+	if _, err := app.New(context.Background(), cfg, cursorkey.FromSecretsManager()); err == nil || !strings.Contains(err.Error(), "BC_CURSOR_SECRET_ARN") ||
 		!strings.Contains(err.Error(), "ResourceNotFoundException") {
 		t.Errorf("an unknown secret: %v", err)
+	}
+}
+
+// A method that pages reads its cursor key from the secret: a build that
+// cannot read it (its main named no cursorkey option) refuses to start
+// rather than sign cursors with the fallback key; one that does not page
+// starts, since it signs none.
+func TestPagingWithoutTheSecretReaderRefusesToStart(t *testing.T) {
+	cfg := app.Config{Table: "t", Region: "us-east-1", PolicyFile: "../../localstack/policy.json",
+		DynamoEndpoint: "http://127.0.0.1:1", CursorSecretARN: "arn:aws:secretsmanager:us-east-1:111122223333:secret:CursorKey-abc"}
+	a, err := app.New(context.Background(), cfg, app.WithLogger(slog.New(slog.DiscardHandler)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Endpoint(context.Background(), capacityapp.Module{}, "pools.list"); err == nil || !strings.Contains(err.Error(), "cursorkey.FromSecretsManager") {
+		t.Errorf("pools.list without the secret's reader: %v", err)
+	}
+	if _, err := a.Endpoint(context.Background(), capacityapp.Module{}, "pools.get"); err != nil {
+		t.Errorf("pools.get (no cursors) without the secret's reader: %v", err)
+	}
+	if _, err := a.Endpoint(context.Background(), capacityapp.Module{}, "nodes.get"); err == nil {
+		t.Error("nodes.get built from the capacity module")
 	}
 }

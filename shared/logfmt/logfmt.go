@@ -14,6 +14,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"unicode"
 	"unicode/utf8"
@@ -190,3 +191,29 @@ func needsQuote(s string) bool {
 }
 
 var _ slog.Handler = (*TextHandler)(nil)
+
+// ParseLevel accepts debug, info, warn and error (any case); anything
+// else is a configuration error, not a silent "info".
+func ParseLevel(s string) (slog.Level, error) {
+	switch strings.ToLower(s) {
+	case "debug":
+		return slog.LevelDebug, nil
+	case "info":
+		return slog.LevelInfo, nil
+	case "warn":
+		return slog.LevelWarn, nil
+	case "error":
+		return slog.LevelError, nil
+	}
+	return slog.LevelInfo, fmt.Errorf("BC_LOG_LEVEL must be debug, info, warn or error, got %q", s)
+}
+
+// ParseFormat accepts json and text (any case); anything else is a
+// configuration error.
+func ParseFormat(s string) (Format, error) {
+	switch f := Format(strings.ToLower(s)); f {
+	case JSON, Text:
+		return f, nil
+	}
+	return JSON, fmt.Errorf("BC_LOG_FORMAT must be json or text, got %q", s)
+}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/modules"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/localgw"
@@ -28,7 +29,7 @@ import (
 // Stack is a running control plane.
 type Stack struct {
 	URL       string          // the local gateway
-	App       *app.App        // the app it serves
+	App       *modules.App    // the app it serves, every module wired
 	Endpoints []api.Endpoint  // every catalog method, in catalog order
 	Dev       *devstack.Stack // the local servers (dynalite, local-kms)
 }
@@ -111,7 +112,7 @@ func Start(tb testing.TB, opts ...Option) *Stack {
 	for _, f := range s.configs {
 		f(&cfg)
 	}
-	a, err := app.New(context.Background(), cfg, append(appOpts, s.appOpts...)...)
+	a, err := modules.New(context.Background(), cfg, append(appOpts, s.appOpts...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -1,4 +1,6 @@
-package app
+// Package capacityapp wires the capacity module (pools, quotas,
+// reservations) on the app's core: what a capacity function's main names.
+package capacityapp
 
 import (
 	"context"
@@ -7,29 +9,32 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 )
 
-func init() {
-	modules["capacity"] = capacityModule
-	reconcile = reconcileCapacity
+// Module is the capacity module's wiring.
+type Module struct{}
+
+// Name is the catalog's module name.
+func (Module) Name() string { return "capacity" }
+
+// Service builds the capacity service on the app's table and clock.
+func Service(a *app.App) *capacity.Service {
+	return &capacity.Service{Store: Store(a), Now: a.Now, Logger: a.Logger,
+		Nodes: &dynamo.Fleet{DB: a.DB, Table: a.Config.Table}, ProvisionHours: a.Config.ProvisionHours}
 }
 
-// CapacityService builds the capacity service on the app's table and clock.
-func (a *App) CapacityService() *capacity.Service {
-	return &capacity.Service{Store: a.CapacityStore(), Now: a.Now, Logger: a.Logger,
-		Nodes: a.FleetStore(), ProvisionHours: a.Config.ProvisionHours}
-}
-
-// CapacityStore is the capacity module's table access; it is also what the
+// Store is the capacity module's table access; it is also what the
 // invariant checker (capacity.Check) reads.
-func (a *App) CapacityStore() *dynamo.Capacity {
+func Store(a *app.App) *dynamo.Capacity {
 	return &dynamo.Capacity{DB: a.DB, Table: a.Config.Table}
 }
 
-func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
-	svc := a.CapacityService()
+// Endpoints builds the capacity methods' endpoints.
+func (Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error) {
+	svc := Service(a)
 	return []api.Endpoint{
 		api.Bind(api.Lookup("pools.create"), func(ctx context.Context, call *api.Call, in *api.CreatePoolInput) (api.PoolResult, error) {
 			p, err := svc.CreatePool(ctx, in.TenantID, in.PoolID, in.Resources, in.NodeSize)
@@ -44,7 +49,7 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 			return api.PoolResult{Pool: p}, err
 		}),
 		api.Bind(api.Lookup("pools.list"), func(ctx context.Context, call *api.Call, in *api.ListPoolsInput) (api.ListPoolsResult, error) {
-			lp, err := a.page(call, in.Page, capacity.DefaultLimit)
+			lp, err := a.Page(call, in.Page, capacity.DefaultLimit)
 			if err != nil {
 				return api.ListPoolsResult{}, err
 			}
@@ -52,16 +57,16 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 			if err != nil {
 				return api.ListPoolsResult{}, err
 			}
-			return api.ListPoolsResult{Pools: nonNil(ps), NextCursor: a.next(lp, next)}, nil
+			return api.ListPoolsResult{Pools: app.NonNil(ps), NextCursor: a.Next(lp, next)}, nil
 		}),
 		api.Bind(api.Lookup("pools.usage"), func(ctx context.Context, call *api.Call, in *api.PoolUsageInput) (api.PoolUsageResult, error) {
-			q := capacity.UsageRequest{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource, Hours: deref(in.Hours)}
+			q := capacity.UsageRequest{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource, Hours: app.Deref(in.Hours)}
 			from := ""
 			if in.From != nil {
 				q.From = *in.From
 				from = in.From.UTC().Format(time.RFC3339Nano)
 			}
-			lp, err := a.page(call, api.Page{Limit: in.Limit, Cursor: in.Cursor}, capacity.DefaultUsageNodes,
+			lp, err := a.Page(call, api.Page{Limit: in.Limit, Cursor: in.Cursor}, capacity.DefaultUsageNodes,
 				"poolId="+in.PoolID, "resource="+in.Resource, "from="+from, "hours="+strconv.Itoa(q.Hours))
 			if err != nil {
 				return api.PoolUsageResult{}, err
@@ -71,15 +76,15 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 			if err != nil {
 				return api.PoolUsageResult{}, err
 			}
-			return api.PoolUsageResult{Usage: u, NextCursor: a.next(lp, next)}, nil
+			return api.PoolUsageResult{Usage: u, NextCursor: a.Next(lp, next)}, nil
 		}),
 		api.Bind(api.Lookup("quotas.get"), func(ctx context.Context, call *api.Call, in *api.GetQuotaInput) (api.QuotaResult, error) {
 			q, err := svc.GetQuota(ctx, capacity.QuotaKey{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource})
 			return api.QuotaResult{Quota: q}, err
 		}),
 		api.Bind(api.Lookup("quotas.list"), func(ctx context.Context, call *api.Call, in *api.ListQuotasInput) (api.ListQuotasResult, error) {
-			pool := deref(in.PoolID)
-			lp, err := a.page(call, in.Page, capacity.DefaultLimit, "poolId="+pool)
+			pool := app.Deref(in.PoolID)
+			lp, err := a.Page(call, in.Page, capacity.DefaultLimit, "poolId="+pool)
 			if err != nil {
 				return api.ListQuotasResult{}, err
 			}
@@ -87,13 +92,13 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 			if err != nil {
 				return api.ListQuotasResult{}, err
 			}
-			return api.ListQuotasResult{Quotas: nonNil(qs), NextCursor: a.next(lp, next)}, nil
+			return api.ListQuotasResult{Quotas: app.NonNil(qs), NextCursor: a.Next(lp, next)}, nil
 		}),
 		api.Bind(api.Lookup("reservations.create"), func(ctx context.Context, call *api.Call, in *api.CreateReservationInput) (api.ReservationResult, error) {
 			r, err := svc.CreateReservation(ctx, capacity.CreateRequest{
 				TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource, Count: in.Count,
-				Topology: deref(in.Topology), Start: in.Window.Start, End: in.Window.End,
-				ClientToken: deref(in.ClientToken), Principal: call.Principal,
+				Topology: app.Deref(in.Topology), Start: in.Window.Start, End: in.Window.End,
+				ClientToken: app.Deref(in.ClientToken), Principal: call.Principal,
 			}, call.Decide)
 			return api.ReservationResult{Reservation: r}, err
 		}),
@@ -102,7 +107,7 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 			return api.ReservationResult{Reservation: r}, err
 		}),
 		api.Bind(api.Lookup("reservations.list"), func(ctx context.Context, call *api.Call, in *api.ListReservationsInput) (api.ListReservationsResult, error) {
-			f := capacity.ListFilter{PoolID: deref(in.PoolID)}
+			f := capacity.ListFilter{PoolID: app.Deref(in.PoolID)}
 			if in.State != nil {
 				st, ok := capacity.ParseState(*in.State)
 				if !ok {
@@ -110,7 +115,7 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 				}
 				f.State = st
 			}
-			lp, err := a.page(call, in.Page, capacity.DefaultLimit, "poolId="+f.PoolID, "state="+string(f.State))
+			lp, err := a.Page(call, in.Page, capacity.DefaultLimit, "poolId="+f.PoolID, "state="+string(f.State))
 			if err != nil {
 				return api.ListReservationsResult{}, err
 			}
@@ -118,42 +123,11 @@ func capacityModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 			if err != nil {
 				return api.ListReservationsResult{}, err
 			}
-			return api.ListReservationsResult{Reservations: nonNil(rs), NextCursor: a.next(lp, next)}, nil
+			return api.ListReservationsResult{Reservations: app.NonNil(rs), NextCursor: a.Next(lp, next)}, nil
 		}),
 		api.Bind(api.Lookup("reservations.release"), func(ctx context.Context, call *api.Call, in *api.ReleaseReservationInput) (api.ReservationResult, error) {
 			r, err := svc.ReleaseReservation(ctx, in.TenantID, in.ReservationID)
 			return api.ReservationResult{Reservation: r}, err
 		}),
 	}, nil
-}
-
-// Reconciler builds capacity.reservations, the reservation reconciler.
-func (a *App) Reconciler() *capacity.Reconciler {
-	return &capacity.Reconciler{Service: a.CapacityService(), Due: a.CapacityStore(), ProvisionHours: a.Config.ProvisionHours,
-		Fleet: a.FleetService(), Rollouts: a.RolloutReconciler()}
-}
-
-// reconcileCapacity runs one pass and logs its summary (with the Lag
-// metric). Items that failed are counted and retried by the next pass; only
-// a failed read of the due index fails the pass.
-func reconcileCapacity(ctx context.Context, a *App) error {
-	res, err := a.Reconciler().Pass(ctx)
-	res.Log(ctx, a.Logger, a.Config.Table)
-	return err
-}
-
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
-	}
-	return *p
-}
-
-// nonNil makes an empty list encode as [] rather than null.
-func nonNil[T any](s []T) []T {
-	if s == nil {
-		return []T{}
-	}
-	return s
 }

@@ -1,34 +1,48 @@
-package app
+// Package fleetapp wires the fleet module (nodes, heartbeats) on the app's
+// core: what a fleet function's main names. It links the capacity service
+// (adoption) and the rollouts' store (holds), not the rollout module's KMS.
+package fleetapp
 
 import (
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/capacityapp"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
-func init() { modules["fleet"] = fleetModule }
+// Module is the fleet module's wiring. Its service is built once, the
+// first time it is asked for: its key and manifest caches live as long as
+// the process (a Lambda's warm instance).
+type Module struct {
+	once sync.Once
+	svc  *fleet.Service
+}
 
-// FleetStore is the fleet's table access (the node items); the capacity
+// Name is the catalog's module name.
+func (*Module) Name() string { return "fleet" }
+
+// Store is the fleet's table access (the node items); the capacity
 // service reads the same items as its capacity.NodeStore.
-func (a *App) FleetStore() *dynamo.Fleet { return &dynamo.Fleet{DB: a.DB, Table: a.Config.Table} }
+func Store(a *app.App) *dynamo.Fleet { return &dynamo.Fleet{DB: a.DB, Table: a.Config.Table} }
 
-// FleetService builds the fleet service on the app's table and clock. It
-// is kept per App: its key and manifest caches live as long as the
-// process (a Lambda's warm instance).
-func (a *App) FleetService() *fleet.Service {
-	a.fleetOnce.Do(func() {
-		a.fleet = &fleet.Service{Store: a.FleetStore(), Pools: a.CapacityStore(), Calendar: a.CapacityStore(),
+// Service is the fleet service on the app's table and clock, built once
+// per Module.
+func (m *Module) Service(a *app.App) *fleet.Service {
+	m.once.Do(func() {
+		m.svc = &fleet.Service{Store: Store(a), Pools: capacityapp.Store(a), Calendar: capacityapp.Store(a),
 			Releases: releaseReader{&dynamo.Releases{DB: a.DB, Table: a.Config.Table}}, Now: a.Now, Logger: a.Logger,
-			Interval: a.Config.HeartbeatInterval, ProvisionHours: a.Config.ProvisionHours, Adopter: a.CapacityService(), Table: a.Config.Table,
-			Rollouts: rollout.Holds{Store: a.RolloutStore()}}
+			Interval: a.Config.HeartbeatInterval, ProvisionHours: a.Config.ProvisionHours, Adopter: capacityapp.Service(a), Table: a.Config.Table,
+			Rollouts: rollout.Holds{Store: &dynamo.Rollouts{DB: a.DB, Table: a.Config.Table}}}
 	})
-	return a.fleet
+	return m.svc
 }
 
 // releaseReader reads registered releases for the fleet.
@@ -45,8 +59,9 @@ func (r releaseReader) Release(ctx context.Context, version string) (fleet.Relea
 	return fleet.Release{Version: rel.Version, Sequence: rel.Sequence, Digest: rel.ManifestDigest, Manifest: rel.Manifest}, nil
 }
 
-func fleetModule(_ context.Context, a *App) ([]api.Endpoint, error) {
-	svc := a.FleetService()
+// Endpoints builds the fleet methods' endpoints.
+func (m *Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error) {
+	svc := m.Service(a)
 	return []api.Endpoint{
 		api.Bind(api.Lookup("nodes.register"), func(ctx context.Context, call *api.Call, in *api.RegisterNodeInput) (api.NodeResult, error) {
 			register := svc.Register
@@ -68,7 +83,7 @@ func fleetModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 					return api.ListNodesResult{}, apierr.Invalid("constraint", "state", "state must be one of %v", fleet.States)
 				}
 			}
-			lp, err := a.page(call, in.Page, capacity.DefaultLimit, "poolId="+in.PoolID, "state="+string(st))
+			lp, err := a.Page(call, in.Page, capacity.DefaultLimit, "poolId="+in.PoolID, "state="+string(st))
 			if err != nil {
 				return api.ListNodesResult{}, err
 			}
@@ -76,7 +91,7 @@ func fleetModule(_ context.Context, a *App) ([]api.Endpoint, error) {
 			if err != nil {
 				return api.ListNodesResult{}, err
 			}
-			return api.ListNodesResult{Nodes: nonNil(ns), NextCursor: a.next(lp, next)}, nil
+			return api.ListNodesResult{Nodes: app.NonNil(ns), NextCursor: a.Next(lp, next)}, nil
 		}),
 		api.Bind(api.Lookup("nodes.cordon"), func(ctx context.Context, call *api.Call, in *api.CordonNodeInput) (api.NodeResult, error) {
 			n, err := svc.Cordon(ctx, in.TenantID, in.PoolID, in.NodeID, in.Reason)

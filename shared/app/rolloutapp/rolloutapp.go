@@ -1,4 +1,7 @@
-package app
+// Package rolloutapp wires the rollout module (releases and rollouts) on
+// the app's core: what a rollout function's main names. It is the only
+// module that links KMS (the release pins of BC_RELEASE_KMS_KEYS).
+package rolloutapp
 
 import (
 	"context"
@@ -6,20 +9,53 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
 	"github.com/bettercompute/control-plane/shared/api"
+
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/capacityapp"
+	"github.com/bettercompute/control-plane/shared/app/fleetapp"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/kmssign"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
-func init() { modules["rollout"] = rolloutModule }
+// Module is the rollout module's wiring; it keeps the release pins its
+// start loaded (Pins).
+type Module struct {
+	pins []Pin
+}
 
-func rolloutModule(ctx context.Context, a *App) ([]api.Endpoint, error) {
+// Name is the catalog's module name.
+func (*Module) Name() string { return "rollout" }
+
+// KMS is the KMS client on the app's AWS config (BC_KMS_ENDPOINT).
+func KMS(a *app.App) *kms.Client {
+	return kms.NewFromConfig(a.AWS, func(ko *kms.Options) {
+		if a.Config.KMSEndpoint != "" {
+			ko.BaseEndpoint = aws.String(a.Config.KMSEndpoint)
+		}
+	})
+}
+
+// Health lists one KMS key: the local gateway's /healthz reports a dead KMS.
+func (*Module) Health(ctx context.Context, a *app.App) error {
+	if _, err := KMS(a).ListKeys(ctx, &kms.ListKeysInput{Limit: aws.Int32(1)}); err != nil {
+		return apierr.Dependency("kms", err)
+	}
+	return nil
+}
+
+// Endpoints builds the release and rollout methods' endpoints; serving
+// releases.register, it loads the release pins first.
+func (m *Module) Endpoints(ctx context.Context, a *app.App) ([]api.Endpoint, error) {
 	svc := &rollout.Service{Store: &dynamo.Releases{DB: a.DB, Table: a.Config.Table}, Now: a.Now}
-	if a.serves("releases.register") {
-		pins, err := a.releasePins(ctx)
+	if a.Serves("releases.register") {
+		pins, err := m.releasePins(ctx, a)
 		if err != nil {
 			return nil, err
 		}
@@ -33,7 +69,7 @@ func rolloutModule(ctx context.Context, a *App) ([]api.Endpoint, error) {
 		return api.RegisterResult{Release: r, Replayed: replayed}, nil
 	})
 	list := api.Bind(api.Lookup("releases.list"), func(ctx context.Context, call *api.Call, in *api.ListReleasesInput) (api.ListReleasesResult, error) {
-		lp, err := a.page(call, in.Page, 0) // without limit: every release
+		lp, err := a.Page(call, in.Page, 0) // without limit: every release
 		if err != nil {
 			return api.ListReleasesResult{}, err
 		}
@@ -41,33 +77,34 @@ func rolloutModule(ctx context.Context, a *App) ([]api.Endpoint, error) {
 		if err != nil {
 			return api.ListReleasesResult{}, err
 		}
-		return api.ListReleasesResult{Releases: rs, NextCursor: a.next(lp, next)}, nil
+		return api.ListReleasesResult{Releases: rs, NextCursor: a.Next(lp, next)}, nil
 	})
 	return append([]api.Endpoint{register, list}, rolloutEndpoints(a)...), nil
 }
 
-// RolloutStore is the rollouts' table access.
-func (a *App) RolloutStore() *dynamo.Rollouts {
+// Store is the rollouts' table access.
+func Store(a *app.App) *dynamo.Rollouts {
 	return &dynamo.Rollouts{DB: a.DB, Table: a.Config.Table}
 }
 
 // Rollouts builds the rollouts service.
-func (a *App) Rollouts() *rollout.Rollouts {
-	return &rollout.Rollouts{Store: a.RolloutStore(), Releases: &dynamo.Releases{DB: a.DB, Table: a.Config.Table},
-		Pools: a.CapacityStore(), Now: a.Now, Logger: a.Logger, Table: a.Config.Table}
+func Rollouts(a *app.App) *rollout.Rollouts {
+	return &rollout.Rollouts{Store: Store(a), Releases: &dynamo.Releases{DB: a.DB, Table: a.Config.Table},
+		Pools: capacityapp.Store(a), Now: a.Now, Logger: a.Logger, Table: a.Config.Table}
 }
 
-// RolloutReconciler builds fleet.rollouts, run by the reconciler's pass.
-func (a *App) RolloutReconciler() *rollout.Reconciler {
-	return &rollout.Reconciler{Store: a.RolloutStore(), Releases: &dynamo.Releases{DB: a.DB, Table: a.Config.Table},
-		Nodes: a.FleetStore(), Cordons: a.FleetService(), Calendar: a.CapacityStore(), Now: a.Now, Logger: a.Logger, Table: a.Config.Table}
+// Reconciler builds fleet.rollouts, run by the reconciler's pass; cordons
+// is the fleet service the pass cordons nodes through.
+func Reconciler(a *app.App, cordons *fleet.Service) *rollout.Reconciler {
+	return &rollout.Reconciler{Store: Store(a), Releases: &dynamo.Releases{DB: a.DB, Table: a.Config.Table},
+		Nodes: fleetapp.Store(a), Cordons: cordons, Calendar: capacityapp.Store(a), Now: a.Now, Logger: a.Logger, Table: a.Config.Table}
 }
 
-func rolloutEndpoints(a *App) []api.Endpoint {
-	svc := a.Rollouts()
+func rolloutEndpoints(a *app.App) []api.Endpoint {
+	svc := Rollouts(a)
 	change := func(name string, fn func(ctx context.Context, id, reason string) (rollout.Rollout, error)) api.Endpoint {
 		return api.Bind(api.Lookup(name), func(ctx context.Context, call *api.Call, in *api.ChangeRolloutInput) (api.RolloutResult, error) {
-			r, err := fn(ctx, in.RolloutID, deref(in.Reason))
+			r, err := fn(ctx, in.RolloutID, app.Deref(in.Reason))
 			return api.RolloutResult{Rollout: r}, err
 		})
 	}
@@ -75,7 +112,7 @@ func rolloutEndpoints(a *App) []api.Endpoint {
 		api.Bind(api.Lookup("rollouts.create"), func(ctx context.Context, call *api.Call, in *api.CreateRolloutInput) (api.RolloutResult, error) {
 			req := rollout.CreateRequest{Version: in.Version, Pools: in.Pools, Waves: in.Waves, BakeSeconds: in.BakeSeconds,
 				MaxUnavailable: in.MaxUnavailable, MaxFailedNodes: in.MaxFailedNodes, ProgressDeadlineSeconds: in.ProgressDeadlineSeconds,
-				RollbackOnAbort: in.RollbackOnAbort, ClientToken: deref(in.ClientToken),
+				RollbackOnAbort: in.RollbackOnAbort, ClientToken: app.Deref(in.ClientToken),
 				By: rollout.Audit{TenantID: call.TenantID, Principal: call.Principal}}
 			if in.Drain != nil {
 				req.DrainWaitSeconds, req.DrainOnTimeout = in.Drain.WaitSeconds, in.Drain.OnTimeout
@@ -95,7 +132,7 @@ func rolloutEndpoints(a *App) []api.Endpoint {
 					return api.ListRolloutsResult{}, apierr.Invalid("constraint", "state", "state must be one of %v", rollout.States)
 				}
 			}
-			lp, err := a.page(call, in.Page, capacity.DefaultLimit, "state="+string(st))
+			lp, err := a.Page(call, in.Page, capacity.DefaultLimit, "state="+string(st))
 			if err != nil {
 				return api.ListRolloutsResult{}, err
 			}
@@ -103,7 +140,7 @@ func rolloutEndpoints(a *App) []api.Endpoint {
 			if err != nil {
 				return api.ListRolloutsResult{}, err
 			}
-			return api.ListRolloutsResult{Rollouts: nonNil(rs), NextCursor: a.next(lp, next)}, nil
+			return api.ListRolloutsResult{Rollouts: app.NonNil(rs), NextCursor: a.Next(lp, next)}, nil
 		}),
 		api.Bind(api.Lookup("rollouts.nodes"), func(ctx context.Context, call *api.Call, in *api.RolloutNodesInput) (api.RolloutNodesResult, error) {
 			var st rollout.Step
@@ -113,7 +150,7 @@ func rolloutEndpoints(a *App) []api.Endpoint {
 					return api.RolloutNodesResult{}, apierr.Invalid("constraint", "step", "step must be one of %v", rollout.Steps)
 				}
 			}
-			lp, err := a.page(call, in.Page, capacity.DefaultLimit, "rolloutId="+in.RolloutID, "step="+string(st))
+			lp, err := a.Page(call, in.Page, capacity.DefaultLimit, "rolloutId="+in.RolloutID, "step="+string(st))
 			if err != nil {
 				return api.RolloutNodesResult{}, err
 			}
@@ -125,7 +162,7 @@ func rolloutEndpoints(a *App) []api.Endpoint {
 			if next != "" {
 				cur = map[string]string{"k": next}
 			}
-			return api.RolloutNodesResult{Nodes: nonNil(ns), NextCursor: a.next(lp, cur)}, nil
+			return api.RolloutNodesResult{Nodes: app.NonNil(ns), NextCursor: a.Next(lp, cur)}, nil
 		}),
 		change("rollouts.pause", svc.Pause),
 		change("rollouts.resume", svc.Resume),
@@ -144,7 +181,7 @@ type Pin struct {
 // ReleasePins reads every configured release key in configuration order:
 // the PEM bundle (file, then inline), then the public keys of the KMS keys.
 // A key configured twice is listed twice (it counts once).
-func (a *App) ReleasePins(ctx context.Context) ([]Pin, error) {
+func ReleasePins(ctx context.Context, a *app.App) ([]Pin, error) {
 	var pins []Pin
 	add := func(variable, from string, keys ...crypto.PublicKey) error {
 		for _, k := range keys {
@@ -178,7 +215,7 @@ func (a *App) ReleasePins(ctx context.Context) ([]Pin, error) {
 		}
 	}
 	for _, id := range a.Config.ReleaseKMSKeys {
-		pub, err := kmssign.PublicKey(ctx, a.KMS, id)
+		pub, err := kmssign.PublicKey(ctx, KMS(a), id)
 		if err != nil {
 			return nil, fmt.Errorf("BC_RELEASE_KMS_KEYS: %w", err)
 		}
@@ -190,19 +227,19 @@ func (a *App) ReleasePins(ctx context.Context) ([]Pin, error) {
 }
 
 // Pins are the release pins the start loaded (ReleasePins, read once by
-// Endpoints or Endpoint for releases.register); nil before, or when this
+// Endpoints when serving releases.register); nil before, or when this
 // process does not serve releases.register.
-func (a *App) Pins() []Pin { return a.pins }
+func (m *Module) Pins() []Pin { return m.pins }
 
 // releasePins loads the release pins once, at start, and keeps them (Pins).
 // Any problem, including a threshold above the number of distinct pinned
 // keys, fails the start.
-func (a *App) releasePins(ctx context.Context) (*rollout.Pins, error) {
-	pins, err := a.ReleasePins(ctx)
+func (m *Module) releasePins(ctx context.Context, a *app.App) (*rollout.Pins, error) {
+	pins, err := ReleasePins(ctx, a)
 	if err != nil {
 		return nil, err
 	}
-	a.pins = pins
+	m.pins = pins
 	if len(pins) == 0 {
 		return nil, fmt.Errorf("no release pins: set BC_RELEASE_PINS_FILE, BC_RELEASE_PINS or BC_RELEASE_KMS_KEYS")
 	}

@@ -1,0 +1,108 @@
+// Package modules is the composition root of the processes that serve
+// every module: the reconciler (whose pass runs the capacity, fleet and
+// rollout steps), the local gateway behind `make run`, the doc generator
+// and the tests that stand up the whole control plane. A Lambda serving one
+// method names its own module instead (functions/<method>/main.go).
+package modules
+
+import (
+	"context"
+
+	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/capacityapp"
+	"github.com/bettercompute/control-plane/shared/app/cursorkey"
+	"github.com/bettercompute/control-plane/shared/app/fleetapp"
+	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
+	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/rollout"
+)
+
+// App is the core with every module wired on it.
+type App struct {
+	*app.App
+	Capacity capacityapp.Module
+	Fleet    *fleetapp.Module
+	Rollout  *rolloutapp.Module
+}
+
+// Wire puts every module on the core a.
+func Wire(a *app.App) *App {
+	return &App{App: a, Fleet: &fleetapp.Module{}, Rollout: &rolloutapp.Module{}}
+}
+
+// New builds the core from cfg (reading the cursor key from Secrets
+// Manager when BC_CURSOR_SECRET_ARN is set) and wires every module on it.
+func New(ctx context.Context, cfg app.Config, opts ...app.Option) (*App, error) {
+	a, err := app.New(ctx, cfg, append([]app.Option{cursorkey.FromSecretsManager()}, opts...)...)
+	if err != nil {
+		return nil, err
+	}
+	return Wire(a), nil
+}
+
+// MustFromEnv is app.MustFromEnv with every module wired.
+func MustFromEnv(ctx context.Context, opts ...app.Option) *App {
+	return Wire(app.MustFromEnv(ctx, append([]app.Option{cursorkey.FromSecretsManager()}, opts...)...))
+}
+
+// List is the modules in the order their endpoints are built.
+func (a *App) List() []app.Module { return []app.Module{a.Capacity, a.Fleet, a.Rollout} }
+
+// Served reports whether a build of every module serves m (the doc
+// generator: a method of no module is answered NOT_IMPLEMENTED).
+func Served(m *api.Method) bool {
+	return app.Served(capacityapp.Module{}, &fleetapp.Module{}, &rolloutapp.Module{})(m)
+}
+
+// Endpoints builds every catalog method's endpoint, in catalog order.
+func (a *App) Endpoints(ctx context.Context) ([]api.Endpoint, error) {
+	return a.App.Endpoints(ctx, a.List()...)
+}
+
+// Health asks DynamoDB and each module's own dependencies (KMS).
+func (a *App) Health(ctx context.Context) error { return a.App.Health(ctx, a.List()...) }
+
+// Pins are the release pins the rollout module loaded (rolloutapp.Module.Pins).
+func (a *App) Pins() []rolloutapp.Pin { return a.Rollout.Pins() }
+
+// CapacityService is capacityapp.Service.
+func (a *App) CapacityService() *capacity.Service { return capacityapp.Service(a.App) }
+
+// CapacityStore is capacityapp.Store.
+func (a *App) CapacityStore() *dynamo.Capacity { return capacityapp.Store(a.App) }
+
+// FleetService is the fleet module's service (one per App).
+func (a *App) FleetService() *fleet.Service { return a.Fleet.Service(a.App) }
+
+// FleetStore is fleetapp.Store.
+func (a *App) FleetStore() *dynamo.Fleet { return fleetapp.Store(a.App) }
+
+// RolloutStore is rolloutapp.Store.
+func (a *App) RolloutStore() *dynamo.Rollouts { return rolloutapp.Store(a.App) }
+
+// Rollouts is rolloutapp.Rollouts.
+func (a *App) Rollouts() *rollout.Rollouts { return rolloutapp.Rollouts(a.App) }
+
+// RolloutReconciler builds fleet.rollouts on the fleet module's service.
+func (a *App) RolloutReconciler() *rollout.Reconciler {
+	return rolloutapp.Reconciler(a.App, a.FleetService())
+}
+
+// Reconciler builds capacity.reservations, the reservation reconciler,
+// with the fleet's sweeps and the rollouts' steps.
+func (a *App) Reconciler() *capacity.Reconciler {
+	return &capacity.Reconciler{Service: a.CapacityService(), Due: a.CapacityStore(), ProvisionHours: a.Config.ProvisionHours,
+		Fleet: a.FleetService(), Rollouts: a.RolloutReconciler()}
+}
+
+// Reconcile runs one reconciler pass and logs its summary (with the Lag
+// metric). Items that failed are counted and retried by the next pass; only
+// a failed read of the due index fails the pass.
+func (a *App) Reconcile(ctx context.Context) error {
+	res, err := a.Reconciler().Pass(ctx)
+	res.Log(ctx, a.Logger, a.Config.Table)
+	return err
+}

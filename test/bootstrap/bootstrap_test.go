@@ -1,0 +1,116 @@
+// Package bootstrap_test checks what each Lambda's composition root links
+// (docs/architecture.md, Composition roots): every main names the module
+// its catalog method belongs to and nothing else, the bootstraps built as
+// `make build` builds them stay within their size budgets, and the node
+// agent links no AWS SDK.
+package bootstrap_test
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/bettercompute/control-plane/shared/api"
+)
+
+// Budgets in bytes of the linux/arm64 bootstraps (-s -w, as make build;
+// their sizes move in 128-KiB steps). The API functions' target is 8.5 MiB
+// (issue 23); the largest is 9.0 today, a few hundred bytes over, so the
+// budget is one step above it (docs/performance.md says what is left).
+const (
+	mib          = 1 << 20
+	apiBudget    = 9.125 * mib
+	reconcilerB  = 9.5 * mib
+	agentBudget  = 7.5 * mib
+	modulePrefix = "github.com/bettercompute/control-plane/shared/app/"
+)
+
+func root(t *testing.T) string {
+	t.Helper()
+	out, err := exec.Command("go", "env", "GOMOD").Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Dir(strings.TrimSpace(string(out)))
+}
+
+// deps lists the packages pkg links for linux/arm64.
+func deps(t *testing.T, dir, pkg string) []string {
+	t.Helper()
+	cmd := exec.Command("go", "list", "-deps", "-tags", "lambda.norpc", pkg)
+	cmd.Dir, cmd.Env = dir, append(os.Environ(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("go list %s: %v", pkg, err)
+	}
+	return strings.Fields(string(out))
+}
+
+// Each method's main links its own module's wiring only; KMS only with the
+// rollout module, Secrets Manager only where the method pages with cursors.
+func TestEachMainLinksItsModuleOnly(t *testing.T) {
+	dir := root(t)
+	for _, m := range api.Catalog {
+		pkg := "./functions/" + strings.ReplaceAll(m.Name, ".", "-")
+		ds := deps(t, dir, pkg)
+		has := func(p string) bool { return slices.Contains(ds, p) }
+		for _, mod := range []string{"capacity", "fleet", "rollout"} {
+			// fleetapp and capacityapp are linked by the modules that use
+			// their stores and services; the module's own is required.
+			if mod == m.Module && !has(modulePrefix+mod+"app") {
+				t.Errorf("%s does not link %sapp, its module's wiring", m.Name, mod)
+			}
+		}
+		if has(modulePrefix + "modules") {
+			t.Errorf("%s links every module (shared/app/modules)", m.Name)
+		}
+		if kms := has("github.com/aws/aws-sdk-go-v2/service/kms"); kms != (m.Module == "rollout") {
+			t.Errorf("%s links KMS: %v (module %s)", m.Name, kms, m.Module)
+		}
+		pages := slices.Contains(m.Actions, api.ReadsCursorKey)
+		if sm := has("github.com/aws/aws-sdk-go-v2/service/secretsmanager"); sm != pages {
+			t.Errorf("%s links Secrets Manager: %v, pages with cursors: %v", m.Name, sm, pages)
+		}
+	}
+	for _, p := range deps(t, dir, "./cmd/bcd-agent") {
+		if strings.HasPrefix(p, "github.com/aws/aws-sdk-go-v2") || strings.HasPrefix(p, "github.com/aws/smithy-go") {
+			t.Errorf("bcd-agent links %s: the agent runs on GPU hosts and talks only HTTP", p)
+		}
+	}
+}
+
+// The bootstraps, built as make build builds them, within their budgets.
+func TestBootstrapSizes(t *testing.T) {
+	dir, out := root(t), t.TempDir()
+	build := func(tags string, pkgs ...string) {
+		args := append([]string{"build", "-trimpath", "-ldflags", "-s -w", "-o", out + "/"}, pkgs...)
+		if tags != "" {
+			args = append([]string{"build", "-tags", tags}, args[1:]...)
+		}
+		cmd := exec.Command("go", args...)
+		cmd.Dir, cmd.Env = dir, append(os.Environ(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
+		if b, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("go build: %v\n%s", err, b)
+		}
+	}
+	build("lambda.norpc", "./functions/...")
+	build("", "./cmd/bcd-agent")
+	check := func(name string, budget float64) {
+		fi, err := os.Stat(filepath.Join(out, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%-22s %.3f MiB", name, float64(fi.Size())/mib)
+		if float64(fi.Size()) > budget {
+			t.Errorf("%s is %.3f MiB, over its %.2f MiB budget", name, float64(fi.Size())/mib, budget/mib)
+		}
+	}
+	for _, m := range api.Catalog {
+		check(strings.ReplaceAll(m.Name, ".", "-"), apiBudget)
+	}
+	check("reconciler", reconcilerB)
+	check("bcd-agent", agentBudget)
+}
