@@ -55,8 +55,12 @@ type adversaries struct {
 	sickOnce map[string]nodeRef // reservation → node that sickens when it binds it
 
 	// mass silence: the pool, its silent nodes, the window judged
-	silencePool            string
-	silenced               map[nodeRef]bool
+	silencePool string
+	silenced    map[nodeRef]bool
+	// alone: nodes of the silence the sweep marked while fewer than
+	// DisruptionMin were late (their own silence began first): not the
+	// pool's silence, so a move off them is not judged either
+	alone                  map[nodeRef]bool
 	silenceFrom, silenceTo time.Time
 	silenceMoves           int
 }
@@ -73,6 +77,7 @@ func (w *world) drawAdversaries() {
 	a.fullHour = w.fillHour != 0
 	a.sickOnce = map[string]nodeRef{}
 	a.silenced = map[nodeRef]bool{}
+	a.alone = map[nodeRef]bool{}
 	if a.moveBack {
 		w.s.spawn(context.Background(), "adversary move back", 0, w.mover)
 	}
@@ -471,7 +476,7 @@ func (c *atomicCalendar) Amend(ctx context.Context, r, to capacity.Reservation) 
 	if err == nil && to.Moves > r.Moves && w.adv.silencePool == r.PoolID {
 		for _, nd := range r.Placement() {
 			ref := nodeRef{r.PoolID, nd.Node}
-			if rec, ok := w.node(ref); ok && w.inSilence(ref) && rec.State != fleet.Unhealthy && !rec.Eligible() {
+			if rec, ok := w.node(ref); ok && w.inSilence(ref) && rec.State != fleet.Unhealthy && !rec.Eligible() && !w.adv.alone[ref] {
 				w.fail("silence", w.s.steps, "%s moved off %s during the mass silence of %s (since %s)", r.ReservationID, ref, r.PoolID,
 					w.adv.silenceFrom.Format("15:04:05"))
 			}
