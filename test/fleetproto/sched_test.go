@@ -195,7 +195,11 @@ func (s *sched) run() {
 			var stall bool
 			d, stall = s.draw()
 			if stall {
+				// A stall is injected too: up to 20 s, it can use up a
+				// create's 10-s deadline, whose UNAVAILABLE is then the
+				// right answer (check g; found by seed 9).
 				s.stalls++
+				a.faulted = true
 				a.wake = s.clock.Now().Add(time.Duration(1+s.rng.IntN(20)) * time.Second)
 				s.trace = append(s.trace, fmt.Sprintf("-  %s %s: stalled at %s", s.clock.Now().Format("15:04:05.000"), a.name, a.op))
 				continue
