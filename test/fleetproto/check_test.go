@@ -132,10 +132,11 @@ func (w *world) afterStep() {
 			// pool's nodes were late — what the sweep counts.
 			alone := rec.LastHeartbeatAt != nil &&
 				w.lateAt(ref.pool, rec.LastHeartbeatAt.Add(time.Duration(fleet.UnreachableAfter)*interval)) < fleet.DisruptionMin
-			if rec.State == fleet.Unreachable && prev.State != fleet.Unreachable && alone {
-				w.adv.alone[ref] = true
-			}
-			if rec.State == fleet.Unreachable && prev.State != fleet.Unreachable && !alone {
+			switch {
+			case rec.State != fleet.Unreachable || prev.State == fleet.Unreachable:
+			case alone:
+				w.adv.alone[ref] = true // a move off it is not judged either
+			default:
 				w.fail("silence", w.s.steps, "%s marked unreachable during the mass silence of %s (since %s)", ref, ref.pool, w.adv.silenceFrom.Format("15:04:05"))
 			}
 		}

@@ -8,6 +8,7 @@ import (
 	"crypto"
 	"fmt"
 	"os"
+	"sync"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
@@ -27,7 +28,9 @@ import (
 // Module is the rollout module's wiring; it keeps the release pins its
 // start loaded (Pins).
 type Module struct {
-	pins []Pin
+	pins    []Pin
+	kmsOnce sync.Once
+	kms     *kms.Client // Health's client, built on its first check
 }
 
 // Name is the catalog's module name.
@@ -43,8 +46,9 @@ func KMS(a *app.App) *kms.Client {
 }
 
 // Health lists one KMS key: the local gateway's /healthz reports a dead KMS.
-func (*Module) Health(ctx context.Context, a *app.App) error {
-	if _, err := KMS(a).ListKeys(ctx, &kms.ListKeysInput{Limit: aws.Int32(1)}); err != nil {
+func (m *Module) Health(ctx context.Context, a *app.App) error {
+	m.kmsOnce.Do(func() { m.kms = KMS(a) })
+	if _, err := m.kms.ListKeys(ctx, &kms.ListKeysInput{Limit: aws.Int32(1)}); err != nil {
 		return apierr.Dependency("kms", err)
 	}
 	return nil
@@ -214,8 +218,12 @@ func ReleasePins(ctx context.Context, a *app.App) ([]Pin, error) {
 			return nil, err
 		}
 	}
+	var client *kms.Client
+	if len(a.Config.ReleaseKMSKeys) > 0 {
+		client = KMS(a)
+	}
 	for _, id := range a.Config.ReleaseKMSKeys {
-		pub, err := kmssign.PublicKey(ctx, KMS(a), id)
+		pub, err := kmssign.PublicKey(ctx, client, id)
 		if err != nil {
 			return nil, fmt.Errorf("BC_RELEASE_KMS_KEYS: %w", err)
 		}
