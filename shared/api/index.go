@@ -7,6 +7,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/paging"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
@@ -93,7 +94,7 @@ func Index(served func(*Method) bool) string {
 	p("\n## Pagination\n\n")
 	p("- List methods take an optional `limit` (%d..%d, default %d) and `cursor` (an opaque string of at most %s characters). "+
 		"An answer with more to come carries `nextCursor`: send it back as `cursor`, with the same filters, for the next page; an answer without it is the last page.\n",
-		*page.Min, *page.Max, capacity.DefaultLimit, num(*cur.Max))
+		*page.Min, *page.Max, paging.DefaultLimit, num(*cur.Max))
 	p("- `releases.list` without `limit` returns every release. `pools.usage` pages by node: `limit` is %d..%d nodes (default %d).\n",
 		*usage.Min, *usage.Max, capacity.DefaultUsageNodes)
 	p("- A cursor is bound to the method, the caller's tenant and the filters (not to `limit`). One that was tampered with or belongs to another query is `INVALID_INPUT` with `details.field: cursor`; it never reveals another tenant's data.\n")
@@ -159,7 +160,7 @@ func Index(served func(*Method) bool) string {
 		{"rejected and expired reservations", "kept " + human(capacity.Retention)},
 		{"denied reservations", "kept " + human(capacity.DeniedRetention) + ", listed only with `state: denied`"},
 		{"`pools.usage` span", fmt.Sprintf("1..%d hours (default %d), at most %d nodes a page", capacity.MaxUsageHours, capacity.MaxUsageHours, capacity.MaxUsageNodes)},
-		{"list `limit`", fmt.Sprintf("%d..%d (default %d)", *page.Min, *page.Max, capacity.DefaultLimit)},
+		{"list `limit`", fmt.Sprintf("%d..%d (default %d)", *page.Min, *page.Max, paging.DefaultLimit)},
 		{"a `pools.list` page", fmt.Sprintf("ends early once its pools list %s devices", num(capacity.PoolPageDevices))},
 		{"release `version`", fmt.Sprintf("SemVer 2.0, at most %d characters", *fieldOf(stmt, "version").Max)},
 		{"release `sequence`", fmt.Sprintf("%d..%s", *fieldOf(stmt, "sequence").Min, num(*fieldOf(stmt, "sequence").Max))},

@@ -187,12 +187,3 @@ type Quota struct {
 
 // Key returns the row's key.
 func (q Quota) Key() QuotaKey { return QuotaKey{q.TenantID, q.PoolID, q.Resource} }
-
-// Page asks for at most Limit items after the key After (nil: from the start).
-type Page struct {
-	Limit int
-	After map[string]string
-}
-
-// DefaultLimit is a list's page size when the request sets none.
-const DefaultLimit = 100

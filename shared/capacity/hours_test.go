@@ -8,6 +8,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // storedNodeHours are the node-hours of an hour that are stored.
@@ -178,7 +179,7 @@ func TestPoolUsage(t *testing.T) {
 	usage := func(tenant string, limit int, after map[string]string) (capacity.Usage, map[string]string) {
 		t.Helper()
 		u, next, err := e.svc.PoolUsage(ctx, capacity.UsageRequest{TenantID: tenant, PoolID: "p1", Resource: "gpu",
-			Page: capacity.Page{Limit: limit, After: after}})
+			Page: paging.Page{Limit: limit, After: after}})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 func TestCreatePool(t *testing.T) {
@@ -88,7 +89,7 @@ func TestListPoolsPages(t *testing.T) {
 	}
 	e.pool(t, "globex", "z", map[string]int{"gpu": 1})
 	var ids []string
-	page := capacity.Page{Limit: 3}
+	page := paging.Page{Limit: 3}
 	for i := 0; ; i++ {
 		ps, next := must2(e.svc.ListPools(ctx, "acme", page))
 		for _, p := range ps {
@@ -104,7 +105,7 @@ func TestListPoolsPages(t *testing.T) {
 	}
 	// A full last page carries no cursor (no empty page to fetch).
 	for _, limit := range []int{2, 4} {
-		page := capacity.Page{Limit: limit}
+		page := paging.Page{Limit: limit}
 		pages := 0
 		for {
 			_, next := must2(e.svc.ListPools(ctx, "acme", page))
@@ -118,11 +119,11 @@ func TestListPoolsPages(t *testing.T) {
 			t.Errorf("limit %d: %d pages, want %d", limit, pages, 4/limit)
 		}
 	}
-	rs, next := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{}, capacity.Page{Limit: 1}))
+	rs, next := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{}, paging.Page{Limit: 1}))
 	if len(rs) != 0 || next != nil {
 		t.Errorf("empty list: %v %v", rs, next)
 	}
-	ps, _ := must2(e.svc.ListPools(ctx, "initech", capacity.Page{Limit: 10}))
+	ps, _ := must2(e.svc.ListPools(ctx, "initech", paging.Page{Limit: 10}))
 	if len(ps) != 0 {
 		t.Errorf("initech lists %v", ps)
 	}
@@ -176,16 +177,16 @@ func TestOfferAndQuotas(t *testing.T) {
 	// An owner may offer to itself; a max-0 row is still listed.
 	must(e.svc.OfferPool(ctx, "acme", "p1", "acme", "gpu", 7))
 	must(e.svc.OfferPool(ctx, "acme", "p1", "globex", "cpu", 0))
-	qs, _ := must2(e.svc.ListQuotas(ctx, "acme", "p1", capacity.Page{Limit: 10}))
+	qs, _ := must2(e.svc.ListQuotas(ctx, "acme", "p1", paging.Page{Limit: 10}))
 	if len(qs) != 2 || qs[0].Resource != "cpu" || qs[1].Resource != "gpu" || qs[1].Max != 7 {
 		t.Errorf("acme quotas %+v", qs)
 	}
-	qs, _ = must2(e.svc.ListQuotas(ctx, "globex", "", capacity.Page{Limit: 10}))
+	qs, _ = must2(e.svc.ListQuotas(ctx, "globex", "", paging.Page{Limit: 10}))
 	if len(qs) != 2 || qs[0].Max != 0 || qs[1].Used != 1 {
 		t.Errorf("globex quotas %+v", qs)
 	}
 	e.pool(t, "acme", "p10", map[string]int{"gpu": 1})
-	qs, _ = must2(e.svc.ListQuotas(ctx, "acme", "p1", capacity.Page{Limit: 10}))
+	qs, _ = must2(e.svc.ListQuotas(ctx, "acme", "p1", paging.Page{Limit: 10}))
 	if len(qs) != 2 {
 		t.Errorf("pool filter p1 matched p10: %+v", qs)
 	}
@@ -250,7 +251,7 @@ func TestPoolAndQuotaListsMatchGet(t *testing.T) {
 	// rows shows only when a page holds several.
 	var pools []capacity.Pool
 	for _, limit := range []int{1, 10} {
-		for page := (capacity.Page{Limit: limit}); ; {
+		for page := (paging.Page{Limit: limit}); ; {
 			ps, next := must2(e.svc.ListPools(ctx, "acme", page))
 			pools = append(pools, ps...)
 			if next == nil {
@@ -270,7 +271,7 @@ func TestPoolAndQuotaListsMatchGet(t *testing.T) {
 
 	var quotas []capacity.Quota
 	for _, limit := range []int{1, 10} {
-		for page := (capacity.Page{Limit: limit}); ; {
+		for page := (paging.Page{Limit: limit}); ; {
 			qs, next := must2(e.svc.ListQuotas(ctx, "acme", "", page))
 			quotas = append(quotas, qs...)
 			if next == nil {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // flowRelease is the release flow's name in fault points ("release.fenced").
@@ -126,7 +127,7 @@ func (s *Service) GetReservation(ctx context.Context, tenant, id string) (Reserv
 }
 
 // ListReservations lists tenant's reservations, newest first.
-func (s *Service) ListReservations(ctx context.Context, tenant string, f ListFilter, page Page) ([]Reservation, map[string]string, error) {
+func (s *Service) ListReservations(ctx context.Context, tenant string, f ListFilter, page paging.Page) ([]Reservation, map[string]string, error) {
 	rs, next, err := s.Store.ListReservations(ctx, tenant, f, page)
 	if err != nil {
 		return nil, nil, unavailable(err)

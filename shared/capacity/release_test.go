@@ -14,6 +14,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/meter"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // The leak a release racing a large create left (issue "capacity at real
@@ -86,7 +87,7 @@ func TestReleaseOfDraftGivesBackAtOnce(t *testing.T) {
 	var released capacity.Reservation
 	e.svc.Faults = func(point string) error {
 		if point == capacity.FaultCharged && released.ReservationID == "" {
-			rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: capacity.Draft}, capacity.Page{Limit: 1}))
+			rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: capacity.Draft}, paging.Page{Limit: 1}))
 			released = must(e.svc.ReleaseReservation(ctx, "acme", rs[0].ReservationID))
 			if q := must(e.svc.GetQuota(ctx, k)); q.Used != 0 {
 				t.Errorf("used %d as the release of the draft answers, want 0", q.Used)
@@ -160,14 +161,14 @@ func TestStateListReadsOnlyThatState(t *testing.T) {
 	}
 	for _, f := range []capacity.ListFilter{{State: capacity.Placed}, {}, {PoolID: "p1"}} {
 		before := m.Usage()
-		rs, _ := must2(store.ListReservations(ctx, "acme", f, capacity.Page{Limit: 10}))
+		rs, _ := must2(store.ListReservations(ctx, "acme", f, paging.Page{Limit: 10}))
 		used := m.Usage()
 		// One Query (and, through a keys-only index, one BatchGetItem).
 		if len(rs) != 1 || rs[0].ReservationID != placed.ReservationID || used.Calls-before.Calls > 2 || used.RCU-before.RCU > 2 {
 			t.Errorf("list %+v: %d reservations, %d calls, %.1f read units (60 rejected ones beside)", f, len(rs), used.Calls-before.Calls, used.RCU-before.RCU)
 		}
 	}
-	if rs, _ := must2(store.ListReservations(ctx, "acme", capacity.ListFilter{State: capacity.Rejected}, capacity.Page{Limit: 100})); len(rs) != 60 {
+	if rs, _ := must2(store.ListReservations(ctx, "acme", capacity.ListFilter{State: capacity.Rejected}, paging.Page{Limit: 100})); len(rs) != 60 {
 		t.Errorf("%d rejected listed, want 60", len(rs))
 	}
 }
@@ -202,7 +203,7 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 				return
 			default:
 			}
-			rs, _, err := e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: capacity.Draft}, capacity.Page{Limit: 20})
+			rs, _, err := e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: capacity.Draft}, paging.Page{Limit: 20})
 			if err != nil {
 				t.Error(err)
 				return
@@ -289,7 +290,7 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 		e.pass(t)
 	}
 	for _, st := range []capacity.State{capacity.Placed, capacity.Binding, capacity.Active} {
-		rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: st}, capacity.Page{Limit: 100}))
+		rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: st}, paging.Page{Limit: 100}))
 		if len(rs) > 0 && cutOff == 0 {
 			t.Errorf("%d reservations %s after the churn, none cut off", len(rs), st)
 		}

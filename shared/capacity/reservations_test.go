@@ -10,6 +10,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // Every §4.4/§9 validation rule, and that a refused request changes nothing.
@@ -86,8 +87,8 @@ func TestCreateReservationValidation(t *testing.T) {
 	// What is refused before the draft leaves nothing; a pool or resource
 	// refused after an allow leaves the draft rejected (invalid), listed
 	// only when rejected ones are asked for.
-	rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{}, capacity.Page{Limit: 100}))
-	rejected, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: capacity.Rejected}, capacity.Page{Limit: 100}))
+	rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{}, paging.Page{Limit: 100}))
+	rejected, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: capacity.Rejected}, paging.Page{Limit: 100}))
 	if len(rs) != len(ok) || len(rejected) != 3 {
 		t.Errorf("refused requests left %d listed and %d rejected reservations, want %d and 3", len(rs), len(rejected), len(ok))
 	}
@@ -333,7 +334,7 @@ func TestReleaseFencesInFlightCreate(t *testing.T) {
 			e.svc.Faults = func(point string) error {
 				if point == at && id == "" {
 					// The tenant releases the draft while the create is here.
-					rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{}, capacity.Page{Limit: 1}))
+					rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{}, paging.Page{Limit: 1}))
 					id = rs[0].ReservationID
 					if r := must(e.svc.ReleaseReservation(ctx, "acme", id)); r.State != capacity.Released {
 						t.Errorf("release of the draft: %+v", r)
@@ -365,7 +366,7 @@ func TestCrossTenantIsolation(t *testing.T) {
 		t.Errorf("globex releases acme's reservation: %v", err)
 	}
 	for tenant, want := range map[string]string{"acme": a.ReservationID, "globex": g.ReservationID} {
-		rs, _ := must2(e.svc.ListReservations(ctx, tenant, capacity.ListFilter{}, capacity.Page{Limit: 100}))
+		rs, _ := must2(e.svc.ListReservations(ctx, tenant, capacity.ListFilter{}, paging.Page{Limit: 100}))
 		if len(rs) != 1 || rs[0].ReservationID != want {
 			t.Errorf("%s lists %+v", tenant, rs)
 		}
@@ -381,7 +382,7 @@ func TestCrossTenantIsolation(t *testing.T) {
 	}
 	// A cursor key of another partition cannot be used (the HMAC binding
 	// refuses it first at the API; the store refuses it too).
-	_, _, err := e.svc.ListReservations(ctx, "globex", capacity.ListFilter{}, capacity.Page{Limit: 1, After: map[string]string{"sk": "QUOTA#p1#gpu", "lsk": "x"}})
+	_, _, err := e.svc.ListReservations(ctx, "globex", capacity.ListFilter{}, paging.Page{Limit: 1, After: map[string]string{"sk": "QUOTA#p1#gpu", "lsk": "x"}})
 	if code(err) != apierr.InvalidInput {
 		t.Errorf("foreign cursor key: %v", err)
 	}
@@ -405,7 +406,7 @@ func TestListReservations(t *testing.T) {
 	must(e.svc.ReleaseReservation(ctx, "acme", ids[0]))
 	all := func(f capacity.ListFilter, limit int) []capacity.Reservation {
 		var out []capacity.Reservation
-		page := capacity.Page{Limit: limit}
+		page := paging.Page{Limit: limit}
 		for {
 			rs, next := must2(e.svc.ListReservations(ctx, "acme", f, page))
 			out = append(out, rs...)
@@ -415,7 +416,7 @@ func TestListReservations(t *testing.T) {
 			page.After = next
 		}
 	}
-	if rs, next := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{}, capacity.Page{Limit: 6})); len(rs) != 6 || next != nil {
+	if rs, next := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{}, paging.Page{Limit: 6})); len(rs) != 6 || next != nil {
 		t.Errorf("exactly full page: %d items, cursor %v", len(rs), next)
 	}
 	got := all(capacity.ListFilter{}, 4)
@@ -476,7 +477,7 @@ func TestListMatchesGet(t *testing.T) {
 	}
 	var listed []capacity.Reservation
 	for _, f := range []capacity.ListFilter{{}, {State: capacity.Denied}, {State: capacity.Rejected}, {State: capacity.Expired}} {
-		page := capacity.Page{Limit: 2}
+		page := paging.Page{Limit: 2}
 		for {
 			rs, next := must2(e.svc.ListReservations(ctx, "acme", f, page))
 			listed = append(listed, rs...)
@@ -557,13 +558,13 @@ func TestDeniedLearnsNothing(t *testing.T) {
 	if answers[0] != answers[1] || answers[0] != answers[2] {
 		t.Errorf("a denied caller can tell the pools apart: %q", answers)
 	}
-	if rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{}, capacity.Page{Limit: 100})); len(rs) != 0 {
+	if rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{}, paging.Page{Limit: 100})); len(rs) != 0 {
 		t.Errorf("denied reservations in the plain list: %d", len(rs))
 	}
-	if rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{PoolID: "p1"}, capacity.Page{Limit: 100})); len(rs) != 0 {
+	if rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{PoolID: "p1"}, paging.Page{Limit: 100})); len(rs) != 0 {
 		t.Errorf("denied reservations in the pool's list: %d", len(rs))
 	}
-	denied, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: capacity.Denied}, capacity.Page{Limit: 100}))
+	denied, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: capacity.Denied}, paging.Page{Limit: 100}))
 	if len(denied) != 3 {
 		t.Fatalf("state=denied lists %d, want 3", len(denied))
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // Service is the capacity API's behaviour: pools, quotas and reservations.
@@ -332,7 +333,7 @@ func (s *Service) GetPool(ctx context.Context, tenant, poolID string) (Pool, err
 }
 
 // ListPools lists the pools owned by or offered to tenant, by id.
-func (s *Service) ListPools(ctx context.Context, tenant string, page Page) ([]Pool, map[string]string, error) {
+func (s *Service) ListPools(ctx context.Context, tenant string, page paging.Page) ([]Pool, map[string]string, error) {
 	ps, next, err := s.Store.ListPools(ctx, tenant, page)
 	if err != nil {
 		return nil, nil, unavailable(err)
@@ -353,7 +354,7 @@ func (s *Service) GetQuota(ctx context.Context, k QuotaKey) (Quota, error) {
 }
 
 // ListQuotas lists tenant's quota rows (of one pool when poolID != "").
-func (s *Service) ListQuotas(ctx context.Context, tenant, poolID string, page Page) ([]Quota, map[string]string, error) {
+func (s *Service) ListQuotas(ctx context.Context, tenant, poolID string, page paging.Page) ([]Quota, map[string]string, error) {
 	qs, next, err := s.Store.ListQuotas(ctx, tenant, poolID, page)
 	if err != nil {
 		return nil, nil, unavailable(err)

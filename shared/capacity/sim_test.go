@@ -15,6 +15,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // The deterministic simulation of the capacity protocol. A seeded
@@ -689,7 +690,7 @@ func (w *simStore) PoolDue(ctx context.Context, id string, next time.Time, h cap
 func (w *simStore) VisiblePool(ctx context.Context, tenant, id string) (capacity.Pool, error) {
 	return simCall(w, ctx, "VisiblePool", func() (capacity.Pool, error) { return w.inner.VisiblePool(ctx, tenant, id) })
 }
-func (w *simStore) ListPools(ctx context.Context, tenant string, page capacity.Page) ([]capacity.Pool, map[string]string, error) {
+func (w *simStore) ListPools(ctx context.Context, tenant string, page paging.Page) ([]capacity.Pool, map[string]string, error) {
 	return w.inner.ListPools(ctx, tenant, page)
 }
 func (w *simStore) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int64, now time.Time) (capacity.Quota, error) {
@@ -698,7 +699,7 @@ func (w *simStore) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int
 func (w *simStore) GetQuota(ctx context.Context, k capacity.QuotaKey) (capacity.Quota, error) {
 	return simCall(w, ctx, "GetQuota", func() (capacity.Quota, error) { return w.inner.GetQuota(ctx, k) })
 }
-func (w *simStore) ListQuotas(ctx context.Context, tenant, pool string, page capacity.Page) ([]capacity.Quota, map[string]string, error) {
+func (w *simStore) ListQuotas(ctx context.Context, tenant, pool string, page paging.Page) ([]capacity.Quota, map[string]string, error) {
 	return w.inner.ListQuotas(ctx, tenant, pool, page)
 }
 func (w *simStore) Charge(ctx context.Context, k capacity.QuotaKey, id string, n int, p capacity.Placement, settle []string, due time.Time) (capacity.Charged, error) {
@@ -846,7 +847,7 @@ func (w *simStore) ClaimDue(ctx context.Context, r capacity.Reservation, until t
 func (w *simStore) ClearDue(ctx context.Context, r capacity.Reservation) error {
 	return simDo(w, ctx, "ClearDue "+r.ReservationID, func() error { return w.inner.ClearDue(ctx, r) })
 }
-func (w *simStore) ListReservations(ctx context.Context, tenant string, f capacity.ListFilter, page capacity.Page) ([]capacity.Reservation, map[string]string, error) {
+func (w *simStore) ListReservations(ctx context.Context, tenant string, f capacity.ListFilter, page paging.Page) ([]capacity.Reservation, map[string]string, error) {
 	return w.inner.ListReservations(ctx, tenant, f, page)
 }
 func (w *simStore) Shards() int { return w.inner.Shards() }

@@ -12,6 +12,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // The simulation's fleet (in about half the seeds): the pool's GPU nodes
@@ -216,7 +217,7 @@ func (w *simFleetStore) PutNode(ctx context.Context, r fleet.Record) (fleet.Reco
 func (w *simFleetStore) GetNode(ctx context.Context, pool, res string, k int) (fleet.Record, error) {
 	return simCall(w.s(), ctx, "GetNode", func() (fleet.Record, error) { return w.inner.GetNode(ctx, pool, res, k) })
 }
-func (w *simFleetStore) ListNodes(ctx context.Context, pool string, st fleet.State, page capacity.Page) ([]fleet.Record, map[string]string, error) {
+func (w *simFleetStore) ListNodes(ctx context.Context, pool string, st fleet.State, page paging.Page) ([]fleet.Record, map[string]string, error) {
 	return w.inner.ListNodes(ctx, pool, st, page)
 }
 func (w *simFleetStore) PoolNodes(ctx context.Context, pool string, fn func(fleet.Record) error) error {

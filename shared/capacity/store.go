@@ -3,6 +3,8 @@ package capacity
 import (
 	"context"
 	"time"
+
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // Store is what the capacity service needs from storage. Every write is a
@@ -39,7 +41,7 @@ type PoolStore interface {
 	// VisiblePool reads a pool owned by or offered to tenant (else ErrNotFound).
 	VisiblePool(ctx context.Context, tenant, poolID string) (Pool, error)
 	// ListPools lists the pools visible to tenant by id.
-	ListPools(ctx context.Context, tenant string, page Page) ([]Pool, map[string]string, error)
+	ListPools(ctx context.Context, tenant string, page paging.Page) ([]Pool, map[string]string, error)
 }
 
 // QuotaStore keeps quota rows: max, used, free = max − used, and the
@@ -52,7 +54,7 @@ type QuotaStore interface {
 	// GetQuota reads a row; a missing row is max 0, used 0 (it grants 0).
 	GetQuota(ctx context.Context, k QuotaKey) (Quota, error)
 	// ListQuotas lists tenant's rows, of one pool if poolID is not "".
-	ListQuotas(ctx context.Context, tenant, poolID string, page Page) ([]Quota, map[string]string, error)
+	ListQuotas(ctx context.Context, tenant, poolID string, page paging.Page) ([]Quota, map[string]string, error)
 	// Charge adds count for reservation id if free ≥ count, recording the
 	// placement it is for (nil when the draft records it), and forgets the
 	// charge records of settle (reservations seen placed since: their
@@ -226,7 +228,7 @@ type ReservationStore interface {
 	// still r's (ErrStale otherwise).
 	ClearDue(ctx context.Context, r Reservation) error
 	// ListReservations lists tenant's reservations, newest first.
-	ListReservations(ctx context.Context, tenant string, f ListFilter, page Page) ([]Reservation, map[string]string, error)
+	ListReservations(ctx context.Context, tenant string, f ListFilter, page paging.Page) ([]Reservation, map[string]string, error)
 }
 
 // ListFilter narrows reservations.list.

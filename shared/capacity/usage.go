@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // Usage is one page of a resource's nodes and what is placed on them over
@@ -83,9 +84,9 @@ const (
 // UsageRequest asks for a page of usage.
 type UsageRequest struct {
 	TenantID, PoolID, Resource string
-	From                       time.Time // zero: now
-	Hours                      int       // 0: MaxUsageHours
-	Page                       Page      // After: {"node": "<k>"}
+	From                       time.Time   // zero: now
+	Hours                      int         // 0: MaxUsageHours
+	Page                       paging.Page // After: {"node": "<k>"}
 }
 
 // PoolUsage reads a page of nodes of one resource of a pool the tenant can

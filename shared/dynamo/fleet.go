@@ -16,6 +16,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // A node, POOL#<pool> / NODE#<resource>#<k, 6 digits>, is one registered
@@ -289,10 +290,10 @@ func (s *Fleet) GetNode(ctx context.Context, pool, resource string, k int) (flee
 // ListNodes implements fleet.Store: a Query of the pool's partition by
 // sort key, or, for one state, of the keys-only `bystate` index, whose
 // page is then read with a consistent BatchGetItem.
-func (s *Fleet) ListNodes(ctx context.Context, pool string, st fleet.State, page capacity.Page) ([]fleet.Record, map[string]string, error) {
+func (s *Fleet) ListNodes(ctx context.Context, pool string, st fleet.State, page paging.Page) ([]fleet.Record, map[string]string, error) {
 	limit := page.Limit
 	if limit <= 0 {
-		limit = capacity.DefaultLimit
+		limit = paging.DefaultLimit
 	}
 	attr, prefix := schema.AttrSK, nodePrefix
 	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), ConsistentRead: aws.Bool(true), Limit: aws.Int32(int32(limit + 1))}

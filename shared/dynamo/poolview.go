@@ -12,6 +12,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // A tenant's view of a pool it owns or was offered, TENANT#<tenant> /
@@ -32,7 +33,7 @@ func (s *Capacity) VisiblePool(ctx context.Context, tenant, poolID string) (capa
 }
 
 // ListPools implements capacity.PoolStore.
-func (s *Capacity) ListPools(ctx context.Context, tenant string, page capacity.Page) ([]capacity.Pool, map[string]string, error) {
+func (s *Capacity) ListPools(ctx context.Context, tenant string, page paging.Page) ([]capacity.Pool, map[string]string, error) {
 	var out []capacity.Pool
 	devices := 0
 	next, err := s.queryPartition(ctx, tenant, "POOL#", page, func(av map[string]types.AttributeValue) (bool, error) {
@@ -53,10 +54,10 @@ func (s *Capacity) ListPools(ctx context.Context, tenant string, page capacity.P
 // queryPartition pages through tenant's items whose sk begins with prefix,
 // in sk order, calling take for each until limit items were taken or take
 // says stop; next is the sk of the last item taken when more may follow.
-func (s *Capacity) queryPartition(ctx context.Context, tenant, prefix string, page capacity.Page, take func(map[string]types.AttributeValue) (bool, error)) (map[string]string, error) {
+func (s *Capacity) queryPartition(ctx context.Context, tenant, prefix string, page paging.Page, take func(map[string]types.AttributeValue) (bool, error)) (map[string]string, error) {
 	limit := page.Limit
 	if limit <= 0 {
-		limit = capacity.DefaultLimit
+		limit = paging.DefaultLimit
 	}
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(tenantPK(tenant))).And(expression.Key(schema.AttrSK).BeginsWith(prefix))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // The quota row, TENANT#<tenant> / QUOTA#<pool>#<resource>, holds max,
@@ -171,7 +172,7 @@ func (s *Capacity) quotaRow(ctx context.Context, k capacity.QuotaKey) (quotaItem
 }
 
 // ListQuotas implements capacity.QuotaStore.
-func (s *Capacity) ListQuotas(ctx context.Context, tenant, poolID string, page capacity.Page) ([]capacity.Quota, map[string]string, error) {
+func (s *Capacity) ListQuotas(ctx context.Context, tenant, poolID string, page paging.Page) ([]capacity.Quota, map[string]string, error) {
 	prefix := "QUOTA#"
 	if poolID != "" {
 		prefix += poolID + "#"

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // A reservation, TENANT#<tenant> / RES#<id>, lives under its tenant's
@@ -404,10 +405,10 @@ func (s *Capacity) ClearDue(ctx context.Context, r capacity.Reservation) error {
 // charge to fetch them through the index, without the fetch: dynalite
 // fails on it while the items change). The cursor is the last returned
 // item's keys.
-func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capacity.ListFilter, page capacity.Page) ([]capacity.Reservation, map[string]string, error) {
+func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capacity.ListFilter, page paging.Page) ([]capacity.Reservation, map[string]string, error) {
 	limit := page.Limit
 	if limit <= 0 {
-		limit = capacity.DefaultLimit
+		limit = paging.DefaultLimit
 	}
 	pk := tenantPK(tenant)
 	index, attr, prefix := schema.IndexOrdered, schema.AttrLSK, lskListed

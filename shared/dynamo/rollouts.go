@@ -11,9 +11,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/paging"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -167,10 +167,10 @@ func (s *Rollouts) UpdateRollout(ctx context.Context, r rollout.Record) (rollout
 // ListRollouts implements rollout.RolloutStore: the `ordered` LSI (all
 // listed rollouts) or the keys-only `bystate` LSI and a BatchGetItem,
 // newest first.
-func (s *Rollouts) ListRollouts(ctx context.Context, st rollout.State, page capacity.Page) ([]rollout.Record, map[string]string, error) {
+func (s *Rollouts) ListRollouts(ctx context.Context, st rollout.State, page paging.Page) ([]rollout.Record, map[string]string, error) {
 	limit := page.Limit
 	if limit <= 0 {
-		limit = capacity.DefaultLimit
+		limit = paging.DefaultLimit
 	}
 	index, attr, prefix := schema.IndexOrdered, schema.AttrLSK, rolloutOrder
 	if st != "" {

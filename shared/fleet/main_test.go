@@ -14,6 +14,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/paging"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -218,4 +219,4 @@ func hasReason(r capacity.Reservation, why string) bool {
 	return false
 }
 
-func capacityPage(n int) capacity.Page { return capacity.Page{Limit: n} }
+func capacityPage(n int) paging.Page { return paging.Page{Limit: n} }

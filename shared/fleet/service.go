@@ -13,6 +13,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dsse"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // Service is the fleet API's behaviour: nodes, their heartbeats and their
@@ -301,7 +302,7 @@ func (s *Service) record(ctx context.Context, p capacity.Pool, nodeID string) (R
 }
 
 // List lists a pool's registered nodes (of one state when state is not "").
-func (s *Service) List(ctx context.Context, tenant, poolID string, state State, page capacity.Page) ([]Node, map[string]string, error) {
+func (s *Service) List(ctx context.Context, tenant, poolID string, state State, page paging.Page) ([]Node, map[string]string, error) {
 	if _, err := s.ownedPool(ctx, tenant, poolID); err != nil {
 		return nil, nil, err
 	}

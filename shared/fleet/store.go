@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // Store keeps node items: one per registered node, under its pool's
@@ -18,7 +19,7 @@ type Store interface {
 	GetNode(ctx context.Context, poolID, resource string, index int) (Record, error)
 	// ListNodes lists a pool's nodes by resource and index, of one state
 	// when state is not "".
-	ListNodes(ctx context.Context, poolID string, state State, page capacity.Page) ([]Record, map[string]string, error)
+	ListNodes(ctx context.Context, poolID string, state State, page paging.Page) ([]Record, map[string]string, error)
 	// PoolNodes calls fn with every node of a pool, page by page.
 	PoolNodes(ctx context.Context, poolID string, fn func(Record) error) error
 	// Heartbeat records an accepted report: its counter, time, running

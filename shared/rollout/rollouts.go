@@ -15,6 +15,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // Sentinel errors of the rollout store.
@@ -322,7 +323,7 @@ func (s *Rollouts) Get(ctx context.Context, id string) (Rollout, error) {
 }
 
 // List lists rollouts newest first.
-func (s *Rollouts) List(ctx context.Context, state State, page capacity.Page) ([]Rollout, map[string]string, error) {
+func (s *Rollouts) List(ctx context.Context, state State, page paging.Page) ([]Rollout, map[string]string, error) {
 	recs, next, err := s.Store.ListRollouts(ctx, state, page)
 	if err != nil {
 		return nil, nil, dependency(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/paging"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -102,7 +103,7 @@ func TestConcurrentCreates(t *testing.T) {
 			t.Errorf("a loser: %v, want CONFLICT naming %s", err, winner)
 		}
 	}
-	rs, _, err := e.rollouts.List(context.Background(), "", capacity.Page{Limit: 100})
+	rs, _, err := e.rollouts.List(context.Background(), "", paging.Page{Limit: 100})
 	if err != nil || len(rs) != 1 || rs[0].RolloutID != winner {
 		t.Errorf("list: %d rollouts, %v", len(rs), err)
 	}
@@ -164,7 +165,7 @@ func TestCreateRefusals(t *testing.T) {
 			t.Errorf("%s: got %v, want INVALID_INPUT reason %s", tc.name, err, tc.reason)
 		}
 	}
-	rs, _, _ := e.rollouts.List(ctx, "", capacity.Page{Limit: 10})
+	rs, _, _ := e.rollouts.List(ctx, "", paging.Page{Limit: 10})
 	if len(rs) != 0 {
 		t.Errorf("refused creates listed: %+v", rs)
 	}

@@ -4,8 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // Record is a rollout as stored: the Rollout, and how far the reconciler
@@ -75,7 +75,7 @@ type RolloutStore interface {
 	UpdateRollout(ctx context.Context, r Record) (Record, error)
 	// ListRollouts lists listed rollouts newest first, of one state when
 	// state is not "".
-	ListRollouts(ctx context.Context, state State, page capacity.Page) ([]Record, map[string]string, error)
+	ListRollouts(ctx context.Context, state State, page paging.Page) ([]Record, map[string]string, error)
 	// ClaimPool claims a pool for rollout id; holder is the other rollout
 	// holding it ("" when the claim is this one's).
 	ClaimPool(ctx context.Context, poolID, id string) (holder string, err error)

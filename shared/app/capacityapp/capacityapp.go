@@ -12,6 +12,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // Module is the capacity module's wiring.
@@ -49,11 +50,11 @@ func (Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error) {
 			return api.PoolResult{Pool: p}, err
 		}),
 		api.Bind(api.Lookup("pools.list"), func(ctx context.Context, call *api.Call, in *api.ListPoolsInput) (api.ListPoolsResult, error) {
-			lp, err := a.Page(call, in.Page, capacity.DefaultLimit)
+			lp, err := a.Page(call, in.Page, paging.DefaultLimit)
 			if err != nil {
 				return api.ListPoolsResult{}, err
 			}
-			ps, next, err := svc.ListPools(ctx, in.TenantID, capacity.Page{Limit: lp.Limit, After: lp.After})
+			ps, next, err := svc.ListPools(ctx, in.TenantID, paging.Page{Limit: lp.Limit, After: lp.After})
 			if err != nil {
 				return api.ListPoolsResult{}, err
 			}
@@ -71,7 +72,7 @@ func (Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error) {
 			if err != nil {
 				return api.PoolUsageResult{}, err
 			}
-			q.Page = capacity.Page{Limit: lp.Limit, After: lp.After}
+			q.Page = paging.Page{Limit: lp.Limit, After: lp.After}
 			u, next, err := svc.PoolUsage(ctx, q)
 			if err != nil {
 				return api.PoolUsageResult{}, err
@@ -84,11 +85,11 @@ func (Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error) {
 		}),
 		api.Bind(api.Lookup("quotas.list"), func(ctx context.Context, call *api.Call, in *api.ListQuotasInput) (api.ListQuotasResult, error) {
 			pool := app.Deref(in.PoolID)
-			lp, err := a.Page(call, in.Page, capacity.DefaultLimit, "poolId="+pool)
+			lp, err := a.Page(call, in.Page, paging.DefaultLimit, "poolId="+pool)
 			if err != nil {
 				return api.ListQuotasResult{}, err
 			}
-			qs, next, err := svc.ListQuotas(ctx, in.TenantID, pool, capacity.Page{Limit: lp.Limit, After: lp.After})
+			qs, next, err := svc.ListQuotas(ctx, in.TenantID, pool, paging.Page{Limit: lp.Limit, After: lp.After})
 			if err != nil {
 				return api.ListQuotasResult{}, err
 			}
@@ -115,11 +116,11 @@ func (Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error) {
 				}
 				f.State = st
 			}
-			lp, err := a.Page(call, in.Page, capacity.DefaultLimit, "poolId="+f.PoolID, "state="+string(f.State))
+			lp, err := a.Page(call, in.Page, paging.DefaultLimit, "poolId="+f.PoolID, "state="+string(f.State))
 			if err != nil {
 				return api.ListReservationsResult{}, err
 			}
-			rs, next, err := svc.ListReservations(ctx, in.TenantID, f, capacity.Page{Limit: lp.Limit, After: lp.After})
+			rs, next, err := svc.ListReservations(ctx, in.TenantID, f, paging.Page{Limit: lp.Limit, After: lp.After})
 			if err != nil {
 				return api.ListReservationsResult{}, err
 			}

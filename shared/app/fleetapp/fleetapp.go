@@ -12,9 +12,9 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/app/capacityapp"
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/paging"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -83,11 +83,11 @@ func (m *Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error
 					return api.ListNodesResult{}, apierr.Invalid("constraint", "state", "state must be one of %v", fleet.States)
 				}
 			}
-			lp, err := a.Page(call, in.Page, capacity.DefaultLimit, "poolId="+in.PoolID, "state="+string(st))
+			lp, err := a.Page(call, in.Page, paging.DefaultLimit, "poolId="+in.PoolID, "state="+string(st))
 			if err != nil {
 				return api.ListNodesResult{}, err
 			}
-			ns, next, err := svc.List(ctx, in.TenantID, in.PoolID, st, capacity.Page{Limit: lp.Limit, After: lp.After})
+			ns, next, err := svc.List(ctx, in.TenantID, in.PoolID, st, paging.Page{Limit: lp.Limit, After: lp.After})
 			if err != nil {
 				return api.ListNodesResult{}, err
 			}

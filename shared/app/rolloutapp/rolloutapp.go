@@ -12,13 +12,14 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/kms"
+
 	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/paging"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/app/capacityapp"
 	"github.com/bettercompute/control-plane/shared/app/fleetapp"
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/kmssign"
@@ -136,11 +137,11 @@ func rolloutEndpoints(a *app.App) []api.Endpoint {
 					return api.ListRolloutsResult{}, apierr.Invalid("constraint", "state", "state must be one of %v", rollout.States)
 				}
 			}
-			lp, err := a.Page(call, in.Page, capacity.DefaultLimit, "state="+string(st))
+			lp, err := a.Page(call, in.Page, paging.DefaultLimit, "state="+string(st))
 			if err != nil {
 				return api.ListRolloutsResult{}, err
 			}
-			rs, next, err := svc.List(ctx, st, capacity.Page{Limit: lp.Limit, After: lp.After})
+			rs, next, err := svc.List(ctx, st, paging.Page{Limit: lp.Limit, After: lp.After})
 			if err != nil {
 				return api.ListRolloutsResult{}, err
 			}
@@ -154,7 +155,7 @@ func rolloutEndpoints(a *app.App) []api.Endpoint {
 					return api.RolloutNodesResult{}, apierr.Invalid("constraint", "step", "step must be one of %v", rollout.Steps)
 				}
 			}
-			lp, err := a.Page(call, in.Page, capacity.DefaultLimit, "rolloutId="+in.RolloutID, "step="+string(st))
+			lp, err := a.Page(call, in.Page, paging.DefaultLimit, "rolloutId="+in.RolloutID, "step="+string(st))
 			if err != nil {
 				return api.RolloutNodesResult{}, err
 			}
