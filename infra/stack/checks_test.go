@@ -20,10 +20,10 @@ import (
 	"github.com/bettercompute/control-plane/infra/cfnspec"
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/metrics"
+	"github.com/bettercompute/control-plane/shared/reconcile"
 )
 
 // nagMessage is one annotation of a synthesis: the construct path it is
@@ -163,7 +163,7 @@ func records(t *testing.T) map[string]metrics.Point {
 				Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
 					JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"sub": "admin"}}}}})
 	}
-	capacity.PassResult{Found: 2, Transitions: map[string]int{"active": 1}, Repaired: 1, NodesMoved: 1, Lag: 2 * time.Second}.
+	reconcile.PassResult{Found: 2, Transitions: map[string]int{"active": 1}, Repaired: 1, NodesMoved: 1, Lag: 2 * time.Second}.
 		Log(context.Background(), logger, "bc-table")
 	var ps fleet.PoolStats
 	at := time.Now().Add(-10 * time.Second)

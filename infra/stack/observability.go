@@ -16,22 +16,22 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/metrics"
+	"github.com/bettercompute/control-plane/shared/reconcile"
 )
 
 // The metrics the functions write as CloudWatch embedded metric format (EMF)
 // records in their logs: each request line (api.RequestMetrics) and each
-// reconciler pass line (capacity.PassMetrics), with dimension Table =
+// reconciler pass line (reconcile.PassMetrics), with dimension Table =
 // BC_TABLE. CloudWatch Logs extracts them; no function calls PutMetricData.
 const (
 	MetricNamespace   = metrics.Namespace
-	MetricLag         = capacity.MetricLag
-	MetricTransitions = capacity.MetricTransitions
-	MetricRepaired    = capacity.MetricRepaired
-	MetricSwept       = capacity.MetricSwept
-	MetricNodesMoved  = capacity.MetricNodesMoved
+	MetricLag         = reconcile.MetricLag
+	MetricTransitions = reconcile.MetricTransitions
+	MetricRepaired    = reconcile.MetricRepaired
+	MetricSwept       = reconcile.MetricSwept
+	MetricNodesMoved  = reconcile.MetricNodesMoved
 	DimensionTable    = metrics.DimensionTable
 )
 

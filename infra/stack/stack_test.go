@@ -876,7 +876,7 @@ func TestAlarms(t *testing.T) {
 		return metric("AWS/Lambda", "Invocations")(p) && dim(p, rec) && p["TreatMissingData"] == "breaching"
 	})
 	has("reconciler lag", func(p map[string]any) bool {
-		// The unit must be the one the reconciler emits (capacity.PassResult.Log).
+		// The unit must be the one the reconciler emits (reconcile.PassResult.Log).
 		return metric(MetricNamespace, MetricLag)(p) && dim(p, refTo(ref["table"])) && p["Unit"] == "Milliseconds"
 	})
 	has("DLQ depth", func(p map[string]any) bool {

@@ -123,7 +123,7 @@ func prOf(r Reservation) PoolResource {
 // reported the bind failed, makes it move onto free ready devices when
 // they exist (replace), else wait. Every step is a conditional write on
 // the reservation or one node, repeated harmlessly by the next pass.
-func (rc *Reconciler) bind(ctx context.Context, r *Reservation, now time.Time, st *step) (bool, error) {
+func (rc *Steps) bind(ctx context.Context, r *Reservation, now time.Time, st *Step) (bool, error) {
 	s := rc.Service
 	if s.Nodes == nil {
 		return true, rc.bindAtOnce(ctx, *r)
@@ -131,7 +131,7 @@ func (rc *Reconciler) bind(ctx context.Context, r *Reservation, now time.Time, s
 	if r.Move != nil || r.MovedFrom != nil {
 		// A move a crash (or an overlapping pass) left half done: finish it;
 		// the next pass binds where it landed.
-		st.told++
+		st.Told++
 		return false, s.finishMove(ctx, r, now)
 	}
 	pr := prOf(*r)
@@ -154,8 +154,8 @@ func (rc *Reconciler) bind(ctx context.Context, r *Reservation, now time.Time, s
 		moves := r.Moves
 		err := s.replace(ctx, r, bad, now)
 		if r.Moves > moves {
-			st.told++
-			st.nodesMoved++
+			st.Told++
+			st.NodesMoved++
 		}
 		return false, err
 	}
@@ -200,7 +200,7 @@ func (rc *Reconciler) bind(ctx context.Context, r *Reservation, now time.Time, s
 			case err != nil:
 				return false, unavailable(err)
 			default:
-				st.told++
+				st.Told++
 			}
 			if err := s.fault(FaultBindTold); err != nil {
 				return false, err
@@ -232,7 +232,7 @@ func previousHolders(ns NodeState, mask Mask) []string {
 }
 
 // bindAtOnce binds on unmanaged nodes (the Binder; default at once).
-func (rc *Reconciler) bindAtOnce(ctx context.Context, r Reservation) error {
+func (rc *Steps) bindAtOnce(ctx context.Context, r Reservation) error {
 	b := rc.Binder
 	if b == nil {
 		b = BindAtOnce{}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/reconcile"
 )
 
 var t0 = time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
@@ -332,7 +333,7 @@ func TestTokenID(t *testing.T) {
 // The pass summary is one JSON line that is also a CloudWatch EMF record.
 func TestPassLogIsEMF(t *testing.T) {
 	var buf bytes.Buffer
-	res := capacity.PassResult{Found: 3, Transitions: map[string]int{"active": 2, "binding": 2}, Repaired: 1, Lag: 1500 * time.Millisecond}
+	res := reconcile.PassResult{Found: 3, Transitions: map[string]int{"active": 2, "binding": 2}, Repaired: 1, Lag: 1500 * time.Millisecond}
 	res.Log(context.Background(), slog.New(slog.NewJSONHandler(&buf, nil)), "bc-table")
 	if strings.Count(buf.String(), "\n") != 1 {
 		t.Fatalf("not one line: %q", buf.String())
@@ -368,11 +369,11 @@ func TestPassLogIsEMF(t *testing.T) {
 func TestIdlePassLogsAtDebug(t *testing.T) {
 	var buf bytes.Buffer
 	logger := slog.New(slog.NewJSONHandler(&buf, nil)) // info and above
-	capacity.PassResult{}.Log(context.Background(), logger, "bc-table")
+	reconcile.PassResult{}.Log(context.Background(), logger, "bc-table")
 	if buf.Len() != 0 {
 		t.Fatalf("idle pass logged at info: %s", buf.String())
 	}
-	capacity.PassResult{Found: 1}.Log(context.Background(), logger, "bc-table")
+	reconcile.PassResult{Found: 1}.Log(context.Background(), logger, "bc-table")
 	if buf.Len() == 0 {
 		t.Fatal("a pass that found work was not logged")
 	}

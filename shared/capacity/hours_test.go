@@ -72,7 +72,7 @@ func TestReconcilerProvisionsHoursAhead(t *testing.T) {
 	now := capacity.HourOf(e.clock.Now())
 	const horizon = 6
 	rc := e.reconciler()
-	rc.ProvisionHours = horizon
+	rc.Capacity.ProvisionHours = horizon
 	rc.ProvisionBudget = 3 // node-hours: one hour of gpu (3 nodes) per pass, or so
 	passes := 0
 	for ; passes < 2*horizon+2; passes++ {

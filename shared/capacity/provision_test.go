@@ -11,6 +11,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/meter"
+	"github.com/bettercompute/control-plane/shared/reconcile"
 )
 
 // provisioned reports whether hour h of the pool's resource is marked
@@ -38,7 +39,7 @@ func TestProvisioningStopsBeforeTheDeadline(t *testing.T) {
 	pr := capacity.PoolResource{PoolID: p.PoolID, Topology: p.Topology("gpu")}
 	first := capacity.HourOf(e.clock.Now())
 	rc := e.reconciler()
-	rc.ProvisionHours = horizon
+	rc.Capacity.ProvisionHours = horizon
 	const deadline = 2 * time.Second
 	e.rt.Reset()
 	cut, passes, hours := 0, 0, 0
@@ -124,10 +125,10 @@ func BenchmarkProvisionBigPool(b *testing.B) {
 	e.offer(b, "acme", "big", "acme", "gpu", devices)
 	pr := capacity.PoolResource{PoolID: p.PoolID, Topology: p.Topology("gpu")}
 	rc := e.reconciler()
-	rc.ProvisionHours = horizon
+	rc.Capacity.ProvisionHours = horizon
 	all := &meter.Meter{}
-	rc.Service.Store = &dynamo.Capacity{DB: devstackClient(b, e, dynamo.MeterAll(all)), Table: e.store.Table}
-	rc.Due = rc.Service.Store.(capacity.DueStore)
+	rc.Capacity.Service.Store = &dynamo.Capacity{DB: devstackClient(b, e, dynamo.MeterAll(all)), Table: e.store.Table}
+	rc.Due = rc.Capacity.Service.Store.(reconcile.DueStore)
 	// Creates through their own client, metered per request (as the
 	// gateway meters each request).
 	metered := &capacity.Service{Store: &dynamo.Capacity{DB: devstackClient(b, e, dynamo.Metered), Table: e.store.Table},

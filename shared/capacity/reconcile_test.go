@@ -11,15 +11,16 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/metrics"
+	"github.com/bettercompute/control-plane/shared/reconcile"
 )
 
 var errCrash = errors.New("injected crash")
 
-func (e *env) reconciler() *capacity.Reconciler {
-	return &capacity.Reconciler{Service: e.svc, Due: e.store}
+func (e *env) reconciler() *reconcile.Reconciler {
+	return &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc}, Due: e.store}
 }
 
-func (e *env) pass(tb testing.TB) capacity.PassResult {
+func (e *env) pass(tb testing.TB) reconcile.PassResult {
 	tb.Helper()
 	res, err := e.reconciler().Pass(context.Background())
 	if err != nil {
@@ -307,7 +308,7 @@ func TestReconcileCatchUpAndBindRetry(t *testing.T) {
 	later := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 5*time.Minute, time.Hour), allow))
 	e.clock.Advance(6 * time.Minute)
 	rc := e.reconciler()
-	rc.Binder = binderFunc(func(context.Context, capacity.Reservation) error { return errors.New("node unreachable") })
+	rc.Capacity.Binder = binderFunc(func(context.Context, capacity.Reservation) error { return errors.New("node unreachable") })
 	res := must(rc.Pass(ctx))
 	if res.Transitions["released"] != 1 || res.Transitions["binding"] != 1 || res.Transitions["active"] != 0 || res.Errors != 1 {
 		t.Errorf("pass: %+v", res)
@@ -346,7 +347,7 @@ func TestConcurrentPasses(t *testing.T) {
 	e.svc.Faults = nil
 	both := func() map[string]int {
 		var wg sync.WaitGroup
-		results := make([]capacity.PassResult, 2)
+		results := make([]reconcile.PassResult, 2)
 		for i := range results {
 			wg.Add(1)
 			go func() {
@@ -404,11 +405,11 @@ func TestPassStopsBeforeDeadline(t *testing.T) {
 // a DynamoDB GSI may for a moment (dynalite updates its indexes at once, so
 // the lag is injected here around the real index).
 type laggingIndex struct {
-	capacity.DueStore
-	ghosts []capacity.DueItem
+	reconcile.DueStore
+	ghosts []reconcile.DueItem
 }
 
-func (l laggingIndex) Due(ctx context.Context, shard int, now time.Time, fn func(capacity.DueItem) bool) error {
+func (l laggingIndex) Due(ctx context.Context, shard int, now time.Time, fn func(reconcile.DueItem) bool) error {
 	if shard == 0 {
 		for _, g := range l.ghosts {
 			if !fn(g) {
@@ -427,12 +428,12 @@ func TestReconcileSkipsGhostEntries(t *testing.T) {
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 2})
 	r := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, time.Minute, time.Hour), allow))
 	old := e.clock.Now().Add(-time.Hour)
-	ghost := func(id string, st capacity.State) capacity.DueItem {
+	ghost := func(id string, st capacity.State) reconcile.DueItem {
 		g := capacity.Reservation{ReservationID: id, TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 1,
 			Window: capacity.Window{Start: old, End: old.Add(2 * time.Hour)}, State: st, CreatedAt: old, UpdatedAt: old, Due: old}
-		return capacity.DueItem{Due: old, Reservation: &g}
+		return reconcile.DueItem{Due: old, Reservation: &g}
 	}
-	rc := &capacity.Reconciler{Service: e.svc, Due: laggingIndex{e.store, []capacity.DueItem{
+	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc}, Due: laggingIndex{e.store, []reconcile.DueItem{
 		ghost("GHOSTPLACED0000000000000000", capacity.Placed),
 		ghost("GHOSTRELEASED0000000000000", capacity.Released),
 		ghost("GHOSTDRAFT000000000000000", capacity.Draft),
@@ -460,7 +461,7 @@ func TestReconcileSkipsGhostEntries(t *testing.T) {
 // reservations moved off failed nodes) beside the lag and the counts.
 func TestPassLogPublishesNodesMoved(t *testing.T) {
 	var buf bytes.Buffer
-	capacity.PassResult{Found: 3, Transitions: map[string]int{}, NodesMoved: 2, Lag: time.Second}.
+	reconcile.PassResult{Found: 3, Transitions: map[string]int{}, NodesMoved: 2, Lag: time.Second}.
 		Log(context.Background(), slog.New(slog.NewJSONHandler(&buf, nil)), "bc-table")
 	points, ok, err := metrics.Parse(bytes.TrimSpace(buf.Bytes()))
 	if err != nil || !ok {
@@ -468,11 +469,11 @@ func TestPassLogPublishesNodesMoved(t *testing.T) {
 	}
 	got := map[string]float64{}
 	for _, p := range points {
-		if p.Dimensions[capacity.DimensionTable] == "bc-table" && len(p.Values) == 1 {
+		if p.Dimensions[reconcile.DimensionTable] == "bc-table" && len(p.Values) == 1 {
 			got[p.Name] = p.Values[0]
 		}
 	}
-	if got[capacity.MetricNodesMoved] != 2 || got[capacity.MetricLag] != 1000 {
+	if got[reconcile.MetricNodesMoved] != 2 || got[reconcile.MetricLag] != 1000 {
 		t.Errorf("published %v, want NodesMoved 2 and Lag 1000", got)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/paging"
+	"github.com/bettercompute/control-plane/shared/reconcile"
 )
 
 // The deterministic simulation of the capacity protocol. A seeded
@@ -160,7 +161,7 @@ func runSimulation(t *testing.T, seed uint64) *simulation {
 		sim.startFleet(ctx)
 	}
 	if sim.rng.IntN(3) > 0 { // most runs on provisioned hours (the fast path), some not
-		rc := &capacity.Reconciler{Service: e.svc, Due: e.store, Serial: true, ProvisionHours: 6}
+		rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc, ProvisionHours: 6}, Due: e.store, Serial: true}
 		if _, err := rc.Pass(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -342,7 +343,7 @@ func (sim *simulation) release(tenant, id string, wait int) func(ctx context.Con
 
 func (sim *simulation) pass() func(ctx context.Context) {
 	return func(ctx context.Context) {
-		rc := &capacity.Reconciler{Service: sim.svc, Due: sim.store, Serial: true, ProvisionHours: 6}
+		rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: sim.svc, ProvisionHours: 6}, Due: sim.store, Serial: true}
 		if sim.fleet != nil {
 			rc.Fleet = sim.fleet.svc
 		}
@@ -470,7 +471,7 @@ func (sim *simulation) yield(ctx context.Context, op string) simDecision {
 // checks the invariants, then lets every window end and checks again.
 func (sim *simulation) quiesce(ctx context.Context) {
 	t, e := sim.t, sim.e
-	rc := &capacity.Reconciler{Service: e.svc, Due: e.store, Serial: true, ProvisionHours: 6}
+	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc, ProvisionHours: 6}, Due: e.store, Serial: true}
 	if sim.fleet != nil {
 		rc.Fleet = sim.fleet.quiet
 	}
@@ -645,8 +646,8 @@ type simStore struct {
 }
 
 var (
-	_ capacity.Store    = (*simStore)(nil)
-	_ capacity.DueStore = (*simStore)(nil)
+	_ capacity.Store     = (*simStore)(nil)
+	_ reconcile.DueStore = (*simStore)(nil)
 )
 
 // simCall runs fn at a scheduling point as the decision says.
@@ -851,6 +852,6 @@ func (w *simStore) ListReservations(ctx context.Context, tenant string, f capaci
 	return w.inner.ListReservations(ctx, tenant, f, page)
 }
 func (w *simStore) Shards() int { return w.inner.Shards() }
-func (w *simStore) Due(ctx context.Context, shard int, now time.Time, fn func(capacity.DueItem) bool) error {
+func (w *simStore) Due(ctx context.Context, shard int, now time.Time, fn func(reconcile.DueItem) bool) error {
 	return simDo(w, ctx, fmt.Sprintf("Due shard %d", shard), func() error { return w.inner.Due(ctx, shard, now, fn) })
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/paging"
+	"github.com/bettercompute/control-plane/shared/reconcile"
 )
 
 // The simulation's fleet (in about half the seeds): the pool's GPU nodes
@@ -66,7 +67,7 @@ func (sim *simulation) startFleet(ctx context.Context) {
 		}
 	}
 	// The sweep lifts the flags of the nodes that reported healthy.
-	rc := &capacity.Reconciler{Service: e.svc, Due: e.store, Serial: true, ProvisionHours: 6, Fleet: f.quiet}
+	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc, ProvisionHours: 6}, Due: e.store, Serial: true, Fleet: f.quiet}
 	if _, err := rc.Pass(ctx); err != nil {
 		sim.t.Fatal(err)
 	}

@@ -237,30 +237,6 @@ type ListFilter struct {
 	State  State  // "" for any
 }
 
-// DueStore is how the reconciler finds work: a sparse index on the time
-// something is due, split over Shards partitions.
-type DueStore interface {
-	Shards() int
-	// Due calls fn for every item of shard due at or before now, oldest
-	// first, streaming page by page; fn returning false stops the walk.
-	Due(ctx context.Context, shard int, now time.Time, fn func(DueItem) bool) error
-}
-
-// DueItem is one due item: a reservation, a pool (whose creation is not
-// marked complete, or whose hours ahead are due to be provisioned), or a
-// quota row with charge records to settle.
-type DueItem struct {
-	Due         time.Time
-	Reservation *Reservation
-	Pool        *Pool
-	Quota       *QuotaRow
-	// FleetPool names a pool whose nodes are due for the fleet's sweep
-	// (the Reconciler's Fleet).
-	FleetPool string
-	// Rollout names a rollout not yet finished (the Reconciler's Rollouts).
-	Rollout string
-}
-
 // Snapshot is everything the invariant checker compares.
 type Snapshot struct {
 	Pools        []Pool

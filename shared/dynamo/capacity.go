@@ -4,6 +4,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/reconcile"
 )
 
 // Capacity is the DynamoDB store of the capacity module (docs/capacity.md
@@ -29,7 +30,7 @@ type Capacity struct {
 
 var (
 	_ capacity.Store          = (*Capacity)(nil)
-	_ capacity.DueStore       = (*Capacity)(nil)
+	_ reconcile.DueStore      = (*Capacity)(nil)
 	_ capacity.SnapshotReader = (*Capacity)(nil)
 )
 

@@ -12,6 +12,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/reconcile"
 )
 
 func newCapacity(t *testing.T) (*dynamo.Capacity, *dynamo.RoundTrips) {
@@ -393,7 +394,7 @@ func TestCapacityDueIndex(t *testing.T) {
 	shards := map[int]int{}
 	for shard := 0; shard < s.Shards(); shard++ {
 		var last time.Time
-		if err := s.Due(ctx, shard, capT0.Add(29*time.Second), func(d capacity.DueItem) bool {
+		if err := s.Due(ctx, shard, capT0.Add(29*time.Second), func(d reconcile.DueItem) bool {
 			if d.Reservation == nil || d.Due.Before(last) || d.Due.After(capT0.Add(29*time.Second)) {
 				t.Errorf("shard %d: %+v after %v", shard, d, last)
 			}

@@ -12,8 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
+	"github.com/bettercompute/control-plane/shared/reconcile"
 )
 
 // The due index is the sparse GSI `due` (dueShard, dueAt), keys only: a
@@ -23,15 +23,15 @@ import (
 // records. It is not an item of its own: the index's entries are these
 // items' keys, and a walk reads the items they name.
 
-// Shards implements capacity.DueStore.
+// Shards implements reconcile.DueStore.
 func (s *Capacity) Shards() int { return schema.DueShards }
 
-// Due implements capacity.DueStore: a Query of one shard of the sparse due
+// Due implements reconcile.DueStore: a Query of one shard of the sparse due
 // index (never a scan), oldest first, page by page, reading each page's
 // items with consistent BatchGetItems, so memory stays flat however many
 // items are due. An entry whose item is gone (a GSI lags its table for a
 // moment) is skipped.
-func (s *Capacity) Due(ctx context.Context, shard int, now time.Time, fn func(capacity.DueItem) bool) error {
+func (s *Capacity) Due(ctx context.Context, shard int, now time.Time, fn func(reconcile.DueItem) bool) error {
 	kc := expression.Key(schema.AttrDueSh).Equal(expression.Value(strconv.Itoa(shard))).
 		And(expression.Key(schema.AttrDueAt).LessThanEqual(expression.Value(fmtTime(now))))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
@@ -50,7 +50,7 @@ func (s *Capacity) Due(ctx context.Context, shard int, now time.Time, fn func(ca
 		for i, item := range res.Items {
 			keys[i] = map[string]types.AttributeValue{schema.AttrPK: item[schema.AttrPK], schema.AttrSK: item[schema.AttrSK]}
 		}
-		items := make(map[[2]string]capacity.DueItem, len(keys))
+		items := make(map[[2]string]reconcile.DueItem, len(keys))
 		err = s.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
 			d, err := dueItem(item)
 			if err == nil && !d.Due.IsZero() {
@@ -83,18 +83,18 @@ func itemKey(item map[string]types.AttributeValue) [2]string {
 	return [2]string{pk.Value, sk.Value}
 }
 
-func dueItem(item map[string]types.AttributeValue) (capacity.DueItem, error) {
+func dueItem(item map[string]types.AttributeValue) (reconcile.DueItem, error) {
 	var head struct {
 		Kind  string `dynamodbav:"kind"`
 		DueAt string `dynamodbav:"dueAt"`
 	}
 	if err := attributevalue.UnmarshalMap(item, &head); err != nil {
-		return capacity.DueItem{}, err
+		return reconcile.DueItem{}, err
 	}
 	if head.DueAt == "" {
-		return capacity.DueItem{}, nil // no longer due: the index lags
+		return reconcile.DueItem{}, nil // no longer due: the index lags
 	}
-	d := capacity.DueItem{Due: parseTime(head.DueAt)}
+	d := reconcile.DueItem{Due: parseTime(head.DueAt)}
 	switch head.Kind {
 	case kindReservation:
 		var it reservationItem

@@ -15,6 +15,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/paging"
+	"github.com/bettercompute/control-plane/shared/reconcile"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -29,7 +30,7 @@ var start = time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
 type env struct {
 	cap   *capacity.Service
 	fleet *fleet.Service
-	rc    *capacity.Reconciler
+	rc    *reconcile.Reconciler
 	store *dynamo.Capacity
 	nodes *dynamo.Fleet
 	rt    *dynamo.RoundTrips
@@ -60,7 +61,7 @@ func newEnvHours(tb testing.TB, hours int) *env {
 	log := slog.New(slog.DiscardHandler)
 	cs := &capacity.Service{Store: store, Now: c.Now, Logger: log, Nodes: nodes, ProvisionHours: hours}
 	fs := &fleet.Service{Store: nodes, Pools: store, Calendar: store, Now: c.Now, Logger: log, ProvisionHours: hours}
-	rc := &capacity.Reconciler{Service: cs, Due: store, Fleet: fs, ProvisionHours: hours}
+	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: cs, ProvisionHours: hours}, Due: store, Fleet: fs}
 	return &env{cap: cs, fleet: fs, rc: rc, store: store, nodes: nodes, rt: rt, clock: c,
 		keys: map[string]crypto.Signer{}, count: map[string]int64{}, hours: hours}
 }
@@ -156,7 +157,7 @@ func (e *env) ready(tb testing.TB, pool, node string, bindings ...fleet.Reported
 }
 
 // pass runs one reconciler pass that must not fail.
-func (e *env) pass(tb testing.TB) capacity.PassResult {
+func (e *env) pass(tb testing.TB) reconcile.PassResult {
 	tb.Helper()
 	res, err := e.rc.Pass(context.Background())
 	if err != nil || res.Errors > 0 {

@@ -36,7 +36,7 @@ var (
 )
 
 // Sweep is the fleet's part of a reconciler pass for one managed pool
-// (capacity.FleetSweeper): it takes the pool's sweep (one pass at a time),
+// (reconcile.FleetSweeper): it takes the pool's sweep (one pass at a time),
 // then looks at every node once, level-triggered — whatever any writer
 // left, it compares and repairs: a node whose reports stopped for
 // UnreachableAfter intervals becomes unreachable (unless the pool's

@@ -17,6 +17,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/reconcile"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -39,7 +40,7 @@ type fleetEnv struct {
 	rollouts *rollout.Rollouts
 	rstore   *dynamo.Rollouts
 	rc       *rollout.Reconciler
-	crc      *capacity.Reconciler
+	crc      *reconcile.Reconciler
 
 	mu    sync.Mutex
 	node  map[string]*simNode // pool/node
@@ -90,7 +91,7 @@ func newFleetEnv(t testing.TB) *fleetEnv {
 	e := &fleetEnv{t: t, clock: clock, cap: cs, fleet: fs, nodes: nodes, store: store, releases: releases, rstore: rstore, rc: rc,
 		rollouts: &rollout.Rollouts{Store: rstore, Releases: releases, Pools: store, Now: clock.Now,
 			Sleep: func(context.Context, time.Duration) error { clock.Advance(50 * time.Millisecond); return nil }},
-		crc:  &capacity.Reconciler{Service: cs, Due: store, Fleet: fs, Rollouts: rc, Serial: true, ProvisionHours: envHours},
+		crc:  &reconcile.Reconciler{Capacity: &capacity.Steps{Service: cs, ProvisionHours: envHours}, Due: store, Fleet: fs, Rollouts: rc, Serial: true},
 		node: map[string]*simNode{}}
 	return e
 }

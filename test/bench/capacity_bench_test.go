@@ -251,7 +251,7 @@ func BenchmarkCreateAtScale(b *testing.B) {
 func (s *scale) provision(b *testing.B) {
 	b.Helper()
 	rc := s.st.App.Reconciler()
-	rc.ProvisionHours = 2
+	rc.Capacity.ProvisionHours = 2
 	res, err := rc.Pass(context.Background())
 	if err != nil || res.Provisioned == 0 {
 		b.Fatalf("provisioning pass: %+v %v", res, err)
@@ -418,7 +418,7 @@ func BenchmarkCreateBreakdown(b *testing.B) {
 		raw, _ := json.Marshal(map[string]any{"tenantId": "owner", "poolId": "p", "resources": map[string]any{"gpu": 4096}})
 		srv.do(b, "pools/create", raw)
 		rc := st.App.Reconciler()
-		rc.ProvisionHours = 2
+		rc.Capacity.ProvisionHours = 2
 		if _, err := rc.Pass(context.Background()); err != nil {
 			b.Fatal(err)
 		}

@@ -76,7 +76,7 @@ func TestReservationFullLife(t *testing.T) {
 	// the binding state over the wire; then the default binds at once.
 	rc := c.App.Reconciler()
 	failOnce := true
-	rc.Binder = bindFunc(func(context.Context, capacity.Reservation) error {
+	rc.Capacity.Binder = bindFunc(func(context.Context, capacity.Reservation) error {
 		if failOnce {
 			failOnce = false
 			return errNotYet

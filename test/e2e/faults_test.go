@@ -119,7 +119,7 @@ func TestFaults(t *testing.T) {
 
 	// The reconciler runs to quiescence: a pass that moves, repairs and sweeps nothing.
 	rc := st.App.Reconciler()
-	rc.ProvisionHours = 2 // the windows' hours: provisioning the 72 ahead of 512 nodes is not what this tests
+	rc.Capacity.ProvisionHours = 2 // the windows' hours: provisioning the 72 ahead of 512 nodes is not what this tests
 	for pass := 0; ; pass++ {
 		clock.Advance(capacity.StaleAfter + time.Second)
 		res, err := rc.Pass(context.Background())

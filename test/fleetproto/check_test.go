@@ -12,6 +12,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/reconcile"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -414,7 +415,7 @@ func (w *world) quiesce(ctx context.Context) {
 // the rollout (if any) finished and three passes in a row moved nothing.
 func (w *world) settle(ctx context.Context, when string) {
 	calm := 0
-	var res capacity.PassResult
+	var res reconcile.PassResult
 	var recent []string // the last rounds, for the message
 	for i := 0; calm < 3; i++ {
 		if i == 60 {
@@ -450,7 +451,7 @@ func (w *world) settle(ctx context.Context, when string) {
 }
 
 // round: the clock moves, every managed node reports, a clean pass runs.
-func (w *world) round(ctx context.Context, when string) capacity.PassResult {
+func (w *world) round(ctx context.Context, when string) reconcile.PassResult {
 	w.stats.rounds++
 	w.clock.Advance(roundEvery)
 	for _, ref := range w.order {

@@ -23,6 +23,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/reconcile"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -110,7 +111,7 @@ type world struct {
 	fleet    *fleet.Service
 	rc       *rollout.Reconciler
 	rollouts *rollout.Rollouts
-	crc      *capacity.Reconciler
+	crc      *reconcile.Reconciler
 
 	nodes map[nodeRef]*node
 	order []nodeRef
@@ -162,7 +163,7 @@ func (w *world) wire(db *dynamodb.Client) {
 		Now: w.clock.Now, Logger: log}
 	w.rollouts = &rollout.Rollouts{Store: progress, Releases: releases, Pools: capS, Now: w.clock.Now,
 		Sleep: func(ctx context.Context, d time.Duration) error { w.pause(ctx, d); return nil }}
-	w.crc = &capacity.Reconciler{Service: w.cap, Due: capS, Fleet: w.fleet, Rollouts: w.rc, Serial: true, ProvisionHours: provision}
+	w.crc = &reconcile.Reconciler{Capacity: &capacity.Steps{Service: w.cap, ProvisionHours: provision}, Due: capS, Fleet: w.fleet, Rollouts: w.rc, Serial: true}
 	w.adopt()
 }
 

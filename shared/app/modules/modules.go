@@ -17,6 +17,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/reconcile"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -91,12 +92,24 @@ func (a *App) RolloutReconciler() *rollout.Reconciler {
 	return rolloutapp.Reconciler(a.App, a.FleetService())
 }
 
-// Reconciler builds capacity.reservations, the reservation reconciler,
-// with the fleet's sweeps and the rollouts' steps.
-func (a *App) Reconciler() *capacity.Reconciler {
-	return &capacity.Reconciler{Service: a.CapacityService(), Due: a.CapacityStore(), ProvisionHours: a.Config.ProvisionHours,
-		Fleet: a.FleetService(), Rollouts: a.RolloutReconciler()}
+// Reconciler builds the reconciler's pass over every domain's steps:
+// capacity.reservations (reservations, pools, quota rows), the fleet's
+// sweeps and fleet.rollouts.
+func (a *App) Reconciler() *reconcile.Reconciler {
+	return &reconcile.Reconciler{
+		Due:      a.CapacityStore(),
+		Capacity: &capacity.Steps{Service: a.CapacityService(), ProvisionHours: a.Config.ProvisionHours},
+		Fleet:    a.FleetService(),
+		Rollouts: a.RolloutReconciler(),
+		Logger:   a.Logger,
+	}
 }
+
+// The domains' steps the pass calls.
+var (
+	_ reconcile.FleetSweeper    = (*fleet.Service)(nil)
+	_ reconcile.RolloutAdvancer = (*rollout.Reconciler)(nil)
+)
 
 // Reconcile runs one reconciler pass and logs its summary (with the Lag
 // metric). Items that failed are counted and retried by the next pass; only
