@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/conc"
 	"github.com/bettercompute/control-plane/shared/paging"
 )
 
@@ -86,27 +87,13 @@ func flowOf(point string) string {
 }
 
 // each runs fn(0..n-1), 16 at a time, and joins their errors.
+// (one at a time when Serial).
 func (s *Service) each(ctx context.Context, n int, fn func(i int) error) error {
-	if n == 1 || s.Serial {
-		errs := make([]error, n)
-		for i := range n {
-			errs[i] = fn(i)
-		}
-		return errors.Join(errs...)
+	limit := 16
+	if s.Serial {
+		limit = 1
 	}
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
-	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			errs[i] = fn(i)
-		}()
-	}
-	wg.Wait()
-	return errors.Join(errs...)
+	return conc.Each(ctx, n, limit, fn)
 }
 
 func (s *Service) fault(point string) error {
@@ -368,12 +355,5 @@ func (s *Service) pause(ctx context.Context, attempt int) error {
 	if s.Sleep != nil {
 		return s.Sleep(ctx, backoff(attempt, rand.Int64N))
 	}
-	t := time.NewTimer(backoff(attempt, rand.Int64N))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return conc.Sleep(ctx, backoff(attempt, rand.Int64N))
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/conc"
 )
 
 // BulkLoad writes placed reservations as the create path would have left
@@ -48,32 +49,20 @@ func (s *Capacity) BulkLoad(ctx context.Context, reservations []capacity.Reserva
 
 // batchWrite writes requests 25 at a time, 8 batches at once.
 func (s *Capacity) batchWrite(ctx context.Context, reqs []types.WriteRequest) error {
-	sem := make(chan struct{}, 8)
-	errc := make(chan error, (len(reqs)+24)/25)
-	for start := 0; start < len(reqs); start += 25 {
-		batch := reqs[start:min(start+25, len(reqs))]
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem }()
-			for attempt := 0; len(batch) > 0; attempt++ {
-				if attempt > 0 {
-					if err := unprocessedPause(ctx, attempt); err != nil {
-						errc <- err
-						return
-					}
+	return conc.Each(ctx, (len(reqs)+24)/25, 8, func(i int) error {
+		batch := reqs[i*25 : min(i*25+25, len(reqs))]
+		for attempt := 0; len(batch) > 0; attempt++ {
+			if attempt > 0 {
+				if err := unprocessedPause(ctx, attempt); err != nil {
+					return err
 				}
-				out, err := s.DB.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.Table: batch}})
-				if err != nil {
-					errc <- fmt.Errorf("bulk load: %w", err)
-					return
-				}
-				batch = out.UnprocessedItems[s.Table]
 			}
-		}()
-	}
-	for range cap(sem) {
-		sem <- struct{}{}
-	}
-	close(errc)
-	return <-errc
+			out, err := s.DB.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{s.Table: batch}})
+			if err != nil {
+				return fmt.Errorf("bulk load: %w", err)
+			}
+			batch = out.UnprocessedItems[s.Table]
+		}
+		return nil
+	})
 }

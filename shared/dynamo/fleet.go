@@ -422,10 +422,13 @@ func (s *Fleet) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep
 		expression.Name("counter").LessThan(expression.Value(rep.Counter)))
 	av, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueAllNew)
 	if isConditionFailed(err) {
-		if _, gerr := s.GetNode(ctx, r.PoolID, r.Resource, r.Index); errors.Is(gerr, fleet.ErrNotFound) {
-			return fleet.Record{}, fleet.ErrNotFound
+		// dynalite has no ReturnValuesOnConditionCheckFailure: one read
+		// tells why, and the caller keeps what it read.
+		cur, gerr := s.GetNode(ctx, r.PoolID, r.Resource, r.Index)
+		if gerr != nil {
+			return fleet.Record{}, gerr
 		}
-		return fleet.Record{}, fleet.ErrStale
+		return cur, fleet.ErrStale
 	}
 	if err != nil {
 		return fleet.Record{}, err

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/conc"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
@@ -153,14 +154,7 @@ func (s *Capacity) batchGet(ctx context.Context, keys []map[string]types.Attribu
 // unprocessed: 10 ms doubling to at most ~1 s, with full jitter.
 func unprocessedPause(ctx context.Context, n int) error {
 	ceil := 10 * time.Millisecond << min(n-1, 7)
-	t := time.NewTimer(time.Duration(rand.Int64N(int64(ceil)) + 1))
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return conc.Sleep(ctx, time.Duration(rand.Int64N(int64(ceil))+1))
 }
 
 func cond(c expression.ConditionBuilder) *expression.ConditionBuilder { return &c }

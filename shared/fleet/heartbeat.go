@@ -35,8 +35,9 @@ var report = dsse.Want{PayloadType: ReportPayloadType, Field: "report", KeyNoun:
 // node is told once per function.
 func (s *Service) Heartbeat(ctx context.Context, tenant, poolID, nodeID string, envelope []byte) (HeartbeatResult, error) {
 	now := s.now()
+	var kept *cachedKey // the key as the lost write's store read it (a retry reads nothing more)
 	for attempt := 0; ; attempt++ {
-		k, err := s.nodeKey(ctx, poolID, nodeID, attempt > 0)
+		k, err := s.nodeKey(ctx, poolID, nodeID, kept)
 		if errors.Is(err, ErrNotFound) {
 			return HeartbeatResult{}, s.missing(ctx, tenant, poolID, nodeID)
 		} else if err != nil {
@@ -57,13 +58,14 @@ func (s *Service) Heartbeat(ctx context.Context, tenant, poolID, nodeID string, 
 			s.keys.Delete(poolID + "/" + nodeID)
 			return HeartbeatResult{}, s.missing(ctx, tenant, poolID, nodeID)
 		case errors.Is(err, ErrStale):
-			cur, _, gerr := s.readKey(ctx, poolID, nodeID)
-			if errors.Is(gerr, ErrNotFound) {
-				return HeartbeatResult{}, s.missing(ctx, tenant, poolID, nodeID)
-			} else if gerr != nil {
+			// rec is the node as it is now: a replay, or a key the cache
+			// did not have yet.
+			cur, gerr := s.cacheKey(rec, poolID, nodeID)
+			if gerr != nil {
 				return HeartbeatResult{}, gerr
 			}
 			if cur.keyID != k.keyID && attempt == 0 {
+				kept = &cur
 				continue // the cached key is not the node's: verify again under its key
 			}
 			return HeartbeatResult{}, apierr.New(apierr.Conflict,
@@ -89,10 +91,13 @@ func (s *Service) Heartbeat(ctx context.Context, tenant, poolID, nodeID string, 
 	}
 }
 
-// nodeKey is the node's key, from the cache unless fresh is asked or it
-// expired.
-func (s *Service) nodeKey(ctx context.Context, poolID, nodeID string, fresh bool) (cachedKey, error) {
-	if v, ok := s.keys.Load(poolID + "/" + nodeID); ok && !fresh {
+// nodeKey is the node's key: kept when the caller holds it as just read,
+// else from the cache unless it expired, else read.
+func (s *Service) nodeKey(ctx context.Context, poolID, nodeID string, kept *cachedKey) (cachedKey, error) {
+	if kept != nil {
+		return *kept, nil
+	}
+	if v, ok := s.keys.Load(poolID + "/" + nodeID); ok {
 		if k := v.(cachedKey); s.now().Before(k.expireAt) {
 			return k, nil
 		}
@@ -127,17 +132,23 @@ func (s *Service) readKey(ctx context.Context, poolID, nodeID string) (cachedKey
 	case err != nil:
 		return cachedKey{}, Record{}, unavailable(err)
 	}
+	k, err := s.cacheKey(rec, poolID, nodeID)
+	return k, rec, err
+}
+
+// cacheKey caches the key of rec, the node as just read.
+func (s *Service) cacheKey(rec Record, poolID, nodeID string) (cachedKey, error) {
 	keys, err := dsse.ParsePEMBundle([]byte(rec.PublicKey))
 	if err != nil {
-		return cachedKey{}, Record{}, apierr.New(apierr.Internal, "node %s: stored key: %v", nodeID, err)
+		return cachedKey{}, apierr.New(apierr.Internal, "node %s: stored key: %v", nodeID, err)
 	}
 	pins, err := dsse.NewPins([]crypto.PublicKey{keys[0]}, 1)
 	if err != nil {
-		return cachedKey{}, Record{}, apierr.New(apierr.Internal, "node %s: stored key: %v", nodeID, err)
+		return cachedKey{}, apierr.New(apierr.Internal, "node %s: stored key: %v", nodeID, err)
 	}
 	k := cachedKey{pins: pins, keyID: rec.KeyID, owner: rec.Owner, record: rec, expireAt: s.now().Add(KeyCacheTTL)}
 	s.keys.Store(poolID+"/"+nodeID, k)
-	return k, rec, nil
+	return k, nil
 }
 
 // open verifies the envelope under the node's key and decodes its report.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/conc"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/paging"
 )
@@ -368,12 +369,19 @@ func (s *Service) SetRolloutCordon(ctx context.Context, rec Record, c *Cordon) (
 	if err != nil {
 		return rec, unavailable(err)
 	}
+	return s.SetRolloutCordonIn(ctx, p.Topology(rec.Resource), rec, c)
+}
+
+// SetRolloutCordonIn is SetRolloutCordon for a caller that holds the
+// node's topology (a rollout pass reads each pool once).
+func (s *Service) SetRolloutCordonIn(ctx context.Context, t capacity.Topology, rec Record, c *Cordon) (Record, error) {
 	if (rec.Rollout == nil) != (c == nil) {
+		var err error
 		if rec, err = s.Store.SetCordon(ctx, rec, ByRollout, c); err != nil {
 			return rec, err
 		}
 	}
-	return s.syncFlags(ctx, rec, p.Topology(rec.Resource))
+	return s.syncFlags(ctx, rec, t)
 }
 
 // flagTarget is the hour through which (exclusive) an ineligible node's
@@ -484,35 +492,11 @@ func (s *Service) flagWrites(rec Record) int {
 const flagWorkers = 16
 
 // each runs fn for 0..n-1, flagWorkers at a time (one at a time when
-// Serial), and returns the first error.
+// Serial), and returns their errors joined (conc.Each).
 func (s *Service) each(ctx context.Context, n int, fn func(i int) error) error {
-	if s.Serial || n <= 1 {
-		for i := range n {
-			if err := fn(i); err != nil {
-				return err
-			}
-		}
-		return nil
+	limit := flagWorkers
+	if s.Serial {
+		limit = 1
 	}
-	jobs := make(chan int)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for range min(flagWorkers, n) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				errs[i] = fn(i)
-			}
-		}()
-	}
-	for i := range n {
-		if ctx.Err() != nil {
-			break
-		}
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
-	return errors.Join(append(errs, ctx.Err())...)
+	return conc.Each(ctx, n, limit, fn)
 }

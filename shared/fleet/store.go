@@ -25,8 +25,9 @@ type Store interface {
 	// Heartbeat records an accepted report: its counter, time, running
 	// release, install, health, the state it puts the node in and its
 	// bindings' states, if the stored counter is below rep.Counter and
-	// the key is still keyID. It returns the node as written (ErrStale
-	// when the condition failed, ErrNotFound when the node is gone).
+	// the key is still keyID. It returns the node as written; when the
+	// condition failed, ErrStale with the node as it is now (read once, to
+	// tell a replay or a new key from a node gone: ErrNotFound).
 	Heartbeat(ctx context.Context, r Record, keyID string, rep Report, state State, now time.Time) (Record, error)
 	// SetCordon sets (c not nil) or lifts one of the node's two cordons
 	// (by: ByOperator or ByRollout), if that cordon is still as r read it

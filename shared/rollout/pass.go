@@ -42,7 +42,9 @@ type Nodes interface {
 // Cordons sets and lifts a rollout's cordon on a node, with its placement
 // flags (fleet.Service).
 type Cordons interface {
-	SetRolloutCordon(ctx context.Context, rec fleet.Record, c *fleet.Cordon) (fleet.Record, error)
+	// SetRolloutCordonIn is SetRolloutCordon with the node's topology given
+	// (the pass holds its pools: the fleet need not read the pool again).
+	SetRolloutCordonIn(ctx context.Context, t capacity.Topology, rec fleet.Record, c *fleet.Cordon) (fleet.Record, error)
 }
 
 // Calendar is what draining reads and writes of the capacity module.
@@ -474,12 +476,13 @@ func (p *pass) start(ctx context.Context, _ int, candidates func(limit int) ([]P
 // (and its floor).
 func (p *pass) startNode(ctx context.Context, pr Progress) error {
 	next := pr
+	var n *fleet.Record // the node as read here, cordoned below without a second read
 	if pr.Previous == nil {
-		n, err := p.rc.Nodes.GetNode(ctx, pr.PoolID, pr.Resource, pr.Index)
-		if err != nil && !errors.Is(err, fleet.ErrNotFound) {
+		var err error
+		if n, err = p.node(ctx, pr); err != nil {
 			return err
 		}
-		if err == nil && n.Running != nil && n.Running.Version != p.rec.Version {
+		if n != nil && n.Running != nil && n.Running.Version != p.rec.Version {
 			running := *n.Running
 			next.Previous = &running
 		}
@@ -496,34 +499,82 @@ func (p *pass) startNode(ctx context.Context, pr Progress) error {
 	if err := p.rc.fault(FaultStarted); err != nil {
 		return err
 	}
-	_, err := p.cordon(ctx, next, true)
+	if pr.Previous != nil {
+		var err error
+		if n, err = p.node(ctx, pr); err != nil {
+			return err
+		}
+	}
+	_, _, err := p.cordon(ctx, pr, n, true)
 	return err
 }
 
-// cordon sets or lifts the rollout's cordon on a progress item's node,
-// and says whether it had to write.
-func (p *pass) cordon(ctx context.Context, pr Progress, on bool) (bool, error) {
+// node reads a progress item's node: nil when it is gone. The pass reads a
+// node once per step and from then on keeps what its writes return.
+func (p *pass) node(ctx context.Context, pr Progress) (*fleet.Record, error) {
 	n, err := p.rc.Nodes.GetNode(ctx, pr.PoolID, pr.Resource, pr.Index)
 	if errors.Is(err, fleet.ErrNotFound) {
-		return false, nil
+		return nil, nil
 	}
 	if err != nil {
-		return false, err
+		return nil, err
+	}
+	return &n, nil
+}
+
+// kept is the node as a write returned it; a write that lost its
+// condition (fleet.ErrStale: another writer moved the node) returns
+// nothing to keep, so the node is read again — the next write must not
+// be decided on what the lost one assumed.
+func (p *pass) kept(ctx context.Context, pr Progress, got fleet.Record, err error) (*fleet.Record, error) {
+	switch {
+	case err == nil:
+		return &got, nil
+	case errors.Is(err, fleet.ErrStale):
+		return p.node(ctx, pr)
+	}
+	return nil, err
+}
+
+// cordon sets or lifts the rollout's cordon on n, a progress item's node
+// as last read or written (nil: gone), says whether it had to write, and
+// returns the node as it is after.
+func (p *pass) cordon(ctx context.Context, pr Progress, n *fleet.Record, on bool) (*fleet.Record, bool, error) {
+	if n == nil {
+		return nil, false, nil
 	}
 	var c *fleet.Cordon
 	if on {
 		if n.Rollout != nil && n.Rollout.RolloutID == p.rec.RolloutID {
-			return false, nil
+			return n, false, nil
 		}
 		c = &fleet.Cordon{By: fleet.ByRollout, Reason: "rollout " + p.rec.RolloutID + " to " + p.rec.Version,
 			RolloutID: p.rec.RolloutID, At: p.now.Truncate(time.Millisecond)}
 	} else if n.Rollout == nil || n.Rollout.RolloutID != p.rec.RolloutID {
-		return false, nil
+		return n, false, nil
 	}
-	if _, err := p.rc.Cordons.SetRolloutCordon(ctx, n, c); err != nil && !errors.Is(err, fleet.ErrStale) {
-		return false, err
+	pool, err := p.pool(ctx, pr.PoolID)
+	if err != nil {
+		return n, false, err
 	}
-	return true, p.rc.fault(FaultCordoned)
+	got, err := p.rc.Cordons.SetRolloutCordonIn(ctx, pool.Topology(pr.Resource), *n, c)
+	if n, err = p.kept(ctx, pr, got, err); err != nil {
+		return n, false, err
+	}
+	return n, true, p.rc.fault(FaultCordoned)
+}
+
+// pool is a pool of the rollout, read once a pass.
+func (p *pass) pool(ctx context.Context, id string) (capacity.Pool, error) {
+	if pool, ok := p.pools[id]; ok {
+		return pool, nil
+	}
+	pool, err := p.rc.Calendar.GetPool(ctx, id)
+	if err != nil {
+		return capacity.Pool{}, err
+	}
+	p.pools[id] = pool
+	return pool, nil
 }
 
 // visits bounds the nodes of one step (or rollback state) a pass visits:
@@ -576,33 +627,38 @@ func (p *pass) advanceActive(ctx context.Context) error {
 func (p *pass) drain(ctx context.Context, pr Progress) error {
 	deadline := time.Duration(p.rec.Settings.ProgressDeadlineSeconds) * time.Second
 	if p.rec.State == Aborting {
-		n, err := p.rc.Nodes.GetNode(ctx, pr.PoolID, pr.Resource, pr.Index)
-		if err != nil && !errors.Is(err, fleet.ErrNotFound) {
+		n, err := p.node(ctx, pr)
+		if err != nil {
 			return err
 		}
-		if err == nil && p.told(n) {
+		if n != nil && p.told(*n) {
 			// Told the target (left by a pass of the order before v0.7's):
 			// it counts as installing, and finishes or times out.
-			return p.install(ctx, pr, Draining, deadline)
+			return p.install(ctx, pr, Draining, deadline, n)
 		}
 		// Not installing yet: back where it was. A pass installing it now
 		// wins the step (conclude's write is conditioned on draining), and
 		// verify restores what the lift took from it.
-		return p.conclude(ctx, pr, Draining, Skipped, ReasonNotStarted)
+		return p.conclude(ctx, pr, Draining, Skipped, ReasonNotStarted, n)
 	}
 	busy, err := p.overlapping(ctx, pr, capacity.Window{Start: p.now, End: p.now.Add(deadline)})
 	if err != nil {
 		return err
 	}
 	waited := p.now.Sub(pr.DrainedAt) >= time.Duration(p.rec.Settings.Drain.WaitSeconds)*time.Second
+	n, err := p.node(ctx, pr)
+	if err != nil {
+		return err
+	}
 	if len(busy) > 0 && waited && p.rec.Settings.Drain.OnTimeout != OnTimeoutForce {
-		return p.conclude(ctx, pr, Draining, Skipped, ReasonBusy)
+		return p.conclude(ctx, pr, Draining, Skipped, ReasonBusy, n)
 	}
 	// The cordon was set when the node started; this repairs a crash or a
 	// conclusion cut short. A cordon written now is checked against the
 	// calendar from the next pass on: a reservation admitted between the
 	// read above and this write would be missed.
-	if set, err := p.cordon(ctx, pr, true); err != nil || set {
+	n, set, err := p.cordon(ctx, pr, n, true)
+	if err != nil || set {
 		return err
 	}
 	if len(busy) > 0 {
@@ -615,19 +671,15 @@ func (p *pass) drain(ctx context.Context, pr Progress) error {
 			}
 		}
 	}
-	return p.install(ctx, pr, Draining, deadline)
+	return p.install(ctx, pr, Draining, deadline, n)
 }
 
 // overlapping lists the reservations (id → tenant) holding the node's
 // devices in w: the entries of its node-hours of w's hours.
 func (p *pass) overlapping(ctx context.Context, pr Progress, w capacity.Window) (map[string]string, error) {
-	pool, ok := p.pools[pr.PoolID]
-	if !ok {
-		var err error
-		if pool, err = p.rc.Calendar.GetPool(ctx, pr.PoolID); err != nil {
-			return nil, err
-		}
-		p.pools[pr.PoolID] = pool
+	pool, err := p.pool(ctx, pr.PoolID)
+	if err != nil {
+		return nil, err
 	}
 	t := capacity.PoolResource{PoolID: pr.PoolID, Topology: pool.Topology(pr.Resource)}
 	var keys []capacity.NodeHourKey
@@ -657,7 +709,9 @@ func (p *pass) overlapping(ctx context.Context, pr Progress, w capacity.Window) 
 // again. The other order let a crash, or an aborting pass racing this one,
 // conclude a node told the target as skipped (not_started): it installed
 // and was never sent back.
-func (p *pass) install(ctx context.Context, pr Progress, from Step, deadline time.Duration) error {
+// n is the node as the caller last read or wrote it (a progress write does
+// not change it).
+func (p *pass) install(ctx context.Context, pr Progress, from Step, deadline time.Duration, n *fleet.Record) error {
 	next := pr
 	next.Step, next.Deadline, next.UpdatedAt = Installing, p.now.Add(deadline), p.now
 	if err := p.rc.Store.UpdateProgress(ctx, next, from, pr.Rollback); err != nil {
@@ -669,25 +723,34 @@ func (p *pass) install(ctx context.Context, pr Progress, from Step, deadline tim
 	if err := p.rc.fault(FaultStepped); err != nil {
 		return err
 	}
-	n, err := p.rc.Nodes.GetNode(ctx, pr.PoolID, pr.Resource, pr.Index)
-	if err != nil {
-		return err
+	if n == nil {
+		return fleet.ErrNotFound
 	}
-	return p.tell(ctx, n, next)
+	_, err := p.tell(ctx, next, *n)
+	return err
 }
 
 // tell writes the rollout's target on an installing node, with the floor
-// of the release it ran when the rollout took it.
-func (p *pass) tell(ctx context.Context, n fleet.Record, pr Progress) error {
+// of the release it ran when the rollout took it, and returns the node as
+// it is after.
+func (p *pass) tell(ctx context.Context, pr Progress, n fleet.Record) (*fleet.Record, error) {
 	floor := int64(0)
 	if pr.Previous != nil {
 		floor = pr.Previous.Sequence
 	}
 	t := &fleet.Target{Version: p.rec.Version, Sequence: p.rec.Sequence, RolloutID: p.rec.RolloutID}
-	if _, err := p.rc.Nodes.SetTarget(ctx, n, p.rec.RolloutID, t, floor); err != nil && !errors.Is(err, fleet.ErrStale) {
-		return err
+	m, err := p.target(ctx, pr, n, t, floor)
+	if err != nil {
+		return m, err
 	}
-	return p.rc.fault(FaultTargeted)
+	return m, p.rc.fault(FaultTargeted)
+}
+
+// target writes (or, t nil, lifts) the rollout's target on n and returns
+// the node as it is after.
+func (p *pass) target(ctx context.Context, pr Progress, n fleet.Record, t *fleet.Target, floor int64) (*fleet.Record, error) {
+	got, err := p.rc.Nodes.SetTarget(ctx, n, p.rec.RolloutID, t, floor)
+	return p.kept(ctx, pr, got, err)
 }
 
 // told: the node holds this rollout's target (rolling forward).
@@ -700,10 +763,11 @@ func (p *pass) told(n fleet.Record) bool {
 // the target running unhealthy → failed; nothing by the deadline → failed
 // (silence is failure).
 func (p *pass) verify(ctx context.Context, pr Progress) error {
-	n, err := p.rc.Nodes.GetNode(ctx, pr.PoolID, pr.Resource, pr.Index)
+	nr, err := p.rc.Nodes.GetNode(ctx, pr.PoolID, pr.Resource, pr.Index)
 	if err != nil {
 		return err
 	}
+	n := &nr
 	runs := n.Running != nil && n.Running.Version == p.rec.Version
 	switch {
 	case n.Install != nil && n.Install.Version == p.rec.Version && n.Install.State == fleet.InstallFailed:
@@ -711,11 +775,11 @@ func (p *pass) verify(ctx context.Context, pr Progress) error {
 		if n.Install.Reason != nil {
 			reason += ": " + *n.Install.Reason
 		}
-		return p.conclude(ctx, pr, pr.Step, Failed, clipReason(reason))
+		return p.conclude(ctx, pr, pr.Step, Failed, clipReason(reason), n)
 	case runs && n.State == fleet.Ready:
-		return p.conclude(ctx, pr, pr.Step, Updated, "")
+		return p.conclude(ctx, pr, pr.Step, Updated, "", n)
 	case runs && n.State == fleet.Unhealthy:
-		return p.conclude(ctx, pr, pr.Step, Failed, ReasonUnhealthy)
+		return p.conclude(ctx, pr, pr.Step, Failed, ReasonUnhealthy, n)
 	case !p.now.Before(pr.Deadline):
 		// Silence is failure — unless the pool's nodes went silent
 		// together: the control plane's or the network's fault, not the
@@ -723,15 +787,15 @@ func (p *pass) verify(ctx context.Context, pr Progress) error {
 		if held, err := p.silenceHeld(ctx, pr.PoolID); held || err != nil {
 			return err
 		}
-		return p.conclude(ctx, pr, pr.Step, Failed, ReasonDeadline)
-	case !p.told(n) || n.Rollout == nil || n.Rollout.RolloutID != p.rec.RolloutID:
+		return p.conclude(ctx, pr, pr.Step, Failed, ReasonDeadline, n)
+	case !p.told(*n) || n.Rollout == nil || n.Rollout.RolloutID != p.rec.RolloutID:
 		// A crash between the step and the target, or an aborting pass's
 		// lift racing the install: it counts as installing, so it is told
 		// again and cordoned again (as verifyRollback repairs).
-		if err := p.tell(ctx, n, pr); err != nil {
+		if n, err = p.tell(ctx, pr, *n); err != nil {
 			return err
 		}
-		_, err := p.cordon(ctx, pr, true)
+		_, _, err := p.cordon(ctx, pr, n, true)
 		return err
 	case pr.Step == Installing && (runs || (n.Install != nil && n.Install.Version == p.rec.Version && n.Install.State == fleet.InstallInstalled)):
 		next := pr
@@ -776,13 +840,15 @@ func clipReason(s string) string {
 // next pass concludes again from the node's reports (which the lift does
 // not change); the other order would leave a concluded node cordoned,
 // which no pass visits again.
-func (p *pass) conclude(ctx context.Context, pr Progress, from, to Step, reason string) error {
+//
+// n is the node as the caller read it (nil: gone).
+func (p *pass) conclude(ctx context.Context, pr Progress, from, to Step, reason string, n *fleet.Record) error {
 	next := pr
 	next.Step, next.Reason, next.UpdatedAt = to, reason, p.now
 	if to == Updated {
 		next.Rollback = RollbackDue
 	}
-	if err := p.release(ctx, next); err != nil {
+	if err := p.release(ctx, next, n); err != nil {
 		return err
 	}
 	if err := p.rc.Store.UpdateProgress(ctx, next, from, pr.Rollback); err != nil {
@@ -794,24 +860,22 @@ func (p *pass) conclude(ctx context.Context, pr Progress, from, to Step, reason 
 	return p.rc.fault(FaultStepped)
 }
 
-// release lifts the rollout's target and cordon from a node.
-func (p *pass) release(ctx context.Context, pr Progress) error {
-	n, err := p.rc.Nodes.GetNode(ctx, pr.PoolID, pr.Resource, pr.Index)
-	if errors.Is(err, fleet.ErrNotFound) {
+// release lifts the rollout's target and cordon from n, a node as the
+// caller read it (nil: gone).
+func (p *pass) release(ctx context.Context, pr Progress, n *fleet.Record) error {
+	if n == nil {
 		return nil
 	}
-	if err != nil {
-		return err
-	}
 	if n.Target != nil && n.Target.RolloutID == p.rec.RolloutID {
-		if _, err := p.rc.Nodes.SetTarget(ctx, n, p.rec.RolloutID, nil, 0); err != nil && !errors.Is(err, fleet.ErrStale) {
+		var err error
+		if n, err = p.target(ctx, pr, *n, nil, 0); err != nil {
 			return err
 		}
 	}
 	if err := p.rc.fault(FaultReleased); err != nil {
 		return err
 	}
-	_, err = p.cordon(ctx, pr, false)
+	_, _, err := p.cordon(ctx, pr, n, false)
 	return err
 }
 
@@ -874,15 +938,18 @@ func (p *pass) rollback(ctx context.Context, pr Progress) error {
 	if err := p.rc.fault(FaultStarted); err != nil {
 		return err
 	}
-	if _, err := p.cordon(ctx, next, true); err != nil {
-		return err
-	}
-	n, err := p.rc.Nodes.GetNode(ctx, pr.PoolID, pr.Resource, pr.Index)
+	n, err := p.node(ctx, pr)
 	if err != nil {
 		return err
 	}
+	if n, _, err = p.cordon(ctx, next, n, true); err != nil {
+		return err
+	}
+	if n == nil {
+		return fleet.ErrNotFound
+	}
 	t := &fleet.Target{Version: pr.Previous.Version, Sequence: pr.Previous.Sequence, RolloutID: p.rec.RolloutID}
-	if _, err := p.rc.Nodes.SetTarget(ctx, n, p.rec.RolloutID, t, pr.Previous.Sequence); err != nil && !errors.Is(err, fleet.ErrStale) {
+	if _, err := p.target(ctx, pr, *n, t, pr.Previous.Sequence); err != nil {
 		return err
 	}
 	return p.rc.fault(FaultTargeted)
@@ -895,10 +962,11 @@ func (p *pass) verifyRollback(ctx context.Context, pr Progress) error {
 	if pr.Previous == nil {
 		return nil
 	}
-	n, err := p.rc.Nodes.GetNode(ctx, pr.PoolID, pr.Resource, pr.Index)
+	nr, err := p.rc.Nodes.GetNode(ctx, pr.PoolID, pr.Resource, pr.Index)
 	if err != nil {
 		return err
 	}
+	n := &nr
 	runs := n.Running != nil && n.Running.Version == pr.Previous.Version
 	to := ""
 	switch {
@@ -915,10 +983,10 @@ func (p *pass) verifyRollback(ctx context.Context, pr Progress) error {
 	case n.Target == nil || n.Target.RolloutID != p.rec.RolloutID:
 		// The target was not written yet (a crash after the step): again.
 		t := &fleet.Target{Version: pr.Previous.Version, Sequence: pr.Previous.Sequence, RolloutID: p.rec.RolloutID}
-		if _, err := p.rc.Nodes.SetTarget(ctx, n, p.rec.RolloutID, t, pr.Previous.Sequence); err != nil && !errors.Is(err, fleet.ErrStale) {
+		if n, err = p.target(ctx, pr, *n, t, pr.Previous.Sequence); err != nil {
 			return err
 		}
-		_, err := p.cordon(ctx, pr, true)
+		_, _, err := p.cordon(ctx, pr, n, true)
 		return err
 	default:
 		return nil
@@ -926,7 +994,7 @@ func (p *pass) verifyRollback(ctx context.Context, pr Progress) error {
 	// Lifted before the step is written, as in conclude.
 	next := pr
 	next.Rollback, next.UpdatedAt = to, p.now
-	if err := p.release(ctx, next); err != nil {
+	if err := p.release(ctx, next, n); err != nil {
 		return err
 	}
 	if err := p.rc.Store.UpdateProgress(ctx, next, Updated, RollbackInstalling); err != nil {

@@ -199,11 +199,11 @@ type watchedCordons struct {
 	w   *world
 }
 
-func (c watchedCordons) SetRolloutCordon(ctx context.Context, rec fleet.Record, cd *fleet.Cordon) (fleet.Record, error) {
+func (c watchedCordons) SetRolloutCordonIn(ctx context.Context, t capacity.Topology, rec fleet.Record, cd *fleet.Cordon) (fleet.Record, error) {
 	if cd != nil {
 		c.w.cordonRace(ctx, rec)
 	}
-	out, err := c.svc.SetRolloutCordon(ctx, rec, cd)
+	out, err := c.svc.SetRolloutCordonIn(ctx, t, rec, cd)
 	if err == nil && cd != nil {
 		c.w.wentOut(nodeRef{rec.PoolID, rec.Index}, "rollout cordon")
 	}
