@@ -125,8 +125,60 @@ func (l *requestLog) Handle(_ context.Context, r slog.Record) error {
 // error of the harness itself (not on what is measured).
 func Run(tb testing.TB, cfg Config) Result {
 	tb.Helper()
+	sim := startFleet(tb, cfg)
+	defer sim.stop()
+	sim.register()
+	sim.startReconciler()
+	sim.startAgents()
+	sim.awaitReady()
+	sim.load()
+	sim.settle()
+	return sim.result()
+}
+
+// fleetRun is one fleet simulation in progress: what its steps share.
+type fleetRun struct {
+	tb    testing.TB
+	cfg   Config
+	rng   *rand.Rand // the seed's: the load's nodes, pools, counts and windows
+	st    *teststack.Stack
+	logs  *requestLog
+	admin *client.Client
+	// ctx ends the agents and the reconciler; settle replaces it with
+	// context.Background for the reads after the fleet stopped.
+	ctx  context.Context
+	stop context.CancelFunc
+
+	setup, begin time.Time // Run's start; the load's start, once the fleet is ready
+	nodes        []*fleetNode
+	agents       sync.WaitGroup
+	reconciling  chan struct{} // closed when the reconciler's loop returns
+
+	passMu sync.Mutex // guards passes while the reconciler runs
+	passes int
+
+	created []createdReservation
+	refused map[string]int // creates not placed, by answer
+}
+
+// fleetNode is one registered node and its agent.
+type fleetNode struct {
+	pool, id string
+	agent    *agent.Agent
+	driver   *agent.RecordingDriver
+	cancel   context.CancelFunc
+}
+
+// createdReservation is a reservation the load placed.
+type createdReservation struct {
+	id, pool string
+	window   capacity.Window
+}
+
+// startFleet starts the stack the fleet reports to.
+func startFleet(tb testing.TB, cfg Config) *fleetRun {
+	tb.Helper()
 	setup := time.Now()
-	begin := setup
 	rng := rand.New(rand.NewPCG(cfg.Seed, 17))
 	policy, err := iam.ParsePolicy([]byte(`{"grants": [
 	  {"principal": "admin", "permissions": ["*"], "scopes": ["*"]},
@@ -143,159 +195,204 @@ func Run(tb testing.TB, cfg Config) Result {
 			}
 		}),
 		teststack.WithAppOptions(app.WithLogger(slog.New(logs))))
-	admin := client.New(st.URL, "dev:admin")
 	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	post := func(method string, in, out any) error {
-		body, _ := json.Marshal(in)
-		resp, err := admin.Do(ctx, method, body)
-		if err != nil {
-			return err
-		}
-		if resp.Status != 200 {
-			return fmt.Errorf("%s: HTTP %d %s", method, resp.Status, resp.Body)
-		}
-		if out != nil {
-			return json.Unmarshal(resp.Body, out)
-		}
-		return nil
+	return &fleetRun{tb: tb, cfg: cfg, rng: rng, st: st, logs: logs, admin: client.New(st.URL, "dev:admin"),
+		ctx: ctx, stop: stop, setup: setup, begin: setup, refused: map[string]int{}}
+}
+
+// post calls method as the admin; a non-200 answer is an error.
+func (sim *fleetRun) post(method string, in, out any) error {
+	body, _ := json.Marshal(in)
+	resp, err := sim.admin.Do(sim.ctx, method, body)
+	if err != nil {
+		return err
 	}
-	type node struct {
-		pool, id string
-		agent    *agent.Agent
-		driver   *agent.RecordingDriver
-		cancel   context.CancelFunc
+	if resp.Status != 200 {
+		return fmt.Errorf("%s: HTTP %d %s", method, resp.Status, resp.Body)
 	}
-	var nodes []*node
+	if out != nil {
+		return json.Unmarshal(resp.Body, out)
+	}
+	return nil
+}
+
+// register creates the pools and registers their nodes, each with an
+// agent not yet running.
+func (sim *fleetRun) register() {
+	sim.tb.Helper()
+	cfg := sim.cfg
 	for p := range cfg.Pools {
 		pool := fmt.Sprintf("sim-%02d", p)
-		if err := post("pools.create", map[string]any{"tenantId": "acme", "poolId": pool,
+		if err := sim.post("pools.create", map[string]any{"tenantId": "acme", "poolId": pool,
 			"resources": map[string]any{"gpu": cfg.NodesPerPool * 8}}, nil); err != nil {
-			tb.Fatal(err)
+			sim.tb.Fatal(err)
 		}
 		for k := range cfg.NodesPerPool {
 			key, _ := dsse.GenerateKey(dsse.AlgEd25519)
 			pem, _ := dsse.MarshalPublicKeyPEM(key.Public())
 			id := capacity.NodeID("gpu", k)
-			if err := post("nodes.register", map[string]any{"tenantId": "acme", "poolId": pool, "nodeId": id,
+			if err := sim.post("nodes.register", map[string]any{"tenantId": "acme", "poolId": pool, "nodeId": id,
 				"publicKey": string(pem), "platform": "linux/amd64"}, nil); err != nil {
-				tb.Fatal(err)
+				sim.tb.Fatal(err)
 			}
-			nodes = append(nodes, &node{pool: pool, id: id, driver: agent.NewRecordingDriver(8), agent: nil})
-			n := nodes[len(nodes)-1]
-			n.agent = newAgent(tb, st.URL, pool, id, key, n.driver)
+			sim.nodes = append(sim.nodes, &fleetNode{pool: pool, id: id, driver: agent.NewRecordingDriver(8), agent: nil})
+			n := sim.nodes[len(sim.nodes)-1]
+			n.agent = newAgent(sim.tb, sim.st.URL, pool, id, key, n.driver)
 		}
 	}
-	// The reconciler, every second (what the local gateway's timer does).
-	var passes int
-	var passMu sync.Mutex
-	reconciling := make(chan struct{})
-	go func() {
-		defer close(reconciling)
-		t := time.NewTicker(time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-t.C:
-				_ = st.App.Reconcile(ctx)
-				passMu.Lock()
-				passes++
-				passMu.Unlock()
-			}
+}
+
+// startReconciler passes every second (what the local gateway's timer
+// does) until ctx ends.
+func (sim *fleetRun) startReconciler() {
+	sim.reconciling = make(chan struct{})
+	go sim.reconcile(sim.ctx)
+}
+
+func (sim *fleetRun) reconcile(ctx context.Context) {
+	defer close(sim.reconciling)
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			_ = sim.st.App.Reconcile(ctx)
+			sim.passMu.Lock()
+			sim.passes++
+			sim.passMu.Unlock()
 		}
-	}()
-	var agents sync.WaitGroup
-	for _, n := range nodes {
-		actx, cancel := context.WithCancel(ctx)
+	}
+}
+
+// startAgents runs every node's agent until ctx ends or the load kills it.
+func (sim *fleetRun) startAgents() {
+	for _, n := range sim.nodes {
+		actx, cancel := context.WithCancel(sim.ctx)
 		n.cancel = cancel
-		agents.Add(1)
-		go func() { defer agents.Done(); _ = n.agent.Run(actx) }()
+		sim.agents.Add(1)
+		go func() { defer sim.agents.Done(); _ = n.agent.Run(actx) }()
 	}
-	// A first round of heartbeats and a pass make every node ready.
-	waitFor(tb, 2*cfg.Interval+5*time.Second, func() bool {
+}
+
+// awaitReady waits for a first round of heartbeats and a pass to make
+// every node ready.
+func (sim *fleetRun) awaitReady() {
+	sim.tb.Helper()
+	waitFor(sim.tb, 2*sim.cfg.Interval+5*time.Second, func() bool {
 		var ready int
-		for p := range cfg.Pools {
+		for p := range sim.cfg.Pools {
 			var out struct{ Nodes []json.RawMessage }
-			if post("nodes.list", map[string]any{"tenantId": "acme", "poolId": fmt.Sprintf("sim-%02d", p), "state": "ready", "limit": 1000}, &out) == nil {
+			if sim.post("nodes.list", map[string]any{"tenantId": "acme", "poolId": fmt.Sprintf("sim-%02d", p), "state": "ready", "limit": 1000}, &out) == nil {
 				ready += len(out.Nodes)
 			}
 		}
-		return ready == len(nodes)
+		return ready == len(sim.nodes)
 	})
 	// One more pass after every node reported ready lifts their flags (the
 	// first passes also provisioned the pools' hours ahead): the load
 	// starts from a fleet that takes placements.
-	if err := st.App.Reconcile(ctx); err != nil {
-		tb.Fatal(err)
+	if err := sim.st.App.Reconcile(sim.ctx); err != nil {
+		sim.tb.Fatal(err)
 	}
-	begin = time.Now()
-	// Creates spread over the run; a third in, kills and sick devices.
-	type made struct {
-		id, pool string
-		window   capacity.Window
-	}
-	var created []made
+	sim.begin = time.Now()
+}
+
+// load creates the reservations spread over the run; a third in, it kills
+// agents and makes devices go missing.
+func (sim *fleetRun) load() {
+	sim.tb.Helper()
+	cfg := sim.cfg
 	var killedAt time.Time
-	refused := map[string]int{}
-	perm := rng.Perm(len(nodes))
-	kills := len(nodes) * cfg.KillPct / 100
-	sick := len(nodes) * cfg.SickPct / 100
+	perm := sim.rng.Perm(len(sim.nodes))
+	kills := len(sim.nodes) * cfg.KillPct / 100
+	sick := len(sim.nodes) * cfg.SickPct / 100
 	for i := range cfg.Reservations {
-		at := begin.Add(time.Duration(i) * cfg.Spread / time.Duration(cfg.Reservations))
+		at := sim.begin.Add(time.Duration(i) * cfg.Spread / time.Duration(cfg.Reservations))
 		if d := time.Until(at); d > 0 {
 			time.Sleep(d) // pacing the load in real time, not synchronization
 		}
 		if i == cfg.Reservations/3 {
 			killedAt = time.Now()
 			for _, j := range perm[:kills] {
-				nodes[j].cancel()
+				sim.nodes[j].cancel()
 			}
 			for _, j := range perm[kills : kills+sick] {
-				nodes[j].driver.SetVisible(7)
+				sim.nodes[j].driver.SetVisible(7)
 			}
 		}
-		pool := fmt.Sprintf("sim-%02d", rng.IntN(cfg.Pools))
-		start := time.Now().Add(cfg.Lead/2 + time.Duration(rng.Int64N(int64(cfg.Lead))))
-		count := []int{1, 2, 4, 8}[rng.IntN(4)]
-		var out struct{ Reservation capacity.Reservation }
-		err := post("reservations.create", map[string]any{"tenantId": "acme", "poolId": pool, "resource": "gpu", "count": count,
-			"window": map[string]any{"start": start.UTC().Format(time.RFC3339Nano),
-				"end": start.Add(cfg.Length + time.Duration(rng.Int64N(int64(cfg.Length)))).UTC().Format(time.RFC3339Nano)}}, &out)
-		if err == nil {
-			created = append(created, made{out.Reservation.ReservationID, pool, out.Reservation.Window})
-		} else {
-			refused[firstCode(err.Error())]++
-			if os.Getenv("BC_FLEETSIM_DEBUG") != "" {
-				tb.Logf("create %d on %s ×%d at %s: %v", i, pool, count, time.Since(begin).Round(time.Second), err)
-			}
-		}
+		sim.create(i)
 	}
 	_ = killedAt
-	// Let every window end, then stop the fleet and settle.
+}
+
+// create creates the load's i-th reservation on a pool the seed picks;
+// it is placed, or its refusal counted.
+func (sim *fleetRun) create(i int) {
+	sim.tb.Helper()
+	cfg, rng := sim.cfg, sim.rng
+	pool := fmt.Sprintf("sim-%02d", rng.IntN(cfg.Pools))
+	start := time.Now().Add(cfg.Lead/2 + time.Duration(rng.Int64N(int64(cfg.Lead))))
+	count := []int{1, 2, 4, 8}[rng.IntN(4)]
+	var out struct{ Reservation capacity.Reservation }
+	err := sim.post("reservations.create", map[string]any{"tenantId": "acme", "poolId": pool, "resource": "gpu", "count": count,
+		"window": map[string]any{"start": start.UTC().Format(time.RFC3339Nano),
+			"end": start.Add(cfg.Length + time.Duration(rng.Int64N(int64(cfg.Length)))).UTC().Format(time.RFC3339Nano)}}, &out)
+	if err == nil {
+		sim.created = append(sim.created, createdReservation{out.Reservation.ReservationID, pool, out.Reservation.Window})
+	} else {
+		sim.refused[firstCode(err.Error())]++
+		if os.Getenv("BC_FLEETSIM_DEBUG") != "" {
+			sim.tb.Logf("create %d on %s ×%d at %s: %v", i, pool, count, time.Since(sim.begin).Round(time.Second), err)
+		}
+	}
+}
+
+// settle lets every window end, then stops the fleet and settles.
+func (sim *fleetRun) settle() {
+	sim.tb.Helper()
 	last := time.Time{}
-	for _, m := range created {
+	for _, m := range sim.created {
 		if m.window.End.After(last) {
 			last = m.window.End
 		}
 	}
 	time.Sleep(time.Until(last) + 3*time.Second) // real time passes for the windows: pacing, not synchronization
-	stop()
-	agents.Wait()
-	<-reconciling
-	ctx = context.Background()
+	sim.stop()
+	sim.agents.Wait()
+	<-sim.reconciling
+	sim.ctx = context.Background()
 	for range 3 {
-		if err := st.App.Reconcile(context.Background()); err != nil {
-			tb.Fatal(err)
+		if err := sim.st.App.Reconcile(context.Background()); err != nil {
+			sim.tb.Fatal(err)
 		}
 	}
-	res := Result{Agents: len(nodes), Created: len(created), Passes: passes, Refused: refused}
-	// Heartbeats: latency and cost from the gateway's log.
+}
+
+// result is what the run measured, read once the fleet settled.
+func (sim *fleetRun) result() Result {
+	sim.tb.Helper()
+	res := Result{Agents: len(sim.nodes), Created: len(sim.created), Passes: sim.passes, Refused: sim.refused}
+	sim.heartbeats(&res)
+	sim.binding(&res)
+	vs, err := capacity.Check(context.Background(), sim.st.App.CapacityStore())
+	if err != nil {
+		sim.tb.Fatal(err)
+	}
+	for _, v := range vs {
+		res.Violations = append(res.Violations, v.String())
+	}
+	res.Took = time.Since(sim.setup)
+	return res
+}
+
+// heartbeats is the heartbeats' latency and cost from the gateway's log.
+func (sim *fleetRun) heartbeats(res *Result) {
 	var lat []float64
 	var calls, rcu, wcu float64
-	logs.mu.Lock()
-	for _, l := range logs.lines {
+	sim.logs.mu.Lock()
+	for _, l := range sim.logs.lines {
 		if l.method == "nodes.heartbeat" && l.status == 200 {
 			lat = append(lat, l.ms)
 			calls += float64(l.dynamoCalls)
@@ -303,7 +400,7 @@ func Run(tb testing.TB, cfg Config) Result {
 			wcu += l.wcu
 		}
 	}
-	logs.mu.Unlock()
+	sim.logs.mu.Unlock()
 	res.Heartbeats = len(lat)
 	if len(lat) > 0 {
 		sort.Float64s(lat)
@@ -312,12 +409,16 @@ func Run(tb testing.TB, cfg Config) Result {
 		n := float64(len(lat))
 		res.CallsPerBeat, res.RCUPerBeat, res.WCUPerB = calls/n, rcu/n, wcu/n
 	}
-	// Binding: from each reservation's history.
+}
+
+// binding is how the reservations bound, from each one's history.
+func (sim *fleetRun) binding(res *Result) {
+	sim.tb.Helper()
 	var bind []time.Duration
-	for _, m := range created {
+	for _, m := range sim.created {
 		var out struct{ Reservation capacity.Reservation }
-		if err := post("reservations.get", map[string]any{"tenantId": "acme", "reservationId": m.id}, &out); err != nil {
-			tb.Fatal(err)
+		if err := sim.post("reservations.get", map[string]any{"tenantId": "acme", "reservationId": m.id}, &out); err != nil {
+			sim.tb.Fatal(err)
 		}
 		r := out.Reservation
 		active := false
@@ -340,15 +441,6 @@ func Run(tb testing.TB, cfg Config) Result {
 		res.BindP50, res.BindP99 = bind[len(bind)/2], bind[len(bind)*99/100]
 		res.BindPassesP50, res.BindPassesP99 = res.BindP50.Seconds(), res.BindP99.Seconds()
 	}
-	vs, err := capacity.Check(context.Background(), st.App.CapacityStore())
-	if err != nil {
-		tb.Fatal(err)
-	}
-	for _, v := range vs {
-		res.Violations = append(res.Violations, v.String())
-	}
-	res.Took = time.Since(setup)
-	return res
 }
 
 // firstCode is the API error code in an answer's body.

@@ -25,8 +25,8 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
-	"github.com/bettercompute/control-plane/shared/meter"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -120,20 +120,74 @@ func (r RolloutResult) String() string {
 	return b.String()
 }
 
-// passRec is one reconciler pass as the simulation saw it.
-type passRec struct {
-	start, end time.Time
-	usage      meter.Usage
-	errs       int
-	label      string // phase at its start
-	waveSize   int
-	active     int
-	out        int // nodes of the pools out of service after it
-}
-
 // RunRollout runs runs A and B on one fleet and returns what they measured;
 // tb fails on an error of the harness itself.
 func RunRollout(tb testing.TB, cfg RolloutConfig) RolloutResult {
+	tb.Helper()
+	sim := newRolloutRun(tb, cfg)
+	defer sim.stop()
+	sim.startFleet()
+	sim.startReconciler()
+	defer func() {
+		if sim.ctx.Err() == nil {
+			sim.stopAll()
+		}
+	}()
+	sim.awaitReady()
+	sim.idle()
+	sim.reserve()
+	sim.runA()
+	// The agents run on from run A into run B (the same processes): a
+	// node run A updated to 2.0.0 must install 2.0.0 again when run B
+	// rolls it back. (Before 1561ae1 the agent kept its mark "never try
+	// again" on a release it had installed, and the rollback of every such
+	// node failed at its deadline; this simulation restarted the agents
+	// between the runs to get past it.)
+	doneB, failing, failedAt := sim.runB()
+	sim.stopAll() // every pass recorded (the last may have ended run B)
+	sim.timeAbort(doneB, failing, failedAt)
+	sim.finish()
+	return sim.res
+}
+
+// rolloutRun is one rollout simulation in progress: what its steps share.
+type rolloutRun struct {
+	tb  testing.TB
+	cfg RolloutConfig
+	rng *rand.Rand // the seed's: the reservations' pools, run B's failing nodes
+	h   *rig
+	// ctx ends the agents and the reconciler (stopAll).
+	ctx  context.Context
+	stop context.CancelFunc
+	res  RolloutResult // filled in step by step; violate adds to it
+
+	began       time.Time
+	nodes       []*simNode
+	byRef       map[string]*simNode
+	pools       []string
+	rstore      *dynamo.Rollouts
+	fstore      *dynamo.Fleet
+	reconciling chan struct{} // closed when the reconciler's loop returns
+	idleFrom    time.Time
+	reserved    map[string]held // pool/node → its reservation
+	aFrom, aTo  time.Time       // run A: create → terminal
+	bFrom, bTo  time.Time       // run B: create → terminal
+
+	// mu guards what the reconciler's loop writes and the runs read.
+	mu       sync.Mutex
+	passes   []passRec
+	current  string                     // the rollout in progress
+	targeted map[string]map[string]bool // node → target versions ever seen
+}
+
+// held is a whole-node reservation of run A's.
+type held struct {
+	end  time.Time
+	long bool
+	id   string
+}
+
+func newRolloutRun(tb testing.TB, cfg RolloutConfig) *rolloutRun {
 	tb.Helper()
 	began := time.Now()
 	rng := rand.New(rand.NewPCG(cfg.Seed, 29))
@@ -143,163 +197,110 @@ func RunRollout(tb testing.TB, cfg RolloutConfig) RolloutResult {
 		}
 	}))
 	ctx, stop := context.WithCancel(context.Background())
-	defer stop()
-	res := RolloutResult{Pools: cfg.Pools, Beats: map[string]BeatCost{}}
-	violate := func(f string, args ...any) { res.Violations = append(res.Violations, fmt.Sprintf(f, args...)) }
+	return &rolloutRun{tb: tb, cfg: cfg, rng: rng, h: h, ctx: ctx, stop: stop,
+		res: RolloutResult{Pools: cfg.Pools, Beats: map[string]BeatCost{}}, began: began,
+		byRef: map[string]*simNode{}, reserved: map[string]held{}, targeted: map[string]map[string]bool{}}
+}
 
+func (sim *rolloutRun) violate(f string, args ...any) {
+	sim.res.Violations = append(sim.res.Violations, fmt.Sprintf(f, args...))
+}
+
+// startFleet registers the releases, the pools and their nodes (all
+// running 1.0.0) and starts every node's agent.
+func (sim *rolloutRun) startFleet() {
+	sim.tb.Helper()
+	tb, h, cfg := sim.tb, sim.h, sim.cfg
 	h.register(tb, h.sign(tb, h.statement("1.0.0", 1)))
 	h.register(tb, h.sign(tb, h.statement("2.0.0", 2)))
 	h.register(tb, h.sign(tb, h.statement("3.0.0", 3)))
 	v1 := &fleet.Version{Version: "1.0.0", Sequence: 1}
-	var nodes []*simNode
-	byRef := map[string]*simNode{}
-	var pools []string
 	for p := range cfg.Pools {
 		pool := fmt.Sprintf("ro-%02d", p)
-		pools = append(pools, pool)
+		sim.pools = append(sim.pools, pool)
 		h.must(tb, "pools.create", map[string]any{"tenantId": "acme", "poolId": pool, "resources": map[string]any{"gpu": cfg.NodesPerPool * 8}}, nil)
-		made := make([]*simNode, cfg.NodesPerPool)
-		errs := make([]error, cfg.NodesPerPool)
-		dirs := make([]string, cfg.NodesPerPool)
-		for k := range dirs {
-			dirs[k] = tb.TempDir()
-		}
-		var wg sync.WaitGroup
-		for w := range 8 { // registered 8 at a time
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				for k := w; k < cfg.NodesPerPool; k += 8 {
-					made[k], errs[k] = h.newNode(pool, capacity.NodeID("gpu", k), "", v1, nil, dirs[k])
-				}
-			}()
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			tb.Fatal(err)
-		}
-		for _, n := range made {
-			nodes = append(nodes, n)
-			byRef[n.ref()] = n
+		for _, n := range sim.registerNodes(pool, v1) {
+			sim.nodes = append(sim.nodes, n)
+			sim.byRef[n.ref()] = n
 		}
 	}
-	res.Agents = len(nodes)
-	for _, n := range nodes {
-		h.run(tb, ctx, n, cfg.BeatScale)
+	sim.res.Agents = len(sim.nodes)
+	for _, n := range sim.nodes {
+		h.run(tb, sim.ctx, n, cfg.BeatScale)
 	}
+}
 
-	// The reconciler every second, each pass metered; after it, every node
-	// record of the pools sampled.
-	var (
-		mu       sync.Mutex
-		passes   []passRec
-		current  string                         // the rollout in progress
-		targeted = map[string]map[string]bool{} // node → target versions ever seen
-	)
-	rstore, fstore := h.st.App.RolloutStore(), h.st.App.FleetStore()
-	reconciling := make(chan struct{})
-	go func() {
-		defer close(reconciling)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-			mu.Lock()
-			id := current
-			mu.Unlock()
-			pr := passRec{label: "idle"}
-			if id != "" {
-				if rec, err := rstore.GetRollout(ctx, id); err == nil {
-					pr.label, pr.waveSize = phase(rec)
-					pr.active = rec.Counts.Draining + rec.Counts.Installing + rec.Counts.Verifying
-				}
-			}
-			m := &meter.Meter{}
-			pr.start = time.Now()
-			pres, err := h.st.App.Reconciler().Pass(meter.With(ctx, m))
-			pr.end = time.Now()
-			pr.usage, pr.errs = m.Usage(), pres.Errors
-			if err != nil {
-				pr.errs++
-			}
-			if ctx.Err() != nil {
-				pr.errs = 0 // cut off by the end of the simulation
-				mu.Lock()
-				passes = append(passes, pr) // the last pass (it may have ended a run)
-				mu.Unlock()
-				return
-			}
-			for _, pool := range pools {
-				_ = fstore.PoolNodes(ctx, pool, func(r fleet.Record) error {
-					if !r.Eligible() {
-						pr.out++
-					}
-					if r.Target != nil {
-						k := pool + "/" + r.NodeID
-						mu.Lock()
-						if targeted[k] == nil {
-							targeted[k] = map[string]bool{}
-						}
-						targeted[k][r.Target.Version] = true
-						mu.Unlock()
-					}
-					return nil
-				})
-			}
-			mu.Lock()
-			passes = append(passes, pr)
-			mu.Unlock()
-		}
-	}()
-	stopAll := func() {
-		stop()
-		for _, n := range nodes {
-			n.stop()
-		}
-		<-reconciling
+// registerNodes registers pool's nodes running v1, 8 at a time.
+func (sim *rolloutRun) registerNodes(pool string, v1 *fleet.Version) []*simNode {
+	sim.tb.Helper()
+	cfg := sim.cfg
+	made := make([]*simNode, cfg.NodesPerPool)
+	errs := make([]error, cfg.NodesPerPool)
+	dirs := make([]string, cfg.NodesPerPool)
+	for k := range dirs {
+		dirs[k] = sim.tb.TempDir()
 	}
-	defer func() {
-		if ctx.Err() == nil {
-			stopAll()
-		}
-	}()
+	var wg sync.WaitGroup
+	for w := range 8 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for k := w; k < cfg.NodesPerPool; k += 8 {
+				made[k], errs[k] = sim.h.newNode(pool, capacity.NodeID("gpu", k), "", v1, nil, dirs[k])
+			}
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		sim.tb.Fatal(err)
+	}
+	return made
+}
 
-	// Ready, then a quiet stretch: heartbeats and passes without a rollout.
-	waitFor(tb, 3*cfg.Interval+10*time.Second, func() bool {
+// stopAll stops the reconciler and every agent, and waits for them.
+func (sim *rolloutRun) stopAll() {
+	sim.stop()
+	for _, n := range sim.nodes {
+		n.stop()
+	}
+	<-sim.reconciling
+}
+
+// awaitReady waits for every node to report ready with what it runs,
+// then for two more passes (the flags lifted; the first pass provisioned
+// the pools' hours).
+func (sim *rolloutRun) awaitReady() {
+	sim.tb.Helper()
+	waitFor(sim.tb, 3*sim.cfg.Interval+10*time.Second, func() bool {
 		ready := 0
-		for _, pool := range pools {
-			_ = fstore.PoolNodes(ctx, pool, func(r fleet.Record) error {
+		for _, pool := range sim.pools {
+			_ = sim.fstore.PoolNodes(sim.ctx, pool, func(r fleet.Record) error {
 				if r.State == fleet.Ready && r.Running != nil {
 					ready++
 				}
 				return nil
 			})
 		}
-		return ready == len(nodes)
+		return ready == len(sim.nodes)
 	})
-	// Two more passes (the flags lifted; the first pass provisioned the
-	// pools' hours), then the idle window.
-	passCount := func() int { mu.Lock(); defer mu.Unlock(); return len(passes) }
-	c0 := passCount()
-	waitFor(tb, time.Minute, func() bool { return passCount() >= c0+2 })
-	idleFrom := time.Now()
-	res.Setup = idleFrom.Sub(began)
-	time.Sleep(cfg.Idle) // pacing: the idle window, not synchronization
-	pct := cmp.Or(cfg.MaxUnavailablePct, 5)
-	maxUnavailable := (len(nodes)*pct + 99) / 100
-	res.MaxUnavailable = maxUnavailable
+	c0 := sim.passCount()
+	waitFor(sim.tb, time.Minute, func() bool { return sim.passCount() >= c0+2 })
+}
 
-	// Reservations: whole nodes, from now.
-	type held struct {
-		end  time.Time
-		long bool
-		id   string
-	}
-	reserved := map[string]held{}
+// idle is a quiet stretch: heartbeats and passes without a rollout.
+func (sim *rolloutRun) idle() {
+	sim.idleFrom = time.Now()
+	sim.res.Setup = sim.idleFrom.Sub(sim.began)
+	time.Sleep(sim.cfg.Idle) // pacing: the idle window, not synchronization
+	pct := cmp.Or(sim.cfg.MaxUnavailablePct, 5)
+	sim.res.MaxUnavailable = (len(sim.nodes)*pct + 99) / 100
+}
+
+// reserve creates the reservations: whole nodes, from now, on pools the
+// seed picks.
+func (sim *rolloutRun) reserve() {
+	sim.tb.Helper()
+	cfg := sim.cfg
 	for i := range cfg.Reserved {
 		hold, long := cfg.ShortHold, i%3 == 2
 		if long {
@@ -307,170 +308,195 @@ func RunRollout(tb testing.TB, cfg RolloutConfig) RolloutResult {
 		}
 		end := time.Now().Add(hold)
 		var out struct{ Reservation capacity.Reservation }
-		pool := pools[rng.IntN(len(pools))]
-		if err := h.post(ctx, "reservations.create", map[string]any{"tenantId": "acme", "poolId": pool, "resource": "gpu", "count": 8,
+		pool := sim.pools[sim.rng.IntN(len(sim.pools))]
+		if err := sim.h.post(sim.ctx, "reservations.create", map[string]any{"tenantId": "acme", "poolId": pool, "resource": "gpu", "count": 8,
 			"window": map[string]any{"end": end.UTC().Format(time.RFC3339Nano)}}, &out); err != nil {
-			tb.Fatalf("reservation %d: %v", i, err)
+			sim.tb.Fatalf("reservation %d: %v", i, err)
 		}
 		for _, nid := range out.Reservation.NodeIDs {
-			reserved[pool+"/"+nid] = held{out.Reservation.Window.End, long, out.Reservation.ReservationID}
+			sim.reserved[pool+"/"+nid] = held{out.Reservation.Window.End, long, out.Reservation.ReservationID}
 		}
 	}
+}
 
-	create := func(version string) rollout.Rollout {
-		var out struct{ Rollout rollout.Rollout }
-		h.must(tb, "rollouts.create", map[string]any{"tenantId": platformTenant, "version": version, "pools": pools,
-			"waves":          []map[string]any{{"nodes": 1}, {"percent": 1}, {"percent": 10}, {"percent": 50}, {"percent": 100}},
-			"maxUnavailable": maxUnavailable, "maxFailedNodes": 2, "bakeSeconds": cfg.Bake, "progressDeadlineSeconds": 60,
-			"drain": map[string]any{"waitSeconds": cfg.DrainWait, "onTimeout": "skip"}}, &out)
-		mu.Lock()
-		current = out.Rollout.RolloutID
-		mu.Unlock()
-		return out.Rollout
-	}
-	await := func(id string, want func(rollout.State) bool) (rollout.Rollout, time.Time) {
-		deadline := time.Now().Add(cfg.Timeout)
-		for {
-			r, err := h.getRollout(ctx, id)
-			if err == nil && want(r.State) {
-				return r, time.Now()
-			}
-			if time.Now().After(deadline) {
-				tb.Fatalf("rollout %s after %s: %s (%s), counts %+v, history %+v", id, cfg.Timeout, r.State, r.Reason, r.Counts, r.History)
-			}
-			time.Sleep(250 * time.Millisecond)
-		}
-	}
-	window := func(from, to time.Time) (int, int, int) { // passes in [from, to]: first index, last index, peak out
-		mu.Lock()
-		defer mu.Unlock()
-		first, last, peak := -1, -1, 0
-		for i, p := range passes {
-			if p.start.Before(from) || p.start.After(to) {
-				continue
-			}
-			if first < 0 {
-				first = i
-			}
-			last = i
-			peak = max(peak, p.out)
-		}
-		return first, last, peak
-	}
+// create creates the rollout of version to every pool and makes it the
+// one the passes are labelled by.
+func (sim *rolloutRun) create(version string) rollout.Rollout {
+	sim.tb.Helper()
+	var out struct{ Rollout rollout.Rollout }
+	sim.h.must(sim.tb, "rollouts.create", map[string]any{"tenantId": platformTenant, "version": version, "pools": sim.pools,
+		"waves":          []map[string]any{{"nodes": 1}, {"percent": 1}, {"percent": 10}, {"percent": 50}, {"percent": 100}},
+		"maxUnavailable": sim.res.MaxUnavailable, "maxFailedNodes": 2, "bakeSeconds": sim.cfg.Bake, "progressDeadlineSeconds": 60,
+		"drain": map[string]any{"waitSeconds": sim.cfg.DrainWait, "onTimeout": "skip"}}, &out)
+	sim.mu.Lock()
+	sim.current = out.Rollout.RolloutID
+	sim.mu.Unlock()
+	return out.Rollout
+}
 
-	// Run A: a good release.
-	aFrom := time.Now()
-	ra := create("2.0.0")
-	doneA, aTo := await(ra.RolloutID, rollout.State.Terminal)
-	res.A = stats(doneA, aFrom, aTo)
-	first, last, peak := window(aFrom, aTo)
+// await polls rollout id until its state is one want accepts.
+func (sim *rolloutRun) await(id string, want func(rollout.State) bool) (rollout.Rollout, time.Time) {
+	sim.tb.Helper()
+	deadline := time.Now().Add(sim.cfg.Timeout)
+	for {
+		r, err := sim.h.getRollout(sim.ctx, id)
+		if err == nil && want(r.State) {
+			return r, time.Now()
+		}
+		if time.Now().After(deadline) {
+			sim.tb.Fatalf("rollout %s after %s: %s (%s), counts %+v, history %+v", id, sim.cfg.Timeout, r.State, r.Reason, r.Counts, r.History)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
+
+// runA rolls out a good release: every node is updated, a reserved one
+// after its reservation ended or skipped busy.
+func (sim *rolloutRun) runA() {
+	sim.tb.Helper()
+	res := &sim.res
+	sim.aFrom = time.Now()
+	ra := sim.create("2.0.0")
+	doneA, aTo := sim.await(ra.RolloutID, rollout.State.Terminal)
+	sim.aTo = aTo
+	res.A = stats(doneA, sim.aFrom, sim.aTo)
+	first, last, peak := sim.window(sim.aFrom, sim.aTo)
 	res.A.Passes, res.A.PeakUnavailable = last-first+1, peak
 	if doneA.State != rollout.Completed {
-		violate("run A ended %s (%s), counts %+v", doneA.State, doneA.Reason, doneA.Counts)
+		sim.violate("run A ended %s (%s), counts %+v", doneA.State, doneA.Reason, doneA.Counts)
 	}
 	if len(doneA.Waves) > 0 && doneA.Waves[0].StartedAt != nil && doneA.Waves[len(doneA.Waves)-1].FinishedAt != nil {
 		span := doneA.Waves[len(doneA.Waves)-1].FinishedAt.Sub(*doneA.Waves[0].StartedAt)
 		res.A.UpdatedPerMin = float64(doneA.Counts.Updated) / span.Minutes()
 	}
-	for _, p := range h.rolloutNodes(tb, ra.RolloutID) {
+	for _, p := range sim.h.rolloutNodes(sim.tb, ra.RolloutID) {
 		k := p.PoolID + "/" + p.NodeID
-		r, busy := reserved[k]
+		r, busy := sim.reserved[k]
 		switch {
 		case busy && p.Step == rollout.Updated && !p.UpdatedAt.Before(r.end):
 			res.A.BusyUpdated++
 		case busy && p.Step == rollout.Skipped && p.Reason == rollout.ReasonBusy:
 			res.A.BusySkipped++
 		case busy:
-			violate("run A: %s reserved until %s: %s (%s) at %s", k, r.end.Format(time.TimeOnly), p.Step, p.Reason, p.UpdatedAt.Format(time.TimeOnly))
+			sim.violate("run A: %s reserved until %s: %s (%s) at %s", k, r.end.Format(time.TimeOnly), p.Step, p.Reason, p.UpdatedAt.Format(time.TimeOnly))
 		case p.Step != rollout.Updated:
-			violate("run A: %s not reserved: %s (%s)", k, p.Step, p.Reason)
+			sim.violate("run A: %s not reserved: %s (%s)", k, p.Step, p.Reason)
 		}
 	}
-	for _, r := range reserved {
+	for _, r := range sim.reserved {
 		if r.long {
-			_ = h.post(ctx, "reservations.release", map[string]any{"tenantId": "acme", "reservationId": r.id}, nil)
+			_ = sim.h.post(sim.ctx, "reservations.release", map[string]any{"tenantId": "acme", "reservationId": r.id}, nil)
 		}
 	}
+}
 
-	// The agents run on from run A into run B (the same processes): a
-	// node run A updated to 2.0.0 must install 2.0.0 again when run B
-	// rolls it back. (Before 1561ae1 the agent kept its mark "never try
-	// again" on a release it had installed, and the rollback of every such
-	// node failed at its deadline; this simulation restarted the agents
-	// between the runs to get past it.)
+// runB rolls out a release 30 % of wave 3's agents fail to start healthy:
+// it must abort and roll back. It returns the rollout at its end, the
+// failing nodes and the times their failures were marked, in order.
+func (sim *rolloutRun) runB() (rollout.Rollout, map[string]bool, []time.Time) {
+	sim.tb.Helper()
+	res := &sim.res
+	sim.bFrom = time.Now()
+	rb := sim.create("3.0.0")
+	failing, inWaves13 := sim.failWave3(rb)
+	doneB, bTo := sim.await(rb.RolloutID, rollout.State.Terminal)
+	sim.bTo = bTo
+	res.B = stats(doneB, sim.bFrom, sim.bTo)
+	res.B.Failing = len(failing)
+	first, last, peak := sim.window(sim.bFrom, sim.bTo)
+	res.B.Passes, res.B.PeakUnavailable = last-first+1, peak
+	if doneB.State != rollout.RolledBack || doneB.Reason != rollout.ReasonFailures {
+		sim.violate("run B ended %s (%s), counts %+v", doneB.State, doneB.Reason, doneB.Counts)
+	}
+	progB := sim.h.rolloutNodes(sim.tb, rb.RolloutID)
+	failedAt := sim.checkProgressB(progB, failing)
+	sim.checkNodesB(progB, inWaves13)
+	return doneB, failing, failedAt
+}
 
-	// Run B: 30 % of wave 3's agents fail to start 3.0.0 healthy.
-	bFrom := time.Now()
-	rb := create("3.0.0")
+// failWave3 makes FailPct of rb's wave 3 (seed-picked) fail to start 3.0.0
+// healthy; it returns those nodes and every node of waves 1–3.
+func (sim *rolloutRun) failWave3(rb rollout.Rollout) (failing, inWaves13 map[string]bool) {
 	sizes := make([]int, len(rb.Waves))
 	for i, w := range rb.Waves {
 		sizes[i] = w.Size
 	}
-	order := slices.Clone(nodes)
+	order := slices.Clone(sim.nodes)
 	slices.SortFunc(order, func(a, b *simNode) int {
 		return cmp.Compare(rollout.OrderKey(rb.RolloutID, a.pool, a.id), rollout.OrderKey(rb.RolloutID, b.pool, b.id))
 	})
 	wave3 := order[sizes[1]:sizes[2]]
-	failing := map[string]bool{}
-	res.B.Failing = (len(wave3)*cfg.FailPct + 99) / 100
-	for _, i := range rng.Perm(len(wave3))[:res.B.Failing] {
+	failing = map[string]bool{}
+	sim.res.B.Failing = (len(wave3)*sim.cfg.FailPct + 99) / 100
+	for _, i := range sim.rng.Perm(len(wave3))[:sim.res.B.Failing] {
 		wave3[i].starter.failOn("3.0.0", "health probe: bcd 3.0.0 exited 1")
 		failing[wave3[i].ref()] = true
 	}
-	inWaves13 := map[string]bool{}
+	inWaves13 = map[string]bool{}
 	for _, n := range order[:sizes[2]] {
 		inWaves13[n.ref()] = true
 	}
-	doneB, bTo := await(rb.RolloutID, rollout.State.Terminal)
-	res.B = stats(doneB, bFrom, bTo)
-	res.B.Failing = len(failing)
-	first, last, peak = window(bFrom, bTo)
-	res.B.Passes, res.B.PeakUnavailable = last-first+1, peak
-	if doneB.State != rollout.RolledBack || doneB.Reason != rollout.ReasonFailures {
-		violate("run B ended %s (%s), counts %+v", doneB.State, doneB.Reason, doneB.Counts)
-	}
-	progB := h.rolloutNodes(tb, rb.RolloutID)
+	return failing, inWaves13
+}
+
+// checkProgressB checks run B's progress: only failing nodes failed, and
+// every updated one rolled back. It returns when the failures were marked,
+// in order.
+func (sim *rolloutRun) checkProgressB(progB []rollout.NodeProgress, failing map[string]bool) []time.Time {
+	res := &sim.res
 	var failedAt []time.Time
 	for _, p := range progB {
 		k := p.PoolID + "/" + p.NodeID
 		if p.Step == rollout.Failed {
 			failedAt = append(failedAt, p.UpdatedAt)
 			if !failing[k] {
-				violate("run B: %s failed (%s) without failing", k, p.Reason)
+				sim.violate("run B: %s failed (%s) without failing", k, p.Reason)
 			}
 		}
 		if p.Step == rollout.Updated {
 			if p.Rollback == rollout.RollbackDone {
 				res.B.RolledBack++
 			} else {
-				violate("run B: updated node %s: rollback %q", k, p.Rollback)
-			}
-		}
-	}
-	prevB := map[string]*fleet.Version{}
-	for _, p := range progB {
-		prevB[p.PoolID+"/"+p.NodeID] = p.Previous
-	}
-	for _, n := range nodes {
-		// Every node runs what it ran when run B took it (2.0.0, or 1.0.0
-		// when run A skipped it busy): updated ones rolled back, failed
-		// ones fell back, the rest never moved.
-		if got, want := n.agent.Running(), prevB[n.ref()]; got == nil || want == nil || *got != *want {
-			violate("after run B %s runs %+v, not %+v", n.ref(), got, want)
-		}
-		if !inWaves13[n.ref()] {
-			mu.Lock()
-			told := targeted[n.ref()]["3.0.0"]
-			mu.Unlock()
-			for _, s := range n.starter.log() {
-				told = told || s.version == "3.0.0"
-			}
-			if told {
-				violate("run B: %s (outside waves 1–3) was given 3.0.0", n.ref())
+				sim.violate("run B: updated node %s: rollback %q", k, p.Rollback)
 			}
 		}
 	}
 	slices.SortFunc(failedAt, func(a, b time.Time) int { return a.Compare(b) })
+	return failedAt
+}
+
+// checkNodesB checks the agents after run B: each runs what it ran when
+// run B took it, and none outside waves 1–3 was given 3.0.0.
+func (sim *rolloutRun) checkNodesB(progB []rollout.NodeProgress, inWaves13 map[string]bool) {
+	prevB := map[string]*fleet.Version{}
+	for _, p := range progB {
+		prevB[p.PoolID+"/"+p.NodeID] = p.Previous
+	}
+	for _, n := range sim.nodes {
+		// Every node runs what it ran when run B took it (2.0.0, or 1.0.0
+		// when run A skipped it busy): updated ones rolled back, failed
+		// ones fell back, the rest never moved.
+		if got, want := n.agent.Running(), prevB[n.ref()]; got == nil || want == nil || *got != *want {
+			sim.violate("after run B %s runs %+v, not %+v", n.ref(), got, want)
+		}
+		if !inWaves13[n.ref()] {
+			sim.mu.Lock()
+			told := sim.targeted[n.ref()]["3.0.0"]
+			sim.mu.Unlock()
+			for _, s := range n.starter.log() {
+				told = told || s.version == "3.0.0"
+			}
+			if told {
+				sim.violate("run B: %s (outside waves 1–3) was given 3.0.0", n.ref())
+			}
+		}
+	}
+}
+
+// timeAbort measures run B from the threshold-crossing failure to aborting
+// and to rolled_back, once every pass is recorded (after stopAll).
+func (sim *rolloutRun) timeAbort(doneB rollout.Rollout, failing map[string]bool, failedAt []time.Time) {
+	res := &sim.res
 	at := func(state rollout.State) time.Time {
 		for _, ev := range doneB.History {
 			if ev.State == state {
@@ -479,20 +505,19 @@ func RunRollout(tb testing.TB, cfg RolloutConfig) RolloutResult {
 		}
 		return time.Time{}
 	}
-	stopAll()                        // every pass recorded (the last may have ended run B)
 	if th := 2; len(failedAt) > th { // maxFailedNodes 2: the third failure crosses it
 		t3, tAbort, tBack := failedAt[th], at(rollout.Aborting), at(rollout.RolledBack)
 		// The same pass marks the failure and aborts: the event's time is
 		// the pass's, truncated to the millisecond, the progress's is not.
 		res.B.ToAbort, res.B.ToRolledBack = max(0, tAbort.Sub(t3)), tBack.Sub(t3)
-		i3, iA, iB := passOf(passes, t3, &mu), passOf(passes, tAbort, &mu), passOf(passes, tBack, &mu)
+		i3, iA, iB := passOf(sim.passes, t3, &sim.mu), passOf(sim.passes, tAbort, &sim.mu), passOf(sim.passes, tBack, &sim.mu)
 		res.B.ToAbortPasses, res.B.ToRolledBackPasses = iA-i3, iB-i3
 		if i3 < 0 || iA < 0 || iB < 0 || iA-i3 > 2 {
-			violate("run B: aborting %d passes (%s) after the third failure (passes %d, %d, %d)", iA-i3, res.B.ToAbort, i3, iA, iB)
+			sim.violate("run B: aborting %d passes (%s) after the third failure (passes %d, %d, %d)", iA-i3, res.B.ToAbort, i3, iA, iB)
 		}
 		var starts []time.Time
 		for k := range failing {
-			for _, s := range byRef[k].starter.log() {
+			for _, s := range sim.byRef[k].starter.log() {
 				if s.version == "3.0.0" && s.err != nil {
 					starts = append(starts, s.at)
 				}
@@ -503,65 +528,28 @@ func RunRollout(tb testing.TB, cfg RolloutConfig) RolloutResult {
 			res.B.AgentToAbort = tAbort.Sub(starts[th])
 		}
 	} else {
-		violate("run B: %d failures, want more than 2", len(failedAt))
+		sim.violate("run B: %d failures, want more than 2", len(failedAt))
 	}
+}
 
-	// Caps, heartbeats and passes.
+// finish checks the caps and sums the heartbeats and passes.
+func (sim *rolloutRun) finish() {
+	res := &sim.res
 	for _, r := range []RunStats{res.A, res.B} {
-		if r.PeakUnavailable > maxUnavailable {
-			violate("rollout %s: %d nodes out of service at once, maxUnavailable %d", r.RolloutID, r.PeakUnavailable, maxUnavailable)
+		if r.PeakUnavailable > res.MaxUnavailable {
+			sim.violate("rollout %s: %d nodes out of service at once, maxUnavailable %d", r.RolloutID, r.PeakUnavailable, res.MaxUnavailable)
 		}
 	}
-	res.Beats["idle"] = beats(h.logs, idleFrom, aFrom)
-	res.Beats["A"] = beats(h.logs, aFrom, aTo)
-	res.Beats["B"] = beats(h.logs, bFrom, bTo)
-	res.Groups = groups(passes, aFrom)
-	for _, p := range passes {
+	res.Beats["idle"] = beats(sim.h.logs, sim.idleFrom, sim.aFrom)
+	res.Beats["A"] = beats(sim.h.logs, sim.aFrom, sim.aTo)
+	res.Beats["B"] = beats(sim.h.logs, sim.bFrom, sim.bTo)
+	res.Groups = groups(sim.passes, sim.aFrom)
+	for _, p := range sim.passes {
 		if p.errs > 0 {
-			violate("a pass at %s had %d errors", p.start.Format(time.TimeOnly), p.errs)
+			sim.violate("a pass at %s had %d errors", p.start.Format(time.TimeOnly), p.errs)
 		}
 	}
-	res.Took = time.Since(began)
-	return res
-}
-
-// phase is a rollout's phase at a pass's start and its current wave's size.
-func phase(rec rollout.Record) (string, int) {
-	run := "B"
-	if rec.Version == "2.0.0" {
-		run = "A"
-	}
-	switch {
-	case rec.State.Terminal():
-		return run + " " + string(rec.State), 0
-	case rec.State == rollout.Aborting:
-		return run + " aborting", 0
-	case !rec.Enumerated:
-		return run + " enumerate", 0
-	case !rec.Walked:
-		return run + " walk", 0
-	}
-	for i, w := range rec.Waves {
-		if w.FinishedAt == nil {
-			if w.StartedAt == nil {
-				return run + " bake", w.Size
-			}
-			return fmt.Sprintf("%s wave %d", run, i+1), w.Size
-		}
-	}
-	return run + " done", 0
-}
-
-// passOf is the index of the pass running at t (-1: none).
-func passOf(ps []passRec, t time.Time, mu *sync.Mutex) int {
-	mu.Lock()
-	defer mu.Unlock()
-	for i, p := range ps {
-		if !t.Before(p.start.Add(-time.Millisecond)) && !t.After(p.end) {
-			return i
-		}
-	}
-	return -1
+	res.Took = time.Since(sim.began)
 }
 
 func stats(r rollout.Rollout, from, to time.Time) RunStats {
@@ -595,37 +583,4 @@ func beats(l *requestLog, from, to time.Time) BeatCost {
 		c.P50 = ms(lat[len(lat)/2])
 	}
 	return c
-}
-
-// groups sums the passes by phase, in the order phases came.
-func groups(ps []passRec, from time.Time) []PassGroup {
-	var out []PassGroup
-	idx := map[string]int{}
-	for _, p := range ps {
-		label := p.label
-		if label == "idle" && p.start.After(from) {
-			label = "between runs"
-		}
-		i, ok := idx[label]
-		if !ok {
-			i = len(out)
-			idx[label] = i
-			out = append(out, PassGroup{Label: label, WaveSize: p.waveSize})
-		}
-		g := &out[i]
-		ms := float64(p.end.Sub(p.start).Microseconds()) / 1000
-		g.Passes++
-		g.MeanMS += ms
-		g.MaxMS = max(g.MaxMS, ms)
-		g.Calls += float64(p.usage.Calls)
-		g.RCU += p.usage.RCU
-		g.WCU += p.usage.WCU
-		g.MaxCalls = max(g.MaxCalls, p.usage.Calls)
-		g.Active = max(g.Active, p.active)
-	}
-	for i := range out {
-		n := float64(out[i].Passes)
-		out[i].MeanMS, out[i].Calls, out[i].RCU, out[i].WCU = out[i].MeanMS/n, out[i].Calls/n, out[i].RCU/n, out[i].WCU/n
-	}
-	return out
 }
