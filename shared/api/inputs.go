@@ -59,8 +59,8 @@ func (NodeSizes) ValueBounds() (int64, int64) { return 1, 64 }
 type CreatePoolInput struct {
 	Tenant
 	PoolID    string    `json:"poolId" bc:"required,pattern=poolId"`
-	Resources Resources `json:"resources" bc:"required,min=1,max=64,pattern=resource,doc=devices of each resource"`
-	NodeSize  NodeSizes `json:"nodeSize,omitempty" bc:"max=64,pattern=resource,doc=devices per node of each resource (default ${capacity.DefaultNodeSize})"`
+	Resources Resources `json:"resources" bc:"required,min=1,max=capacity.MaxResources,pattern=resource,doc=devices of each resource"`
+	NodeSize  NodeSizes `json:"nodeSize,omitempty" bc:"max=capacity.MaxResources,pattern=resource,doc=devices per node of each resource (default ${capacity.DefaultNodeSize})"`
 }
 
 type OfferPoolInput struct {
@@ -68,7 +68,7 @@ type OfferPoolInput struct {
 	PoolID     string `json:"poolId" bc:"required,pattern=poolId"`
 	ToTenantID string `json:"toTenantId" bc:"required,max=128,pattern=tenantId"`
 	Resource   string `json:"resource" bc:"required,pattern=resource"`
-	Max        int64  `json:"max" bc:"required,min=0,max=1000000"`
+	Max        int64  `json:"max" bc:"required,min=0,max=capacity.MaxQuota"`
 }
 
 type GetPoolInput struct {
@@ -86,8 +86,8 @@ type PoolUsageInput struct {
 	PoolID   string     `json:"poolId" bc:"required,pattern=poolId"`
 	Resource string     `json:"resource" bc:"required,pattern=resource"`
 	From     *time.Time `json:"from,omitempty" bc:"doc=start of the span; defaults to now"`
-	Hours    *int       `json:"hours,omitempty" bc:"min=1,max=24,doc=length of the span in hours (default ${capacity.MaxUsageHours})"`
-	Limit    *int       `json:"limit,omitempty" bc:"min=1,max=100,doc=nodes per page (default ${capacity.DefaultUsageNodes})"`
+	Hours    *int       `json:"hours,omitempty" bc:"min=1,max=capacity.MaxUsageHours,doc=length of the span in hours (default ${capacity.MaxUsageHours})"`
+	Limit    *int       `json:"limit,omitempty" bc:"min=1,max=capacity.MaxUsageNodes,doc=nodes per page (default ${capacity.DefaultUsageNodes})"`
 	Cursor   *string    `json:"cursor,omitempty" bc:"min=1,max=4096"`
 }
 
@@ -114,7 +114,7 @@ type CreateReservationInput struct {
 	Tenant
 	PoolID      string  `json:"poolId" bc:"required,pattern=poolId"`
 	Resource    string  `json:"resource" bc:"required,pattern=resource"`
-	Count       int     `json:"count" bc:"required,min=1,max=1024"`
+	Count       int     `json:"count" bc:"required,min=1,max=capacity.MaxCount"`
 	Window      Window  `json:"window" bc:"required"`
 	Topology    *string `json:"topology,omitempty" enum:"topology" bc:"doc=how to spread the devices over nodes (default node)"`
 	ClientToken *string `json:"clientToken,omitempty" bc:"min=1,max=64,doc=idempotency token (per tenant and principal)"`
@@ -198,8 +198,8 @@ type RolloutDrain struct {
 type CreateRolloutInput struct {
 	Tenant
 	Version                 string             `json:"version" bc:"required,min=1,max=128,doc=a registered release's version"`
-	Pools                   []string           `json:"pools" bc:"required,min=1,max=50,doc=the pools whose managed nodes it takes"`
-	Waves                   []rollout.WaveSpec `json:"waves" bc:"required,min=1,max=10,doc=cumulative: each covers at least as many nodes as the one before; the last covers every node"`
+	Pools                   []string           `json:"pools" bc:"required,min=1,max=rollout.MaxPools,doc=the pools whose managed nodes it takes"`
+	Waves                   []rollout.WaveSpec `json:"waves" bc:"required,min=1,max=rollout.MaxWaves,doc=cumulative: each covers at least as many nodes as the one before; the last covers every node"`
 	BakeSeconds             *int               `json:"bakeSeconds,omitempty" bc:"min=0,max=86400,doc=the wait after a wave is done before the next starts (default 300)"`
 	MaxUnavailable          *int               `json:"maxUnavailable,omitempty" bc:"min=1,max=1000000,doc=nodes of its pools out of service at once (not ready or cordoned: those already out included; default 1)"`
 	MaxFailedNodes          *int               `json:"maxFailedNodes,omitempty" bc:"min=0,max=1000000,doc=it aborts once more nodes than this failed (default 0: at the first)"`

@@ -30,6 +30,16 @@ var docConstants = map[string]string{
 	"fleet.BusyInterval":         human(fleet.BusyInterval),
 }
 
+// The capacity limits the catalog's tags quote by name (max=capacity.MaxCount):
+// package capacity enforces them, the tags do not repeat their values.
+var _ = strictjson.RegisterLimits(map[string]int64{
+	"capacity.MaxResources":  capacity.MaxResources,
+	"capacity.MaxQuota":      capacity.MaxQuota,
+	"capacity.MaxUsageHours": capacity.MaxUsageHours,
+	"capacity.MaxUsageNodes": capacity.MaxUsageNodes,
+	"capacity.MaxCount":      capacity.MaxCount,
+})
+
 var docConstant = regexp.MustCompile(`\$\{([A-Za-z.]+)\}`)
 
 // ExpandDoc replaces ${name} in a doc tag by the constant's value; an

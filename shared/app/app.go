@@ -19,6 +19,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/logfmt"
+	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 // App is the core every module shares: configuration, the AWS config, the
@@ -336,6 +337,36 @@ func (a *App) Page(call *api.Call, p api.Page, def int, filters ...string) (List
 // Next is the cursor of the page after this one ("" when there is none).
 func (a *App) Next(lp ListPage, last map[string]string) string {
 	return a.Cursors.Encode(lp.binding, last)
+}
+
+// List is every list method's shape: the request's page decoded (def:
+// its limit when absent; the cursor bound to the method, the tenant and
+// filters), one page listed, and the items (never null) with the next
+// page's cursor ("" after the last).
+func List[T any](a *App, call *api.Call, p api.Page, def int, list func(paging.Page) ([]T, map[string]string, error), filters ...string) ([]T, string, error) {
+	lp, err := a.Page(call, p, def, filters...)
+	if err != nil {
+		return nil, "", err
+	}
+	items, last, err := list(paging.Page{Limit: lp.Limit, After: lp.After})
+	if err != nil {
+		return nil, "", err
+	}
+	return NonNil(items), a.Next(lp, last), nil
+}
+
+// Enum parses a request's optional enum field: the zero value when it is
+// absent, INVALID_INPUT naming the allowed values when it is none of them.
+func Enum[T ~string](field string, raw *string, parse func(string) (T, bool), values any) (T, error) {
+	var zero T
+	if raw == nil {
+		return zero, nil
+	}
+	v, ok := parse(*raw)
+	if !ok {
+		return zero, apierr.Invalid("constraint", field, "%s must be one of %v", field, values)
+	}
+	return v, nil
 }
 
 // Deref is *p, or the zero value when p is nil (an optional input field).

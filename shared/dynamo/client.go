@@ -208,6 +208,16 @@ func isConditionFailed(err error) bool {
 	return errors.As(err, &ccf)
 }
 
+// whenConditionFails is the tail of a conditional write: a failed
+// condition becomes lost (the domain's ErrStale, or nil where losing
+// means another writer already did it), any other error stays as is.
+func whenConditionFails(err, lost error) error {
+	if isConditionFailed(err) {
+		return lost
+	}
+	return err
+}
+
 // errBadCursor refuses a cursor whose key lies outside the query's partition
 // (the HMAC has already bound it to the method, tenant and filters).
 var errBadCursor = apierr.Invalid("", "cursor", "cursor is invalid or belongs to another query")

@@ -519,10 +519,7 @@ func (s *Fleet) SetFlagged(ctx context.Context, r fleet.Record, gen int64, flagg
 		c = c.And(eligibleNow())
 	}
 	_, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return fleet.ErrStale
-	}
-	return err
+	return whenConditionFails(err, fleet.ErrStale)
 }
 
 // MarkUnreachable implements fleet.Store.
@@ -543,20 +540,14 @@ func (s *Fleet) DropEntry(ctx context.Context, r fleet.Record, id string) error 
 	c := expression.And(path("b", id).AppendName(expression.Name("a")).Equal(expression.Value(fleet.ActionUnbind)),
 		path("rep", id).Equal(expression.Value(fleet.BindUnbound)))
 	_, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return fleet.ErrStale
-	}
-	return err
+	return whenConditionFails(err, fleet.ErrStale)
 }
 
 // SetAdopted implements fleet.Store.
 func (s *Fleet) SetAdopted(ctx context.Context, r fleet.Record) error {
 	_, err := s.table().update(ctx, recKey(r), expression.Set(expression.Name("adp"), expression.Value(true)),
 		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return nil // deregistered meanwhile
-	}
-	return err
+	return whenConditionFails(err, nil) // deregistered meanwhile
 }
 
 type fleetItem struct {
@@ -616,20 +607,14 @@ func (s *Fleet) SetBaseline(ctx context.Context, pool string, t fleet.Target) er
 	_, err := s.table().update(ctx, key(poolPK(pool), skFleet),
 		expression.Set(base, expression.Value(targetItem{V: t.Version, S: t.Sequence, RID: t.RolloutID})),
 		&c, types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return nil // not a managed pool (no node to tell), or a baseline as high already
-	}
-	return err
+	return whenConditionFails(err, nil) // not a managed pool (no node to tell), or a baseline as high already
 }
 
 // EnsureSweep implements fleet.Store.
 func (s *Fleet) EnsureSweep(ctx context.Context, pool string, due time.Time) error {
 	err := s.table().put(ctx, fleetItem{PK: poolPK(pool), SK: skFleet, Kind: kindFleet, PoolID: pool,
 		DueShard: dueShard("fleet#" + pool), DueAt: fmtTime(due)}, notExists)
-	if isConditionFailed(err) {
-		return nil
-	}
-	return err
+	return whenConditionFails(err, nil)
 }
 
 // ClaimSweep implements fleet.Store.
@@ -670,10 +655,7 @@ func (s *Fleet) SetDisrupted(ctx context.Context, pool string, since *time.Time)
 	}
 	_, err := s.table().update(ctx, key(poolPK(pool), skFleet), upd,
 		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return nil
-	}
-	return err
+	return whenConditionFails(err, nil)
 }
 
 // SetResumed implements fleet.Store.
@@ -684,10 +666,7 @@ func (s *Fleet) SetResumed(ctx context.Context, pool string, at *time.Time) erro
 	}
 	_, err := s.table().update(ctx, key(poolPK(pool), skFleet), upd,
 		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return nil
-	}
-	return err
+	return whenConditionFails(err, nil)
 }
 
 // Disrupted implements fleet.Store.

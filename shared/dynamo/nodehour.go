@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/conc"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
@@ -512,26 +513,7 @@ func (s *Capacity) Free(ctx context.Context, t capacity.PoolResource, keys []cap
 			}
 		}
 	}
-	jobs := make(chan capacity.NodeHour)
-	errs := make([]error, min(freeWorkers, len(held)))
-	var wg sync.WaitGroup
-	for w := range errs {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for nh := range jobs {
-				if errs[w] == nil {
-					errs[w] = s.free(ctx, nh, id)
-				}
-			}
-		}()
-	}
-	for _, nh := range held {
-		jobs <- nh
-	}
-	close(jobs)
-	wg.Wait()
-	return errors.Join(errs...)
+	return conc.Each(ctx, len(held), freeWorkers, func(i int) error { return s.free(ctx, held[i], id) })
 }
 
 // free removes id's entry from one node-hour read as nh, reading it again

@@ -76,8 +76,5 @@ func (s *Capacity) PoolDue(ctx context.Context, poolID string, next time.Time, p
 		upd = upd.Set(expression.Name("provTo"), expression.Value(int64(provisioned)))
 	}
 	_, err := s.update(ctx, key(poolPK(poolID), skPool), upd, cond(rowExists), types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return nil
-	}
-	return err
+	return whenConditionFails(err, nil)
 }

@@ -116,10 +116,7 @@ func (s *Capacity) EnsureQuota(ctx context.Context, k capacity.QuotaKey, max int
 	it := newQuotaItem(k, max, 0)
 	it.UpdatedAt = fmtTime(now)
 	err := s.put(ctx, it, notExists)
-	if isConditionFailed(err) {
-		return nil
-	}
-	return err
+	return whenConditionFails(err, nil)
 }
 
 // SetQuotaMax implements capacity.QuotaStore: max, and free = max − used,
@@ -250,10 +247,7 @@ func (s *Capacity) Charge(ctx context.Context, k capacity.QuotaKey, id string, c
 func (s *Capacity) Replace(ctx context.Context, k capacity.QuotaKey, id string, p capacity.Placement) error {
 	c := kindOf(id).Equal(expression.Value(recCharge))
 	_, err := s.update(ctx, quotaKey(k), expression.Set(path("q", id, "p"), expression.Value(flatten(p))), &c, types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return capacity.ErrStale
-	}
-	return err
+	return whenConditionFails(err, capacity.ErrStale)
 }
 
 // Settle implements capacity.QuotaStore: the records go in one write
@@ -267,10 +261,7 @@ func (s *Capacity) Settle(ctx context.Context, k capacity.QuotaKey, ids []string
 		upd = upd.Remove(path("q", id))
 	}
 	_, err := s.update(ctx, quotaKey(k), upd, cond(rowExists), types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return nil // no row, no records
-	}
-	return err
+	return whenConditionFails(err, nil) // no row, no records
 }
 
 // Pending implements capacity.QuotaStore.
@@ -295,10 +286,7 @@ func (s *Capacity) Void(ctx context.Context, k capacity.QuotaKey, id string, cou
 		Set(kindOf(id), expression.Value(recVoided))
 	c := kindOf(id).Equal(expression.Value(recCharge)).And(path("q", id, "n").Equal(n))
 	_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return nil // voided already, or refunded
-	}
-	return err
+	return whenConditionFails(err, nil) // voided already, or refunded
 }
 
 // Refund implements capacity.QuotaStore: a charge in flight gives its
@@ -316,10 +304,7 @@ func (s *Capacity) Refund(ctx context.Context, k capacity.QuotaKey, id string, c
 	}
 	c = kindOf(id).Equal(expression.Value(recVoided))
 	_, err = s.update(ctx, quotaKey(k), expression.Remove(path("q", id)), &c, types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return nil // refunded already
-	}
-	return err
+	return whenConditionFails(err, nil) // refunded already
 }
 
 // Credit implements capacity.QuotaStore. It consumes a charge record the
@@ -354,10 +339,7 @@ func (s *Capacity) Credit(ctx context.Context, k capacity.QuotaKey, id string, c
 func (s *Capacity) CreditDone(ctx context.Context, k capacity.QuotaKey, id string) error {
 	c := expression.AttributeExists(path("cr", id))
 	_, err := s.update(ctx, quotaKey(k), expression.Remove(path("cr", id)), &c, types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return nil
-	}
-	return err
+	return whenConditionFails(err, nil)
 }
 
 // QuotaDue implements capacity.QuotaStore.
@@ -373,8 +355,5 @@ func (s *Capacity) QuotaDue(ctx context.Context, k capacity.QuotaKey, next time.
 	}
 	_, err := s.update(ctx, quotaKey(k), expression.Set(expression.Name(schema.AttrDueAt), expression.Value(fmtTime(next))).
 		Set(expression.Name(schema.AttrDueSh), expression.Value(dueShard(quotaSK(k)+k.TenantID))), cond(rowExists), types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return nil
-	}
-	return err
+	return whenConditionFails(err, nil)
 }

@@ -305,10 +305,7 @@ func (s *Capacity) Disrupt(ctx context.Context, tenant, id, rolloutID string, at
 			expression.And(expression.Not(expression.Contains(expression.Name("dis"), rolloutID)),
 				expression.Size(expression.Name("dis")).LessThan(expression.Value(maxDisruptions)))))
 	_, err = s.update(ctx, resKey(r), upd, &c, types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return nil // recorded already, full, or its state moved (terminal: nothing to say)
-	}
-	return err
+	return whenConditionFails(err, nil) // recorded already, full, or its state moved (terminal: nothing to say)
 }
 
 // SetPlan implements capacity.ReservationStore.
@@ -316,10 +313,7 @@ func (s *Capacity) SetPlan(ctx context.Context, r capacity.Reservation, p capaci
 	c := expression.Name("state").Equal(expression.Value(string(capacity.Draft)))
 	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("plan"), expression.Value(p.Devices(nodeSize))).
 		Set(expression.Name("ns"), expression.Value(nodeSize)), &c, types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return capacity.ErrStale
-	}
-	return err
+	return whenConditionFails(err, capacity.ErrStale)
 }
 
 // Reservations implements capacity.ReservationStore.
@@ -345,20 +339,14 @@ func (s *Capacity) TakeOver(ctx context.Context, r capacity.Reservation, old, le
 	c := expression.Name("state").Equal(expression.Value(string(capacity.Draft))).
 		And(expression.Name("lease").Equal(expression.Value(fmtTime(old))))
 	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("lease"), expression.Value(fmtTime(lease))), &c, types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return capacity.ErrStale
-	}
-	return err
+	return whenConditionFails(err, capacity.ErrStale)
 }
 
 // MarkCredited implements capacity.ReservationStore.
 func (s *Capacity) MarkCredited(ctx context.Context, r capacity.Reservation) error {
 	c := expression.AttributeExists(expression.Name(schema.AttrPK))
 	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("credited"), expression.Value(true)), &c, types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return capacity.ErrStale
-	}
-	return err
+	return whenConditionFails(err, capacity.ErrStale)
 }
 
 // ClaimDue implements capacity.ReservationStore.
@@ -389,10 +377,7 @@ func (s *Capacity) ClearDue(ctx context.Context, r capacity.Reservation) error {
 		And(expression.Name(schema.AttrDueAt).Equal(expression.Value(fmtTime(r.Due))))
 	_, err := s.update(ctx, resKey(r),
 		expression.Remove(expression.Name(schema.AttrDueAt)).Remove(expression.Name(schema.AttrDueSh)), &c, types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return capacity.ErrStale
-	}
-	return err
+	return whenConditionFails(err, capacity.ErrStale)
 }
 
 // ListReservations implements capacity.ReservationStore: a Query of the

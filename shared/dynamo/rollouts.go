@@ -253,10 +253,7 @@ func (s *Rollouts) ClaimPool(ctx context.Context, pool, id string) (string, erro
 func (s *Rollouts) ReleasePool(ctx context.Context, pool, id string) error {
 	c := expression.Name("rid").Equal(expression.Value(id))
 	_, err := s.table().update(ctx, key(poolPK(pool), skPoolClaim), expression.Remove(expression.Name("rid")), &c, types.ReturnValueNone)
-	if isConditionFailed(err) {
-		return nil
-	}
-	return err
+	return whenConditionFails(err, nil)
 }
 
 func progressItem(p rollout.Progress) (map[string]types.AttributeValue, error) {
@@ -305,10 +302,7 @@ func (s *Rollouts) PutProgress(ctx context.Context, p rollout.Progress) error {
 	e, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(schema.AttrPK))).Build()
 	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: av,
 		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names()})
-	if isConditionFailed(err) {
-		return nil
-	}
-	return err
+	return whenConditionFails(err, nil)
 }
 
 // UpdateProgress implements rollout.RolloutStore: a PutItem conditioned on
@@ -330,10 +324,7 @@ func (s *Rollouts) UpdateProgress(ctx context.Context, p rollout.Progress, from 
 	}
 	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: av,
 		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()})
-	if isConditionFailed(err) {
-		return rollout.ErrStale
-	}
-	return err
+	return whenConditionFails(err, rollout.ErrStale)
 }
 
 // indexed reads the progress items an index query names, in its order.

@@ -111,7 +111,7 @@ type Check struct {
 type Health struct {
 	DevicesExpected int     `json:"devicesExpected" bc:"required,min=0,max=64" doc:"devices the node should see"`
 	DevicesVisible  int     `json:"devicesVisible" bc:"required,min=0,max=64" doc:"devices it sees"`
-	Checks          []Check `json:"checks" bc:"required,max=32" doc:"the checks it ran"`
+	Checks          []Check `json:"checks" bc:"required,max=fleet.MaxChecks" doc:"the checks it ran"`
 }
 
 // Healthy: every expected device visible and every check passed.
@@ -150,7 +150,7 @@ type Report struct {
 	Running  *Version          `json:"running" bc:"required,nullable" doc:"the release it runs, or null"`
 	Install  *Install          `json:"install,omitempty" doc:"where an install it was told to do is"`
 	Health   Health            `json:"health" bc:"required" doc:"its devices and checks"`
-	Bindings []ReportedBinding `json:"bindings" bc:"required,max=128" doc:"its word on each binding it was told about"`
+	Bindings []ReportedBinding `json:"bindings" bc:"required,max=fleet.MaxBindings" doc:"its word on each binding it was told about"`
 }
 
 // Node is a registered node as the API answers it.

@@ -27,6 +27,9 @@ const (
 // report is what Open expects of a node report's envelope.
 var report = dsse.Want{PayloadType: ReportPayloadType, Field: "report", KeyNoun: "the node's registered key"}
 
+// The limits Report's tags quote by name (max=fleet.MaxChecks).
+var _ = strictjson.RegisterLimits(map[string]int64{"fleet.MaxChecks": MaxChecks, "fleet.MaxBindings": MaxBindings})
+
 // Heartbeat verifies a node's signed report, records it (one conditional
 // write: the counter strictly rising, the key still the one verified
 // under) and answers what the node should do. Warm, it reads nothing: the

@@ -23,6 +23,8 @@ import (
 var (
 	_ = strictjson.RegisterPattern("platform", `^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9_.]+)?$`)
 	_ = strictjson.RegisterPattern("sha256hex", `^[0-9a-f]{64}$`)
+	// The limits the catalog's tags quote by name.
+	_ = strictjson.RegisterLimits(map[string]int64{"rollout.MaxPools": MaxPools, "rollout.MaxWaves": MaxWaves})
 )
 
 // semverPattern is the official SemVer 2.0.0 expression (semver.org). Build

@@ -93,6 +93,23 @@ func RegisterPattern(name, expr string) *regexp.Regexp {
 	return re
 }
 
+var (
+	limitsMu sync.RWMutex
+	limits   = map[string]int64{}
+)
+
+// RegisterLimits names constants for use as `min=NAME`/`max=NAME` tag
+// values ("max=rollout.MaxPools"): the package that enforces a limit
+// states it once and the tags quote it.
+func RegisterLimits(named map[string]int64) struct{} {
+	limitsMu.Lock()
+	defer limitsMu.Unlock()
+	for k, v := range named {
+		limits[k] = v
+	}
+	return struct{}{}
+}
+
 func pattern(name string) *regexp.Regexp {
 	patternsMu.RLock()
 	defer patternsMu.RUnlock()
@@ -441,10 +458,16 @@ func parseTag(tag string) options {
 	return o
 }
 
+// mustInt is a tag's number: a literal, or a name RegisterLimits gave.
 func mustInt(s string) int64 {
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		panic("strictjson: bad number in tag: " + s)
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return n
+	}
+	limitsMu.RLock()
+	defer limitsMu.RUnlock()
+	n, ok := limits[s]
+	if !ok {
+		panic("strictjson: bad number in tag (not a literal nor a registered limit): " + s)
 	}
 	return n
 }

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
@@ -50,15 +49,10 @@ func (Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error) {
 			return api.PoolResult{Pool: p}, err
 		}),
 		api.Bind(api.Lookup("pools.list"), func(ctx context.Context, call *api.Call, in *api.ListPoolsInput) (api.ListPoolsResult, error) {
-			lp, err := a.Page(call, in.Page, paging.DefaultLimit)
-			if err != nil {
-				return api.ListPoolsResult{}, err
-			}
-			ps, next, err := svc.ListPools(ctx, in.TenantID, paging.Page{Limit: lp.Limit, After: lp.After})
-			if err != nil {
-				return api.ListPoolsResult{}, err
-			}
-			return api.ListPoolsResult{Pools: app.NonNil(ps), NextCursor: a.Next(lp, next)}, nil
+			ps, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]capacity.Pool, map[string]string, error) {
+				return svc.ListPools(ctx, in.TenantID, pg)
+			})
+			return api.ListPoolsResult{Pools: ps, NextCursor: next}, err
 		}),
 		api.Bind(api.Lookup("pools.usage"), func(ctx context.Context, call *api.Call, in *api.PoolUsageInput) (api.PoolUsageResult, error) {
 			q := capacity.UsageRequest{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource, Hours: app.Deref(in.Hours)}
@@ -67,17 +61,18 @@ func (Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error) {
 				q.From = *in.From
 				from = in.From.UTC().Format(time.RFC3339Nano)
 			}
-			lp, err := a.Page(call, api.Page{Limit: in.Limit, Cursor: in.Cursor}, capacity.DefaultUsageNodes,
-				"poolId="+in.PoolID, "resource="+in.Resource, "from="+from, "hours="+strconv.Itoa(q.Hours))
+			var u capacity.Usage
+			_, next, err := app.List(a, call, api.Page{Limit: in.Limit, Cursor: in.Cursor}, capacity.DefaultUsageNodes, func(pg paging.Page) ([]capacity.Usage, map[string]string, error) {
+				q.Page = pg
+				var last map[string]string
+				var err error
+				u, last, err = svc.PoolUsage(ctx, q)
+				return nil, last, err
+			}, "poolId="+in.PoolID, "resource="+in.Resource, "from="+from, "hours="+strconv.Itoa(q.Hours))
 			if err != nil {
 				return api.PoolUsageResult{}, err
 			}
-			q.Page = paging.Page{Limit: lp.Limit, After: lp.After}
-			u, next, err := svc.PoolUsage(ctx, q)
-			if err != nil {
-				return api.PoolUsageResult{}, err
-			}
-			return api.PoolUsageResult{Usage: u, NextCursor: a.Next(lp, next)}, nil
+			return api.PoolUsageResult{Usage: u, NextCursor: next}, nil
 		}),
 		api.Bind(api.Lookup("quotas.get"), func(ctx context.Context, call *api.Call, in *api.GetQuotaInput) (api.QuotaResult, error) {
 			q, err := svc.GetQuota(ctx, capacity.QuotaKey{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource})
@@ -85,15 +80,10 @@ func (Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error) {
 		}),
 		api.Bind(api.Lookup("quotas.list"), func(ctx context.Context, call *api.Call, in *api.ListQuotasInput) (api.ListQuotasResult, error) {
 			pool := app.Deref(in.PoolID)
-			lp, err := a.Page(call, in.Page, paging.DefaultLimit, "poolId="+pool)
-			if err != nil {
-				return api.ListQuotasResult{}, err
-			}
-			qs, next, err := svc.ListQuotas(ctx, in.TenantID, pool, paging.Page{Limit: lp.Limit, After: lp.After})
-			if err != nil {
-				return api.ListQuotasResult{}, err
-			}
-			return api.ListQuotasResult{Quotas: app.NonNil(qs), NextCursor: a.Next(lp, next)}, nil
+			qs, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]capacity.Quota, map[string]string, error) {
+				return svc.ListQuotas(ctx, in.TenantID, pool, pg)
+			}, "poolId="+pool)
+			return api.ListQuotasResult{Quotas: qs, NextCursor: next}, err
 		}),
 		api.Bind(api.Lookup("reservations.create"), func(ctx context.Context, call *api.Call, in *api.CreateReservationInput) (api.ReservationResult, error) {
 			r, err := svc.CreateReservation(ctx, capacity.CreateRequest{
@@ -108,23 +98,15 @@ func (Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error) {
 			return api.ReservationResult{Reservation: r}, err
 		}),
 		api.Bind(api.Lookup("reservations.list"), func(ctx context.Context, call *api.Call, in *api.ListReservationsInput) (api.ListReservationsResult, error) {
-			f := capacity.ListFilter{PoolID: app.Deref(in.PoolID)}
-			if in.State != nil {
-				st, ok := capacity.ParseState(*in.State)
-				if !ok {
-					return api.ListReservationsResult{}, apierr.Invalid("constraint", "state", "state must be one of %v", capacity.States)
-				}
-				f.State = st
-			}
-			lp, err := a.Page(call, in.Page, paging.DefaultLimit, "poolId="+f.PoolID, "state="+string(f.State))
+			st, err := app.Enum("state", in.State, capacity.ParseState, capacity.States)
 			if err != nil {
 				return api.ListReservationsResult{}, err
 			}
-			rs, next, err := svc.ListReservations(ctx, in.TenantID, f, paging.Page{Limit: lp.Limit, After: lp.After})
-			if err != nil {
-				return api.ListReservationsResult{}, err
-			}
-			return api.ListReservationsResult{Reservations: app.NonNil(rs), NextCursor: a.Next(lp, next)}, nil
+			f := capacity.ListFilter{PoolID: app.Deref(in.PoolID), State: st}
+			rs, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]capacity.Reservation, map[string]string, error) {
+				return svc.ListReservations(ctx, in.TenantID, f, pg)
+			}, "poolId="+f.PoolID, "state="+string(f.State))
+			return api.ListReservationsResult{Reservations: rs, NextCursor: next}, err
 		}),
 		api.Bind(api.Lookup("reservations.release"), func(ctx context.Context, call *api.Call, in *api.ReleaseReservationInput) (api.ReservationResult, error) {
 			r, err := svc.ReleaseReservation(ctx, in.TenantID, in.ReservationID)

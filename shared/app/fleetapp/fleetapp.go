@@ -9,7 +9,6 @@ import (
 	"sync"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/app/capacityapp"
 	"github.com/bettercompute/control-plane/shared/dynamo"
@@ -76,22 +75,14 @@ func (m *Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error
 			return api.NodeResult{Node: n}, err
 		}),
 		api.Bind(api.Lookup("nodes.list"), func(ctx context.Context, call *api.Call, in *api.ListNodesInput) (api.ListNodesResult, error) {
-			var st fleet.State
-			if in.State != nil {
-				var ok bool
-				if st, ok = fleet.ParseState(*in.State); !ok {
-					return api.ListNodesResult{}, apierr.Invalid("constraint", "state", "state must be one of %v", fleet.States)
-				}
-			}
-			lp, err := a.Page(call, in.Page, paging.DefaultLimit, "poolId="+in.PoolID, "state="+string(st))
+			st, err := app.Enum("state", in.State, fleet.ParseState, fleet.States)
 			if err != nil {
 				return api.ListNodesResult{}, err
 			}
-			ns, next, err := svc.List(ctx, in.TenantID, in.PoolID, st, paging.Page{Limit: lp.Limit, After: lp.After})
-			if err != nil {
-				return api.ListNodesResult{}, err
-			}
-			return api.ListNodesResult{Nodes: app.NonNil(ns), NextCursor: a.Next(lp, next)}, nil
+			ns, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]fleet.Node, map[string]string, error) {
+				return svc.List(ctx, in.TenantID, in.PoolID, st, pg)
+			}, "poolId="+in.PoolID, "state="+string(st))
+			return api.ListNodesResult{Nodes: ns, NextCursor: next}, err
 		}),
 		api.Bind(api.Lookup("nodes.cordon"), func(ctx context.Context, call *api.Call, in *api.CordonNodeInput) (api.NodeResult, error) {
 			n, err := svc.Cordon(ctx, in.TenantID, in.PoolID, in.NodeID, in.Reason)

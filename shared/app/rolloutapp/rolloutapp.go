@@ -74,15 +74,11 @@ func (m *Module) Endpoints(ctx context.Context, a *app.App) ([]api.Endpoint, err
 		return api.RegisterResult{Release: r, Replayed: replayed}, nil
 	})
 	list := api.Bind(api.Lookup("releases.list"), func(ctx context.Context, call *api.Call, in *api.ListReleasesInput) (api.ListReleasesResult, error) {
-		lp, err := a.Page(call, in.Page, 0) // without limit: every release
-		if err != nil {
-			return api.ListReleasesResult{}, err
-		}
-		rs, next, err := svc.List(ctx, lp.Limit, lp.After)
-		if err != nil {
-			return api.ListReleasesResult{}, err
-		}
-		return api.ListReleasesResult{Releases: rs, NextCursor: a.Next(lp, next)}, nil
+		// Without a limit: every release.
+		rs, next, err := app.List(a, call, in.Page, 0, func(pg paging.Page) ([]rollout.Release, map[string]string, error) {
+			return svc.List(ctx, pg.Limit, pg.After)
+		})
+		return api.ListReleasesResult{Releases: rs, NextCursor: next}, err
 	})
 	return append([]api.Endpoint{register, list}, rolloutEndpoints(a)...), nil
 }
@@ -130,44 +126,28 @@ func rolloutEndpoints(a *app.App) []api.Endpoint {
 			return api.RolloutResult{Rollout: r}, err
 		}),
 		api.Bind(api.Lookup("rollouts.list"), func(ctx context.Context, call *api.Call, in *api.ListRolloutsInput) (api.ListRolloutsResult, error) {
-			var st rollout.State
-			if in.State != nil {
-				var ok bool
-				if st, ok = rollout.ParseState(*in.State); !ok {
-					return api.ListRolloutsResult{}, apierr.Invalid("constraint", "state", "state must be one of %v", rollout.States)
-				}
-			}
-			lp, err := a.Page(call, in.Page, paging.DefaultLimit, "state="+string(st))
+			st, err := app.Enum("state", in.State, rollout.ParseState, rollout.States)
 			if err != nil {
 				return api.ListRolloutsResult{}, err
 			}
-			rs, next, err := svc.List(ctx, st, paging.Page{Limit: lp.Limit, After: lp.After})
-			if err != nil {
-				return api.ListRolloutsResult{}, err
-			}
-			return api.ListRolloutsResult{Rollouts: app.NonNil(rs), NextCursor: a.Next(lp, next)}, nil
+			rs, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]rollout.Rollout, map[string]string, error) {
+				return svc.List(ctx, st, pg)
+			}, "state="+string(st))
+			return api.ListRolloutsResult{Rollouts: rs, NextCursor: next}, err
 		}),
 		api.Bind(api.Lookup("rollouts.nodes"), func(ctx context.Context, call *api.Call, in *api.RolloutNodesInput) (api.RolloutNodesResult, error) {
-			var st rollout.Step
-			if in.Step != nil {
-				var ok bool
-				if st, ok = rollout.ParseStep(*in.Step); !ok {
-					return api.RolloutNodesResult{}, apierr.Invalid("constraint", "step", "step must be one of %v", rollout.Steps)
+			st, err := app.Enum("step", in.Step, rollout.ParseStep, rollout.Steps)
+			if err != nil {
+				return api.RolloutNodesResult{}, err
+			}
+			ns, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]rollout.NodeProgress, map[string]string, error) {
+				ns, next, err := svc.Nodes(ctx, in.RolloutID, st, pg.Limit, pg.After["k"])
+				if next == "" {
+					return ns, nil, err
 				}
-			}
-			lp, err := a.Page(call, in.Page, paging.DefaultLimit, "rolloutId="+in.RolloutID, "step="+string(st))
-			if err != nil {
-				return api.RolloutNodesResult{}, err
-			}
-			ns, next, err := svc.Nodes(ctx, in.RolloutID, st, lp.Limit, lp.After["k"])
-			if err != nil {
-				return api.RolloutNodesResult{}, err
-			}
-			var cur map[string]string
-			if next != "" {
-				cur = map[string]string{"k": next}
-			}
-			return api.RolloutNodesResult{Nodes: app.NonNil(ns), NextCursor: a.Next(lp, cur)}, nil
+				return ns, map[string]string{"k": next}, err
+			}, "rolloutId="+in.RolloutID, "step="+string(st))
+			return api.RolloutNodesResult{Nodes: ns, NextCursor: next}, err
 		}),
 		change("rollouts.pause", svc.Pause),
 		change("rollouts.resume", svc.Resume),
