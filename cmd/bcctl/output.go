@@ -357,3 +357,36 @@ func dash(s string) string {
 	}
 	return s
 }
+
+// span is a duration as a person reads it, to the second: "45s", "4m30s",
+// "1h", "1h5m", "2d3h" (seconds left out from an hour on, minutes from a
+// day on).
+func span(d time.Duration) string {
+	if d < 0 {
+		d = 0
+	}
+	d = d.Round(time.Second)
+	const day = 24 * time.Hour
+	days, hours, mins, secs := int(d/day), int(d%day/time.Hour), int(d%time.Hour/time.Minute), int(d%time.Minute/time.Second)
+	var b strings.Builder
+	part := func(n int, unit string) {
+		if n > 0 {
+			fmt.Fprintf(&b, "%d%s", n, unit)
+		}
+	}
+	switch {
+	case days > 0:
+		part(days, "d")
+		part(hours, "h")
+	case hours > 0:
+		part(hours, "h")
+		part(mins, "m")
+	default:
+		part(mins, "m")
+		part(secs, "s")
+	}
+	if b.Len() == 0 {
+		return "0s"
+	}
+	return b.String()
+}
