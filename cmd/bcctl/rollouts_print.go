@@ -10,6 +10,14 @@ import (
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
+// rolloutTable, rolloutsTable and rolloutNodesTable print rollouts.create,
+// get, pause, resume and abort (one rollout), list, and nodes.
+var (
+	rolloutTable      = oneTable(func(w io.Writer, a api.RolloutResult, now time.Time) { printRollout(w, a.Rollout, now) })
+	rolloutsTable     = listTable(func(a api.ListRolloutsResult) []rollout.Rollout { return a.Rollouts }, printRollouts)
+	rolloutNodesTable = listTable(func(a api.RolloutNodesResult) []rollout.NodeProgress { return a.Nodes }, printRolloutNodes)
+)
+
 // printRollout prints one rollout: where it is and what it waits for,
 // its settings, its waves and its timeline.
 func printRollout(w io.Writer, r rollout.Rollout, now time.Time) {
