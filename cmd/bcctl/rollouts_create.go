@@ -184,39 +184,27 @@ func parseWave(s string) (rollout.WaveSpec, error) {
 	return rollout.WaveSpec{Nodes: &n}, nil
 }
 
-var boundsPattern = regexp.MustCompile(`(?:^|; )(?:(-?\d+)\.\.(-?\d+)|at least (-?\d+)|at most (-?\d+))(?:;|$)`)
-
 // checkBounds refuses an integer (or a duration's seconds) outside the
-// field's catalog limits ("0..86400", "at least 1"), before it is sent.
+// field's catalog limits, before it is sent.
 func checkBounds(f field, n int, raw string) error {
-	m := boundsPattern.FindStringSubmatch(f.Constraints)
-	if m == nil {
+	if (f.Min == nil || int64(n) >= *f.Min) && (f.Max == nil || int64(n) <= *f.Max) {
 		return nil
 	}
-	atoi := func(s string) (int, bool) { v, err := strconv.Atoi(s); return v, err == nil }
-	lo, hasLo := atoi(m[1] + m[3])
-	hi, hasHi := atoi(m[2] + m[4])
-	if m[1] != "" {
-		hasLo, hasHi = true, true
-	}
-	if (!hasLo || n >= lo) && (!hasHi || n <= hi) {
-		return nil
-	}
-	unit, show := "", func(v int) string { return strconv.Itoa(v) }
+	unit, show := "", func(v int64) string { return strconv.FormatInt(v, 10) }
 	if f.kind() == "duration" {
 		if raw != strconv.Itoa(n)+"s" {
 			unit = " (" + strconv.Itoa(n) + "s)"
 		}
-		show = func(v int) string { return span(time.Duration(v) * time.Second) }
+		show = func(v int64) string { return span(time.Duration(v) * time.Second) }
 	}
 	var want string
 	switch {
-	case hasLo && hasHi:
-		want = show(lo) + " to " + show(hi)
-	case hasLo:
-		want = "at least " + show(lo)
+	case f.Min != nil && f.Max != nil:
+		want = show(*f.Min) + " to " + show(*f.Max)
+	case f.Min != nil:
+		want = "at least " + show(*f.Min)
 	default:
-		want = "at most " + show(hi)
+		want = "at most " + show(*f.Max)
 	}
 	return usageErr(fmt.Errorf("--%s: %s%s is out of range: %s", f.flag, raw, unit, want))
 }
