@@ -128,60 +128,61 @@ func (f *listFlag) Type() string       { return f.typ }
 
 // parseWaves reads --wave values in order: "5" is a cumulative node
 // count ({"nodes": 5}), "10%" a cumulative percent ({"percent": 10}). It
-// refuses what the API would (a count below 1, a percent outside 1..100,
-// more than rollout.MaxWaves waves, a wave smaller than the one before it
-// of the same kind, a last percent wave below 100%), saying which wave.
+// refuses what rollout.CheckWaves refuses, before anything is sent, in
+// flag terms and saying which wave.
 func parseWaves(raw []string) ([]rollout.WaveSpec, error) {
-	if len(raw) > rollout.MaxWaves {
+	out := make([]rollout.WaveSpec, len(raw))
+	for i, s := range raw {
+		out[i] = parseWave(s)
+	}
+	var e *rollout.WaveError
+	if err := rollout.CheckWaves(out); !errors.As(err, &e) {
+		return out, err
+	}
+	if e.Rule == rollout.WaveCount {
 		return nil, fmt.Errorf("--wave: %d waves, at most %d", len(raw), rollout.MaxWaves)
 	}
-	out := make([]rollout.WaveSpec, 0, len(raw))
-	lastNodes, lastNodesWave, lastPercent := 0, 0, 0
-	for i, s := range raw {
-		w, err := parseWave(s)
-		if err != nil {
-			return nil, fmt.Errorf("--wave %s (wave %d): %w", s, i+1, err)
+	s, w := raw[e.Wave], out[e.Wave]
+	var why string
+	switch e.Rule {
+	case rollout.WaveKind: // parseWave read neither
+		why = "not a node count (5) or a percent (10%)"
+	case rollout.WaveRange:
+		why = fmt.Sprintf("a node count must be 1 to %d", rollout.MaxWaveNodes)
+		if w.Percent != nil {
+			why = "a percent must be 1% to 100%"
 		}
-		switch {
-		case w.Nodes != nil && *w.Nodes < lastNodes:
-			return nil, fmt.Errorf("--wave %s (wave %d): covers fewer nodes than wave %d (%d); waves are cumulative", s, i+1, lastNodesWave, lastNodes)
-		case w.Percent != nil && *w.Percent < lastPercent:
-			return nil, fmt.Errorf("--wave %s (wave %d): a smaller percent than an earlier wave (%d%%); waves are cumulative", s, i+1, lastPercent)
-		case w.Nodes != nil:
-			lastNodes, lastNodesWave = *w.Nodes, i+1
-		default:
-			lastPercent = *w.Percent
+	case rollout.WaveShrinks:
+		if before := out[e.Earlier]; before.Nodes != nil {
+			why = fmt.Sprintf("covers fewer nodes than wave %d (%d); waves are cumulative", e.Earlier+1, *before.Nodes)
+		} else {
+			why = fmt.Sprintf("a smaller percent than an earlier wave (%d%%); waves are cumulative", *before.Percent)
 		}
-		out = append(out, w)
+	case rollout.WaveLast:
+		return nil, fmt.Errorf("--wave %s: the last wave must cover every node: end with --wave 100%%", s)
+	default:
+		why = e.Error()
 	}
-	if last := out[len(out)-1]; last.Percent != nil && *last.Percent != 100 {
-		return nil, fmt.Errorf("--wave %s: the last wave must cover every node: end with --wave 100%%", raw[len(raw)-1])
-	}
-	return out, nil
+	return nil, fmt.Errorf("--wave %s (wave %d): %s", s, e.Wave+1, why)
 }
 
 var wavePattern = regexp.MustCompile(`^([0-9]+)(%?)$`)
 
-// parseWave reads one --wave: "5" (nodes) or "10%" (percent).
-func parseWave(s string) (rollout.WaveSpec, error) {
+// parseWave reads one --wave: "5" (nodes) or "10%" (percent); anything else
+// is neither, which rollout.CheckWaves refuses as a wave of no kind.
+func parseWave(s string) rollout.WaveSpec {
 	m := wavePattern.FindStringSubmatch(strings.TrimSpace(s))
 	if m == nil {
-		return rollout.WaveSpec{}, errors.New("not a node count (5) or a percent (10%)")
+		return rollout.WaveSpec{}
 	}
 	n, err := strconv.Atoi(m[1])
-	if err != nil {
-		return rollout.WaveSpec{}, errors.New("not a node count (5) or a percent (10%)")
+	switch {
+	case err != nil:
+		return rollout.WaveSpec{}
+	case m[2] == "%":
+		return rollout.WaveSpec{Percent: &n}
 	}
-	if m[2] == "%" {
-		if n < 1 || n > 100 {
-			return rollout.WaveSpec{}, errors.New("a percent must be 1% to 100%")
-		}
-		return rollout.WaveSpec{Percent: &n}, nil
-	}
-	if n < 1 || n > 1_000_000 {
-		return rollout.WaveSpec{}, errors.New("a node count must be 1 to 1000000")
-	}
-	return rollout.WaveSpec{Nodes: &n}, nil
+	return rollout.WaveSpec{Nodes: &n}
 }
 
 // checkBounds refuses an integer (or a duration's seconds) outside the
