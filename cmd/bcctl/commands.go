@@ -165,9 +165,6 @@ func (f field) kind() string {
 // defaultSeconds is a default in a duration field's doc: "default 300".
 var defaultSeconds = regexp.MustCompile(`default ([0-9]+)\b`)
 
-// secondsRange is a duration field's limits in seconds: "0..86400".
-var secondsRange = regexp.MustCompile(`^([0-9]+)\.\.([0-9]+)$`)
-
 func (f field) usage() string {
 	var parts []string
 	switch {
@@ -197,10 +194,9 @@ func (f field) usage() string {
 	} else if doc != "" {
 		parts = append(parts, doc)
 	}
-	if m := secondsRange.FindStringSubmatch(f.Constraints); m != nil && f.kind() == "duration" {
-		lo, _ := strconv.Atoi(m[1])
-		hi, _ := strconv.Atoi(m[2])
-		parts = append(parts, span(time.Duration(lo)*time.Second)+" to "+span(time.Duration(hi)*time.Second))
+	if f.kind() == "duration" && f.Min != nil && f.Max != nil {
+		// The catalog's limits are in seconds; the flag takes durations.
+		parts = append(parts, span(time.Duration(*f.Min)*time.Second)+" to "+span(time.Duration(*f.Max)*time.Second))
 	} else if f.Constraints != "" {
 		parts = append(parts, f.Constraints)
 	}

@@ -135,6 +135,13 @@ func hasPEMBlock(data []byte, blockType string) bool {
 	}
 }
 
+// nodeTable and nodesTable print nodes.register, get, cordon and uncordon
+// (one node), and nodes.list.
+var (
+	nodeTable  = oneTable(func(w io.Writer, a api.NodeResult, now time.Time) { printNode(w, a.Node, now) })
+	nodesTable = listTable(func(a api.ListNodesResult) []fleet.Node { return a.Nodes }, printNodes)
+)
+
 // printNode prints one node: its fields, then what it is told to bind and
 // unbind now, the unbinds first (as the API lists them).
 func printNode(w io.Writer, n fleet.Node, now time.Time) {

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -124,4 +126,63 @@ func (c *cli) callJSON(ctx context.Context, method string, in, out any) error {
 		return fmt.Errorf("%s: unexpected answer: %w", method, err)
 	}
 	return nil
+}
+
+// poolTable, poolsTable and usageTable print pools.create and get, list,
+// and usage.
+var (
+	poolTable  = oneTable(func(w io.Writer, a api.PoolResult, _ time.Time) { printPool(w, a.Pool) })
+	poolsTable = listTable(func(a api.ListPoolsResult) []capacity.Pool { return a.Pools }, printPools)
+)
+
+// usageTable prints pools.usage a page at a time: each node's holds, one
+// row each (a node with none, one row).
+func usageTable(w io.Writer, method string, pages [][]byte, _ time.Time) error {
+	fmt.Fprintln(w, "NODE\tHELD NOW\tDEVICES\tSTART\tEND\tRESERVATION")
+	for _, p := range pages {
+		a, err := decodeAnswer[api.PoolUsageResult](method, p)
+		if err != nil {
+			return err
+		}
+		u := a.Usage
+		for _, n := range u.Nodes {
+			if len(n.Busy) == 0 {
+				fmt.Fprintf(w, "%s\t%d/%d\t-\t\t\t\n", n.NodeID, n.BusyNow, n.Size)
+			}
+			for i, b := range n.Busy {
+				node, now := n.NodeID, fmt.Sprintf("%d/%d", n.BusyNow, n.Size)
+				if i > 0 {
+					node, now = "", ""
+				}
+				// The hold's own window, not its part in the span.
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%s\t%s\n", node, now, idRanges(b.DeviceIDs), stamp(b.Window.Start), stamp(b.Window.End), dash(b.ReservationID))
+			}
+		}
+	}
+	return nil
+}
+
+func printPool(w io.Writer, p capacity.Pool) {
+	fmt.Fprintf(w, "pool\t%s\nowner\t%s\ncreated\t%s\n\n", p.PoolID, p.OwnerTenantID, stamp(p.CreatedAt))
+	fmt.Fprintln(w, "RESOURCE\tDEVICES\tNODE SIZE\tNODES")
+	for _, r := range p.ResourceNames() {
+		t := p.Topology(r)
+		fmt.Fprintf(w, "%s\t%d\t%d\t%d\n", r, t.Devices, t.NodeSize, t.Nodes())
+	}
+}
+
+// printPools lists pools, one row each.
+func printPools(w io.Writer, ps []capacity.Pool, _ time.Time) {
+	fmt.Fprintln(w, "POOL\tOWNER\tRESOURCES\tCREATED")
+	for _, p := range ps {
+		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", p.PoolID, p.OwnerTenantID, resourceList(p), stamp(p.CreatedAt))
+	}
+}
+
+func resourceList(p capacity.Pool) string {
+	var parts []string
+	for _, r := range p.ResourceNames() {
+		parts = append(parts, r+"×"+strconv.Itoa(p.Resources[r]))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -3,8 +3,10 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -82,4 +84,50 @@ func registeredText(versions []string) string {
 		return fmt.Sprintf("registered, newest first: %s and %d more", strings.Join(versions[:shown], ", "), len(versions)-shown)
 	}
 	return "registered, newest first: " + strings.Join(versions, ", ")
+}
+
+// releaseTable and releasesTable print releases.register and list.
+var (
+	releaseTable  = oneTable(func(w io.Writer, a api.RegisterResult, now time.Time) { printRelease(w, a.Release, a.Replayed, now) })
+	releasesTable = listTable(func(a api.ListReleasesResult) []rollout.Release { return a.Releases }, printReleases)
+)
+
+func printRelease(w io.Writer, r rollout.Release, replayed bool, now time.Time) {
+	fmt.Fprintf(w, "version\t%s\nsequence\t%d\nexpires\t%s\nmanifest digest\t%s\nsigners\t%s\nregistered\t%s by %s/%s\n",
+		r.Version, r.Sequence, expiresText(r, now), r.ManifestDigest, strings.Join(r.Signers, ", "), stamp(r.RegisteredAt), r.RegisteredBy.TenantID, r.RegisteredBy.Principal)
+	if replayed {
+		fmt.Fprintln(w, "replayed\tyes: this version was already recorded with this sequence")
+	}
+	fmt.Fprintln(w, "\nPLATFORM\tSIZE\tSHA256\tURL")
+	for _, b := range r.Binaries {
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\n", b.Platform, b.Size, b.SHA256, b.URL)
+	}
+}
+
+// printReleases lists releases, one row each.
+func printReleases(w io.Writer, rs []rollout.Release, now time.Time) {
+	fmt.Fprintln(w, "VERSION\tSEQUENCE\tPLATFORMS\tEXPIRES\tREGISTERED\tBY")
+	for _, r := range rs {
+		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\n", r.Version, r.Sequence, platforms(r), expiresText(r, now), stamp(r.RegisteredAt), r.RegisteredBy.Principal)
+	}
+}
+
+// expiresText is a release's expiry: its time ("(expired)" once passed:
+// rollouts.create refuses it, nodes refuse to install it), or "never".
+func expiresText(r rollout.Release, now time.Time) string {
+	switch {
+	case r.Expires == nil:
+		return "never"
+	case !now.Before(*r.Expires):
+		return stamp(*r.Expires) + " (expired)"
+	}
+	return stamp(*r.Expires)
+}
+
+func platforms(r rollout.Release) string {
+	var ps []string
+	for _, b := range r.Binaries {
+		ps = append(ps, b.Platform)
+	}
+	return strings.Join(ps, ", ")
 }

@@ -393,13 +393,15 @@ func TestParseWaves(t *testing.T) {
 	}
 }
 
-func fieldDoc(name, typ, constraints string) strictjson.FieldDoc {
-	return strictjson.FieldDoc{Name: name, Type: typ, Constraints: constraints}
+// fieldDoc is a field as the catalog describes it; min and max are its
+// limits (nil: none), which Constraints words.
+func fieldDoc(name, typ, constraints string, min, max *int64) strictjson.FieldDoc {
+	return strictjson.FieldDoc{Name: name, Type: typ, Constraints: constraints, Min: min, Max: max}
 }
 
 func TestCheckBounds(t *testing.T) {
-	bake := field{FieldDoc: fieldDoc("bakeSeconds", "integer", "0..86400"), flag: "bake"}
-	failed := field{FieldDoc: fieldDoc("maxFailedNodes", "integer", "at least 0"), flag: "max-failed"}
+	bake := field{FieldDoc: fieldDoc("bakeSeconds", "integer", "0..86400", new(int64(0)), new(int64(86400))), flag: "bake"}
+	failed := field{FieldDoc: fieldDoc("maxFailedNodes", "integer", "at least 0", new(int64(0)), nil), flag: "max-failed"}
 	for _, c := range []struct {
 		f    field
 		n    int

@@ -14,6 +14,11 @@ type FieldDoc struct {
 	Constraints string
 	Doc         string // from `bc:"doc=…"`, else the field's `doc:"…"` tag
 	Enum        string // the field's `enum` tag: the name of its documented values
+	// Min and Max are the bounds Constraints states in words, for a caller
+	// that checks a value before it is sent: a string's length in
+	// characters, an integer's value, or an array's or map's entries; nil
+	// when unbounded.
+	Min, Max *int64
 }
 
 // Describe lists the fields of struct type t (nested structs flattened with
@@ -34,8 +39,9 @@ func Describe(t reflect.Type) []FieldDoc {
 			if f.opts.nullable {
 				typ += " or null"
 			}
+			lo, hi := f.opts.bounds()
 			out = append(out, FieldDoc{Name: name, Type: typ, Required: f.opts.required,
-				Constraints: describeOptions(ft, f.opts), Doc: docOf(tag, f.opts), Enum: enum})
+				Constraints: describeOptions(ft, f.opts), Min: lo, Max: hi, Doc: docOf(tag, f.opts), Enum: enum})
 			if ft.Kind() == reflect.Struct && ft != timeType {
 				walk(ft, name)
 			}
@@ -141,18 +147,25 @@ func Fields(t reflect.Type) []Field {
 		_, jopts, _ := strings.Cut(sf.Tag.Get("json"), ",")
 		d := Field{Name: f.name, Type: f.typ, Required: f.opts.required, OmitEmpty: strings.Contains(","+jopts+",", ",omitempty,"),
 			Doc: docOf(sf.Tag, f.opts), Tag: sf.Tag}
-		if f.opts.hasMin {
-			d.Min = &f.opts.min
-		}
-		if f.opts.hasMax {
-			d.Max = &f.opts.max
-		}
+		d.Min, d.Max = f.opts.bounds()
 		if f.opts.pattern != "" {
 			d.Pattern = pattern(f.opts.pattern).String()
 		}
 		out = append(out, d)
 	}
 	return out
+}
+
+// bounds are the min and max options, nil where not given (each a copy of
+// its own: a caller may keep it).
+func (o options) bounds() (lo, hi *int64) {
+	if o.hasMin {
+		lo = new(o.min)
+	}
+	if o.hasMax {
+		hi = new(o.max)
+	}
+	return lo, hi
 }
 
 // docOf is a field's description: `bc:"doc=…"`, else its `doc:"…"` tag.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -804,6 +805,7 @@ func TestDescribe(t *testing.T) {
 		Count  int               `json:"count" bc:"required,min=1,max=64,doc=how many devices"`
 		Min    int64             `json:"min" bc:"min=0"`
 		Max    *int              `json:"max" bc:"max=9"`
+		Offset int               `json:"offset" bc:"min=-5,max=5"`
 		Note   *string           `json:"note" bc:"min=1,max=3"`
 		Window window            `json:"window" bc:"required"`
 		Tags   []string          `json:"tags" bc:"max=3"`
@@ -814,17 +816,21 @@ func TestDescribe(t *testing.T) {
 		Hidden string            `json:"-"`
 	}
 	got := strictjson.Describe(reflect.TypeFor[small]())
+	n := func(v int64) *int64 { return &v }
+	// Min and Max state the bounds Constraints words: a string's length, an
+	// integer's value, an array's or map's entries (not a map's values).
 	want := []strictjson.FieldDoc{
-		{Name: "tenantId", Type: "string", Required: true, Constraints: "at most 8 characters; matches " + lowerPattern.String()},
-		{Name: "count", Type: "integer", Required: true, Constraints: "1..64", Doc: "how many devices"},
-		{Name: "min", Type: "integer", Constraints: "at least 0"},
-		{Name: "max", Type: "integer", Constraints: "at most 9"},
-		{Name: "note", Type: "string", Constraints: "at least 1 character; at most 3 characters"},
+		{Name: "tenantId", Type: "string", Required: true, Constraints: "at most 8 characters; matches " + lowerPattern.String(), Max: n(8)},
+		{Name: "count", Type: "integer", Required: true, Constraints: "1..64", Doc: "how many devices", Min: n(1), Max: n(64)},
+		{Name: "min", Type: "integer", Constraints: "at least 0", Min: n(0)},
+		{Name: "max", Type: "integer", Constraints: "at most 9", Max: n(9)},
+		{Name: "offset", Type: "integer", Constraints: "-5..5", Min: n(-5), Max: n(5)},
+		{Name: "note", Type: "string", Constraints: "at least 1 character; at most 3 characters", Min: n(1), Max: n(3)},
 		{Name: "window", Type: "object", Required: true},
 		{Name: "window.start", Type: "string (RFC 3339 time)"},
 		{Name: "window.end", Type: "string (RFC 3339 time)", Required: true},
-		{Name: "tags", Type: "array of string", Constraints: "at most 3 entries"},
-		{Name: "counts", Type: "map of string to integer", Constraints: "at least 1 entry; keys match " + keyPattern.String() + "; values 1..10"},
+		{Name: "tags", Type: "array of string", Constraints: "at most 3 entries", Max: n(3)},
+		{Name: "counts", Type: "map of string to integer", Constraints: "at least 1 entry; keys match " + keyPattern.String() + "; values 1..10", Min: n(1)},
 		{Name: "doc", Type: "object"},
 		{Name: "raw", Type: "any"},
 		{Name: "flag", Type: "boolean"},
@@ -832,9 +838,16 @@ func TestDescribe(t *testing.T) {
 	if len(got) != len(want) {
 		t.Fatalf("Describe gave %d fields, want %d:\n%+v", len(got), len(want), got)
 	}
+	bound := func(p *int64) string {
+		if p == nil {
+			return "nil"
+		}
+		return strconv.FormatInt(*p, 10)
+	}
 	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("field %d:\n got %+v\nwant %+v", i, got[i], want[i])
+		if !reflect.DeepEqual(got[i], want[i]) {
+			t.Errorf("field %d:\n got %+v (min %s, max %s)\nwant %+v (min %s, max %s)", i,
+				got[i], bound(got[i].Min), bound(got[i].Max), want[i], bound(want[i].Min), bound(want[i].Max))
 		}
 	}
 }
