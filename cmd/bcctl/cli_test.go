@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/conc"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/rollout"
@@ -156,7 +157,7 @@ type transcript struct {
 func (tr *transcript) step(want int, args ...string) string {
 	tr.t.Helper()
 	var o, e strings.Builder
-	c := &cli{out: &o, errOut: &e, getenv: func(k string) string { return tr.env[k] }, now: tr.now, sleep: sleepCtx}
+	c := &cli{out: &o, errOut: &e, getenv: func(k string) string { return tr.env[k] }, now: tr.now, sleep: conc.Sleep}
 	code := c.exec(context.Background(), args)
 	out, errOut := o.String(), e.String()
 	tr.b.WriteString("$ bcctl " + strings.Join(args, " ") + "\n" + out + errOut)

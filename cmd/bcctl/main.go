@@ -30,6 +30,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/client"
+	"github.com/bettercompute/control-plane/shared/conc"
 )
 
 // Exit codes (documented in the package comment and README).
@@ -62,7 +63,7 @@ type cli struct {
 
 // run executes one command line and returns its exit code.
 func run(ctx context.Context, args []string, out, errOut io.Writer, getenv func(string) string) int {
-	c := &cli{out: out, errOut: errOut, getenv: getenv, now: time.Now, sleep: sleepCtx}
+	c := &cli{out: out, errOut: errOut, getenv: getenv, now: time.Now, sleep: conc.Sleep}
 	return c.exec(ctx, args)
 }
 
@@ -305,17 +306,6 @@ func shortBody(b []byte) string {
 		return "an empty body"
 	}
 	return s
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
 }
 
 // fixed completes a flag with a fixed list of values.

@@ -17,6 +17,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/client"
+	"github.com/bettercompute/control-plane/shared/conc"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
@@ -329,7 +330,7 @@ func TestRolloutsGolden(t *testing.T) {
 	// watch -o json: one line per change, {"rollout", "nodes"}; an aborted
 	// rollout's is its last, exit 1.
 	var o, e strings.Builder
-	c := &cli{out: &o, errOut: &e, getenv: func(k string) string { return env[k] }, now: clock.Now, sleep: sleepCtx}
+	c := &cli{out: &o, errOut: &e, getenv: func(k string) string { return env[k] }, now: clock.Now, sleep: conc.Sleep}
 	if code := c.exec(ctx, []string{"-o", "json", "rollouts", "watch", third}); code != exitAPIError || strings.Count(o.String(), "\n") != 1 {
 		t.Errorf("-o json rollouts watch: exit %d\n%s%s", code, o.String(), e.String())
 	}
