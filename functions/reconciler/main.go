@@ -1,5 +1,6 @@
-// Command reconciler is capacity.reservations, the reservation reconciler:
-// an EventBridge schedule (rate(1 minute)) invokes one bounded pass.
+// Command reconciler is the reconciler (capacity.reservations, the fleet
+// sweep and fleet.rollouts, shared/reconcile): an EventBridge schedule
+// (rate(1 minute)) invokes one bounded pass.
 package main
 
 import (

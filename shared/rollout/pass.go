@@ -144,9 +144,8 @@ func (p *pass) run(ctx context.Context) error {
 	case Progressing:
 		if counts.Failed > p.rec.Settings.MaxFailedNodes {
 			// Failures exceed the limit: maxFailedNodes 0 aborts at the first.
-			return p.decide(ctx, counts, func(r *Record) {
-				r.State, r.Reason = Aborting, ReasonFailures
-				r.add(Aborting, p.now, ReasonFailures)
+			return p.decide(ctx, counts, func(r *Record) error {
+				return r.abort(ReasonFailures, p.now, ReasonFailures)
 			})
 		}
 		return p.waves(ctx, counts)
@@ -156,13 +155,16 @@ func (p *pass) run(ctx context.Context) error {
 	return p.decide(ctx, counts, nil) // paused: counts only
 }
 
-// decide writes the rollout with fresh counts and fn's change (nothing if
-// neither changed). A lost race (pause, abort, another pass) ends the pass.
-func (p *pass) decide(ctx context.Context, counts Counts, fn func(*Record)) error {
+// decide writes the rollout with fresh counts and fn's change, a move of
+// its state (nothing if neither changed; a move the state machine has no
+// edge for fails the pass). A lost race (pause, abort, another pass) ends the pass.
+func (p *pass) decide(ctx context.Context, counts Counts, fn func(*Record) error) error {
 	next := p.rec
 	next.Counts = counts
 	if fn != nil {
-		fn(&next)
+		if err := fn(&next); err != nil {
+			return err
+		}
 	}
 	if fn == nil && next.Counts == p.rec.Counts {
 		return nil

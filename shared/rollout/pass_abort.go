@@ -18,9 +18,8 @@ func (p *pass) abort(ctx context.Context, counts Counts) error {
 		return p.decide(ctx, counts, nil)
 	}
 	if !p.rec.Settings.RollbackOnAbort {
-		return p.decide(ctx, counts, func(r *Record) {
-			r.State = Aborted
-			r.add(Aborted, p.now, r.Reason)
+		return p.decide(ctx, counts, func(r *Record) error {
+			return r.move(Aborted, p.now, r.Reason)
 		})
 	}
 	// Nodes it updated not yet sent back, by the rollout's order (nodes
@@ -34,9 +33,8 @@ func (p *pass) abort(ctx context.Context, counts Counts) error {
 		return err
 	}
 	if len(due) == 0 && len(inFlight) == 0 {
-		return p.decide(ctx, counts, func(r *Record) {
-			r.State = RolledBack
-			r.add(RolledBack, p.now, r.Reason)
+		return p.decide(ctx, counts, func(r *Record) error {
+			return r.move(RolledBack, p.now, r.Reason)
 		})
 	}
 	if err := p.start(ctx, -1, func(limit int) ([]Progress, error) {

@@ -6,6 +6,7 @@ package rollout
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/fleet"
@@ -33,9 +34,8 @@ func (p *pass) waves(ctx context.Context, counts Counts) error {
 	rec := p.rec
 	cur := rec.current()
 	if cur < 0 {
-		return p.decide(ctx, counts, func(r *Record) {
-			r.State = Completed
-			r.add(Completed, p.now, "")
+		return p.decide(ctx, counts, func(r *Record) error {
+			return r.move(Completed, p.now, "")
 		})
 	}
 	w := rec.Waves[cur]
@@ -43,10 +43,9 @@ func (p *pass) waves(ctx context.Context, counts Counts) error {
 		if cur > 0 && p.now.Before(rec.Waves[cur-1].FinishedAt.Add(time.Duration(rec.Settings.BakeSeconds)*time.Second)) {
 			return p.decide(ctx, counts, nil) // baking
 		}
-		if err := p.decide(ctx, counts, func(r *Record) {
-			at := p.now.Truncate(time.Millisecond)
-			r.Waves[cur].StartedAt = &at
-			r.add(Progressing, p.now, waveEvent(cur, false))
+		if err := p.decide(ctx, counts, func(r *Record) error {
+			r.markWave(cur, false, p.now)
+			return nil
 		}); err != nil || p.rec.Waves[cur].StartedAt == nil {
 			return err
 		}
@@ -71,11 +70,24 @@ func (p *pass) waves(ctx context.Context, counts Counts) error {
 		}
 		return err
 	}
-	return p.decide(ctx, counts, func(r *Record) {
-		at := p.now.Truncate(time.Millisecond)
-		r.Waves[cur].FinishedAt = &at
-		r.add(Progressing, p.now, waveEvent(cur, true))
+	return p.decide(ctx, counts, func(r *Record) error {
+		r.markWave(cur, true, p.now)
+		return nil
 	})
+}
+
+// markWave records wave w started (or, done, finished) at at, on a copy of
+// the waves: the pass's own record changes only once the write lands (a
+// lost write must not leave the wave looking started).
+func (r *Record) markWave(w int, done bool, at time.Time) {
+	r.Waves = slices.Clone(r.Waves)
+	t := at.Truncate(time.Millisecond)
+	if done {
+		r.Waves[w].FinishedAt = &t
+	} else {
+		r.Waves[w].StartedAt = &t
+	}
+	r.add(Progressing, at, waveEvent(w, done))
 }
 
 func waveEvent(w int, done bool) string {

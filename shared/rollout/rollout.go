@@ -31,6 +31,17 @@ func ParseState(s string) (State, bool) { st := State(s); return st, slices.Cont
 // Terminal: nothing more happens to it.
 func (s State) Terminal() bool { return s == Completed || s == Aborted || s == RolledBack }
 
+// next is the state machine (docs/rollouts.md, States): a rollout's state
+// changes only along these edges, through Record.move.
+var next = map[State][]State{
+	Progressing: {Paused, Completed, Aborting},
+	Paused:      {Progressing, Aborting},
+	Aborting:    {Aborted, RolledBack},
+}
+
+// CanMoveTo reports whether s → t is an edge of the state machine.
+func (s State) CanMoveTo(t State) bool { return slices.Contains(next[s], t) }
+
 // Step is where one node of a rollout is.
 type Step string
 

@@ -21,8 +21,11 @@ import (
 
 // Sentinel errors of the rollout store.
 var (
-	ErrExists = errors.New("rollout: already exists")
-	ErrStale  = errors.New("rollout: stored state changed (condition failed)")
+	// ErrTransition: the state machine has no such edge (a pass or verb
+	// asked for a move its state does not allow).
+	ErrTransition = errors.New("rollout: no such state transition")
+	ErrExists     = errors.New("rollout: already exists")
+	ErrStale      = errors.New("rollout: stored state changed (condition failed)")
 )
 
 // CreateRequest is rollouts.create as sent (nil: the default).
@@ -383,36 +386,21 @@ func waveOfOrder(boundaries []string, order string) int {
 // answers once no pass is starting nodes, so no node starts after it.
 func (s *Rollouts) Pause(ctx context.Context, id, reason string) (Rollout, error) {
 	return s.change(ctx, id, func(r *Record) bool {
-		if r.State != Progressing {
-			return false
-		}
-		r.State = Paused
-		r.add(Paused, s.now(), reason)
-		return true
+		return r.move(Paused, s.now(), reason) == nil
 	}, true)
 }
 
 // Resume lets a paused rollout go on.
 func (s *Rollouts) Resume(ctx context.Context, id, reason string) (Rollout, error) {
 	return s.change(ctx, id, func(r *Record) bool {
-		if r.State != Paused {
-			return false
-		}
-		r.State = Progressing
-		r.add(Progressing, s.now(), reason)
-		return true
+		return r.move(Progressing, s.now(), reason) == nil
 	}, false)
 }
 
 // Abort moves a progressing or paused rollout to aborting.
 func (s *Rollouts) Abort(ctx context.Context, id, reason string) (Rollout, error) {
 	return s.change(ctx, id, func(r *Record) bool {
-		if r.State != Progressing && r.State != Paused {
-			return false
-		}
-		r.State, r.Reason = Aborting, ReasonAbortedBy
-		r.add(Aborting, s.now(), firstNonEmpty(reason, ReasonAbortedBy))
-		return true
+		return r.abort(ReasonAbortedBy, s.now(), firstNonEmpty(reason, ReasonAbortedBy)) == nil
 	}, false)
 }
 
@@ -423,16 +411,36 @@ func firstNonEmpty(a, b string) string {
 	return b
 }
 
+// move takes the rollout to state to along an edge of the state machine,
+// with an event (note: its reason) on the timeline.
+func (r *Record) move(to State, at time.Time, note string) error {
+	if !r.State.CanMoveTo(to) {
+		return fmt.Errorf("%w: %s → %s", ErrTransition, r.State, to)
+	}
+	r.State = to
+	r.add(to, at, note)
+	return nil
+}
+
+// abort moves it to aborting for reason (ReasonFailures, ReasonAbortedBy).
+func (r *Record) abort(reason string, at time.Time, note string) error {
+	if err := r.move(Aborting, at, note); err != nil {
+		return err
+	}
+	r.Reason = reason
+	return nil
+}
+
 // add appends an event to the timeline (at most MaxHistory: later ones
-// replace the last).
+// replace the last), on a copy: the record it was copied from keeps its own.
 func (r *Record) add(st State, at time.Time, reason string) {
 	ev := RolloutEvent{State: st, At: at.Truncate(time.Millisecond), Reason: reason}
 	r.UpdatedAt = ev.At
-	if len(r.History) >= MaxHistory {
-		r.History[len(r.History)-1] = ev
-		return
+	h := slices.Clone(r.History)
+	if len(h) >= MaxHistory {
+		h = h[:len(h)-1]
 	}
-	r.History = append(r.History, ev)
+	r.History = append(h, ev)
 }
 
 // change applies fn to the stored rollout (unchanged when fn says so) with

@@ -114,3 +114,34 @@ func TestBootstrapSizes(t *testing.T) {
 	check("reconciler", reconcilerB)
 	check("bcd-agent", agentBudget)
 }
+
+// The arrows of docs/architecture.md (Rooms): a domain imports only lower
+// domains and the shared leaves, never reconcile, an adapter or the wiring;
+// reconcile no domain above capacity; the leaves no project package.
+func TestArrows(t *testing.T) {
+	dir := root(t)
+	const sh = "github.com/bettercompute/control-plane/shared/"
+	adapters := []string{"dynamo", "kmssign", "app", "reconcile", "localgw", "devstack"}
+	forbid := map[string][]string{
+		"capacity":  append([]string{"fleet", "rollout"}, adapters...),
+		"fleet":     append([]string{"rollout"}, adapters...),
+		"rollout":   adapters,
+		"reconcile": {"fleet", "rollout", "dynamo", "kmssign", "app"},
+	}
+	for pkg, bad := range forbid {
+		for _, d := range deps(t, dir, "./shared/"+pkg) {
+			for _, b := range bad {
+				if d == sh+b || strings.HasPrefix(d, sh+b+"/") {
+					t.Errorf("shared/%s links %s", pkg, d)
+				}
+			}
+		}
+	}
+	for _, leaf := range []string{"paging", "conc"} {
+		for _, d := range deps(t, dir, "./shared/"+leaf) {
+			if strings.HasPrefix(d, "github.com/bettercompute/") && d != sh+leaf {
+				t.Errorf("shared/%s links %s", leaf, d)
+			}
+		}
+	}
+}
