@@ -276,4 +276,17 @@ func TestHeartbeatCost(t *testing.T) {
 	e.clock.Advance(fleet.KeyCacheTTL + time.Second)
 	count("both caches' minute past", 3)
 	count("warm", 1)
+
+	// A replay (warm): the write that fails and one read of the node to
+	// say its latest counter — the record the failed write reads is kept,
+	// not read again.
+	rep := e.report("p1", "gpu-node-0")
+	rep.Counter -= 2
+	e.rt.Reset()
+	if _, err := e.beat(t, rep); apierr.CodeOf(err) != apierr.Conflict {
+		t.Fatalf("replay: %v, want CONFLICT", err)
+	}
+	if got := e.rt.Count(); got != 2 {
+		t.Errorf("replay: %d round trips, want 2", got)
+	}
 }

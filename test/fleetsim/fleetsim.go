@@ -202,18 +202,7 @@ func startFleet(tb testing.TB, cfg Config) *fleetRun {
 
 // post calls method as the admin; a non-200 answer is an error.
 func (sim *fleetRun) post(method string, in, out any) error {
-	body, _ := json.Marshal(in)
-	resp, err := sim.admin.Do(sim.ctx, method, body)
-	if err != nil {
-		return err
-	}
-	if resp.Status != 200 {
-		return fmt.Errorf("%s: HTTP %d %s", method, resp.Status, resp.Body)
-	}
-	if out != nil {
-		return json.Unmarshal(resp.Body, out)
-	}
-	return nil
+	return post(sim.ctx, sim.admin, method, in, out)
 }
 
 // register creates the pools and registers their nodes, each with an

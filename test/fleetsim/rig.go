@@ -77,8 +77,13 @@ func newRig(tb testing.TB, interval time.Duration, opts ...teststack.Option) *ri
 
 // post calls method as the admin; a non-200 answer is an error.
 func (h *rig) post(ctx context.Context, method string, in, out any) error {
+	return post(ctx, h.admin, method, in, out)
+}
+
+// post calls method through c; a non-200 answer is an error.
+func post(ctx context.Context, c *client.Client, method string, in, out any) error {
 	body, _ := json.Marshal(in)
-	resp, err := h.admin.Do(ctx, method, body)
+	resp, err := c.Do(ctx, method, body)
 	if err != nil {
 		return err
 	}
