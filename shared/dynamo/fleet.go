@@ -236,11 +236,8 @@ func (s *Fleet) ReplaceKey(ctx context.Context, r fleet.Record, keyID, pub, plat
 // returns it as written; a failed condition is ErrStale.
 func (s *Fleet) updateNode(ctx context.Context, r fleet.Record, upd expression.UpdateBuilder, c expression.ConditionBuilder) (fleet.Record, error) {
 	av, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueAllNew)
-	if isConditionFailed(err) {
-		return fleet.Record{}, fleet.ErrStale
-	}
 	if err != nil {
-		return fleet.Record{}, err
+		return fleet.Record{}, whenConditionFails(err, fleet.ErrStale)
 	}
 	return nodeFrom(av)
 }
@@ -273,11 +270,8 @@ func eligibleNow() expression.ConditionBuilder {
 func (s *Fleet) ClaimFlags(ctx context.Context, r fleet.Record) (fleet.Record, error) {
 	av, err := s.table().update(ctx, recKey(r), expression.Add(expression.Name("fg"), expression.Value(1)),
 		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueAllNew)
-	if isConditionFailed(err) {
-		return fleet.Record{}, fleet.ErrNotFound
-	}
 	if err != nil {
-		return fleet.Record{}, err
+		return fleet.Record{}, whenConditionFails(err, fleet.ErrNotFound)
 	}
 	return nodeFrom(av)
 }

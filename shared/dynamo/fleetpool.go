@@ -70,11 +70,8 @@ func (s *Fleet) EnsureSweep(ctx context.Context, pool string, due time.Time) err
 func (s *Fleet) ClaimSweep(ctx context.Context, pool string, due, next time.Time) (fleet.SweepState, error) {
 	c := expression.Name(schema.AttrDueAt).Equal(expression.Value(fmtTime(due)))
 	av, err := s.table().update(ctx, key(poolPK(pool), skFleet), expression.Set(expression.Name(schema.AttrDueAt), expression.Value(fmtTime(next))), &c, types.ReturnValueAllNew)
-	if isConditionFailed(err) {
-		return fleet.SweepState{}, fleet.ErrStale
-	}
 	if err != nil {
-		return fleet.SweepState{}, err
+		return fleet.SweepState{}, whenConditionFails(err, fleet.ErrStale)
 	}
 	var it fleetItem
 	if err := attributevalue.UnmarshalMap(av, &it); err != nil {

@@ -217,11 +217,8 @@ func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from
 	}
 	c := expression.Name("state").Equal(expression.Value(string(from)))
 	av, err := s.update(ctx, resKey(to), upd, &c, types.ReturnValueAllNew)
-	if isConditionFailed(err) {
-		return capacity.Reservation{}, capacity.ErrStale
-	}
 	if err != nil {
-		return capacity.Reservation{}, err
+		return capacity.Reservation{}, whenConditionFails(err, capacity.ErrStale)
 	}
 	var cur reservationItem
 	if err := attributevalue.UnmarshalMap(av, &cur); err != nil {
@@ -268,11 +265,8 @@ func (s *Capacity) Amend(ctx context.Context, r, to capacity.Reservation) (capac
 		c = c.And(expression.AttributeNotExists(expression.Name("mvt")))
 	}
 	av, err := s.update(ctx, resKey(r), upd, &c, types.ReturnValueAllNew)
-	if isConditionFailed(err) {
-		return capacity.Reservation{}, capacity.ErrStale
-	}
 	if err != nil {
-		return capacity.Reservation{}, err
+		return capacity.Reservation{}, whenConditionFails(err, capacity.ErrStale)
 	}
 	var cur reservationItem
 	if err := attributevalue.UnmarshalMap(av, &cur); err != nil {

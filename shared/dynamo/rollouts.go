@@ -155,11 +155,8 @@ func (s *Rollouts) UpdateRollout(ctx context.Context, r rollout.Record) (rollout
 	e, _ := expression.NewBuilder().WithCondition(expression.Name("Ver").Equal(expression.Value(old))).Build()
 	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: av,
 		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()})
-	if isConditionFailed(err) {
-		return rollout.Record{}, rollout.ErrStale
-	}
 	if err != nil {
-		return rollout.Record{}, err
+		return rollout.Record{}, whenConditionFails(err, rollout.ErrStale)
 	}
 	return r, nil
 }
