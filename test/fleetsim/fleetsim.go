@@ -293,7 +293,6 @@ func (sim *fleetRun) awaitReady() {
 func (sim *fleetRun) load() {
 	sim.tb.Helper()
 	cfg := sim.cfg
-	var killedAt time.Time
 	perm := sim.rng.Perm(len(sim.nodes))
 	kills := len(sim.nodes) * cfg.KillPct / 100
 	sick := len(sim.nodes) * cfg.SickPct / 100
@@ -303,7 +302,6 @@ func (sim *fleetRun) load() {
 			time.Sleep(d) // pacing the load in real time, not synchronization
 		}
 		if i == cfg.Reservations/3 {
-			killedAt = time.Now()
 			for _, j := range perm[:kills] {
 				sim.nodes[j].cancel()
 			}
@@ -313,7 +311,6 @@ func (sim *fleetRun) load() {
 		}
 		sim.create(i)
 	}
-	_ = killedAt
 }
 
 // create creates the load's i-th reservation on a pool the seed picks;

@@ -427,8 +427,8 @@ func (sim *rolloutRun) failWave3(rb rollout.Rollout) (failing, inWaves13 map[str
 	})
 	wave3 := order[sizes[1]:sizes[2]]
 	failing = map[string]bool{}
-	sim.res.B.Failing = (len(wave3)*sim.cfg.FailPct + 99) / 100
-	for _, i := range sim.rng.Perm(len(wave3))[:sim.res.B.Failing] {
+	n := (len(wave3)*sim.cfg.FailPct + 99) / 100 // res.B.Failing, once run B's stats are in
+	for _, i := range sim.rng.Perm(len(wave3))[:n] {
 		wave3[i].starter.failOn("3.0.0", "health probe: bcd 3.0.0 exited 1")
 		failing[wave3[i].ref()] = true
 	}
