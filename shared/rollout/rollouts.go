@@ -451,7 +451,10 @@ func (s *Rollouts) change(ctx context.Context, id string, fn func(*Record) bool,
 		wait = 5 * time.Second
 	}
 	deadline := s.now().Add(wait)
-	for attempt := 0; ; attempt++ {
+	// lost counts the writes lost to another writer only: the polls that
+	// wait for a pass's intent must not use up the retries (a pause that
+	// waited 16 polls once answered UNAVAILABLE on its first lost write).
+	for lost := 0; ; {
 		rec, err := s.Store.GetRollout(ctx, id)
 		switch {
 		case errors.Is(err, ErrNotFound) || (err == nil && !rec.Listed):
@@ -476,7 +479,8 @@ func (s *Rollouts) change(ctx context.Context, id string, fn func(*Record) bool,
 			rec.Intent = nil // absent, or stale: its pass is gone
 		}
 		cur, err := s.Store.UpdateRollout(ctx, rec)
-		if errors.Is(err, ErrStale) && attempt < 16 {
+		if errors.Is(err, ErrStale) && lost < 16 {
+			lost++
 			continue
 		}
 		if err != nil {

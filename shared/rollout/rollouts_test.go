@@ -810,3 +810,67 @@ func TestTargetedNodeCountsAsInstalling(t *testing.T) {
 		}
 	}
 }
+
+// racingStore loses its first UpdateRollout to a real competing write of
+// the same rollout (another writer bumping its Ver on the server).
+type racingStore struct {
+	rollout.RolloutStore
+	raced bool
+}
+
+func (s *racingStore) UpdateRollout(ctx context.Context, r rollout.Record) (rollout.Record, error) {
+	if !s.raced {
+		s.raced = true
+		cur, err := s.RolloutStore.GetRollout(ctx, r.RolloutID)
+		if err != nil {
+			return rollout.Record{}, err
+		}
+		if _, err := s.RolloutStore.UpdateRollout(ctx, cur); err != nil {
+			return rollout.Record{}, err
+		}
+	}
+	return s.RolloutStore.UpdateRollout(ctx, r)
+}
+
+// A pause that waited for a pass's intent through many polls still has
+// its retries for a write lost afterwards: the polls are not retries.
+func TestPauseAfterLongWaitRetriesALostWrite(t *testing.T) {
+	e := newFleetEnv(t)
+	ctx := context.Background()
+	e.release("1.0.0", 1)
+	e.release("2.0.0", 2)
+	e.pool("a", 2, "1.0.0", 1)
+	e.pass()
+	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"}, Waves: []rollout.WaveSpec{{Percent: ptr(100)}}})
+	rec, err := e.rstore.GetRollout(ctx, r.RolloutID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.Intent = &rollout.Intent{Nodes: 1, At: e.clock.Now()}
+	if _, err := e.rstore.UpdateRollout(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	polls := 0
+	rs := &rollout.Rollouts{Store: &racingStore{RolloutStore: e.rstore}, Releases: e.releases, Pools: e.store, Now: e.clock.Now,
+		Sleep: func(context.Context, time.Duration) error {
+			polls++
+			e.clock.Advance(50 * time.Millisecond)
+			if polls == 20 { // the pass clears its intent
+				cur, err := e.rstore.GetRollout(ctx, r.RolloutID)
+				if err != nil {
+					return err
+				}
+				cur.Intent = nil
+				_, err = e.rstore.UpdateRollout(ctx, cur)
+				return err
+			}
+			return nil
+		}}
+	got, err := rs.Pause(ctx, r.RolloutID, "after a long wait")
+	if err != nil || got.State != rollout.Paused {
+		t.Fatalf("pause after %d polls: %s, %v", polls, got.State, err)
+	}
+	if polls != 20 {
+		t.Errorf("%d polls, want 20", polls)
+	}
+}
