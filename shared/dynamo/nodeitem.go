@@ -42,8 +42,10 @@ import (
 // Worst case: 128 entries × ~230 B (26-character id, a 128-character
 // tenant, three numbers) + 128 reported states × ~40 B + 32 checks × ~340 B
 // (64-character name, 256-character detail) + the key (~180 B of PEM) and
-// the rest (~1 KB) ≈ 46 KB. Typical: a few entries, three checks ≈ 1.5 KB
-// — what a heartbeat's write costs (1–2 write units).
+// the rest (~1 KB) ≈ 46 KB in ASCII; ≈ 77 KB when the checks' names and
+// details are 4-byte UTF-8 (docs/fleet.md, Items and their worst cases).
+// Typical: a few entries, three checks ≈ 1.5 KB — what a heartbeat's write
+// costs (1–2 write units).
 //
 // The pool's sweep, POOL#<pool> / #FLEET, carries dueShard/dueAt: the
 // reconciler's cue to look at the pool's nodes (fleet.Service.Sweep).
