@@ -28,6 +28,8 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/cursorkey"
+	"github.com/bettercompute/control-plane/shared/app/kmskeys"
 	"github.com/bettercompute/control-plane/shared/app/modules"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
@@ -103,7 +105,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 	} else if ttlErr != nil {
 		log.Info("table TTL not enabled (dynalite has no TTL)", "table", cfg.Table)
 	}
-	a, err := modules.New(ctx, cfg, app.WithDevTokens(), app.WithLogger(log))
+	a, err := modules.New(ctx, cfg, cursorkey.FromSecretsManager(), kmskeys.FromKMS(), app.WithDevTokens(), app.WithLogger(log))
 	if err != nil {
 		return err
 	}

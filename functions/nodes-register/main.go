@@ -13,5 +13,5 @@ import (
 func main() {
 	ctx := context.Background()
 	a := app.MustFromEnv(ctx)
-	lambda.Start(a.Gateway.Lambda(a.MustEndpoint(ctx, &fleetapp.Module{}, "nodes.register")))
+	lambda.Start(a.Gateway.Lambda(a.MustEndpoint(ctx, (&fleetapp.Module{}).NodesRegister())))
 }

@@ -14,5 +14,5 @@ import (
 func main() {
 	ctx := context.Background()
 	a := app.MustFromEnv(ctx, cursorkey.FromSecretsManager())
-	lambda.Start(a.Gateway.Lambda(a.MustEndpoint(ctx, capacityapp.Module{}, "pools.list")))
+	lambda.Start(a.Gateway.Lambda(a.MustEndpoint(ctx, capacityapp.Module{}.PoolsList())))
 }

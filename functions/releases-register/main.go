@@ -7,11 +7,12 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/kmskeys"
 	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
 )
 
 func main() {
 	ctx := context.Background()
-	a := app.MustFromEnv(ctx)
-	lambda.Start(a.Gateway.Lambda(a.MustEndpoint(ctx, &rolloutapp.Module{}, "releases.register")))
+	a := app.MustFromEnv(ctx, kmskeys.FromKMS())
+	lambda.Start(a.Gateway.Lambda(a.MustEndpoint(ctx, (&rolloutapp.Module{}).ReleasesRegister())))
 }

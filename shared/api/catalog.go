@@ -58,6 +58,11 @@ const BaseTable = "(table)"
 // Lambda reads the cursor key secret once, at cold start.
 const ReadsCursorKey = "secretsmanager:GetSecretValue"
 
+// ReadsKMSKeys is the action of the method that pins KMS keys (the release
+// keys of BC_RELEASE_KMS_KEYS): the Lambda reads their public halves once,
+// at cold start, and is the only one that links the KMS client.
+const ReadsKMSKeys = "kms:GetPublicKey"
+
 // Note is a labelled paragraph of a method's reference page.
 type Note struct{ Label, Text string }
 
@@ -151,7 +156,7 @@ var Catalog = []*Method{
 			{apierr.Unavailable, "DynamoDB failed (retry), or this deployment has no release keys pinned (no `dependency`)",
 				[]Detail{detail("dependency")}},
 		},
-		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "kms:GetPublicKey"}},
+		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", ReadsKMSKeys}},
 	{Name: "releases.list", Kind: Read, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout",
 		Summary: "Returns the registered releases, highest sequence first.",
 		Notes:   []Note{{"", "The list is not filtered by tenant: releases belong to the platform. Without `limit` it returns every release."}},

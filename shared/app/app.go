@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"crypto"
 	"crypto/sha256"
 	"fmt"
 	"log/slog"
@@ -24,9 +25,10 @@ import (
 
 // App is the core every module shares: configuration, the AWS config, the
 // DynamoDB client, the gateway, cursors and the logger. It knows no module:
-// each main names the one it serves (a Module, built on this core), so a
-// function links only that module and its dependencies — KMS only where
-// releases are registered.
+// each main names the one method it serves (a Method of its module's
+// wiring, built on this core), so a function links only that method's code
+// and its dependencies — KMS only where releases are registered, Secrets
+// Manager only where a method pages.
 type App struct {
 	Config  Config
 	AWS     aws.Config
@@ -36,19 +38,14 @@ type App struct {
 	Logger  *slog.Logger
 	Now     func() time.Time
 
-	// only names the one method a Lambda serves ("" for all): modules skip
-	// start-up work (like fetching KMS pins) that method does not need.
-	only string
+	// keys reads KMS keys' public halves (WithPublicKeys); nil: not linked.
+	keys PublicKeys
 	// cursorFallback: no cursor key was configured (see New).
 	cursorFallback bool
 	// cursorUnread: BC_CURSOR_SECRET_ARN is set but this process was built
 	// without a reader for it (see WithCursorKeyReader).
 	cursorUnread bool
 }
-
-// Serves reports whether this process serves method name: a module skips
-// start-up work (like fetching KMS pins) for methods it is not built for.
-func (a *App) Serves(name string) bool { return a.only == "" || a.only == name }
 
 // Option adjusts an App before its modules are built (tests, the local gateway).
 type Option func(*options)
@@ -61,6 +58,7 @@ type options struct {
 	logger    *slog.Logger
 	awsCfg    *aws.Config
 	readKey   KeyReader
+	keys      func(aws.Config, Config) PublicKeys
 }
 
 // KeyReader reads the cursor key named by BC_CURSOR_SECRET_ARN
@@ -71,6 +69,30 @@ type KeyReader func(ctx context.Context, awsCfg aws.Config, cfg Config) ([]byte,
 // is set: what the mains of the methods that page name, so the others do
 // not link Secrets Manager.
 func WithCursorKeyReader(r KeyReader) Option { return func(o *options) { o.readKey = r } }
+
+// PublicKeys reads the public halves of KMS keys (shared/app/kmskeys): what
+// releases.register pins from BC_RELEASE_KMS_KEYS.
+type PublicKeys interface {
+	PublicKey(ctx context.Context, keyID string) (crypto.PublicKey, error)
+	// Health asks KMS one cheap question (the local gateway's /healthz).
+	Health(ctx context.Context) error
+}
+
+// WithPublicKeys reads KMS public keys with the reader newKeys builds on
+// the AWS config: what the main of releases.register names (and the local
+// gateway), so no other function links the KMS client.
+func WithPublicKeys(newKeys func(aws.Config, Config) PublicKeys) Option {
+	return func(o *options) { o.keys = newKeys }
+}
+
+// PublicKey reads KMS key id's public half, or says which option the build
+// lacks.
+func (a *App) PublicKey(ctx context.Context, id string) (crypto.PublicKey, error) {
+	if a.keys == nil {
+		return nil, fmt.Errorf("KMS key %s: this build reads no KMS keys: its main must name kmskeys.FromKMS", id)
+	}
+	return a.keys.PublicKey(ctx, id)
+}
 
 // WithDevTokens lets the gateway accept "Bearer dev:<principal>" (local only).
 func WithDevTokens() Option { return func(o *options) { o.devTokens = true } }
@@ -170,6 +192,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*App, error) {
 		cursorFallback: fallback,
 		cursorUnread:   unread,
 	}
+	if o.keys != nil {
+		a.keys = o.keys(*awsCfg, cfg)
+	}
 	return a, nil
 }
 
@@ -210,34 +235,36 @@ func newDecider(cfg Config) (iam.Decider, error) {
 }
 
 // Health asks each dependency one cheap question — DynamoDB describes the
-// table, then each module that has dependencies of its own (a Checker) —
+// table, KMS lists a key where this build reads KMS keys —
 // so the local gateway's /healthz reports a dead server instead of
 // answering 200 regardless.
-func (a *App) Health(ctx context.Context, mods ...Module) error {
+func (a *App) Health(ctx context.Context) error {
 	if _, err := a.DB.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(a.Config.Table)}); err != nil {
 		return apierr.Dependency("dynamodb", err)
 	}
-	for _, m := range mods {
-		if c, ok := m.(Checker); ok {
-			if err := c.Health(ctx, a); err != nil {
-				return err
-			}
+	if a.keys != nil {
+		if err := a.keys.Health(ctx); err != nil {
+			return apierr.Dependency("kms", err)
 		}
 	}
 	return nil
 }
 
-// Module is one catalog module's wiring (shared/app/capacityapp,
-// fleetapp, rolloutapp): it builds the endpoints of the methods whose
-// catalog Module is its Name, on the core.
-type Module interface {
-	Name() string
-	Endpoints(ctx context.Context, a *App) ([]api.Endpoint, error)
+// Method is one catalog method's wiring: its name and how its endpoint is
+// built on the core. A Lambda's main names the one it serves, and since
+// nothing else refers to the others the linker leaves their code (their
+// services, stores and item mappings) out of that bootstrap.
+type Method struct {
+	Name  string
+	Build func(ctx context.Context, a *App) (api.Endpoint, error)
 }
 
-// Checker is a Module with dependencies beyond the core, asked by Health.
-type Checker interface {
-	Health(ctx context.Context, a *App) error
+// Module is one catalog module's wiring (shared/app/capacityapp,
+// fleetapp, rolloutapp): the Methods whose catalog Module is its Name. Only
+// the processes that serve every module (shared/app/modules) hold one.
+type Module interface {
+	Name() string
+	Methods() []Method
 }
 
 // Endpoints builds every catalog method's endpoint, in catalog order; a
@@ -245,17 +272,19 @@ type Checker interface {
 func (a *App) Endpoints(ctx context.Context, mods ...Module) ([]api.Endpoint, error) {
 	built := map[string]api.Endpoint{}
 	for _, mod := range mods {
-		eps, err := mod.Endpoints(ctx, a)
-		if err != nil {
-			return nil, fmt.Errorf("module %s: %w", mod.Name(), err)
-		}
-		for _, ep := range eps {
-			built[ep.Method.Name] = ep
+		for _, m := range mod.Methods() {
+			ep, err := a.Endpoint(ctx, m)
+			if err != nil {
+				return nil, fmt.Errorf("module %s: %w", mod.Name(), err)
+			}
+			if ep.Method.Module != mod.Name() {
+				return nil, fmt.Errorf("method %s is of module %s, not %s", m.Name, ep.Method.Module, mod.Name())
+			}
+			built[m.Name] = ep
 		}
 	}
 	out := make([]api.Endpoint, 0, len(api.Catalog))
 	for _, m := range api.Catalog {
-		a.warnCursorKey(m)
 		ep, ok := built[m.Name]
 		if !ok {
 			ep = api.NotServed(m)
@@ -265,39 +294,31 @@ func (a *App) Endpoints(ctx context.Context, mods ...Module) ([]api.Endpoint, er
 	return out, nil
 }
 
-// Endpoint builds method name's endpoint from mod, the module serving it
-// (one Lambda).
-func (a *App) Endpoint(ctx context.Context, mod Module, name string) (api.Endpoint, error) {
-	m := api.Lookup(name)
-	if m == nil {
-		return api.Endpoint{}, fmt.Errorf("no method %q in the catalog", name)
+// Endpoint builds m's endpoint (one Lambda serves one).
+func (a *App) Endpoint(ctx context.Context, m Method) (api.Endpoint, error) {
+	cm := api.Lookup(m.Name)
+	if cm == nil {
+		return api.Endpoint{}, fmt.Errorf("no method %q in the catalog", m.Name)
 	}
-	if m.Module != mod.Name() {
-		return api.Endpoint{}, fmt.Errorf("method %s is of module %s, not %s", name, m.Module, mod.Name())
+	a.warnCursorKey(cm)
+	if a.cursorUnread && slices.Contains(cm.Actions, api.ReadsCursorKey) {
+		return api.Endpoint{}, fmt.Errorf("%s pages with cursors but this build reads no BC_CURSOR_SECRET_ARN: its main must name cursorkey.FromSecretsManager", m.Name)
 	}
-	a.warnCursorKey(m)
-	if a.cursorUnread && slices.Contains(m.Actions, api.ReadsCursorKey) {
-		return api.Endpoint{}, fmt.Errorf("%s pages with cursors but this build reads no BC_CURSOR_SECRET_ARN: its main must name cursorkey.FromSecretsManager", name)
-	}
-	a.only = name
-	defer func() { a.only = "" }()
-	eps, err := mod.Endpoints(ctx, a)
+	ep, err := m.Build(ctx, a)
 	if err != nil {
-		return api.Endpoint{}, err
+		return api.Endpoint{}, fmt.Errorf("%s: %w", m.Name, err)
 	}
-	for _, ep := range eps {
-		if ep.Method == m {
-			return ep, nil
-		}
+	if ep.Method != cm {
+		return api.Endpoint{}, fmt.Errorf("the wiring of %s built %s's endpoint", m.Name, ep.Method.Name)
 	}
-	return api.NotServed(m), nil
+	return ep, nil
 }
 
 // MustEndpoint is Endpoint for mains.
-func (a *App) MustEndpoint(ctx context.Context, mod Module, name string) api.Endpoint {
-	ep, err := a.Endpoint(ctx, mod, name)
+func (a *App) MustEndpoint(ctx context.Context, m Method) api.Endpoint {
+	ep, err := a.Endpoint(ctx, m)
 	if err != nil {
-		a.Logger.Error("start", "method", name, "error", err.Error())
+		a.Logger.Error("start", "method", m.Name, "error", err.Error())
 		os.Exit(1)
 	}
 	return ep

@@ -13,6 +13,8 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/cursorkey"
+	"github.com/bettercompute/control-plane/shared/app/kmskeys"
 	"github.com/bettercompute/control-plane/shared/app/modules"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/iam"
@@ -69,7 +71,7 @@ func startHarness(tb testing.TB, s setup) (*harness, error) {
 	h := &harness{tb: tb, clock: teststack.NewClock(time.Now().UTC().Truncate(time.Second)), eps: map[string]api.Endpoint{}}
 	opts := append([]app.Option{app.WithDecider(testPolicy), app.WithClock(h.clock.Now),
 		app.WithLogger(slog.New(slog.NewJSONHandler(testLog{tb}, &slog.HandlerOptions{Level: slog.LevelWarn})))}, s.options...)
-	a, err := modules.New(context.Background(), cfg, opts...)
+	a, err := modules.New(context.Background(), cfg, append([]app.Option{cursorkey.FromSecretsManager(), kmskeys.FromKMS()}, opts...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -85,14 +87,12 @@ func startHarness(tb testing.TB, s setup) (*harness, error) {
 		return h, nil
 	}
 	mod := a.List()[slices.IndexFunc(a.List(), func(m app.Module) bool { return m.Name() == s.module })]
-	for _, m := range api.Catalog {
-		if m.Module == s.module {
-			ep, err := a.App.Endpoint(context.Background(), mod, m.Name)
-			if err != nil {
-				return nil, err
-			}
-			h.eps[m.Name] = ep
+	for _, m := range mod.Methods() {
+		ep, err := a.App.Endpoint(context.Background(), m)
+		if err != nil {
+			return nil, err
 		}
+		h.eps[m.Name] = ep
 	}
 	return h, nil
 }

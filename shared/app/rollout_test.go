@@ -15,6 +15,7 @@ import (
 	kmstypes "github.com/aws/aws-sdk-go-v2/service/kms/types"
 
 	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/kmskeys"
 	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/kmssign"
@@ -198,10 +199,10 @@ func TestOnlyRegisterNeedsPins(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Endpoint(context.Background(), &rolloutapp.Module{}, "releases.list"); err != nil {
+	if _, err := a.Endpoint(context.Background(), (&rolloutapp.Module{}).ReleasesList()); err != nil {
 		t.Fatalf("releases.list without pins: %v", err)
 	}
-	if _, err := a.Endpoint(context.Background(), &rolloutapp.Module{}, "releases.register"); err == nil {
+	if _, err := a.Endpoint(context.Background(), (&rolloutapp.Module{}).ReleasesRegister()); err == nil {
 		t.Fatal("releases.register started without pins")
 	}
 }
@@ -218,7 +219,15 @@ func TestReleasePinsSayWhereEachCameFrom(t *testing.T) {
 	}
 	cfg := app.Config{Region: s.Region, KMSEndpoint: s.KMSEndpoint, PinsFile: file, Pins: string(inline),
 		ReleaseKMSKeys: []string{devstack.DevReleaseKeyAlias}, ReleaseThreshold: 1}
-	a, err := app.New(context.Background(), cfg, app.WithDecider(testPolicy))
+	// A build whose main names no KMS reader says so instead of pinning less.
+	bare, err := app.New(context.Background(), cfg, app.WithDecider(testPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rolloutapp.ReleasePins(context.Background(), bare); err == nil || !strings.Contains(err.Error(), "kmskeys.FromKMS") {
+		t.Errorf("BC_RELEASE_KMS_KEYS in a build without the KMS reader: %v", err)
+	}
+	a, err := app.New(context.Background(), cfg, app.WithDecider(testPolicy), kmskeys.FromKMS())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,7 +262,7 @@ func TestReleasePinsSayWhereEachCameFrom(t *testing.T) {
 	if mod.Pins() != nil {
 		t.Error("pins before the start loaded them")
 	}
-	if _, err := a.Endpoint(context.Background(), mod, "releases.register"); err != nil {
+	if _, err := a.Endpoint(context.Background(), mod.ReleasesRegister()); err != nil {
 		t.Fatal(err)
 	}
 	if kept := mod.Pins(); len(kept) != len(pins) || kept[0].KeyID != pins[0].KeyID || kept[2].From != pins[2].From {

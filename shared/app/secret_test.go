@@ -51,13 +51,15 @@ func TestPagingWithoutTheSecretReaderRefusesToStart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Endpoint(context.Background(), capacityapp.Module{}, "pools.list"); err == nil || !strings.Contains(err.Error(), "cursorkey.FromSecretsManager") {
+	if _, err := a.Endpoint(context.Background(), capacityapp.Module{}.PoolsList()); err == nil || !strings.Contains(err.Error(), "cursorkey.FromSecretsManager") {
 		t.Errorf("pools.list without the secret's reader: %v", err)
 	}
-	if _, err := a.Endpoint(context.Background(), capacityapp.Module{}, "pools.get"); err != nil {
+	if _, err := a.Endpoint(context.Background(), capacityapp.Module{}.PoolsGet()); err != nil {
 		t.Errorf("pools.get (no cursors) without the secret's reader: %v", err)
 	}
-	if _, err := a.Endpoint(context.Background(), capacityapp.Module{}, "nodes.get"); err == nil {
-		t.Error("nodes.get built from the capacity module")
+	wrong := capacityapp.Module{}.PoolsGet()
+	wrong.Name = "quotas.get" // a wiring that builds another method's endpoint
+	if _, err := a.Endpoint(context.Background(), wrong); err == nil || !strings.Contains(err.Error(), "built pools.get") {
+		t.Errorf("a wiring named quotas.get building pools.get: %v", err)
 	}
 }

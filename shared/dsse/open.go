@@ -11,7 +11,6 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/strictjson"
-	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 )
 
 // Reasons carried in details.reason of a refused envelope.
@@ -85,7 +84,7 @@ func (p *Pins) Open(envelopeJSON []byte, want Want) (*Opened, error) {
 		return nil, apierr.Invalid(ReasonPayloadType, root+".payloadType",
 			"%s.payloadType: must be %q", root, want.PayloadType)
 	}
-	signers, err := p.signers(env.Signatures, sigs, dsse.PAE(env.PayloadType, payload), want)
+	signers, err := p.signers(env.Signatures, sigs, PAE(env.PayloadType, payload), want)
 	if err != nil {
 		return nil, err
 	}
@@ -101,8 +100,8 @@ func (p *Pins) Open(envelopeJSON []byte, want Want) (*Opened, error) {
 // key whose id differs from a signature's keyid (here the keyid is only a
 // hint, and its default ids are SSH fingerprints, not our SPKI
 // hashes), does not accept unpadded base64, prints to stdout, and cannot
-// tell unknown_key from bad_signature from threshold. Only dsse.PAE is
-// used from the library.
+// tell unknown_key from bad_signature from threshold. Nor is the library's
+// PAE linked (see PAE).
 //
 // A keyid naming a pinned key (hex, compared case-insensitively) is tried
 // first, then every other pinned key in keyid order; the signature counts for

@@ -13,8 +13,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-
-	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 )
 
 // Key algorithms GenerateKey accepts.
@@ -56,7 +54,7 @@ func SignNaming(payloadType string, payload []byte, keyIDs []string, signers ...
 	if len(keyIDs) != len(signers) {
 		return nil, fmt.Errorf("dsse: %d keyids for %d signers", len(keyIDs), len(signers))
 	}
-	pae := dsse.PAE(payloadType, payload)
+	pae := PAE(payloadType, payload)
 	env := Envelope{
 		PayloadType: payloadType,
 		Payload:     base64.StdEncoding.EncodeToString(payload),

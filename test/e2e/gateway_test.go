@@ -20,6 +20,8 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/cursorkey"
+	"github.com/bettercompute/control-plane/shared/app/kmskeys"
 	"github.com/bettercompute/control-plane/shared/app/modules"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/kmssign"
@@ -127,7 +129,7 @@ func TestHealthz(t *testing.T) {
 	ln.Close()
 	cfg := st.App.Config
 	cfg.DynamoEndpoint = dead
-	a, err := modules.New(context.Background(), cfg, app.WithDecider(st.App.Gateway.Decider), app.WithLogger(slog.New(slog.DiscardHandler)))
+	a, err := modules.New(context.Background(), cfg, cursorkey.FromSecretsManager(), kmskeys.FromKMS(), app.WithDecider(st.App.Gateway.Decider), app.WithLogger(slog.New(slog.DiscardHandler)))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,8 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/cursorkey"
+	"github.com/bettercompute/control-plane/shared/app/kmskeys"
 	"github.com/bettercompute/control-plane/shared/app/modules"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/iam"
@@ -112,7 +114,7 @@ func Start(tb testing.TB, opts ...Option) *Stack {
 	for _, f := range s.configs {
 		f(&cfg)
 	}
-	a, err := modules.New(context.Background(), cfg, append(appOpts, s.appOpts...)...)
+	a, err := modules.New(context.Background(), cfg, append(append(appOpts, cursorkey.FromSecretsManager(), kmskeys.FromKMS()), s.appOpts...)...)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -32,29 +32,63 @@ func Store(a *app.App) *dynamo.Capacity {
 	return &dynamo.Capacity{DB: a.DB, Table: a.Config.Table}
 }
 
-// Endpoints builds the capacity methods' endpoints.
-func (Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error) {
-	svc := Service(a)
-	return []api.Endpoint{
-		api.Bind(api.Lookup("pools.create"), func(ctx context.Context, call *api.Call, in *api.CreatePoolInput) (api.PoolResult, error) {
+// Methods are the capacity methods' wirings, in catalog order.
+func (m Module) Methods() []app.Method {
+	return []app.Method{m.PoolsCreate(), m.PoolsOffer(), m.PoolsGet(), m.PoolsList(), m.PoolsUsage(),
+		m.QuotasGet(), m.QuotasList(), m.ReservationsCreate(), m.ReservationsGet(), m.ReservationsList(), m.ReservationsRelease()}
+}
+
+// PoolsCreate is pools.create.
+func (Module) PoolsCreate() app.Method {
+	return app.Method{Name: "pools.create", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := Service(a)
+		return api.Bind(api.Lookup("pools.create"), func(ctx context.Context, call *api.Call, in *api.CreatePoolInput) (api.PoolResult, error) {
 			p, err := svc.CreatePool(ctx, in.TenantID, in.PoolID, in.Resources, in.NodeSize)
 			return api.PoolResult{Pool: p}, err
-		}),
-		api.Bind(api.Lookup("pools.offer"), func(ctx context.Context, call *api.Call, in *api.OfferPoolInput) (api.QuotaResult, error) {
+		}), nil
+	}}
+}
+
+// PoolsOffer is pools.offer.
+func (Module) PoolsOffer() app.Method {
+	return app.Method{Name: "pools.offer", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := Service(a)
+		return api.Bind(api.Lookup("pools.offer"), func(ctx context.Context, call *api.Call, in *api.OfferPoolInput) (api.QuotaResult, error) {
 			q, err := svc.OfferPool(ctx, in.TenantID, in.PoolID, in.ToTenantID, in.Resource, in.Max)
 			return api.QuotaResult{Quota: q}, err
-		}),
-		api.Bind(api.Lookup("pools.get"), func(ctx context.Context, call *api.Call, in *api.GetPoolInput) (api.PoolResult, error) {
+		}), nil
+	}}
+}
+
+// PoolsGet is pools.get.
+func (Module) PoolsGet() app.Method {
+	return app.Method{Name: "pools.get", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := Service(a)
+		return api.Bind(api.Lookup("pools.get"), func(ctx context.Context, call *api.Call, in *api.GetPoolInput) (api.PoolResult, error) {
 			p, err := svc.GetPool(ctx, in.TenantID, in.PoolID)
 			return api.PoolResult{Pool: p}, err
-		}),
-		api.Bind(api.Lookup("pools.list"), func(ctx context.Context, call *api.Call, in *api.ListPoolsInput) (api.ListPoolsResult, error) {
+		}), nil
+	}}
+}
+
+// PoolsList is pools.list.
+func (Module) PoolsList() app.Method {
+	return app.Method{Name: "pools.list", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := Service(a)
+		return api.Bind(api.Lookup("pools.list"), func(ctx context.Context, call *api.Call, in *api.ListPoolsInput) (api.ListPoolsResult, error) {
 			ps, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]capacity.Pool, map[string]string, error) {
 				return svc.ListPools(ctx, in.TenantID, pg)
 			})
 			return api.ListPoolsResult{Pools: ps, NextCursor: next}, err
-		}),
-		api.Bind(api.Lookup("pools.usage"), func(ctx context.Context, call *api.Call, in *api.PoolUsageInput) (api.PoolUsageResult, error) {
+		}), nil
+	}}
+}
+
+// PoolsUsage is pools.usage.
+func (Module) PoolsUsage() app.Method {
+	return app.Method{Name: "pools.usage", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := Service(a)
+		return api.Bind(api.Lookup("pools.usage"), func(ctx context.Context, call *api.Call, in *api.PoolUsageInput) (api.PoolUsageResult, error) {
 			q := capacity.UsageRequest{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource, Hours: app.Deref(in.Hours)}
 			from := ""
 			if in.From != nil {
@@ -73,31 +107,66 @@ func (Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error) {
 				return api.PoolUsageResult{}, err
 			}
 			return api.PoolUsageResult{Usage: u, NextCursor: next}, nil
-		}),
-		api.Bind(api.Lookup("quotas.get"), func(ctx context.Context, call *api.Call, in *api.GetQuotaInput) (api.QuotaResult, error) {
+		}), nil
+	}}
+}
+
+// QuotasGet is quotas.get.
+func (Module) QuotasGet() app.Method {
+	return app.Method{Name: "quotas.get", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := Service(a)
+		return api.Bind(api.Lookup("quotas.get"), func(ctx context.Context, call *api.Call, in *api.GetQuotaInput) (api.QuotaResult, error) {
 			q, err := svc.GetQuota(ctx, capacity.QuotaKey{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource})
 			return api.QuotaResult{Quota: q}, err
-		}),
-		api.Bind(api.Lookup("quotas.list"), func(ctx context.Context, call *api.Call, in *api.ListQuotasInput) (api.ListQuotasResult, error) {
+		}), nil
+	}}
+}
+
+// QuotasList is quotas.list.
+func (Module) QuotasList() app.Method {
+	return app.Method{Name: "quotas.list", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := Service(a)
+		return api.Bind(api.Lookup("quotas.list"), func(ctx context.Context, call *api.Call, in *api.ListQuotasInput) (api.ListQuotasResult, error) {
 			pool := app.Deref(in.PoolID)
 			qs, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]capacity.Quota, map[string]string, error) {
 				return svc.ListQuotas(ctx, in.TenantID, pool, pg)
 			}, "poolId="+pool)
 			return api.ListQuotasResult{Quotas: qs, NextCursor: next}, err
-		}),
-		api.Bind(api.Lookup("reservations.create"), func(ctx context.Context, call *api.Call, in *api.CreateReservationInput) (api.ReservationResult, error) {
+		}), nil
+	}}
+}
+
+// ReservationsCreate is reservations.create.
+func (Module) ReservationsCreate() app.Method {
+	return app.Method{Name: "reservations.create", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := Service(a)
+		return api.Bind(api.Lookup("reservations.create"), func(ctx context.Context, call *api.Call, in *api.CreateReservationInput) (api.ReservationResult, error) {
 			r, err := svc.CreateReservation(ctx, capacity.CreateRequest{
 				TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource, Count: in.Count,
 				Topology: app.Deref(in.Topology), Start: in.Window.Start, End: in.Window.End,
 				ClientToken: app.Deref(in.ClientToken), Principal: call.Principal,
 			}, call.Decide)
 			return api.ReservationResult{Reservation: r}, err
-		}),
-		api.Bind(api.Lookup("reservations.get"), func(ctx context.Context, call *api.Call, in *api.GetReservationInput) (api.ReservationResult, error) {
+		}), nil
+	}}
+}
+
+// ReservationsGet is reservations.get.
+func (Module) ReservationsGet() app.Method {
+	return app.Method{Name: "reservations.get", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := Service(a)
+		return api.Bind(api.Lookup("reservations.get"), func(ctx context.Context, call *api.Call, in *api.GetReservationInput) (api.ReservationResult, error) {
 			r, err := svc.GetReservation(ctx, in.TenantID, in.ReservationID)
 			return api.ReservationResult{Reservation: r}, err
-		}),
-		api.Bind(api.Lookup("reservations.list"), func(ctx context.Context, call *api.Call, in *api.ListReservationsInput) (api.ListReservationsResult, error) {
+		}), nil
+	}}
+}
+
+// ReservationsList is reservations.list.
+func (Module) ReservationsList() app.Method {
+	return app.Method{Name: "reservations.list", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := Service(a)
+		return api.Bind(api.Lookup("reservations.list"), func(ctx context.Context, call *api.Call, in *api.ListReservationsInput) (api.ListReservationsResult, error) {
 			st, err := app.Enum("state", in.State, capacity.ParseState, capacity.States)
 			if err != nil {
 				return api.ListReservationsResult{}, err
@@ -107,10 +176,17 @@ func (Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error) {
 				return svc.ListReservations(ctx, in.TenantID, f, pg)
 			}, "poolId="+f.PoolID, "state="+string(f.State))
 			return api.ListReservationsResult{Reservations: rs, NextCursor: next}, err
-		}),
-		api.Bind(api.Lookup("reservations.release"), func(ctx context.Context, call *api.Call, in *api.ReleaseReservationInput) (api.ReservationResult, error) {
+		}), nil
+	}}
+}
+
+// ReservationsRelease is reservations.release.
+func (Module) ReservationsRelease() app.Method {
+	return app.Method{Name: "reservations.release", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := Service(a)
+		return api.Bind(api.Lookup("reservations.release"), func(ctx context.Context, call *api.Call, in *api.ReleaseReservationInput) (api.ReservationResult, error) {
 			r, err := svc.ReleaseReservation(ctx, in.TenantID, in.ReservationID)
 			return api.ReservationResult{Reservation: r}, err
-		}),
-	}, nil
+		}), nil
+	}}
 }

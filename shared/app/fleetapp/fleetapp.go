@@ -58,23 +58,43 @@ func (r releaseReader) Release(ctx context.Context, version string) (fleet.Relea
 	return fleet.Release{Version: rel.Version, Sequence: rel.Sequence, Digest: rel.ManifestDigest, Manifest: rel.Manifest}, nil
 }
 
-// Endpoints builds the fleet methods' endpoints.
-func (m *Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error) {
-	svc := m.Service(a)
-	return []api.Endpoint{
-		api.Bind(api.Lookup("nodes.register"), func(ctx context.Context, call *api.Call, in *api.RegisterNodeInput) (api.NodeResult, error) {
+// Methods are the fleet methods' wirings, in catalog order; they share
+// the module's service (its caches).
+func (m *Module) Methods() []app.Method {
+	return []app.Method{m.NodesRegister(), m.NodesGet(), m.NodesList(), m.NodesCordon(), m.NodesUncordon(), m.NodesHeartbeat()}
+}
+
+// NodesRegister is nodes.register.
+func (m *Module) NodesRegister() app.Method {
+	return app.Method{Name: "nodes.register", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := m.Service(a)
+		return api.Bind(api.Lookup("nodes.register"), func(ctx context.Context, call *api.Call, in *api.RegisterNodeInput) (api.NodeResult, error) {
 			register := svc.Register
 			if in.Replace != nil && *in.Replace {
 				register = svc.Replace
 			}
 			n, err := register(ctx, in.TenantID, in.PoolID, in.NodeID, in.PublicKey, in.Platform)
 			return api.NodeResult{Node: n}, err
-		}),
-		api.Bind(api.Lookup("nodes.get"), func(ctx context.Context, call *api.Call, in *api.GetNodeInput) (api.NodeResult, error) {
+		}), nil
+	}}
+}
+
+// NodesGet is nodes.get.
+func (m *Module) NodesGet() app.Method {
+	return app.Method{Name: "nodes.get", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := m.Service(a)
+		return api.Bind(api.Lookup("nodes.get"), func(ctx context.Context, call *api.Call, in *api.GetNodeInput) (api.NodeResult, error) {
 			n, err := svc.Get(ctx, in.TenantID, in.PoolID, in.NodeID)
 			return api.NodeResult{Node: n}, err
-		}),
-		api.Bind(api.Lookup("nodes.list"), func(ctx context.Context, call *api.Call, in *api.ListNodesInput) (api.ListNodesResult, error) {
+		}), nil
+	}}
+}
+
+// NodesList is nodes.list.
+func (m *Module) NodesList() app.Method {
+	return app.Method{Name: "nodes.list", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := m.Service(a)
+		return api.Bind(api.Lookup("nodes.list"), func(ctx context.Context, call *api.Call, in *api.ListNodesInput) (api.ListNodesResult, error) {
 			st, err := app.Enum("state", in.State, fleet.ParseState, fleet.States)
 			if err != nil {
 				return api.ListNodesResult{}, err
@@ -83,17 +103,38 @@ func (m *Module) Endpoints(_ context.Context, a *app.App) ([]api.Endpoint, error
 				return svc.List(ctx, in.TenantID, in.PoolID, st, pg)
 			}, "poolId="+in.PoolID, "state="+string(st))
 			return api.ListNodesResult{Nodes: ns, NextCursor: next}, err
-		}),
-		api.Bind(api.Lookup("nodes.cordon"), func(ctx context.Context, call *api.Call, in *api.CordonNodeInput) (api.NodeResult, error) {
+		}), nil
+	}}
+}
+
+// NodesCordon is nodes.cordon.
+func (m *Module) NodesCordon() app.Method {
+	return app.Method{Name: "nodes.cordon", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := m.Service(a)
+		return api.Bind(api.Lookup("nodes.cordon"), func(ctx context.Context, call *api.Call, in *api.CordonNodeInput) (api.NodeResult, error) {
 			n, err := svc.Cordon(ctx, in.TenantID, in.PoolID, in.NodeID, in.Reason)
 			return api.NodeResult{Node: n}, err
-		}),
-		api.Bind(api.Lookup("nodes.uncordon"), func(ctx context.Context, call *api.Call, in *api.UncordonNodeInput) (api.NodeResult, error) {
+		}), nil
+	}}
+}
+
+// NodesUncordon is nodes.uncordon.
+func (m *Module) NodesUncordon() app.Method {
+	return app.Method{Name: "nodes.uncordon", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := m.Service(a)
+		return api.Bind(api.Lookup("nodes.uncordon"), func(ctx context.Context, call *api.Call, in *api.UncordonNodeInput) (api.NodeResult, error) {
 			n, err := svc.Uncordon(ctx, in.TenantID, in.PoolID, in.NodeID)
 			return api.NodeResult{Node: n}, err
-		}),
-		api.Bind(api.Lookup("nodes.heartbeat"), func(ctx context.Context, call *api.Call, in *api.HeartbeatInput) (api.HeartbeatResult, error) {
+		}), nil
+	}}
+}
+
+// NodesHeartbeat is nodes.heartbeat.
+func (m *Module) NodesHeartbeat() app.Method {
+	return app.Method{Name: "nodes.heartbeat", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := m.Service(a)
+		return api.Bind(api.Lookup("nodes.heartbeat"), func(ctx context.Context, call *api.Call, in *api.HeartbeatInput) (api.HeartbeatResult, error) {
 			return svc.Heartbeat(ctx, in.TenantID, in.PoolID, in.NodeID, in.Report)
-		}),
-	}, nil
+		}), nil
+	}}
 }

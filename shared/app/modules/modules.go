@@ -11,7 +11,6 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/app/capacityapp"
-	"github.com/bettercompute/control-plane/shared/app/cursorkey"
 	"github.com/bettercompute/control-plane/shared/app/fleetapp"
 	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
 	"github.com/bettercompute/control-plane/shared/capacity"
@@ -34,19 +33,24 @@ func Wire(a *app.App) *App {
 	return &App{App: a, Fleet: &fleetapp.Module{}, Rollout: &rolloutapp.Module{}}
 }
 
-// New builds the core from cfg (reading the cursor key from Secrets
-// Manager when BC_CURSOR_SECRET_ARN is set) and wires every module on it.
+// New builds the core from cfg and wires every module on it: the local
+// gateway and the tests, which serve every method and so name the readers
+// those methods need (cursorkey.FromSecretsManager, kmskeys.FromKMS) in
+// opts — this package imports neither, so the reconciler links neither
+// client (a Go package's init is linked wherever it is imported).
 func New(ctx context.Context, cfg app.Config, opts ...app.Option) (*App, error) {
-	a, err := app.New(ctx, cfg, append([]app.Option{cursorkey.FromSecretsManager()}, opts...)...)
+	a, err := app.New(ctx, cfg, opts...)
 	if err != nil {
 		return nil, err
 	}
 	return Wire(a), nil
 }
 
-// MustFromEnv is app.MustFromEnv with every module wired.
+// MustFromEnv is app.MustFromEnv with every module wired, for the
+// reconciler: it serves no method, so it reads neither the cursor key nor
+// KMS keys.
 func MustFromEnv(ctx context.Context, opts ...app.Option) *App {
-	return Wire(app.MustFromEnv(ctx, append([]app.Option{cursorkey.FromSecretsManager()}, opts...)...))
+	return Wire(app.MustFromEnv(ctx, opts...))
 }
 
 // List is the modules in the order their endpoints are built.
@@ -62,9 +66,6 @@ func Served(m *api.Method) bool {
 func (a *App) Endpoints(ctx context.Context) ([]api.Endpoint, error) {
 	return a.App.Endpoints(ctx, a.List()...)
 }
-
-// Health asks DynamoDB and each module's own dependencies (KMS).
-func (a *App) Health(ctx context.Context) error { return a.App.Health(ctx, a.List()...) }
 
 // Pins are the release pins the rollout module loaded (rolloutapp.Module.Pins).
 func (a *App) Pins() []rolloutapp.Pin { return a.Rollout.Pins() }

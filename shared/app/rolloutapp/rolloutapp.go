@@ -1,6 +1,7 @@
 // Package rolloutapp wires the rollout module (releases and rollouts) on
-// the app's core: what a rollout function's main names. It is the only
-// module that links KMS (the release pins of BC_RELEASE_KMS_KEYS).
+// the app's core: what a rollout function's main names. releases.register
+// pins the keys of BC_RELEASE_KMS_KEYS through the core's KMS reader
+// (shared/app/kmskeys, named by that method's main alone).
 package rolloutapp
 
 import (
@@ -8,79 +9,68 @@ import (
 	"crypto"
 	"fmt"
 	"os"
-	"sync"
-
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/kms"
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/paging"
 
-	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/app/capacityapp"
 	"github.com/bettercompute/control-plane/shared/app/fleetapp"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
-	"github.com/bettercompute/control-plane/shared/kmssign"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
 // Module is the rollout module's wiring; it keeps the release pins its
 // start loaded (Pins).
 type Module struct {
-	pins    []Pin
-	kmsOnce sync.Once
-	kms     *kms.Client // Health's client, built on its first check
+	pins []Pin
 }
 
 // Name is the catalog's module name.
 func (*Module) Name() string { return "rollout" }
 
-// KMS is the KMS client on the app's AWS config (BC_KMS_ENDPOINT).
-func KMS(a *app.App) *kms.Client {
-	return kms.NewFromConfig(a.AWS, func(ko *kms.Options) {
-		if a.Config.KMSEndpoint != "" {
-			ko.BaseEndpoint = aws.String(a.Config.KMSEndpoint)
-		}
-	})
+// Methods are the release and rollout methods' wirings, in catalog order.
+func (m *Module) Methods() []app.Method {
+	return []app.Method{m.ReleasesRegister(), m.ReleasesList(), m.RolloutsCreate(), m.RolloutsGet(), m.RolloutsList(),
+		m.RolloutsNodes(), m.RolloutsPause(), m.RolloutsResume(), m.RolloutsAbort()}
 }
 
-// Health lists one KMS key: the local gateway's /healthz reports a dead KMS.
-func (m *Module) Health(ctx context.Context, a *app.App) error {
-	m.kmsOnce.Do(func() { m.kms = KMS(a) })
-	if _, err := m.kms.ListKeys(ctx, &kms.ListKeysInput{Limit: aws.Int32(1)}); err != nil {
-		return apierr.Dependency("kms", err)
-	}
-	return nil
+func releases(a *app.App) *rollout.Service {
+	return &rollout.Service{Store: &dynamo.Releases{DB: a.DB, Table: a.Config.Table}, Now: a.Now}
 }
 
-// Endpoints builds the release and rollout methods' endpoints; serving
-// releases.register, it loads the release pins first.
-func (m *Module) Endpoints(ctx context.Context, a *app.App) ([]api.Endpoint, error) {
-	svc := &rollout.Service{Store: &dynamo.Releases{DB: a.DB, Table: a.Config.Table}, Now: a.Now}
-	if a.Serves("releases.register") {
+// ReleasesRegister is releases.register: its start loads the release pins.
+func (m *Module) ReleasesRegister() app.Method {
+	return app.Method{Name: "releases.register", Build: func(ctx context.Context, a *app.App) (api.Endpoint, error) {
+		svc := releases(a)
 		pins, err := m.releasePins(ctx, a)
 		if err != nil {
-			return nil, err
+			return api.Endpoint{}, err
 		}
 		svc.Pins = pins
-	}
-	register := api.Bind(api.Lookup("releases.register"), func(ctx context.Context, call *api.Call, in *api.RegisterReleaseInput) (api.RegisterResult, error) {
-		r, replayed, err := svc.Register(ctx, in.Manifest, rollout.Audit{TenantID: call.TenantID, Principal: call.Principal})
-		if err != nil {
-			return api.RegisterResult{}, err
-		}
-		return api.RegisterResult{Release: r, Replayed: replayed}, nil
-	})
-	list := api.Bind(api.Lookup("releases.list"), func(ctx context.Context, call *api.Call, in *api.ListReleasesInput) (api.ListReleasesResult, error) {
-		// Without a limit: every release.
-		rs, next, err := app.List(a, call, in.Page, 0, func(pg paging.Page) ([]rollout.Release, map[string]string, error) {
-			return svc.List(ctx, pg.Limit, pg.After)
-		})
-		return api.ListReleasesResult{Releases: rs, NextCursor: next}, err
-	})
-	return append([]api.Endpoint{register, list}, rolloutEndpoints(a)...), nil
+		return api.Bind(api.Lookup("releases.register"), func(ctx context.Context, call *api.Call, in *api.RegisterReleaseInput) (api.RegisterResult, error) {
+			r, replayed, err := svc.Register(ctx, in.Manifest, rollout.Audit{TenantID: call.TenantID, Principal: call.Principal})
+			if err != nil {
+				return api.RegisterResult{}, err
+			}
+			return api.RegisterResult{Release: r, Replayed: replayed}, nil
+		}), nil
+	}}
+}
+
+// ReleasesList is releases.list.
+func (m *Module) ReleasesList() app.Method {
+	return app.Method{Name: "releases.list", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		svc := releases(a)
+		return api.Bind(api.Lookup("releases.list"), func(ctx context.Context, call *api.Call, in *api.ListReleasesInput) (api.ListReleasesResult, error) {
+			// Without a limit: every release.
+			rs, next, err := app.List(a, call, in.Page, 0, func(pg paging.Page) ([]rollout.Release, map[string]string, error) {
+				return svc.List(ctx, pg.Limit, pg.After)
+			})
+			return api.ListReleasesResult{Releases: rs, NextCursor: next}, err
+		}), nil
+	}}
 }
 
 // Store is the rollouts' table access.
@@ -101,16 +91,28 @@ func Reconciler(a *app.App, cordons *fleet.Service) *rollout.Reconciler {
 		Nodes: fleetapp.Store(a), Cordons: cordons, Calendar: capacityapp.Store(a), Now: a.Now, Logger: a.Logger, Table: a.Config.Table}
 }
 
-func rolloutEndpoints(a *app.App) []api.Endpoint {
-	svc := Rollouts(a)
-	change := func(name string, fn func(ctx context.Context, id, reason string) (rollout.Rollout, error)) api.Endpoint {
+// rolloutMethod is a rollout method's wiring: bind builds its handler on
+// the rollouts service.
+func rolloutMethod(name string, bind func(a *app.App, svc *rollout.Rollouts) api.Endpoint) app.Method {
+	return app.Method{Name: name, Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		return bind(a, Rollouts(a)), nil
+	}}
+}
+
+// change binds pause, resume or abort.
+func change(name string, do func(svc *rollout.Rollouts, ctx context.Context, id, reason string) (rollout.Rollout, error)) app.Method {
+	return rolloutMethod(name, func(_ *app.App, svc *rollout.Rollouts) api.Endpoint {
 		return api.Bind(api.Lookup(name), func(ctx context.Context, call *api.Call, in *api.ChangeRolloutInput) (api.RolloutResult, error) {
-			r, err := fn(ctx, in.RolloutID, app.Deref(in.Reason))
+			r, err := do(svc, ctx, in.RolloutID, app.Deref(in.Reason))
 			return api.RolloutResult{Rollout: r}, err
 		})
-	}
-	return []api.Endpoint{
-		api.Bind(api.Lookup("rollouts.create"), func(ctx context.Context, call *api.Call, in *api.CreateRolloutInput) (api.RolloutResult, error) {
+	})
+}
+
+// RolloutsCreate is rollouts.create.
+func (*Module) RolloutsCreate() app.Method {
+	return rolloutMethod("rollouts.create", func(_ *app.App, svc *rollout.Rollouts) api.Endpoint {
+		return api.Bind(api.Lookup("rollouts.create"), func(ctx context.Context, call *api.Call, in *api.CreateRolloutInput) (api.RolloutResult, error) {
 			req := rollout.CreateRequest{Version: in.Version, Pools: in.Pools, Waves: in.Waves, BakeSeconds: in.BakeSeconds,
 				MaxUnavailable: in.MaxUnavailable, MaxFailedNodes: in.MaxFailedNodes, ProgressDeadlineSeconds: in.ProgressDeadlineSeconds,
 				RollbackOnAbort: in.RollbackOnAbort, ClientToken: app.Deref(in.ClientToken),
@@ -120,12 +122,24 @@ func rolloutEndpoints(a *app.App) []api.Endpoint {
 			}
 			r, err := svc.Create(ctx, req)
 			return api.RolloutResult{Rollout: r}, err
-		}),
-		api.Bind(api.Lookup("rollouts.get"), func(ctx context.Context, call *api.Call, in *api.GetRolloutInput) (api.RolloutResult, error) {
+		})
+	})
+}
+
+// RolloutsGet is rollouts.get.
+func (*Module) RolloutsGet() app.Method {
+	return rolloutMethod("rollouts.get", func(_ *app.App, svc *rollout.Rollouts) api.Endpoint {
+		return api.Bind(api.Lookup("rollouts.get"), func(ctx context.Context, call *api.Call, in *api.GetRolloutInput) (api.RolloutResult, error) {
 			r, err := svc.Get(ctx, in.RolloutID)
 			return api.RolloutResult{Rollout: r}, err
-		}),
-		api.Bind(api.Lookup("rollouts.list"), func(ctx context.Context, call *api.Call, in *api.ListRolloutsInput) (api.ListRolloutsResult, error) {
+		})
+	})
+}
+
+// RolloutsList is rollouts.list.
+func (*Module) RolloutsList() app.Method {
+	return rolloutMethod("rollouts.list", func(a *app.App, svc *rollout.Rollouts) api.Endpoint {
+		return api.Bind(api.Lookup("rollouts.list"), func(ctx context.Context, call *api.Call, in *api.ListRolloutsInput) (api.ListRolloutsResult, error) {
 			st, err := app.Enum("state", in.State, rollout.ParseState, rollout.States)
 			if err != nil {
 				return api.ListRolloutsResult{}, err
@@ -134,8 +148,14 @@ func rolloutEndpoints(a *app.App) []api.Endpoint {
 				return svc.List(ctx, st, pg)
 			}, "state="+string(st))
 			return api.ListRolloutsResult{Rollouts: rs, NextCursor: next}, err
-		}),
-		api.Bind(api.Lookup("rollouts.nodes"), func(ctx context.Context, call *api.Call, in *api.RolloutNodesInput) (api.RolloutNodesResult, error) {
+		})
+	})
+}
+
+// RolloutsNodes is rollouts.nodes.
+func (*Module) RolloutsNodes() app.Method {
+	return rolloutMethod("rollouts.nodes", func(a *app.App, svc *rollout.Rollouts) api.Endpoint {
+		return api.Bind(api.Lookup("rollouts.nodes"), func(ctx context.Context, call *api.Call, in *api.RolloutNodesInput) (api.RolloutNodesResult, error) {
 			st, err := app.Enum("step", in.Step, rollout.ParseStep, rollout.Steps)
 			if err != nil {
 				return api.RolloutNodesResult{}, err
@@ -148,11 +168,23 @@ func rolloutEndpoints(a *app.App) []api.Endpoint {
 				return ns, map[string]string{"k": next}, err
 			}, "rolloutId="+in.RolloutID, "step="+string(st))
 			return api.RolloutNodesResult{Nodes: ns, NextCursor: next}, err
-		}),
-		change("rollouts.pause", svc.Pause),
-		change("rollouts.resume", svc.Resume),
-		change("rollouts.abort", svc.Abort),
-	}
+		})
+	})
+}
+
+// RolloutsPause is rollouts.pause.
+func (*Module) RolloutsPause() app.Method {
+	return change("rollouts.pause", (*rollout.Rollouts).Pause)
+}
+
+// RolloutsResume is rollouts.resume.
+func (*Module) RolloutsResume() app.Method {
+	return change("rollouts.resume", (*rollout.Rollouts).Resume)
+}
+
+// RolloutsAbort is rollouts.abort.
+func (*Module) RolloutsAbort() app.Method {
+	return change("rollouts.abort", (*rollout.Rollouts).Abort)
 }
 
 // Pin is one configured release key and the setting that pinned it.
@@ -199,12 +231,8 @@ func ReleasePins(ctx context.Context, a *app.App) ([]Pin, error) {
 			return nil, err
 		}
 	}
-	var client *kms.Client
-	if len(a.Config.ReleaseKMSKeys) > 0 {
-		client = KMS(a)
-	}
 	for _, id := range a.Config.ReleaseKMSKeys {
-		pub, err := kmssign.PublicKey(ctx, client, id)
+		pub, err := a.PublicKey(ctx, id)
 		if err != nil {
 			return nil, fmt.Errorf("BC_RELEASE_KMS_KEYS: %w", err)
 		}
@@ -216,8 +244,8 @@ func ReleasePins(ctx context.Context, a *app.App) ([]Pin, error) {
 }
 
 // Pins are the release pins the start loaded (ReleasePins, read once by
-// Endpoints when serving releases.register); nil before, or when this
-// process does not serve releases.register.
+// the build of releases.register); nil before, or when this process does
+// not serve releases.register.
 func (m *Module) Pins() []Pin { return m.pins }
 
 // releasePins loads the release pins once, at start, and keeps them (Pins).
