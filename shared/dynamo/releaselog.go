@@ -50,6 +50,12 @@ const (
 	FaultLogCheckpoint = "log.checkpoint" // checkpoint signed and stored
 )
 
+// maxAppendAttempts bounds an append that keeps losing index after index:
+// each loss means another release was appended, so it is only reached by a
+// burst of that many registrations at once (or a bug; the simulation's
+// reverts end here rather than spin).
+const maxAppendAttempts = 32
+
 // ErrLogOrder is an append whose sequence is not above the last entry's:
 // appends run in registration (sequence) order, so this release was
 // overtaken by a later one before it was logged.
@@ -138,7 +144,10 @@ func (l *ReleaseLog) entry(ctx context.Context, i int64) (logEntryItem, bool, er
 // returns its index. It is idempotent: a release already logged gets its
 // index back, whoever logged it.
 func (l *ReleaseLog) Append(ctx context.Context, version string, seq int64, payload []byte) (int64, error) {
-	for {
+	for attempt := 0; ; attempt++ {
+		if attempt == maxAppendAttempts {
+			return 0, fmt.Errorf("dynamo: release log: %s not appended after %d attempts (index taken each time)", version, attempt)
+		}
 		n, err := l.Size(ctx)
 		if err != nil {
 			return 0, err
