@@ -32,6 +32,9 @@ func devEnv(root string, lookup func(string) (string, bool)) map[string]string {
 		_, set := lookup(k)
 		userPins = userPins || set
 	}
+	if !given("BC_RELEASE_LOG_KEY") {
+		env["BC_RELEASE_LOG_KEY"], env["BC_RELEASE_LOG_ORIGIN"] = dev["BC_RELEASE_LOG_KEY"], dev["BC_RELEASE_LOG_ORIGIN"]
+	}
 	if !userPins {
 		env["BC_RELEASE_PINS_FILE"] = dev["BC_RELEASE_PINS_FILE"]
 		env["BC_RELEASE_KMS_KEYS"] = dev["BC_RELEASE_KMS_KEYS"]

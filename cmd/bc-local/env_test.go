@@ -39,8 +39,13 @@ func TestDevEnvPinRule(t *testing.T) {
 		"own policy file kept": {map[string]string{"BC_POLICY_FILE": "/p.json"},
 			map[string]string{"BC_RELEASE_PINS_FILE": devFile, "BC_RELEASE_KMS_KEYS": devKMS}},
 	} {
+		if tc.want == nil {
+			tc.want = map[string]string{}
+		}
 		t.Run(name, func(t *testing.T) {
 			got := devEnv(root, func(k string) (string, bool) { v, ok := tc.user[k]; return v, ok })
+			// The dev release log key signs unless the user names a log key.
+			tc.want["BC_RELEASE_LOG_KEY"], tc.want["BC_RELEASE_LOG_ORIGIN"] = devstack.DevReleaseLogKeyID, devstack.DevReleaseLogOrigin
 			if !maps.Equal(got, tc.want) {
 				t.Errorf("devEnv added %v, want %v", got, tc.want)
 			}

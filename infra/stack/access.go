@@ -29,6 +29,7 @@ type Access struct {
 	// DynamoDB: decrypt to read, and encrypt to write.
 	TableKey  []string
 	Signing   []string // KMS actions on the release signing key
+	LogKey    []string // KMS actions on the release log key (kms:Sign, and the public key it needs)
 	CursorKey []string // Secrets Manager actions on the cursor key secret
 }
 
@@ -81,8 +82,11 @@ func AccessFor(fn string, actions []string, indexes []string) (Access, error) {
 			a.TableQuery = append(a.TableQuery, act)
 		case service == "dynamodb":
 			a.TableItem = append(a.TableItem, act)
-		case service == "kms" && (name == "Sign" || strings.HasPrefix(name, "Create") || strings.HasPrefix(name, "Delete") || strings.HasPrefix(name, "Schedule")):
-			// Releases are signed offline by an operator with bcctl sign; no function signs or administers keys.
+		case act == api.SignsReleaseLog:
+			// Checkpoints of the release log: its own key, never the release key.
+			a.LogKey = append(a.LogKey, act, "kms:GetPublicKey")
+		case service == "kms" && (strings.HasPrefix(name, "Create") || strings.HasPrefix(name, "Delete") || strings.HasPrefix(name, "Schedule")):
+			// Releases are signed offline by an operator with bcctl sign; no function administers keys.
 			return a, fmt.Errorf("function %s: %s is never granted to a function", fn, act)
 		case service == "kms":
 			a.Signing = append(a.Signing, act)

@@ -169,7 +169,10 @@ func TestAccessFor(t *testing.T) {
 	if a, _ = AccessFor("f", nil, nil); len(a.TableKey) != 0 {
 		t.Errorf("no actions still reaches the table key: %+v", a)
 	}
-	for _, bad := range []string{"kms:Sign", "kms:CreateKey", "s3:GetObject", "dynamodb:*", "GetItem", "secretsmanager:PutSecretValue"} {
+	if a, err := AccessFor("f", []string{api.SignsReleaseLog}, nil); err != nil || len(a.Signing) != 0 || !equal(a.LogKey, []string{"kms:Sign", "kms:GetPublicKey"}) {
+		t.Errorf("kms:Sign is the release log key's alone: %+v %v", a, err)
+	}
+	for _, bad := range []string{"kms:CreateKey", "kms:ScheduleKeyDeletion", "s3:GetObject", "dynamodb:*", "GetItem", "secretsmanager:PutSecretValue"} {
 		if _, err := AccessFor("f", []string{bad}, nil); err == nil {
 			t.Errorf("%s accepted", bad)
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
@@ -33,6 +34,7 @@ type Stack struct {
 	Table      awsdynamodb.Table
 	TableKey   awskms.Key
 	SigningKey awskms.Key
+	LogKey     awskms.Key // signs the release log's checkpoints (SPEC §4.8)
 	CursorKey  awssecretsmanager.Secret
 	API        awsapigatewayv2.HttpApi
 	Stage      awsapigatewayv2.HttpStage
@@ -49,6 +51,7 @@ const (
 	OutputAPIURL       = "ApiUrl"
 	OutputTableName    = "TableName"
 	OutputSigningKeyID = "SigningKeyId"
+	OutputLogKeyID     = "ReleaseLogKeyId"
 )
 
 // Environment variables the stack sets (read by shared/app.ConfigFromEnv).
@@ -61,6 +64,8 @@ const (
 	envReleaseKMSKeys   = "BC_RELEASE_KMS_KEYS"
 	envReleasePins      = "BC_RELEASE_PINS"
 	envReleaseThreshold = "BC_RELEASE_THRESHOLD"
+	envReleaseLogKey    = "BC_RELEASE_LOG_KEY"
+	envReleaseLogOrigin = "BC_RELEASE_LOG_ORIGIN"
 )
 
 // New builds the stack from the catalog and cfg.
@@ -101,6 +106,14 @@ func New(scope constructs.Construct, cfg Config, props *awscdk.StackProps) (*Sta
 		KeySpec:       awskms.KeySpec_ECC_NIST_P256,
 		KeyUsage:      awskms.KeyUsage_SIGN_VERIFY,
 		Policy:        signingKeyPolicy(s.Stack, cfg),
+		RemovalPolicy: stateful,
+		PendingWindow: pendingWindow(cfg),
+	})
+	s.LogKey = awskms.NewKey(s.Stack, jsii.String("ReleaseLogKey"), &awskms.KeyProps{
+		Description:   jsii.String("Better Compute: signs the release log's checkpoints (only the functions that append may sign; anyone in the account may read the public key)"),
+		KeySpec:       awskms.KeySpec_ECC_NIST_P256,
+		KeyUsage:      awskms.KeyUsage_SIGN_VERIFY,
+		Policy:        logKeyPolicy(cfg),
 		RemovalPolicy: stateful,
 		PendingWindow: pendingWindow(cfg),
 	})
@@ -148,6 +161,10 @@ func New(scope constructs.Construct, cfg Config, props *awscdk.StackProps) (*Sta
 				env[envReleasePins] = jsii.String(cfg.ReleasePins)
 			}
 		}
+		if len(f.Access.LogKey) > 0 {
+			env[envReleaseLogKey] = s.LogKey.KeyId()
+			env[envReleaseLogOrigin] = logOrigin()
+		}
 		s.addFunction(f, cfg, arch, env, stateful)
 	}
 
@@ -165,7 +182,39 @@ func New(scope constructs.Construct, cfg Config, props *awscdk.StackProps) (*Sta
 	awscdk.NewCfnOutput(s.Stack, jsii.String(OutputSigningKeyID), &awscdk.CfnOutputProps{
 		Value: s.SigningKey.KeyId(), Description: jsii.String("KMS key that signs release manifests (ECC_NIST_P256; pinned through BC_RELEASE_KMS_KEYS)"),
 	})
+	awscdk.NewCfnOutput(s.Stack, jsii.String(OutputLogKeyID), &awscdk.CfnOutputProps{
+		Value: s.LogKey.KeyId(), Description: jsii.String("KMS key that signs the release log's checkpoints (its public key is what nodes and monitors pin)"),
+	})
 	return s, nil
+}
+
+// logOrigin names the release log: unique to the account, region and
+// stack, so two deployments' checkpoints never pass for each other's.
+func logOrigin() *string {
+	return awscdk.Fn_Join(jsii.String(""), jsii.Strings("bettercompute.", *awscdk.Aws_ACCOUNT_ID(), ".", *awscdk.Aws_REGION(), "/", *awscdk.Aws_STACK_NAME(), "/releases"))
+}
+
+// logKeyPolicy is the release log key's whole policy: administration as
+// the release key's (never Sign), the account reads the public key, and
+// kms:Sign is added per function that appends (addFunction) — no one else
+// may sign a checkpoint.
+func logKeyPolicy(cfg Config) awsiam.PolicyDocument {
+	account := awsiam.NewAccountRootPrincipal()
+	var admin awsiam.IPrincipal = account
+	if cfg.ReleaseKeyAdminRole != "" {
+		admin = awsiam.NewArnPrincipal(jsii.String(cfg.ReleaseKeyAdminRole))
+	}
+	return awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &[]awsiam.PolicyStatement{
+		awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid: jsii.String("KeyAdministration"), Principals: &[]awsiam.IPrincipal{admin},
+			Actions: jsii.Strings(keyAdministration...), Resources: jsii.Strings("*"),
+		}),
+		awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid: jsii.String("AccountReadsThePublicKey"), Principals: &[]awsiam.IPrincipal{account},
+			Actions: jsii.Strings("kms:GetPublicKey", "kms:DescribeKey"), Resources: jsii.Strings("*"),
+		}),
+		grantGuard(),
+	}})
 }
 
 // newDLQ is a dead-letter queue: SQS-managed encryption, TLS only, and
@@ -202,6 +251,13 @@ func (s *Stack) addFunction(f Function, cfg Config, arch awslambda.Architecture,
 	logs.GrantWrite(role)
 	for _, st := range s.statements(f.Access) {
 		role.AddToPolicy(st)
+	}
+	if len(f.Access.LogKey) > 0 {
+		s.LogKey.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+			Sid: jsii.String("SignCheckpoints" + strings.ReplaceAll(f.Name, "-", "")), Principals: &[]awsiam.IPrincipal{role},
+			Actions: jsii.Strings(f.Access.LogKey...), Resources: jsii.Strings("*"),
+			Conditions: &map[string]any{"StringEquals": map[string]any{"kms:SigningAlgorithm": "ECDSA_SHA_256"}},
+		}), nil)
 	}
 
 	desc := "Better Compute reconciler: drives reservations through their states (capacity.reservations)"
@@ -288,6 +344,7 @@ func (s *Stack) statements(a Access) []awsiam.PolicyStatement {
 		}))
 	}
 	stmt(a.Signing, s.SigningKey.KeyArn())
+	stmt(a.LogKey, s.LogKey.KeyArn())
 	stmt(a.CursorKey, s.CursorKey.SecretArn())
 	return out
 }

@@ -123,6 +123,7 @@ func synth(m *testing.M) (int, error) {
 	ref["table"] = logical(s.Table)
 	ref["tableKey"] = logical(s.TableKey)
 	ref["signingKey"] = logical(s.SigningKey)
+	ref["logKey"] = logical(s.LogKey)
 	ref["api"] = logical(s.API)
 	ref["stage"] = logical(s.Stage)
 	ref["dlq"] = logical(s.DLQ)
@@ -479,14 +480,17 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 	table := jsonOf(getAtt(ref["table"], "Arn"))
 	tableKey := jsonOf(getAtt(ref["tableKey"], "Arn"))
 	signingKey := jsonOf(getAtt(ref["signingKey"], "Arn"))
+	logKey := jsonOf(getAtt(ref["logKey"], "Arn"))
 	cursorKey := jsonOf(refTo(ref["cursorKey"]))
 	writes := []string{"dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:TransactWriteItems"}
 	for name, id := range ids {
 		t.Run(name, func(t *testing.T) {
 			decl := declared(name)
-			var dynamoActs, itemActs, queryActs, kmsActs, secretActs []string
+			var dynamoActs, itemActs, queryActs, kmsActs, secretActs, logActs []string
 			for _, a := range decl.actions {
 				switch {
+				case a == api.SignsReleaseLog: // on the log key alone, with the public key it needs
+					logActs = append(logActs, a, "kms:GetPublicKey")
 				case a == "dynamodb:Query":
 					dynamoActs = append(dynamoActs, a)
 					queryActs = append(queryActs, a)
@@ -521,6 +525,9 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 			if len(secretActs) > 0 {
 				want[cursorKey] = sorted(secretActs)
 			}
+			if len(logActs) > 0 {
+				want[logKey] = sorted(logActs)
+			}
 			if len(dynamoActs) > 0 {
 				keyActs := []string{"kms:Decrypt", "kms:DescribeKey"}
 				if slices.ContainsFunc(dynamoActs, func(a string) bool { return slices.Contains(writes, a) }) {
@@ -553,8 +560,8 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 					if strings.Contains(a, "*") && !strings.HasPrefix(a, "kms:ReEncrypt") && !strings.HasPrefix(a, "kms:GenerateDataKey") {
 						t.Errorf("wildcard action %s on %s", a, r)
 					}
-					if a == "kms:Sign" {
-						t.Errorf("kms:Sign granted on %s", r)
+					if a == "kms:Sign" && r != logKey {
+						t.Errorf("kms:Sign granted on %s (only the release log key signs)", r)
 					}
 				}
 				if r == "*" && !equal(acts, []string{"xray:PutTelemetryRecords", "xray:PutTraceSegments"}) {
@@ -938,5 +945,42 @@ func TestOutputs(t *testing.T) {
 	}
 	if url := jsonOf(path(outs[OutputAPIURL], "Value")); !strings.Contains(url, ref["api"]) || !strings.Contains(url, "execute-api") {
 		t.Errorf("output %s = %s", OutputAPIURL, url)
+	}
+}
+
+// The release log key (SPEC §4.8): its own ECC key; only the functions
+// whose catalog entry appends to the log (releases.register) may sign with
+// it, ECDSA_SHA_256 only; they are told the key and the log's origin.
+func TestReleaseLogKey(t *testing.T) {
+	p := props(ref["logKey"])
+	if p["KeySpec"] != "ECC_NIST_P256" || p["KeyUsage"] != "SIGN_VERIFY" {
+		t.Errorf("log key %v/%v", p["KeySpec"], p["KeyUsage"])
+	}
+	signers := map[string]bool{}
+	for _, st := range keyStatements(t, "logKey") {
+		acts := strs(st["Action"])
+		if slices.Contains(acts, "kms:*") {
+			t.Errorf("statement %s allows kms:*", jsonOf(st))
+		}
+		if st["Effect"] == "Allow" && slices.Contains(acts, "kms:Sign") {
+			signers[jsonOf(st["Principal"])] = true
+			if !equal(path(st, "Condition", "StringEquals", "kms:SigningAlgorithm"), "ECDSA_SHA_256") {
+				t.Errorf("signing without an algorithm condition: %s", jsonOf(st))
+			}
+		}
+	}
+	want := jsonOf(map[string]any{"AWS": getAtt(ids["releases-register"].Role, "Arn")})
+	if len(signers) != 1 || !signers[want] {
+		t.Errorf("principals allowed kms:Sign on the log key: %v, want only %s", signers, want)
+	}
+	for name, id := range ids {
+		vars, _ := path(props(id.Function), "Environment", "Variables").(map[string]any)
+		has := vars["BC_RELEASE_LOG_KEY"] != nil
+		if has != (name == "releases-register") {
+			t.Errorf("%s: BC_RELEASE_LOG_KEY set = %v", name, has)
+		}
+		if has && (!equal(vars["BC_RELEASE_LOG_KEY"], refTo(ref["logKey"])) || vars["BC_RELEASE_LOG_ORIGIN"] == nil) {
+			t.Errorf("%s: log key %v, origin %v", name, vars["BC_RELEASE_LOG_KEY"], vars["BC_RELEASE_LOG_ORIGIN"])
+		}
 	}
 }

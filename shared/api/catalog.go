@@ -63,6 +63,11 @@ const ReadsCursorKey = "secretsmanager:GetSecretValue"
 // at cold start, and is the only one that links the KMS client.
 const ReadsKMSKeys = "kms:GetPublicKey"
 
+// SignsReleaseLog is the action of the method that appends to the release
+// log and signs its checkpoints (SPEC §4.8): kms:Sign on the log key alone,
+// never on the release signing key.
+const SignsReleaseLog = "kms:Sign"
+
 // Note is a labelled paragraph of a method's reference page.
 type Note struct{ Label, Text string }
 
@@ -153,10 +158,10 @@ var Catalog = []*Method{
 				[]Detail{detail("field", "manifest.payload.sequence"), detail("reason", "rollback"), detail("latestSequence")}},
 			{apierr.Conflict, "the version is already registered, or being registered, with another sequence",
 				[]Detail{detail("version"), detail("sequence")}},
-			{apierr.Unavailable, "DynamoDB failed (retry), or this deployment has no release keys pinned (no `dependency`)",
+			{apierr.Unavailable, "DynamoDB failed, or KMS failed to sign the release log's checkpoint (retry: `dependency` says which; the release is recorded and logged by the retry or the next registration), or this deployment has no release keys pinned (no `dependency`)",
 				[]Detail{detail("dependency")}},
 		},
-		Actions: []string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", ReadsKMSKeys}},
+		Actions: []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", ReadsKMSKeys, SignsReleaseLog}},
 	{Name: "releases.list", Kind: Read, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout",
 		Summary: "Returns the registered releases, highest sequence first.",
 		Notes:   []Note{{"", "The list is not filtered by tenant: releases belong to the platform. Without `limit` it returns every release."}},

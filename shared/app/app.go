@@ -74,6 +74,8 @@ func WithCursorKeyReader(r KeyReader) Option { return func(o *options) { o.readK
 // releases.register pins from BC_RELEASE_KMS_KEYS.
 type PublicKeys interface {
 	PublicKey(ctx context.Context, keyID string) (crypto.PublicKey, error)
+	// Signer signs with KMS key id (kms:Sign): the release log's key.
+	Signer(ctx context.Context, keyID string) (crypto.Signer, error)
 	// Health asks KMS one cheap question (the local gateway's /healthz).
 	Health(ctx context.Context) error
 }
@@ -92,6 +94,15 @@ func (a *App) PublicKey(ctx context.Context, id string) (crypto.PublicKey, error
 		return nil, fmt.Errorf("KMS key %s: this build reads no KMS keys: its main must name kmskeys.FromKMS", id)
 	}
 	return a.keys.PublicKey(ctx, id)
+}
+
+// KMSSigner is a signer on KMS key id (the release log's checkpoint key), or
+// says which option the build lacks.
+func (a *App) KMSSigner(ctx context.Context, id string) (crypto.Signer, error) {
+	if a.keys == nil {
+		return nil, fmt.Errorf("KMS key %s: this build signs with no KMS key: its main must name kmskeys.FromKMS", id)
+	}
+	return a.keys.Signer(ctx, id)
 }
 
 // WithDevTokens lets the gateway accept "Bearer dev:<principal>" (local only).

@@ -30,6 +30,12 @@ type Config struct {
 	Pins             string   // BC_RELEASE_PINS: the same, inline
 	ReleaseKMSKeys   []string // BC_RELEASE_KMS_KEYS: comma-separated KMS key ids pinned too
 	ReleaseThreshold int      // BC_RELEASE_THRESHOLD (default 1)
+	// ReleaseLogKey (BC_RELEASE_LOG_KEY): the KMS key (ECC_NIST_P256) that
+	// signs the release log's checkpoints; registration needs it.
+	ReleaseLogKey string
+	// ReleaseLogOrigin (BC_RELEASE_LOG_ORIGIN): the log's origin, the
+	// checkpoints' first line and the log key's name in notes.
+	ReleaseLogOrigin string
 
 	CursorKey string // BC_CURSOR_KEY: HMAC key for pagination cursors
 	// CursorSecretARN (BC_CURSOR_SECRET_ARN): a Secrets Manager secret whose
@@ -64,6 +70,10 @@ func ConfigFromEnv() (Config, error) {
 		CursorKey:      os.Getenv("BC_CURSOR_KEY"),
 	}
 	c.CursorSecretARN, c.SecretsEndpoint = os.Getenv("BC_CURSOR_SECRET_ARN"), os.Getenv("BC_SECRETSMANAGER_ENDPOINT")
+	c.ReleaseLogKey, c.ReleaseLogOrigin = os.Getenv("BC_RELEASE_LOG_KEY"), os.Getenv("BC_RELEASE_LOG_ORIGIN")
+	if c.ReleaseLogKey != "" && c.ReleaseLogOrigin == "" {
+		return c, fmt.Errorf("BC_RELEASE_LOG_ORIGIN must name the release log when BC_RELEASE_LOG_KEY is set")
+	}
 	for _, k := range strings.Split(os.Getenv("BC_RELEASE_KMS_KEYS"), ",") {
 		if k = strings.TrimSpace(k); k != "" {
 			c.ReleaseKMSKeys = append(c.ReleaseKMSKeys, k)

@@ -64,7 +64,8 @@ func startHarness(tb testing.TB, s setup) (*harness, error) {
 	tb.Helper()
 	dev := devstack.Shared(tb)
 	cfg := app.Config{Table: devstack.NewTable(tb, dev), Region: dev.Region, DynamoEndpoint: dev.DynamoEndpoint,
-		KMSEndpoint: dev.KMSEndpoint, ReleaseThreshold: 1, CursorKey: "test-key"}
+		KMSEndpoint: dev.KMSEndpoint, ReleaseThreshold: 1, CursorKey: "test-key",
+		ReleaseLogKey: devstack.DevReleaseLogKeyID, ReleaseLogOrigin: devstack.DevReleaseLogOrigin}
 	if s.config != nil {
 		s.config(&cfg)
 	}

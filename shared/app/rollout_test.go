@@ -19,6 +19,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/kmssign"
+	"github.com/bettercompute/control-plane/shared/releaselog"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -66,6 +67,21 @@ func TestReleasesEndToEnd(t *testing.T) {
 	}
 	if by := rel["registeredBy"].(map[string]any); by["tenantId"] != "platform" || by["principal"] != "admin" {
 		t.Fatalf("registeredBy: %v", by)
+	}
+	// The release is entry 0 of the log, under a checkpoint the dev log
+	// key signed: a tree of one entry, whose root is the payload's leaf.
+	logged := a.Body["log"].(map[string]any)
+	pub, err := kmssign.PublicKey(context.Background(), devstack.Shared(t).KMS(), devstack.DevReleaseLogKeyID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lk, err := releaselog.NewKey(devstack.DevReleaseLogOrigin, pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp, err := lk.Open([]byte(logged["checkpoint"].(string)))
+	if err != nil || logged["index"] != 0.0 || cp.Size != 1 || cp.Root != releaselog.LeafHash(statement("1.4.0", 7)) {
+		t.Fatalf("log: %v: checkpoint %+v, %v", logged, cp, err)
 	}
 
 	if a = h.call("admin", "releases.register", reg); a.Status != 200 || a.Body["replayed"] != true {
@@ -218,7 +234,8 @@ func TestReleasePinsSayWhereEachCameFrom(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg := app.Config{Region: s.Region, KMSEndpoint: s.KMSEndpoint, PinsFile: file, Pins: string(inline),
-		ReleaseKMSKeys: []string{devstack.DevReleaseKeyAlias}, ReleaseThreshold: 1}
+		ReleaseKMSKeys: []string{devstack.DevReleaseKeyAlias}, ReleaseThreshold: 1,
+		ReleaseLogKey: devstack.DevReleaseLogKeyID, ReleaseLogOrigin: devstack.DevReleaseLogOrigin}
 	// A build whose main names no KMS reader says so instead of pinning less.
 	bare, err := app.New(context.Background(), cfg, app.WithDecider(testPolicy))
 	if err != nil {

@@ -38,6 +38,10 @@ import (
 const (
 	DevReleaseKeyID    = "278f4761-c52b-4cfe-934b-17412f92b146"
 	DevReleaseKeyAlias = "alias/bc-release-dev"
+	// DevReleaseLogKeyID signs the dev release log's checkpoints, under
+	// DevReleaseLogOrigin.
+	DevReleaseLogKeyID  = "5310fd85-917f-485e-9171-ebd8ed86e3e7"
+	DevReleaseLogOrigin = "dev.bettercompute.local/releases"
 )
 
 // Files of the local configuration, relative to the repository root.
@@ -253,9 +257,11 @@ func (s *Stack) KMS(opts ...func(*kms.Options)) *kms.Client {
 // the BC_* variables a user did not set. DEV ONLY.
 func DevDefaults(root string) map[string]string {
 	return map[string]string{
-		"BC_POLICY_FILE":       filepath.Join(root, PolicyFile),
-		"BC_RELEASE_PINS_FILE": filepath.Join(root, PinsFile),
-		"BC_RELEASE_KMS_KEYS":  DevReleaseKeyID,
+		"BC_POLICY_FILE":        filepath.Join(root, PolicyFile),
+		"BC_RELEASE_PINS_FILE":  filepath.Join(root, PinsFile),
+		"BC_RELEASE_KMS_KEYS":   DevReleaseKeyID,
+		"BC_RELEASE_LOG_KEY":    DevReleaseLogKeyID,
+		"BC_RELEASE_LOG_ORIGIN": DevReleaseLogOrigin,
 	}
 }
 

@@ -14,7 +14,12 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/kms"
+	kmstypes "github.com/aws/aws-sdk-go-v2/service/kms/types"
+
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
+	"github.com/bettercompute/control-plane/shared/kmssign"
+	"github.com/bettercompute/control-plane/shared/releaselog"
 )
 
 // shared is the one stack of a test binary (Shared, Main).
@@ -90,4 +95,26 @@ func NewTable(tb testing.TB, s *Stack) (tableName string) {
 		_, _ = client.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(name)})
 	})
 	return name
+}
+
+// LogSigner is a release-log checkpoint signer for origin on a fresh ECDSA
+// P-256 key of s's local-kms (kms:Sign, as in production), for a test's
+// own log.
+func LogSigner(tb testing.TB, s *Stack, origin string) *releaselog.Signer {
+	tb.Helper()
+	ctx := context.Background()
+	c := s.KMS()
+	k, err := c.CreateKey(ctx, &kms.CreateKeyInput{KeySpec: kmstypes.KeySpecEccNistP256, KeyUsage: kmstypes.KeyUsageTypeSignVerify})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	ks, err := kmssign.NewSigner(ctx, c, aws.ToString(k.KeyMetadata.KeyId))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	signer, err := releaselog.NewSigner(origin, ks)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return signer
 }

@@ -140,10 +140,12 @@ func (l *ReleaseLog) entry(ctx context.Context, i int64) (logEntryItem, bool, er
 	return e, ok, err
 }
 
-// Append logs the release (version, seq) whose DSSE payload is payload and
-// returns its index. It is idempotent: a release already logged gets its
-// index back, whoever logged it.
-func (l *ReleaseLog) Append(ctx context.Context, version string, seq int64, payload []byte) (int64, error) {
+// Append logs the release (version, seq) whose entry (its DSSE payload) has
+// leaf hash leaf (releaselog.LeafHash) and returns its index. It is
+// idempotent: a release already logged gets its index back, whoever logged
+// it. Only the leaf hash is needed, so any registration can append a
+// release another one recorded: the release item keeps it.
+func (l *ReleaseLog) Append(ctx context.Context, version string, seq int64, leaf tlog.Hash) (int64, error) {
 	for attempt := 0; ; attempt++ {
 		if attempt == maxAppendAttempts {
 			return 0, fmt.Errorf("dynamo: release log: %s not appended after %d attempts (index taken each time)", version, attempt)
@@ -167,7 +169,7 @@ func (l *ReleaseLog) Append(ctx context.Context, version string, seq int64, payl
 				return l.find(ctx, version, seq, n-1)
 			}
 		}
-		hs, err := releaselog.StoredHashes(ctx, l, n, payload)
+		hs, err := releaselog.StoredHashes(ctx, l, n, leaf)
 		if err != nil {
 			return 0, err
 		}
@@ -314,6 +316,12 @@ func (l *ReleaseLog) Sign(ctx context.Context) (string, int64, error) {
 	if err != nil {
 		return "", 0, err
 	}
+	return l.SignCovering(ctx, n)
+}
+
+// SignCovering is Sign for a caller that knows the log has at least n
+// entries (an append's index + 1): a checkpoint of at least size n.
+func (l *ReleaseLog) SignCovering(ctx context.Context, n int64) (string, int64, error) {
 	note, size, err := l.Checkpoint(ctx)
 	if err != nil || (note != "" && size >= n) {
 		return note, size, err

@@ -7,16 +7,12 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/kms"
-	kmstypes "github.com/aws/aws-sdk-go-v2/service/kms/types"
 	"github.com/transparency-dev/merkle/proof"
 	"github.com/transparency-dev/merkle/rfc6962"
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo"
-	"github.com/bettercompute/control-plane/shared/kmssign"
 	"github.com/bettercompute/control-plane/shared/releaselog"
 )
 
@@ -27,21 +23,7 @@ const logOrigin = "bettercompute.test/releases"
 func newLog(t *testing.T) *dynamo.ReleaseLog {
 	t.Helper()
 	s := devstack.Shared(t)
-	ctx := context.Background()
-	c := s.KMS()
-	k, err := c.CreateKey(ctx, &kms.CreateKeyInput{KeySpec: kmstypes.KeySpecEccNistP256, KeyUsage: kmstypes.KeyUsageTypeSignVerify})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ks, err := kmssign.NewSigner(ctx, c, aws.ToString(k.KeyMetadata.KeyId))
-	if err != nil {
-		t.Fatal(err)
-	}
-	signer, err := releaselog.NewSigner(logOrigin, ks)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &dynamo.ReleaseLog{DB: s.DynamoDB(), Table: devstack.NewTable(t, s), Signer: signer}
+	return &dynamo.ReleaseLog{DB: s.DynamoDB(), Table: devstack.NewTable(t, s), Signer: devstack.LogSigner(t, s, logOrigin)}
 }
 
 func payload(i int) []byte { return fmt.Appendf(nil, `{"version":"2.%d.0","sequence":%d}`, i, 10+i) }
@@ -75,7 +57,7 @@ func payloads(n int) [][]byte {
 func appendAll(t *testing.T, l *dynamo.ReleaseLog, from, to int) {
 	t.Helper()
 	for i := from; i < to; i++ {
-		idx, err := l.Append(context.Background(), fmt.Sprintf("2.%d.0", i), int64(10+i), payload(i))
+		idx, err := l.Append(context.Background(), fmt.Sprintf("2.%d.0", i), int64(10+i), releaselog.LeafHash(payload(i)))
 		if err != nil || idx != int64(i) {
 			t.Fatalf("append %d: index %d, %v", i, idx, err)
 		}
@@ -136,11 +118,11 @@ func TestReleaseLogAppendIsIdempotent(t *testing.T) {
 	ctx, l := context.Background(), newLog(t)
 	appendAll(t, l, 0, 10)
 	for _, i := range []int{9, 3, 0} {
-		if idx, err := l.Append(ctx, fmt.Sprintf("2.%d.0", i), int64(10+i), payload(i)); err != nil || idx != int64(i) {
+		if idx, err := l.Append(ctx, fmt.Sprintf("2.%d.0", i), int64(10+i), releaselog.LeafHash(payload(i))); err != nil || idx != int64(i) {
 			t.Errorf("re-append %d: %d %v", i, idx, err)
 		}
 	}
-	if _, err := l.Append(ctx, "2.x.0", 14, []byte("x")); !errors.Is(err, dynamo.ErrLogOrder) {
+	if _, err := l.Append(ctx, "2.x.0", 14, releaselog.LeafHash([]byte("x"))); !errors.Is(err, dynamo.ErrLogOrder) {
 		t.Errorf("an append below the last sequence: %v", err)
 	}
 	if size, _ := l.Size(ctx); size != 10 {
@@ -168,7 +150,7 @@ func TestReleaseLogCrashes(t *testing.T) {
 					if _, _, err := l.Sign(ctx); !errors.Is(err, crash) {
 						t.Fatalf("sign: %v", err)
 					}
-				} else if _, err := l.Append(ctx, "2.3.0", 13, payload(3)); !errors.Is(err, crash) {
+				} else if _, err := l.Append(ctx, "2.3.0", 13, releaselog.LeafHash(payload(3))); !errors.Is(err, crash) {
 					t.Fatalf("append: %v", err)
 				}
 				l.Faults = nil
@@ -178,11 +160,11 @@ func TestReleaseLogCrashes(t *testing.T) {
 				want := 4
 				if point == dynamo.FaultLogCheckpoint && next == "same" {
 					want = 3 // nothing to retry but the signature
-				} else if idx, err := l.Append(ctx, "2.3.0", 13, payload(3)); err != nil || idx != 3 {
+				} else if idx, err := l.Append(ctx, "2.3.0", 13, releaselog.LeafHash(payload(3))); err != nil || idx != 3 {
 					t.Fatalf("release 3 after the crash: %d %v", idx, err)
 				}
 				if next == "next" {
-					if idx, err := l.Append(ctx, "2.4.0", 14, payload(4)); err != nil || idx != 4 {
+					if idx, err := l.Append(ctx, "2.4.0", 14, releaselog.LeafHash(payload(4))); err != nil || idx != 4 {
 						t.Fatalf("the next release: %d %v", idx, err)
 					}
 					want = 5
@@ -230,7 +212,7 @@ func TestReleaseLogRacingAppendsAndSigners(t *testing.T) {
 	for a := range appenders {
 		wg.Go(func() {
 			for i := range n {
-				idx, err := l.Append(ctx, fmt.Sprintf("2.%d.0", i), int64(10+i), payload(i))
+				idx, err := l.Append(ctx, fmt.Sprintf("2.%d.0", i), int64(10+i), releaselog.LeafHash(payload(i)))
 				if err != nil || idx != int64(i) {
 					errs <- fmt.Errorf("appender %d, release %d: index %d, %v", a, i, idx, err)
 					return
@@ -322,7 +304,7 @@ func TestReleaseLogRacingDistinctReleases(t *testing.T) {
 			for k := range each {
 				seq := int64(1 + a + k*appenders)
 				v := fmt.Sprintf("3.%d.0", seq)
-				idx, err := l.Append(ctx, v, seq, []byte(v))
+				idx, err := l.Append(ctx, v, seq, releaselog.LeafHash([]byte(v)))
 				switch {
 				case errors.Is(err, dynamo.ErrLogOrder):
 				case err != nil:

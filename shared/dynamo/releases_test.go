@@ -11,6 +11,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/releaselog"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -20,11 +21,14 @@ func newReleases(t *testing.T) (*dynamo.Releases, *dynamo.RoundTrips) {
 	t.Helper()
 	s := devstack.Shared(t)
 	rt := &dynamo.RoundTrips{}
-	return &dynamo.Releases{DB: s.DynamoDB(rt.Option()), Table: devstack.NewTable(t, s)}, rt
+	db, table := s.DynamoDB(rt.Option()), devstack.NewTable(t, s)
+	return &dynamo.Releases{DB: db, Table: table,
+		Log: &dynamo.ReleaseLog{DB: db, Table: table, Signer: devstack.LogSigner(t, s, logOrigin)}}, rt
 }
 
 func release(version string, seq int64) rollout.Release {
 	return rollout.Release{Version: version, Sequence: seq, ManifestDigest: fmt.Sprintf("sha256:%064d", seq),
+		Payload:      fmt.Appendf(nil, `{"version":%q,"sequence":%d}`, version, seq),
 		Binaries:     []rollout.Binary{{Platform: "linux/amd64", URL: "https://example.com/bcd", SHA256: fmt.Sprintf("%064d", 0), Size: 1}},
 		Signers:      []string{"k1"},
 		RegisteredAt: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC),
@@ -48,9 +52,11 @@ func TestRegisterProtocol(t *testing.T) {
 	if err != nil || replayed || got.Version != "1.0.0" || got.Sequence != 5 {
 		t.Fatalf("first register: %+v replayed=%v err=%v", got, replayed, err)
 	}
-	// pending put, head claim, recorded mark.
-	if n := rt.Count(); n != 3 {
-		t.Errorf("first registration took %d round trips, want 3", n)
+	// pending put, head claim, claimed mark; the append (log size, entry
+	// put, head move); the checkpoint (stored one, tree hash, put; plus one
+	// KMS Sign); recorded mark.
+	if n := rt.Count(); n != 10 {
+		t.Errorf("first registration took %d round trips, want 10", n)
 	}
 
 	// Same version, same sequence: the stored release, replayed.
@@ -69,9 +75,11 @@ func TestRegisterProtocol(t *testing.T) {
 	if _, _, err = s.Register(ctx, release("2.0.0", 6)); err != nil {
 		t.Fatalf("2.0.0@6 after a refused 1.0.0@9: %v", err)
 	}
-	// …plus the write that makes sure the replaced head is recorded.
-	if n := rt.Count(); n != 4 {
-		t.Errorf("a later registration took %d round trips, want 4", n)
+	// …plus the read that makes sure the replaced head is recorded, the
+	// read of the log's last entry, and the stored hashes the entry's own
+	// depend on.
+	if n := rt.Count(); n != 13 {
+		t.Errorf("a later registration took %d round trips, want 13", n)
 	}
 	// A new version at or below the head: rollback.
 	for _, seq := range []int64{6, 3} {
@@ -331,7 +339,8 @@ func TestMixedRaces(t *testing.T) {
 func TestRegisterCrashPoints(t *testing.T) {
 	ctx := context.Background()
 	errCrash := errors.New("crash")
-	for _, point := range []string{dynamo.FaultReleasePending, dynamo.FaultReleaseClaimed, dynamo.FaultReleaseCommitted} {
+	for _, point := range []string{dynamo.FaultReleasePending, dynamo.FaultReleaseClaimed, dynamo.FaultReleaseMarked,
+		dynamo.FaultLogEntry, dynamo.FaultLogHead, dynamo.FaultLogCheckpoint, dynamo.FaultReleaseCommitted} {
 		claimed := point != dynamo.FaultReleasePending
 		crashed := func(t *testing.T) (*dynamo.Releases, *fakeClock) {
 			s, _ := newReleases(t)
@@ -346,10 +355,12 @@ func TestRegisterCrashPoints(t *testing.T) {
 				}
 				return nil
 			}
+			s.Log.Faults = s.Faults
 			if _, _, err := s.Register(ctx, release("2.0.0", 2)); !errors.Is(err, errCrash) {
 				t.Fatalf("want the crash at %s, got %v", point, err)
 			}
-			s.Faults = nil
+			s.Faults, s.Log.Faults = nil, nil
+			t.Cleanup(func() { checkReleasesLog(t, s) })
 			return s, clock
 		}
 		t.Run(point+"/the same request again", func(t *testing.T) {
@@ -360,6 +371,24 @@ func TestRegisterCrashPoints(t *testing.T) {
 			}
 			if h, top := headSeq(t, s), highest(t, s); h != 2 || top != 2 {
 				t.Fatalf("head %d, highest recorded %d", h, top)
+			}
+		})
+		t.Run(point+"/the reconciler, later", func(t *testing.T) {
+			s, clock := crashed(t)
+			if _, err := s.Settle(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if rs, _, _ := s.List(ctx, 0, nil); len(rs) != map[bool]int{true: 2, false: 1}[point == dynamo.FaultReleaseCommitted] {
+				t.Fatalf("a registration still in time is left to itself, but %d releases are listed", len(rs))
+			}
+			clock.Advance(dynamo.PendingStale)
+			if _, err := s.Settle(ctx); err != nil {
+				t.Fatal(err)
+			}
+			// A claim counts as registered: the reconciler settles it.
+			rs, _, _ := s.List(ctx, 0, nil)
+			if want := map[bool]int{true: 2, false: 1}[claimed]; len(rs) != want {
+				t.Fatalf("%d releases listed, want %d", len(rs), want)
 			}
 		})
 		t.Run(point+"/a higher sequence", func(t *testing.T) {
@@ -403,6 +432,62 @@ func TestRegisterCrashPoints(t *testing.T) {
 			}
 		})
 	}
+}
+
+// checkReleasesLog holds the log to the releases: after the reconciler's Settle,
+// every listed release is the log's entry at its index (the leaf of its
+// payload), the entries run in sequence order with no other entry, and the
+// signed checkpoint covers them all and is the tree's root.
+func checkReleasesLog(t *testing.T, s *dynamo.Releases) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.Settle(ctx); err != nil {
+		t.Fatalf("settle: %v", err)
+	}
+	rs, _, err := s.List(ctx, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.Log.Size(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n != int64(len(rs)) {
+		t.Errorf("log size %d, %d releases listed", n, len(rs))
+	}
+	for _, r := range rs {
+		if r.Log == nil {
+			t.Errorf("%s listed without a log index", r.Version)
+			continue
+		}
+		ver, seq, ok, err := s.Log.Entry(ctx, r.Log.Index)
+		if err != nil || !ok || ver != r.Version || seq != r.Sequence {
+			t.Errorf("%s@%d at index %d: the log has %s@%d (ok=%v, err=%v)", r.Version, r.Sequence, r.Log.Index, ver, seq, ok, err)
+		}
+		if want := int64(len(rs)) - 1 - indexOf(rs, r.Version); r.Log.Index != want {
+			t.Errorf("%s at index %d, want %d (sequence order)", r.Version, r.Log.Index, want)
+		}
+	}
+	note, size, err := s.Log.Checkpoint(ctx)
+	if err != nil || size != n {
+		t.Fatalf("checkpoint of size %d over a log of %d (%v)", size, n, err)
+	}
+	cp, err := s.Log.Signer.Key().Open([]byte(note))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if root, err := releaselog.TreeHash(ctx, s.Log, n); err != nil || root != cp.Root {
+		t.Errorf("checkpoint root %x, tree %x (%v)", cp.Root, root, err)
+	}
+}
+
+func indexOf(rs []rollout.Release, version string) int64 {
+	for i, r := range rs {
+		if r.Version == version {
+			return int64(i)
+		}
+	}
+	return -1
 }
 
 type fakeClock struct {

@@ -49,7 +49,9 @@ func NewSigner(ctx context.Context, c API, keyID string) (*Signer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Signer{ctx: ctx, client: c, keyID: keyID, pub: pub}, nil
+	// Signs outlive the call that made the signer (a function's start):
+	// they keep its values, not its cancellation.
+	return &Signer{ctx: context.WithoutCancel(ctx), client: c, keyID: keyID, pub: pub}, nil
 }
 
 // Public returns the key's public key.

@@ -45,7 +45,7 @@ func grow(t *testing.T, m *memHashes, from, n int) {
 		if got := int64(len(m.h)); got != tlog.StoredHashIndex(0, int64(i)) {
 			t.Fatalf("before entry %d: %d hashes stored, want %d", i, got, tlog.StoredHashIndex(0, int64(i)))
 		}
-		hs, err := StoredHashes(context.Background(), m, int64(i), entry(i))
+		hs, err := StoredHashes(context.Background(), m, int64(i), LeafHash(entry(i)))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -281,7 +281,7 @@ func TestVerifyRefusals(t *testing.T) {
 	// consistent; another node's witness report shows it).
 	fork := &memHashes{h: append([]tlog.Hash(nil), m.h[:tlog.StoredHashIndex(0, 8)]...)}
 	for i := 8; i < 20; i++ {
-		hs := must(StoredHashes(context.Background(), fork, int64(i), append(entry(i), '!')))
+		hs := must(StoredHashes(context.Background(), fork, int64(i), LeafHash(append(entry(i), '!'))))
 		fork.h = append(fork.h, hs...)
 	}
 	// A rewritten past: entry 3 changed, everything after recomputed.
@@ -291,7 +291,7 @@ func TestVerifyRefusals(t *testing.T) {
 		if i == 3 {
 			e = []byte(`{"version":"evil"}`)
 		}
-		rewritten.h = append(rewritten.h, must(StoredHashes(context.Background(), rewritten, int64(i), e))...)
+		rewritten.h = append(rewritten.h, must(StoredHashes(context.Background(), rewritten, int64(i), LeafHash(e)))...)
 	}
 
 	honest := logAt(t, s, m, 18, 15, 12)

@@ -18,11 +18,12 @@ func reader(ctx context.Context, h Hashes) tlog.HashReader {
 	return tlog.HashReaderFunc(func(ix []int64) ([]tlog.Hash, error) { return h.ReadHashes(ctx, ix) })
 }
 
-// StoredHashes are the hashes that appending entry at index n stores: its
-// leaf hash, then one per complete subtree it closes (1 + the trailing ones
-// of n; at most 64). They read at most that many hashes of earlier entries.
-func StoredHashes(ctx context.Context, h Hashes, n int64, entry []byte) ([]tlog.Hash, error) {
-	return tlog.StoredHashes(n, entry, reader(ctx, h))
+// StoredHashes are the hashes that appending the entry of leaf hash leaf
+// (LeafHash) at index n stores: leaf, then one per complete subtree it
+// closes (1 + the trailing ones of n; at most 64). They read at most that
+// many hashes of earlier entries.
+func StoredHashes(ctx context.Context, h Hashes, n int64, leaf tlog.Hash) ([]tlog.Hash, error) {
+	return tlog.StoredHashesForRecordHash(n, leaf, reader(ctx, h))
 }
 
 // Owner is the entry whose append stored hash index i, and i's position in

@@ -41,6 +41,18 @@ type Release struct {
 	// manifest): what a node is sent to verify under its own pins. Not in
 	// lists.
 	Manifest []byte `json:"-"`
+	// Payload is the envelope's decoded payload (the statement as signed):
+	// the release's entry in the release log. Only on registration.
+	Payload []byte `json:"-"`
+	// Log is where the release is in the release log: its entry's index,
+	// and (from a registration) the signed checkpoint that covers it.
+	Log *LogEntry `json:"-"`
+}
+
+// LogEntry is a release's place in the release log (SPEC §4.8).
+type LogEntry struct {
+	Index      int64  `json:"index" doc:"the release's entry in the release log (from 0, in registration order)"`
+	Checkpoint string `json:"checkpoint" doc:"a signed checkpoint (C2SP tlog-checkpoint as a signed note) of a tree that includes the entry"`
 }
 
 // Audit records who registered a release.

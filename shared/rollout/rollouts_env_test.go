@@ -82,7 +82,8 @@ func newFleetEnv(t testing.TB) *fleetEnv {
 	log := slog.New(slog.DiscardHandler)
 	store := &dynamo.Capacity{DB: db, Table: table}
 	nodes := &dynamo.Fleet{DB: db, Table: table}
-	releases := &dynamo.Releases{DB: db, Table: table, Now: clock.Now}
+	releases := &dynamo.Releases{DB: db, Table: table, Now: clock.Now,
+		Log: &dynamo.ReleaseLog{DB: db, Table: table, Signer: devstack.LogSigner(t, st, "bettercompute.test/releases")}}
 	rstore := &dynamo.Rollouts{DB: db, Table: table}
 	cs := &capacity.Service{Store: store, Now: clock.Now, Logger: log, Nodes: nodes, ProvisionHours: envHours}
 	fs := &fleet.Service{Store: nodes, Pools: store, Calendar: store, Now: clock.Now, Logger: log,
@@ -119,7 +120,8 @@ func (e *fleetEnv) release(version string, seq int64, platforms ...string) {
 	}
 	manifest, _ := json.Marshal(map[string]any{"payloadType": rollout.PayloadType, "payload": "e30", "signatures": []any{}})
 	_, _, err := e.releases.Register(context.Background(), rollout.Release{Version: version, Sequence: seq, Binaries: bins,
-		ManifestDigest: fmt.Sprintf("sha256:%064x", seq), Signers: []string{}, RegisteredAt: e.clock.Now(), Manifest: manifest})
+		ManifestDigest: fmt.Sprintf("sha256:%064x", seq), Signers: []string{}, RegisteredAt: e.clock.Now(), Manifest: manifest,
+		Payload: []byte("{}")})
 	if err != nil {
 		e.t.Fatal(err)
 	}

@@ -117,7 +117,7 @@ func TestCreateRefusals(t *testing.T) {
 	ctx := context.Background()
 	expires := t0.Add(time.Hour)
 	if _, _, err := e.releases.Register(ctx, rollout.Release{Version: "1.1.0", Sequence: 5, Expires: &expires,
-		Binaries: []rollout.Binary{{Platform: "linux/amd64"}}, ManifestDigest: "sha256:x", Signers: []string{}}); err != nil {
+		Binaries: []rollout.Binary{{Platform: "linux/amd64"}}, ManifestDigest: "sha256:x", Signers: []string{}, Payload: []byte("{}")}); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(2 * time.Hour)

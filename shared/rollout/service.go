@@ -55,6 +55,7 @@ func (s *Service) Register(ctx context.Context, manifest []byte, by Audit) (Rele
 		RegisteredAt:   now.Truncate(time.Millisecond),
 		RegisteredBy:   by,
 		Manifest:       manifest,
+		Payload:        v.Payload,
 	}
 	if st.Expires != nil {
 		e := st.Expires.UTC()

@@ -164,7 +164,7 @@ func runLogSim(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed uint64)
 	appendAs := func(ctx context.Context, who string, i int) bool {
 		r := rels[i]
 		for try := 0; try < 3 && alive(ctx); try++ {
-			idx, err := l.Append(ctx, r.version, r.seq, r.payload)
+			idx, err := l.Append(ctx, r.version, r.seq, releaselog.LeafHash(r.payload))
 			switch {
 			case err == nil:
 				handed = append(handed, fmt.Sprintf("%d %s", idx, r.version))
@@ -227,7 +227,7 @@ func runLogSim(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed uint64)
 
 	// A clean registration of the last release finishes the rest.
 	for i, r := range rels {
-		idx, err := clean.Append(ctx, r.version, r.seq, r.payload)
+		idx, err := clean.Append(ctx, r.version, r.seq, releaselog.LeafHash(r.payload))
 		if err != nil || idx != int64(i) {
 			errs = append(errs, fmt.Sprintf("b: the clean append of %s: index %d, %v", r.version, idx, err))
 		}
@@ -301,7 +301,7 @@ func runLogSimDistinct(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed
 				v := fmt.Sprintf("5.%d.0", seq)
 				sent[v] = seq
 				for try := 0; try < 3 && alive(ctx); try++ {
-					idx, err := l.Append(ctx, v, seq, []byte(v))
+					idx, err := l.Append(ctx, v, seq, releaselog.LeafHash([]byte(v)))
 					if err == nil {
 						if prev, ok := handed[idx]; ok && prev != v {
 							errs = append(errs, fmt.Sprintf("f: index %d handed to %s and %s", idx, prev, v))
@@ -331,7 +331,7 @@ func runLogSimDistinct(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed
 	}
 	// An entry put by a crashed append may wait for the next append to
 	// move the head over it: one clean append of a fresh, highest release.
-	if _, err := clean.Append(ctx, "5.99.0", 99, []byte("5.99.0")); err != nil {
+	if _, err := clean.Append(ctx, "5.99.0", 99, releaselog.LeafHash([]byte("5.99.0"))); err != nil {
 		t.Fatal(err)
 	}
 	sent["5.99.0"] = 99

@@ -24,6 +24,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/reconcile"
+	"github.com/bettercompute/control-plane/shared/releaselog"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -100,7 +101,8 @@ type world struct {
 	clock *teststack.Clock
 	end   time.Time // the actors' phase ends
 
-	table string
+	table  string
+	logKey *releaselog.Signer // the release log's checkpoint key
 	// the checker's own stores (a client without the scheduler)
 	capI   *dynamo.Capacity
 	fleetI *dynamo.Fleet
@@ -130,7 +132,8 @@ func newWorld(t *testing.T, seed uint64) *world {
 	clock := teststack.NewClock(t0)
 	rng := rand.New(rand.NewPCG(seed, 0xf1ee7))
 	w := &world{t: t, seed: seed, rng: rng, s: newSched(rng, clock), clock: clock, end: t0.Add(actorPhase), table: table,
-		nodes: map[nodeRef]*node{}, dirty: map[nodeRef]bool{}}
+		logKey: devstack.LogSigner(t, st, "bettercompute.sim/releases"),
+		nodes:  map[nodeRef]*node{}, dirty: map[nodeRef]bool{}}
 	w.ledger.init()
 	plain := st.DynamoDB()
 	w.capI = &dynamo.Capacity{DB: plain, Table: table}
@@ -147,7 +150,7 @@ func (w *world) wire(db *dynamodb.Client) {
 	log := slog.New(slog.DiscardHandler)
 	capS := &atomicCalendar{Capacity: &dynamo.Capacity{DB: db, Table: w.table}, w: w}
 	nodes := &dynamo.Fleet{DB: db, Table: w.table}
-	releases := &dynamo.Releases{DB: db, Table: w.table, Now: w.clock.Now}
+	releases := &dynamo.Releases{DB: db, Table: w.table, Now: w.clock.Now, Log: &dynamo.ReleaseLog{DB: db, Table: w.table, Signer: w.logKey}}
 	progress := &watchedProgress{Rollouts: &dynamo.Rollouts{DB: db, Table: w.table}, w: w}
 	w.cap = &capacity.Service{Store: capS, Now: w.clock.Now, Logger: log, Nodes: &watchedNodes{nodes, w}, ProvisionHours: provision, Serial: true,
 		// The backoff's jitter comes from the global source: the seed draws it instead.
@@ -243,7 +246,8 @@ func (w *world) release(ctx context.Context, version string, seq int64) {
 	manifest, _ := json.Marshal(map[string]any{"payloadType": rollout.PayloadType, "payload": "e30", "signatures": []any{}})
 	_, _, err := w.rc.Releases.Register(ctx, rollout.Release{Version: version, Sequence: seq,
 		Binaries:       []rollout.Binary{{Platform: platform, URL: "https://dl.example.com/bcd-" + version, SHA256: fmt.Sprintf("%064x", seq), Size: 1}},
-		ManifestDigest: fmt.Sprintf("sha256:%064x", seq), Signers: []string{}, RegisteredAt: w.clock.Now(), Manifest: manifest})
+		ManifestDigest: fmt.Sprintf("sha256:%064x", seq), Signers: []string{}, RegisteredAt: w.clock.Now(), Manifest: manifest,
+		Payload: []byte("{}")})
 	if err != nil {
 		w.t.Fatal(err)
 	}

@@ -93,7 +93,8 @@ func Start(tb testing.TB, opts ...Option) *Stack {
 	}
 	cfg := app.Config{Table: devstack.NewTable(tb, dev), Region: dev.Region,
 		DynamoEndpoint: dev.DynamoEndpoint, KMSEndpoint: dev.KMSEndpoint,
-		ReleaseThreshold: 1, CursorKey: s.cursorKey}
+		ReleaseThreshold: 1, CursorKey: s.cursorKey,
+		ReleaseLogKey: devstack.DevReleaseLogKeyID, ReleaseLogOrigin: devstack.DevReleaseLogOrigin}
 	appOpts := []app.Option{app.WithDevTokens(), app.WithLogger(slog.New(slog.DiscardHandler))}
 	if s.decider != nil {
 		appOpts = append(appOpts, app.WithDecider(s.decider))

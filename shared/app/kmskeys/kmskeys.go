@@ -37,6 +37,10 @@ func (r reader) PublicKey(ctx context.Context, id string) (crypto.PublicKey, err
 	return kmssign.PublicKey(ctx, r.kms, id)
 }
 
+func (r reader) Signer(ctx context.Context, id string) (crypto.Signer, error) {
+	return kmssign.NewSigner(ctx, r.kms, id)
+}
+
 // Health lists one key.
 func (r reader) Health(ctx context.Context) error {
 	_, err := r.kms.ListKeys(ctx, &kms.ListKeysInput{Limit: aws.Int32(1)})

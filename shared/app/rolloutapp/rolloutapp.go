@@ -18,6 +18,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/app/fleetapp"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/releaselog"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -49,14 +50,41 @@ func (m *Module) ReleasesRegister() app.Method {
 			return api.Endpoint{}, err
 		}
 		svc.Pins = pins
+		log, err := ReleaseLog(ctx, a)
+		if err != nil {
+			return api.Endpoint{}, err
+		}
+		svc.Store.(*dynamo.Releases).Log = log
 		return api.Bind(api.Lookup("releases.register"), func(ctx context.Context, call *api.Call, in *api.RegisterReleaseInput) (api.RegisterResult, error) {
 			r, replayed, err := svc.Register(ctx, in.Manifest, rollout.Audit{TenantID: call.TenantID, Principal: call.Principal})
 			if err != nil {
 				return api.RegisterResult{}, err
 			}
-			return api.RegisterResult{Release: r, Replayed: replayed}, nil
+			out := api.RegisterResult{Release: r, Replayed: replayed}
+			if r.Log != nil {
+				out.Log = *r.Log
+			}
+			return out, nil
 		}), nil
 	}}
+}
+
+// ReleaseLog is the release log, signing checkpoints with the KMS key of
+// BC_RELEASE_LOG_KEY under BC_RELEASE_LOG_ORIGIN: what registration
+// appends to (a start without it fails).
+func ReleaseLog(ctx context.Context, a *app.App) (*dynamo.ReleaseLog, error) {
+	if a.Config.ReleaseLogKey == "" {
+		return nil, fmt.Errorf("no release log key: set BC_RELEASE_LOG_KEY (and BC_RELEASE_LOG_ORIGIN)")
+	}
+	ks, err := a.KMSSigner(ctx, a.Config.ReleaseLogKey)
+	if err != nil {
+		return nil, fmt.Errorf("BC_RELEASE_LOG_KEY: %w", err)
+	}
+	signer, err := releaselog.NewSigner(a.Config.ReleaseLogOrigin, ks)
+	if err != nil {
+		return nil, fmt.Errorf("BC_RELEASE_LOG_KEY: %w", err)
+	}
+	return &dynamo.ReleaseLog{DB: a.DB, Table: a.Config.Table, Signer: signer}, nil
 }
 
 // ReleasesList is releases.list.

@@ -392,6 +392,15 @@ type ListReleasesResult struct {
 	Releases []Release `json:"releases"`
 }
 
+// LogEntry defines model for LogEntry.
+type LogEntry struct {
+	// Checkpoint a signed checkpoint (C2SP tlog-checkpoint as a signed note) of a tree that includes the entry
+	Checkpoint string `json:"checkpoint"`
+
+	// Index the release's entry in the release log (from 0, in registration order)
+	Index int `json:"index"`
+}
+
 // RegisterReleaseInput defines model for RegisterReleaseInput.
 type RegisterReleaseInput struct {
 	// Manifest the signed release: a DSSE envelope (see Manifest)
@@ -401,6 +410,9 @@ type RegisterReleaseInput struct {
 
 // RegisterResult defines model for RegisterResult.
 type RegisterResult struct {
+	// Log the release's entry in the release log and a signed checkpoint covering it (SPEC §4.8)
+	Log LogEntry `json:"log"`
+
 	// Release the recorded release (the stored one on a replay)
 	Release Release `json:"release"`
 
