@@ -199,12 +199,20 @@ func logOrigin() *string {
 // kms:Sign is added per function that appends (addFunction) — no one else
 // may sign a checkpoint.
 func logKeyPolicy(cfg Config) awsiam.PolicyDocument {
+	statements := signKeyBase(cfg)
+	return awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &statements})
+}
+
+// signKeyBase are the statements both signing keys' policies start with:
+// administration (never use), the account reads the public key, and the
+// CreateGrant guard.
+func signKeyBase(cfg Config) []awsiam.PolicyStatement {
 	account := awsiam.NewAccountRootPrincipal()
 	var admin awsiam.IPrincipal = account
 	if cfg.ReleaseKeyAdminRole != "" {
 		admin = awsiam.NewArnPrincipal(jsii.String(cfg.ReleaseKeyAdminRole))
 	}
-	return awsiam.NewPolicyDocument(&awsiam.PolicyDocumentProps{Statements: &[]awsiam.PolicyStatement{
+	return []awsiam.PolicyStatement{
 		awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 			Sid: jsii.String("KeyAdministration"), Principals: &[]awsiam.IPrincipal{admin},
 			Actions: jsii.Strings(keyAdministration...), Resources: jsii.Strings("*"),
@@ -214,7 +222,7 @@ func logKeyPolicy(cfg Config) awsiam.PolicyDocument {
 			Actions: jsii.Strings("kms:GetPublicKey", "kms:DescribeKey"), Resources: jsii.Strings("*"),
 		}),
 		grantGuard(),
-	}})
+	}
 }
 
 // newDLQ is a dead-letter queue: SQS-managed encryption, TLS only, and
@@ -372,22 +380,7 @@ var keyAdministration = []string{
 // includes Sign; the account may read the public key (what releases-register
 // pins through its own IAM policy). No statement allows kms:*.
 func signingKeyPolicy(scope constructs.Construct, cfg Config) awsiam.PolicyDocument {
-	account := awsiam.NewAccountRootPrincipal()
-	var admin awsiam.IPrincipal = account
-	if cfg.ReleaseKeyAdminRole != "" {
-		admin = awsiam.NewArnPrincipal(jsii.String(cfg.ReleaseKeyAdminRole))
-	}
-	statements := []awsiam.PolicyStatement{
-		awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Sid: jsii.String("KeyAdministration"), Principals: &[]awsiam.IPrincipal{admin},
-			Actions: jsii.Strings(keyAdministration...), Resources: jsii.Strings("*"),
-		}),
-		awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Sid: jsii.String("AccountReadsThePublicKey"), Principals: &[]awsiam.IPrincipal{account},
-			Actions: jsii.Strings("kms:GetPublicKey", "kms:DescribeKey"), Resources: jsii.Strings("*"),
-		}),
-		grantGuard(),
-	}
+	statements := signKeyBase(cfg)
 	if cfg.ReleaseSignerRole != "" {
 		statements = append(statements, awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 			Sid:        jsii.String("SignReleases"),

@@ -676,18 +676,9 @@ func TestSigningKey(t *testing.T) {
 	})
 	// Its own key policy: only the named signer role may sign, and nobody
 	// gets kms:* (which would let any IAM principal allowed kms:Sign sign).
-	signers := map[string]bool{}
+	signers := keySigners(t, "signingKey")
 	for _, st := range keyStatements(t, "signingKey") {
 		acts := strs(st["Action"])
-		if slices.Contains(acts, "kms:*") {
-			t.Errorf("statement %s allows kms:*", jsonOf(st))
-		}
-		if st["Effect"] == "Allow" && slices.Contains(acts, "kms:Sign") {
-			signers[jsonOf(st["Principal"])] = true
-			if !equal(path(st, "Condition", "StringEquals", "kms:SigningAlgorithm"), "ECDSA_SHA_256") {
-				t.Errorf("signing without an algorithm condition: %s", jsonOf(st))
-			}
-		}
 		if st["Sid"] == "KeyAdministration" && (slices.Contains(acts, "kms:Sign") || slices.Contains(acts, "kms:CreateGrant")) {
 			t.Errorf("administrators may use the key: %v", acts)
 		}
@@ -705,6 +696,26 @@ func TestSigningKey(t *testing.T) {
 			t.Errorf("%s: no statement denies kms:CreateGrant for anything but AWS resources", key)
 		}
 	}
+}
+
+// keySigners are the principals key's policy allows kms:Sign, each only
+// with ECDSA_SHA_256; no statement of it allows kms:*.
+func keySigners(t *testing.T, key string) map[string]bool {
+	t.Helper()
+	signers := map[string]bool{}
+	for _, st := range keyStatements(t, key) {
+		acts := strs(st["Action"])
+		if slices.Contains(acts, "kms:*") {
+			t.Errorf("%s: statement %s allows kms:*", key, jsonOf(st))
+		}
+		if st["Effect"] == "Allow" && slices.Contains(acts, "kms:Sign") {
+			signers[jsonOf(st["Principal"])] = true
+			if !equal(path(st, "Condition", "StringEquals", "kms:SigningAlgorithm"), "ECDSA_SHA_256") {
+				t.Errorf("%s: signing without an algorithm condition: %s", key, jsonOf(st))
+			}
+		}
+	}
+	return signers
 }
 
 func keyStatements(t *testing.T, key string) []map[string]any {
@@ -956,19 +967,7 @@ func TestReleaseLogKey(t *testing.T) {
 	if p["KeySpec"] != "ECC_NIST_P256" || p["KeyUsage"] != "SIGN_VERIFY" {
 		t.Errorf("log key %v/%v", p["KeySpec"], p["KeyUsage"])
 	}
-	signers := map[string]bool{}
-	for _, st := range keyStatements(t, "logKey") {
-		acts := strs(st["Action"])
-		if slices.Contains(acts, "kms:*") {
-			t.Errorf("statement %s allows kms:*", jsonOf(st))
-		}
-		if st["Effect"] == "Allow" && slices.Contains(acts, "kms:Sign") {
-			signers[jsonOf(st["Principal"])] = true
-			if !equal(path(st, "Condition", "StringEquals", "kms:SigningAlgorithm"), "ECDSA_SHA_256") {
-				t.Errorf("signing without an algorithm condition: %s", jsonOf(st))
-			}
-		}
-	}
+	signers := keySigners(t, "logKey")
 	want := jsonOf(map[string]any{"AWS": getAtt(ids["releases-register"].Role, "Arn")})
 	if len(signers) != 1 || !signers[want] {
 		t.Errorf("principals allowed kms:Sign on the log key: %v, want only %s", signers, want)
