@@ -163,7 +163,7 @@ func New(scope constructs.Construct, cfg Config, props *awscdk.StackProps) (*Sta
 		}
 		if len(f.Access.LogKey) > 0 {
 			env[envReleaseLogKey] = s.LogKey.KeyId()
-			env[envReleaseLogOrigin] = logOrigin()
+			env[envReleaseLogOrigin] = logOrigin(s.Stack)
 		}
 		s.addFunction(f, cfg, arch, env, stateful)
 	}
@@ -188,10 +188,10 @@ func New(scope constructs.Construct, cfg Config, props *awscdk.StackProps) (*Sta
 	return s, nil
 }
 
-// logOrigin names the release log: unique to the account, region and
-// stack, so two deployments' checkpoints never pass for each other's.
-func logOrigin() *string {
-	return awscdk.Fn_Join(jsii.String(""), jsii.Strings("bettercompute.", *awscdk.Aws_ACCOUNT_ID(), ".", *awscdk.Aws_REGION(), "/", *awscdk.Aws_STACK_NAME(), "/releases"))
+// logOrigin names the release log after the stack (a plain string in the
+// template: nodes and monitors pin it next to the log key).
+func logOrigin(stack awscdk.Stack) *string {
+	return jsii.String("bettercompute/" + *stack.StackName() + "/releases")
 }
 
 // logKeyPolicy is the release log key's whole policy: administration as

@@ -104,7 +104,7 @@ func New(tb testing.TB, art Artefacts, mode IAMMode) *Deployment {
 		"PATH": "/usr/local/bin:/usr/bin:/bin", "TZ": ":UTC",
 	})
 	d.Local = Local{
-		Table: devstack.NewTable(tb, dev), SigningKeyID: devstack.DevReleaseKeyID, CursorSecretARN: CursorSecretARN,
+		Table: devstack.NewTable(tb, dev), SigningKeyID: devstack.DevReleaseKeyID, LogKeyID: devstack.DevReleaseLogKeyID, CursorSecretARN: CursorSecretARN,
 		PolicyFile: filepath.Join(root, devstack.PolicyFile), Extra: extra,
 	}
 	if mode == RemoteIAM {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"sort"
 	"strconv"
+	"strings"
 
 	"github.com/bettercompute/control-plane/shared/api"
 )
@@ -96,6 +97,7 @@ func (t *Template) Names() []string {
 type Local struct {
 	Table           string // the DynamoDB table (dynalite)
 	SigningKeyID    string // the release signing key (local-kms)
+	LogKeyID        string // the release log key (local-kms)
 	CursorSecretARN string // the cursor key secret (secretsapi)
 	// IAMURL replaces the template's BC_IAM_URL (a remote Better IAM); when
 	// empty, PolicyFile replaces it as BC_POLICY_FILE (what the CDK app sets
@@ -128,6 +130,9 @@ func (t *Template) Environment(name string, l Local) ([]string, error) {
 				env[k] = l.Table
 			case "AWS::KMS::Key":
 				env[k] = l.SigningKeyID
+				if strings.HasPrefix(ref, "ReleaseLogKey") {
+					env[k] = l.LogKeyID
+				}
 			case "AWS::SecretsManager::Secret":
 				env[k] = l.CursorSecretARN
 			default:
