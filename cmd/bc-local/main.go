@@ -31,6 +31,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/app/cursorkey"
 	"github.com/bettercompute/control-plane/shared/app/kmskeys"
 	"github.com/bettercompute/control-plane/shared/app/modules"
+	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/localgw"
@@ -113,6 +114,10 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	logKey, err := rolloutapp.LogKey(ctx, a.App) // what monitors and the simulated nodes pin
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	reconciled := make(chan struct{})
 	go func() {
@@ -121,7 +126,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 	}()
 	fmt.Println(pinReport(a.Pins(), cfg.ReleaseThreshold, defaulted)) // loaded and validated by Endpoints
 	fmt.Println(localgw.Quickstart(localgw.Stack{URL: "http://" + ln.Addr().String(), DynamoEndpoint: stack.DynamoEndpoint,
-		KMSEndpoint: stack.KMSEndpoint, Table: cfg.Table, Region: cfg.Region}, time.Now()))
+		KMSEndpoint: stack.KMSEndpoint, Table: cfg.Table, Region: cfg.Region, LogVerifierKey: logKey.VerifierKey()}, time.Now()))
 	log.Info("serving", "listen", ln.Addr().String(), "table", cfg.Table, "reconcile_interval", cfg.ReconcileInterval.String())
 	simDone := startSimFleet(ctx, "http://"+ln.Addr().String(), simNodes, filepath.Join(stateDir, "sim-nodes"), a.Pins(), cfg.ReleaseThreshold, log)
 	err = localgw.Serve(ctx, ln, localgw.Handler(a.Gateway, eps, localgw.WithHealth(a.Health)), log)

@@ -65,7 +65,7 @@ func (c *cli) resourceCommands() []*cobra.Command {
 		}
 		parent.AddCommand(c.methodCommand(m))
 	}
-	byName["releases"].AddCommand(c.releasesGetCommand())
+	byName["releases"].AddCommand(c.releasesGetCommand(), c.releasesVerifyCommand())
 	byName["pools"].AddCommand(c.poolsShowCommand())
 	byName["reservations"].AddCommand(c.watchCommand())
 	byName["rollouts"].AddCommand(c.rolloutsWatchCommand())

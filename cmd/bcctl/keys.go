@@ -17,6 +17,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/kmssign"
+	"github.com/bettercompute/control-plane/shared/releaselog"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
@@ -57,10 +58,14 @@ func (c *cli) keygenCommand() *cobra.Command {
 
 // pubkeyCommand prints a key's keyid and public PEM.
 func (c *cli) pubkeyCommand() *cobra.Command {
-	var keyFile, kmsKey string
+	var keyFile, kmsKey, logOrigin string
 	cmd := &cobra.Command{
-		Use:   "pubkey (--key KEY.pem | --kms-key ID)",
-		Short: "Print a signing key's keyid and public PEM (for pins)",
+		Use:   "pubkey (--key KEY.pem | --kms-key ID) [--log-origin ORIGIN]",
+		Short: "Print a signing key's keyid and public PEM (for pins), or a release log key's verifier key",
+		Long: `Prints a signing key's keyid (on stderr) and its public key as PEM, what release pins and node
+registrations take. With --log-origin, the key is a release log key and it prints instead the C2SP
+signed-note verifier key of the log of that origin (<origin>+<key hash>+<base64 key>): what bcctl
+releases verify (--log-key, BC_RELEASE_LOG_VKEY) and bcd-agent (--log-key) pin.`,
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var signers []crypto.Signer
@@ -76,9 +81,18 @@ func (c *cli) pubkeyCommand() *cobra.Command {
 			if err != nil {
 				return localErr(err)
 			}
+			if logOrigin != "" {
+				k, err := releaselog.NewKey(logOrigin, signers[0].Public())
+				if err != nil {
+					return localErr(err)
+				}
+				_, err = fmt.Fprintln(c.out, k.VerifierKey())
+				return err
+			}
 			return c.printPublic(signers[0].Public())
 		},
 	}
+	cmd.Flags().StringVar(&logOrigin, "log-origin", "", "print the release log verifier key of this origin (BC_RELEASE_LOG_ORIGIN of the deployment)")
 	cmd.Flags().StringVar(&keyFile, "key", "", "private key file (PEM)")
 	cmd.Flags().StringVar(&kmsKey, "kms-key", "", "KMS key id, ARN or alias (BC_KMS_ENDPOINT for local-kms)")
 	return cmd

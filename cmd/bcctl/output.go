@@ -22,7 +22,7 @@ var tables = map[string]renderer{
 	"pools.offer": quotaTable, "quotas.get": quotaTable, "quotas.list": quotasTable,
 	"reservations.create": reservationTable, "reservations.get": reservationTable,
 	"reservations.release": reservationTable, "reservations.list": reservationsTable,
-	"releases.register": releaseTable, "releases.list": releasesTable,
+	"releases.register": releaseTable, "releases.list": releasesTable, "releases.log": logTable,
 	"nodes.register": nodeTable, "nodes.get": nodeTable, "nodes.cordon": nodeTable, "nodes.uncordon": nodeTable, "nodes.list": nodesTable,
 	"rollouts.create": rolloutTable, "rollouts.get": rolloutTable, "rollouts.pause": rolloutTable, "rollouts.resume": rolloutTable,
 	"rollouts.abort": rolloutTable, "rollouts.list": rolloutsTable, "rollouts.nodes": rolloutNodesTable,

@@ -39,9 +39,13 @@ func TestReadmeWalkThenSimFleet(t *testing.T) {
 	goBuild(t, map[string]string{bin: "./cmd/bc-local", filepath.Join(sh.dir, "bin", "bcctl"): "./cmd/bcctl"})
 	state, tmp := filepath.Join(t.TempDir(), "state"), t.TempDir()
 
-	url, _, _, stop := makeRun(t, bin, state, "BC_RECONCILE_INTERVAL=1s")
+	url, _, exports, stop := makeRun(t, bin, state, "BC_RECONCILE_INTERVAL=1s")
 	runQuickstart(t, url)
-	outputs := walkReadme(t, readmeCommands(t, filepath.Join(root, "README.md")), url, tmp,
+	vkey := regexp.MustCompile(`BC_RELEASE_LOG_VKEY=(\S+)`).FindStringSubmatch(exports)
+	if vkey == nil {
+		t.Fatalf("make run's export block sets no BC_RELEASE_LOG_VKEY:\n%s", exports)
+	}
+	outputs := walkReadme(t, readmeCommands(t, filepath.Join(root, "README.md")), url, tmp, map[string]string{"BC_RELEASE_LOG_VKEY": vkey[1]},
 		func(ctx context.Context, d time.Duration) error { // the stack reconciles every second
 			select {
 			case <-ctx.Done():

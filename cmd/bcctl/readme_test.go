@@ -1,6 +1,7 @@
 package main
 
 import (
+	"maps"
 	"bufio"
 	"bytes"
 	"context"
@@ -12,6 +13,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/localgw"
 	"github.com/bettercompute/control-plane/test/teststack"
@@ -33,7 +35,12 @@ func TestReadmeWalk(t *testing.T) {
 	if len(lines) < 8 {
 		t.Fatalf("found %d bcctl lines in the README's first sh block", len(lines))
 	}
-	outputs := walkReadme(t, lines, st.URL, t.TempDir(), func(ctx context.Context, _ time.Duration) error {
+	logKey, err := rolloutapp.LogKey(context.Background(), st.App.App)
+	if err != nil {
+		t.Fatal(err)
+	}
+	vkey := map[string]string{"BC_RELEASE_LOG_VKEY": logKey.VerifierKey()} // as make run's export block sets it
+	outputs := walkReadme(t, lines, st.URL, t.TempDir(), vkey, func(ctx context.Context, _ time.Duration) error {
 		_, err := st.App.Reconciler().Pass(ctx) // watch: a reconciler pass between polls
 		return err
 	})
@@ -65,9 +72,10 @@ func runQuickstart(t *testing.T, url string) {
 // walkReadme runs the README's bcctl lines against the API at url, /tmp/
 // as tmp, each of which must exit 0; sleep is watch's wait between polls.
 // It returns each verb's last output.
-func walkReadme(t *testing.T, lines []string, url, tmp string, sleep func(context.Context, time.Duration) error) map[string]string {
+func walkReadme(t *testing.T, lines []string, url, tmp string, extra map[string]string, sleep func(context.Context, time.Duration) error) map[string]string {
 	t.Helper()
 	env := map[string]string{"BC_API_URL": url, "BC_TOKEN": "dev:admin", "BC_TENANT": "acme"}
+	maps.Copy(env, extra)
 	var id string
 	outputs := map[string]string{}
 	for _, line := range lines {

@@ -64,8 +64,9 @@ const ReadsCursorKey = "secretsmanager:GetSecretValue"
 const ReadsKMSKeys = "kms:GetPublicKey"
 
 // SignsReleaseLog is the action of the method that appends to the release
-// log and signs its checkpoints (SPEC §4.8): kms:Sign on the log key alone,
-// never on the release signing key.
+// log and signs its checkpoints (SPEC §4.8), and of the reconciler, which
+// finishes crashed appends and audits the log: kms:Sign on the log key
+// alone, never on the release signing key.
 const SignsReleaseLog = "kms:Sign"
 
 // Note is a labelled paragraph of a method's reference page.
@@ -108,8 +109,10 @@ const ReconcilerFunction = "reconciler"
 // index and reads the items it names, conditionally moves reservations,
 // settles and repairs quota rows, provisions and repairs calendars and
 // half-created pools, sweeps managed pools' nodes and tells them what to
-// bind (get, put, update; never delete).
-var ReconcilerActions = []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
+// bind (get, put, update; never delete); and it finishes registrations a
+// crash left half done and audits the release log (SPEC §4.8), appending
+// and signing checkpoints with the log key (SignsReleaseLog).
+var ReconcilerActions = []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", SignsReleaseLog}
 
 // ReconcilerIndexes are where the reconciler's Query reads: the due index,
 // the table itself (a managed pool's node items, for the fleet's sweep; a
@@ -127,7 +130,7 @@ const (
 // Resources of the reference, in order.
 var ResourceDocs = []Resource{
 	{Name: "releases",
-		Summary: "A release is a signed build of `bcd`, the node daemon, recorded with its per-platform binaries. `register` verifies a release manifest (a DSSE envelope) under the release keys pinned in the deployment's configuration and records the release; `list` returns the recorded releases, highest sequence first. Releases belong to the platform, not to a tenant: both methods decide `compute:fleet:admin` on the fleet scope. Rolling a release out to nodes is not part of this API."},
+		Summary: "A release is a signed build of `bcd`, the node daemon, recorded with its per-platform binaries. `register` verifies a release manifest (a DSSE envelope) under the release keys pinned in the deployment's configuration and records the release; `list` returns the recorded releases, highest sequence first; `log` and `prove` read the release log every registration appends to, for nodes, auditors and monitors to check that every node is told the same releases (docs/releases.md). Releases belong to the platform, not to a tenant: every method decides `compute:fleet:admin` on the fleet scope. Rolling a release out to nodes is not part of this API."},
 	{Name: "pools",
 		Summary: "A pool is a set of devices owned by one tenant, grouped per resource into nodes, whose capacity the owner offers to tenants (itself included) as quotas. Pool ids are a global namespace. `create` makes the pool and its owner's quota rows; `offer` sets another tenant's quota `max` on it; `get` and `list` return the pools a tenant owns or was offered; `usage` shows what is placed on a page of its nodes over a span."},
 	{Name: "quotas",
@@ -167,6 +170,30 @@ var Catalog = []*Method{
 		Notes:   []Note{{"", "The list is not filtered by tenant: releases belong to the platform. Without `limit` it returns every release."}},
 		Input:   reflect.TypeFor[ListReleasesInput](), Output: reflect.TypeFor[ListReleasesResult](),
 		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{"ordered"}},
+	{Name: "releases.log", Kind: Read, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout", Phase: "v0.7",
+		Summary: "Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.",
+		Notes: []Note{
+			{"Checkpoint", "The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log)."},
+		},
+		Input: reflect.TypeFor[ReleaseLogInput](), Output: reflect.TypeFor[ReleaseLogResult](),
+		Errors: []ErrorCase{
+			{apierr.Unavailable, "DynamoDB failed, or no checkpoint is signed yet (a new deployment: the reconciler signs the empty log's on its first pass)",
+				[]Detail{detail("dependency")}},
+		},
+		Actions: []string{"dynamodb:GetItem"}},
+	{Name: "releases.prove", Kind: Read, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout", Phase: "v0.7",
+		Summary: "Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.",
+		Notes: []Note{
+			{"Proofs", "Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline."},
+		},
+		Input: reflect.TypeFor[ProveReleaseInput](), Output: reflect.TypeFor[ProveResult](),
+		Errors: []ErrorCase{
+			{apierr.InvalidInput, "`size` is beyond the latest checkpoint's tree, `fromSize` beyond `size`, or the release's entry is not in the tree of `size`",
+				[]Detail{detail("field", "size", "fromSize", "version"), detail("reason", "constraint"), detail("logSize")}},
+			{apierr.NotFound, "no release of that version is registered", []Detail{detail("version")}},
+			{apierr.Unavailable, "DynamoDB failed, or no checkpoint is signed yet", []Detail{detail("dependency")}},
+		},
+		Actions: []string{"dynamodb:GetItem", "dynamodb:BatchGetItem"}},
 	{Name: "pools.create", Kind: Mutation, Permission: "compute:pools:admin", Scope: tenantScope, Module: "capacity",
 		Summary: "Creates a pool owned by the tenant with that many devices of each resource (device ids `<resource>-<n>`, n from 0), grouped into nodes of `nodeSize` devices (node ids `<resource>-node-<k>`, device n on node ⌊n / nodeSize⌋), and the owner's quota rows with `max` = the device count.",
 		Notes: []Note{

@@ -42,6 +42,17 @@ type ListReleasesInput struct {
 	Page
 }
 
+type ReleaseLogInput struct {
+	Tenant
+}
+
+type ProveReleaseInput struct {
+	Tenant
+	Version  *string `json:"version,omitempty" bc:"min=1,max=128,doc=a registered release's version: its entry's index and inclusion proof"`
+	Size     *int64  `json:"size,omitempty" bc:"min=1,max=9007199254740991,strictint,doc=the tree size the proofs are for (default: the latest checkpoint's)"`
+	FromSize *int64  `json:"fromSize,omitempty" bc:"min=0,max=9007199254740991,strictint,doc=a smaller tree size: the consistency proof from it to size"`
+}
+
 // Pools and quotas.
 
 // Resources maps a resource name to its device count.

@@ -24,6 +24,18 @@ type ListReleasesResult struct {
 	NextCursor string            `json:"nextCursor,omitempty" doc:"present when more releases follow: send it as cursor (with the same filters) for the next page"`
 }
 
+type ReleaseLogResult struct {
+	Checkpoint string `json:"checkpoint" doc:"the latest signed checkpoint: C2SP tlog-checkpoint text signed as a C2SP signed note by the log key"`
+	Size       int64  `json:"size" doc:"its tree size: the number of entries it covers"`
+}
+
+type ProveResult struct {
+	Checkpoint  string   `json:"checkpoint" doc:"the latest signed checkpoint (the proofs are for its tree unless size was given)"`
+	Index       *int64   `json:"index,omitempty" doc:"with version: the release's entry (from 0)"`
+	Inclusion   []string `json:"inclusion,omitempty" doc:"with version: the entry's inclusion proof in the tree of size, base64 SHA-256 hashes (RFC 9162 §2.1.3)"`
+	Consistency []string `json:"consistency,omitempty" doc:"with fromSize: the consistency proof from fromSize to size, base64 SHA-256 hashes (RFC 9162 §2.1.4); empty when fromSize is 0 or size"`
+}
+
 // Pools and quotas.
 
 type PoolResult struct {

@@ -40,6 +40,28 @@ func (c *Client) ReleasesListPages(ctx context.Context, in api.ListReleasesInput
 		func(out *api.ListReleasesResult) string { return out.NextCursor })
 }
 
+// ReleasesLog calls releases.log (POST /api/compute/releases/log): returns the release log's latest
+// signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162
+// hashing), in registration order.
+func (c *Client) ReleasesLog(ctx context.Context, in *api.ReleaseLogInput) (*api.ReleaseLogResult, error) {
+	out := new(api.ReleaseLogResult)
+	if err := c.Call(ctx, "releases.log", in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// ReleasesProve calls releases.prove (POST /api/compute/releases/prove): proves a release's entry
+// is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof
+// for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+func (c *Client) ReleasesProve(ctx context.Context, in *api.ProveReleaseInput) (*api.ProveResult, error) {
+	out := new(api.ProveResult)
+	if err := c.Call(ctx, "releases.prove", in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // PoolsCreate calls pools.create (POST /api/compute/pools/create): creates a pool owned by the
 // tenant with that many devices of each resource (device ids `<resource>-<n>`, n from 0), grouped
 // into nodes of `nodeSize` devices (node ids `<resource>-node-<k>`, device n on node ⌊n /

@@ -254,7 +254,8 @@ func TestWriteResponse(t *testing.T) {
 }
 
 var testStack = Stack{URL: "http://127.0.0.1:8080", DynamoEndpoint: "http://127.0.0.1:41001",
-	KMSEndpoint: "http://127.0.0.1:41002", Table: "better-compute", Region: "us-east-1"}
+	KMSEndpoint: "http://127.0.0.1:41002", Table: "better-compute", Region: "us-east-1",
+	LogVerifierKey: "dev.bettercompute.local/releases+0a1b2c3d+AgMwWTATBgcqhkjOPQIBBggqhkjOPQMBBwNCAAQ="}
 
 // Every quickstart call is a valid request of its method.
 func TestQuickstart(t *testing.T) {

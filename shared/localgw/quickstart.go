@@ -40,6 +40,9 @@ type Stack struct {
 	KMSEndpoint    string
 	Table          string
 	Region         string
+	// LogVerifierKey is the release log's signed-note verifier key
+	// (bcctl releases verify reads it as BC_RELEASE_LOG_VKEY).
+	LogVerifierKey string
 }
 
 // CLIEnv is the environment of the bcctl CLI against the stack, in print order:
@@ -55,6 +58,7 @@ func (s Stack) CLIEnv() [][2]string {
 		{"BC_KMS_ENDPOINT", s.KMSEndpoint},
 		{"BC_TABLE", s.Table},
 		{"AWS_REGION", s.Region},
+		{"BC_RELEASE_LOG_VKEY", s.LogVerifierKey},
 	}
 }
 

@@ -2,6 +2,7 @@ package releaselog
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"fmt"
 
@@ -57,6 +58,32 @@ func ProveConsistency(ctx context.Context, h Hashes, from, to int64) ([]tlog.Has
 		return nil, nil // every tree extends the empty one; a tree is its own prefix
 	}
 	return tlog.ProveTree(to, from, reader(ctx, h))
+}
+
+// EncodeHashes is hashes as a proof travels in JSON: base64, in order.
+func EncodeHashes(hs []tlog.Hash) []string {
+	if hs == nil {
+		return nil
+	}
+	out := make([]string, len(hs))
+	for i, h := range hs {
+		out[i] = base64.StdEncoding.EncodeToString(h[:])
+	}
+	return out
+}
+
+// DecodeHashes reads a proof's base64 hashes (ErrProof: one is not a
+// base64 SHA-256 hash).
+func DecodeHashes(ss []string) ([]tlog.Hash, error) {
+	out := make([]tlog.Hash, len(ss))
+	for i, s := range ss {
+		b, err := base64.StdEncoding.Strict().DecodeString(s)
+		if err != nil || len(b) != tlog.HashSize {
+			return nil, fmt.Errorf("%w: hash %d is not a base64 SHA-256 hash", ErrProof, i)
+		}
+		copy(out[i][:], b)
+	}
+	return out, nil
 }
 
 // Errors of Verify, each a reason a node refuses a release (install failed:

@@ -33,7 +33,7 @@ func (*Module) Name() string { return "rollout" }
 
 // Methods are the release and rollout methods' wirings, in catalog order.
 func (m *Module) Methods() []app.Method {
-	return []app.Method{m.ReleasesRegister(), m.ReleasesList(), m.RolloutsCreate(), m.RolloutsGet(), m.RolloutsList(),
+	return []app.Method{m.ReleasesRegister(), m.ReleasesList(), m.ReleasesLog(), m.ReleasesProve(), m.RolloutsCreate(), m.RolloutsGet(), m.RolloutsList(),
 		m.RolloutsNodes(), m.RolloutsPause(), m.RolloutsResume(), m.RolloutsAbort()}
 }
 
@@ -87,6 +87,16 @@ func ReleaseLog(ctx context.Context, a *app.App) (*dynamo.ReleaseLog, error) {
 	return &dynamo.ReleaseLog{DB: a.DB, Table: a.Config.Table, Signer: signer}, nil
 }
 
+// LogKey is the release log's key as nodes and monitors pin it (its
+// verifier key: LogKey(…).VerifierKey()).
+func LogKey(ctx context.Context, a *app.App) (releaselog.Key, error) {
+	l, err := ReleaseLog(ctx, a)
+	if err != nil {
+		return releaselog.Key{}, err
+	}
+	return l.Signer.Key(), nil
+}
+
 // ReleasesList is releases.list.
 func (m *Module) ReleasesList() app.Method {
 	return app.Method{Name: "releases.list", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
@@ -97,6 +107,38 @@ func (m *Module) ReleasesList() app.Method {
 				return svc.List(ctx, pg.Limit, pg.After)
 			})
 			return api.ListReleasesResult{Releases: rs, NextCursor: next}, err
+		}), nil
+	}}
+}
+
+// logReader is the release log's read side: no signer (releases.log and
+// releases.prove never sign).
+func logReader(a *app.App) *rollout.Log {
+	return &rollout.Log{Store: &dynamo.ReleaseLog{DB: a.DB, Table: a.Config.Table}, Releases: &dynamo.Releases{DB: a.DB, Table: a.Config.Table}}
+}
+
+// ReleasesLog is releases.log.
+func (m *Module) ReleasesLog() app.Method {
+	return app.Method{Name: "releases.log", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		l := logReader(a)
+		return api.Bind(api.Lookup("releases.log"), func(ctx context.Context, _ *api.Call, _ *api.ReleaseLogInput) (api.ReleaseLogResult, error) {
+			note, size, err := l.Latest(ctx)
+			return api.ReleaseLogResult{Checkpoint: note, Size: size}, err
+		}), nil
+	}}
+}
+
+// ReleasesProve is releases.prove.
+func (m *Module) ReleasesProve() app.Method {
+	return app.Method{Name: "releases.prove", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		l := logReader(a)
+		return api.Bind(api.Lookup("releases.prove"), func(ctx context.Context, _ *api.Call, in *api.ProveReleaseInput) (api.ProveResult, error) {
+			p, err := l.Prove(ctx, in.Version, in.Size, in.FromSize)
+			if err != nil {
+				return api.ProveResult{}, err
+			}
+			return api.ProveResult{Checkpoint: p.Checkpoint, Index: p.Index, Inclusion: releaselog.EncodeHashes(p.Inclusion),
+				Consistency: releaselog.EncodeHashes(p.Consistency)}, nil
 		}), nil
 	}}
 }

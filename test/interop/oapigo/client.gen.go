@@ -152,6 +152,291 @@ func (e ReleasesList503JSONResponseBodyErrorDetailsDependency) Valid() bool {
 	}
 }
 
+// Defines values for ReleasesLog400JSONResponseBodyErrorCode.
+const (
+	ReleasesLog400JSONResponseBodyErrorCodeINVALIDINPUT ReleasesLog400JSONResponseBodyErrorCode = "INVALID_INPUT"
+)
+
+// Valid indicates whether the value is a known member of the ReleasesLog400JSONResponseBodyErrorCode enum.
+func (e ReleasesLog400JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReleasesLog400JSONResponseBodyErrorCodeINVALIDINPUT:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleasesLog400JSONResponseBodyErrorDetailsReason.
+const (
+	ReleasesLog400JSONResponseBodyErrorDetailsReasonConstraint   ReleasesLog400JSONResponseBodyErrorDetailsReason = "constraint"
+	ReleasesLog400JSONResponseBodyErrorDetailsReasonContentType  ReleasesLog400JSONResponseBodyErrorDetailsReason = "content_type"
+	ReleasesLog400JSONResponseBodyErrorDetailsReasonDuplicateKey ReleasesLog400JSONResponseBodyErrorDetailsReason = "duplicate_key"
+	ReleasesLog400JSONResponseBodyErrorDetailsReasonMalformed    ReleasesLog400JSONResponseBodyErrorDetailsReason = "malformed"
+	ReleasesLog400JSONResponseBodyErrorDetailsReasonRequired     ReleasesLog400JSONResponseBodyErrorDetailsReason = "required"
+	ReleasesLog400JSONResponseBodyErrorDetailsReasonTooDeep      ReleasesLog400JSONResponseBodyErrorDetailsReason = "too_deep"
+	ReleasesLog400JSONResponseBodyErrorDetailsReasonTooLarge     ReleasesLog400JSONResponseBodyErrorDetailsReason = "too_large"
+	ReleasesLog400JSONResponseBodyErrorDetailsReasonType         ReleasesLog400JSONResponseBodyErrorDetailsReason = "type"
+	ReleasesLog400JSONResponseBodyErrorDetailsReasonUnknownField ReleasesLog400JSONResponseBodyErrorDetailsReason = "unknown_field"
+)
+
+// Valid indicates whether the value is a known member of the ReleasesLog400JSONResponseBodyErrorDetailsReason enum.
+func (e ReleasesLog400JSONResponseBodyErrorDetailsReason) Valid() bool {
+	switch e {
+	case ReleasesLog400JSONResponseBodyErrorDetailsReasonConstraint:
+		return true
+	case ReleasesLog400JSONResponseBodyErrorDetailsReasonContentType:
+		return true
+	case ReleasesLog400JSONResponseBodyErrorDetailsReasonDuplicateKey:
+		return true
+	case ReleasesLog400JSONResponseBodyErrorDetailsReasonMalformed:
+		return true
+	case ReleasesLog400JSONResponseBodyErrorDetailsReasonRequired:
+		return true
+	case ReleasesLog400JSONResponseBodyErrorDetailsReasonTooDeep:
+		return true
+	case ReleasesLog400JSONResponseBodyErrorDetailsReasonTooLarge:
+		return true
+	case ReleasesLog400JSONResponseBodyErrorDetailsReasonType:
+		return true
+	case ReleasesLog400JSONResponseBodyErrorDetailsReasonUnknownField:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleasesLog401JSONResponseBodyErrorCode.
+const (
+	ReleasesLog401JSONResponseBodyErrorCodeUNAUTHENTICATED ReleasesLog401JSONResponseBodyErrorCode = "UNAUTHENTICATED"
+)
+
+// Valid indicates whether the value is a known member of the ReleasesLog401JSONResponseBodyErrorCode enum.
+func (e ReleasesLog401JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReleasesLog401JSONResponseBodyErrorCodeUNAUTHENTICATED:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleasesLog403JSONResponseBodyErrorCode.
+const (
+	ReleasesLog403JSONResponseBodyErrorCodePERMISSIONDENIED ReleasesLog403JSONResponseBodyErrorCode = "PERMISSION_DENIED"
+)
+
+// Valid indicates whether the value is a known member of the ReleasesLog403JSONResponseBodyErrorCode enum.
+func (e ReleasesLog403JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReleasesLog403JSONResponseBodyErrorCodePERMISSIONDENIED:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleasesLog500JSONResponseBodyErrorCode.
+const (
+	ReleasesLog500JSONResponseBodyErrorCodeINTERNAL ReleasesLog500JSONResponseBodyErrorCode = "INTERNAL"
+)
+
+// Valid indicates whether the value is a known member of the ReleasesLog500JSONResponseBodyErrorCode enum.
+func (e ReleasesLog500JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReleasesLog500JSONResponseBodyErrorCodeINTERNAL:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleasesLog503JSONResponseBodyErrorCode.
+const (
+	ReleasesLog503JSONResponseBodyErrorCodeUNAVAILABLE ReleasesLog503JSONResponseBodyErrorCode = "UNAVAILABLE"
+)
+
+// Valid indicates whether the value is a known member of the ReleasesLog503JSONResponseBodyErrorCode enum.
+func (e ReleasesLog503JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReleasesLog503JSONResponseBodyErrorCodeUNAVAILABLE:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleasesLog503JSONResponseBodyErrorDetailsDependency.
+const (
+	ReleasesLog503JSONResponseBodyErrorDetailsDependencyBetterIam ReleasesLog503JSONResponseBodyErrorDetailsDependency = "better-iam"
+	ReleasesLog503JSONResponseBodyErrorDetailsDependencyDynamodb  ReleasesLog503JSONResponseBodyErrorDetailsDependency = "dynamodb"
+	ReleasesLog503JSONResponseBodyErrorDetailsDependencyKms       ReleasesLog503JSONResponseBodyErrorDetailsDependency = "kms"
+)
+
+// Valid indicates whether the value is a known member of the ReleasesLog503JSONResponseBodyErrorDetailsDependency enum.
+func (e ReleasesLog503JSONResponseBodyErrorDetailsDependency) Valid() bool {
+	switch e {
+	case ReleasesLog503JSONResponseBodyErrorDetailsDependencyBetterIam:
+		return true
+	case ReleasesLog503JSONResponseBodyErrorDetailsDependencyDynamodb:
+		return true
+	case ReleasesLog503JSONResponseBodyErrorDetailsDependencyKms:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleasesProve400JSONResponseBodyErrorCode.
+const (
+	ReleasesProve400JSONResponseBodyErrorCodeINVALIDINPUT ReleasesProve400JSONResponseBodyErrorCode = "INVALID_INPUT"
+)
+
+// Valid indicates whether the value is a known member of the ReleasesProve400JSONResponseBodyErrorCode enum.
+func (e ReleasesProve400JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReleasesProve400JSONResponseBodyErrorCodeINVALIDINPUT:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleasesProve400JSONResponseBodyErrorDetailsReason.
+const (
+	ReleasesProve400JSONResponseBodyErrorDetailsReasonConstraint   ReleasesProve400JSONResponseBodyErrorDetailsReason = "constraint"
+	ReleasesProve400JSONResponseBodyErrorDetailsReasonContentType  ReleasesProve400JSONResponseBodyErrorDetailsReason = "content_type"
+	ReleasesProve400JSONResponseBodyErrorDetailsReasonDuplicateKey ReleasesProve400JSONResponseBodyErrorDetailsReason = "duplicate_key"
+	ReleasesProve400JSONResponseBodyErrorDetailsReasonMalformed    ReleasesProve400JSONResponseBodyErrorDetailsReason = "malformed"
+	ReleasesProve400JSONResponseBodyErrorDetailsReasonRequired     ReleasesProve400JSONResponseBodyErrorDetailsReason = "required"
+	ReleasesProve400JSONResponseBodyErrorDetailsReasonTooDeep      ReleasesProve400JSONResponseBodyErrorDetailsReason = "too_deep"
+	ReleasesProve400JSONResponseBodyErrorDetailsReasonTooLarge     ReleasesProve400JSONResponseBodyErrorDetailsReason = "too_large"
+	ReleasesProve400JSONResponseBodyErrorDetailsReasonType         ReleasesProve400JSONResponseBodyErrorDetailsReason = "type"
+	ReleasesProve400JSONResponseBodyErrorDetailsReasonUnknownField ReleasesProve400JSONResponseBodyErrorDetailsReason = "unknown_field"
+)
+
+// Valid indicates whether the value is a known member of the ReleasesProve400JSONResponseBodyErrorDetailsReason enum.
+func (e ReleasesProve400JSONResponseBodyErrorDetailsReason) Valid() bool {
+	switch e {
+	case ReleasesProve400JSONResponseBodyErrorDetailsReasonConstraint:
+		return true
+	case ReleasesProve400JSONResponseBodyErrorDetailsReasonContentType:
+		return true
+	case ReleasesProve400JSONResponseBodyErrorDetailsReasonDuplicateKey:
+		return true
+	case ReleasesProve400JSONResponseBodyErrorDetailsReasonMalformed:
+		return true
+	case ReleasesProve400JSONResponseBodyErrorDetailsReasonRequired:
+		return true
+	case ReleasesProve400JSONResponseBodyErrorDetailsReasonTooDeep:
+		return true
+	case ReleasesProve400JSONResponseBodyErrorDetailsReasonTooLarge:
+		return true
+	case ReleasesProve400JSONResponseBodyErrorDetailsReasonType:
+		return true
+	case ReleasesProve400JSONResponseBodyErrorDetailsReasonUnknownField:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleasesProve401JSONResponseBodyErrorCode.
+const (
+	ReleasesProve401JSONResponseBodyErrorCodeUNAUTHENTICATED ReleasesProve401JSONResponseBodyErrorCode = "UNAUTHENTICATED"
+)
+
+// Valid indicates whether the value is a known member of the ReleasesProve401JSONResponseBodyErrorCode enum.
+func (e ReleasesProve401JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReleasesProve401JSONResponseBodyErrorCodeUNAUTHENTICATED:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleasesProve403JSONResponseBodyErrorCode.
+const (
+	ReleasesProve403JSONResponseBodyErrorCodePERMISSIONDENIED ReleasesProve403JSONResponseBodyErrorCode = "PERMISSION_DENIED"
+)
+
+// Valid indicates whether the value is a known member of the ReleasesProve403JSONResponseBodyErrorCode enum.
+func (e ReleasesProve403JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReleasesProve403JSONResponseBodyErrorCodePERMISSIONDENIED:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleasesProve404JSONResponseBodyErrorCode.
+const (
+	NOTFOUND ReleasesProve404JSONResponseBodyErrorCode = "NOT_FOUND"
+)
+
+// Valid indicates whether the value is a known member of the ReleasesProve404JSONResponseBodyErrorCode enum.
+func (e ReleasesProve404JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case NOTFOUND:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleasesProve500JSONResponseBodyErrorCode.
+const (
+	ReleasesProve500JSONResponseBodyErrorCodeINTERNAL ReleasesProve500JSONResponseBodyErrorCode = "INTERNAL"
+)
+
+// Valid indicates whether the value is a known member of the ReleasesProve500JSONResponseBodyErrorCode enum.
+func (e ReleasesProve500JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReleasesProve500JSONResponseBodyErrorCodeINTERNAL:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleasesProve503JSONResponseBodyErrorCode.
+const (
+	ReleasesProve503JSONResponseBodyErrorCodeUNAVAILABLE ReleasesProve503JSONResponseBodyErrorCode = "UNAVAILABLE"
+)
+
+// Valid indicates whether the value is a known member of the ReleasesProve503JSONResponseBodyErrorCode enum.
+func (e ReleasesProve503JSONResponseBodyErrorCode) Valid() bool {
+	switch e {
+	case ReleasesProve503JSONResponseBodyErrorCodeUNAVAILABLE:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for ReleasesProve503JSONResponseBodyErrorDetailsDependency.
+const (
+	ReleasesProve503JSONResponseBodyErrorDetailsDependencyBetterIam ReleasesProve503JSONResponseBodyErrorDetailsDependency = "better-iam"
+	ReleasesProve503JSONResponseBodyErrorDetailsDependencyDynamodb  ReleasesProve503JSONResponseBodyErrorDetailsDependency = "dynamodb"
+	ReleasesProve503JSONResponseBodyErrorDetailsDependencyKms       ReleasesProve503JSONResponseBodyErrorDetailsDependency = "kms"
+)
+
+// Valid indicates whether the value is a known member of the ReleasesProve503JSONResponseBodyErrorDetailsDependency enum.
+func (e ReleasesProve503JSONResponseBodyErrorDetailsDependency) Valid() bool {
+	switch e {
+	case ReleasesProve503JSONResponseBodyErrorDetailsDependencyBetterIam:
+		return true
+	case ReleasesProve503JSONResponseBodyErrorDetailsDependencyDynamodb:
+		return true
+	case ReleasesProve503JSONResponseBodyErrorDetailsDependencyKms:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for ReleasesRegister400JSONResponseBodyErrorCode.
 const (
 	ReleasesRegister400JSONResponseBodyErrorCodeINVALIDINPUT ReleasesRegister400JSONResponseBodyErrorCode = "INVALID_INPUT"
@@ -401,6 +686,34 @@ type LogEntry struct {
 	Index int `json:"index"`
 }
 
+// ProveReleaseInput defines model for ProveReleaseInput.
+type ProveReleaseInput struct {
+	// FromSize a smaller tree size: the consistency proof from it to size
+	FromSize *int `json:"fromSize,omitempty"`
+
+	// Size the tree size the proofs are for (default: the latest checkpoint's)
+	Size     *int   `json:"size,omitempty"`
+	TenantId string `json:"tenantId"`
+
+	// Version a registered release's version: its entry's index and inclusion proof
+	Version *string `json:"version,omitempty"`
+}
+
+// ProveResult defines model for ProveResult.
+type ProveResult struct {
+	// Checkpoint the latest signed checkpoint (the proofs are for its tree unless size was given)
+	Checkpoint string `json:"checkpoint"`
+
+	// Consistency with fromSize: the consistency proof from fromSize to size, base64 SHA-256 hashes (RFC 9162 §2.1.4); empty when fromSize is 0 or size
+	Consistency *[]string `json:"consistency,omitempty"`
+
+	// Inclusion with version: the entry's inclusion proof in the tree of size, base64 SHA-256 hashes (RFC 9162 §2.1.3)
+	Inclusion *[]string `json:"inclusion,omitempty"`
+
+	// Index with version: the release's entry (from 0)
+	Index *int `json:"index,omitempty"`
+}
+
 // RegisterReleaseInput defines model for RegisterReleaseInput.
 type RegisterReleaseInput struct {
 	// Manifest the signed release: a DSSE envelope (see Manifest)
@@ -447,6 +760,20 @@ type Release struct {
 	Version string `json:"version"`
 }
 
+// ReleaseLogInput defines model for ReleaseLogInput.
+type ReleaseLogInput struct {
+	TenantId string `json:"tenantId"`
+}
+
+// ReleaseLogResult defines model for ReleaseLogResult.
+type ReleaseLogResult struct {
+	// Checkpoint the latest signed checkpoint: C2SP tlog-checkpoint text signed as a C2SP signed note by the log key
+	Checkpoint string `json:"checkpoint"`
+
+	// Size its tree size: the number of entries it covers
+	Size int `json:"size"`
+}
+
 // ReleasesList400JSONResponseBodyErrorCode defines parameters for ReleasesList.
 type ReleasesList400JSONResponseBodyErrorCode string
 
@@ -467,6 +794,51 @@ type ReleasesList503JSONResponseBodyErrorCode string
 
 // ReleasesList503JSONResponseBodyErrorDetailsDependency defines parameters for ReleasesList.
 type ReleasesList503JSONResponseBodyErrorDetailsDependency string
+
+// ReleasesLog400JSONResponseBodyErrorCode defines parameters for ReleasesLog.
+type ReleasesLog400JSONResponseBodyErrorCode string
+
+// ReleasesLog400JSONResponseBodyErrorDetailsReason defines parameters for ReleasesLog.
+type ReleasesLog400JSONResponseBodyErrorDetailsReason string
+
+// ReleasesLog401JSONResponseBodyErrorCode defines parameters for ReleasesLog.
+type ReleasesLog401JSONResponseBodyErrorCode string
+
+// ReleasesLog403JSONResponseBodyErrorCode defines parameters for ReleasesLog.
+type ReleasesLog403JSONResponseBodyErrorCode string
+
+// ReleasesLog500JSONResponseBodyErrorCode defines parameters for ReleasesLog.
+type ReleasesLog500JSONResponseBodyErrorCode string
+
+// ReleasesLog503JSONResponseBodyErrorCode defines parameters for ReleasesLog.
+type ReleasesLog503JSONResponseBodyErrorCode string
+
+// ReleasesLog503JSONResponseBodyErrorDetailsDependency defines parameters for ReleasesLog.
+type ReleasesLog503JSONResponseBodyErrorDetailsDependency string
+
+// ReleasesProve400JSONResponseBodyErrorCode defines parameters for ReleasesProve.
+type ReleasesProve400JSONResponseBodyErrorCode string
+
+// ReleasesProve400JSONResponseBodyErrorDetailsReason defines parameters for ReleasesProve.
+type ReleasesProve400JSONResponseBodyErrorDetailsReason string
+
+// ReleasesProve401JSONResponseBodyErrorCode defines parameters for ReleasesProve.
+type ReleasesProve401JSONResponseBodyErrorCode string
+
+// ReleasesProve403JSONResponseBodyErrorCode defines parameters for ReleasesProve.
+type ReleasesProve403JSONResponseBodyErrorCode string
+
+// ReleasesProve404JSONResponseBodyErrorCode defines parameters for ReleasesProve.
+type ReleasesProve404JSONResponseBodyErrorCode string
+
+// ReleasesProve500JSONResponseBodyErrorCode defines parameters for ReleasesProve.
+type ReleasesProve500JSONResponseBodyErrorCode string
+
+// ReleasesProve503JSONResponseBodyErrorCode defines parameters for ReleasesProve.
+type ReleasesProve503JSONResponseBodyErrorCode string
+
+// ReleasesProve503JSONResponseBodyErrorDetailsDependency defines parameters for ReleasesProve.
+type ReleasesProve503JSONResponseBodyErrorDetailsDependency string
 
 // ReleasesRegister400JSONResponseBodyErrorCode defines parameters for ReleasesRegister.
 type ReleasesRegister400JSONResponseBodyErrorCode string
@@ -494,6 +866,12 @@ type ReleasesRegister503JSONResponseBodyErrorDetailsDependency string
 
 // ReleasesListJSONRequestBody defines body for ReleasesList for application/json ContentType.
 type ReleasesListJSONRequestBody = ListReleasesInput
+
+// ReleasesLogJSONRequestBody defines body for ReleasesLog for application/json ContentType.
+type ReleasesLogJSONRequestBody = ReleaseLogInput
+
+// ReleasesProveJSONRequestBody defines body for ReleasesProve for application/json ContentType.
+type ReleasesProveJSONRequestBody = ProveReleaseInput
 
 // ReleasesRegisterJSONRequestBody defines body for ReleasesRegister for application/json ContentType.
 type ReleasesRegisterJSONRequestBody = RegisterReleaseInput
@@ -773,6 +1151,58 @@ type ClientInterface interface {
 	// Corresponds with POST /api/compute/releases/list (the `ReleasesList` operationId).
 	ReleasesList(ctx context.Context, body ReleasesListJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
 
+	// ReleasesLogWithBody Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
+	//
+	// Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
+	//
+	// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
+	//
+	// Authorization: `compute:fleet:admin` @ `compute-fleet`
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/compute/releases/log (the `ReleasesLog` operationId).
+	ReleasesLogWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleasesLog Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
+	//
+	// Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
+	//
+	// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
+	//
+	// Authorization: `compute:fleet:admin` @ `compute-fleet`
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/compute/releases/log (the `ReleasesLog` operationId).
+	ReleasesLog(ctx context.Context, body ReleasesLogJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleasesProveWithBody Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+	//
+	// Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+	//
+	// **Proofs.** Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline.
+	//
+	// Authorization: `compute:fleet:admin` @ `compute-fleet`
+	//
+	// Takes any type of body and a specified content type.
+	//
+	// Corresponds with POST /api/compute/releases/prove (the `ReleasesProve` operationId).
+	ReleasesProveWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
+
+	// ReleasesProve Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+	//
+	// Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+	//
+	// **Proofs.** Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline.
+	//
+	// Authorization: `compute:fleet:admin` @ `compute-fleet`
+	//
+	// Takes a body of the `application/json` content type.
+	//
+	// Corresponds with POST /api/compute/releases/prove (the `ReleasesProve` operationId).
+	ReleasesProve(ctx context.Context, body ReleasesProveJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error)
+
 	// ReleasesRegisterWithBody Verifies a signed `bcd` release manifest under the pinned release keys and records the release; returns it with its per-platform binaries.
 	//
 	// Verifies a signed `bcd` release manifest under the pinned release keys and records the release; returns it with its per-platform binaries.
@@ -844,6 +1274,98 @@ func (c *Client) ReleasesListWithBody(ctx context.Context, contentType string, b
 // Corresponds with POST /api/compute/releases/list (the `ReleasesList` operationId).
 func (c *Client) ReleasesList(ctx context.Context, body ReleasesListJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewReleasesListRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleasesLogWithBody Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
+//
+// Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
+//
+// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
+//
+// Authorization: `compute:fleet:admin` @ `compute-fleet`
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/compute/releases/log (the `ReleasesLog` operationId).
+func (c *Client) ReleasesLogWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleasesLogRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleasesLog Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
+//
+// Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
+//
+// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
+//
+// Authorization: `compute:fleet:admin` @ `compute-fleet`
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/compute/releases/log (the `ReleasesLog` operationId).
+func (c *Client) ReleasesLog(ctx context.Context, body ReleasesLogJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleasesLogRequest(c.Server, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleasesProveWithBody Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+//
+// Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+//
+// **Proofs.** Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline.
+//
+// Authorization: `compute:fleet:admin` @ `compute-fleet`
+//
+// Takes any type of body and a specified content type.
+//
+// Corresponds with POST /api/compute/releases/prove (the `ReleasesProve` operationId).
+func (c *Client) ReleasesProveWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleasesProveRequestWithBody(c.Server, contentType, body)
+	if err != nil {
+		return nil, err
+	}
+	req = req.WithContext(ctx)
+	if err := c.applyEditors(ctx, req, reqEditors); err != nil {
+		return nil, err
+	}
+	return c.Client.Do(req)
+}
+
+// ReleasesProve Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+//
+// Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+//
+// **Proofs.** Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline.
+//
+// Authorization: `compute:fleet:admin` @ `compute-fleet`
+//
+// Takes a body of the `application/json` content type.
+//
+// Corresponds with POST /api/compute/releases/prove (the `ReleasesProve` operationId).
+func (c *Client) ReleasesProve(ctx context.Context, body ReleasesProveJSONRequestBody, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewReleasesProveRequest(c.Server, body)
 	if err != nil {
 		return nil, err
 	}
@@ -929,6 +1451,86 @@ func NewReleasesListRequestWithBody(server string, contentType string, body io.R
 	}
 
 	operationPath := fmt.Sprintf("/api/compute/releases/list")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewReleasesLogRequest calls the generic ReleasesLog builder with application/json body
+func NewReleasesLogRequest(server string, body ReleasesLogJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReleasesLogRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewReleasesLogRequestWithBody constructs an http.Request for the ReleasesLog method, with any body, and a specified content type
+func NewReleasesLogRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/compute/releases/log")
+	if operationPath[0] == '/' {
+		operationPath = "." + operationPath
+	}
+
+	queryURL, err := serverURL.Parse(operationPath)
+	if err != nil {
+		return nil, err
+	}
+
+	req, err := http.NewRequest(http.MethodPost, queryURL.String(), body)
+	if err != nil {
+		return nil, err
+	}
+
+	req.Header.Add("Content-Type", contentType)
+
+	return req, nil
+}
+
+// NewReleasesProveRequest calls the generic ReleasesProve builder with application/json body
+func NewReleasesProveRequest(server string, body ReleasesProveJSONRequestBody) (*http.Request, error) {
+	var bodyReader io.Reader
+	buf, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	bodyReader = bytes.NewReader(buf)
+	return NewReleasesProveRequestWithBody(server, "application/json", bodyReader)
+}
+
+// NewReleasesProveRequestWithBody constructs an http.Request for the ReleasesProve method, with any body, and a specified content type
+func NewReleasesProveRequestWithBody(server string, contentType string, body io.Reader) (*http.Request, error) {
+	var err error
+
+	serverURL, err := url.Parse(server)
+	if err != nil {
+		return nil, err
+	}
+
+	operationPath := fmt.Sprintf("/api/compute/releases/prove")
 	if operationPath[0] == '/' {
 		operationPath = "." + operationPath
 	}
@@ -1057,6 +1659,58 @@ type ClientWithResponsesInterface interface {
 	//
 	// Corresponds with POST /api/compute/releases/list (the `ReleasesList` operationId).
 	ReleasesListWithResponse(ctx context.Context, body ReleasesListJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleasesListResponse, error)
+
+	// ReleasesLogWithBodyWithResponse Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
+	//
+	// Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
+	//
+	// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
+	//
+	// Authorization: `compute:fleet:admin` @ `compute-fleet`
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/compute/releases/log (the `ReleasesLog` operationId).
+	ReleasesLogWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReleasesLogResponse, error)
+
+	// ReleasesLogWithResponse Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
+	//
+	// Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
+	//
+	// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
+	//
+	// Authorization: `compute:fleet:admin` @ `compute-fleet`
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/compute/releases/log (the `ReleasesLog` operationId).
+	ReleasesLogWithResponse(ctx context.Context, body ReleasesLogJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleasesLogResponse, error)
+
+	// ReleasesProveWithBodyWithResponse Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+	//
+	// Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+	//
+	// **Proofs.** Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline.
+	//
+	// Authorization: `compute:fleet:admin` @ `compute-fleet`
+	//
+	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/compute/releases/prove (the `ReleasesProve` operationId).
+	ReleasesProveWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReleasesProveResponse, error)
+
+	// ReleasesProveWithResponse Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+	//
+	// Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+	//
+	// **Proofs.** Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline.
+	//
+	// Authorization: `compute:fleet:admin` @ `compute-fleet`
+	//
+	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+	//
+	// Corresponds with POST /api/compute/releases/prove (the `ReleasesProve` operationId).
+	ReleasesProveWithResponse(ctx context.Context, body ReleasesProveJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleasesProveResponse, error)
 
 	// ReleasesRegisterWithBodyWithResponse Verifies a signed `bcd` release manifest under the pinned release keys and records the release; returns it with its per-platform binaries.
 	//
@@ -1375,6 +2029,624 @@ func (r ReleasesListResponse) ContentType() string {
 	return ""
 }
 
+// ReleasesLogResponse200Headers the declared response headers of an HTTP 200 response for ReleasesLog
+type ReleasesLogResponse200Headers struct {
+	XRequestId *string
+}
+
+// ReleasesLogResponse400Headers the declared response headers of an HTTP 400 response for ReleasesLog
+type ReleasesLogResponse400Headers struct {
+	XRequestId *string
+}
+
+// ReleasesLogResponse401Headers the declared response headers of an HTTP 401 response for ReleasesLog
+type ReleasesLogResponse401Headers struct {
+	XRequestId *string
+}
+
+// ReleasesLogResponse403Headers the declared response headers of an HTTP 403 response for ReleasesLog
+type ReleasesLogResponse403Headers struct {
+	XRequestId *string
+}
+
+// ReleasesLogResponse500Headers the declared response headers of an HTTP 500 response for ReleasesLog
+type ReleasesLogResponse500Headers struct {
+	XRequestId *string
+}
+
+// ReleasesLogResponse503Headers the declared response headers of an HTTP 503 response for ReleasesLog
+type ReleasesLogResponse503Headers struct {
+	XRequestId *string
+}
+
+type ReleasesLogResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ReleaseLogResult
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *struct {
+		Error struct {
+			// Code the error code; the HTTP status follows from it
+			Code ReleasesLog400JSONResponseBodyErrorCode `json:"code"`
+
+			// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+			Details struct {
+				// Field the JSON path of the input member at fault, from the request root with dots and `[i]` (`window.end`, `manifest.payload.binaries[0].url`)
+				Field *string `json:"field,omitempty"`
+
+				// Reason why, as a word: for `INVALID_INPUT` a value of invalidReason, for `CAPACITY_EXHAUSTED` `capacity` or `topology` (the reservation's reason), for `PERMISSION_DENIED` the decision's reason when Better IAM gave one
+				Reason *ReleasesLog400JSONResponseBodyErrorDetailsReason `json:"reason,omitempty"`
+			} `json:"details"`
+
+			// Message what went wrong, for people
+			Message string `json:"message"`
+		} `json:"error"`
+
+		// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+		RequestId string `json:"requestId"`
+	}
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *struct {
+		Error struct {
+			// Code the error code; the HTTP status follows from it
+			Code ReleasesLog401JSONResponseBodyErrorCode `json:"code"`
+
+			// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+			Details map[string]interface{} `json:"details"`
+
+			// Message what went wrong, for people
+			Message string `json:"message"`
+		} `json:"error"`
+
+		// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+		RequestId string `json:"requestId"`
+	}
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *struct {
+		Error struct {
+			// Code the error code; the HTTP status follows from it
+			Code ReleasesLog403JSONResponseBodyErrorCode `json:"code"`
+
+			// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+			Details struct {
+				// Reason why, as a word: for `INVALID_INPUT` a value of invalidReason, for `CAPACITY_EXHAUSTED` `capacity` or `topology` (the reservation's reason), for `PERMISSION_DENIED` the decision's reason when Better IAM gave one
+				Reason *string `json:"reason,omitempty"`
+			} `json:"details"`
+
+			// Message what went wrong, for people
+			Message string `json:"message"`
+		} `json:"error"`
+
+		// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+		RequestId string `json:"requestId"`
+	}
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *struct {
+		Error struct {
+			// Code the error code; the HTTP status follows from it
+			Code ReleasesLog500JSONResponseBodyErrorCode `json:"code"`
+
+			// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+			Details map[string]interface{} `json:"details"`
+
+			// Message what went wrong, for people
+			Message string `json:"message"`
+		} `json:"error"`
+
+		// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+		RequestId string `json:"requestId"`
+	}
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *struct {
+		Error struct {
+			// Code the error code; the HTTP status follows from it
+			Code ReleasesLog503JSONResponseBodyErrorCode `json:"code"`
+
+			// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+			Details struct {
+				// Dependency the dependency that failed; absent when the object was contended instead
+				Dependency *ReleasesLog503JSONResponseBodyErrorDetailsDependency `json:"dependency,omitempty"`
+			} `json:"details"`
+
+			// Message what went wrong, for people
+			Message string `json:"message"`
+		} `json:"error"`
+
+		// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+		RequestId string `json:"requestId"`
+	}
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ReleasesLogResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ReleasesLogResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReleasesLogResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ReleasesLogResponse403Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ReleasesLogResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReleasesLogResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReleasesLogResponse) GetJSON200() *ReleaseLogResult {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ReleasesLogResponse) GetJSON400() *struct {
+	Error struct {
+		// Code the error code; the HTTP status follows from it
+		Code ReleasesLog400JSONResponseBodyErrorCode `json:"code"`
+
+		// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+		Details struct {
+			// Field the JSON path of the input member at fault, from the request root with dots and `[i]` (`window.end`, `manifest.payload.binaries[0].url`)
+			Field *string `json:"field,omitempty"`
+
+			// Reason why, as a word: for `INVALID_INPUT` a value of invalidReason, for `CAPACITY_EXHAUSTED` `capacity` or `topology` (the reservation's reason), for `PERMISSION_DENIED` the decision's reason when Better IAM gave one
+			Reason *ReleasesLog400JSONResponseBodyErrorDetailsReason `json:"reason,omitempty"`
+		} `json:"details"`
+
+		// Message what went wrong, for people
+		Message string `json:"message"`
+	} `json:"error"`
+
+	// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+	RequestId string `json:"requestId"`
+} {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ReleasesLogResponse) GetJSON401() *struct {
+	Error struct {
+		// Code the error code; the HTTP status follows from it
+		Code ReleasesLog401JSONResponseBodyErrorCode `json:"code"`
+
+		// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+		Details map[string]interface{} `json:"details"`
+
+		// Message what went wrong, for people
+		Message string `json:"message"`
+	} `json:"error"`
+
+	// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+	RequestId string `json:"requestId"`
+} {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ReleasesLogResponse) GetJSON403() *struct {
+	Error struct {
+		// Code the error code; the HTTP status follows from it
+		Code ReleasesLog403JSONResponseBodyErrorCode `json:"code"`
+
+		// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+		Details struct {
+			// Reason why, as a word: for `INVALID_INPUT` a value of invalidReason, for `CAPACITY_EXHAUSTED` `capacity` or `topology` (the reservation's reason), for `PERMISSION_DENIED` the decision's reason when Better IAM gave one
+			Reason *string `json:"reason,omitempty"`
+		} `json:"details"`
+
+		// Message what went wrong, for people
+		Message string `json:"message"`
+	} `json:"error"`
+
+	// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+	RequestId string `json:"requestId"`
+} {
+	return r.JSON403
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r ReleasesLogResponse) GetJSON500() *struct {
+	Error struct {
+		// Code the error code; the HTTP status follows from it
+		Code ReleasesLog500JSONResponseBodyErrorCode `json:"code"`
+
+		// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+		Details map[string]interface{} `json:"details"`
+
+		// Message what went wrong, for people
+		Message string `json:"message"`
+	} `json:"error"`
+
+	// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+	RequestId string `json:"requestId"`
+} {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ReleasesLogResponse) GetJSON503() *struct {
+	Error struct {
+		// Code the error code; the HTTP status follows from it
+		Code ReleasesLog503JSONResponseBodyErrorCode `json:"code"`
+
+		// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+		Details struct {
+			// Dependency the dependency that failed; absent when the object was contended instead
+			Dependency *ReleasesLog503JSONResponseBodyErrorDetailsDependency `json:"dependency,omitempty"`
+		} `json:"details"`
+
+		// Message what went wrong, for people
+		Message string `json:"message"`
+	} `json:"error"`
+
+	// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+	RequestId string `json:"requestId"`
+} {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleasesLogResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleasesLogResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleasesLogResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleasesLogResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
+// ReleasesProveResponse200Headers the declared response headers of an HTTP 200 response for ReleasesProve
+type ReleasesProveResponse200Headers struct {
+	XRequestId *string
+}
+
+// ReleasesProveResponse400Headers the declared response headers of an HTTP 400 response for ReleasesProve
+type ReleasesProveResponse400Headers struct {
+	XRequestId *string
+}
+
+// ReleasesProveResponse401Headers the declared response headers of an HTTP 401 response for ReleasesProve
+type ReleasesProveResponse401Headers struct {
+	XRequestId *string
+}
+
+// ReleasesProveResponse403Headers the declared response headers of an HTTP 403 response for ReleasesProve
+type ReleasesProveResponse403Headers struct {
+	XRequestId *string
+}
+
+// ReleasesProveResponse404Headers the declared response headers of an HTTP 404 response for ReleasesProve
+type ReleasesProveResponse404Headers struct {
+	XRequestId *string
+}
+
+// ReleasesProveResponse500Headers the declared response headers of an HTTP 500 response for ReleasesProve
+type ReleasesProveResponse500Headers struct {
+	XRequestId *string
+}
+
+// ReleasesProveResponse503Headers the declared response headers of an HTTP 503 response for ReleasesProve
+type ReleasesProveResponse503Headers struct {
+	XRequestId *string
+}
+
+type ReleasesProveResponse struct {
+	Body         []byte
+	HTTPResponse *http.Response
+	// JSON200 the response for an HTTP 200 `application/json` response
+	JSON200 *ProveResult
+	// JSON400 the response for an HTTP 400 `application/json` response
+	JSON400 *struct {
+		Error struct {
+			// Code the error code; the HTTP status follows from it
+			Code ReleasesProve400JSONResponseBodyErrorCode `json:"code"`
+
+			// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+			Details struct {
+				// Field the JSON path of the input member at fault, from the request root with dots and `[i]` (`window.end`, `manifest.payload.binaries[0].url`)
+				Field *string `json:"field,omitempty"`
+
+				// LogSize the release log's size at its latest signed checkpoint
+				LogSize *int `json:"logSize,omitempty"`
+
+				// Reason why, as a word: for `INVALID_INPUT` a value of invalidReason, for `CAPACITY_EXHAUSTED` `capacity` or `topology` (the reservation's reason), for `PERMISSION_DENIED` the decision's reason when Better IAM gave one
+				Reason *ReleasesProve400JSONResponseBodyErrorDetailsReason `json:"reason,omitempty"`
+			} `json:"details"`
+
+			// Message what went wrong, for people
+			Message string `json:"message"`
+		} `json:"error"`
+
+		// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+		RequestId string `json:"requestId"`
+	}
+	// JSON401 the response for an HTTP 401 `application/json` response
+	JSON401 *struct {
+		Error struct {
+			// Code the error code; the HTTP status follows from it
+			Code ReleasesProve401JSONResponseBodyErrorCode `json:"code"`
+
+			// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+			Details map[string]interface{} `json:"details"`
+
+			// Message what went wrong, for people
+			Message string `json:"message"`
+		} `json:"error"`
+
+		// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+		RequestId string `json:"requestId"`
+	}
+	// JSON403 the response for an HTTP 403 `application/json` response
+	JSON403 *struct {
+		Error struct {
+			// Code the error code; the HTTP status follows from it
+			Code ReleasesProve403JSONResponseBodyErrorCode `json:"code"`
+
+			// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+			Details struct {
+				// Reason why, as a word: for `INVALID_INPUT` a value of invalidReason, for `CAPACITY_EXHAUSTED` `capacity` or `topology` (the reservation's reason), for `PERMISSION_DENIED` the decision's reason when Better IAM gave one
+				Reason *string `json:"reason,omitempty"`
+			} `json:"details"`
+
+			// Message what went wrong, for people
+			Message string `json:"message"`
+		} `json:"error"`
+
+		// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+		RequestId string `json:"requestId"`
+	}
+	// JSON404 the response for an HTTP 404 `application/json` response
+	JSON404 *struct {
+		Error struct {
+			// Code the error code; the HTTP status follows from it
+			Code ReleasesProve404JSONResponseBodyErrorCode `json:"code"`
+
+			// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+			Details struct {
+				// Version the version that is already registered (or being registered); for `releases.prove`, the version that is not
+				Version *string `json:"version,omitempty"`
+			} `json:"details"`
+
+			// Message what went wrong, for people
+			Message string `json:"message"`
+		} `json:"error"`
+
+		// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+		RequestId string `json:"requestId"`
+	}
+	// JSON500 the response for an HTTP 500 `application/json` response
+	JSON500 *struct {
+		Error struct {
+			// Code the error code; the HTTP status follows from it
+			Code ReleasesProve500JSONResponseBodyErrorCode `json:"code"`
+
+			// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+			Details map[string]interface{} `json:"details"`
+
+			// Message what went wrong, for people
+			Message string `json:"message"`
+		} `json:"error"`
+
+		// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+		RequestId string `json:"requestId"`
+	}
+	// JSON503 the response for an HTTP 503 `application/json` response
+	JSON503 *struct {
+		Error struct {
+			// Code the error code; the HTTP status follows from it
+			Code ReleasesProve503JSONResponseBodyErrorCode `json:"code"`
+
+			// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+			Details struct {
+				// Dependency the dependency that failed; absent when the object was contended instead
+				Dependency *ReleasesProve503JSONResponseBodyErrorDetailsDependency `json:"dependency,omitempty"`
+			} `json:"details"`
+
+			// Message what went wrong, for people
+			Message string `json:"message"`
+		} `json:"error"`
+
+		// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+		RequestId string `json:"requestId"`
+	}
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ReleasesProveResponse200Headers
+	// Headers400 the parsed response headers for an HTTP 400 response
+	Headers400 *ReleasesProveResponse400Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReleasesProveResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ReleasesProveResponse403Headers
+	// Headers404 the parsed response headers for an HTTP 404 response
+	Headers404 *ReleasesProveResponse404Headers
+	// Headers500 the parsed response headers for an HTTP 500 response
+	Headers500 *ReleasesProveResponse500Headers
+	// Headers503 the parsed response headers for an HTTP 503 response
+	Headers503 *ReleasesProveResponse503Headers
+}
+
+// GetJSON200 returns the response for an HTTP 200 `application/json` response
+func (r ReleasesProveResponse) GetJSON200() *ProveResult {
+	return r.JSON200
+}
+
+// GetJSON400 returns the response for an HTTP 400 `application/json` response
+func (r ReleasesProveResponse) GetJSON400() *struct {
+	Error struct {
+		// Code the error code; the HTTP status follows from it
+		Code ReleasesProve400JSONResponseBodyErrorCode `json:"code"`
+
+		// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+		Details struct {
+			// Field the JSON path of the input member at fault, from the request root with dots and `[i]` (`window.end`, `manifest.payload.binaries[0].url`)
+			Field *string `json:"field,omitempty"`
+
+			// LogSize the release log's size at its latest signed checkpoint
+			LogSize *int `json:"logSize,omitempty"`
+
+			// Reason why, as a word: for `INVALID_INPUT` a value of invalidReason, for `CAPACITY_EXHAUSTED` `capacity` or `topology` (the reservation's reason), for `PERMISSION_DENIED` the decision's reason when Better IAM gave one
+			Reason *ReleasesProve400JSONResponseBodyErrorDetailsReason `json:"reason,omitempty"`
+		} `json:"details"`
+
+		// Message what went wrong, for people
+		Message string `json:"message"`
+	} `json:"error"`
+
+	// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+	RequestId string `json:"requestId"`
+} {
+	return r.JSON400
+}
+
+// GetJSON401 returns the response for an HTTP 401 `application/json` response
+func (r ReleasesProveResponse) GetJSON401() *struct {
+	Error struct {
+		// Code the error code; the HTTP status follows from it
+		Code ReleasesProve401JSONResponseBodyErrorCode `json:"code"`
+
+		// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+		Details map[string]interface{} `json:"details"`
+
+		// Message what went wrong, for people
+		Message string `json:"message"`
+	} `json:"error"`
+
+	// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+	RequestId string `json:"requestId"`
+} {
+	return r.JSON401
+}
+
+// GetJSON403 returns the response for an HTTP 403 `application/json` response
+func (r ReleasesProveResponse) GetJSON403() *struct {
+	Error struct {
+		// Code the error code; the HTTP status follows from it
+		Code ReleasesProve403JSONResponseBodyErrorCode `json:"code"`
+
+		// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+		Details struct {
+			// Reason why, as a word: for `INVALID_INPUT` a value of invalidReason, for `CAPACITY_EXHAUSTED` `capacity` or `topology` (the reservation's reason), for `PERMISSION_DENIED` the decision's reason when Better IAM gave one
+			Reason *string `json:"reason,omitempty"`
+		} `json:"details"`
+
+		// Message what went wrong, for people
+		Message string `json:"message"`
+	} `json:"error"`
+
+	// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+	RequestId string `json:"requestId"`
+} {
+	return r.JSON403
+}
+
+// GetJSON404 returns the response for an HTTP 404 `application/json` response
+func (r ReleasesProveResponse) GetJSON404() *struct {
+	Error struct {
+		// Code the error code; the HTTP status follows from it
+		Code ReleasesProve404JSONResponseBodyErrorCode `json:"code"`
+
+		// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+		Details struct {
+			// Version the version that is already registered (or being registered); for `releases.prove`, the version that is not
+			Version *string `json:"version,omitempty"`
+		} `json:"details"`
+
+		// Message what went wrong, for people
+		Message string `json:"message"`
+	} `json:"error"`
+
+	// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+	RequestId string `json:"requestId"`
+} {
+	return r.JSON404
+}
+
+// GetJSON500 returns the response for an HTTP 500 `application/json` response
+func (r ReleasesProveResponse) GetJSON500() *struct {
+	Error struct {
+		// Code the error code; the HTTP status follows from it
+		Code ReleasesProve500JSONResponseBodyErrorCode `json:"code"`
+
+		// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+		Details map[string]interface{} `json:"details"`
+
+		// Message what went wrong, for people
+		Message string `json:"message"`
+	} `json:"error"`
+
+	// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+	RequestId string `json:"requestId"`
+} {
+	return r.JSON500
+}
+
+// GetJSON503 returns the response for an HTTP 503 `application/json` response
+func (r ReleasesProveResponse) GetJSON503() *struct {
+	Error struct {
+		// Code the error code; the HTTP status follows from it
+		Code ReleasesProve503JSONResponseBodyErrorCode `json:"code"`
+
+		// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+		Details struct {
+			// Dependency the dependency that failed; absent when the object was contended instead
+			Dependency *ReleasesProve503JSONResponseBodyErrorDetailsDependency `json:"dependency,omitempty"`
+		} `json:"details"`
+
+		// Message what went wrong, for people
+		Message string `json:"message"`
+	} `json:"error"`
+
+	// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+	RequestId string `json:"requestId"`
+} {
+	return r.JSON503
+}
+
+// GetBody returns the raw response body bytes
+func (r ReleasesProveResponse) GetBody() []byte {
+	return r.Body
+}
+
+// Status returns HTTPResponse.Status
+func (r ReleasesProveResponse) Status() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Status
+	}
+	return http.StatusText(0)
+}
+
+// StatusCode returns HTTPResponse.StatusCode
+func (r ReleasesProveResponse) StatusCode() int {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.StatusCode
+	}
+	return 0
+}
+
+// ContentType is a convenience method to retrieve the Content-Type value from the HTTP response headers
+func (r ReleasesProveResponse) ContentType() string {
+	if r.HTTPResponse != nil {
+		return r.HTTPResponse.Header.Get("Content-Type")
+	}
+	return ""
+}
+
 // ReleasesRegisterResponse200Headers the declared response headers of an HTTP 200 response for ReleasesRegister
 type ReleasesRegisterResponse200Headers struct {
 	XRequestId *string
@@ -1492,7 +2764,7 @@ type ReleasesRegisterResponse struct {
 				// Sequence the sequence that version is registered (or being registered) with
 				Sequence *int `json:"sequence,omitempty"`
 
-				// Version the version that is already registered (or being registered)
+				// Version the version that is already registered (or being registered); for `releases.prove`, the version that is not
 				Version *string `json:"version,omitempty"`
 			} `json:"details"`
 
@@ -1645,7 +2917,7 @@ func (r ReleasesRegisterResponse) GetJSON409() *struct {
 			// Sequence the sequence that version is registered (or being registered) with
 			Sequence *int `json:"sequence,omitempty"`
 
-			// Version the version that is already registered (or being registered)
+			// Version the version that is already registered (or being registered); for `releases.prove`, the version that is not
 			Version *string `json:"version,omitempty"`
 		} `json:"details"`
 
@@ -1765,6 +3037,82 @@ func (c *ClientWithResponses) ReleasesListWithResponse(ctx context.Context, body
 		return nil, err
 	}
 	return ParseReleasesListResponse(rsp)
+}
+
+// ReleasesLogWithBodyWithResponse Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
+//
+// Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
+//
+// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
+//
+// Authorization: `compute:fleet:admin` @ `compute-fleet`
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/compute/releases/log (the `ReleasesLog` operationId).
+func (c *ClientWithResponses) ReleasesLogWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReleasesLogResponse, error) {
+	rsp, err := c.ReleasesLogWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleasesLogResponse(rsp)
+}
+
+// ReleasesLogWithResponse Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
+//
+// Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
+//
+// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
+//
+// Authorization: `compute:fleet:admin` @ `compute-fleet`
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/compute/releases/log (the `ReleasesLog` operationId).
+func (c *ClientWithResponses) ReleasesLogWithResponse(ctx context.Context, body ReleasesLogJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleasesLogResponse, error) {
+	rsp, err := c.ReleasesLog(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleasesLogResponse(rsp)
+}
+
+// ReleasesProveWithBodyWithResponse Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+//
+// Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+//
+// **Proofs.** Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline.
+//
+// Authorization: `compute:fleet:admin` @ `compute-fleet`
+//
+// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/compute/releases/prove (the `ReleasesProve` operationId).
+func (c *ClientWithResponses) ReleasesProveWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*ReleasesProveResponse, error) {
+	rsp, err := c.ReleasesProveWithBody(ctx, contentType, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleasesProveResponse(rsp)
+}
+
+// ReleasesProveWithResponse Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+//
+// Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.
+//
+// **Proofs.** Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline.
+//
+// Authorization: `compute:fleet:admin` @ `compute-fleet`
+//
+// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
+//
+// Corresponds with POST /api/compute/releases/prove (the `ReleasesProve` operationId).
+func (c *ClientWithResponses) ReleasesProveWithResponse(ctx context.Context, body ReleasesProveJSONRequestBody, reqEditors ...RequestEditorFn) (*ReleasesProveResponse, error) {
+	rsp, err := c.ReleasesProve(ctx, body, reqEditors...)
+	if err != nil {
+		return nil, err
+	}
+	return ParseReleasesProveResponse(rsp)
 }
 
 // ReleasesRegisterWithBodyWithResponse Verifies a signed `bcd` release manifest under the pinned release keys and records the release; returns it with its per-platform binaries.
@@ -2019,6 +3367,455 @@ func ParseReleasesListResponse(rsp *http.Response) (*ReleasesListResponse, error
 	return response, nil
 }
 
+// ParseReleasesLogResponse parses an HTTP response from a ReleasesLogWithResponse call
+func ParseReleasesLogResponse(rsp *http.Response) (*ReleasesLogResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleasesLogResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ReleaseLogResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest struct {
+			Error struct {
+				// Code the error code; the HTTP status follows from it
+				Code ReleasesLog400JSONResponseBodyErrorCode `json:"code"`
+
+				// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+				Details struct {
+					// Field the JSON path of the input member at fault, from the request root with dots and `[i]` (`window.end`, `manifest.payload.binaries[0].url`)
+					Field *string `json:"field,omitempty"`
+
+					// Reason why, as a word: for `INVALID_INPUT` a value of invalidReason, for `CAPACITY_EXHAUSTED` `capacity` or `topology` (the reservation's reason), for `PERMISSION_DENIED` the decision's reason when Better IAM gave one
+					Reason *ReleasesLog400JSONResponseBodyErrorDetailsReason `json:"reason,omitempty"`
+				} `json:"details"`
+
+				// Message what went wrong, for people
+				Message string `json:"message"`
+			} `json:"error"`
+
+			// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+			RequestId string `json:"requestId"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest struct {
+			Error struct {
+				// Code the error code; the HTTP status follows from it
+				Code ReleasesLog401JSONResponseBodyErrorCode `json:"code"`
+
+				// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+				Details map[string]interface{} `json:"details"`
+
+				// Message what went wrong, for people
+				Message string `json:"message"`
+			} `json:"error"`
+
+			// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+			RequestId string `json:"requestId"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest struct {
+			Error struct {
+				// Code the error code; the HTTP status follows from it
+				Code ReleasesLog403JSONResponseBodyErrorCode `json:"code"`
+
+				// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+				Details struct {
+					// Reason why, as a word: for `INVALID_INPUT` a value of invalidReason, for `CAPACITY_EXHAUSTED` `capacity` or `topology` (the reservation's reason), for `PERMISSION_DENIED` the decision's reason when Better IAM gave one
+					Reason *string `json:"reason,omitempty"`
+				} `json:"details"`
+
+				// Message what went wrong, for people
+				Message string `json:"message"`
+			} `json:"error"`
+
+			// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+			RequestId string `json:"requestId"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest struct {
+			Error struct {
+				// Code the error code; the HTTP status follows from it
+				Code ReleasesLog500JSONResponseBodyErrorCode `json:"code"`
+
+				// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+				Details map[string]interface{} `json:"details"`
+
+				// Message what went wrong, for people
+				Message string `json:"message"`
+			} `json:"error"`
+
+			// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+			RequestId string `json:"requestId"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest struct {
+			Error struct {
+				// Code the error code; the HTTP status follows from it
+				Code ReleasesLog503JSONResponseBodyErrorCode `json:"code"`
+
+				// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+				Details struct {
+					// Dependency the dependency that failed; absent when the object was contended instead
+					Dependency *ReleasesLog503JSONResponseBodyErrorDetailsDependency `json:"dependency,omitempty"`
+				} `json:"details"`
+
+				// Message what went wrong, for people
+				Message string `json:"message"`
+			} `json:"error"`
+
+			// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+			RequestId string `json:"requestId"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ReleasesLogResponse200Headers
+		if values := rsp.Header.Values("x-request-id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "x-request-id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ReleasesLogResponse400Headers
+		if values := rsp.Header.Values("x-request-id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "x-request-id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ReleasesLogResponse401Headers
+		if values := rsp.Header.Values("x-request-id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "x-request-id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ReleasesLogResponse403Headers
+		if values := rsp.Header.Values("x-request-id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "x-request-id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 500:
+		var headers ReleasesLogResponse500Headers
+		if values := rsp.Header.Values("x-request-id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "x-request-id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReleasesLogResponse503Headers
+		if values := rsp.Header.Values("x-request-id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "x-request-id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
+// ParseReleasesProveResponse parses an HTTP response from a ReleasesProveWithResponse call
+func ParseReleasesProveResponse(rsp *http.Response) (*ReleasesProveResponse, error) {
+	bodyBytes, err := io.ReadAll(rsp.Body)
+	defer func() { _ = rsp.Body.Close() }()
+	if err != nil {
+		return nil, err
+	}
+
+	response := &ReleasesProveResponse{
+		Body:         bodyBytes,
+		HTTPResponse: rsp,
+	}
+
+	switch {
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
+		var dest ProveResult
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON200 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
+		var dest struct {
+			Error struct {
+				// Code the error code; the HTTP status follows from it
+				Code ReleasesProve400JSONResponseBodyErrorCode `json:"code"`
+
+				// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+				Details struct {
+					// Field the JSON path of the input member at fault, from the request root with dots and `[i]` (`window.end`, `manifest.payload.binaries[0].url`)
+					Field *string `json:"field,omitempty"`
+
+					// LogSize the release log's size at its latest signed checkpoint
+					LogSize *int `json:"logSize,omitempty"`
+
+					// Reason why, as a word: for `INVALID_INPUT` a value of invalidReason, for `CAPACITY_EXHAUSTED` `capacity` or `topology` (the reservation's reason), for `PERMISSION_DENIED` the decision's reason when Better IAM gave one
+					Reason *ReleasesProve400JSONResponseBodyErrorDetailsReason `json:"reason,omitempty"`
+				} `json:"details"`
+
+				// Message what went wrong, for people
+				Message string `json:"message"`
+			} `json:"error"`
+
+			// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+			RequestId string `json:"requestId"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON400 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 401:
+		var dest struct {
+			Error struct {
+				// Code the error code; the HTTP status follows from it
+				Code ReleasesProve401JSONResponseBodyErrorCode `json:"code"`
+
+				// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+				Details map[string]interface{} `json:"details"`
+
+				// Message what went wrong, for people
+				Message string `json:"message"`
+			} `json:"error"`
+
+			// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+			RequestId string `json:"requestId"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON401 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 403:
+		var dest struct {
+			Error struct {
+				// Code the error code; the HTTP status follows from it
+				Code ReleasesProve403JSONResponseBodyErrorCode `json:"code"`
+
+				// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+				Details struct {
+					// Reason why, as a word: for `INVALID_INPUT` a value of invalidReason, for `CAPACITY_EXHAUSTED` `capacity` or `topology` (the reservation's reason), for `PERMISSION_DENIED` the decision's reason when Better IAM gave one
+					Reason *string `json:"reason,omitempty"`
+				} `json:"details"`
+
+				// Message what went wrong, for people
+				Message string `json:"message"`
+			} `json:"error"`
+
+			// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+			RequestId string `json:"requestId"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
+		var dest struct {
+			Error struct {
+				// Code the error code; the HTTP status follows from it
+				Code ReleasesProve404JSONResponseBodyErrorCode `json:"code"`
+
+				// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+				Details struct {
+					// Version the version that is already registered (or being registered); for `releases.prove`, the version that is not
+					Version *string `json:"version,omitempty"`
+				} `json:"details"`
+
+				// Message what went wrong, for people
+				Message string `json:"message"`
+			} `json:"error"`
+
+			// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+			RequestId string `json:"requestId"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
+		var dest struct {
+			Error struct {
+				// Code the error code; the HTTP status follows from it
+				Code ReleasesProve500JSONResponseBodyErrorCode `json:"code"`
+
+				// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+				Details map[string]interface{} `json:"details"`
+
+				// Message what went wrong, for people
+				Message string `json:"message"`
+			} `json:"error"`
+
+			// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+			RequestId string `json:"requestId"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON500 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
+		var dest struct {
+			Error struct {
+				// Code the error code; the HTTP status follows from it
+				Code ReleasesProve503JSONResponseBodyErrorCode `json:"code"`
+
+				// Details what a caller needs to act on the error (always present, empty when there is nothing to add)
+				Details struct {
+					// Dependency the dependency that failed; absent when the object was contended instead
+					Dependency *ReleasesProve503JSONResponseBodyErrorDetailsDependency `json:"dependency,omitempty"`
+				} `json:"details"`
+
+				// Message what went wrong, for people
+				Message string `json:"message"`
+			} `json:"error"`
+
+			// RequestId the request's id, also the x-request-id header; quote it when reporting a problem
+			RequestId string `json:"requestId"`
+		}
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON503 = &dest
+
+	}
+
+	switch {
+	case rsp.StatusCode == 200:
+		var headers ReleasesProveResponse200Headers
+		if values := rsp.Header.Values("x-request-id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "x-request-id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers200 = &headers
+	case rsp.StatusCode == 400:
+		var headers ReleasesProveResponse400Headers
+		if values := rsp.Header.Values("x-request-id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "x-request-id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers400 = &headers
+	case rsp.StatusCode == 401:
+		var headers ReleasesProveResponse401Headers
+		if values := rsp.Header.Values("x-request-id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "x-request-id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ReleasesProveResponse403Headers
+		if values := rsp.Header.Values("x-request-id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "x-request-id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers403 = &headers
+	case rsp.StatusCode == 404:
+		var headers ReleasesProveResponse404Headers
+		if values := rsp.Header.Values("x-request-id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "x-request-id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers404 = &headers
+	case rsp.StatusCode == 500:
+		var headers ReleasesProveResponse500Headers
+		if values := rsp.Header.Values("x-request-id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "x-request-id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers500 = &headers
+	case rsp.StatusCode == 503:
+		var headers ReleasesProveResponse503Headers
+		if values := rsp.Header.Values("x-request-id"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "x-request-id", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XRequestId = &value
+		}
+		response.Headers503 = &headers
+	}
+
+	return response, nil
+}
+
 // ParseReleasesRegisterResponse parses an HTTP response from a ReleasesRegisterWithResponse call
 func ParseReleasesRegisterResponse(rsp *http.Response) (*ReleasesRegisterResponse, error) {
 	bodyBytes, err := io.ReadAll(rsp.Body)
@@ -2132,7 +3929,7 @@ func ParseReleasesRegisterResponse(rsp *http.Response) (*ReleasesRegisterRespons
 					// Sequence the sequence that version is registered (or being registered) with
 					Sequence *int `json:"sequence,omitempty"`
 
-					// Version the version that is already registered (or being registered)
+					// Version the version that is already registered (or being registered); for `releases.prove`, the version that is not
 					Version *string `json:"version,omitempty"`
 				} `json:"details"`
 

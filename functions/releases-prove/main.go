@@ -1,0 +1,17 @@
+// Command releases-prove is the Lambda serving releases.prove.
+package main
+
+import (
+	"context"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
+)
+
+func main() {
+	ctx := context.Background()
+	a := app.MustFromEnv(ctx)
+	lambda.Start(a.Gateway.Lambda(a.MustEndpoint(ctx, (&rolloutapp.Module{}).ReleasesProve())))
+}
