@@ -66,7 +66,7 @@ func (c *cli) pubkeyCommand() *cobra.Command {
 registrations take. With --log-origin, the key is a release log key and it prints instead the C2SP
 signed-note verifier key of the log of that origin (<origin>+<key hash>+<base64 key>): what bcctl
 releases verify (--log-key, BC_RELEASE_LOG_VKEY) and bcd-agent (--log-key) pin.`,
-		Args:  cobra.NoArgs,
+		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			var signers []crypto.Signer
 			var err error

@@ -1,10 +1,10 @@
 package main
 
 import (
-	"maps"
 	"bufio"
 	"bytes"
 	"context"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
