@@ -228,7 +228,8 @@ func TestDashboardAndAlarmMetricsExistInTheRecords(t *testing.T) {
 		}
 	}
 	// And what operators asked for is there: latency and cost by method,
-	// answers by code, the reconciler's transitions, repairs, sweeps and lag.
+	// answers by code, the reconciler's transitions, repairs, sweeps, lag
+	// and release log audit.
 	for _, k := range []string{
 		metrics.Key(MetricNamespace, api.MetricLatency, DimensionTable, api.DimensionMethod),
 		metrics.Key(MetricNamespace, api.MetricLatency, DimensionTable, api.DimensionOutcome),
@@ -241,6 +242,7 @@ func TestDashboardAndAlarmMetricsExistInTheRecords(t *testing.T) {
 		metrics.Key(MetricNamespace, MetricSwept, DimensionTable),
 		metrics.Key(MetricNamespace, MetricLag, DimensionTable),
 		metrics.Key(MetricNamespace, MetricNodesMoved, DimensionTable),
+		metrics.Key(MetricNamespace, MetricLogAuditFailed, DimensionTable),
 		metrics.Key(MetricNamespace, MetricNodesReady, DimensionTable),
 		metrics.Key(MetricNamespace, MetricNodesReady, DimensionTable, DimensionPool),
 		metrics.Key(MetricNamespace, MetricNodesUnreachable, DimensionTable, DimensionPool),

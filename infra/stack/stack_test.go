@@ -897,6 +897,12 @@ func TestAlarms(t *testing.T) {
 		// The unit must be the one the reconciler emits (reconcile.PassResult.Log).
 		return metric(MetricNamespace, MetricLag)(p) && dim(p, refTo(ref["table"])) && p["Unit"] == "Milliseconds"
 	})
+	has("release log audit", func(p map[string]any) bool {
+		// A pass whose audit failed publishes LogAuditFailed = 1 (Count).
+		return metric(MetricNamespace, MetricLogAuditFailed)(p) && dim(p, refTo(ref["table"])) && p["Unit"] == "Count" &&
+			p["Statistic"] == "Maximum" && p["Threshold"] == 1.0 && p["ComparisonOperator"] == "GreaterThanOrEqualToThreshold" &&
+			p["TreatMissingData"] == "notBreaching"
+	})
 	has("DLQ depth", func(p map[string]any) bool {
 		return metric("AWS/SQS", "ApproximateNumberOfMessagesVisible")(p) && dim(p, getAtt(ref["dlq"], "QueueName"))
 	})
@@ -939,8 +945,8 @@ func TestAlarms(t *testing.T) {
 		return metric(MetricNamespace, MetricRolloutTransitions)(p) && dim(p, refTo(ref["table"])) && dim(p, "aborting") &&
 			p["Statistic"] == "Sum" && p["Period"] == 300.0 && p["Threshold"] == 1.0 && p["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
 	})
-	if len(alarms) != 12 {
-		t.Errorf("%d alarms, want the 12 above", len(alarms))
+	if len(alarms) != 13 {
+		t.Errorf("%d alarms, want the 13 above", len(alarms))
 	}
 	check(t, "dashboard", func() { tmpl.ResourceCountIs(jsii.String("AWS::CloudWatch::Dashboard"), jsii.Number(1)) })
 }
@@ -960,22 +966,34 @@ func TestOutputs(t *testing.T) {
 }
 
 // The release log key (SPEC §4.8): its own ECC key; only the functions
-// whose catalog entry appends to the log (releases.register) may sign with
-// it, ECDSA_SHA_256 only; they are told the key and the log's origin.
+// that append to the log — releases.register, and the reconciler, which
+// finishes crashed registrations and signs the checkpoint it audits — may
+// sign with it, ECDSA_SHA_256 only; they are told the key and the log's
+// origin.
 func TestReleaseLogKey(t *testing.T) {
 	p := props(ref["logKey"])
 	if p["KeySpec"] != "ECC_NIST_P256" || p["KeyUsage"] != "SIGN_VERIFY" {
 		t.Errorf("log key %v/%v", p["KeySpec"], p["KeyUsage"])
 	}
+	appenders := []string{"releases-register", api.ReconcilerFunction}
+	for name := range ids {
+		if signs := slices.Contains(declared(name).actions, api.SignsReleaseLog); signs != slices.Contains(appenders, name) {
+			t.Errorf("%s declares %s: %v", name, api.SignsReleaseLog, signs)
+		}
+	}
 	signers := keySigners(t, "logKey")
-	want := jsonOf(map[string]any{"AWS": getAtt(ids["releases-register"].Role, "Arn")})
-	if len(signers) != 1 || !signers[want] {
-		t.Errorf("principals allowed kms:Sign on the log key: %v, want only %s", signers, want)
+	for _, name := range appenders {
+		if want := jsonOf(map[string]any{"AWS": getAtt(ids[name].Role, "Arn")}); !signers[want] {
+			t.Errorf("%s may not kms:Sign on the log key (principals allowed: %v)", name, signers)
+		}
+	}
+	if len(signers) != len(appenders) {
+		t.Errorf("principals allowed kms:Sign on the log key: %v, want only the roles of %v", signers, appenders)
 	}
 	for name, id := range ids {
 		vars, _ := path(props(id.Function), "Environment", "Variables").(map[string]any)
 		has := vars["BC_RELEASE_LOG_KEY"] != nil
-		if has != (name == "releases-register") {
+		if has != slices.Contains(appenders, name) {
 			t.Errorf("%s: BC_RELEASE_LOG_KEY set = %v", name, has)
 		}
 		if has && (!equal(vars["BC_RELEASE_LOG_KEY"], refTo(ref["logKey"])) || vars["BC_RELEASE_LOG_ORIGIN"] == nil) {

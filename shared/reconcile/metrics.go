@@ -10,17 +10,19 @@ import (
 
 // The metrics of a pass's summary line: the lag (milliseconds between the
 // oldest due item's dueAt and the pass), the transitions it made, the
-// repairs it did, the sweeps and the reservations moved off failed nodes,
-// with the table as dimension. The CDK app alarms on and graphs these
-// names.
+// repairs it did, the sweeps, the reservations moved off failed nodes, and
+// the release log's step (a registration settled; the audit failed), with
+// the table as dimension. The CDK app alarms on and graphs these names.
 const (
-	MetricNamespace   = metrics.Namespace
-	MetricLag         = "Lag"
-	MetricTransitions = "transitioned"
-	MetricRepaired    = "repaired"
-	MetricSwept       = "swept"
-	MetricNodesMoved  = "NodesMoved"
-	DimensionTable    = metrics.DimensionTable
+	MetricNamespace      = metrics.Namespace
+	MetricLag            = "Lag"
+	MetricTransitions    = "transitioned"
+	MetricRepaired       = "repaired"
+	MetricSwept          = "swept"
+	MetricNodesMoved     = "NodesMoved"
+	MetricLogSettled     = "LogSettled"
+	MetricLogAuditFailed = "LogAuditFailed"
+	DimensionTable       = metrics.DimensionTable
 )
 
 // PassMetrics is the EMF directive of a pass's summary line.
@@ -32,6 +34,8 @@ var PassMetrics = metrics.Directive{
 		{Name: MetricRepaired, Unit: metrics.Count},
 		{Name: MetricSwept, Unit: metrics.Count},
 		{Name: MetricNodesMoved, Unit: metrics.Count},
+		{Name: MetricLogSettled, Unit: metrics.Count},
+		{Name: MetricLogAuditFailed, Unit: metrics.Count},
 	},
 }
 
@@ -41,11 +45,12 @@ func (p PassResult) Log(ctx context.Context, logger *slog.Logger, table string) 
 	lagMS := p.Lag.Milliseconds()
 	level := slog.LevelInfo
 	switch {
-	case p.Errors > 0:
+	case p.Errors > 0 || p.LogAuditFailed > 0:
 		level = slog.LevelWarn
-	case p.Found == 0:
+	case p.Found == 0 && p.LogSettled == 0:
 		// An idle pass is not news (the local gateway runs one every 5 s);
-		// the lag alarm treats the missing point as not breaching.
+		// the lag and log audit alarms treat the missing point as not
+		// breaching. A failed audit is never idle: its point is published.
 		level = slog.LevelDebug
 	}
 	logger.LogAttrs(ctx, level, "reconcile pass",
@@ -62,6 +67,9 @@ func (p PassResult) Log(ctx context.Context, logger *slog.Logger, table string) 
 		slog.Int("provisionCut", p.Cut),
 		slog.Int("skipped", p.Skipped),
 		slog.Int("errors", p.Errors),
+		slog.Int(MetricLogSettled, p.LogSettled),
+		slog.Int(MetricLogAuditFailed, p.LogAuditFailed),
+		slog.Int64("logSize", p.LogSize),
 		slog.Bool("stoppedEarly", p.Stopped),
 		slog.Float64("took_ms", float64(p.Took.Microseconds())/1000),
 		slog.String(DimensionTable, table),

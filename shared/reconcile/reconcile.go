@@ -43,6 +43,9 @@ type Reconciler struct {
 	// Rollouts advances the rollouts not yet finished: fleet.rollouts, in
 	// the same pass (nil: none).
 	Rollouts RolloutAdvancer
+	// Log is the release log's step, run after the items (nil: none — a
+	// deployment without a log key).
+	Log ReleaseLog
 	// Logger takes the pass's per-item warnings (nil: the capacity
 	// service's logger).
 	Logger *slog.Logger
@@ -86,21 +89,24 @@ type DueItem struct {
 
 // PassResult summarizes one pass.
 type PassResult struct {
-	Found       int            `json:"found"`
-	Transitions map[string]int `json:"transitions"`  // by target state
-	Repaired    int            `json:"repaired"`     // crash leftovers: stale drafts expired, pool creations completed
-	Swept       int            `json:"swept"`        // terminal reservations' give-back re-run (routine)
-	Settled     int            `json:"settled"`      // quota rows whose charge records were settled (routine)
-	Provisioned int            `json:"provisioned"`  // hours ahead provisioned (every node-hour of a resource's hour stored)
-	Fleet       int            `json:"fleet"`        // managed pools whose nodes were swept (routine)
-	Told        int            `json:"told"`         // binds written to nodes, and reservations moved off failed nodes
-	NodesMoved  int            `json:"nodesMoved"`   // reservations moved off failed nodes (moves completed)
-	Cut         int            `json:"provisionCut"` // pools whose provisioning stopped at the pass's stop time (due again at once)
-	Skipped     int            `json:"skipped"`      // not yet due, or another pass got there first
-	Errors      int            `json:"errors"`
-	Lag         time.Duration  `json:"-"` // now − oldest dueAt found (0 if none)
-	Stopped     bool           `json:"stoppedEarly"`
-	Took        time.Duration  `json:"-"`
+	Found          int            `json:"found"`
+	Transitions    map[string]int `json:"transitions"`  // by target state
+	Repaired       int            `json:"repaired"`     // crash leftovers: stale drafts expired, pool creations completed
+	Swept          int            `json:"swept"`        // terminal reservations' give-back re-run (routine)
+	Settled        int            `json:"settled"`      // quota rows whose charge records were settled (routine)
+	Provisioned    int            `json:"provisioned"`  // hours ahead provisioned (every node-hour of a resource's hour stored)
+	Fleet          int            `json:"fleet"`        // managed pools whose nodes were swept (routine)
+	Told           int            `json:"told"`         // binds written to nodes, and reservations moved off failed nodes
+	NodesMoved     int            `json:"nodesMoved"`   // reservations moved off failed nodes (moves completed)
+	Cut            int            `json:"provisionCut"` // pools whose provisioning stopped at the pass's stop time (due again at once)
+	Skipped        int            `json:"skipped"`      // not yet due, or another pass got there first
+	Errors         int            `json:"errors"`
+	LogSettled     int            `json:"logSettled"`     // the release log's step (Reconciler.Log): 1 when it finished a registration a crash left (or signed the checkpoint up to the head)
+	LogAuditFailed int            `json:"logAuditFailed"` // 1 when the log's audit found the stored tree disagreeing with its signed checkpoint
+	LogSize        int64          `json:"logSize"`        // the audited checkpoint's size
+	Lag            time.Duration  `json:"-"`              // now − oldest dueAt found (0 if none)
+	Stopped        bool           `json:"stoppedEarly"`
+	Took           time.Duration  `json:"-"`
 }
 
 // TransitionCount is the number of state transitions the pass made.
@@ -114,7 +120,8 @@ func (p PassResult) TransitionCount() int {
 
 // Pass runs one reconciler pass and logs its summary line. Each shard of
 // the due index is streamed page by page into a bounded set of workers, so
-// memory stays flat however many items are due.
+// memory stays flat however many items are due; then the release log's
+// step runs (Log), bounded by LogStepTimeout.
 func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 	start := time.Now()
 	now := rc.Capacity.Now()
@@ -190,6 +197,7 @@ func (rc *Reconciler) Pass(ctx context.Context) (PassResult, error) {
 	for r := range results {
 		res.add(rc.logger(), r.step, r.due, r.err, &oldest)
 	}
+	rc.releaseLog(ctx, &res)
 	res.finish(now, start, oldest)
 	return res, scanErr
 }
@@ -210,6 +218,7 @@ func (rc *Reconciler) serialPass(ctx context.Context, now, start time.Time, lim 
 			res.add(rc.logger(), st, d.Due, err, &oldest)
 		}
 	}
+	rc.releaseLog(ctx, &res)
 	res.finish(now, start, oldest)
 	return res, scanErr
 }

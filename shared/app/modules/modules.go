@@ -7,6 +7,7 @@ package modules
 
 import (
 	"context"
+	"sync"
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
@@ -26,11 +27,14 @@ type App struct {
 	Capacity capacityapp.Module
 	Fleet    *fleetapp.Module
 	Rollout  *rolloutapp.Module
+
+	log   *passLog   // the reconciler's release log step, kept across passes
+	noLog *sync.Once // says once that there is none (no BC_RELEASE_LOG_KEY)
 }
 
 // Wire puts every module on the core a.
 func Wire(a *app.App) *App {
-	return &App{App: a, Fleet: &fleetapp.Module{}, Rollout: &rolloutapp.Module{}}
+	return &App{App: a, Fleet: &fleetapp.Module{}, Rollout: &rolloutapp.Module{}, log: &passLog{a: a}, noLog: &sync.Once{}}
 }
 
 // New builds the core from cfg and wires every module on it: the local
@@ -47,8 +51,8 @@ func New(ctx context.Context, cfg app.Config, opts ...app.Option) (*App, error) 
 }
 
 // MustFromEnv is app.MustFromEnv with every module wired, for the
-// reconciler: it serves no method, so it reads neither the cursor key nor
-// KMS keys.
+// reconciler: it serves no method, so it reads no cursor key; it signs the
+// release log's checkpoints, so its main names kmskeys.FromKMS in opts.
 func MustFromEnv(ctx context.Context, opts ...app.Option) *App {
 	return Wire(app.MustFromEnv(ctx, opts...))
 }
@@ -95,15 +99,25 @@ func (a *App) RolloutReconciler() *rollout.Reconciler {
 
 // Reconciler builds the reconciler's pass over every domain's steps:
 // capacity.reservations (reservations, pools, quota rows), the fleet's
-// sweeps and fleet.rollouts.
+// sweeps and fleet.rollouts, then the release log's settling and audit
+// (SPEC §4.8) when BC_RELEASE_LOG_KEY names the log key — a deployment
+// from before the log has none, and its first pass says so once.
 func (a *App) Reconciler() *reconcile.Reconciler {
-	return &reconcile.Reconciler{
+	rc := &reconcile.Reconciler{
 		Due:      a.CapacityStore(),
 		Capacity: &capacity.Steps{Service: a.CapacityService(), ProvisionHours: a.Config.ProvisionHours},
 		Fleet:    a.FleetService(),
 		Rollouts: a.RolloutReconciler(),
 		Logger:   a.Logger,
 	}
+	if a.Config.ReleaseLogKey != "" {
+		rc.Log = a.log
+	} else {
+		a.noLog.Do(func() {
+			a.Logger.Warn("no release log key (BC_RELEASE_LOG_KEY): the reconciler neither settles nor audits the release log")
+		})
+	}
+	return rc
 }
 
 // The domains' steps the pass calls.
