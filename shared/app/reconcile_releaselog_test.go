@@ -222,7 +222,7 @@ func TestReconcilerAuditCatchesATamperedHash(t *testing.T) {
 		t.Fatal(err)
 	}
 	forged := releaselog.LeafHash([]byte(`{"version":"1.2.0","sequence":99}`))
-	item.Item["hs"] = &types.AttributeValueMemberBS{Value: [][]byte{forged[:]}}
+	item.Item["hs"] = &types.AttributeValueMemberB{Value: forged[:]}
 	if _, err := h.app.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(h.app.Config.Table), Item: item.Item}); err != nil {
 		t.Fatal(err)
 	}

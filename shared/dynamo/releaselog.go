@@ -94,7 +94,10 @@ type logEntryItem struct {
 	SK  string   `dynamodbav:"sk"`
 	Ver string   `dynamodbav:"ver"`
 	Seq int64    `dynamodbav:"seq"`
-	HS  [][]byte `dynamodbav:"hs"`
+	// HS is the entry's stored hashes, concatenated in order (32 bytes
+	// each): one binary attribute, since a binary set (what [][]byte
+	// marshals to) has no order in DynamoDB.
+	HS []byte `dynamodbav:"hs"`
 }
 
 type logCPItem struct {
@@ -173,9 +176,9 @@ func (l *ReleaseLog) Append(ctx context.Context, version string, seq int64, leaf
 		if err != nil {
 			return 0, err
 		}
-		it := logEntryItem{PK: logPK, SK: logSK(n), Ver: version, Seq: seq, HS: make([][]byte, len(hs))}
+		it := logEntryItem{PK: logPK, SK: logSK(n), Ver: version, Seq: seq, HS: make([]byte, 0, len(hs)*tlog.HashSize)}
 		for i := range hs {
-			it.HS[i] = hs[i][:]
+			it.HS = append(it.HS, hs[i][:]...)
 		}
 		cond := expression.AttributeNotExists(expression.Name(schema.AttrPK))
 		err = l.table().put(ctx, it, &cond)
@@ -259,7 +262,7 @@ func (l *ReleaseLog) ReadHashes(ctx context.Context, indexes []int64) ([]tlog.Ha
 	}
 	slices.Sort(entries)
 	entries = slices.Compact(entries)
-	got := map[int64][][]byte{}
+	got := map[int64][]byte{}
 	for len(entries) > 0 {
 		batch := entries[:min(len(entries), 100)]
 		entries = entries[len(batch):]
@@ -292,10 +295,10 @@ func (l *ReleaseLog) ReadHashes(ctx context.Context, indexes []int64) ([]tlog.Ha
 	for i, x := range indexes {
 		e, pos := releaselog.Owner(x)
 		hs, ok := got[e]
-		if !ok || pos >= len(hs) || len(hs[pos]) != tlog.HashSize {
+		if !ok || len(hs)%tlog.HashSize != 0 || (pos+1)*tlog.HashSize > len(hs) {
 			return nil, fmt.Errorf("dynamo: release log: stored hash %d (entry %d) missing", x, e)
 		}
-		copy(out[i][:], hs[pos])
+		copy(out[i][:], hs[pos*tlog.HashSize:])
 	}
 	return out, nil
 }

@@ -30,10 +30,11 @@ func setLastHash(t *testing.T, l *dynamo.ReleaseLog, i int64, h tlog.Hash) tlog.
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := res.Item["hs"].(*types.AttributeValueMemberBS).Value // as attributevalue marshals [][]byte
+	hs := res.Item["hs"].(*types.AttributeValueMemberB).Value // the hashes, concatenated
 	var old tlog.Hash
-	copy(old[:], hs[len(hs)-1])
-	hs[len(hs)-1] = h[:]
+	last := hs[len(hs)-tlog.HashSize:]
+	copy(old[:], last)
+	copy(last, h[:])
 	if _, err := l.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(l.Table), Item: res.Item}); err != nil {
 		t.Fatal(err)
 	}
