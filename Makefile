@@ -128,7 +128,7 @@ docs: ## regenerate from the method catalog: docs/reference, docs/openapi.json, 
 # FUZZTIME, and what it finds lands in the package's testdata/fuzz to commit.
 FUZZTIME     ?= 30s
 FUZZ_TARGETS := shared/api:FuzzDecodeInput shared/rollout:FuzzVerify shared/cursor:FuzzDecode shared/iam:FuzzParsePolicy \
-                shared/capacity:FuzzCapacitySimulation
+                shared/capacity:FuzzCapacitySimulation shared/releaselog:FuzzOpen
 
 fuzz: ## fuzz every target for FUZZTIME each (e.g. make fuzz FUZZTIME=5m); findings go to testdata/fuzz
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \

@@ -128,7 +128,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 	fmt.Println(localgw.Quickstart(localgw.Stack{URL: "http://" + ln.Addr().String(), DynamoEndpoint: stack.DynamoEndpoint,
 		KMSEndpoint: stack.KMSEndpoint, Table: cfg.Table, Region: cfg.Region, LogVerifierKey: logKey.VerifierKey()}, time.Now()))
 	log.Info("serving", "listen", ln.Addr().String(), "table", cfg.Table, "reconcile_interval", cfg.ReconcileInterval.String())
-	simDone := startSimFleet(ctx, "http://"+ln.Addr().String(), simNodes, filepath.Join(stateDir, "sim-nodes"), a.Pins(), cfg.ReleaseThreshold, log)
+	simDone := startSimFleet(ctx, "http://"+ln.Addr().String(), simNodes, filepath.Join(stateDir, "sim-nodes"), a.Pins(), cfg.ReleaseThreshold, logKey, log)
 	err = localgw.Serve(ctx, ln, localgw.Handler(a.Gateway, eps, localgw.WithHealth(a.Health)), log)
 	cancel()
 	<-reconciled

@@ -26,6 +26,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/localgw"
+	"github.com/bettercompute/control-plane/shared/releaselog"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -59,7 +60,7 @@ func parseSimNodes(s string) (int, error) {
 // in the listener's backlog until the gateway serves. A failed setup is
 // logged and the stack goes on without a fleet. The channel closes once
 // every agent stopped.
-func startSimFleet(ctx context.Context, url string, n int, dir string, appPins []rolloutapp.Pin, threshold int, log *slog.Logger) <-chan struct{} {
+func startSimFleet(ctx context.Context, url string, n int, dir string, appPins []rolloutapp.Pin, threshold int, logKey releaselog.Key, log *slog.Logger) <-chan struct{} {
 	done := make(chan struct{})
 	if n == 0 {
 		close(done)
@@ -78,7 +79,7 @@ func startSimFleet(ctx context.Context, url string, n int, dir string, appPins [
 			log.Error("simulated fleet: release pins", "error", err.Error())
 			return
 		}
-		f, err := setupSimFleet(ctx, client.New(url, "dev:admin"), client.New(url, "dev:"+simPrincipal), n, dir, pins, log)
+		f, err := setupSimFleet(ctx, client.New(url, "dev:admin"), client.New(url, "dev:"+simPrincipal), n, dir, pins, &logKey, log)
 		if err != nil {
 			if ctx.Err() == nil {
 				log.Error("simulated fleet not started", "error", err.Error())
@@ -143,7 +144,7 @@ func quickstartPool() (api.CreatePoolInput, error) {
 // keeps n minus the quickstart pool's nodes whatever was skipped, and a
 // restart takes the same nodes. Agents talk through agentClient; they
 // trust pins.
-func setupSimFleet(ctx context.Context, admin, agentClient *client.Client, n int, dir string, pins *rollout.Pins, log *slog.Logger) (*simFleet, error) {
+func setupSimFleet(ctx context.Context, admin, agentClient *client.Client, n int, dir string, pins *rollout.Pins, logKey *releaselog.Key, log *slog.Logger) (*simFleet, error) {
 	quick, err := quickstartPool()
 	if err != nil {
 		return nil, err
@@ -163,7 +164,7 @@ func setupSimFleet(ctx context.Context, admin, agentClient *client.Client, n int
 	nodes = nodes[:min(n, len(nodes))]
 	f := &simFleet{Tenant: quick.TenantID}
 	for _, sn := range nodes {
-		a, closeFn, err := simAgent(ctx, admin, agentClient, quick.TenantID, sn, dir, pins, log)
+		a, closeFn, err := simAgent(ctx, admin, agentClient, quick.TenantID, sn, dir, pins, logKey, log)
 		var skip *skippedNode
 		switch {
 		case errors.As(err, &skip):
@@ -221,7 +222,7 @@ func poolNodes(p capacity.Pool) []simNode {
 // <dir>/<pool>/<node>.pem is the key, <dir>/<pool>/<node>/ the agent's
 // state, <dir>/<pool>/<node>.journal the driver's binds and unbinds.
 func simAgent(ctx context.Context, admin, agentClient *client.Client, tenant string, sn simNode, dir string,
-	pins *rollout.Pins, log *slog.Logger) (*agent.Agent, func(), error) {
+	pins *rollout.Pins, logKey *releaselog.Key, log *slog.Logger) (*agent.Agent, func(), error) {
 	base := filepath.Join(dir, sn.Pool, sn.Node)
 	key, err := simKey(base + ".pem")
 	if err != nil {
@@ -249,7 +250,7 @@ func simAgent(ctx context.Context, admin, agentClient *client.Client, tenant str
 		return nil, nil, err
 	}
 	a, err := agent.New(agent.Config{Client: agentClient, TenantID: tenant, PoolID: sn.Pool, NodeID: sn.Node, Key: key,
-		Pins: pins, Platform: simPlatform, Devices: sn.Devices, Driver: driver, StateDir: base, Starter: simStarter{},
+		Pins: pins, LogKey: logKey, Platform: simPlatform, Devices: sn.Devices, Driver: driver, StateDir: base, Starter: simStarter{},
 		Logger: log})
 	if err != nil {
 		journal.Close()

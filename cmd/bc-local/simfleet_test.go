@@ -55,7 +55,7 @@ func TestSimFleetSetup(t *testing.T) {
 		t.Fatal(err)
 	}
 	log := slog.New(slog.DiscardHandler)
-	f, err := setupSimFleet(ctx, admin, agents, 3, dir, pins, log)
+	f, err := setupSimFleet(ctx, admin, agents, 3, dir, pins, devstack.DevLogKey(t), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -109,12 +109,12 @@ func TestSimFleetSetup(t *testing.T) {
 	}
 
 	// A restart: the same keys, the same registrations.
-	again, err := setupSimFleet(ctx, admin, agents, 3, dir, pins, log)
+	again, err := setupSimFleet(ctx, admin, agents, 3, dir, pins, devstack.DevLogKey(t), log)
 	if err != nil {
 		t.Fatalf("restart: %v", err)
 	}
 	again.close()
-	if _, err := setupSimFleet(ctx, admin, agents, 5, dir, pins, log); err == nil || !strings.Contains(err.Error(), "make clean") {
+	if _, err := setupSimFleet(ctx, admin, agents, 5, dir, pins, devstack.DevLogKey(t), log); err == nil || !strings.Contains(err.Error(), "make clean") {
 		t.Errorf("more nodes than sim-fleet holds: %v", err)
 	}
 }
@@ -158,7 +158,7 @@ func TestSimFleetOnTheReadmesState(t *testing.T) {
 	}
 
 	// A fleet of one, that one node skipped: no agent, and it says why.
-	f, err := setupSimFleet(ctx, admin, agents, 1, dir, pins, log)
+	f, err := setupSimFleet(ctx, admin, agents, 1, dir, pins, devstack.DevLogKey(t), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestSimFleetOnTheReadmesState(t *testing.T) {
 		t.Errorf("a fleet of one skipped node: %d agents, summary %s", len(f.Agents), got)
 	}
 
-	f, err = setupSimFleet(ctx, admin, agents, 4, dir, pins, log)
+	f, err = setupSimFleet(ctx, admin, agents, 4, dir, pins, devstack.DevLogKey(t), log)
 	if err != nil {
 		t.Fatalf("the fleet on the README's state: %v", err)
 	}
@@ -224,7 +224,7 @@ func TestSimFleetOnTheReadmesState(t *testing.T) {
 	if _, err := admin.NodesRegister(ctx, &api.RegisterNodeInput{Tenant: acme, NodeRef: node0, PublicKey: string(simPEM), Platform: simPlatform, Replace: &replace}); err != nil {
 		t.Fatal(err)
 	}
-	f, err = setupSimFleet(ctx, admin, agents, 4, dir, pins, log)
+	f, err = setupSimFleet(ctx, admin, agents, 4, dir, pins, devstack.DevLogKey(t), log)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,6 +37,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/logfmt"
+	"github.com/bettercompute/control-plane/shared/releaselog"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
@@ -91,6 +92,7 @@ const (
 type options struct {
 	apiURL, token, tenant, pool, node string
 	key, pinsFile, platform           string
+	logKey                            string
 	stateDir, journal                 string
 	logFormat, logLevel               string
 	threshold, devices                int
@@ -163,6 +165,7 @@ line; 3 the API could not be reached; 4 a local failure (a file, a key).`,
 	pf.StringVar(&o.node, "node", o.getenv("BC_NODE"), "the node: <resource>-node-<k> ($BC_NODE)")
 	pf.StringVar(&o.key, "key", o.getenv("BC_NODE_KEY"), "the node's private key, PEM (keygen writes one) ($BC_NODE_KEY)")
 	pf.StringVar(&o.pinsFile, "pins-file", o.getenv("BC_AGENT_PINS_FILE"), "release keys the node trusts, a PEM bundle; none: installs disabled ($BC_AGENT_PINS_FILE)")
+	pf.StringVar(&o.logKey, "log-key", o.getenv("BC_AGENT_LOG_KEY"), "the release log's verifier key (bcctl pubkey --log-origin prints it; make run exports it as BC_RELEASE_LOG_VKEY): required with --pins-file, the node installs only what the log includes ($BC_AGENT_LOG_KEY)")
 	pf.IntVar(&o.threshold, "threshold", o.envInt("BC_AGENT_THRESHOLD", 1, &envErr), "distinct pinned keys that must sign a release ($BC_AGENT_THRESHOLD)")
 	pf.StringVar(&o.platform, "platform", o.env("BC_PLATFORM", runtime.GOOS+"/"+runtime.GOARCH), "os/arch[/variant], as registered and as in release manifests ($BC_PLATFORM)")
 	pf.IntVar(&o.devices, "devices", o.envInt("BC_AGENT_DEVICES", 8, &envErr), "devices the node should see: its pool's node size ($BC_AGENT_DEVICES)")
@@ -343,7 +346,18 @@ func (o *options) agent() (a *agent.Agent, closeFn func(), err error) {
 		return nil, nil, localErr(fmt.Errorf("--key %s: %w", o.key, err))
 	}
 	var pins *rollout.Pins
+	var logKey *releaselog.Key
+	if o.logKey != "" {
+		k, err := releaselog.ParseVerifierKey(o.logKey)
+		if err != nil {
+			return nil, nil, usageErr(fmt.Errorf("--log-key (BC_AGENT_LOG_KEY): %w", err))
+		}
+		logKey = &k
+	}
 	if o.pinsFile != "" {
+		if logKey == nil {
+			return nil, nil, usageErr(errors.New("--pins-file without --log-key (BC_AGENT_LOG_KEY): the node installs only releases the release log includes, so it pins the log's key too (bcctl pubkey --kms-key <log key> --log-origin <origin> prints it)"))
+		}
 		if pins, err = loadPins(o.pinsFile, o.threshold); err != nil {
 			return nil, nil, localErr(err)
 		}
@@ -361,7 +375,7 @@ func (o *options) agent() (a *agent.Agent, closeFn func(), err error) {
 		closeFn = func() { c.Close() }
 	}
 	a, err = agent.New(agent.Config{Client: client.New(o.apiURL, token), TenantID: o.tenant, PoolID: o.pool, NodeID: o.node,
-		Key: key, Pins: pins, Platform: o.platform, Devices: o.devices, Driver: driver, StateDir: o.stateDir, Logger: log,
+		Key: key, Pins: pins, LogKey: logKey, Platform: o.platform, Devices: o.devices, Driver: driver, StateDir: o.stateDir, Logger: log,
 		Words: agentWords, FirstHeartbeat: o.firstHeartbeat})
 	var sd *agent.StateDirError
 	switch {

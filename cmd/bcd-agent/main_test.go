@@ -113,7 +113,15 @@ func TestOnceAgainstTheStack(t *testing.T) {
 	}
 	env := map[string]string{"BC_API_URL": st.URL, "BC_TENANT": "acme", "BC_POOL": "p-cmd", "BC_NODE": "gpu.h100-node-1",
 		"BC_NODE_KEY": key, "BC_PLATFORM": "linux/arm64", "BC_AGENT_STATE_DIR": filepath.Join(dir, "state"),
-		"BC_AGENT_PINS_FILE": filepath.Join(devstackRoot(t), devstack.PinsFile), "BC_AGENT_JOURNAL": filepath.Join(dir, "journal")}
+		"BC_AGENT_PINS_FILE": filepath.Join(devstackRoot(t), devstack.PinsFile), "BC_AGENT_JOURNAL": filepath.Join(dir, "journal"),
+		"BC_AGENT_LOG_KEY": devstack.DevLogKey(t).VerifierKey()}
+	// Pins without the log's key: a usage error that says how to get it.
+	if code, _, errOut := exec(t, with(env, "BC_AGENT_LOG_KEY", ""), "once"); code != exitUsage || !strings.Contains(errOut, "--log-key") {
+		t.Errorf("pins without a log key: exit %d: %s", code, errOut)
+	}
+	if code, _, errOut := exec(t, with(env, "BC_AGENT_LOG_KEY", "not a key"), "once"); code != exitUsage || !strings.Contains(errOut, "--log-key") {
+		t.Errorf("a malformed log key: exit %d: %s", code, errOut)
+	}
 	code, out, errOut := exec(t, env, "once")
 	if code != exitOK {
 		t.Fatalf("once: exit %d: %s", code, errOut)

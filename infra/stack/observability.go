@@ -49,6 +49,7 @@ const (
 	MetricNodesSilent      = fleet.MetricNodesSilent
 	MetricNodesHeld        = fleet.MetricNodesHeld
 	MetricPoolDisrupted    = fleet.MetricPoolDisrupted
+	MetricNodesSplitView   = fleet.MetricNodesSplitView
 	DimensionPool          = fleet.DimensionPool
 )
 
@@ -87,6 +88,7 @@ const (
 	AlarmReconcilerLag     = "ReconcilerLagAlarm"
 	AlarmReconcilerDLQ     = "ReconcilerDLQAlarm"
 	AlarmReleaseLogAudit   = "ReleaseLogAuditAlarm"
+	AlarmReleaseLogSplit   = "ReleaseLogSplitViewAlarm"
 	AlarmEmailDLQ          = "AlarmEmailDLQAlarm"
 	AlarmFleetMassSilence  = "FleetMassSilenceAlarm"
 	AlarmFleetUnreachable  = "FleetUnreachableShareAlarm"
@@ -222,6 +224,10 @@ func (s *Stack) addObservability(cfg Config, fns []Function) {
 	})
 	alarm(AlarmFleetUnreachable, fmt.Sprintf("More than %d%% of the deployment's nodes were unreachable over 10 minutes (NodesUnreachable / all nodes, from the fleet sweep's records): see the dashboard's nodes by state per pool", unreachablePercent),
 		share, unreachablePercent, awscloudwatch.ComparisonOperator_GREATER_THAN_THRESHOLD, quiet)
+	// A split view: a node reported a release log checkpoint the log never
+	// had (the sweep's NodesSplitView, per deployment).
+	alarm(AlarmReleaseLogSplit, "A node reported a release log checkpoint whose root the log never had at that size (NodesSplitView ≥ 1): someone showed it another history of the releases. It is told no release until it is re-registered; see nodes get's log.splitView and docs/releases.md (Reading a node's witness)",
+		fleetMax(MetricNodesSplitView), 1, gte, quiet)
 	aborting := s.emfMetric(MetricRolloutTransitions, map[string]string{DimensionState: "aborting"},
 		awscloudwatch.MetricProps{Statistic: jsii.String("Sum"), Period: five, Unit: awscloudwatch.Unit_COUNT})
 	alarm(AlarmRolloutAborting, "A rollout is aborting (failed nodes past its maxFailedNodes, or an operator's abort): its nodes go back to the release they ran (docs/rollouts.md)",

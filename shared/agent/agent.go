@@ -11,6 +11,7 @@ package agent
 import (
 	"context"
 	"crypto"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync"
 	"time"
 
@@ -26,6 +28,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/releaselog"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
@@ -41,7 +44,13 @@ type Config struct {
 	// Pins are the release keys the node trusts, with their threshold
 	// (rollout.NewPins); nil disables installs: a release it is told to
 	// run is reported failed.
-	Pins     *rollout.Pins
+	Pins *rollout.Pins
+	// LogKey is the release log's key and origin the node trusts
+	// (releaselog.ParseVerifierKey of the log's verifier key): it installs
+	// only a release whose checkpoint verifies under it, extends the
+	// checkpoint it stored and includes the release (SPEC §4.8). Required
+	// with Pins.
+	LogKey   *releaselog.Key
 	Platform string // os/arch[/variant], as registered
 	Devices  int    // the devices the node should see (devicesExpected)
 	Driver   Driver
@@ -110,6 +119,10 @@ type Agent struct {
 	retryAt map[string]time.Time // release (version@digest) → not before
 	asked   string               // the release the last answer named
 	busy    chan struct{}        // closed when the install in progress ends
+	// checkpoint is the release log checkpoint it verified last (nil:
+	// none yet), note its signed text: what its reports witness.
+	checkpoint *releaselog.Checkpoint
+	note       string
 }
 
 // New checks the configuration and reads what the node runs from the
@@ -128,6 +141,8 @@ func New(cfg Config) (*Agent, error) {
 		return nil, errors.New("agent: no state dir")
 	case cfg.Devices < 0 || cfg.Devices > 64:
 		return nil, fmt.Errorf("agent: devices %d: must be 0..64", cfg.Devices)
+	case cfg.Pins != nil && cfg.LogKey == nil:
+		return nil, errors.New("agent: release pins without a release log key: a node installs only what the log includes")
 	}
 	if _, err := dsse.KeyID(cfg.Key.Public()); err != nil {
 		return nil, fmt.Errorf("agent: node key: %w", err)
@@ -157,9 +172,30 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Agent{cfg: cfg, log: cfg.Logger.With("pool", cfg.PoolID, "node", cfg.NodeID),
+	a := &Agent{cfg: cfg, log: cfg.Logger.With("pool", cfg.PoolID, "node", cfg.NodeID),
 		words: map[string]fleet.ReportedBinding{}, held: map[string]bool{},
-		reported: map[string]string{}, running: st.Running, retryAt: map[string]time.Time{}}, nil
+		reported: map[string]string{}, running: st.Running, retryAt: map[string]time.Time{}}
+	if st.Checkpoint != "" {
+		// Verified again at every start: a state file edited, or a log
+		// key changed under it, is not witnessed as if verified.
+		if cfg.LogKey == nil {
+			return nil, fmt.Errorf("agent: %s holds a release log checkpoint but no log key is pinned", filepath.Join(cfg.StateDir, StateFile))
+		}
+		c, err := cfg.LogKey.Open([]byte(st.Checkpoint))
+		if err != nil {
+			return nil, fmt.Errorf("agent: the stored release log checkpoint does not verify under the pinned log key (%v): an operator must look before this node installs again", err)
+		}
+		a.checkpoint, a.note = &c, st.Checkpoint
+	}
+	return a, nil
+}
+
+// Checkpoint is the release log checkpoint the node verified last (nil:
+// none).
+func (a *Agent) Checkpoint() *releaselog.Checkpoint {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.checkpoint
 }
 
 // Running is the release the node runs (nil: none).
@@ -214,11 +250,15 @@ func (a *Agent) report(ctx context.Context) fleet.Report {
 		checks = []fleet.Check{}
 	}
 	a.mu.Lock()
-	running, install := a.running, a.install
+	running, install, cp := a.running, a.install, a.checkpoint
 	a.mu.Unlock()
-	return fleet.Report{PoolID: a.cfg.PoolID, NodeID: a.cfg.NodeID, Counter: max(a.counter+1, now.UnixMicro()), At: now,
+	rep := fleet.Report{PoolID: a.cfg.PoolID, NodeID: a.cfg.NodeID, Counter: max(a.counter+1, now.UnixMicro()), At: now,
 		Running: running, Install: install, Bindings: a.reportBindings(),
 		Health: fleet.Health{DevicesExpected: a.cfg.Devices, DevicesVisible: h.Visible, Checks: checks}}
+	if cp != nil {
+		rep.Log = &fleet.LogReport{Size: cp.Size, Root: base64.StdEncoding.EncodeToString(cp.Root[:])}
+	}
+	return rep
 }
 
 // replayed reads a CONFLICT replay's latestCounter.

@@ -266,9 +266,9 @@ func TestStepInstallsTheDesiredRelease(t *testing.T) {
 	rel := desired(t, st, f.release)
 	gate := make(chan struct{})
 	site.serve = func(w http.ResponseWriter, r *http.Request) bool { <-gate; return false }
-	api.script(func(fleet.Report) (int, any) {
+	api.script(func(rep fleet.Report) (int, any) {
 		res := answer(5)
-		res.Desired.Release = &rel
+		res.Desired.Release = f.told(t, rel, rep)
 		return 200, res
 	})
 	step(t, f.agent) // starts the install, held at the download
@@ -289,9 +289,9 @@ func TestStepInstallsTheDesiredRelease(t *testing.T) {
 	// A release signed by a key the node does not pin.
 	st2, _ := e.statement("1.2.0", 3)
 	bad := desired(t, st2, newKey(t))
-	api.script(func(fleet.Report) (int, any) {
+	api.script(func(rep fleet.Report) (int, any) {
 		res := answer(5)
-		res.Desired.Release, res.Desired.FloorSequence = &bad, 2
+		res.Desired.Release, res.Desired.FloorSequence = f.told(t, bad, rep), 2
 		return 200, res
 	})
 	step(t, f.agent)
@@ -327,9 +327,9 @@ func TestStepInstallsAReleaseAskedAgain(t *testing.T) {
 	v1, v2 := desired(t, st1, f.release), desired(t, st2, f.release)
 	ask := func(rel fleet.DesiredRelease, floor int64) *fleet.Report {
 		t.Helper()
-		api.script(func(fleet.Report) (int, any) {
+		api.script(func(rep fleet.Report) (int, any) {
 			res := answer(5)
-			res.Desired.Release, res.Desired.FloorSequence = &rel, floor
+			res.Desired.Release, res.Desired.FloorSequence = f.told(t, rel, rep), floor
 			return 200, res
 		})
 		step(t, f.agent)

@@ -168,12 +168,13 @@ type fixture struct {
 	release crypto.Signer // the pinned release key
 	starter *fakeStarter
 	dir     string
+	log     *testLog // the release log the answers prove releases in (its key pinned)
 }
 
 func newFixture(t *testing.T, url string, node crypto.Signer, adjust ...func(*Config)) *fixture {
 	t.Helper()
 	f := &fixture{driver: NewRecordingDriver(8), clock: teststack.NewClock(t0), node: node,
-		release: newKey(t), starter: &fakeStarter{unhealthy: map[string]error{}}, dir: t.TempDir()}
+		release: newKey(t), starter: &fakeStarter{unhealthy: map[string]error{}}, dir: t.TempDir(), log: newTestLog(t)}
 	f.driver.SetNow(f.clock.Now)
 	f.starter.dir = f.dir
 	pins, err := rollout.NewPins([]crypto.PublicKey{f.release.Public()}, 1)
@@ -181,7 +182,7 @@ func newFixture(t *testing.T, url string, node crypto.Signer, adjust ...func(*Co
 		t.Fatal(err)
 	}
 	cfg := Config{Client: client.New(url, "dev:fleet-agent"), TenantID: "acme", PoolID: "p1", NodeID: "gpu-node-0",
-		Key: node, Pins: pins, Platform: "linux/amd64", Devices: 8, Driver: f.driver, StateDir: f.dir,
+		Key: node, Pins: pins, LogKey: f.log.key(), Platform: "linux/amd64", Devices: 8, Driver: f.driver, StateDir: f.dir,
 		Starter: f.starter, Now: f.clock.Now, Rand: func() float64 { return 0.5 },
 		Sleep: func(context.Context, time.Duration) error { t.Fatal("Step does not sleep"); return nil }}
 	for _, fn := range adjust {

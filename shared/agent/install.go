@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +19,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/releaselog"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -75,7 +77,8 @@ func clipBytes(b []byte) []byte { return b[:min(len(b), 120)] }
 // verifies the manifest under the agent's own pins at the agent's time
 // (signatures, threshold, the statement, its expiry), that the answer names
 // the release the statement signs, that its sequence is at least floor,
-// that the statement has a binary for the agent's platform; downloads that
+// the release log's evidence (verifyLog: refused as "log: …"), that the
+// statement has a binary for the agent's platform; downloads that
 // binary (never more than its size: reading stops at size+1 bytes), checks
 // its size and sha256, writes it to <StateDir>/<version>/bcd atomically
 // (kept if already there and intact), starts it with the Starter, and
@@ -97,6 +100,9 @@ func (a *Agent) Install(ctx context.Context, d fleet.DesiredRelease, floor int64
 	}
 	if st.Sequence < floor {
 		return refused("sequence %d is below the floor %d (a node only moves forward, or back to the release it ran)", st.Sequence, floor)
+	}
+	if err := a.verifyLog(d.Log, v.Payload); err != nil {
+		return err
 	}
 	bin, ok := binaryFor(st, a.cfg.Platform)
 	if !ok {
@@ -123,7 +129,10 @@ func (a *Agent) Install(ctx context.Context, d fleet.DesiredRelease, floor int64
 		}
 		return refused("%s did not start healthy (%v); running %s", st.Version, err, running)
 	}
-	if err := saveState(a.cfg.StateDir, state{Running: &next, Previous: prev}); err != nil {
+	a.mu.Lock()
+	note := a.note
+	a.mu.Unlock()
+	if err := saveState(a.cfg.StateDir, state{Running: &next, Previous: prev, Checkpoint: note}); err != nil {
 		return err
 	}
 	a.mu.Lock()
@@ -294,10 +303,17 @@ func (a *Agent) release(ctx context.Context, d fleet.Desired) {
 		return
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if r := a.running; r != nil && r.Version == rel.Version && r.Sequence == rel.Sequence {
+	runs := a.running != nil && a.running.Version == rel.Version && a.running.Sequence == rel.Sequence
+	idle := a.busy == nil
+	a.mu.Unlock()
+	if runs {
+		if idle {
+			a.witness(*rel)
+		}
 		return
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
 	key := rel.Version + "@" + rel.ManifestDigest
 	if a.busy != nil {
 		return
@@ -355,5 +371,84 @@ func (a *Agent) Wait(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
+	}
+}
+
+// verifyLog checks the release log's evidence for entry (the release's
+// DSSE payload) under the pinned log key, against the checkpoint the node
+// stored (releaselog.Verify: signature and origin, not older, consistent,
+// the entry included), then stores that checkpoint in its place. Every
+// failure is a refusal whose reason starts with "log:".
+func (a *Agent) verifyLog(d *fleet.DesiredLog, entry []byte) error {
+	if a.cfg.LogKey == nil {
+		return refused("log: no release log key is pinned")
+	}
+	if d == nil {
+		return refused("log: the answer carries no release log evidence")
+	}
+	incl, err := releaselog.DecodeHashes(d.Inclusion)
+	if err != nil {
+		return refused("log: inclusion: %v", err)
+	}
+	cons, err := releaselog.DecodeHashes(d.Consistency)
+	if err != nil {
+		return refused("log: consistency: %v", err)
+	}
+	a.mu.Lock()
+	stored := a.checkpoint
+	a.mu.Unlock()
+	c, err := releaselog.Verify(*a.cfg.LogKey, stored, releaselog.Evidence{Checkpoint: []byte(d.Checkpoint), Index: d.Index,
+		Inclusion: incl, Consistency: cons}, entry)
+	if err != nil {
+		return refused("log: %v", err)
+	}
+	return a.storeCheckpoint(c, d.Checkpoint)
+}
+
+// storeCheckpoint makes c (signed as note) the checkpoint the node
+// witnesses: in the state file first, so a restart reports it too.
+func (a *Agent) storeCheckpoint(c releaselog.Checkpoint, note string) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.note == note {
+		return nil
+	}
+	st, err := loadState(a.cfg.StateDir)
+	if err != nil {
+		return err
+	}
+	st.Checkpoint = note
+	if err := saveState(a.cfg.StateDir, st); err != nil {
+		return err
+	}
+	a.checkpoint, a.note = &c, note
+	return nil
+}
+
+// witness verifies the log evidence told with the release the node runs,
+// when its checkpoint is new, and stores it: the node's reports follow
+// the log as it grows, so each heartbeat witnesses a recent checkpoint. A
+// refusal is logged and the stored checkpoint kept.
+func (a *Agent) witness(rel fleet.DesiredRelease) {
+	if rel.Log == nil || a.cfg.LogKey == nil {
+		return
+	}
+	a.mu.Lock()
+	seen := rel.Log.Checkpoint == a.note
+	a.mu.Unlock()
+	if seen {
+		return
+	}
+	// The entry is the envelope's payload; its signatures were checked
+	// at install (and an expired release still runs, so still witnesses).
+	var env struct {
+		Payload []byte `json:"payload"`
+	}
+	err := json.Unmarshal(rel.Manifest, &env)
+	if err == nil {
+		err = a.verifyLog(rel.Log, env.Payload)
+	}
+	if err != nil {
+		a.log.Error("release log: the checkpoint told with the running release does not verify; keeping the stored one", "version", rel.Version, "error", err.Error())
 	}
 }

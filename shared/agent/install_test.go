@@ -125,7 +125,7 @@ func TestInstallRefusals(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			e := newInstallEnv(t)
-			err := e.agent.Install(context.Background(), tc.desired(e), tc.floor)
+			err := e.install(t, tc.desired(e), tc.floor)
 			refusedWith(t, err, tc.want)
 			e.nothingInstalled(t, "1.1.0", nil)
 			if fetched := e.site.downloads() > 0; fetched != tc.fetched {
@@ -154,7 +154,7 @@ func TestInstallStopsReadingPastTheSize(t *testing.T) {
 		}
 		return true
 	}
-	err := e.agent.Install(context.Background(), desired(t, st, e.release), 0)
+	err := e.install(t, desired(t, st, e.release), 0)
 	refusedWith(t, err, "more than the manifest's")
 	e.nothingInstalled(t, "1.1.0", nil)
 	entries, _ := os.ReadDir(filepath.Join(e.dir, "1.1.0"))
@@ -172,11 +172,11 @@ func TestInstallStopsReadingPastTheSize(t *testing.T) {
 func TestInstallHealthyStartRunsTheNewRelease(t *testing.T) {
 	e := newInstallEnv(t)
 	st1, _ := e.statement("1.0.0", 1)
-	if err := e.agent.Install(context.Background(), desired(t, st1, e.release), 0); err != nil {
+	if err := e.install(t, desired(t, st1, e.release), 0); err != nil {
 		t.Fatal(err)
 	}
 	st2, data := e.statement("1.1.0", 2)
-	if err := e.agent.Install(context.Background(), desired(t, st2, e.release), 1); err != nil {
+	if err := e.install(t, desired(t, st2, e.release), 1); err != nil {
 		t.Fatal(err)
 	}
 	want := fleet.Version{Version: "1.1.0", Sequence: 2}
@@ -198,7 +198,7 @@ func TestInstallHealthyStartRunsTheNewRelease(t *testing.T) {
 	}
 	// A third release: the one two back is pruned, the previous kept.
 	st3, _ := e.statement("1.2.0", 3)
-	if err := e.agent.Install(context.Background(), desired(t, st3, e.release), 2); err != nil {
+	if err := e.install(t, desired(t, st3, e.release), 2); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(e.dir, "1.0.0")); !os.IsNotExist(err) {
@@ -221,12 +221,12 @@ func TestInstallHealthyStartRunsTheNewRelease(t *testing.T) {
 func TestInstallUnhealthyStartFallsBack(t *testing.T) {
 	e := newInstallEnv(t)
 	st1, _ := e.statement("1.0.0", 1)
-	if err := e.agent.Install(context.Background(), desired(t, st1, e.release), 0); err != nil {
+	if err := e.install(t, desired(t, st1, e.release), 0); err != nil {
 		t.Fatal(err)
 	}
 	e.starter.unhealthy["1.1.0"] = errors.New("exit status 3")
 	st2, _ := e.statement("1.1.0", 2)
-	err := e.agent.Install(context.Background(), desired(t, st2, e.release), 1)
+	err := e.install(t, desired(t, st2, e.release), 1)
 	refusedWith(t, err, "1.1.0 did not start healthy (exit status 3); running 1.0.0")
 	if got := e.agent.Running(); got == nil || *got != (fleet.Version{Version: "1.0.0", Sequence: 1}) {
 		t.Errorf("running %+v, want 1.0.0", got)
@@ -247,12 +247,12 @@ func TestInstallRollbackUsesTheKeptBinary(t *testing.T) {
 	st1, _ := e.statement("1.0.0", 1)
 	st2, _ := e.statement("1.1.0", 2)
 	for i, st := range []rollout.Statement{st1, st2} {
-		if err := e.agent.Install(context.Background(), desired(t, st, e.release), int64(i)); err != nil {
+		if err := e.install(t, desired(t, st, e.release), int64(i)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	before := e.site.downloads()
-	if err := e.agent.Install(context.Background(), desired(t, st1, e.release), 1); err != nil {
+	if err := e.install(t, desired(t, st1, e.release), 1); err != nil {
 		t.Fatal(err)
 	}
 	if e.site.downloads() != before {
@@ -268,7 +268,7 @@ func TestInstallWithoutPins(t *testing.T) {
 	e := newInstallEnv(t)
 	e.agent.cfg.Pins = nil
 	st, _ := e.statement("1.1.0", 2)
-	refusedWith(t, e.agent.Install(context.Background(), desired(t, st, e.release), 0), "no release pins")
+	refusedWith(t, e.install(t, desired(t, st, e.release), 0), "no release pins")
 }
 
 // A download that fails in transport is not a refusal: it is retried.
@@ -279,7 +279,7 @@ func TestInstallTransportFailureIsNotARefusal(t *testing.T) {
 		http.Error(w, "busy", http.StatusServiceUnavailable)
 		return true
 	}
-	err := e.agent.Install(context.Background(), desired(t, st, e.release), 0)
+	err := e.install(t, desired(t, st, e.release), 0)
 	if err == nil || errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "HTTP 503") {
 		t.Fatalf("install: %v, want a retryable HTTP 503", err)
 	}
@@ -327,7 +327,7 @@ func TestInstallFromFileURLs(t *testing.T) {
 	good := rollout.Binary{Platform: "linux/amd64", URL: "file://" + path, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}
 	e := newInstallEnv(t)
 	st := rollout.Statement{Version: "1.1.0", Sequence: 2, Binaries: []rollout.Binary{good}}
-	if err := e.agent.Install(context.Background(), desired(t, st, e.release), 0); err != nil {
+	if err := e.install(t, desired(t, st, e.release), 0); err != nil {
 		t.Fatalf("install from %s: %v", good.URL, err)
 	}
 	if got, err := os.ReadFile(e.agent.binaryPath("1.1.0")); err != nil || !bytes.Equal(got, data) {
@@ -346,7 +346,7 @@ func TestInstallFromFileURLs(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			e := newInstallEnv(t)
 			st := rollout.Statement{Version: "1.1.0", Sequence: 2, Binaries: []rollout.Binary{tc.bin(good)}}
-			refusedWith(t, e.agent.Install(context.Background(), desired(t, st, e.release), 0), tc.want)
+			refusedWith(t, e.install(t, desired(t, st, e.release), 0), tc.want)
 			e.nothingInstalled(t, "1.1.0", nil)
 		})
 	}

@@ -19,6 +19,8 @@ const StateFile = "state.json"
 type state struct {
 	Running  *fleet.Version `json:"running"`
 	Previous *fleet.Version `json:"previous"`
+	// Checkpoint is the release log checkpoint verified last, as signed.
+	Checkpoint string `json:"checkpoint,omitempty"`
 }
 
 func loadState(dir string) (state, error) {

@@ -48,9 +48,9 @@ type ReleaseLogInput struct {
 
 type ProveReleaseInput struct {
 	Tenant
-	Version  *string `json:"version,omitempty" bc:"min=1,max=128,doc=a registered release's version: its entry's index and inclusion proof"`
-	Size     *int64  `json:"size,omitempty" bc:"min=1,max=9007199254740991,strictint,doc=the tree size the proofs are for (default: the latest checkpoint's)"`
-	FromSize *int64  `json:"fromSize,omitempty" bc:"min=0,max=9007199254740991,strictint,doc=a smaller tree size: the consistency proof from it to size"`
+	Version  *string `json:"version,omitempty" bc:"min=1,max=128,doc=a release to prove"`
+	Size     *int64  `json:"size,omitempty" bc:"min=1,max=9007199254740991,strictint,doc=the tree size (default: the latest checkpoint's)"`
+	FromSize *int64  `json:"fromSize,omitempty" bc:"min=0,max=9007199254740991,strictint,doc=prove consistency from this size"`
 }
 
 // Pools and quotas.

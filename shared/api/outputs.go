@@ -25,15 +25,15 @@ type ListReleasesResult struct {
 }
 
 type ReleaseLogResult struct {
-	Checkpoint string `json:"checkpoint" doc:"the latest signed checkpoint: C2SP tlog-checkpoint text signed as a C2SP signed note by the log key"`
-	Size       int64  `json:"size" doc:"its tree size: the number of entries it covers"`
+	Checkpoint string `json:"checkpoint" doc:"the latest signed checkpoint (C2SP tlog-checkpoint, signed note)"`
+	Size       int64  `json:"size" doc:"its tree size"`
 }
 
 type ProveResult struct {
-	Checkpoint  string   `json:"checkpoint" doc:"the latest signed checkpoint (the proofs are for its tree unless size was given)"`
-	Index       *int64   `json:"index,omitempty" doc:"with version: the release's entry (from 0)"`
-	Inclusion   []string `json:"inclusion,omitempty" doc:"with version: the entry's inclusion proof in the tree of size, base64 SHA-256 hashes (RFC 9162 §2.1.3)"`
-	Consistency []string `json:"consistency,omitempty" doc:"with fromSize: the consistency proof from fromSize to size, base64 SHA-256 hashes (RFC 9162 §2.1.4); empty when fromSize is 0 or size"`
+	Checkpoint  string   `json:"checkpoint" doc:"the latest signed checkpoint"`
+	Index       *int64   `json:"index,omitempty" doc:"with version: its entry (from 0)"`
+	Inclusion   []string `json:"inclusion,omitempty" doc:"with version: its inclusion proof in the tree of size (base64 hashes)"`
+	Consistency []string `json:"consistency,omitempty" doc:"with fromSize: the consistency proof from fromSize to size (base64 hashes)"`
 }
 
 // Pools and quotas.

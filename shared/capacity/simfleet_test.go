@@ -224,8 +224,8 @@ func (w *simFleetStore) ListNodes(ctx context.Context, pool string, st fleet.Sta
 func (w *simFleetStore) PoolNodes(ctx context.Context, pool string, fn func(fleet.Record) error) error {
 	return simDo(w.s(), ctx, "PoolNodes", func() error { return w.inner.PoolNodes(ctx, pool, fn) })
 }
-func (w *simFleetStore) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep fleet.Report, st fleet.State, now time.Time) (fleet.Record, error) {
-	return simCall(w.s(), ctx, "Heartbeat "+r.NodeID, func() (fleet.Record, error) { return w.inner.Heartbeat(ctx, r, keyID, rep, st, now) })
+func (w *simFleetStore) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep fleet.Report, st fleet.State, split *fleet.LogSplit, now time.Time) (fleet.Record, error) {
+	return simCall(w.s(), ctx, "Heartbeat "+r.NodeID, func() (fleet.Record, error) { return w.inner.Heartbeat(ctx, r, keyID, rep, st, split, now) })
 }
 func (w *simFleetStore) SetCordon(ctx context.Context, r fleet.Record, by string, c *fleet.Cordon) (fleet.Record, error) {
 	return simCall(w.s(), ctx, "SetCordon", func() (fleet.Record, error) { return w.inner.SetCordon(ctx, r, by, c) })

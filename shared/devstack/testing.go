@@ -118,3 +118,19 @@ func LogSigner(tb testing.TB, s *Stack, origin string) *releaselog.Signer {
 	}
 	return signer
 }
+
+// DevLogKey is the dev release log's key (DevReleaseLogKeyID under
+// DevReleaseLogOrigin, of the shared stack's local-kms): what the agents
+// of a test stack pin.
+func DevLogKey(tb testing.TB) *releaselog.Key {
+	tb.Helper()
+	pub, err := kmssign.PublicKey(context.Background(), Shared(tb).KMS(), DevReleaseLogKeyID)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	k, err := releaselog.NewKey(DevReleaseLogOrigin, pub)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return &k
+}

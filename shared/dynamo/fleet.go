@@ -162,7 +162,7 @@ func (s *Fleet) PoolNodes(ctx context.Context, pool string, fn func(fleet.Record
 }
 
 // Heartbeat implements fleet.Store: one conditional UpdateItem.
-func (s *Fleet) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep fleet.Report, st fleet.State, now time.Time) (fleet.Record, error) {
+func (s *Fleet) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep fleet.Report, st fleet.State, split *fleet.LogSplit, now time.Time) (fleet.Record, error) {
 	reported := make(map[string]string, len(rep.Bindings))
 	for _, b := range rep.Bindings {
 		reported[b.ReservationID] = b.State
@@ -192,6 +192,16 @@ func (s *Fleet) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep
 	} else {
 		upd = upd.Remove(expression.Name("install"))
 	}
+	if rep.Log != nil {
+		upd = upd.Set(expression.Name("log"), expression.Value(logItem{S: rep.Log.Size, R: rep.Log.Root}))
+	} else {
+		upd = upd.Remove(expression.Name("log"))
+	}
+	if split != nil {
+		// The first evidence stays: a later report cannot wipe it.
+		ev := logSplitItem{S: split.Size, R: split.Root, At: fmtTime(split.At)}
+		upd = upd.Set(expression.Name("lsv"), expression.IfNotExists(expression.Name("lsv"), expression.Value(ev)))
+	}
 	c := expression.And(expression.AttributeExists(expression.Name(schema.AttrPK)),
 		expression.Name("keyId").Equal(expression.Value(keyID)),
 		expression.Name("counter").LessThan(expression.Value(rep.Counter)))
@@ -214,8 +224,10 @@ func (s *Fleet) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep
 // ReplaceKey implements fleet.Rekeyer: one conditional UpdateItem of the
 // registration's key and platform, the counter restarted, the state
 // registered and the node out of service (psk) in the same write, as any
-// write that takes a node out. Entries, cordons, flags and the last
-// report's fields are not touched, so no concurrent writer's update of
+// write that takes a node out, and the release log witness cleared (the
+// re-imaged host reports afresh: re-registering is how an operator lifts a
+// split view). Entries, cordons, flags and the last report's other fields
+// are not touched, so no concurrent writer's update of
 // them is lost; a heartbeat racing it is conditioned on the old key and
 // loses, or lands first and is superseded.
 func (s *Fleet) ReplaceKey(ctx context.Context, r fleet.Record, keyID, pub, platform string) (fleet.Record, error) {
@@ -225,7 +237,8 @@ func (s *Fleet) ReplaceKey(ctx context.Context, r fleet.Record, keyID, pub, plat
 		Set(expression.Name("counter"), expression.Value(0)).
 		Set(expression.Name("state"), expression.Value(string(fleet.Registered))).
 		Set(expression.Name(schema.AttrState), expression.Value(nodeSSK(fleet.Registered, r.Resource, r.Index))).
-		Set(expression.Name(schema.AttrPool), expression.Value(nodeOutPSK(r.Resource, r.Index)))
+		Set(expression.Name(schema.AttrPool), expression.Value(nodeOutPSK(r.Resource, r.Index))).
+		Remove(expression.Name("log")).Remove(expression.Name("lsv")) // a re-imaged host witnesses afresh
 	c := expression.And(expression.AttributeExists(expression.Name(schema.AttrPK)),
 		expression.Name("keyId").Equal(expression.Value(r.KeyID)),
 		expression.Name("platform").Equal(expression.Value(r.Platform)))

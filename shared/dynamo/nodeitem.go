@@ -35,6 +35,9 @@ import (
 //	     lifted
 //	bv   rises with every change of b (a bind is conditioned on it)
 //	adp  the reservations it held when it registered were told to it
+//	log  the last report's release log checkpoint {s: size, r: root};
+//	     lsv the first report of a root the log never had {s, r, at},
+//	     kept until the node is re-registered (~150 B together)
 //	tgt, floor  a rollout's target release {v, s, rid} and the floor it
 //	     tells meanwhile
 //	ssk  NODE#<state>#<resource>#<k> (the `bystate` LSI: lists by state)
@@ -144,6 +147,19 @@ type nodeItem struct {
 	Adopted   bool                `dynamodbav:"adp,omitempty"`
 	Target    *targetItem         `dynamodbav:"tgt,omitempty"`
 	Floor     int64               `dynamodbav:"floor,omitempty"`
+	Log       *logItem            `dynamodbav:"log,omitempty"` // the last report's release log checkpoint
+	LogSplit  *logSplitItem       `dynamodbav:"lsv,omitempty"` // the first report the log never had
+}
+
+type logItem struct {
+	S int64  `dynamodbav:"s"`
+	R string `dynamodbav:"r"`
+}
+
+type logSplitItem struct {
+	S  int64  `dynamodbav:"s"`
+	R  string `dynamodbav:"r"`
+	At string `dynamodbav:"at"`
 }
 
 type targetItem struct {
@@ -206,6 +222,15 @@ func (it nodeItem) record() fleet.Record {
 		if it.Install.R != "" {
 			reason := it.Install.R
 			r.Install.Reason = &reason
+		}
+	}
+	if it.LogSplit != nil {
+		r.LogSplit = &fleet.LogSplit{Size: it.LogSplit.S, Root: it.LogSplit.R, At: parseTime(it.LogSplit.At)}
+	}
+	if it.Log != nil || it.LogSplit != nil {
+		r.Node.Log = &fleet.NodeLog{Consistent: r.LogSplit == nil, SplitView: r.LogSplit}
+		if it.Log != nil {
+			r.Node.Log.Size, r.Node.Log.Root = it.Log.S, it.Log.R
 		}
 	}
 	if it.Health != nil {

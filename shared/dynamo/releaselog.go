@@ -90,10 +90,10 @@ type logHeadItem struct {
 }
 
 type logEntryItem struct {
-	PK  string   `dynamodbav:"pk"`
-	SK  string   `dynamodbav:"sk"`
-	Ver string   `dynamodbav:"ver"`
-	Seq int64    `dynamodbav:"seq"`
+	PK  string `dynamodbav:"pk"`
+	SK  string `dynamodbav:"sk"`
+	Ver string `dynamodbav:"ver"`
+	Seq int64  `dynamodbav:"seq"`
 	// HS is the entry's stored hashes, concatenated in order (32 bytes
 	// each): one binary attribute, since a binary set (what [][]byte
 	// marshals to) has no order in DynamoDB.

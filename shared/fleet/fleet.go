@@ -151,6 +151,29 @@ type Report struct {
 	Install  *Install          `json:"install,omitempty" doc:"where an install it was told to do is"`
 	Health   Health            `json:"health" bc:"required" doc:"its devices and checks"`
 	Bindings []ReportedBinding `json:"bindings" bc:"required,max=fleet.MaxBindings" doc:"its word on each binding it was told about"`
+	Log      *LogReport        `json:"log,omitempty" doc:"the release log checkpoint it verified last"`
+}
+
+// LogReport is a node's last verified release log checkpoint, as its
+// reports carry it: the node witnesses the log.
+type LogReport struct {
+	Size int64  `json:"size" bc:"required,min=0,max=9007199254740991,strictint" doc:"its tree size"`
+	Root string `json:"root" bc:"required,min=44,max=44" doc:"its root hash, base64"`
+}
+
+// NodeLog is a node's witness of the release log as the API shows it.
+type NodeLog struct {
+	Size       int64     `json:"size" doc:"the tree size of the checkpoint it reported last"`
+	Root       string    `json:"root" doc:"its root hash, base64"`
+	Consistent bool      `json:"consistent" doc:"false once it reported a root the log never had at that size (a split view)"`
+	SplitView  *LogSplit `json:"splitView,omitempty" doc:"the first such report, kept until the node is re-registered"`
+}
+
+// LogSplit is the evidence of a split view: what the node reported, when.
+type LogSplit struct {
+	Size int64     `json:"size" doc:"the size it reported"`
+	Root string    `json:"root" doc:"the root it reported"`
+	At   time.Time `json:"at" doc:"when it was accepted"`
 }
 
 // Node is a registered node as the API answers it.
@@ -166,6 +189,7 @@ type Node struct {
 	Install         *Install      `json:"install,omitempty" doc:"the install its last report told of, if any"`
 	Health          *Health       `json:"health,omitempty" doc:"its last report's health; absent before its first heartbeat"`
 	LastHeartbeatAt *time.Time    `json:"lastHeartbeatAt,omitempty" doc:"when its last heartbeat was accepted; absent before the first"`
+	Log             *NodeLog      `json:"log,omitempty" doc:"its release log witness; absent until it reports one"`
 	CreatedAt       time.Time     `json:"createdAt" doc:"when it was registered"`
 	Bindings        []NodeBinding `json:"bindings" doc:"what it is told to bind and unbind now (unbinds first), with what it last reported of each"`
 }
@@ -191,6 +215,16 @@ type DesiredRelease struct {
 	Sequence       int64           `json:"sequence" doc:"its sequence"`
 	ManifestDigest string          `json:"manifestDigest" doc:"sha256: + hex SHA-256 of its signed statement"`
 	Manifest       json.RawMessage `json:"manifest" shape:"dsse" doc:"its DSSE envelope exactly as registered: the node verifies it under its own pins"`
+	Log            *DesiredLog     `json:"log,omitempty" doc:"its release log evidence: the node installs it only once it verifies"`
+}
+
+// DesiredLog is the release log's evidence for a release a node is told:
+// computed once per checkpoint, entry and reported size, and cached.
+type DesiredLog struct {
+	Index       int64    `json:"index" doc:"the release's entry"`
+	Checkpoint  string   `json:"checkpoint" doc:"the latest signed checkpoint"`
+	Inclusion   []string `json:"inclusion" doc:"its inclusion proof in that tree (base64 hashes)"`
+	Consistency []string `json:"consistency" doc:"the consistency proof from the size the node reported (base64 hashes)"`
 }
 
 // Desired is what a heartbeat's answer tells the node.
@@ -255,6 +289,9 @@ type Record struct {
 	// of the release it ran when the rollout took it.
 	Target *Target
 	Floor  int64
+	// LogSplit is the first report of a root the release log never had
+	// at that size (nil: none), kept until the node is re-registered.
+	LogSplit *LogSplit
 }
 
 // Target is a release a rollout tells a node to run.

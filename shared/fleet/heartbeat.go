@@ -3,10 +3,13 @@ package fleet
 import (
 	"context"
 	"crypto"
+	"encoding/base64"
 	"errors"
 	"slices"
 	"strconv"
 	"time"
+
+	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/dsse"
@@ -55,7 +58,8 @@ func (s *Service) Heartbeat(ctx context.Context, tenant, poolID, nodeID string, 
 		if err != nil {
 			return HeartbeatResult{}, err
 		}
-		rec, err := s.Store.Heartbeat(ctx, k.record, k.keyID, rep, StateOf(rep), now)
+		split := s.witness(ctx, rep.Log, now)
+		rec, err := s.Store.Heartbeat(ctx, k.record, k.keyID, rep, StateOf(rep), split, now)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			s.keys.Delete(poolID + "/" + nodeID)
@@ -89,6 +93,10 @@ func (s *Service) Heartbeat(ctx context.Context, tenant, poolID, nodeID string, 
 			if rec, err = s.syncFlags(ctx, rec, p.Topology(rec.Resource)); err != nil {
 				return HeartbeatResult{}, err
 			}
+		}
+		if split != nil {
+			s.logger().Error("heartbeat: split view: the node reports a release log checkpoint the log never had; no release is offered to it",
+				"pool", poolID, "node", nodeID, "size", split.Size, "root", split.Root)
 		}
 		return s.answer(ctx, rec), nil
 	}
@@ -204,6 +212,11 @@ func ParseReport(payload []byte) (Report, error) {
 	invalid := func(field, format string, args ...any) error {
 		return apierr.Invalid(ReasonInvalidField, field, field+": "+format, args...)
 	}
+	if rep.Log != nil {
+		if b, err := base64.StdEncoding.Strict().DecodeString(rep.Log.Root); err != nil || len(b) != tlog.HashSize {
+			return rep, invalid(root+".log.root", "must be a base64 SHA-256 hash")
+		}
+	}
 	if rep.Install != nil && !slices.Contains([]string{InstallInstalling, InstallInstalled, InstallFailed}, rep.Install.State) {
 		return rep, invalid(root+".install.state", "must be installing, installed or failed")
 	}
@@ -221,16 +234,28 @@ func (s *Service) answer(ctx context.Context, rec Record) HeartbeatResult {
 	// A rollout's target while it has the node (the floor: what it ran
 	// when taken); else what it runs; a node that runs none, its pool's
 	// baseline. Outside rollouts a node is never moved.
+	// A node that reported a root the log never had is told no release
+	// (its floor still holds) until it is re-registered.
+	var from int64
+	if rec.Log != nil {
+		from = rec.Log.Size
+	}
+	told := func(version string, seq int64) *DesiredRelease {
+		if rec.LogSplit != nil {
+			return nil
+		}
+		return s.desired(ctx, version, seq, from)
+	}
 	switch {
 	case rec.Target != nil:
 		d.FloorSequence = rec.Floor
-		d.Release = s.desired(ctx, rec.Target.Version, rec.Target.Sequence)
+		d.Release = told(rec.Target.Version, rec.Target.Sequence)
 	case rec.Running != nil:
 		d.FloorSequence = rec.Running.Sequence
-		d.Release = s.desired(ctx, rec.Running.Version, rec.Running.Sequence)
+		d.Release = told(rec.Running.Version, rec.Running.Sequence)
 	default:
 		if b := s.baseline(ctx, rec.PoolID); b != nil {
-			d.Release = s.desired(ctx, b.Version, b.Sequence)
+			d.Release = told(b.Version, b.Sequence)
 		}
 	}
 	next := s.interval()
@@ -242,13 +267,28 @@ func (s *Service) answer(ctx context.Context, rec Record) HeartbeatResult {
 }
 
 // desired is the registered release version@sequence as a node is told
-// it (nil when it is not registered, or not with that sequence).
-func (s *Service) desired(ctx context.Context, version string, seq int64) *DesiredRelease {
+// it, with the release log's evidence from the node's reported size from
+// (nil when it is not registered, or not with that sequence, or no signed
+// checkpoint covers it yet: no node is told a release before one does).
+func (s *Service) desired(ctx context.Context, version string, seq, from int64) *DesiredRelease {
 	rel, ok := s.release(ctx, version)
 	if !ok || rel.Sequence != seq || rel.Manifest == nil {
 		return nil
 	}
-	return &DesiredRelease{Version: rel.Version, Sequence: rel.Sequence, ManifestDigest: rel.Digest, Manifest: rel.Manifest}
+	d := &DesiredRelease{Version: rel.Version, Sequence: rel.Sequence, ManifestDigest: rel.Digest, Manifest: rel.Manifest}
+	if s.Log == nil {
+		return d
+	}
+	if rel.LogIndex == nil {
+		return nil // registered before the log: nothing a node could verify
+	}
+	ev, err := s.evidence(ctx, *rel.LogIndex, from)
+	if err != nil {
+		s.logger().Warn("heartbeat: the release log's evidence for a release", "version", version, "error", err.Error())
+		return nil
+	}
+	d.Log = ev
+	return d
 }
 
 // baselineTTL is how long a function keeps a pool's baseline (it changes

@@ -216,9 +216,9 @@ func (h *heldStore) ReplaceKey(ctx context.Context, r fleet.Record, keyID, pub, 
 	return h.Fleet.ReplaceKey(ctx, r, keyID, pub, platform)
 }
 
-func (h *heldStore) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep fleet.Report, st fleet.State, now time.Time) (fleet.Record, error) {
+func (h *heldStore) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep fleet.Report, st fleet.State, split *fleet.LogSplit, now time.Time) (fleet.Record, error) {
 	h.stop("Heartbeat")
-	return h.Fleet.Heartbeat(ctx, r, keyID, rep, st, now)
+	return h.Fleet.Heartbeat(ctx, r, keyID, rep, st, split, now)
 }
 
 // heldService is a fleet service on a held store.

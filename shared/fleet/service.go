@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
@@ -24,6 +25,9 @@ type Service struct {
 	Pools    Pools
 	Calendar Calendar
 	Releases Releases
+	// Log is the release log a release is told with (nil: releases are
+	// told without log evidence — tests of other parts only).
+	Log Log
 	// Rollouts says whether a rollout still holds a node it cordoned or
 	// targeted (nil: never asked).
 	Rollouts RolloutHolds
@@ -50,6 +54,8 @@ type Service struct {
 	keys      sync.Map // pool/node → cachedKey
 	manifests sync.Map // version → Release (immutable once recorded)
 	baselines sync.Map // pool → cachedBaseline
+	roots     sync.Map // log size → tlog.Hash: the tree's root at that size (immutable)
+	cp        atomic.Pointer[cachedCheckpoint]
 }
 
 // cachedKey is a node's key as a function last read it.

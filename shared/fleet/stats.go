@@ -25,7 +25,11 @@ const (
 	MetricNodesSilent      = "NodesSilent"
 	MetricNodesHeld        = "NodesHeld"
 	MetricPoolDisrupted    = "PoolDisrupted"
-	DimensionPool          = "Pool"
+	// MetricNodesSplitView counts the nodes that reported a release log
+	// checkpoint the log never had (Record.LogSplit): evidence of a split
+	// view, alarmed on.
+	MetricNodesSplitView = "NodesSplitView"
+	DimensionPool        = "Pool"
 )
 
 // StateMetrics names the count metric of each node state.
@@ -48,6 +52,7 @@ type PoolStats struct {
 	Silent    int
 	Held      int
 	Disrupted bool
+	SplitView int // nodes with a split view's evidence
 }
 
 // Add counts one node record as it stands at now.
@@ -56,6 +61,9 @@ func (ps *PoolStats) Add(rec Record, now time.Time) {
 		ps.States = map[State]int{}
 	}
 	ps.States[rec.State]++
+	if rec.LogSplit != nil {
+		ps.SplitView++
+	}
 	if rec.LastHeartbeatAt != nil {
 		ps.Ages = append(ps.Ages, max(0, now.Sub(*rec.LastHeartbeatAt)))
 	}
@@ -94,6 +102,7 @@ func (ps PoolStats) Emit(logger *slog.Logger, table, poolID string, now time.Tim
 		{Name: MetricNodesSilent, Unit: metrics.Count},
 		{Name: MetricNodesHeld, Unit: metrics.Count},
 		{Name: MetricPoolDisrupted, Unit: metrics.Count},
+		{Name: MetricNodesSplitView, Unit: metrics.Count},
 	}
 	disrupted := 0
 	if ps.Disrupted {
@@ -111,6 +120,7 @@ func (ps PoolStats) Emit(logger *slog.Logger, table, poolID string, now time.Tim
 		slog.Int(MetricNodesSilent, ps.Silent),
 		slog.Int(MetricNodesHeld, ps.Held),
 		slog.Int(MetricPoolDisrupted, disrupted),
+		slog.Int(MetricNodesSplitView, ps.SplitView),
 	)
 	if p50, ok := ps.AgePercentile(0.50); ok {
 		p99, _ := ps.AgePercentile(0.99)

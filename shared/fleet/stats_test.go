@@ -71,9 +71,13 @@ func TestPoolStats(t *testing.T) {
 	add(fleet.Registered, -1)
 	add(fleet.Registered, -1)
 	ps.Silent, ps.Held, ps.Disrupted = 4, 4, true
+	// Two of the ready nodes reported a root the release log never had.
+	for range 2 {
+		ps.Add(fleet.Record{Node: fleet.Node{State: fleet.Ready}, LogSplit: &fleet.LogSplit{Size: 3, Root: "x"}}, now)
+	}
 
-	if ps.Nodes() != 100 {
-		t.Fatalf("%d nodes, want 100", ps.Nodes())
+	if ps.Nodes() != 102 {
+		t.Fatalf("%d nodes, want 102", ps.Nodes())
 	}
 	// 98 ages: nearest rank p50 is the 49th (49 s), p99 the 98th (1000 s).
 	if p50, _ := ps.AgePercentile(0.5); p50 != 49*time.Second {
@@ -86,8 +90,9 @@ func TestPoolStats(t *testing.T) {
 	pts := emitted(t, ps, now)
 	for _, dims := range [][]string{{metrics.DimensionTable, fleet.DimensionPool}, {metrics.DimensionTable}} {
 		for name, want := range map[string]float64{
-			fleet.MetricNodesRegistered: 2, fleet.MetricNodesReady: 90, fleet.MetricNodesUnhealthy: 5,
+			fleet.MetricNodesRegistered: 2, fleet.MetricNodesReady: 92, fleet.MetricNodesUnhealthy: 5,
 			fleet.MetricNodesUnreachable: 3, fleet.MetricNodesSilent: 4, fleet.MetricNodesHeld: 4, fleet.MetricPoolDisrupted: 1,
+			fleet.MetricNodesSplitView: 2,
 		} {
 			if got := value(t, pts, name, metrics.Count, dims...); got != want {
 				t.Errorf("%s%v = %v, want %v", name, dims, got, want)
@@ -104,8 +109,8 @@ func TestPoolStats(t *testing.T) {
 	if p.Dimensions[fleet.DimensionPool] != "pool-a" || p.Dimensions[metrics.DimensionTable] != "bc-table" {
 		t.Errorf("dimensions %v", p.Dimensions)
 	}
-	if len(pts) != 2*9 {
-		t.Errorf("%d points, want 9 metrics × 2 dimension sets", len(pts))
+	if len(pts) != 2*10 {
+		t.Errorf("%d points, want 10 metrics × 2 dimension sets", len(pts))
 	}
 }
 

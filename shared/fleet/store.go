@@ -28,7 +28,7 @@ type Store interface {
 	// the key is still keyID. It returns the node as written; when the
 	// condition failed, ErrStale with the node as it is now (read once, to
 	// tell a replay or a new key from a node gone: ErrNotFound).
-	Heartbeat(ctx context.Context, r Record, keyID string, rep Report, state State, now time.Time) (Record, error)
+	Heartbeat(ctx context.Context, r Record, keyID string, rep Report, state State, split *LogSplit, now time.Time) (Record, error)
 	// SetCordon sets (c not nil) or lifts one of the node's two cordons
 	// (by: ByOperator or ByRollout), if that cordon is still as r read it
 	// (ErrStale otherwise), and returns the node as written.
@@ -129,6 +129,7 @@ type Release struct {
 	Sequence int64
 	Digest   string
 	Manifest []byte // the envelope as registered (nil: none stored)
+	LogIndex *int64 // its entry in the release log (nil: not logged)
 }
 
 // Releases reads registered releases (ErrNotFound when a version is not

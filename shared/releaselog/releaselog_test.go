@@ -340,3 +340,31 @@ func TestVerifyRefusals(t *testing.T) {
 }
 
 var _ crypto.Signer = (*ecdsa.PrivateKey)(nil)
+
+// FuzzOpen: no input makes ParseCheckpoint or Key.Open panic, and what
+// Open accepts is exactly a checkpoint the key signed (here: none but the
+// seed's, since the fuzzer does not hold the key).
+func FuzzOpen(f *testing.F) {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		f.Fatal(err)
+	}
+	s, err := NewSigner("fuzz.example/log", priv)
+	if err != nil {
+		f.Fatal(err)
+	}
+	good, err := s.Sign(Checkpoint{Origin: "fuzz.example/log", Size: 3, Root: LeafHash([]byte("x"))})
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte("fuzz.example/log\n3\nAAAA\n\n— fuzz.example/log AAAA\n"))
+	f.Add([]byte(""))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, _ = ParseCheckpoint(data)
+		c, err := s.Key().Open(data)
+		if err == nil && (c.Origin != "fuzz.example/log" || !bytes.HasPrefix(data, c.Text())) {
+			t.Fatalf("opened %+v from %q", c, data)
+		}
+	})
+}

@@ -259,6 +259,12 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 	c.do(exchange{method: "releases.register", principal: "admin", body: obj{"tenantId": platform}, status: 400, code: apierr.InvalidInput,
 		details: obj{"reason": "required", "field": "manifest"}, badBody: true})
 	c.do(exchange{method: "releases.register", principal: "alice", body: register("3.0.0", 4, key), status: 403, code: apierr.PermissionDenied})
+	// The release log: its checkpoint, proofs, and sizes beyond it.
+	c.do(exchange{method: "releases.log", principal: "admin", body: obj{"tenantId": platform}, status: ok})
+	c.do(exchange{method: "releases.prove", principal: "admin", body: obj{"tenantId": platform, "version": "1.1.0", "fromSize": 1}, status: ok})
+	c.do(exchange{method: "releases.prove", principal: "admin", body: obj{"tenantId": platform, "size": 99}, status: 400, code: apierr.InvalidInput,
+		details: obj{"reason": "constraint", "field": "size"}})
+	c.do(exchange{method: "releases.prove", principal: "admin", body: obj{"tenantId": platform, "version": "7.7.7"}, status: 404, code: apierr.NotFound})
 	page := c.do(exchange{method: "releases.list", principal: "admin", body: obj{"tenantId": platform, "limit": 1}, status: ok})
 	c.do(exchange{method: "releases.list", principal: "admin", body: obj{"tenantId": platform, "cursor": page["nextCursor"]}, status: ok})
 	c.do(exchange{method: "releases.list", principal: "admin", body: obj{"tenantId": platform, "cursor": "x.y"}, status: 400, code: apierr.InvalidInput,
@@ -489,6 +495,8 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 	valid := map[string]obj{
 		"releases.register":    register("4.0.0", 9, key),
 		"releases.list":        {"tenantId": platform},
+		"releases.log":         {"tenantId": platform},
+		"releases.prove":       {"tenantId": platform, "version": "1.0.0"},
 		"pools.create":         {"tenantId": "acme", "poolId": "p9", "resources": obj{"gpu": 8}},
 		"pools.offer":          {"tenantId": "acme", "poolId": "p1", "toTenantId": "globex", "resource": "gpu", "max": 4},
 		"pools.get":            {"tenantId": "acme", "poolId": "p1"},

@@ -31,6 +31,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/dsse"
+	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -79,6 +80,8 @@ func (r Result) String() string {
 type requestLog struct {
 	mu    sync.Mutex
 	lines []logLine
+	// splitViews is each pool's NodesSplitView in its last sweep line.
+	splitViews map[string]int64
 }
 
 type logLine struct {
@@ -94,6 +97,26 @@ func (l *requestLog) Enabled(context.Context, slog.Level) bool { return true }
 func (l *requestLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
 func (l *requestLog) WithGroup(string) slog.Handler            { return l }
 func (l *requestLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message == "fleet pool" {
+		var pool string
+		var n int64
+		r.Attrs(func(a slog.Attr) bool {
+			switch a.Key {
+			case fleet.DimensionPool:
+				pool = a.Value.String()
+			case fleet.MetricNodesSplitView:
+				n = a.Value.Int64()
+			}
+			return true
+		})
+		l.mu.Lock()
+		if l.splitViews == nil {
+			l.splitViews = map[string]int64{}
+		}
+		l.splitViews[pool] = n
+		l.mu.Unlock()
+		return nil
+	}
 	if r.Message != "request" {
 		return nil
 	}
@@ -462,4 +485,14 @@ func waitFor(tb testing.TB, d time.Duration, cond func() bool) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// splitView is pool's NodesSplitView in its last sweep line (-1: none yet).
+func (l *requestLog) splitView(pool string) int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if n, ok := l.splitViews[pool]; ok {
+		return n
+	}
+	return -1
 }

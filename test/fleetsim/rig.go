@@ -9,6 +9,7 @@ package fleetsim
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto"
 	"crypto/sha256"
@@ -30,9 +31,11 @@ import (
 	"github.com/bettercompute/control-plane/shared/agent"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/client"
+	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
+	"github.com/bettercompute/control-plane/shared/releaselog"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -253,6 +256,8 @@ type simNode struct {
 	pins               *rollout.Pins
 	driver             *agent.RecordingDriver
 	starter            *starter
+	apiURL             string          // what its agent talks to (default the stack's gateway)
+	logKey             *releaselog.Key // the log key it pins (default the stack's dev log key)
 	agent              *agent.Agent
 	cancel             context.CancelFunc
 	done               chan struct{}
@@ -311,8 +316,12 @@ func (h *rig) newNode(pool, id, platform string, running *fleet.Version, pins *r
 // it sleeps the answers' intervals × scale (1: real time).
 func (h *rig) run(tb testing.TB, ctx context.Context, n *simNode, scale float64) {
 	tb.Helper()
-	a, err := agent.New(agent.Config{Client: client.New(h.st.URL, "dev:fleet-agent"), TenantID: "acme", PoolID: n.pool, NodeID: n.id,
-		Key: n.key, Pins: n.pins, Platform: n.platform, Devices: 8, Driver: n.driver, StateDir: n.dir,
+	url, logKey := cmp.Or(n.apiURL, h.st.URL), n.logKey
+	if logKey == nil {
+		logKey = devstack.DevLogKey(tb)
+	}
+	a, err := agent.New(agent.Config{Client: client.New(url, "dev:fleet-agent"), TenantID: "acme", PoolID: n.pool, NodeID: n.id,
+		Key: n.key, Pins: n.pins, LogKey: logKey, Platform: n.platform, Devices: 8, Driver: n.driver, StateDir: n.dir,
 		HTTP: h.site.srv.Client(), Starter: n.starter,
 		Sleep: func(ctx context.Context, d time.Duration) error {
 			t := time.NewTimer(time.Duration(float64(d) * scale))

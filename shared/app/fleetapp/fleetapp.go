@@ -37,7 +37,8 @@ func Store(a *app.App) *dynamo.Fleet { return &dynamo.Fleet{DB: a.DB, Table: a.C
 func (m *Module) Service(a *app.App) *fleet.Service {
 	m.once.Do(func() {
 		m.svc = &fleet.Service{Store: Store(a), Pools: capacityapp.Store(a), Calendar: capacityapp.Store(a),
-			Releases: releaseReader{&dynamo.Releases{DB: a.DB, Table: a.Config.Table}}, Now: a.Now, Logger: a.Logger,
+			Releases: releaseReader{&dynamo.Releases{DB: a.DB, Table: a.Config.Table}}, Log: &dynamo.ReleaseLog{DB: a.DB, Table: a.Config.Table},
+			Now: a.Now, Logger: a.Logger,
 			Interval: a.Config.HeartbeatInterval, ProvisionHours: a.Config.ProvisionHours, Adopter: capacityapp.Service(a), Table: a.Config.Table,
 			Rollouts: rollout.Holds{Store: &dynamo.Rollouts{DB: a.DB, Table: a.Config.Table}}}
 	})
@@ -55,7 +56,12 @@ func (r releaseReader) Release(ctx context.Context, version string) (fleet.Relea
 	if err != nil {
 		return fleet.Release{}, err
 	}
-	return fleet.Release{Version: rel.Version, Sequence: rel.Sequence, Digest: rel.ManifestDigest, Manifest: rel.Manifest}, nil
+	out := fleet.Release{Version: rel.Version, Sequence: rel.Sequence, Digest: rel.ManifestDigest, Manifest: rel.Manifest}
+	if rel.Log != nil {
+		i := rel.Log.Index
+		out.LogIndex = &i
+	}
+	return out, nil
 }
 
 // Methods are the fleet methods' wirings, in catalog order; they share

@@ -1,7 +1,8 @@
 // Package kmskeys reads the public halves of KMS keys (the release keys of
-// BC_RELEASE_KMS_KEYS): the option the main of releases.register names
-// (api.ReadsKMSKeys), and the local gateway's, so no other function links
-// the KMS client.
+// BC_RELEASE_KMS_KEYS) and signs with the release log key
+// (BC_RELEASE_LOG_KEY): the option the mains of releases.register and the
+// reconciler name (api.ReadsKMSKeys, api.SignsReleaseLog), and the local
+// gateway's, so no other function links the KMS client.
 package kmskeys
 
 import (

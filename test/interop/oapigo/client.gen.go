@@ -688,29 +688,29 @@ type LogEntry struct {
 
 // ProveReleaseInput defines model for ProveReleaseInput.
 type ProveReleaseInput struct {
-	// FromSize a smaller tree size: the consistency proof from it to size
+	// FromSize prove consistency from this size
 	FromSize *int `json:"fromSize,omitempty"`
 
-	// Size the tree size the proofs are for (default: the latest checkpoint's)
+	// Size the tree size (default: the latest checkpoint's)
 	Size     *int   `json:"size,omitempty"`
 	TenantId string `json:"tenantId"`
 
-	// Version a registered release's version: its entry's index and inclusion proof
+	// Version a release to prove
 	Version *string `json:"version,omitempty"`
 }
 
 // ProveResult defines model for ProveResult.
 type ProveResult struct {
-	// Checkpoint the latest signed checkpoint (the proofs are for its tree unless size was given)
+	// Checkpoint the latest signed checkpoint
 	Checkpoint string `json:"checkpoint"`
 
-	// Consistency with fromSize: the consistency proof from fromSize to size, base64 SHA-256 hashes (RFC 9162 §2.1.4); empty when fromSize is 0 or size
+	// Consistency with fromSize: the consistency proof from fromSize to size (base64 hashes)
 	Consistency *[]string `json:"consistency,omitempty"`
 
-	// Inclusion with version: the entry's inclusion proof in the tree of size, base64 SHA-256 hashes (RFC 9162 §2.1.3)
+	// Inclusion with version: its inclusion proof in the tree of size (base64 hashes)
 	Inclusion *[]string `json:"inclusion,omitempty"`
 
-	// Index with version: the release's entry (from 0)
+	// Index with version: its entry (from 0)
 	Index *int `json:"index,omitempty"`
 }
 
@@ -767,10 +767,10 @@ type ReleaseLogInput struct {
 
 // ReleaseLogResult defines model for ReleaseLogResult.
 type ReleaseLogResult struct {
-	// Checkpoint the latest signed checkpoint: C2SP tlog-checkpoint text signed as a C2SP signed note by the log key
+	// Checkpoint the latest signed checkpoint (C2SP tlog-checkpoint, signed note)
 	Checkpoint string `json:"checkpoint"`
 
-	// Size its tree size: the number of entries it covers
+	// Size its tree size
 	Size int `json:"size"`
 }
 
