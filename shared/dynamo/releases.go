@@ -330,7 +330,8 @@ func (s *Releases) register(ctx context.Context, r rollout.Release) (stored roll
 		} else {
 			old, err := s.claim(ctx, it)
 			if isConditionFailed(err) {
-				return rollout.Release{}, false, false, s.rollback(ctx, it)
+				retry, err := s.rollback(ctx, it)
+				return rollout.Release{}, false, retry, err
 			}
 			if err != nil {
 				return rollout.Release{}, false, false, apierr.Dependency("dynamodb", err)
@@ -374,23 +375,33 @@ func (s *Releases) register(ctx context.Context, r rollout.Release) (stored roll
 }
 
 // rollback settles the head this registration's claim ran into (its
-// registration may have crashed), refuses this one, and says why.
-func (s *Releases) rollback(ctx context.Context, it releaseItem) error {
+// registration may have crashed), refuses this one, and says why — unless
+// the refusal does not land because a twin of this very registration (a
+// client's retry racing it) claimed the item first: then it is logged, not
+// refused, and retry says to answer what it becomes.
+func (s *Releases) rollback(ctx context.Context, it releaseItem) (retry bool, err error) {
 	h, err := s.head(ctx)
 	if err != nil {
-		return err
+		return false, err
 	}
 	prev, err := s.unsettled(ctx, h)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if _, err := s.settle(ctx, prev); err != nil {
-		return err
+		return false, err
 	}
 	if err := s.refuse(ctx, it, relPending); err != nil {
-		return err
+		return false, err
 	}
-	return rollbackError(it.Sequence, h.Seq)
+	cur, ok, err := s.item(ctx, it.Version)
+	if err != nil {
+		return false, err
+	}
+	if ok && cur.State != relRefused && cur.Sequence == it.Sequence && cur.Digest == it.Digest {
+		return true, nil
+	}
+	return false, rollbackError(it.Sequence, h.Seq)
 }
 
 func rollbackError(seq, latest int64) error {
@@ -643,12 +654,79 @@ func (s *Releases) Settle(ctx context.Context) (bool, error) {
 	if err != nil {
 		return false, err
 	}
+	signed := size
 	if size < n {
-		if _, _, err := s.Log.Sign(ctx); err != nil {
+		if _, signed, err = s.Log.Sign(ctx); err != nil {
 			return false, apierr.Dependency("kms", err)
 		}
 	}
-	return len(prev) > 0 || size < n, nil
+	recorded, err := s.recordLogged(ctx, signed)
+	if err != nil {
+		return false, err
+	}
+	return len(prev) > 0 || size < n || recorded > 0, nil
+}
+
+// logRec is the log's recorded watermark (RLOG / REC {n}): the releases of
+// entries [0, n) are recorded.
+const logRec = "REC"
+
+// RecordBatch bounds the entries one Settle checks past the watermark.
+const RecordBatch = 64
+
+// recordLogged converges the releases on the log: every entry's release is
+// recorded (desired) — a registration that crashed between its append and
+// its record, with no later registration's claim passing through it, would
+// otherwise stay logged but never listed. From the watermark up to the
+// signed size (a release is recorded only once a checkpoint covers it), at
+// most RecordBatch entries per call: a claimed item is recorded at its
+// entry's index once PendingStale passed (before, its registration may still
+// be running, and the walk stops there), a recorded one skipped; then the
+// watermark moves, only forward. It returns how many it recorded; in steady state it reads the
+// watermark alone.
+func (s *Releases) recordLogged(ctx context.Context, signed int64) (int, error) {
+	var w struct {
+		N int64 `dynamodbav:"n"`
+	}
+	if _, err := s.Log.get(ctx, logRec, &w); err != nil {
+		return 0, err
+	}
+	recorded, i := 0, w.N
+walk:
+	for ; i < min(signed, w.N+RecordBatch); i++ {
+		e, ok, err := s.Log.entry(ctx, i)
+		if err != nil {
+			return recorded, err
+		}
+		if !ok {
+			return recorded, fmt.Errorf("dynamo: release log: no entry %d below the signed size %d", i, signed)
+		}
+		it, ok, err := s.item(ctx, e.Ver)
+		if err != nil {
+			return recorded, err
+		}
+		switch {
+		case ok && it.State == relRecorded && it.Sequence == e.Seq:
+		case ok && it.State == relClaimed && it.Sequence == e.Seq && s.now().Sub(it.PendingAt) < PendingStale:
+			break walk // its registration may still be running: left to it, and the watermark waits
+		case ok && it.State == relClaimed && it.Sequence == e.Seq:
+			if _, err := s.record(ctx, it, i); err != nil {
+				return recorded, err
+			}
+			recorded++
+		default:
+			return recorded, fmt.Errorf("dynamo: release log: entry %d is %s@%d, whose item is %q (sequence %d)", i, e.Ver, e.Seq, it.State, it.Sequence)
+		}
+	}
+	if i > w.N {
+		attr := expression.Name("n")
+		cond := expression.AttributeNotExists(expression.Name(schema.AttrPK)).Or(attr.LessThan(expression.Value(i)))
+		err := s.Log.table().put(ctx, logHeadItem{PK: logPK, SK: logRec, N: i}, &cond)
+		if err != nil && !isConditionFailed(err) {
+			return recorded, err
+		}
+	}
+	return recorded, nil
 }
 
 // head reads the channel head consistently (zero if none).
