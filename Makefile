@@ -156,13 +156,15 @@ fleetproto-reverts: tools ## each fleet fix reverted alone: which of REVERT_SEED
 # (which keeps a few of each to stay under 12 minutes): the capacity
 # simulation's 32 (make test: 4), the rollout protocol's 16 (2), the
 # rollout crash matrix at each fault point's first and third visit (first),
-# the release log's 64 (6) and the fleet protocol's SEEDS (2); and the real-time rollout simulation
+# the release log's 64 (6), the registration simulation's 64 (6) and the
+# fleet protocol's SEEDS (2); and the real-time rollout simulation
 # of 100 reference agents (build tag sims: not in make test). Without
 # -race; a failing seed prints its replay.
 sims: ## run the seeded simulations with many seeds (capacity 32, rollout 16 and the crash matrix's third visits, fleet protocol SEEDS) and the 100-agent rollout simulation
 	BC_SIM_SEEDS=32 $(GO) test ./shared/capacity -run FuzzCapacitySimulation -count=1 -timeout 0
 	BC_ROLLOUT_SEEDS=16 BC_CRASH_VISITS=1,3 $(GO) test ./shared/rollout -run 'TestRolloutProtocolSimulation|TestRolloutCrashMatrix' -count=1 -timeout 0
 	BC_LOGSIM_SEEDS=64 $(GO) test ./test/fleetproto -run TestReleaseLogSimulation -count=1 -timeout 0
+	BC_REGSIM_SEEDS=64 $(GO) test ./test/fleetproto -run TestRegisterSimulation -count=1 -timeout 0
 	$(GO) test -tags sims ./test/fleetsim -run TestRolloutSimulation -count=1 -timeout 0 -v 2>&1 | grep -E '^(---|FAIL|ok)|rolloutsim'; exit $${PIPESTATUS[0]}
 	$(MAKE) fleetproto SEEDS=$(SEEDS)
 

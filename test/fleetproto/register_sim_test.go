@@ -9,12 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/mod/sumdb/tlog"
-
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo"
-	"github.com/bettercompute/control-plane/shared/releaselog"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -191,32 +188,7 @@ func runRegisterSim(t *testing.T, s *sched, rs, clean *dynamo.Releases, seed uin
 		}
 	}
 	// r4: checkpoints.
-	roots := map[int64]tlog.Hash{}
-	for _, note := range notes {
-		c, err := key.Open([]byte(note))
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("r4: a checkpoint handed out does not verify: %v", err))
-			continue
-		}
-		if r, ok := roots[c.Size]; ok && r != c.Root {
-			errs = append(errs, fmt.Sprintf("r4: two roots at size %d", c.Size))
-		}
-		roots[c.Size] = c.Root
-	}
-	for a, ra := range roots {
-		for b, rb := range roots {
-			if a == 0 || a >= b {
-				continue
-			}
-			p, err := releaselog.ProveConsistency(ctx, clean.Log, a, b)
-			if err == nil {
-				err = tlog.CheckTree(p, b, rb, a, ra)
-			}
-			if err != nil {
-				errs = append(errs, fmt.Sprintf("r4: checkpoints of size %d and %d: %v", a, b, err))
-			}
-		}
-	}
+	checkCheckpoints(ctx, "r4", key, notes, clean.Log, &errs)
 	t.Logf("seed %d: %d actors, %d steps, %d crashes, %d failures, %d stalls; %d answered, %d refused, %d listed, log size %d, %d checkpoints",
 		seed, s.actors, s.steps, s.crashes, s.failures, s.stalls, len(answered), len(refused), len(listed), size, len(notes))
 	for _, e := range errs {

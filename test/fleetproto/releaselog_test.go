@@ -215,14 +215,7 @@ func runLogSim(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed uint64)
 			}
 		})
 	}
-	head := int64(0)
-	s.onStep = func() {
-		n, err := clean.Size(ctx)
-		if err == nil && n < head {
-			errs = append(errs, fmt.Sprintf("d: the head moved back from %d to %d", head, n))
-		}
-		head = max(head, n)
-	}
+	s.onStep = headMonotonic(ctx, clean, &errs)
 	s.run()
 
 	// A clean registration of the last release finishes the rest.
@@ -249,32 +242,7 @@ func runLogSim(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed uint64)
 	if _, _, ok, _ := clean.Entry(ctx, int64(len(rels))); ok {
 		errs = append(errs, fmt.Sprintf("b: an entry beyond the %d releases", len(rels)))
 	}
-	roots := map[int64]tlog.Hash{}
-	for _, note := range notes {
-		c, err := signerKey(l).Open([]byte(note))
-		if err != nil {
-			errs = append(errs, fmt.Sprintf("e: a checkpoint handed out does not verify: %v", err))
-			continue
-		}
-		if r, ok := roots[c.Size]; ok && r != c.Root {
-			errs = append(errs, fmt.Sprintf("e: two roots at size %d", c.Size))
-		}
-		roots[c.Size] = c.Root
-	}
-	for a, ra := range roots {
-		for b, rb := range roots {
-			if a == 0 || a >= b {
-				continue
-			}
-			p, err := releaselog.ProveConsistency(ctx, clean, a, b)
-			if err == nil {
-				err = tlog.CheckTree(p, b, rb, a, ra)
-			}
-			if err != nil {
-				errs = append(errs, fmt.Sprintf("e: checkpoints of size %d and %d: %v", a, b, err))
-			}
-		}
-	}
+	roots := checkCheckpoints(ctx, "e", signerKey(l), notes, clean, &errs)
 	t.Logf("seed %d: %d actors, %d steps, %d crashes, %d failures, %d stalls; %d appends handed an index, %d checkpoints of %d sizes",
 		seed, s.actors, s.steps, s.crashes, s.failures, s.stalls, len(handed), len(notes), len(roots))
 	for _, e := range errs {
@@ -316,14 +284,7 @@ func runLogSimDistinct(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed
 			}
 		})
 	}
-	head := int64(0)
-	s.onStep = func() {
-		n, err := clean.Size(ctx)
-		if err == nil && n < head {
-			errs = append(errs, fmt.Sprintf("d: the head moved back from %d to %d", head, n))
-		}
-		head = max(head, n)
-	}
+	s.onStep = headMonotonic(ctx, clean, &errs)
 	s.run()
 	size, err := clean.Size(ctx)
 	if err != nil {
@@ -364,3 +325,50 @@ func runLogSimDistinct(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed
 }
 
 func signerKey(l *dynamo.ReleaseLog) releaselog.Key { return l.Signer.Key() }
+
+// headMonotonic is a scheduler step hook: the log's head, read cleanly
+// after every step, never moves back (check d).
+func headMonotonic(ctx context.Context, clean *dynamo.ReleaseLog, errs *[]string) func() {
+	head := int64(0)
+	return func() {
+		n, err := clean.Size(ctx)
+		if err == nil && n < head {
+			*errs = append(*errs, fmt.Sprintf("d: the head moved back from %d to %d", head, n))
+		}
+		head = max(head, n)
+	}
+}
+
+// checkCheckpoints: every checkpoint handed out (notes) verifies under key,
+// no two have different roots at one size, and each smaller one is a prefix
+// of each larger one by the store's consistency proof (failures as check
+// name). It returns the roots by size.
+func checkCheckpoints(ctx context.Context, name string, key releaselog.Key, notes []string, clean *dynamo.ReleaseLog, errs *[]string) map[int64]tlog.Hash {
+	roots := map[int64]tlog.Hash{}
+	for _, note := range notes {
+		c, err := key.Open([]byte(note))
+		if err != nil {
+			*errs = append(*errs, fmt.Sprintf("%s: a checkpoint handed out does not verify: %v", name, err))
+			continue
+		}
+		if r, ok := roots[c.Size]; ok && r != c.Root {
+			*errs = append(*errs, fmt.Sprintf("%s: two roots at size %d", name, c.Size))
+		}
+		roots[c.Size] = c.Root
+	}
+	for a, ra := range roots {
+		for b, rb := range roots {
+			if a == 0 || a >= b {
+				continue
+			}
+			p, err := releaselog.ProveConsistency(ctx, clean, a, b)
+			if err == nil {
+				err = tlog.CheckTree(p, b, rb, a, ra)
+			}
+			if err != nil {
+				*errs = append(*errs, fmt.Sprintf("%s: checkpoints of size %d and %d: %v", name, a, b, err))
+			}
+		}
+	}
+	return roots
+}
