@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/base64"
 	"os"
 	"path/filepath"
@@ -15,18 +13,7 @@ import (
 )
 
 // otherSigner is a log key of origin that the node does not pin.
-func otherSigner(t *testing.T, origin string) *releaselog.Signer {
-	t.Helper()
-	_, k, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := releaselog.NewSigner(origin, k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
+func otherSigner(t *testing.T, origin string) *releaselog.Signer { return newLogSigner(t, origin) }
 
 // The agent's refusal table for the release log (SPEC §4.8): the node has
 // installed 1.1.0 under a checkpoint of size 1; the log then grows by 1.2.0

@@ -30,15 +30,21 @@ type testLog struct {
 
 func newTestLog(t testing.TB) *testLog {
 	t.Helper()
+	return &testLog{signer: newLogSigner(t, testOrigin)}
+}
+
+// newLogSigner is a fresh Ed25519 log key of origin.
+func newLogSigner(t testing.TB, origin string) *releaselog.Signer {
+	t.Helper()
 	_, k, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := releaselog.NewSigner(testOrigin, k)
+	s, err := releaselog.NewSigner(origin, k)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &testLog{signer: s}
+	return s
 }
 
 func (l *testLog) key() *releaselog.Key { k := l.signer.Key(); return &k }
