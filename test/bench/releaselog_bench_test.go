@@ -143,18 +143,7 @@ func BenchmarkReleasesRegisterLogged(b *testing.B) {
 	}
 	next := base + 1
 	b.Run("log-1000", func(b *testing.B) {
-		bodies := make([][]byte, b.N)
-		for i := range bodies {
-			bodies[i] = s.manifest(b, next)
-			next++
-		}
-		lat := make([]time.Duration, 0, b.N)
-		s.RT.Reset()
-		b.ResetTimer()
-		for i := range b.N {
-			lat = append(lat, s.post(b, "releases/register", bodies[i]))
-		}
-		b.StopTimer()
-		report(b, lat, s.RT.Count())
+		s.registerEach(b, next)
+		next += b.N
 	})
 }

@@ -92,9 +92,15 @@ func report(b *testing.B, lat []time.Duration, roundTrips int64) {
 
 func BenchmarkReleasesRegister(b *testing.B) {
 	s := newServer(b)
+	s.registerEach(b, 1)
+}
+
+// registerEach registers b.N new releases, sequences from next on, and
+// reports their latency and round trips.
+func (s *server) registerEach(b *testing.B, next int) {
 	bodies := make([][]byte, b.N)
 	for i := range bodies {
-		bodies[i] = s.manifest(b, i+1)
+		bodies[i] = s.manifest(b, next+i)
 	}
 	lat := make([]time.Duration, 0, b.N)
 	s.RT.Reset()

@@ -109,20 +109,7 @@ func TestAgentRefusals(t *testing.T) {
 		c.node = h.node(t, c.pool, "gpu-node-0", c.platform, c.running, c.pins)
 		h.run(t, ctx, c.node, 1)
 	}
-	reconciling := make(chan struct{})
-	go func() {
-		defer close(reconciling)
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				_ = h.st.App.Reconcile(ctx)
-			}
-		}
-	}()
+	reconciling := reconcileEverySecond(ctx, h)
 	defer func() { stop(); <-reconciling }()
 	// Every node reported what it runs (the rollouts take that as their
 	// previous release and floor).
