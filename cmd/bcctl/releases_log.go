@@ -19,6 +19,7 @@ import (
 	"golang.org/x/mod/sumdb/note"
 
 	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/releaselog"
 )
 
@@ -107,15 +108,9 @@ func manifestPayload(file, version string) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	var env struct {
-		Payload string `json:"payload"`
-	}
-	if err := json.Unmarshal(data, &env); err != nil || env.Payload == "" {
-		return nil, fmt.Errorf("%s: not a DSSE envelope (no payload)", file)
-	}
-	payload, err := base64.StdEncoding.DecodeString(env.Payload)
+	payload, err := dsse.Payload(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: payload: %w", file, err)
+		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	var st struct {
 		Version string `json:"version"`

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/releaselog"
 	"github.com/bettercompute/control-plane/shared/rollout"
@@ -441,12 +441,9 @@ func (a *Agent) witness(rel fleet.DesiredRelease) {
 	}
 	// The entry is the envelope's payload; its signatures were checked
 	// at install (and an expired release still runs, so still witnesses).
-	var env struct {
-		Payload []byte `json:"payload"`
-	}
-	err := json.Unmarshal(rel.Manifest, &env)
+	entry, err := dsse.Payload(rel.Manifest)
 	if err == nil {
-		err = a.verifyLog(rel.Log, env.Payload)
+		err = a.verifyLog(rel.Log, entry)
 	}
 	if err != nil {
 		a.log.Error("release log: the checkpoint told with the running release does not verify; keeping the stored one", "version", rel.Version, "error", err.Error())

@@ -4,13 +4,13 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/json"
 	"slices"
 	"sync"
 	"testing"
 
 	"golang.org/x/mod/sumdb/tlog"
 
+	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/releaselog"
 )
@@ -103,27 +103,18 @@ func (l *testLog) evidence(t testing.TB, entry []byte, from int64) *fleet.Desire
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fleet.DesiredLog{Index: i, Checkpoint: l.checkpoint(t, n), Inclusion: orEmptyStrings(releaselog.EncodeHashes(incl)),
-		Consistency: orEmptyStrings(releaselog.EncodeHashes(cons))}
-}
-
-func orEmptyStrings(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
+	return &fleet.DesiredLog{Index: i, Checkpoint: l.checkpoint(t, n), Inclusion: releaselog.EncodeHashes(incl),
+		Consistency: releaselog.EncodeHashes(cons)}
 }
 
 // payloadOf is a DSSE envelope's payload.
 func payloadOf(t testing.TB, manifest []byte) []byte {
 	t.Helper()
-	var env struct {
-		Payload []byte `json:"payload"`
-	}
-	if err := json.Unmarshal(manifest, &env); err != nil {
+	p, err := dsse.Payload(manifest)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return env.Payload
+	return p
 }
 
 // logged is d told with the fixture log's evidence, from size from.

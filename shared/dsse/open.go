@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -217,4 +218,18 @@ func listOrNone(ids []string) string {
 		return "none"
 	}
 	return strings.Join(ids, ", ")
+}
+
+// Payload is an envelope's payload bytes, decoded as Open decodes them
+// (standard or URL-safe base64, padded or not), without verifying any
+// signature: for a caller that only needs the statement an envelope it
+// verified before carries (a release log entry is the payload).
+func Payload(envelopeJSON []byte) ([]byte, error) {
+	var env struct {
+		Payload string `json:"payload"`
+	}
+	if err := json.Unmarshal(envelopeJSON, &env); err != nil || env.Payload == "" {
+		return nil, fmt.Errorf("dsse: not an envelope with a payload")
+	}
+	return decodeBase64(env.Payload)
 }

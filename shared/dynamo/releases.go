@@ -269,6 +269,23 @@ func (s *Releases) Get(ctx context.Context, version string) (rollout.Release, er
 	return out, nil
 }
 
+// LogIndex is a recorded release's entry in the release log (rollout.Log):
+// its item alone, one GetItem — not its envelope, which Get also reads.
+// ErrNotFound when the version is not recorded; ok false when it was
+// recorded before the log.
+func (s *Releases) LogIndex(ctx context.Context, version string) (index int64, ok bool, err error) {
+	it, found, err := s.item(ctx, version)
+	switch {
+	case err != nil:
+		return 0, false, err
+	case !found || it.State != relRecorded:
+		return 0, false, rollout.ErrNotFound
+	case it.LogIndex == nil:
+		return 0, false, nil
+	}
+	return *it.LogIndex, true, nil
+}
+
 func (s *Releases) register(ctx context.Context, r rollout.Release) (stored rollout.Release, replayed, retry bool, err error) {
 	leaf := releaselog.LeafHash(r.Payload)
 	it := releaseItem{PK: releasePK, SK: releaseSK(r.Version), State: relPending, PendingAt: s.now(), Version: r.Version,
@@ -656,7 +673,7 @@ func (s *Releases) Settle(ctx context.Context) (bool, error) {
 	}
 	signed := size
 	if size < n {
-		if _, signed, err = s.Log.Sign(ctx); err != nil {
+		if _, signed, err = s.Log.SignCovering(ctx, n); err != nil {
 			return false, apierr.Dependency("kms", err)
 		}
 	}

@@ -120,15 +120,8 @@ func (s *Service) evidence(ctx context.Context, index, from int64) (*DesiredLog,
 	if err != nil {
 		return nil, err
 	}
-	d := &DesiredLog{Index: index, Checkpoint: c.note, Inclusion: orEmpty(releaselog.EncodeHashes(incl)),
-		Consistency: orEmpty(releaselog.EncodeHashes(cons))}
+	d := &DesiredLog{Index: index, Checkpoint: c.note, Inclusion: releaselog.EncodeHashes(incl),
+		Consistency: releaselog.EncodeHashes(cons)}
 	c.proofs.Store(key, d)
 	return d, nil
-}
-
-func orEmpty(s []string) []string {
-	if s == nil {
-		return []string{}
-	}
-	return s
 }

@@ -60,11 +60,9 @@ func ProveConsistency(ctx context.Context, h Hashes, from, to int64) ([]tlog.Has
 	return tlog.ProveTree(to, from, reader(ctx, h))
 }
 
-// EncodeHashes is hashes as a proof travels in JSON: base64, in order.
+// EncodeHashes is hashes as a proof travels in JSON: base64, in order (an
+// empty proof is an empty list, never null).
 func EncodeHashes(hs []tlog.Hash) []string {
-	if hs == nil {
-		return nil
-	}
 	out := make([]string, len(hs))
 	for i, h := range hs {
 		out[i] = base64.StdEncoding.EncodeToString(h[:])

@@ -22,7 +22,13 @@ type LogStore interface {
 // log's checkpoint).
 type Log struct {
 	Store    LogStore
-	Releases Store // a version's entry index
+	Releases LogIndexes
+}
+
+// LogIndexes finds a recorded release's entry (ErrNotFound: not recorded;
+// ok false: recorded before the log).
+type LogIndexes interface {
+	LogIndex(ctx context.Context, version string) (index int64, ok bool, err error)
 }
 
 // Proof is releases.prove's answer.
@@ -71,14 +77,13 @@ func (l *Log) Prove(ctx context.Context, version *string, size, fromSize *int64)
 		}
 	}
 	if version != nil {
-		r, err := l.Releases.Get(ctx, *version)
-		if errors.Is(err, ErrNotFound) || (err == nil && r.Log == nil) {
+		i, logged, err := l.Releases.LogIndex(ctx, *version)
+		if errors.Is(err, ErrNotFound) || (err == nil && !logged) {
 			return Proof{}, apierr.New(apierr.NotFound, "release %q is not registered", *version).With("version", *version)
 		}
 		if err != nil {
 			return Proof{}, apierr.Dependency("dynamodb", err)
 		}
-		i := r.Log.Index
 		if i >= n {
 			return Proof{}, beyond(latest, "version", "release %s is entry %d: not in the tree of size %d", *version, i, n)
 		}
