@@ -269,12 +269,18 @@ func (s *Releases) Get(ctx context.Context, version string) (rollout.Release, er
 	return out, nil
 }
 
-// LogIndex is a recorded release's entry in the release log (rollout.Log):
-// its item alone, one GetItem — not its envelope, which Get also reads.
+// ReleaseIndexes finds recorded releases' entries in the release log
+// (rollout.LogIndexes) for releases.prove. A type of its own, not a method
+// of Releases: every function stores releases through Releases, and only
+// releases.prove needs this.
+type ReleaseIndexes struct{ Releases *Releases }
+
+// LogIndex is a recorded release's entry in the release log: its item
+// alone, one GetItem — not its envelope, which Releases.Get also reads.
 // ErrNotFound when the version is not recorded; ok false when it was
 // recorded before the log.
-func (s *Releases) LogIndex(ctx context.Context, version string) (index int64, ok bool, err error) {
-	it, found, err := s.item(ctx, version)
+func (x ReleaseIndexes) LogIndex(ctx context.Context, version string) (index int64, ok bool, err error) {
+	it, found, err := x.Releases.item(ctx, version)
 	switch {
 	case err != nil:
 		return 0, false, err

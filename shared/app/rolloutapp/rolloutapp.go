@@ -114,7 +114,7 @@ func (m *Module) ReleasesList() app.Method {
 // logReader is the release log's read side: no signer (releases.log and
 // releases.prove never sign).
 func logReader(a *app.App) *rollout.Log {
-	return &rollout.Log{Store: &dynamo.ReleaseLog{DB: a.DB, Table: a.Config.Table}, Releases: &dynamo.Releases{DB: a.DB, Table: a.Config.Table}}
+	return &rollout.Log{Store: &dynamo.ReleaseLog{DB: a.DB, Table: a.Config.Table}, Releases: dynamo.ReleaseIndexes{Releases: &dynamo.Releases{DB: a.DB, Table: a.Config.Table}}}
 }
 
 // ReleasesLog is releases.log.
