@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/bettercompute/control-plane/shared/capacity"
 )
 
 // SweepFlagBudget bounds the node-hour flag writes of one pool's sweep
@@ -44,125 +46,162 @@ var (
 // out-of-service entry are not what its record wants is brought in sync
 // (Record.FlagsInSync: never trusting what a writer said it applied);
 // flags are extended as hours pass; a node whose registration was cut
-// short is adopted; unbinds the node reported done are forgotten. Its reads grow with the pool's
-// nodes, its writes only with what changed, and its node-hour flag writes
-// are at most SweepFlagBudget: past it, the nodes left stay out of sync
-// until the sweep, due again in a second, goes on.
+// short is adopted; unbinds the node reported done are forgotten. Its reads
+// grow with the pool's nodes, its writes only with what changed, and its
+// node-hour flag writes are at most SweepFlagBudget: past it, the nodes
+// left stay out of sync until the sweep, due again in a second, goes on.
+//
+// The steps, in order: claim (the pool's sweep item and the pool), visit
+// (each node once: count it, sync or hold it as silent, adopt, lift a
+// finished rollout's marks, forget finished unbinds), markable (how many of
+// the silent may be marked: the mass-silence rule), markSilent, then
+// finish (the pool's counts, and the sweep due again if the budget cut it
+// short). A failed step's error is kept and the others go on: the sweep is
+// due again at next anyway, so what failed is retried.
 func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) error {
-	next := now.Add(s.SweepEvery)
-	st, err := s.Store.ClaimSweep(ctx, poolID, due, next)
+	w := &sweep{s: s, poolID: poolID, now: now, next: now.Add(s.SweepEvery), budget: SweepFlagBudget,
+		silent: time.Duration(UnreachableAfter) * s.interval(), lateAfter: time.Duration(UnreachableAfter-1) * s.interval(),
+		holds: map[string]bool{}}
+	ok, err := w.claim(ctx, due)
+	if !ok || err != nil {
+		return err
+	}
+	if err := s.Store.PoolNodes(ctx, poolID, func(rec Record) error { return w.visit(ctx, rec) }); err != nil {
+		w.fail(err)
+	}
+	w.markSilent(ctx, w.markable(ctx))
+	w.finish(ctx)
+	if len(w.errs) > 0 {
+		return unavailable(errors.Join(w.errs...))
+	}
+	return nil
+}
+
+// sweep is one pool's sweep in progress: what it read once and what it
+// counted while it visited the nodes.
+type sweep struct {
+	s              *Service
+	poolID         string
+	now, next      time.Time
+	state          SweepState
+	pool           capacity.Pool
+	silent         time.Duration // no report for this long: unreachable
+	lateAfter      time.Duration // no report for this long: late (UnreachableAfter-1 intervals)
+	budget         int           // node-hour flag writes left
+	more           bool          // the budget cut the sweep short
+	holds          map[string]bool
+	stats          PoolStats
+	errs           []error
+	quiet          []Record // silent: marked (or held) once the pool is counted
+	inContact      int      // ready or unhealthy at the last sweep
+	late           int      // of those, not heard from for lateAfter
+	markedLastSeen []time.Time
+}
+
+func (w *sweep) fail(err error) { w.errs = append(w.errs, err) }
+
+// claim takes the pool's sweep from due to next (false: another pass has
+// it) and reads the pool.
+func (w *sweep) claim(ctx context.Context, due time.Time) (bool, error) {
+	st, err := w.s.Store.ClaimSweep(ctx, w.poolID, due, w.next)
+	if errors.Is(err, ErrStale) {
+		return false, nil // another pass has it
+	}
 	if err != nil {
-		if errors.Is(err, ErrStale) {
-			return nil // another pass has it
+		return false, unavailable(err)
+	}
+	if w.pool, err = w.s.Pools.GetPool(ctx, w.poolID); err != nil {
+		return false, unavailable(err)
+	}
+	w.state = st
+	return true, nil
+}
+
+// visit looks at one node: counts it, holds it as silent or brings its
+// flags in sync, adopts it, lifts a finished rollout's marks and forgets
+// the unbinds it reported done.
+func (w *sweep) visit(ctx context.Context, rec Record) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	w.stats.Add(rec, w.now)
+	// markedLastSeen: the last reports of the nodes already unreachable
+	// (see markable). late: nodes in contact not heard from for
+	// UnreachableAfter-1 intervals — what decides a mass silence, since a
+	// pool's reports are spread over an interval: when the first of them
+	// crosses the limit, the others of a silence that began together are
+	// late already.
+	if rec.State == Unreachable && rec.LastHeartbeatAt != nil {
+		w.markedLastSeen = append(w.markedLastSeen, *rec.LastHeartbeatAt)
+	}
+	inContact := rec.State == Ready || rec.State == Unhealthy
+	if inContact {
+		w.inContact++
+		if rec.LastHeartbeatAt != nil && w.now.Sub(*rec.LastHeartbeatAt) > w.lateAfter {
+			w.late++
 		}
-		return unavailable(err)
 	}
-	p, err := s.Pools.GetPool(ctx, poolID)
-	if err != nil {
-		return unavailable(err)
+	if inContact && rec.LastHeartbeatAt != nil && w.now.Sub(*rec.LastHeartbeatAt) > w.silent {
+		w.quiet = append(w.quiet, rec)
+	} else {
+		w.sync(ctx, rec)
 	}
-	silent := time.Duration(UnreachableAfter) * s.interval()
-	var errs []error
-	budget, more := SweepFlagBudget, false
-	sync := func(rec Record) {
-		n := s.flagWrites(rec)
-		switch {
-		case n == 0:
-		case n > budget && budget < SweepFlagBudget:
-			more = true // this one and the rest: on the next sweep
-		default:
-			budget -= n
-			if _, err := s.syncFlags(ctx, rec, p.Topology(rec.Resource)); err != nil {
-				errs = append(errs, err)
+	if _, err := w.s.adopt(ctx, rec, w.pool.Topology(rec.Resource)); err != nil {
+		w.fail(err)
+	}
+	if err := w.s.releaseStranded(ctx, rec, w.holds); err != nil {
+		w.fail(err)
+	}
+	for id, e := range rec.Entries {
+		if e.Action == ActionUnbind && rec.Reported[id] == BindUnbound {
+			if err := w.s.Store.DropEntry(ctx, rec, id); err != nil && !errors.Is(err, ErrStale) {
+				w.fail(err)
 			}
 		}
 	}
-	var quiet []Record // silent: marked once the pool is counted
-	// late: nodes in contact not heard from for UnreachableAfter-1
-	// intervals — what decides a mass silence, since a pool's reports are
-	// spread over an interval: when the first of them crosses the limit,
-	// the others of a silence that began together are late already.
-	inContact, late := 0, 0
-	lateAfter := time.Duration(UnreachableAfter-1) * s.interval()
-	// marked: the last reports of the nodes already unreachable. One whose
-	// reports stopped less than UnreachableAfter intervals before the
-	// earliest of the silent ones' is part of their silence: its reports
-	// were held up just before the pool's went silent, so the sweep
-	// marked it alone before the rest were late, and it must not take
-	// them below DisruptionMin (found by the fleet protocol simulation:
-	// 3 of 4 nodes silent within 25 s, 2 of them marked). Those that
-	// stopped earlier do not count: a pool whose hosts died one by one is
-	// not disrupted.
-	var marked []time.Time
-	var stats PoolStats
-	holds := map[string]bool{} // rollout → still running (read once a sweep)
-	err = s.Store.PoolNodes(ctx, poolID, func(rec Record) error {
-		if ctx.Err() != nil {
-			return ctx.Err()
-		}
-		stats.Add(rec, now)
-		if rec.State == Unreachable && rec.LastHeartbeatAt != nil {
-			marked = append(marked, *rec.LastHeartbeatAt)
-		}
-		if rec.State == Ready || rec.State == Unhealthy {
-			inContact++
-			if rec.LastHeartbeatAt != nil && now.Sub(*rec.LastHeartbeatAt) > lateAfter {
-				late++
-			}
-		}
-		if (rec.State == Ready || rec.State == Unhealthy) && rec.LastHeartbeatAt != nil && now.Sub(*rec.LastHeartbeatAt) > silent {
-			quiet = append(quiet, rec)
-		} else {
-			sync(rec)
-		}
-		if _, err := s.adopt(ctx, rec, p.Topology(rec.Resource)); err != nil {
-			errs = append(errs, err)
-		}
-		if err := s.releaseStranded(ctx, rec, holds); err != nil {
-			errs = append(errs, err)
-		}
-		for id, e := range rec.Entries {
-			if e.Action == ActionUnbind && rec.Reported[id] == BindUnbound {
-				if err := s.Store.DropEntry(ctx, rec, id); err != nil && !errors.Is(err, ErrStale) {
-					errs = append(errs, err)
-				}
-			}
-		}
-		return nil
-	})
-	if err != nil {
-		errs = append(errs, err)
-	}
-	if len(quiet) > 0 {
-		first := *quiet[0].LastHeartbeatAt
-		for _, q := range quiet[1:] {
-			if q.LastHeartbeatAt.Before(first) {
-				first = *q.LastHeartbeatAt
-			}
-		}
-		for _, at := range marked {
-			if first.Sub(at) < silent {
-				inContact++
-				late++
-			}
+	return nil
+}
+
+// sync brings a node's flags in sync within the sweep's flag budget: a
+// node whose writes no longer fit waits, with the rest, for the next sweep.
+func (w *sweep) sync(ctx context.Context, rec Record) {
+	n := w.s.flagWrites(rec)
+	switch {
+	case n == 0:
+	case n > w.budget && w.budget < SweepFlagBudget:
+		w.more = true // this one and the rest: on the next sweep
+	default:
+		w.budget -= n
+		if _, err := w.s.syncFlags(ctx, rec, w.pool.Topology(rec.Resource)); err != nil {
+			w.fail(err)
 		}
 	}
-	mark := len(quiet)
-	disrupted := len(quiet) > 0 && late >= DisruptionMin && float64(late) >= DisruptionShare*float64(inContact)
+}
+
+// markable is how many of the silent nodes this sweep marks unreachable:
+// all of them, unless the pool's nodes went silent together (a mass
+// silence: none while it holds, then ResumeShare a sweep). It records the
+// disruption's start, resumption and end on the pool's sweep item.
+func (w *sweep) markable(ctx context.Context) int {
+	w.countMarkedIntoSilence()
+	st, now := w.state, w.now
+	mark := len(w.quiet)
+	disrupted := len(w.quiet) > 0 && w.late >= DisruptionMin && float64(w.late) >= DisruptionShare*float64(w.inContact)
+	w.stats.Disrupted = disrupted || (st.DisruptedSince != nil && len(w.quiet) > 0)
 	held := disrupted && (st.DisruptedSince == nil || now.Sub(*st.DisruptedSince) < DisruptionHold)
 	switch {
 	case held:
 		mark = 0
 		if st.DisruptedSince == nil {
-			s.logger().Error("fleet: mass silence: the pool's nodes went silent together; none is marked unreachable until reports return",
-				"pool", poolID, "silent", len(quiet), "inContact", inContact)
-			if err := s.Store.SetDisrupted(ctx, poolID, &now); err != nil {
-				errs = append(errs, err)
+			w.s.logger().Error("fleet: mass silence: the pool's nodes went silent together; none is marked unreachable until reports return",
+				"pool", w.poolID, "silent", len(w.quiet), "inContact", w.inContact)
+			if err := w.s.Store.SetDisrupted(ctx, w.poolID, &now); err != nil {
+				w.fail(err)
 			}
 		} else if st.ResumedAt != nil {
 			// Silent together again before the grace ran out.
-			if err := s.Store.SetResumed(ctx, poolID, nil); err != nil {
-				errs = append(errs, err)
+			if err := w.s.Store.SetResumed(ctx, w.poolID, nil); err != nil {
+				w.fail(err)
 			}
 		}
 	case disrupted || st.DisruptedSince != nil:
@@ -175,48 +214,80 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 		switch {
 		case st.ResumedAt == nil:
 			mark = 0
-			if len(quiet) > 0 {
-				if err := s.Store.SetResumed(ctx, poolID, &now); err != nil {
-					errs = append(errs, err)
+			if len(w.quiet) > 0 {
+				if err := w.s.Store.SetResumed(ctx, w.poolID, &now); err != nil {
+					w.fail(err)
 				}
 			}
-		case now.Sub(*st.ResumedAt) < silent:
+		case now.Sub(*st.ResumedAt) < w.silent:
 			mark = 0
 		default:
-			mark = min(mark, max(1, int(ResumeShare*float64(inContact))))
+			mark = min(mark, max(1, int(ResumeShare*float64(w.inContact))))
 		}
-		if len(quiet) == 0 {
-			s.logger().Info("fleet: mass silence over", "pool", poolID, "since", st.DisruptedSince.Format(time.RFC3339))
-			if err := s.Store.SetDisrupted(ctx, poolID, nil); err != nil {
-				errs = append(errs, err)
+		if len(w.quiet) == 0 {
+			w.s.logger().Info("fleet: mass silence over", "pool", w.poolID, "since", st.DisruptedSince.Format(time.RFC3339))
+			if err := w.s.Store.SetDisrupted(ctx, w.poolID, nil); err != nil {
+				w.fail(err)
 			}
 		}
 	}
-	for i, rec := range quiet {
+	return mark
+}
+
+// countMarkedIntoSilence counts back into contact (and late) the nodes
+// already unreachable whose reports stopped less than UnreachableAfter
+// intervals before the earliest of the silent ones': they are part of the
+// same silence — their reports were held up just before the pool's went
+// silent, so a sweep marked them alone before the rest were late — and
+// must not take the silence below DisruptionMin (found by the fleet
+// protocol simulation: 3 of 4 nodes silent within 25 s, 2 of them marked).
+// Those that stopped earlier do not count: a pool whose hosts died one by
+// one is not disrupted.
+func (w *sweep) countMarkedIntoSilence() {
+	if len(w.quiet) == 0 {
+		return
+	}
+	first := *w.quiet[0].LastHeartbeatAt
+	for _, q := range w.quiet[1:] {
+		if q.LastHeartbeatAt.Before(first) {
+			first = *q.LastHeartbeatAt
+		}
+	}
+	for _, at := range w.markedLastSeen {
+		if first.Sub(at) < w.silent {
+			w.inContact++
+			w.late++
+		}
+	}
+}
+
+// markSilent marks the first mark silent nodes unreachable, then brings
+// every silent node's flags in sync (a marked one's now say out).
+func (w *sweep) markSilent(ctx context.Context, mark int) {
+	for i, rec := range w.quiet {
 		if i < mark && ctx.Err() == nil {
-			switch cur, err := s.Store.MarkUnreachable(ctx, rec); {
+			switch cur, err := w.s.Store.MarkUnreachable(ctx, rec); {
 			case err == nil:
 				rec = cur
 			case !errors.Is(err, ErrStale):
-				errs = append(errs, err)
+				w.fail(err)
 				continue
 			}
 		}
-		sync(rec)
+		w.sync(ctx, rec)
 	}
-	stats.Silent, stats.Held = len(quiet), len(quiet)-min(mark, len(quiet))
-	stats.Disrupted = disrupted || (st.DisruptedSince != nil && len(quiet) > 0)
-	stats.Emit(s.logger(), s.Table, poolID, now)
-	if more && ctx.Err() == nil {
-		if _, err := s.Store.ClaimSweep(ctx, poolID, next, now.Add(SweepAgainAfter)); err != nil && !errors.Is(err, ErrStale) {
-			errs = append(errs, err)
+	w.stats.Silent, w.stats.Held = len(w.quiet), len(w.quiet)-min(mark, len(w.quiet))
+}
+
+// finish emits the pool's counts and, when the flag budget cut the sweep
+// short, makes it due again in SweepAgainAfter rather than at next.
+func (w *sweep) finish(ctx context.Context) {
+	w.stats.Emit(w.s.logger(), w.s.Table, w.poolID, w.now)
+	if w.more && ctx.Err() == nil {
+		if _, err := w.s.Store.ClaimSweep(ctx, w.poolID, w.next, w.now.Add(SweepAgainAfter)); err != nil && !errors.Is(err, ErrStale) {
+			w.fail(err)
 		}
 	}
-	if len(errs) > 0 {
-		// The sweep is due again at next anyway: what failed is retried.
-		return unavailable(errors.Join(errs...))
-	}
-	return nil
 }
 
 // releaseStranded lifts a rollout's cordon and target from a node once
