@@ -15,6 +15,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -44,7 +45,7 @@ endpoint 3.`,
 			if err != nil {
 				return localErr(err)
 			}
-			err = runCheck(ctx, &dynamo.Capacity{DB: dynamo.NewClient(cfg, endpoint), Table: table}, table, c.out, c.output == "json")
+			err = runCheck(ctx, &capacitydb.Store{DB: dynamo.NewClient(cfg, endpoint), Table: table}, table, c.out, c.output == "json")
 			var missing *types.ResourceNotFoundException
 			switch {
 			case err == nil, errors.As(err, new(exitCode)):

@@ -10,7 +10,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/devstack"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
 )
 
 func TestMain(m *testing.M) { devstack.Main(m) }
@@ -18,7 +18,7 @@ func TestMain(m *testing.M) { devstack.Main(m) }
 func TestCheckCommand(t *testing.T) {
 	s := devstack.Shared(t)
 	table := devstack.NewTable(t, s)
-	store := &dynamo.Capacity{DB: s.DynamoDB(), Table: table}
+	store := &capacitydb.Store{DB: s.DynamoDB(), Table: table}
 	ctx := context.Background()
 
 	var out bytes.Buffer

@@ -9,28 +9,28 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
 )
 
 // scanCounter counts the exact search's reads of whole hours, and can lose
 // the occupancy map's writes (a create that crashed between its node-hour
 // put and the map's write).
 type scanCounter struct {
-	*dynamo.Capacity
+	*capacitydb.Store
 	hours    atomic.Int32
 	loseMaps atomic.Bool
 }
 
 func (s *scanCounter) Hour(ctx context.Context, t capacity.PoolResource, h capacity.Hour, fn func(capacity.NodeHour) error) error {
 	s.hours.Add(1)
-	return s.Capacity.Hour(ctx, t, h, fn)
+	return s.Store.Hour(ctx, t, h, fn)
 }
 
 func (s *scanCounter) Occupy(ctx context.Context, t capacity.PoolResource, h capacity.Hour, nodes []int) error {
 	if s.loseMaps.Load() {
 		return errors.New("injected: the map's write is lost")
 	}
-	return s.Capacity.Occupy(ctx, t, h, nodes)
+	return s.Store.Occupy(ctx, t, h, nodes)
 }
 
 // farHour is an hour three days ahead: nothing provisions it (no
@@ -56,7 +56,7 @@ func (e *env) createIn(t *testing.T, w capacity.Window, count int) (capacity.Res
 // by reading the hour's every node-hour.
 func TestFarAheadFindsAVacantNode(t *testing.T) {
 	e := newEnv(t)
-	scans := &scanCounter{Capacity: e.store}
+	scans := &scanCounter{Store: e.store}
 	e.svc.Store = scans
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 64 * 8})
 	e.offer(t, "acme", "p1", "acme", "gpu", 10_000)
@@ -107,7 +107,7 @@ func TestFarAheadFindsAVacantNode(t *testing.T) {
 // refused once the map is complete.
 func TestFarAheadMapRepairsItself(t *testing.T) {
 	e := newEnv(t)
-	scans := &scanCounter{Capacity: e.store}
+	scans := &scanCounter{Store: e.store}
 	e.svc.Store = scans
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 4 * 8})
 	e.offer(t, "acme", "p1", "acme", "gpu", 10_000)

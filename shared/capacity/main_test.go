@@ -13,6 +13,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
 )
 
 // TestMain shares one local stack (dynalite) across the package; every test
@@ -34,7 +35,7 @@ func (c *clock) Advance(d time.Duration) { c.mu.Lock(); c.now = c.now.Add(d); c.
 // env is a service on a fresh table of the local DynamoDB.
 type env struct {
 	svc   *capacity.Service
-	store *dynamo.Capacity
+	store *capacitydb.Store
 	rt    *dynamo.RoundTrips
 	clock *clock
 }
@@ -44,7 +45,7 @@ func newEnv(tb testing.TB) *env {
 	st := devstack.Shared(tb)
 	table := devstack.NewTable(tb, st)
 	rt := &dynamo.RoundTrips{}
-	store := &dynamo.Capacity{DB: st.DynamoDB(rt.Option()), Table: table}
+	store := &capacitydb.Store{DB: st.DynamoDB(rt.Option()), Table: table}
 	c := newClock()
 	svc := &capacity.Service{Store: store, Now: c.Now, Logger: slog.New(slog.DiscardHandler)}
 	return &env{svc: svc, store: store, rt: rt, clock: c}

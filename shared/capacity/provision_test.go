@@ -10,6 +10,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
 	"github.com/bettercompute/control-plane/shared/meter"
 	"github.com/bettercompute/control-plane/shared/reconcile"
 )
@@ -127,11 +128,11 @@ func BenchmarkProvisionBigPool(b *testing.B) {
 	rc := e.reconciler()
 	rc.Capacity.ProvisionHours = horizon
 	all := &meter.Meter{}
-	rc.Capacity.Service.Store = &dynamo.Capacity{DB: devstackClient(b, e, dynamo.MeterAll(all)), Table: e.store.Table}
+	rc.Capacity.Service.Store = &capacitydb.Store{DB: devstackClient(b, e, dynamo.MeterAll(all)), Table: e.store.Table}
 	rc.Due = rc.Capacity.Service.Store.(reconcile.DueStore)
 	// Creates through their own client, metered per request (as the
 	// gateway meters each request).
-	metered := &capacity.Service{Store: &dynamo.Capacity{DB: devstackClient(b, e, dynamo.Metered), Table: e.store.Table},
+	metered := &capacity.Service{Store: &capacitydb.Store{DB: devstackClient(b, e, dynamo.Metered), Table: e.store.Table},
 		Now: e.clock.Now, Logger: e.svc.Logger}
 	var creates []time.Duration
 	var createCalls, createCuts []float64

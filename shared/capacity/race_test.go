@@ -10,7 +10,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
 )
 
 // race runs n creates at once (released together) and counts outcomes.
@@ -212,7 +212,7 @@ func TestRechoiceTooLargeForTheChargeIsRepaired(t *testing.T) {
 // frees the same devices of the node-hour (moving their versions), so the
 // create's conditional write is refused as it would be by a racing create.
 type racingStore struct {
-	*dynamo.Capacity
+	*capacitydb.Store
 	victim string
 	mu     sync.Mutex
 	lose   int
@@ -226,14 +226,14 @@ func (s *racingStore) Allocate(ctx context.Context, nh capacity.NodeHour, id str
 	}
 	s.mu.Unlock()
 	if race {
-		if err := s.Capacity.Allocate(ctx, nh, "RACER", e); err != nil {
+		if err := s.Store.Allocate(ctx, nh, "RACER", e); err != nil {
 			return err
 		}
-		if err := s.Capacity.Free(ctx, nh.Topology(), []capacity.NodeHourKey{nh.Key()}, "RACER"); err != nil {
+		if err := s.Store.Free(ctx, nh.Topology(), []capacity.NodeHourKey{nh.Key()}, "RACER"); err != nil {
 			return err
 		}
 	}
-	return s.Capacity.Allocate(ctx, nh, id, e)
+	return s.Store.Allocate(ctx, nh, id, e)
 }
 
 // A create that keeps losing races re-reads and retries until it is placed
@@ -243,7 +243,7 @@ func (s *racingStore) Allocate(ctx context.Context, nh capacity.NodeHour, id str
 func TestLostRacesAreRetriedUntilPlaced(t *testing.T) {
 	e := newEnv(t)
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 8})
-	store := &racingStore{Capacity: e.store, victim: capacity.TokenID("acme", "alice", "unlucky"), lose: 40}
+	store := &racingStore{Store: e.store, victim: capacity.TokenID("acme", "alice", "unlucky"), lose: 40}
 	svc := &capacity.Service{Store: store, Now: e.clock.Now, Logger: e.svc.Logger, Sleep: func(context.Context, time.Duration) error { return nil }}
 	req := e.req("acme", "p1", "gpu", 1, 0, time.Hour)
 	req.ClientToken, req.Principal = "unlucky", "alice"

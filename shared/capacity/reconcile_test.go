@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo/duedb"
 	"github.com/bettercompute/control-plane/shared/metrics"
 	"github.com/bettercompute/control-plane/shared/reconcile"
 )
@@ -17,7 +18,7 @@ import (
 var errCrash = errors.New("injected crash")
 
 func (e *env) reconciler() *reconcile.Reconciler {
-	return &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc}, Due: e.store}
+	return &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc}, Due: &duedb.Store{DB: e.store.DB, Table: e.store.Table}}
 }
 
 func (e *env) pass(tb testing.TB) reconcile.PassResult {
@@ -433,7 +434,7 @@ func TestReconcileSkipsGhostEntries(t *testing.T) {
 			Window: capacity.Window{Start: old, End: old.Add(2 * time.Hour)}, State: st, CreatedAt: old, UpdatedAt: old, Due: old}
 		return reconcile.DueItem{Due: old, Reservation: &g}
 	}
-	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc}, Due: laggingIndex{e.store, []reconcile.DueItem{
+	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc}, Due: laggingIndex{&duedb.Store{DB: e.store.DB, Table: e.store.Table}, []reconcile.DueItem{
 		ghost("GHOSTPLACED0000000000000000", capacity.Placed),
 		ghost("GHOSTRELEASED0000000000000", capacity.Released),
 		ghost("GHOSTDRAFT000000000000000", capacity.Draft),

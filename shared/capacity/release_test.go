@@ -13,6 +13,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
 	"github.com/bettercompute/control-plane/shared/meter"
 	"github.com/bettercompute/control-plane/shared/paging"
 )
@@ -150,7 +151,7 @@ func TestStateListReadsOnlyThatState(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	m := &meter.Meter{}
-	store := &dynamo.Capacity{DB: devstackClient(t, e, dynamo.MeterAll(m)), Table: e.store.Table}
+	store := &capacitydb.Store{DB: devstackClient(t, e, dynamo.MeterAll(m)), Table: e.store.Table}
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 2})
 	e.offer(t, "acme", "p1", "acme", "gpu", 1000)
 	placed := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 2, 0, time.Hour), allow))

@@ -10,6 +10,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo/duedb"
 	"github.com/bettercompute/control-plane/shared/paging"
 	"github.com/bettercompute/control-plane/shared/reconcile"
 )
@@ -471,7 +472,7 @@ func TestListMatchesGet(t *testing.T) {
 	e.offer(t, "acme", "p1", "acme", "gpu", 6)
 	create(2, 0, time.Hour, allow) // rejected: quota (used 6 of 6)
 	create(1, 0, time.Hour, deny)  // denied
-	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc}, Due: e.store}
+	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc}, Due: &duedb.Store{DB: e.store.DB, Table: e.store.Table}}
 	e.clock.Advance(2*time.Hour + time.Minute)
 	if _, err := rc.Pass(ctx); err != nil {
 		t.Fatal(err)

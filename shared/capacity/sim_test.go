@@ -14,7 +14,8 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
+	"github.com/bettercompute/control-plane/shared/dynamo/duedb"
 	"github.com/bettercompute/control-plane/shared/paging"
 	"github.com/bettercompute/control-plane/shared/reconcile"
 )
@@ -161,7 +162,7 @@ func runSimulation(t *testing.T, seed uint64) *simulation {
 		sim.startFleet(ctx)
 	}
 	if sim.rng.IntN(3) > 0 { // most runs on provisioned hours (the fast path), some not
-		rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc, ProvisionHours: 6}, Due: e.store, Serial: true}
+		rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc, ProvisionHours: 6}, Due: &duedb.Store{DB: e.store.DB, Table: e.store.Table}, Serial: true}
 		if _, err := rc.Pass(ctx); err != nil {
 			t.Fatal(err)
 		}
@@ -471,7 +472,7 @@ func (sim *simulation) yield(ctx context.Context, op string) simDecision {
 // checks the invariants, then lets every window end and checks again.
 func (sim *simulation) quiesce(ctx context.Context) {
 	t, e := sim.t, sim.e
-	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc, ProvisionHours: 6}, Due: e.store, Serial: true}
+	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc, ProvisionHours: 6}, Due: &duedb.Store{DB: e.store.DB, Table: e.store.Table}, Serial: true}
 	if sim.fleet != nil {
 		rc.Fleet = sim.fleet.quiet
 	}
@@ -641,7 +642,7 @@ func (sim *simulation) trace(n int) string {
 // simStore is the store every actor's service goes through: each call is a
 // point the scheduler interleaves at, and may fail or crash there.
 type simStore struct {
-	inner *dynamo.Capacity
+	inner *capacitydb.Store
 	sim   *simulation
 }
 
@@ -851,7 +852,8 @@ func (w *simStore) ClearDue(ctx context.Context, r capacity.Reservation) error {
 func (w *simStore) ListReservations(ctx context.Context, tenant string, f capacity.ListFilter, page paging.Page) ([]capacity.Reservation, map[string]string, error) {
 	return w.inner.ListReservations(ctx, tenant, f, page)
 }
-func (w *simStore) Shards() int { return w.inner.Shards() }
+func (w *simStore) Shards() int       { return w.due().Shards() }
+func (w *simStore) due() *duedb.Store { return &duedb.Store{DB: w.inner.DB, Table: w.inner.Table} }
 func (w *simStore) Due(ctx context.Context, shard int, now time.Time, fn func(reconcile.DueItem) bool) error {
-	return simDo(w, ctx, fmt.Sprintf("Due shard %d", shard), func() error { return w.inner.Due(ctx, shard, now, fn) })
+	return simDo(w, ctx, fmt.Sprintf("Due shard %d", shard), func() error { return w.due().Due(ctx, shard, now, fn) })
 }

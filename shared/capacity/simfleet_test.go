@@ -10,7 +10,8 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/duedb"
+	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/paging"
 	"github.com/bettercompute/control-plane/shared/reconcile"
@@ -24,7 +25,7 @@ import (
 // crash, like the store's.
 type simFleet struct {
 	sim      *simulation
-	inner    *dynamo.Fleet
+	inner    *fleetdb.Store
 	svc      *fleet.Service // the actors' (through simNodeStore)
 	quiet    *fleet.Service // the test's own, no faults
 	keys     map[int]crypto.Signer
@@ -40,7 +41,7 @@ const simNodes = 20 // gpu nodes of the simulation's pool
 
 func (sim *simulation) startFleet(ctx context.Context) {
 	e := sim.e
-	inner := &dynamo.Fleet{DB: e.store.DB, Table: e.store.Table}
+	inner := &fleetdb.Store{DB: e.store.DB, Table: e.store.Table}
 	f := &simFleet{sim: sim, inner: inner, keys: map[int]crypto.Signer{}, counters: map[int]int64{},
 		off: map[int]bool{3: true, 7: true, 11: true}, late: -1}
 	f.quiet = &fleet.Service{Store: inner, Pools: e.store, Calendar: e.store, Now: e.clock.Now, Logger: e.svc.Logger, ProvisionHours: 6, Serial: true}
@@ -67,7 +68,7 @@ func (sim *simulation) startFleet(ctx context.Context) {
 		}
 	}
 	// The sweep lifts the flags of the nodes that reported healthy.
-	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc, ProvisionHours: 6}, Due: e.store, Serial: true, Fleet: f.quiet}
+	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc, ProvisionHours: 6}, Due: &duedb.Store{DB: e.store.DB, Table: e.store.Table}, Serial: true, Fleet: f.quiet}
 	if _, err := rc.Pass(ctx); err != nil {
 		sim.t.Fatal(err)
 	}
@@ -179,7 +180,7 @@ func (f *simFleet) check(ctx context.Context, when string, allDone bool) {
 // simNodeStore makes every node call of the capacity flows a scheduling
 // point.
 type simNodeStore struct {
-	inner *dynamo.Fleet
+	inner *fleetdb.Store
 	sim   *simulation
 }
 
@@ -204,7 +205,7 @@ func (w *simNodeStore) Ineligible(ctx context.Context, t capacity.PoolResource) 
 // simFleetStore makes every call of the fleet's heartbeat and sweep a
 // scheduling point.
 type simFleetStore struct {
-	inner *dynamo.Fleet
+	inner *fleetdb.Store
 	sim   *simulation
 }
 

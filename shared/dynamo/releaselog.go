@@ -107,7 +107,7 @@ type logCPItem struct {
 	Note string `dynamodbav:"note"`
 }
 
-func (l *ReleaseLog) table() table { return table{l.DB, l.Table} }
+func (l *ReleaseLog) table() Table { return Table{DB: l.DB, Name: l.Table} }
 
 func (l *ReleaseLog) fault(point string) error {
 	if l.Faults == nil {
@@ -117,7 +117,7 @@ func (l *ReleaseLog) fault(point string) error {
 }
 
 func (l *ReleaseLog) get(ctx context.Context, sk string, out any) (bool, error) {
-	res, err := l.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(l.Table), Key: key(logPK, sk), ConsistentRead: aws.Bool(true)})
+	res, err := l.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(l.Table), Key: Key(logPK, sk), ConsistentRead: aws.Bool(true)})
 	if err != nil || res.Item == nil {
 		return false, err
 	}
@@ -181,9 +181,9 @@ func (l *ReleaseLog) Append(ctx context.Context, version string, seq int64, leaf
 			it.HS = append(it.HS, hs[i][:]...)
 		}
 		cond := expression.AttributeNotExists(expression.Name(schema.AttrPK))
-		err = l.table().put(ctx, it, &cond)
+		err = l.table().Put(ctx, it, &cond)
 		switch {
-		case isConditionFailed(err):
+		case ConditionFailed(err):
 			// Entry n is taken: by this very release (a retry whose first
 			// put landed) or another. Either way its head move may be
 			// missing; make it, then look again.
@@ -221,8 +221,8 @@ func (l *ReleaseLog) advance(ctx context.Context, n int64) error {
 	if n == 0 {
 		cond = expression.AttributeNotExists(expression.Name(schema.AttrPK)).Or(cond)
 	}
-	_, err := l.table().update(ctx, key(logPK, logHead), expression.Set(attr, expression.Value(n+1)), &cond, types.ReturnValueNone)
-	return whenConditionFails(err, nil)
+	_, err := l.table().Update(ctx, Key(logPK, logHead), expression.Set(attr, expression.Value(n+1)), &cond, types.ReturnValueNone)
+	return WhenConditionFails(err, nil)
 }
 
 // find is the index of (version, seq) among entries [0, last], by binary
@@ -268,7 +268,7 @@ func (l *ReleaseLog) ReadHashes(ctx context.Context, indexes []int64) ([]tlog.Ha
 		entries = entries[len(batch):]
 		keys := make([]map[string]types.AttributeValue, len(batch))
 		for i, e := range batch {
-			keys[i] = key(logPK, logSK(e))
+			keys[i] = Key(logPK, logSK(e))
 		}
 		req := map[string]types.KeysAndAttributes{l.Table: {Keys: keys, ConsistentRead: aws.Bool(true),
 			ProjectionExpression: aws.String("#sk, hs"), ExpressionAttributeNames: map[string]string{"#sk": schema.AttrSK}}}
@@ -339,8 +339,8 @@ func (l *ReleaseLog) SignCovering(ctx context.Context, n int64) (string, int64, 
 	}
 	attr := expression.Name("n")
 	cond := expression.AttributeNotExists(expression.Name(schema.AttrPK)).Or(attr.LessThan(expression.Value(n)))
-	err = l.table().put(ctx, logCPItem{PK: logPK, SK: logCP, N: n, Note: string(signed)}, &cond)
-	if isConditionFailed(err) {
+	err = l.table().Put(ctx, logCPItem{PK: logPK, SK: logCP, N: n, Note: string(signed)}, &cond)
+	if ConditionFailed(err) {
 		return l.Checkpoint(ctx) // as large or larger, signed by another
 	}
 	if err != nil {

@@ -225,7 +225,7 @@ type envelopeItem struct {
 func envelopeSK(version string) string { return "ENV#" + version }
 
 func (s *Releases) putEnvelope(ctx context.Context, r rollout.Release) error {
-	err := s.table().put(ctx, envelopeItem{PK: releasePK, SK: envelopeSK(r.Version), Digest: r.ManifestDigest, Manifest: r.Manifest}, nil)
+	err := s.table().Put(ctx, envelopeItem{PK: releasePK, SK: envelopeSK(r.Version), Digest: r.ManifestDigest, Manifest: r.Manifest}, nil)
 	if err != nil {
 		return apierr.Dependency("dynamodb", err)
 	}
@@ -236,7 +236,7 @@ func (s *Releases) putEnvelope(ctx context.Context, r rollout.Release) error {
 // consistent BatchGetItem.
 func (s *Releases) Get(ctx context.Context, version string) (rollout.Release, error) {
 	res, err := s.DB.BatchGetItem(ctx, &dynamodb.BatchGetItemInput{RequestItems: map[string]types.KeysAndAttributes{
-		s.Table: {Keys: []map[string]types.AttributeValue{key(releasePK, releaseSK(version)), key(releasePK, envelopeSK(version))},
+		s.Table: {Keys: []map[string]types.AttributeValue{Key(releasePK, releaseSK(version)), Key(releasePK, envelopeSK(version))},
 			ConsistentRead: aws.Bool(true)}}})
 	if err != nil {
 		return rollout.Release{}, err
@@ -244,7 +244,7 @@ func (s *Releases) Get(ctx context.Context, version string) (rollout.Release, er
 	var rel *releaseItem
 	var env *envelopeItem
 	for _, item := range res.Responses[s.Table] {
-		switch itemKey(item)[1] {
+		switch ItemKey(item)[1] {
 		case releaseSK(version):
 			rel = new(releaseItem)
 			err = attributevalue.UnmarshalMap(item, rel)
@@ -299,7 +299,7 @@ func (s *Releases) register(ctx context.Context, r rollout.Release) (stored roll
 		RegisteredAt: r.RegisteredAt, RegisteredBy: r.RegisteredBy}
 	err = s.putPending(ctx, it)
 	switch {
-	case isConditionFailed(err):
+	case ConditionFailed(err):
 		cur, ok, gerr := s.item(ctx, r.Version)
 		if gerr != nil {
 			return rollout.Release{}, false, false, gerr
@@ -352,7 +352,7 @@ func (s *Releases) register(ctx context.Context, r rollout.Release) (stored roll
 			}
 		} else {
 			old, err := s.claim(ctx, it)
-			if isConditionFailed(err) {
+			if ConditionFailed(err) {
 				retry, err := s.rollback(ctx, it)
 				return rollout.Release{}, false, retry, err
 			}
@@ -534,7 +534,7 @@ func (s *Releases) settle(ctx context.Context, its []releaseItem) ([]settledItem
 func (s *Releases) putPending(ctx context.Context, it releaseItem) error {
 	cond := expression.AttributeNotExists(expression.Name(schema.AttrPK)).
 		Or(expression.Name("state").Equal(expression.Value(relRefused)))
-	return s.table().put(ctx, it, &cond)
+	return s.table().Put(ctx, it, &cond)
 }
 
 // claim is step 2; it returns the head it replaced (nil if there was none).
@@ -542,11 +542,11 @@ func (s *Releases) claim(ctx context.Context, it releaseItem) (*head, error) {
 	seq, ver, dig := expression.Name("seq"), expression.Name("ver"), expression.Name("dig")
 	s1, v1, d1 := expression.Value(it.Sequence), expression.Value(it.Version), expression.Value(it.Digest)
 	cond := expression.Or(expression.AttributeNotExists(seq), seq.LessThan(s1),
-		all([]expression.ConditionBuilder{seq.Equal(s1), ver.Equal(v1), dig.Equal(d1)})) // a retry after a crash continues
+		All([]expression.ConditionBuilder{seq.Equal(s1), ver.Equal(v1), dig.Equal(d1)})) // a retry after a crash continues
 	// The claim must land before a repair may judge the item stale.
 	cctx, cancel := context.WithTimeout(ctx, it.PendingAt.Add(PendingStale-ClaimWithin/2).Sub(s.now()))
 	defer cancel()
-	old, err := s.table().update(cctx, key(releasePK, releaseHead), expression.Set(seq, s1).Set(ver, v1).Set(dig, d1), &cond, types.ReturnValueUpdatedOld)
+	old, err := s.table().Update(cctx, Key(releasePK, releaseHead), expression.Set(seq, s1).Set(ver, v1).Set(dig, d1), &cond, types.ReturnValueUpdatedOld)
 	if err != nil || len(old) == 0 {
 		return nil, err
 	}
@@ -564,9 +564,9 @@ func (s *Releases) markClaimed(ctx context.Context, it releaseItem) (releaseItem
 	cond := expression.Name("state").In(expression.Value(relPending), expression.Value(relClaimed)).
 		And(expression.Name("seq").Equal(expression.Value(it.Sequence))).
 		And(expression.Name("dig").Equal(expression.Value(it.Digest)))
-	_, err := s.table().update(ctx, key(releasePK, releaseSK(it.Version)),
+	_, err := s.table().Update(ctx, Key(releasePK, releaseSK(it.Version)),
 		expression.Set(expression.Name("state"), expression.Value(relClaimed)), &cond, types.ReturnValueNone)
-	if isConditionFailed(err) {
+	if ConditionFailed(err) {
 		cur, ok, err := s.item(ctx, it.Version)
 		if err != nil {
 			return releaseItem{}, err
@@ -592,8 +592,8 @@ func (s *Releases) record(ctx context.Context, it releaseItem, index int64) (twi
 	upd := expression.Set(expression.Name("state"), expression.Value(relRecorded)).
 		Set(expression.Name(schema.AttrLSK), expression.Value(seqKey(it.Sequence))).
 		Set(expression.Name("li"), expression.Value(index))
-	_, err = s.table().update(ctx, key(releasePK, releaseSK(it.Version)), upd, s.holding(it, relClaimed), types.ReturnValueNone)
-	if isConditionFailed(err) {
+	_, err = s.table().Update(ctx, Key(releasePK, releaseSK(it.Version)), upd, s.holding(it, relClaimed), types.ReturnValueNone)
+	if ConditionFailed(err) {
 		cur, ok, err := s.item(ctx, it.Version)
 		if err != nil {
 			return false, err
@@ -623,8 +623,8 @@ func (s *Releases) holding(it releaseItem, from string) *expression.ConditionBui
 func (s *Releases) refuse(ctx context.Context, it releaseItem, from string) error {
 	upd := expression.Set(expression.Name("state"), expression.Value(relRefused)).
 		Set(expression.Name(schema.AttrTTL), expression.Value(s.now().Add(RefusedRetention).Unix()))
-	_, err := s.table().update(ctx, key(releasePK, releaseSK(it.Version)), upd, s.holding(it, from), types.ReturnValueNone)
-	if err != nil && !isConditionFailed(err) {
+	_, err := s.table().Update(ctx, Key(releasePK, releaseSK(it.Version)), upd, s.holding(it, from), types.ReturnValueNone)
+	if err != nil && !ConditionFailed(err) {
 		return apierr.Dependency("dynamodb", err)
 	}
 	return nil
@@ -744,8 +744,8 @@ walk:
 	if i > w.N {
 		attr := expression.Name("n")
 		cond := expression.AttributeNotExists(expression.Name(schema.AttrPK)).Or(attr.LessThan(expression.Value(i)))
-		err := s.Log.table().put(ctx, logHeadItem{PK: logPK, SK: logRec, N: i}, &cond)
-		if err != nil && !isConditionFailed(err) {
+		err := s.Log.table().Put(ctx, logHeadItem{PK: logPK, SK: logRec, N: i}, &cond)
+		if err != nil && !ConditionFailed(err) {
 			return recorded, err
 		}
 	}
@@ -771,7 +771,7 @@ func (s *Releases) item(ctx context.Context, version string) (releaseItem, bool,
 // get reads one release item consistently; a failed read is the
 // dependency's error, a bad item a plain one.
 func (s *Releases) get(ctx context.Context, sk string, out any) (bool, error) {
-	res, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), Key: key(releasePK, sk), ConsistentRead: aws.Bool(true)})
+	res, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), Key: Key(releasePK, sk), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return false, apierr.Dependency("dynamodb", err)
 	}
@@ -781,14 +781,14 @@ func (s *Releases) get(ctx context.Context, sk string, out any) (bool, error) {
 	return true, attributevalue.UnmarshalMap(res.Item, out)
 }
 
-func (s *Releases) table() table { return table{s.DB, s.Table} }
+func (s *Releases) table() Table { return Table{DB: s.DB, Name: s.Table} }
 
 // List reads release items through the `ordered` LSI, highest sequence
 // first: one Query per page (limit+1 items, so a full last page carries no
 // cursor to an empty one). limit ≤ 0 reads every page.
 func (s *Releases) List(ctx context.Context, limit int, after map[string]string) ([]rollout.Release, map[string]string, error) {
 	var out []rollout.Release
-	start, err := startKey(after, releasePK)
+	start, err := StartKey(after, releasePK)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -825,20 +825,4 @@ func (s *Releases) List(ctx context.Context, limit int, after map[string]string)
 		}
 		start = page.LastEvaluatedKey
 	}
-}
-
-// startKey turns a decoded cursor into an ExclusiveStartKey, refusing one
-// outside the partition the query is bound to.
-func startKey(after map[string]string, pk string) (map[string]types.AttributeValue, error) {
-	if after == nil {
-		return nil, nil
-	}
-	if after[schema.AttrPK] != pk {
-		return nil, errBadCursor
-	}
-	k := make(map[string]types.AttributeValue, len(after))
-	for name, v := range after {
-		k[name] = &types.AttributeValueMemberS{Value: v}
-	}
-	return k, nil
 }

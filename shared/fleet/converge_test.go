@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo/duedb"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/reconcile"
 )
@@ -166,7 +167,7 @@ func TestReadyNodeIsUnflaggedByTheNextPass(t *testing.T) {
 	// held at its first flag write while a healthy report lands.
 	e.clock.Advance(time.Duration(fleet.UnreachableAfter)*fleet.DefaultInterval + time.Second)
 	h := newHold(e.store, func(off bool) bool { return off })
-	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.cap}, Due: e.store, Fleet: &fleet.Service{Store: e.nodes, Pools: e.store, Calendar: h, Now: e.clock.Now, Logger: e.fleet.Logger}}
+	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.cap}, Due: &duedb.Store{DB: e.store.DB, Table: e.store.Table}, Fleet: &fleet.Service{Store: e.nodes, Pools: e.store, Calendar: h, Now: e.clock.Now, Logger: e.fleet.Logger}}
 	done := make(chan error, 1)
 	go func() { _, err := rc.Pass(ctx); done <- err }()
 	<-h.stopped
@@ -314,7 +315,7 @@ func TestBindNeverCrossesTenants(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	other := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: &capacity.Service{Store: e.store, Now: e.clock.Now, Logger: e.cap.Logger, Nodes: e.nodes}}, Due: e.store, Fleet: e.fleet}
+	other := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: &capacity.Service{Store: e.store, Now: e.clock.Now, Logger: e.cap.Logger, Nodes: e.nodes}}, Due: &duedb.Store{DB: e.store.DB, Table: e.store.Table}, Fleet: e.fleet}
 	if _, err := other.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,9 @@ import (
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
+	"github.com/bettercompute/control-plane/shared/dynamo/duedb"
+	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/paging"
 	"github.com/bettercompute/control-plane/shared/reconcile"
@@ -31,8 +34,8 @@ type env struct {
 	cap   *capacity.Service
 	fleet *fleet.Service
 	rc    *reconcile.Reconciler
-	store *dynamo.Capacity
-	nodes *dynamo.Fleet
+	store *capacitydb.Store
+	nodes *fleetdb.Store
 	rt    *dynamo.RoundTrips
 	clock *teststack.Clock
 	keys  map[string]crypto.Signer // node id → its key
@@ -55,13 +58,13 @@ func newEnvHours(tb testing.TB, hours int) *env {
 	table := devstack.NewTable(tb, st)
 	rt := &dynamo.RoundTrips{}
 	db := st.DynamoDB(rt.Option(), dynamo.Metered)
-	store := &dynamo.Capacity{DB: db, Table: table}
-	nodes := &dynamo.Fleet{DB: db, Table: table}
+	store := &capacitydb.Store{DB: db, Table: table}
+	nodes := &fleetdb.Store{DB: db, Table: table}
 	c := teststack.NewClock(start)
 	log := slog.New(slog.DiscardHandler)
 	cs := &capacity.Service{Store: store, Now: c.Now, Logger: log, Nodes: nodes, ProvisionHours: hours}
 	fs := &fleet.Service{Store: nodes, Pools: store, Calendar: store, Now: c.Now, Logger: log, ProvisionHours: hours}
-	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: cs, ProvisionHours: hours}, Due: store, Fleet: fs}
+	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: cs, ProvisionHours: hours}, Due: &duedb.Store{DB: store.DB, Table: store.Table}, Fleet: fs}
 	return &env{cap: cs, fleet: fs, rc: rc, store: store, nodes: nodes, rt: rt, clock: c,
 		keys: map[string]crypto.Signer{}, count: map[string]int64{}, hours: hours}
 }

@@ -13,7 +13,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
 	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
@@ -191,15 +191,15 @@ func TestReplaceOrConflict(t *testing.T) {
 // heldStore stops the first call of one method (ReplaceKey or Heartbeat)
 // until released: the writer has read the node and is about to write.
 type heldStore struct {
-	*dynamo.Fleet
+	*fleetdb.Store
 	method  string
 	once    sync.Once
 	stopped chan struct{}
 	release chan struct{}
 }
 
-func newHeldStore(inner *dynamo.Fleet, method string) *heldStore {
-	return &heldStore{Fleet: inner, method: method, stopped: make(chan struct{}), release: make(chan struct{})}
+func newHeldStore(inner *fleetdb.Store, method string) *heldStore {
+	return &heldStore{Store: inner, method: method, stopped: make(chan struct{}), release: make(chan struct{})}
 }
 
 func (h *heldStore) stop(method string) {
@@ -213,12 +213,12 @@ func (h *heldStore) stop(method string) {
 
 func (h *heldStore) ReplaceKey(ctx context.Context, r fleet.Record, keyID, pub, platform string) (fleet.Record, error) {
 	h.stop("ReplaceKey")
-	return h.Fleet.ReplaceKey(ctx, r, keyID, pub, platform)
+	return h.Store.ReplaceKey(ctx, r, keyID, pub, platform)
 }
 
 func (h *heldStore) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep fleet.Report, st fleet.State, split *fleet.LogSplit, now time.Time) (fleet.Record, error) {
 	h.stop("Heartbeat")
-	return h.Fleet.Heartbeat(ctx, r, keyID, rep, st, split, now)
+	return h.Store.Heartbeat(ctx, r, keyID, rep, st, split, now)
 }
 
 // heldService is a fleet service on a held store.

@@ -8,13 +8,13 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/rolloutdb"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
 // interleaved is the real store with a hook where another party runs.
 type interleaved struct {
-	*dynamo.Rollouts
+	*rolloutdb.Store
 	onClaim func(pool, id string) error
 	onGet   func(r rollout.Record)
 }
@@ -25,11 +25,11 @@ func (s *interleaved) ClaimPool(ctx context.Context, pool, id string) (string, e
 			return "", err
 		}
 	}
-	return s.Rollouts.ClaimPool(ctx, pool, id)
+	return s.Store.ClaimPool(ctx, pool, id)
 }
 
 func (s *interleaved) GetRollout(ctx context.Context, id string) (rollout.Record, error) {
-	r, err := s.Rollouts.GetRollout(ctx, id)
+	r, err := s.Store.GetRollout(ctx, id)
 	if err == nil && s.onGet != nil {
 		s.onGet(r)
 	}
@@ -51,7 +51,7 @@ func TestCreateOutlivingStaleness(t *testing.T) {
 		e.pool("a", 1, "1.0.0", 1)
 		e.pass()
 		ctx := context.Background()
-		st := &interleaved{Rollouts: e.rstore}
+		st := &interleaved{Store: e.rstore}
 		e.rollouts.Store = st
 		once := false
 		st.onClaim = func(_, id string) error {
@@ -86,7 +86,7 @@ func TestCreateOutlivingStaleness(t *testing.T) {
 		e.pool("a", 1, "1.0.0", 1)
 		e.pass()
 		ctx := context.Background()
-		st := &interleaved{Rollouts: e.rstore}
+		st := &interleaved{Store: e.rstore}
 		e.rollouts.Store = st
 		cut, id := errors.New("cut off"), ""
 		st.onClaim = func(_, rid string) error { id = rid; return cut } // the first call stops before its claims
@@ -98,7 +98,7 @@ func TestCreateOutlivingStaleness(t *testing.T) {
 		e.clock.Advance(capacity.StaleAfter + time.Second)
 		// The pass reads the unlisted rollout; the retry lists it before
 		// the pass acts on what it read.
-		rst := &interleaved{Rollouts: e.rstore}
+		rst := &interleaved{Store: e.rstore}
 		e.rc.Store = rst
 		var r rollout.Rollout
 		rst.onGet = func(rec rollout.Record) {

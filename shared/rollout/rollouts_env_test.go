@@ -16,6 +16,10 @@ import (
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
+	"github.com/bettercompute/control-plane/shared/dynamo/duedb"
+	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
+	"github.com/bettercompute/control-plane/shared/dynamo/rolloutdb"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/reconcile"
 	"github.com/bettercompute/control-plane/shared/rollout"
@@ -34,11 +38,11 @@ type fleetEnv struct {
 	clock    *teststack.Clock
 	cap      *capacity.Service
 	fleet    *fleet.Service
-	nodes    *dynamo.Fleet
-	store    *dynamo.Capacity
+	nodes    *fleetdb.Store
+	store    *capacitydb.Store
 	releases *dynamo.Releases
 	rollouts *rollout.Rollouts
-	rstore   *dynamo.Rollouts
+	rstore   *rolloutdb.Store
 	rc       *rollout.Reconciler
 	crc      *reconcile.Reconciler
 
@@ -80,11 +84,11 @@ func newFleetEnv(t testing.TB) *fleetEnv {
 	db := st.DynamoDB()
 	clock := teststack.NewClock(t0)
 	log := slog.New(slog.DiscardHandler)
-	store := &dynamo.Capacity{DB: db, Table: table}
-	nodes := &dynamo.Fleet{DB: db, Table: table}
+	store := &capacitydb.Store{DB: db, Table: table}
+	nodes := &fleetdb.Store{DB: db, Table: table}
 	releases := &dynamo.Releases{DB: db, Table: table, Now: clock.Now,
 		Log: &dynamo.ReleaseLog{DB: db, Table: table, Signer: devstack.LogSigner(t, st, "bettercompute.test/releases")}}
-	rstore := &dynamo.Rollouts{DB: db, Table: table}
+	rstore := &rolloutdb.Store{DB: db, Table: table}
 	cs := &capacity.Service{Store: store, Now: clock.Now, Logger: log, Nodes: nodes, ProvisionHours: envHours}
 	fs := &fleet.Service{Store: nodes, Pools: store, Calendar: store, Now: clock.Now, Logger: log,
 		Releases: releaseReader{releases}, Rollouts: rollout.Holds{Store: rstore}, ProvisionHours: envHours}
@@ -92,7 +96,7 @@ func newFleetEnv(t testing.TB) *fleetEnv {
 	e := &fleetEnv{t: t, clock: clock, cap: cs, fleet: fs, nodes: nodes, store: store, releases: releases, rstore: rstore, rc: rc,
 		rollouts: &rollout.Rollouts{Store: rstore, Releases: releases, Pools: store, Now: clock.Now,
 			Sleep: func(context.Context, time.Duration) error { clock.Advance(50 * time.Millisecond); return nil }},
-		crc:  &reconcile.Reconciler{Capacity: &capacity.Steps{Service: cs, ProvisionHours: envHours}, Due: store, Fleet: fs, Rollouts: rc, Serial: true},
+		crc:  &reconcile.Reconciler{Capacity: &capacity.Steps{Service: cs, ProvisionHours: envHours}, Due: &duedb.Store{DB: store.DB, Table: store.Table}, Fleet: fs, Rollouts: rc, Serial: true},
 		node: map[string]*simNode{}}
 	return e
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/meter"
 	"github.com/bettercompute/control-plane/test/teststack"
@@ -43,7 +44,7 @@ const (
 type scale struct {
 	st    *teststack.Stack
 	srv   *server // st's gateway
-	store *dynamo.Capacity
+	store *capacitydb.Store
 	m     *meter.Meter
 	top   capacity.Topology
 	now   time.Time
@@ -53,7 +54,7 @@ func newScale(b *testing.B, devices int) *scale {
 	b.Helper()
 	m := &meter.Meter{}
 	st := startStack(b, teststack.WithAppOptions(app.WithDynamoOptions(dynamo.MeterAll(m))))
-	s := &scale{st: st, srv: &server{URL: st.URL}, store: &dynamo.Capacity{DB: st.Dev.DynamoDB(), Table: st.App.Config.Table}, m: m,
+	s := &scale{st: st, srv: &server{URL: st.URL}, store: &capacitydb.Store{DB: st.Dev.DynamoDB(), Table: st.App.Config.Table}, m: m,
 		top: capacity.Topology{Resource: "gpu", Devices: devices, NodeSize: scaleNodeSize}, now: time.Now().UTC()}
 	s.call(b, "pools.create", map[string]any{"tenantId": "owner", "poolId": "scale", "resources": map[string]any{"gpu": devices},
 		"nodeSize": map[string]any{"gpu": scaleNodeSize}})

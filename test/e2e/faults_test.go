@@ -13,6 +13,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -133,7 +134,7 @@ func TestFaults(t *testing.T) {
 			t.Fatalf("no quiescence after %d passes: %+v", pass, res)
 		}
 	}
-	store := &dynamo.Capacity{DB: st.Dev.DynamoDB(), Table: st.App.Config.Table}
+	store := &capacitydb.Store{DB: st.Dev.DynamoDB(), Table: st.App.Config.Table}
 	vs, err := capacity.Check(context.Background(), store)
 	if err != nil {
 		t.Fatal(err)

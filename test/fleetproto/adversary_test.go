@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
@@ -122,7 +122,7 @@ func inPass(ctx context.Context) bool {
 // watchedNodes is the node store binding uses: Bind is where the bind
 // fence adversary holds a pass.
 type watchedNodes struct {
-	*dynamo.Fleet
+	*fleetdb.Store
 	w *world
 }
 
@@ -148,13 +148,13 @@ func (n *watchedNodes) Bind(ctx context.Context, t capacity.PoolResource, node i
 			w.s.sleep(ctx, time.Duration(3+w.rng.IntN(4))*time.Second)
 		}
 	}
-	return n.Fleet.Bind(ctx, t, node, id, b, previous, seen)
+	return n.Store.Bind(ctx, t, node, id, b, previous, seen)
 }
 
 // watchedTargets is the node store rollouts use: SetTarget is where the
 // abort race adversary holds a pass.
 type watchedTargets struct {
-	*dynamo.Fleet
+	*fleetdb.Store
 	w *world
 }
 
@@ -179,7 +179,7 @@ func (n *watchedTargets) SetTarget(ctx context.Context, r fleet.Record, rolloutI
 	if before {
 		w.abortRace(ctx, r, rolloutID, "before the target")
 	}
-	out, err := n.Fleet.SetTarget(ctx, r, rolloutID, t, floor)
+	out, err := n.Store.SetTarget(ctx, r, rolloutID, t, floor)
 	if before && err == nil {
 		// The node hears the target at once, before a later pass's repair
 		// (a skipped node's target lifted) could take it back.
@@ -217,7 +217,7 @@ func (w *world) abortRace(ctx context.Context, r fleet.Record, rolloutID, when s
 // pool's nodes out of service.
 func (n *watchedTargets) CountOut(ctx context.Context, pool string) (int, error) {
 	n.w.sickenBefore(ctx, pool)
-	return n.Fleet.CountOut(ctx, pool)
+	return n.Store.CountOut(ctx, pool)
 }
 
 // sickenBefore: ready managed nodes of the rollout's pools report
@@ -465,13 +465,13 @@ func (w *world) wakeNode(ref nodeRef) {
 // Flag: the cordon race's slow uncordon is held before its first write.
 func (c *atomicCalendar) Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool, gen int64) error {
 	c.w.slowFlag(ctx)
-	return c.Capacity.Flag(ctx, t, node, h, off, gen)
+	return c.Store.Flag(ctx, t, node, h, off, gen)
 }
 
 // Amend: a reservation moved off a node of a mass silence while it lasts
 // (check silence).
 func (c *atomicCalendar) Amend(ctx context.Context, r, to capacity.Reservation) (capacity.Reservation, error) {
-	cur, err := c.Capacity.Amend(ctx, r, to)
+	cur, err := c.Store.Amend(ctx, r, to)
 	w := c.w
 	if err == nil && to.Moves > r.Moves && w.adv.silencePool == r.PoolID {
 		for _, nd := range r.Placement() {

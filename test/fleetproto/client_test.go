@@ -15,6 +15,8 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
+	"github.com/bettercompute/control-plane/shared/dynamo/rolloutdb"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/rollout"
@@ -141,26 +143,26 @@ func str(v types.AttributeValue) string {
 // request is already a scheduling point (option); Free and Provision,
 // which fan out, are one each; Transition is watched for the checker.
 type atomicCalendar struct {
-	*dynamo.Capacity
+	*capacitydb.Store
 	w *world
 }
 
 func (c *atomicCalendar) Free(ctx context.Context, t capacity.PoolResource, keys []capacity.NodeHourKey, id string) error {
 	return do(c.w.s, ctx, fmt.Sprintf("Free %s (%d node-hours)", id, len(keys)), func() error {
-		return c.Capacity.Free(whole(ctx), t, keys, id)
+		return c.Store.Free(whole(ctx), t, keys, id)
 	})
 }
 
 func (c *atomicCalendar) Provision(ctx context.Context, t capacity.PoolResource, h capacity.Hour) (bool, error) {
 	return call(c.w.s, ctx, fmt.Sprintf("Provision %s/%s hour %s", t.PoolID, t.Resource, h), func() (bool, error) {
-		return c.Capacity.Provision(whole(ctx), t, h)
+		return c.Store.Provision(whole(ctx), t, h)
 	})
 }
 
 // Transition: a reservation that just became active is checked at once,
 // against the nodes as they are right after the write (check e).
 func (c *atomicCalendar) Transition(ctx context.Context, to capacity.Reservation, from capacity.State) (capacity.Reservation, error) {
-	cur, err := c.Capacity.Transition(ctx, to, from)
+	cur, err := c.Store.Transition(ctx, to, from)
 	if err == nil && cur.State == capacity.Active && from != capacity.Active {
 		var since time.Time
 		if a := actorOf(ctx); a != nil {
@@ -175,12 +177,12 @@ func (c *atomicCalendar) Transition(ctx context.Context, to capacity.Reservation
 // progress leaving pending, or a rollback starting) is checked against the
 // pools' true out-of-service count at that moment (check d).
 type watchedProgress struct {
-	*dynamo.Rollouts
+	*rolloutdb.Store
 	w *world
 }
 
 func (r *watchedProgress) UpdateProgress(ctx context.Context, p rollout.Progress, from rollout.Step, fromRollback string) error {
-	err := r.Rollouts.UpdateProgress(ctx, p, from, fromRollback)
+	err := r.Store.UpdateProgress(ctx, p, from, fromRollback)
 	if err == nil {
 		r.w.silentFailed(p)
 		starts := (from == rollout.Pending && p.Step.Active()) ||

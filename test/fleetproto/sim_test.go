@@ -22,6 +22,10 @@ import (
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
+	"github.com/bettercompute/control-plane/shared/dynamo/duedb"
+	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
+	"github.com/bettercompute/control-plane/shared/dynamo/rolloutdb"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/reconcile"
 	"github.com/bettercompute/control-plane/shared/releaselog"
@@ -104,9 +108,9 @@ type world struct {
 	table  string
 	logKey *releaselog.Signer // the release log's checkpoint key
 	// the checker's own stores (a client without the scheduler)
-	capI   *dynamo.Capacity
-	fleetI *dynamo.Fleet
-	rollI  *dynamo.Rollouts
+	capI   *capacitydb.Store
+	fleetI *fleetdb.Store
+	rollI  *rolloutdb.Store
 
 	// the services every actor (and the quiescence) goes through
 	cap      *capacity.Service
@@ -136,9 +140,9 @@ func newWorld(t *testing.T, seed uint64) *world {
 		nodes:  map[nodeRef]*node{}, dirty: map[nodeRef]bool{}}
 	w.ledger.init()
 	plain := st.DynamoDB()
-	w.capI = &dynamo.Capacity{DB: plain, Table: table}
-	w.fleetI = &dynamo.Fleet{DB: plain, Table: table}
-	w.rollI = &dynamo.Rollouts{DB: plain, Table: table}
+	w.capI = &capacitydb.Store{DB: plain, Table: table}
+	w.fleetI = &fleetdb.Store{DB: plain, Table: table}
+	w.rollI = &rolloutdb.Store{DB: plain, Table: table}
 	w.wire(st.DynamoDB(w.option()))
 	w.s.onStep = w.afterStep
 	return w
@@ -148,10 +152,10 @@ func newWorld(t *testing.T, seed uint64) *world {
 // the scheduled client.
 func (w *world) wire(db *dynamodb.Client) {
 	log := slog.New(slog.DiscardHandler)
-	capS := &atomicCalendar{Capacity: &dynamo.Capacity{DB: db, Table: w.table}, w: w}
-	nodes := &dynamo.Fleet{DB: db, Table: w.table}
+	capS := &atomicCalendar{Store: &capacitydb.Store{DB: db, Table: w.table}, w: w}
+	nodes := &fleetdb.Store{DB: db, Table: w.table}
 	releases := &dynamo.Releases{DB: db, Table: w.table, Now: w.clock.Now, Log: &dynamo.ReleaseLog{DB: db, Table: w.table, Signer: w.logKey}}
-	progress := &watchedProgress{Rollouts: &dynamo.Rollouts{DB: db, Table: w.table}, w: w}
+	progress := &watchedProgress{Store: &rolloutdb.Store{DB: db, Table: w.table}, w: w}
 	w.cap = &capacity.Service{Store: capS, Now: w.clock.Now, Logger: log, Nodes: &watchedNodes{nodes, w}, ProvisionHours: provision, Serial: true,
 		// The backoff's jitter comes from the global source: the seed draws it instead.
 		Sleep: func(ctx context.Context, _ time.Duration) error {
@@ -166,7 +170,7 @@ func (w *world) wire(db *dynamodb.Client) {
 		Now: w.clock.Now, Logger: log}
 	w.rollouts = &rollout.Rollouts{Store: progress, Releases: releases, Pools: capS, Now: w.clock.Now,
 		Sleep: func(ctx context.Context, d time.Duration) error { w.pause(ctx, d); return nil }}
-	w.crc = &reconcile.Reconciler{Capacity: &capacity.Steps{Service: w.cap, ProvisionHours: provision}, Due: capS, Fleet: w.fleet, Rollouts: w.rc, Serial: true}
+	w.crc = &reconcile.Reconciler{Capacity: &capacity.Steps{Service: w.cap, ProvisionHours: provision}, Due: &duedb.Store{DB: db, Table: w.table}, Fleet: w.fleet, Rollouts: w.rc, Serial: true}
 	w.adopt()
 }
 

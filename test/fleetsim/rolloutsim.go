@@ -25,7 +25,8 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
+	"github.com/bettercompute/control-plane/shared/dynamo/rolloutdb"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
@@ -165,8 +166,8 @@ type rolloutRun struct {
 	nodes       []*simNode
 	byRef       map[string]*simNode
 	pools       []string
-	rstore      *dynamo.Rollouts
-	fstore      *dynamo.Fleet
+	rstore      *rolloutdb.Store
+	fstore      *fleetdb.Store
 	reconciling chan struct{} // closed when the reconciler's loop returns
 	idleFrom    time.Time
 	reserved    map[string]held // pool/node → its reservation

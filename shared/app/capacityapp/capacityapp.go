@@ -10,7 +10,8 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
+	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
 	"github.com/bettercompute/control-plane/shared/paging"
 )
 
@@ -23,13 +24,13 @@ func (Module) Name() string { return "capacity" }
 // Service builds the capacity service on the app's table and clock.
 func Service(a *app.App) *capacity.Service {
 	return &capacity.Service{Store: Store(a), Now: a.Now, Logger: a.Logger,
-		Nodes: &dynamo.Fleet{DB: a.DB, Table: a.Config.Table}, ProvisionHours: a.Config.ProvisionHours}
+		Nodes: &fleetdb.Store{DB: a.DB, Table: a.Config.Table}, ProvisionHours: a.Config.ProvisionHours}
 }
 
 // Store is the capacity module's table access; it is also what the
 // invariant checker (capacity.Check) reads.
-func Store(a *app.App) *dynamo.Capacity {
-	return &dynamo.Capacity{DB: a.DB, Table: a.Config.Table}
+func Store(a *app.App) *capacitydb.Store {
+	return &capacitydb.Store{DB: a.DB, Table: a.Config.Table}
 }
 
 // Methods are the capacity methods' wirings, in catalog order.

@@ -12,6 +12,8 @@ import (
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/app/capacityapp"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
+	"github.com/bettercompute/control-plane/shared/dynamo/rolloutdb"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/paging"
 	"github.com/bettercompute/control-plane/shared/rollout"
@@ -30,7 +32,7 @@ func (*Module) Name() string { return "fleet" }
 
 // Store is the fleet's table access (the node items); the capacity
 // service reads the same items as its capacity.NodeStore.
-func Store(a *app.App) *dynamo.Fleet { return &dynamo.Fleet{DB: a.DB, Table: a.Config.Table} }
+func Store(a *app.App) *fleetdb.Store { return &fleetdb.Store{DB: a.DB, Table: a.Config.Table} }
 
 // Service is the fleet service on the app's table and clock, built once
 // per Module.
@@ -40,7 +42,7 @@ func (m *Module) Service(a *app.App) *fleet.Service {
 			Releases: releaseReader{&dynamo.Releases{DB: a.DB, Table: a.Config.Table}}, Log: &dynamo.ReleaseLog{DB: a.DB, Table: a.Config.Table},
 			Now: a.Now, Logger: a.Logger,
 			Interval: a.Config.HeartbeatInterval, ProvisionHours: a.Config.ProvisionHours, Adopter: capacityapp.Service(a), Table: a.Config.Table,
-			Rollouts: rollout.Holds{Store: &dynamo.Rollouts{DB: a.DB, Table: a.Config.Table}}}
+			Rollouts: rollout.Holds{Store: &rolloutdb.Store{DB: a.DB, Table: a.Config.Table}}}
 	})
 	return m.svc
 }

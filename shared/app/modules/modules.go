@@ -15,7 +15,10 @@ import (
 	"github.com/bettercompute/control-plane/shared/app/fleetapp"
 	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
+	"github.com/bettercompute/control-plane/shared/dynamo/duedb"
+	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
+	"github.com/bettercompute/control-plane/shared/dynamo/rolloutdb"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/reconcile"
 	"github.com/bettercompute/control-plane/shared/rollout"
@@ -78,16 +81,16 @@ func (a *App) Pins() []rolloutapp.Pin { return a.Rollout.Pins() }
 func (a *App) CapacityService() *capacity.Service { return capacityapp.Service(a.App) }
 
 // CapacityStore is capacityapp.Store.
-func (a *App) CapacityStore() *dynamo.Capacity { return capacityapp.Store(a.App) }
+func (a *App) CapacityStore() *capacitydb.Store { return capacityapp.Store(a.App) }
 
 // FleetService is the fleet module's service (one per App).
 func (a *App) FleetService() *fleet.Service { return a.Fleet.Service(a.App) }
 
 // FleetStore is fleetapp.Store.
-func (a *App) FleetStore() *dynamo.Fleet { return fleetapp.Store(a.App) }
+func (a *App) FleetStore() *fleetdb.Store { return fleetapp.Store(a.App) }
 
 // RolloutStore is rolloutapp.Store.
-func (a *App) RolloutStore() *dynamo.Rollouts { return rolloutapp.Store(a.App) }
+func (a *App) RolloutStore() *rolloutdb.Store { return rolloutapp.Store(a.App) }
 
 // Rollouts is rolloutapp.Rollouts.
 func (a *App) Rollouts() *rollout.Rollouts { return rolloutapp.Rollouts(a.App) }
@@ -104,7 +107,7 @@ func (a *App) RolloutReconciler() *rollout.Reconciler {
 // from before the log has none, and its first pass says so once.
 func (a *App) Reconciler() *reconcile.Reconciler {
 	rc := &reconcile.Reconciler{
-		Due:      a.CapacityStore(),
+		Due:      &duedb.Store{DB: a.DB, Table: a.Config.Table},
 		Capacity: &capacity.Steps{Service: a.CapacityService(), ProvisionHours: a.Config.ProvisionHours},
 		Fleet:    a.FleetService(),
 		Rollouts: a.RolloutReconciler(),

@@ -11,6 +11,7 @@ import (
 	"os"
 
 	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/dynamo/rolloutdb"
 	"github.com/bettercompute/control-plane/shared/paging"
 
 	"github.com/bettercompute/control-plane/shared/app"
@@ -144,8 +145,8 @@ func (m *Module) ReleasesProve() app.Method {
 }
 
 // Store is the rollouts' table access.
-func Store(a *app.App) *dynamo.Rollouts {
-	return &dynamo.Rollouts{DB: a.DB, Table: a.Config.Table}
+func Store(a *app.App) *rolloutdb.Store {
+	return &rolloutdb.Store{DB: a.DB, Table: a.Config.Table}
 }
 
 // Rollouts builds the rollouts service.

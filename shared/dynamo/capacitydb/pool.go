@@ -1,4 +1,4 @@
-package dynamo
+package capacitydb
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
@@ -40,20 +41,20 @@ type poolItem struct {
 
 func (it poolItem) pool() capacity.Pool {
 	return capacity.Pool{PoolID: it.PoolID, OwnerTenantID: it.OwnerTenantID, Resources: it.Resources,
-		NodeSize: it.NodeSize, CreatedAt: parseTime(it.CreatedAt), ProvisionedTo: capacity.Hour(it.ProvTo)}
+		NodeSize: it.NodeSize, CreatedAt: dynamo.ParseTime(it.CreatedAt), ProvisionedTo: capacity.Hour(it.ProvTo)}
 }
 
 func newPoolItem(pk, sk, kind string, p capacity.Pool) poolItem {
 	return poolItem{PK: pk, SK: sk, Kind: kind, PoolID: p.PoolID, OwnerTenantID: p.OwnerTenantID,
-		Resources: p.Resources, NodeSize: p.NodeSize, CreatedAt: fmtTime(p.CreatedAt)}
+		Resources: p.Resources, NodeSize: p.NodeSize, CreatedAt: dynamo.FmtTime(p.CreatedAt)}
 }
 
 // ClaimPool implements capacity.PoolStore.
-func (s *Capacity) ClaimPool(ctx context.Context, p capacity.Pool, due time.Time) (capacity.Pool, error) {
-	it := newPoolItem(poolPK(p.PoolID), skPool, kindPool, p)
-	it.DueShard, it.DueAt = dueShard(p.PoolID), fmtTime(due)
-	err := s.put(ctx, it, notExists)
-	if isConditionFailed(err) {
+func (s *Store) ClaimPool(ctx context.Context, p capacity.Pool, due time.Time) (capacity.Pool, error) {
+	it := newPoolItem(dynamo.PoolPK(p.PoolID), skPool, dynamo.KindPool, p)
+	it.DueShard, it.DueAt = dynamo.DueShard(p.PoolID), dynamo.FmtTime(due)
+	err := s.put(ctx, it, dynamo.NotExists)
+	if dynamo.ConditionFailed(err) {
 		stored, gerr := s.GetPool(ctx, p.PoolID)
 		if gerr != nil {
 			return capacity.Pool{}, gerr
@@ -64,17 +65,17 @@ func (s *Capacity) ClaimPool(ctx context.Context, p capacity.Pool, due time.Time
 }
 
 // GetPool implements capacity.PoolStore.
-func (s *Capacity) GetPool(ctx context.Context, poolID string) (capacity.Pool, error) {
-	return getOne(ctx, s, key(poolPK(poolID), skPool), poolItem.pool)
+func (s *Store) GetPool(ctx context.Context, poolID string) (capacity.Pool, error) {
+	return getOne(ctx, s, dynamo.Key(dynamo.PoolPK(poolID), skPool), poolItem.pool)
 }
 
 // PoolDue implements capacity.PoolStore.
-func (s *Capacity) PoolDue(ctx context.Context, poolID string, next time.Time, provisioned capacity.Hour) error {
-	upd := expression.Set(expression.Name(schema.AttrDueAt), expression.Value(fmtTime(next))).
-		Set(expression.Name(schema.AttrDueSh), expression.Value(dueShard(poolID)))
+func (s *Store) PoolDue(ctx context.Context, poolID string, next time.Time, provisioned capacity.Hour) error {
+	upd := expression.Set(expression.Name(schema.AttrDueAt), expression.Value(dynamo.FmtTime(next))).
+		Set(expression.Name(schema.AttrDueSh), expression.Value(dynamo.DueShard(poolID)))
 	if provisioned > 0 {
 		upd = upd.Set(expression.Name("provTo"), expression.Value(int64(provisioned)))
 	}
-	_, err := s.update(ctx, key(poolPK(poolID), skPool), upd, cond(rowExists), types.ReturnValueNone)
-	return whenConditionFails(err, nil)
+	_, err := s.update(ctx, dynamo.Key(dynamo.PoolPK(poolID), skPool), upd, dynamo.Cond(rowExists), types.ReturnValueNone)
+	return dynamo.WhenConditionFails(err, nil)
 }

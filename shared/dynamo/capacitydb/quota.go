@@ -1,4 +1,4 @@
-package dynamo
+package capacitydb
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/paging"
 )
@@ -38,7 +39,7 @@ import (
 func quotaSK(k capacity.QuotaKey) string { return "QUOTA#" + k.PoolID + "#" + k.Resource }
 
 func quotaKey(k capacity.QuotaKey) map[string]types.AttributeValue {
-	return key(tenantPK(k.TenantID), quotaSK(k))
+	return dynamo.Key(dynamo.TenantPK(k.TenantID), quotaSK(k))
 }
 
 type quotaItem struct {
@@ -100,39 +101,39 @@ func (it quotaItem) row() capacity.QuotaRow {
 		r.Crediting[id] = n
 	}
 	if it.DueAt != "" {
-		r.Due = parseTime(it.DueAt)
+		r.Due = dynamo.ParseTime(it.DueAt)
 	}
 	return r
 }
 
 // newQuotaItem is a quota row holding max and used, nothing in flight.
 func newQuotaItem(k capacity.QuotaKey, max, used int64) quotaItem {
-	return quotaItem{PK: tenantPK(k.TenantID), SK: quotaSK(k), Kind: kindQuota, TenantID: k.TenantID, PoolID: k.PoolID,
+	return quotaItem{PK: dynamo.TenantPK(k.TenantID), SK: quotaSK(k), Kind: dynamo.KindQuota, TenantID: k.TenantID, PoolID: k.PoolID,
 		Resource: k.Resource, Max: max, Used: used, Free: max - used, InFlight: map[string]flightRecord{}, Credits: map[string]int{}}
 }
 
 // EnsureQuota implements capacity.PoolStore.
-func (s *Capacity) EnsureQuota(ctx context.Context, k capacity.QuotaKey, max int64, now time.Time) error {
+func (s *Store) EnsureQuota(ctx context.Context, k capacity.QuotaKey, max int64, now time.Time) error {
 	it := newQuotaItem(k, max, 0)
-	it.UpdatedAt = fmtTime(now)
-	err := s.put(ctx, it, notExists)
-	return whenConditionFails(err, nil)
+	it.UpdatedAt = dynamo.FmtTime(now)
+	err := s.put(ctx, it, dynamo.NotExists)
+	return dynamo.WhenConditionFails(err, nil)
 }
 
 // SetQuotaMax implements capacity.QuotaStore: max, and free = max − used,
 // in one write (a row that is missing is created with used 0).
-func (s *Capacity) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int64, now time.Time) (capacity.Quota, error) {
+func (s *Store) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int64, now time.Time) (capacity.Quota, error) {
 	used := expression.Name("used").IfNotExists(expression.Value(0))
 	upd := expression.Set(expression.Name("max"), expression.Value(max)).
 		Set(expression.Name("used"), used).
 		Set(expression.Name("free"), expression.Value(max).Minus(used)).
 		Set(expression.Name("q"), expression.Name("q").IfNotExists(expression.Value(map[string]flightRecord{}))).
 		Set(expression.Name("cr"), expression.Name("cr").IfNotExists(expression.Value(map[string]int{}))).
-		Set(expression.Name("kind"), expression.Value(kindQuota)).
+		Set(expression.Name("kind"), expression.Value(dynamo.KindQuota)).
 		Set(expression.Name("tenantId"), expression.Value(k.TenantID)).
 		Set(expression.Name("poolId"), expression.Value(k.PoolID)).
 		Set(expression.Name("resource"), expression.Value(k.Resource)).
-		Set(expression.Name("updatedAt"), expression.Value(fmtTime(now)))
+		Set(expression.Name("updatedAt"), expression.Value(dynamo.FmtTime(now)))
 	av, err := s.update(ctx, quotaKey(k), upd, nil, types.ReturnValueAllNew)
 	if err != nil {
 		return capacity.Quota{}, err
@@ -145,7 +146,7 @@ func (s *Capacity) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int
 }
 
 // GetQuota implements capacity.QuotaStore.
-func (s *Capacity) GetQuota(ctx context.Context, k capacity.QuotaKey) (capacity.Quota, error) {
+func (s *Store) GetQuota(ctx context.Context, k capacity.QuotaKey) (capacity.Quota, error) {
 	it, ok, err := s.quotaRow(ctx, k)
 	if err != nil || !ok {
 		return capacity.Quota{TenantID: k.TenantID, PoolID: k.PoolID, Resource: k.Resource}, err
@@ -154,7 +155,7 @@ func (s *Capacity) GetQuota(ctx context.Context, k capacity.QuotaKey) (capacity.
 }
 
 // Row implements capacity.QuotaStore.
-func (s *Capacity) Row(ctx context.Context, k capacity.QuotaKey) (capacity.QuotaRow, bool, error) {
+func (s *Store) Row(ctx context.Context, k capacity.QuotaKey) (capacity.QuotaRow, bool, error) {
 	it, ok, err := s.quotaRow(ctx, k)
 	if err != nil || !ok {
 		return capacity.QuotaRow{}, ok, err
@@ -162,14 +163,14 @@ func (s *Capacity) Row(ctx context.Context, k capacity.QuotaKey) (capacity.Quota
 	return it.row(), true, nil
 }
 
-func (s *Capacity) quotaRow(ctx context.Context, k capacity.QuotaKey) (quotaItem, bool, error) {
+func (s *Store) quotaRow(ctx context.Context, k capacity.QuotaKey) (quotaItem, bool, error) {
 	var it quotaItem
 	ok, err := s.get(ctx, quotaKey(k), &it)
 	return it, ok, err
 }
 
 // ListQuotas implements capacity.QuotaStore.
-func (s *Capacity) ListQuotas(ctx context.Context, tenant, poolID string, page paging.Page) ([]capacity.Quota, map[string]string, error) {
+func (s *Store) ListQuotas(ctx context.Context, tenant, poolID string, page paging.Page) ([]capacity.Quota, map[string]string, error) {
 	prefix := "QUOTA#"
 	if poolID != "" {
 		prefix += poolID + "#"
@@ -186,7 +187,7 @@ func (s *Capacity) ListQuotas(ctx context.Context, tenant, poolID string, page p
 	return out, next, err
 }
 
-func kindOf(id string) expression.NameBuilder { return path("q", id, "k") }
+func kindOf(id string) expression.NameBuilder { return dynamo.Path("q", id, "k") }
 
 var rowExists = expression.AttributeExists(expression.Name(schema.AttrPK))
 
@@ -197,25 +198,25 @@ var rowExists = expression.AttributeExists(expression.Name(schema.AttrPK))
 // read shows none of these — the row changed in between — the charge is
 // tried again, as long as ctx lasts (a lost race is not a full row). QUOTA_EXCEEDED is only ever answered from a read in which
 // the count does not fit.
-func (s *Capacity) Charge(ctx context.Context, k capacity.QuotaKey, id string, count int, p capacity.Placement, settle []string, due time.Time) (capacity.Charged, error) {
+func (s *Store) Charge(ctx context.Context, k capacity.QuotaKey, id string, count int, p capacity.Placement, settle []string, due time.Time) (capacity.Charged, error) {
 	n := expression.Value(count)
 	rec := flightRecord{K: recCharge, N: count, P: flatten(p)}
 	upd := expression.Set(expression.Name("used"), expression.Name("used").Plus(n)).
 		Set(expression.Name("free"), expression.Name("free").Minus(n)).
-		Set(path("q", id), expression.Value(rec)).
-		Set(expression.Name(schema.AttrDueAt), expression.Name(schema.AttrDueAt).IfNotExists(expression.Value(fmtTime(due)))).
-		Set(expression.Name(schema.AttrDueSh), expression.Value(dueShard(quotaSK(k)+k.TenantID)))
+		Set(dynamo.Path("q", id), expression.Value(rec)).
+		Set(expression.Name(schema.AttrDueAt), expression.Name(schema.AttrDueAt).IfNotExists(expression.Value(dynamo.FmtTime(due)))).
+		Set(expression.Name(schema.AttrDueSh), expression.Value(dynamo.DueShard(quotaSK(k)+k.TenantID)))
 	for _, old := range settle {
-		upd = upd.Remove(path("q", old))
+		upd = upd.Remove(dynamo.Path("q", old))
 	}
-	c := all([]expression.ConditionBuilder{expression.Name("free").GreaterThanEqual(n),
-		expression.AttributeNotExists(path("q", id)), expression.Name("q").Size().LessThan(expression.Value(capacity.MaxInFlight))})
+	c := dynamo.All([]expression.ConditionBuilder{expression.Name("free").GreaterThanEqual(n),
+		expression.AttributeNotExists(dynamo.Path("q", id)), expression.Name("q").Size().LessThan(expression.Value(capacity.MaxInFlight))})
 	for {
 		_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
 		if err == nil {
 			return capacity.Charged{Count: count, Placement: p, Fresh: true}, nil
 		}
-		if !isConditionFailed(err) {
+		if !dynamo.ConditionFailed(err) {
 			return capacity.Charged{}, err
 		}
 		it, ok, err := s.quotaRow(ctx, k)
@@ -244,28 +245,28 @@ func (s *Capacity) Charge(ctx context.Context, k capacity.QuotaKey, id string, c
 }
 
 // Replace implements capacity.QuotaStore.
-func (s *Capacity) Replace(ctx context.Context, k capacity.QuotaKey, id string, p capacity.Placement) error {
+func (s *Store) Replace(ctx context.Context, k capacity.QuotaKey, id string, p capacity.Placement) error {
 	c := kindOf(id).Equal(expression.Value(recCharge))
-	_, err := s.update(ctx, quotaKey(k), expression.Set(path("q", id, "p"), expression.Value(flatten(p))), &c, types.ReturnValueNone)
-	return whenConditionFails(err, capacity.ErrStale)
+	_, err := s.update(ctx, quotaKey(k), expression.Set(dynamo.Path("q", id, "p"), expression.Value(flatten(p))), &c, types.ReturnValueNone)
+	return dynamo.WhenConditionFails(err, capacity.ErrStale)
 }
 
 // Settle implements capacity.QuotaStore: the records go in one write
 // (removing one that is not there is no error), whatever they hold.
-func (s *Capacity) Settle(ctx context.Context, k capacity.QuotaKey, ids []string) error {
+func (s *Store) Settle(ctx context.Context, k capacity.QuotaKey, ids []string) error {
 	if len(ids) == 0 {
 		return nil
 	}
-	upd := expression.Remove(path("q", ids[0]))
+	upd := expression.Remove(dynamo.Path("q", ids[0]))
 	for _, id := range ids[1:] {
-		upd = upd.Remove(path("q", id))
+		upd = upd.Remove(dynamo.Path("q", id))
 	}
-	_, err := s.update(ctx, quotaKey(k), upd, cond(rowExists), types.ReturnValueNone)
-	return whenConditionFails(err, nil) // no row, no records
+	_, err := s.update(ctx, quotaKey(k), upd, dynamo.Cond(rowExists), types.ReturnValueNone)
+	return dynamo.WhenConditionFails(err, nil) // no row, no records
 }
 
 // Pending implements capacity.QuotaStore.
-func (s *Capacity) Pending(ctx context.Context, k capacity.QuotaKey, id string) (capacity.Charged, bool, error) {
+func (s *Store) Pending(ctx context.Context, k capacity.QuotaKey, id string) (capacity.Charged, bool, error) {
 	it, ok, err := s.quotaRow(ctx, k)
 	if err != nil || !ok {
 		return capacity.Charged{}, false, err
@@ -279,47 +280,47 @@ func (s *Capacity) Pending(ctx context.Context, k capacity.QuotaKey, id string) 
 
 // Void implements capacity.QuotaStore: the count back and the record
 // marked in one write, conditional on the charge still being in flight.
-func (s *Capacity) Void(ctx context.Context, k capacity.QuotaKey, id string, count int) error {
+func (s *Store) Void(ctx context.Context, k capacity.QuotaKey, id string, count int) error {
 	n := expression.Value(count)
 	upd := expression.Set(expression.Name("used"), expression.Name("used").Minus(n)).
 		Set(expression.Name("free"), expression.Name("free").Plus(n)).
 		Set(kindOf(id), expression.Value(recVoided))
-	c := kindOf(id).Equal(expression.Value(recCharge)).And(path("q", id, "n").Equal(n))
+	c := kindOf(id).Equal(expression.Value(recCharge)).And(dynamo.Path("q", id, "n").Equal(n))
 	_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
-	return whenConditionFails(err, nil) // voided already, or refunded
+	return dynamo.WhenConditionFails(err, nil) // voided already, or refunded
 }
 
 // Refund implements capacity.QuotaStore: a charge in flight gives its
 // count back as its record goes, in one write conditional on the record;
 // a voided one (its count already back) only goes.
-func (s *Capacity) Refund(ctx context.Context, k capacity.QuotaKey, id string, count int) error {
+func (s *Store) Refund(ctx context.Context, k capacity.QuotaKey, id string, count int) error {
 	n := expression.Value(count)
 	upd := expression.Set(expression.Name("used"), expression.Name("used").Minus(n)).
 		Set(expression.Name("free"), expression.Name("free").Plus(n)).
-		Remove(path("q", id))
-	c := kindOf(id).Equal(expression.Value(recCharge)).And(path("q", id, "n").Equal(n))
+		Remove(dynamo.Path("q", id))
+	c := kindOf(id).Equal(expression.Value(recCharge)).And(dynamo.Path("q", id, "n").Equal(n))
 	_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
-	if !isConditionFailed(err) {
+	if !dynamo.ConditionFailed(err) {
 		return err
 	}
 	c = kindOf(id).Equal(expression.Value(recVoided))
-	_, err = s.update(ctx, quotaKey(k), expression.Remove(path("q", id)), &c, types.ReturnValueNone)
-	return whenConditionFails(err, nil) // refunded already
+	_, err = s.update(ctx, quotaKey(k), expression.Remove(dynamo.Path("q", id)), &c, types.ReturnValueNone)
+	return dynamo.WhenConditionFails(err, nil) // refunded already
 }
 
 // Credit implements capacity.QuotaStore. It consumes a charge record the
 // reservation's create left (a placed reservation's record is only
 // bookkeeping); a credit record already there means done.
-func (s *Capacity) Credit(ctx context.Context, k capacity.QuotaKey, id string, count int) error {
+func (s *Store) Credit(ctx context.Context, k capacity.QuotaKey, id string, count int) error {
 	n := expression.Value(count)
 	upd := expression.Set(expression.Name("used"), expression.Name("used").Minus(n)).
 		Set(expression.Name("free"), expression.Name("free").Plus(n)).
-		Set(path("cr", id), n).
-		Remove(path("q", id))
-	c := expression.And(rowExists, expression.AttributeNotExists(path("cr", id)),
+		Set(dynamo.Path("cr", id), n).
+		Remove(dynamo.Path("q", id))
+	c := expression.And(rowExists, expression.AttributeNotExists(dynamo.Path("cr", id)),
 		expression.Name("cr").Size().LessThan(expression.Value(capacity.MaxInFlight)))
 	_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
-	if isConditionFailed(err) {
+	if dynamo.ConditionFailed(err) {
 		it, ok, gerr := s.quotaRow(ctx, k)
 		switch {
 		case gerr != nil:
@@ -336,24 +337,24 @@ func (s *Capacity) Credit(ctx context.Context, k capacity.QuotaKey, id string, c
 }
 
 // CreditDone implements capacity.QuotaStore.
-func (s *Capacity) CreditDone(ctx context.Context, k capacity.QuotaKey, id string) error {
-	c := expression.AttributeExists(path("cr", id))
-	_, err := s.update(ctx, quotaKey(k), expression.Remove(path("cr", id)), &c, types.ReturnValueNone)
-	return whenConditionFails(err, nil)
+func (s *Store) CreditDone(ctx context.Context, k capacity.QuotaKey, id string) error {
+	c := expression.AttributeExists(dynamo.Path("cr", id))
+	_, err := s.update(ctx, quotaKey(k), expression.Remove(dynamo.Path("cr", id)), &c, types.ReturnValueNone)
+	return dynamo.WhenConditionFails(err, nil)
 }
 
 // QuotaDue implements capacity.QuotaStore.
-func (s *Capacity) QuotaDue(ctx context.Context, k capacity.QuotaKey, next time.Time, clear bool) error {
+func (s *Store) QuotaDue(ctx context.Context, k capacity.QuotaKey, next time.Time, clear bool) error {
 	if clear {
 		c := expression.And(rowExists, expression.Name("q").Size().Equal(expression.Value(0)))
 		_, err := s.update(ctx, quotaKey(k), expression.Remove(expression.Name(schema.AttrDueAt)).Remove(expression.Name(schema.AttrDueSh)),
 			&c, types.ReturnValueNone)
-		if !isConditionFailed(err) {
+		if !dynamo.ConditionFailed(err) {
 			return err
 		}
 		// A record came since (or the row is gone): due again.
 	}
-	_, err := s.update(ctx, quotaKey(k), expression.Set(expression.Name(schema.AttrDueAt), expression.Value(fmtTime(next))).
-		Set(expression.Name(schema.AttrDueSh), expression.Value(dueShard(quotaSK(k)+k.TenantID))), cond(rowExists), types.ReturnValueNone)
-	return whenConditionFails(err, nil)
+	_, err := s.update(ctx, quotaKey(k), expression.Set(expression.Name(schema.AttrDueAt), expression.Value(dynamo.FmtTime(next))).
+		Set(expression.Name(schema.AttrDueSh), expression.Value(dynamo.DueShard(quotaSK(k)+k.TenantID))), dynamo.Cond(rowExists), types.ReturnValueNone)
+	return dynamo.WhenConditionFails(err, nil)
 }

@@ -1,4 +1,4 @@
-package dynamo
+package capacitydb
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/paging"
 )
@@ -104,7 +105,7 @@ func listed(st capacity.State) bool {
 
 // listKeys are a reservation's lsk, ssk and psk ("" for none).
 func listKeys(r capacity.Reservation) (lsk, ssk, psk string) {
-	order := fmtTime(r.CreatedAt) + "#" + r.ReservationID
+	order := dynamo.FmtTime(r.CreatedAt) + "#" + r.ReservationID
 	ssk = string(r.State) + "#" + order
 	if listed(r.State) {
 		lsk, psk = lskListed+order, r.PoolID+"#"+order
@@ -115,10 +116,10 @@ func listKeys(r capacity.Reservation) (lsk, ssk, psk string) {
 func toReservationItem(r capacity.Reservation) reservationItem {
 	lsk, ssk, psk := listKeys(r)
 	it := reservationItem{
-		PK: tenantPK(r.TenantID), SK: resSK(r.ReservationID), LSK: lsk, SSK: ssk, PSK: psk,
-		Kind: kindReservation, ReservationID: r.ReservationID, TenantID: r.TenantID, PoolID: r.PoolID, Resource: r.Resource,
-		Count: r.Count, Topology: r.Topology, Start: fmtTime(r.Window.Start), End: fmtTime(r.Window.End), State: string(r.State),
-		Reason: r.Reason, Devices: r.Devices, Plan: r.Plan, NodeSize: r.NodeSize, CreatedAt: fmtTime(r.CreatedAt), UpdatedAt: fmtTime(r.UpdatedAt),
+		PK: dynamo.TenantPK(r.TenantID), SK: resSK(r.ReservationID), LSK: lsk, SSK: ssk, PSK: psk,
+		Kind: dynamo.KindReservation, ReservationID: r.ReservationID, TenantID: r.TenantID, PoolID: r.PoolID, Resource: r.Resource,
+		Count: r.Count, Topology: r.Topology, Start: dynamo.FmtTime(r.Window.Start), End: dynamo.FmtTime(r.Window.End), State: string(r.State),
+		Reason: r.Reason, Devices: r.Devices, Plan: r.Plan, NodeSize: r.NodeSize, CreatedAt: dynamo.FmtTime(r.CreatedAt), UpdatedAt: dynamo.FmtTime(r.UpdatedAt),
 		ReleasedBy: r.ReleasedBy, Credited: r.Credited, Request: r.Request, ClientToken: r.ClientToken,
 		Principal: r.Principal, Invalid: r.Invalid,
 		Bound: r.Bound, Move: r.Move, MoveToken: capacity.MoveToken(r.Move), MovedFrom: r.MovedFrom, Moves: r.Moves, NodeNoted: r.NodeNoted, Amended: r.Amended,
@@ -128,13 +129,13 @@ func toReservationItem(r capacity.Reservation) reservationItem {
 	}
 	it.History = make([]eventItem, len(r.History))
 	for i, e := range r.History {
-		it.History[i] = eventItem{State: string(e.State), At: fmtTime(e.At), Reason: e.Reason, Rollout: e.RolloutID}
+		it.History[i] = eventItem{State: string(e.State), At: dynamo.FmtTime(e.At), Reason: e.Reason, Rollout: e.RolloutID}
 	}
 	if !r.Lease.IsZero() {
-		it.Lease = fmtTime(r.Lease)
+		it.Lease = dynamo.FmtTime(r.Lease)
 	}
 	if !r.Due.IsZero() {
-		it.DueShard, it.DueAt = dueShard(r.ReservationID), fmtTime(r.Due)
+		it.DueShard, it.DueAt = dynamo.DueShard(r.ReservationID), dynamo.FmtTime(r.Due)
 	}
 	if e := r.ExpiresAt(); !e.IsZero() {
 		it.ExpiresAt = e.Unix()
@@ -145,33 +146,33 @@ func toReservationItem(r capacity.Reservation) reservationItem {
 func (it reservationItem) reservation() capacity.Reservation {
 	r := capacity.Reservation{
 		ReservationID: it.ReservationID, TenantID: it.TenantID, PoolID: it.PoolID, Resource: it.Resource, Count: it.Count,
-		Window: capacity.Window{Start: parseTime(it.Start), End: parseTime(it.End)}, Topology: it.Topology,
+		Window: capacity.Window{Start: dynamo.ParseTime(it.Start), End: dynamo.ParseTime(it.End)}, Topology: it.Topology,
 		State: capacity.State(it.State), Reason: it.Reason, Devices: it.Devices, Plan: it.Plan, NodeSize: it.NodeSize,
-		CreatedAt: parseTime(it.CreatedAt), UpdatedAt: parseTime(it.UpdatedAt), ReleasedBy: it.ReleasedBy,
+		CreatedAt: dynamo.ParseTime(it.CreatedAt), UpdatedAt: dynamo.ParseTime(it.UpdatedAt), ReleasedBy: it.ReleasedBy,
 		Credited: it.Credited, Request: it.Request, ClientToken: it.ClientToken, Principal: it.Principal, Invalid: it.Invalid,
 		History: make([]capacity.Event, len(it.History)),
 		Bound:   it.Bound, Move: it.Move, MovedFrom: it.MovedFrom, Moves: it.Moves, NodeNoted: it.NodeNoted, Amended: it.Amended,
 	}
 	for i, e := range it.History {
-		r.History[i] = capacity.Event{State: capacity.State(e.State), At: parseTime(e.At), Reason: e.Reason, RolloutID: e.Rollout}
+		r.History[i] = capacity.Event{State: capacity.State(e.State), At: dynamo.ParseTime(e.At), Reason: e.Reason, RolloutID: e.Rollout}
 	}
 	if it.Lease != "" {
-		r.Lease = parseTime(it.Lease)
+		r.Lease = dynamo.ParseTime(it.Lease)
 	}
 	if it.DueAt != "" {
-		r.Due = parseTime(it.DueAt)
+		r.Due = dynamo.ParseTime(it.DueAt)
 	}
 	return r.WithIDs()
 }
 
 func resKey(r capacity.Reservation) map[string]types.AttributeValue {
-	return key(tenantPK(r.TenantID), resSK(r.ReservationID))
+	return dynamo.Key(dynamo.TenantPK(r.TenantID), resSK(r.ReservationID))
 }
 
 // PutDraft implements capacity.ReservationStore.
-func (s *Capacity) PutDraft(ctx context.Context, r capacity.Reservation) (capacity.Reservation, error) {
-	err := s.put(ctx, toReservationItem(r), notExists)
-	if isConditionFailed(err) {
+func (s *Store) PutDraft(ctx context.Context, r capacity.Reservation) (capacity.Reservation, error) {
+	err := s.put(ctx, toReservationItem(r), dynamo.NotExists)
+	if dynamo.ConditionFailed(err) {
 		stored, gerr := s.GetReservation(ctx, r.TenantID, r.ReservationID)
 		if gerr != nil {
 			return capacity.Reservation{}, gerr
@@ -182,8 +183,8 @@ func (s *Capacity) PutDraft(ctx context.Context, r capacity.Reservation) (capaci
 }
 
 // GetReservation implements capacity.ReservationStore.
-func (s *Capacity) GetReservation(ctx context.Context, tenant, id string) (capacity.Reservation, error) {
-	return getOne(ctx, s, key(tenantPK(tenant), resSK(id)), reservationItem.reservation)
+func (s *Store) GetReservation(ctx context.Context, tenant, id string) (capacity.Reservation, error) {
+	return getOne(ctx, s, dynamo.Key(dynamo.TenantPK(tenant), resSK(id)), reservationItem.reservation)
 }
 
 // Transition implements capacity.ReservationStore: one conditional
@@ -191,7 +192,7 @@ func (s *Capacity) GetReservation(ctx context.Context, tenant, id string) (capac
 // only on the transition that places them, so a writer that read the
 // reservation before its create placed it (a release of the draft) never
 // overwrites what the create recorded.
-func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from capacity.State) (capacity.Reservation, error) {
+func (s *Store) Transition(ctx context.Context, to capacity.Reservation, from capacity.State) (capacity.Reservation, error) {
 	it := toReservationItem(to)
 	upd := expression.Set(expression.Name("state"), expression.Value(it.State)).
 		Set(expression.Name("updatedAt"), expression.Value(it.UpdatedAt)).
@@ -218,7 +219,7 @@ func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from
 	c := expression.Name("state").Equal(expression.Value(string(from)))
 	av, err := s.update(ctx, resKey(to), upd, &c, types.ReturnValueAllNew)
 	if err != nil {
-		return capacity.Reservation{}, whenConditionFails(err, capacity.ErrStale)
+		return capacity.Reservation{}, dynamo.WhenConditionFails(err, capacity.ErrStale)
 	}
 	var cur reservationItem
 	if err := attributevalue.UnmarshalMap(av, &cur); err != nil {
@@ -230,7 +231,7 @@ func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from
 // Amend implements capacity.ReservationStore: one conditional UpdateItem
 // on the state, the move token (mvt) and the amend count (ag) as r read
 // them.
-func (s *Capacity) Amend(ctx context.Context, r, to capacity.Reservation) (capacity.Reservation, error) {
+func (s *Store) Amend(ctx context.Context, r, to capacity.Reservation) (capacity.Reservation, error) {
 	it := toReservationItem(to)
 	upd := expression.Set(expression.Name("hist"), expression.Value(it.History)).
 		Set(expression.Name("dev"), expression.Value(it.Devices)).
@@ -266,7 +267,7 @@ func (s *Capacity) Amend(ctx context.Context, r, to capacity.Reservation) (capac
 	}
 	av, err := s.update(ctx, resKey(r), upd, &c, types.ReturnValueAllNew)
 	if err != nil {
-		return capacity.Reservation{}, whenConditionFails(err, capacity.ErrStale)
+		return capacity.Reservation{}, dynamo.WhenConditionFails(err, capacity.ErrStale)
 	}
 	var cur reservationItem
 	if err := attributevalue.UnmarshalMap(av, &cur); err != nil {
@@ -281,7 +282,7 @@ const maxDisruptions = 4
 
 // Disrupt implements capacity.ReservationStore: one conditional UpdateItem
 // appending the entry and the rollout to `dis` (at most maxDisruptions).
-func (s *Capacity) Disrupt(ctx context.Context, tenant, id, rolloutID string, at time.Time) error {
+func (s *Store) Disrupt(ctx context.Context, tenant, id, rolloutID string, at time.Time) error {
 	r, err := s.GetReservation(ctx, tenant, id)
 	switch {
 	case errors.Is(err, capacity.ErrNotFound):
@@ -291,7 +292,7 @@ func (s *Capacity) Disrupt(ctx context.Context, tenant, id, rolloutID string, at
 	case r.State.Terminal():
 		return nil
 	}
-	ev := []eventItem{{State: string(r.State), At: fmtTime(at), Reason: capacity.ReasonDisrupted, Rollout: rolloutID}}
+	ev := []eventItem{{State: string(r.State), At: dynamo.FmtTime(at), Reason: capacity.ReasonDisrupted, Rollout: rolloutID}}
 	upd := expression.Set(expression.Name("hist"), expression.ListAppend(expression.Name("hist"), expression.Value(ev))).
 		Set(expression.Name("dis"), expression.ListAppend(expression.IfNotExists(expression.Name("dis"), expression.Value([]string{})), expression.Value([]string{rolloutID})))
 	c := expression.And(expression.Name("state").Equal(expression.Value(string(r.State))),
@@ -299,22 +300,22 @@ func (s *Capacity) Disrupt(ctx context.Context, tenant, id, rolloutID string, at
 			expression.And(expression.Not(expression.Contains(expression.Name("dis"), rolloutID)),
 				expression.Size(expression.Name("dis")).LessThan(expression.Value(maxDisruptions)))))
 	_, err = s.update(ctx, resKey(r), upd, &c, types.ReturnValueNone)
-	return whenConditionFails(err, nil) // recorded already, full, or its state moved (terminal: nothing to say)
+	return dynamo.WhenConditionFails(err, nil) // recorded already, full, or its state moved (terminal: nothing to say)
 }
 
 // SetPlan implements capacity.ReservationStore.
-func (s *Capacity) SetPlan(ctx context.Context, r capacity.Reservation, p capacity.Placement, nodeSize int) error {
+func (s *Store) SetPlan(ctx context.Context, r capacity.Reservation, p capacity.Placement, nodeSize int) error {
 	c := expression.Name("state").Equal(expression.Value(string(capacity.Draft)))
 	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("plan"), expression.Value(p.Devices(nodeSize))).
 		Set(expression.Name("ns"), expression.Value(nodeSize)), &c, types.ReturnValueNone)
-	return whenConditionFails(err, capacity.ErrStale)
+	return dynamo.WhenConditionFails(err, capacity.ErrStale)
 }
 
 // Reservations implements capacity.ReservationStore.
-func (s *Capacity) Reservations(ctx context.Context, tenant string, ids []string) (map[string]capacity.Reservation, error) {
+func (s *Store) Reservations(ctx context.Context, tenant string, ids []string) (map[string]capacity.Reservation, error) {
 	keys := make([]map[string]types.AttributeValue, len(ids))
 	for i, id := range ids {
-		keys[i] = key(tenantPK(tenant), resSK(id))
+		keys[i] = dynamo.Key(dynamo.TenantPK(tenant), resSK(id))
 	}
 	out := make(map[string]capacity.Reservation, len(ids))
 	err := s.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
@@ -329,27 +330,27 @@ func (s *Capacity) Reservations(ctx context.Context, tenant string, ids []string
 }
 
 // TakeOver implements capacity.ReservationStore.
-func (s *Capacity) TakeOver(ctx context.Context, r capacity.Reservation, old, lease time.Time) error {
+func (s *Store) TakeOver(ctx context.Context, r capacity.Reservation, old, lease time.Time) error {
 	c := expression.Name("state").Equal(expression.Value(string(capacity.Draft))).
-		And(expression.Name("lease").Equal(expression.Value(fmtTime(old))))
-	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("lease"), expression.Value(fmtTime(lease))), &c, types.ReturnValueNone)
-	return whenConditionFails(err, capacity.ErrStale)
+		And(expression.Name("lease").Equal(expression.Value(dynamo.FmtTime(old))))
+	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("lease"), expression.Value(dynamo.FmtTime(lease))), &c, types.ReturnValueNone)
+	return dynamo.WhenConditionFails(err, capacity.ErrStale)
 }
 
 // MarkCredited implements capacity.ReservationStore.
-func (s *Capacity) MarkCredited(ctx context.Context, r capacity.Reservation) error {
+func (s *Store) MarkCredited(ctx context.Context, r capacity.Reservation) error {
 	c := expression.AttributeExists(expression.Name(schema.AttrPK))
 	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("credited"), expression.Value(true)), &c, types.ReturnValueNone)
-	return whenConditionFails(err, capacity.ErrStale)
+	return dynamo.WhenConditionFails(err, capacity.ErrStale)
 }
 
 // ClaimDue implements capacity.ReservationStore.
-func (s *Capacity) ClaimDue(ctx context.Context, r capacity.Reservation, until time.Time) (capacity.Reservation, error) {
+func (s *Store) ClaimDue(ctx context.Context, r capacity.Reservation, until time.Time) (capacity.Reservation, error) {
 	c := expression.Name("state").Equal(expression.Value(string(r.State))).
-		And(expression.Name(schema.AttrDueAt).Equal(expression.Value(fmtTime(r.Due))))
-	av, err := s.update(ctx, resKey(r), expression.Set(expression.Name(schema.AttrDueAt), expression.Value(fmtTime(until))).
-		Set(expression.Name(schema.AttrDueSh), expression.Value(dueShard(r.ReservationID))), &c, types.ReturnValueAllNew)
-	if isConditionFailed(err) {
+		And(expression.Name(schema.AttrDueAt).Equal(expression.Value(dynamo.FmtTime(r.Due))))
+	av, err := s.update(ctx, resKey(r), expression.Set(expression.Name(schema.AttrDueAt), expression.Value(dynamo.FmtTime(until))).
+		Set(expression.Name(schema.AttrDueSh), expression.Value(dynamo.DueShard(r.ReservationID))), &c, types.ReturnValueAllNew)
+	if dynamo.ConditionFailed(err) {
 		if _, gerr := s.GetReservation(ctx, r.TenantID, r.ReservationID); gerr != nil {
 			return capacity.Reservation{}, gerr
 		}
@@ -366,12 +367,12 @@ func (s *Capacity) ClaimDue(ctx context.Context, r capacity.Reservation, until t
 }
 
 // ClearDue implements capacity.ReservationStore.
-func (s *Capacity) ClearDue(ctx context.Context, r capacity.Reservation) error {
+func (s *Store) ClearDue(ctx context.Context, r capacity.Reservation) error {
 	c := expression.Name("state").Equal(expression.Value(string(r.State))).
-		And(expression.Name(schema.AttrDueAt).Equal(expression.Value(fmtTime(r.Due))))
+		And(expression.Name(schema.AttrDueAt).Equal(expression.Value(dynamo.FmtTime(r.Due))))
 	_, err := s.update(ctx, resKey(r),
 		expression.Remove(expression.Name(schema.AttrDueAt)).Remove(expression.Name(schema.AttrDueSh)), &c, types.ReturnValueNone)
-	return whenConditionFails(err, capacity.ErrStale)
+	return dynamo.WhenConditionFails(err, capacity.ErrStale)
 }
 
 // ListReservations implements capacity.ReservationStore: a Query of the
@@ -384,12 +385,12 @@ func (s *Capacity) ClearDue(ctx context.Context, r capacity.Reservation) error {
 // charge to fetch them through the index, without the fetch: dynalite
 // fails on it while the items change). The cursor is the last returned
 // item's keys.
-func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capacity.ListFilter, page paging.Page) ([]capacity.Reservation, map[string]string, error) {
+func (s *Store) ListReservations(ctx context.Context, tenant string, f capacity.ListFilter, page paging.Page) ([]capacity.Reservation, map[string]string, error) {
 	limit := page.Limit
 	if limit <= 0 {
 		limit = paging.DefaultLimit
 	}
-	pk := tenantPK(tenant)
+	pk := dynamo.TenantPK(tenant)
 	index, attr, prefix := schema.IndexOrdered, schema.AttrLSK, lskListed
 	switch {
 	case f.State != "":
@@ -408,9 +409,9 @@ func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capaci
 		ScanIndexForward: aws.Bool(false), ConsistentRead: aws.Bool(true)}
 	if sk, ik := page.After["sk"], page.After["ik"]; sk != "" || ik != "" {
 		if !strings.HasPrefix(sk, "RES#") || !strings.HasPrefix(ik, prefix) {
-			return nil, nil, errBadCursor
+			return nil, nil, dynamo.ErrBadCursor
 		}
-		in.ExclusiveStartKey = key(pk, sk)
+		in.ExclusiveStartKey = dynamo.Key(pk, sk)
 		in.ExclusiveStartKey[attr] = &types.AttributeValueMemberS{Value: ik}
 	}
 	filtered := f.State != "" && f.PoolID != ""
@@ -471,21 +472,21 @@ func (s *Capacity) ListReservations(ctx context.Context, tenant string, f capaci
 
 // fetch reads the items of index entries, in the entries' order; an item
 // gone or moved out of the index since is left out.
-func (s *Capacity) fetch(ctx context.Context, entries []map[string]types.AttributeValue) ([]map[string]types.AttributeValue, error) {
+func (s *Store) fetch(ctx context.Context, entries []map[string]types.AttributeValue) ([]map[string]types.AttributeValue, error) {
 	keys := make([]map[string]types.AttributeValue, len(entries))
 	for i, e := range entries {
 		keys[i] = map[string]types.AttributeValue{schema.AttrPK: e[schema.AttrPK], schema.AttrSK: e[schema.AttrSK]}
 	}
 	got := make(map[[2]string]map[string]types.AttributeValue, len(keys))
 	if err := s.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
-		got[itemKey(item)] = item
+		got[dynamo.ItemKey(item)] = item
 		return nil
 	}); err != nil {
 		return nil, err
 	}
 	out := make([]map[string]types.AttributeValue, 0, len(entries))
 	for _, e := range entries {
-		if item, ok := got[itemKey(e)]; ok && sameIndexKey(e, item) {
+		if item, ok := got[dynamo.ItemKey(e)]; ok && sameIndexKey(e, item) {
 			out = append(out, item)
 		}
 	}

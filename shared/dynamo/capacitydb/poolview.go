@@ -1,4 +1,4 @@
-package dynamo
+package capacitydb
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/paging"
 )
@@ -23,17 +24,17 @@ import (
 func poolViewSK(id string) string { return "POOL#" + id }
 
 // ShowPool implements capacity.PoolStore.
-func (s *Capacity) ShowPool(ctx context.Context, tenant string, p capacity.Pool) error {
-	return s.put(ctx, newPoolItem(tenantPK(tenant), poolViewSK(p.PoolID), kindPoolView, p), nil)
+func (s *Store) ShowPool(ctx context.Context, tenant string, p capacity.Pool) error {
+	return s.put(ctx, newPoolItem(dynamo.TenantPK(tenant), poolViewSK(p.PoolID), dynamo.KindPoolView, p), nil)
 }
 
 // VisiblePool implements capacity.PoolStore.
-func (s *Capacity) VisiblePool(ctx context.Context, tenant, poolID string) (capacity.Pool, error) {
-	return getOne(ctx, s, key(tenantPK(tenant), poolViewSK(poolID)), poolItem.pool)
+func (s *Store) VisiblePool(ctx context.Context, tenant, poolID string) (capacity.Pool, error) {
+	return getOne(ctx, s, dynamo.Key(dynamo.TenantPK(tenant), poolViewSK(poolID)), poolItem.pool)
 }
 
 // ListPools implements capacity.PoolStore.
-func (s *Capacity) ListPools(ctx context.Context, tenant string, page paging.Page) ([]capacity.Pool, map[string]string, error) {
+func (s *Store) ListPools(ctx context.Context, tenant string, page paging.Page) ([]capacity.Pool, map[string]string, error) {
 	var out []capacity.Pool
 	devices := 0
 	next, err := s.queryPartition(ctx, tenant, "POOL#", page, func(av map[string]types.AttributeValue) (bool, error) {
@@ -54,12 +55,12 @@ func (s *Capacity) ListPools(ctx context.Context, tenant string, page paging.Pag
 // queryPartition pages through tenant's items whose sk begins with prefix,
 // in sk order, calling take for each until limit items were taken or take
 // says stop; next is the sk of the last item taken when more may follow.
-func (s *Capacity) queryPartition(ctx context.Context, tenant, prefix string, page paging.Page, take func(map[string]types.AttributeValue) (bool, error)) (map[string]string, error) {
+func (s *Store) queryPartition(ctx context.Context, tenant, prefix string, page paging.Page, take func(map[string]types.AttributeValue) (bool, error)) (map[string]string, error) {
 	limit := page.Limit
 	if limit <= 0 {
 		limit = paging.DefaultLimit
 	}
-	kc := expression.Key(schema.AttrPK).Equal(expression.Value(tenantPK(tenant))).And(expression.Key(schema.AttrSK).BeginsWith(prefix))
+	kc := expression.Key(schema.AttrPK).Equal(expression.Value(dynamo.TenantPK(tenant))).And(expression.Key(schema.AttrSK).BeginsWith(prefix))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
 		return nil, err
@@ -68,9 +69,9 @@ func (s *Capacity) queryPartition(ctx context.Context, tenant, prefix string, pa
 		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ConsistentRead: aws.Bool(true)}
 	if after := page.After["sk"]; after != "" {
 		if !strings.HasPrefix(after, prefix) {
-			return nil, errBadCursor
+			return nil, dynamo.ErrBadCursor
 		}
-		in.ExclusiveStartKey = key(tenantPK(tenant), after)
+		in.ExclusiveStartKey = dynamo.Key(dynamo.TenantPK(tenant), after)
 	}
 	taken, full := 0, false
 	var lastSK string

@@ -1,4 +1,4 @@
-package dynamo
+package capacitydb
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
@@ -19,7 +20,7 @@ import (
 // the whole table and of each index (an operator's tool and the tests'
 // oracle, never a request path): pools, quota rows, reservations and
 // node-hours, and the index entries whose item is gone.
-func (s *Capacity) Snapshot(ctx context.Context) (capacity.Snapshot, error) {
+func (s *Store) Snapshot(ctx context.Context) (capacity.Snapshot, error) {
 	var snap capacity.Snapshot
 	items := map[[2]string]bool{}
 	p := dynamodb.NewScanPaginator(s.DB, &dynamodb.ScanInput{TableName: aws.String(s.Table), ConsistentRead: aws.Bool(true)})
@@ -29,34 +30,34 @@ func (s *Capacity) Snapshot(ctx context.Context) (capacity.Snapshot, error) {
 			return snap, err
 		}
 		for _, item := range page.Items {
-			items[itemKey(item)] = true
+			items[dynamo.ItemKey(item)] = true
 			kind, _ := item["kind"].(*types.AttributeValueMemberS)
 			if kind == nil {
 				continue
 			}
 			var err error
 			switch kind.Value {
-			case kindPool:
+			case dynamo.KindPool:
 				var it poolItem
 				if err = attributevalue.UnmarshalMap(item, &it); err == nil {
 					snap.Pools = append(snap.Pools, it.pool())
 				}
-			case kindQuota:
+			case dynamo.KindQuota:
 				var it quotaItem
 				if err = attributevalue.UnmarshalMap(item, &it); err == nil {
 					snap.Quotas = append(snap.Quotas, it.row())
 				}
-			case kindReservation:
+			case dynamo.KindReservation:
 				var it reservationItem
 				if err = attributevalue.UnmarshalMap(item, &it); err == nil {
 					snap.Reservations = append(snap.Reservations, it.reservation())
 				}
-			case kindHour:
+			case dynamo.KindHour:
 				var m capacity.HourMap
 				if m, err = hourMapOf(item); err == nil {
 					snap.Maps = append(snap.Maps, m)
 				}
-			case kindNodeHour:
+			case dynamo.KindNodeHour:
 				var it nodeHourItem
 				if err = attributevalue.UnmarshalMap(item, &it); err == nil {
 					snap.NodeHours = append(snap.NodeHours, it.nodeHour())
@@ -77,7 +78,7 @@ func (s *Capacity) Snapshot(ctx context.Context) (capacity.Snapshot, error) {
 				return snap, err
 			}
 			for _, item := range page.Items {
-				if k := itemKey(item); !items[k] {
+				if k := dynamo.ItemKey(item); !items[k] {
 					snap.Orphans = append(snap.Orphans, index+": "+k[0]+" / "+k[1])
 				}
 			}

@@ -1,4 +1,4 @@
-package dynamo
+package fleetdb
 
 import (
 	"fmt"
@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
@@ -54,19 +55,19 @@ import (
 // reconciler's cue to look at the pool's nodes (fleet.Service.Sweep).
 
 func nodeItemSK(resource string, k int) string {
-	return fmt.Sprintf("%s%s#%06d", nodePrefix, resource, k)
+	return fmt.Sprintf("%s%s#%06d", NodePrefix, resource, k)
 }
 
 func nodeSSK(st fleet.State, resource string, k int) string {
-	return fmt.Sprintf("%s%s#%s#%06d", nodePrefix, st, resource, k)
+	return fmt.Sprintf("%s%s#%s#%06d", NodePrefix, st, resource, k)
 }
 
 func nodeOutPSK(resource string, k int) string {
-	return fmt.Sprintf("%sOUT#%s#%06d", nodePrefix, resource, k)
+	return fmt.Sprintf("%sOUT#%s#%06d", NodePrefix, resource, k)
 }
 
 func nodeKey(pool, resource string, k int) map[string]types.AttributeValue {
-	return key(poolPK(pool), nodeItemSK(resource, k))
+	return dynamo.Key(dynamo.PoolPK(pool), nodeItemSK(resource, k))
 }
 
 func recKey(r fleet.Record) map[string]types.AttributeValue {
@@ -179,14 +180,14 @@ func toCordonItem(c *fleet.Cordon) *cordonItem {
 	if c == nil {
 		return nil
 	}
-	return &cordonItem{By: c.By, R: c.Reason, RID: c.RolloutID, At: fmtTime(c.At)}
+	return &cordonItem{By: c.By, R: c.Reason, RID: c.RolloutID, At: dynamo.FmtTime(c.At)}
 }
 
 func (c *cordonItem) cordon() *fleet.Cordon {
 	if c == nil {
 		return nil
 	}
-	return &fleet.Cordon{By: c.By, Reason: c.R, RolloutID: c.RID, At: parseTime(c.At)}
+	return &fleet.Cordon{By: c.By, Reason: c.R, RolloutID: c.RID, At: dynamo.ParseTime(c.At)}
 }
 
 func toHealthItem(h fleet.Health) *healthItem {
@@ -202,7 +203,7 @@ func toHealthItem(h fleet.Health) *healthItem {
 
 func (it nodeItem) record() fleet.Record {
 	r := fleet.Record{Node: fleet.Node{PoolID: it.PoolID, NodeID: it.NodeID, Resource: it.Resource, Platform: it.Platform,
-		KeyID: it.KeyID, State: fleet.State(it.State), CreatedAt: parseTime(it.CreatedAt)},
+		KeyID: it.KeyID, State: fleet.State(it.State), CreatedAt: dynamo.ParseTime(it.CreatedAt)},
 		Index: it.Index, Owner: it.Owner, PublicKey: it.Pub, Counter: it.Counter, NodeSize: it.NodeSize,
 		Operator: it.Operator.cordon(), Rollout: it.Rollout.cordon(), Entries: map[string]fleet.Entry{}, Reported: it.Reported,
 		Gen: it.Gen, FlagGen: it.FlagGen, Flagged: it.Flagged, FlaggedTo: capacity.Hour(it.FlaggedTo), Out: it.PSK != "",
@@ -211,7 +212,7 @@ func (it nodeItem) record() fleet.Record {
 		r.Reported = map[string]string{}
 	}
 	if it.Last != "" {
-		t := parseTime(it.Last)
+		t := dynamo.ParseTime(it.Last)
 		r.LastHeartbeatAt = &t
 	}
 	if it.Running != nil {
@@ -225,7 +226,7 @@ func (it nodeItem) record() fleet.Record {
 		}
 	}
 	if it.LogSplit != nil {
-		r.LogSplit = &fleet.LogSplit{Size: it.LogSplit.S, Root: it.LogSplit.R, At: parseTime(it.LogSplit.At)}
+		r.LogSplit = &fleet.LogSplit{Size: it.LogSplit.S, Root: it.LogSplit.R, At: dynamo.ParseTime(it.LogSplit.At)}
 	}
 	if it.Log != nil || it.LogSplit != nil {
 		r.Node.Log = &fleet.NodeLog{Consistent: r.LogSplit == nil, SplitView: r.LogSplit}

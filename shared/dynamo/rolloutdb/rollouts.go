@@ -1,4 +1,7 @@
-package dynamo
+// Package rolloutdb is the rollout module's store on DynamoDB: rollouts,
+// their pool claims and their nodes' progress, each method one conditional
+// write or one read on the table's core (package dynamo).
+package rolloutdb
 
 import (
 	"context"
@@ -11,6 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/paging"
@@ -34,7 +39,6 @@ import (
 //	POOL#<pool> / #ROLLOUT   the pool's claim by a non-terminal rollout.
 const (
 	rolloutPK    = "ROLLOUT"
-	kindRollout  = "rollout"
 	skPoolClaim  = "#ROLLOUT"
 	progressSK   = "N#"
 	rolloutOrder = "R#"
@@ -43,18 +47,17 @@ const (
 func rolloutSK(id string) string             { return "R#" + id }
 func progressPK(id string) string            { return "ROLLOUT#" + id }
 func progressItemSK(k string) string         { return progressSK + k }
-func rolloutListKey(r rollout.Record) string { return fmtTime(r.CreatedAt) + "#" + r.RolloutID }
+func rolloutListKey(r rollout.Record) string { return dynamo.FmtTime(r.CreatedAt) + "#" + r.RolloutID }
 
-// Rollouts is the rollout.RolloutStore on DynamoDB.
-type Rollouts struct {
+// Store is the rollout.RolloutStore on DynamoDB.
+type Store struct {
 	DB    *dynamodb.Client
 	Table string
 }
 
-var _ rollout.RolloutStore = (*Rollouts)(nil)
+var _ rollout.RolloutStore = (*Store)(nil)
 
-func (s *Rollouts) table() table   { return table{s.DB, s.Table} }
-func (s *Rollouts) cap() *Capacity { return &Capacity{DB: s.DB, Table: s.Table} }
+func (s *Store) table() dynamo.Table { return dynamo.Table{DB: s.DB, Name: s.Table} }
 
 var jsonTags = func(o *attributevalue.EncoderOptions) { o.TagKey = "json" }
 var jsonTagsDecode = func(o *attributevalue.DecoderOptions) { o.TagKey = "json" }
@@ -68,14 +71,14 @@ func rolloutItem(r rollout.Record) (map[string]types.AttributeValue, error) {
 	}
 	av[schema.AttrPK] = &types.AttributeValueMemberS{Value: rolloutPK}
 	av[schema.AttrSK] = &types.AttributeValueMemberS{Value: rolloutSK(r.RolloutID)}
-	av["kind"] = &types.AttributeValueMemberS{Value: kindRollout}
+	av["kind"] = &types.AttributeValueMemberS{Value: dynamo.KindRollout}
 	if r.Listed {
 		av[schema.AttrLSK] = &types.AttributeValueMemberS{Value: rolloutOrder + rolloutListKey(r)}
 		av[schema.AttrState] = &types.AttributeValueMemberS{Value: string(r.State) + "#" + rolloutListKey(r)}
 	}
 	if !r.Finished && !r.Due.IsZero() {
-		av[schema.AttrDueSh] = &types.AttributeValueMemberS{Value: dueShard(r.RolloutID)}
-		av[schema.AttrDueAt] = &types.AttributeValueMemberS{Value: fmtTime(r.Due)}
+		av[schema.AttrDueSh] = &types.AttributeValueMemberS{Value: dynamo.DueShard(r.RolloutID)}
+		av[schema.AttrDueAt] = &types.AttributeValueMemberS{Value: dynamo.FmtTime(r.Due)}
 	}
 	if r.Finished && !r.Listed {
 		av[schema.AttrTTL] = &types.AttributeValueMemberN{Value: itoa64(time.Now().Add(24 * time.Hour).Unix())}
@@ -105,14 +108,16 @@ func itoa64(n int64) string {
 	return string(b[i:])
 }
 
-func recordFrom(av map[string]types.AttributeValue) (rollout.Record, error) {
+// RecordFrom decodes a rollout item (the due index's reader dispatches on
+// the kind attribute).
+func RecordFrom(av map[string]types.AttributeValue) (rollout.Record, error) {
 	var r rollout.Record
 	err := attributevalue.UnmarshalMapWithOptions(av, &r, jsonTagsDecode)
 	return r, err
 }
 
 // CreateRollout implements rollout.RolloutStore.
-func (s *Rollouts) CreateRollout(ctx context.Context, r rollout.Record) (rollout.Record, error) {
+func (s *Store) CreateRollout(ctx context.Context, r rollout.Record) (rollout.Record, error) {
 	r.Ver = 1
 	av, err := rolloutItem(r)
 	if err != nil {
@@ -121,7 +126,7 @@ func (s *Rollouts) CreateRollout(ctx context.Context, r rollout.Record) (rollout
 	e, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(schema.AttrPK))).Build()
 	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: av,
 		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names()})
-	if isConditionFailed(err) {
+	if dynamo.ConditionFailed(err) {
 		stored, gerr := s.GetRollout(ctx, r.RolloutID)
 		if gerr != nil {
 			return rollout.Record{}, gerr
@@ -132,20 +137,20 @@ func (s *Rollouts) CreateRollout(ctx context.Context, r rollout.Record) (rollout
 }
 
 // GetRollout implements rollout.RolloutStore.
-func (s *Rollouts) GetRollout(ctx context.Context, id string) (rollout.Record, error) {
-	res, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), Key: key(rolloutPK, rolloutSK(id)), ConsistentRead: aws.Bool(true)})
+func (s *Store) GetRollout(ctx context.Context, id string) (rollout.Record, error) {
+	res, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), Key: dynamo.Key(rolloutPK, rolloutSK(id)), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return rollout.Record{}, err
 	}
 	if len(res.Item) == 0 {
 		return rollout.Record{}, rollout.ErrNotFound
 	}
-	return recordFrom(res.Item)
+	return RecordFrom(res.Item)
 }
 
 // UpdateRollout implements rollout.RolloutStore: a PutItem conditioned on
 // Ver.
-func (s *Rollouts) UpdateRollout(ctx context.Context, r rollout.Record) (rollout.Record, error) {
+func (s *Store) UpdateRollout(ctx context.Context, r rollout.Record) (rollout.Record, error) {
 	old := r.Ver
 	r.Ver++
 	av, err := rolloutItem(r)
@@ -156,7 +161,7 @@ func (s *Rollouts) UpdateRollout(ctx context.Context, r rollout.Record) (rollout
 	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: av,
 		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()})
 	if err != nil {
-		return rollout.Record{}, whenConditionFails(err, rollout.ErrStale)
+		return rollout.Record{}, dynamo.WhenConditionFails(err, rollout.ErrStale)
 	}
 	return r, nil
 }
@@ -164,7 +169,7 @@ func (s *Rollouts) UpdateRollout(ctx context.Context, r rollout.Record) (rollout
 // ListRollouts implements rollout.RolloutStore: the `ordered` LSI (all
 // listed rollouts) or the keys-only `bystate` LSI and a BatchGetItem,
 // newest first.
-func (s *Rollouts) ListRollouts(ctx context.Context, st rollout.State, page paging.Page) ([]rollout.Record, map[string]string, error) {
+func (s *Store) ListRollouts(ctx context.Context, st rollout.State, page paging.Page) ([]rollout.Record, map[string]string, error) {
 	limit := page.Limit
 	if limit <= 0 {
 		limit = paging.DefaultLimit
@@ -183,9 +188,9 @@ func (s *Rollouts) ListRollouts(ctx context.Context, st rollout.State, page pagi
 		ScanIndexForward: aws.Bool(false), Limit: aws.Int32(int32(limit + 1))}
 	if sk, ik := page.After["sk"], page.After["ik"]; sk != "" {
 		if !strings.HasPrefix(sk, "R#") || !strings.HasPrefix(ik, prefix) {
-			return nil, nil, errBadCursor
+			return nil, nil, dynamo.ErrBadCursor
 		}
-		in.ExclusiveStartKey = key(rolloutPK, sk)
+		in.ExclusiveStartKey = dynamo.Key(rolloutPK, sk)
 		in.ExclusiveStartKey[attr] = &types.AttributeValueMemberS{Value: ik}
 	}
 	res, err := s.DB.Query(ctx, in)
@@ -204,8 +209,8 @@ func (s *Rollouts) ListRollouts(ctx context.Context, st rollout.State, page pagi
 		keys[i] = map[string]types.AttributeValue{schema.AttrPK: it[schema.AttrPK], schema.AttrSK: it[schema.AttrSK]}
 	}
 	got := map[string]rollout.Record{}
-	err = s.cap().batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
-		r, err := recordFrom(item)
+	err = s.table().BatchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
+		r, err := RecordFrom(item)
 		got[r.RolloutID] = r
 		return err
 	})
@@ -229,14 +234,14 @@ type claimItem struct {
 }
 
 // ClaimPool implements rollout.RolloutStore: put if free or this one's.
-func (s *Rollouts) ClaimPool(ctx context.Context, pool, id string) (string, error) {
+func (s *Store) ClaimPool(ctx context.Context, pool, id string) (string, error) {
 	c := expression.Or(expression.AttributeNotExists(expression.Name("rid")), expression.Name("rid").Equal(expression.Value(id)))
-	_, err := s.table().update(ctx, key(poolPK(pool), skPoolClaim), expression.Set(expression.Name("rid"), expression.Value(id)), &c, types.ReturnValueNone)
-	if !isConditionFailed(err) {
+	_, err := s.table().Update(ctx, dynamo.Key(dynamo.PoolPK(pool), skPoolClaim), expression.Set(expression.Name("rid"), expression.Value(id)), &c, types.ReturnValueNone)
+	if !dynamo.ConditionFailed(err) {
 		return "", err
 	}
 	var cur claimItem
-	ok, err := s.table().get(ctx, key(poolPK(pool), skPoolClaim), &cur)
+	ok, err := s.table().Get(ctx, dynamo.Key(dynamo.PoolPK(pool), skPoolClaim), &cur)
 	if err != nil {
 		return "", err
 	}
@@ -247,10 +252,10 @@ func (s *Rollouts) ClaimPool(ctx context.Context, pool, id string) (string, erro
 }
 
 // ReleasePool implements rollout.RolloutStore.
-func (s *Rollouts) ReleasePool(ctx context.Context, pool, id string) error {
+func (s *Store) ReleasePool(ctx context.Context, pool, id string) error {
 	c := expression.Name("rid").Equal(expression.Value(id))
-	_, err := s.table().update(ctx, key(poolPK(pool), skPoolClaim), expression.Remove(expression.Name("rid")), &c, types.ReturnValueNone)
-	return whenConditionFails(err, nil)
+	_, err := s.table().Update(ctx, dynamo.Key(dynamo.PoolPK(pool), skPoolClaim), expression.Remove(expression.Name("rid")), &c, types.ReturnValueNone)
+	return dynamo.WhenConditionFails(err, nil)
 }
 
 func progressItem(p rollout.Progress) (map[string]types.AttributeValue, error) {
@@ -276,11 +281,11 @@ func progressFrom(av map[string]types.AttributeValue) (rollout.Progress, error) 
 }
 
 // GetProgress implements rollout.RolloutStore: one consistent GetItem.
-func (s *Rollouts) GetProgress(ctx context.Context, id, poolID, nodeID string) (rollout.Progress, error) {
+func (s *Store) GetProgress(ctx context.Context, id, poolID, nodeID string) (rollout.Progress, error) {
 	k := rollout.Progress{NodeProgress: rollout.NodeProgress{PoolID: poolID, NodeID: nodeID}, Order: rollout.OrderKey(id, poolID, nodeID)}.Key()
 	var raw map[string]types.AttributeValue
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), ConsistentRead: aws.Bool(true),
-		Key: key(progressPK(id), progressItemSK(k))})
+		Key: dynamo.Key(progressPK(id), progressItemSK(k))})
 	if err != nil {
 		return rollout.Progress{}, err
 	}
@@ -291,7 +296,7 @@ func (s *Rollouts) GetProgress(ctx context.Context, id, poolID, nodeID string) (
 }
 
 // PutProgress implements rollout.RolloutStore.
-func (s *Rollouts) PutProgress(ctx context.Context, p rollout.Progress) error {
+func (s *Store) PutProgress(ctx context.Context, p rollout.Progress) error {
 	av, err := progressItem(p)
 	if err != nil {
 		return err
@@ -299,12 +304,12 @@ func (s *Rollouts) PutProgress(ctx context.Context, p rollout.Progress) error {
 	e, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(schema.AttrPK))).Build()
 	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: av,
 		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names()})
-	return whenConditionFails(err, nil)
+	return dynamo.WhenConditionFails(err, nil)
 }
 
 // UpdateProgress implements rollout.RolloutStore: a PutItem conditioned on
 // the step and rollback as read.
-func (s *Rollouts) UpdateProgress(ctx context.Context, p rollout.Progress, from rollout.Step, fromRollback string) error {
+func (s *Store) UpdateProgress(ctx context.Context, p rollout.Progress, from rollout.Step, fromRollback string) error {
 	av, err := progressItem(p)
 	if err != nil {
 		return err
@@ -321,11 +326,11 @@ func (s *Rollouts) UpdateProgress(ctx context.Context, p rollout.Progress, from 
 	}
 	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: av,
 		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()})
-	return whenConditionFails(err, rollout.ErrStale)
+	return dynamo.WhenConditionFails(err, rollout.ErrStale)
 }
 
 // indexed reads the progress items an index query names, in its order.
-func (s *Rollouts) indexed(ctx context.Context, id, index, attr, prefix string, limit int, after string) ([]rollout.Progress, error) {
+func (s *Store) indexed(ctx context.Context, id, index, attr, prefix string, limit int, after string) ([]rollout.Progress, error) {
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(progressPK(id))).And(expression.Key(attr).BeginsWith(prefix))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
@@ -335,7 +340,7 @@ func (s *Rollouts) indexed(ctx context.Context, id, index, attr, prefix string, 
 		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ConsistentRead: aws.Bool(true),
 		Limit: aws.Int32(int32(max(limit, 1)))}
 	if after != "" {
-		in.ExclusiveStartKey = key(progressPK(id), progressItemSK(after))
+		in.ExclusiveStartKey = dynamo.Key(progressPK(id), progressItemSK(after))
 		in.ExclusiveStartKey[attr] = &types.AttributeValueMemberS{Value: prefix + after}
 	}
 	res, err := s.DB.Query(ctx, in)
@@ -347,7 +352,7 @@ func (s *Rollouts) indexed(ctx context.Context, id, index, attr, prefix string, 
 		keys[i] = map[string]types.AttributeValue{schema.AttrPK: it[schema.AttrPK], schema.AttrSK: it[schema.AttrSK]}
 	}
 	got := map[string]rollout.Progress{}
-	err = s.cap().batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
+	err = s.table().BatchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
 		p, err := progressFrom(item)
 		got[progressItemSK(p.Key())] = p
 		return err
@@ -365,7 +370,7 @@ func (s *Rollouts) indexed(ctx context.Context, id, index, attr, prefix string, 
 }
 
 // ProgressByStep implements rollout.RolloutStore (`bystate`).
-func (s *Rollouts) ProgressByStep(ctx context.Context, id string, st rollout.Step, limit int, after string) ([]rollout.Progress, error) {
+func (s *Store) ProgressByStep(ctx context.Context, id string, st rollout.Step, limit int, after string) ([]rollout.Progress, error) {
 	ps, err := s.indexed(ctx, id, schema.IndexState, schema.AttrState, string(st)+"#", limit, after)
 	out := ps[:0]
 	for _, p := range ps {
@@ -377,7 +382,7 @@ func (s *Rollouts) ProgressByStep(ctx context.Context, id string, st rollout.Ste
 }
 
 // ProgressByRollback implements rollout.RolloutStore (`bypool`).
-func (s *Rollouts) ProgressByRollback(ctx context.Context, id, rb string, limit int) ([]rollout.Progress, error) {
+func (s *Store) ProgressByRollback(ctx context.Context, id, rb string, limit int) ([]rollout.Progress, error) {
 	ps, err := s.indexed(ctx, id, schema.IndexPool, schema.AttrPool, "RB#"+rb+"#", limit, "")
 	out := ps[:0]
 	for _, p := range ps {
@@ -389,7 +394,7 @@ func (s *Rollouts) ProgressByRollback(ctx context.Context, id, rb string, limit 
 }
 
 // ProgressInOrder implements rollout.RolloutStore.
-func (s *Rollouts) ProgressInOrder(ctx context.Context, id string, limit int, after string) ([]rollout.Progress, string, error) {
+func (s *Store) ProgressInOrder(ctx context.Context, id string, limit int, after string) ([]rollout.Progress, string, error) {
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(progressPK(id))).And(expression.Key(schema.AttrSK).BeginsWith(progressSK))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
@@ -399,7 +404,7 @@ func (s *Rollouts) ProgressInOrder(ctx context.Context, id string, limit int, af
 		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ConsistentRead: aws.Bool(true),
 		Limit: aws.Int32(int32(limit + 1))}
 	if after != "" {
-		in.ExclusiveStartKey = key(progressPK(id), progressItemSK(after))
+		in.ExclusiveStartKey = dynamo.Key(progressPK(id), progressItemSK(after))
 	}
 	res, err := s.DB.Query(ctx, in)
 	if err != nil {
@@ -424,72 +429,29 @@ func (s *Rollouts) ProgressInOrder(ctx context.Context, id string, limit int, af
 }
 
 // CountStep implements rollout.RolloutStore: a COUNT query of `bystate`.
-func (s *Rollouts) CountStep(ctx context.Context, id string, st rollout.Step) (int, error) {
+func (s *Store) CountStep(ctx context.Context, id string, st rollout.Step) (int, error) {
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(progressPK(id))).And(expression.Key(schema.AttrState).BeginsWith(string(st) + "#"))
-	return s.table().count(ctx, schema.IndexState, kc, nil)
+	return s.table().Count(ctx, schema.IndexState, kc, nil)
 }
 
 // PoolNodes implements rollout.RolloutStore: a page of the pool's node
-// items (after: the last one's sort key; "" when the pool is done).
-func (s *Rollouts) PoolNodes(ctx context.Context, pool string, limit int, after string) ([]fleet.Record, string, error) {
-	kc := expression.Key(schema.AttrPK).Equal(expression.Value(poolPK(pool))).And(expression.Key(schema.AttrSK).BeginsWith(nodePrefix))
-	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
-	if err != nil {
-		return nil, "", err
-	}
-	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), KeyConditionExpression: e.KeyCondition(),
-		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ConsistentRead: aws.Bool(true),
-		Limit: aws.Int32(int32(limit))}
-	if after != "" {
-		in.ExclusiveStartKey = key(poolPK(pool), after)
-	}
-	res, err := s.DB.Query(ctx, in)
-	if err != nil {
-		return nil, "", err
-	}
-	out := make([]fleet.Record, 0, len(res.Items))
-	next := ""
-	for _, it := range res.Items {
-		var n nodeItem
-		if err := attributevalue.UnmarshalMap(it, &n); err != nil {
-			return nil, "", err
-		}
-		out = append(out, n.record())
-		next = n.SK
-	}
-	if res.LastEvaluatedKey == nil {
-		next = ""
-	}
-	return out, next, nil
+// items, which the fleet's store keeps (fleetdb.Store.NodePage).
+func (s *Store) PoolNodes(ctx context.Context, pool string, limit int, after string) ([]fleet.Record, string, error) {
+	return s.nodes().NodePage(ctx, pool, limit, after)
 }
 
-// CountPoolNodes implements rollout.RolloutStore: one paged Query of the
-// pool's node items (what it reads: their creation times and platforms).
-func (s *Rollouts) CountPoolNodes(ctx context.Context, pool string, t time.Time, platforms map[string]bool) (int, int, error) {
-	kc := expression.Key(schema.AttrPK).Equal(expression.Value(poolPK(pool))).And(expression.Key(schema.AttrSK).BeginsWith(nodePrefix))
-	proj := expression.NamesList(expression.Name("createdAt"), expression.Name("platform"))
-	nodes, withBinary := 0, 0
-	err := queryEach(ctx, s.table(), kc, &proj, func(n struct {
-		CreatedAt string `dynamodbav:"createdAt"`
-		Platform  string `dynamodbav:"platform"`
-	}) error {
-		if parseTime(n.CreatedAt).After(t) {
-			return nil
-		}
-		nodes++
-		if platforms[n.Platform] {
-			withBinary++
-		}
-		return nil
-	})
-	return nodes, withBinary, err
+// CountPoolNodes implements rollout.RolloutStore (fleetdb.Store.CountNodes).
+func (s *Store) CountPoolNodes(ctx context.Context, pool string, t time.Time, platforms map[string]bool) (int, int, error) {
+	return s.nodes().CountNodes(ctx, pool, t, platforms)
 }
+
+func (s *Store) nodes() *fleetdb.Store { return &fleetdb.Store{DB: s.DB, Table: s.Table} }
 
 // PoolsUpdated implements rollout.RolloutStore: the keys-only `bystate`
 // query of the rollout's updated nodes, whose index keys
 // (`updated#<order>#<pool>#<node>`) name each one's pool; it stops once
 // every pool of want has been seen.
-func (s *Rollouts) PoolsUpdated(ctx context.Context, id string, want []string) (map[string]bool, error) {
+func (s *Store) PoolsUpdated(ctx context.Context, id string, want []string) (map[string]bool, error) {
 	prefix := string(rollout.Updated) + "#"
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(progressPK(id))).And(expression.Key(schema.AttrState).BeginsWith(prefix))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()

@@ -1,4 +1,4 @@
-package dynamo_test
+package capacitydb_test
 
 import (
 	"context"
@@ -12,19 +12,21 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
+	"github.com/bettercompute/control-plane/shared/dynamo/duedb"
 	"github.com/bettercompute/control-plane/shared/reconcile"
 )
 
-func newCapacity(t *testing.T) (*dynamo.Capacity, *dynamo.RoundTrips) {
+func newCapacity(t *testing.T) (*capacitydb.Store, *dynamo.RoundTrips) {
 	t.Helper()
 	s := devstack.Shared(t)
 	rt := &dynamo.RoundTrips{}
-	return &dynamo.Capacity{DB: s.DynamoDB(rt.Option()), Table: devstack.NewTable(t, s)}, rt
+	return &capacitydb.Store{DB: s.DynamoDB(rt.Option()), Table: devstack.NewTable(t, s)}, rt
 }
 
 var capT0 = time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
 
-func charge(t *testing.T, s *dynamo.Capacity, k capacity.QuotaKey, id string, n int) (capacity.Charged, error) {
+func charge(t *testing.T, s *capacitydb.Store, k capacity.QuotaKey, id string, n int) (capacity.Charged, error) {
 	t.Helper()
 	return s.Charge(context.Background(), k, id, n, capacity.Placement{{Node: 1, Mask: 0b11}}, nil, capT0)
 }
@@ -392,9 +394,10 @@ func TestCapacityDueIndex(t *testing.T) {
 	}
 	got := 0
 	shards := map[int]int{}
-	for shard := 0; shard < s.Shards(); shard++ {
+	due := &duedb.Store{DB: s.DB, Table: s.Table}
+	for shard := 0; shard < due.Shards(); shard++ {
 		var last time.Time
-		if err := s.Due(ctx, shard, capT0.Add(29*time.Second), func(d reconcile.DueItem) bool {
+		if err := due.Due(ctx, shard, capT0.Add(29*time.Second), func(d reconcile.DueItem) bool {
 			if d.Reservation == nil || d.Due.Before(last) || d.Due.After(capT0.Add(29*time.Second)) {
 				t.Errorf("shard %d: %+v after %v", shard, d, last)
 			}

@@ -1,4 +1,4 @@
-package dynamo
+package capacitydb
 
 import (
 	"testing"
@@ -6,6 +6,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo"
 )
 
 // A whole node's placement conditions on every device's version. dynalite
@@ -14,11 +15,11 @@ import (
 // condition must stay flat whatever the node's size.
 func TestVersionConditionsAreFlat(t *testing.T) {
 	nd := capacity.NodeHour{Size: 64, Versions: map[int]int64{3: 2, 40: 7}}
-	conds, upd := versions(nd, capacity.Full(64), []expression.ConditionBuilder{expression.AttributeExists(path("a", "r1"))}, expression.UpdateBuilder{})
+	conds, upd := versions(nd, capacity.Full(64), []expression.ConditionBuilder{expression.AttributeExists(dynamo.Path("a", "r1"))}, expression.UpdateBuilder{})
 	if len(conds) != 65 {
 		t.Fatalf("%d conditions, want 65 (the entry and 64 devices)", len(conds))
 	}
-	e, err := expression.NewBuilder().WithCondition(all(conds)).WithUpdate(upd).Build()
+	e, err := expression.NewBuilder().WithCondition(dynamo.All(conds)).WithUpdate(upd).Build()
 	if err != nil {
 		t.Fatal(err)
 	}

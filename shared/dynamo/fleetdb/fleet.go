@@ -1,4 +1,8 @@
-package dynamo
+// Package fleetdb is the fleet module's store on DynamoDB: node items, a
+// pool's #FLEET item (baseline, sweep) and the bind entries the capacity
+// module writes through the nodes, each method one conditional write or
+// one read on the table's core (package dynamo).
+package fleetdb
 
 import (
 	"context"
@@ -12,40 +16,40 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/paging"
 )
 
 const (
-	kindNode   = "node"
-	kindFleet  = "fleet"
-	skFleet    = "#FLEET"
-	nodePrefix = "NODE#"
+	skFleet = "#FLEET"
+	// NodePrefix begins the sort key of every node item of a pool.
+	NodePrefix = "NODE#"
 )
 
-// Fleet is the fleet.Store and capacity.NodeStore on DynamoDB.
-type Fleet struct {
+// Store is the fleet.Store and capacity.NodeStore on DynamoDB.
+type Store struct {
 	DB    *dynamodb.Client
 	Table string
 }
 
 var (
-	_ fleet.Store        = (*Fleet)(nil)
-	_ fleet.Rekeyer      = (*Fleet)(nil)
-	_ capacity.NodeStore = (*Fleet)(nil)
+	_ fleet.Store        = (*Store)(nil)
+	_ fleet.Rekeyer      = (*Store)(nil)
+	_ capacity.NodeStore = (*Store)(nil)
 )
 
-func (s *Fleet) table() table { return table{s.DB, s.Table} }
+func (s *Store) table() dynamo.Table { return dynamo.Table{DB: s.DB, Name: s.Table} }
 
 // PutNode implements fleet.Store.
-func (s *Fleet) PutNode(ctx context.Context, r fleet.Record) (fleet.Record, error) {
-	it := nodeItem{PK: poolPK(r.PoolID), SK: nodeItemSK(r.Resource, r.Index), SSK: nodeSSK(r.State, r.Resource, r.Index), Kind: kindNode,
+func (s *Store) PutNode(ctx context.Context, r fleet.Record) (fleet.Record, error) {
+	it := nodeItem{PK: dynamo.PoolPK(r.PoolID), SK: nodeItemSK(r.Resource, r.Index), SSK: nodeSSK(r.State, r.Resource, r.Index), Kind: dynamo.KindNode,
 		PoolID: r.PoolID, NodeID: r.NodeID, Resource: r.Resource, Index: r.Index, NodeSize: r.NodeSize, Owner: r.Owner,
-		Platform: r.Platform, KeyID: r.KeyID, Pub: r.PublicKey, State: string(r.State), CreatedAt: fmtTime(r.CreatedAt),
+		Platform: r.Platform, KeyID: r.KeyID, Pub: r.PublicKey, State: string(r.State), CreatedAt: dynamo.FmtTime(r.CreatedAt),
 		Entries: map[string]bindItem{}, Reported: map[string]string{}, PSK: nodeOutPSK(r.Resource, r.Index)}
-	err := s.table().put(ctx, it, notExists)
-	if isConditionFailed(err) {
+	err := s.table().Put(ctx, it, dynamo.NotExists)
+	if dynamo.ConditionFailed(err) {
 		stored, gerr := s.GetNode(ctx, r.PoolID, r.Resource, r.Index)
 		if gerr != nil {
 			return fleet.Record{}, gerr
@@ -59,9 +63,9 @@ func (s *Fleet) PutNode(ctx context.Context, r fleet.Record) (fleet.Record, erro
 }
 
 // GetNode implements fleet.Store.
-func (s *Fleet) GetNode(ctx context.Context, pool, resource string, k int) (fleet.Record, error) {
+func (s *Store) GetNode(ctx context.Context, pool, resource string, k int) (fleet.Record, error) {
 	var it nodeItem
-	ok, err := s.table().get(ctx, nodeKey(pool, resource, k), &it)
+	ok, err := s.table().Get(ctx, nodeKey(pool, resource, k), &it)
 	switch {
 	case err != nil:
 		return fleet.Record{}, err
@@ -74,32 +78,32 @@ func (s *Fleet) GetNode(ctx context.Context, pool, resource string, k int) (flee
 // ListNodes implements fleet.Store: a Query of the pool's partition by
 // sort key, or, for one state, of the keys-only `bystate` index, whose
 // page is then read with a consistent BatchGetItem.
-func (s *Fleet) ListNodes(ctx context.Context, pool string, st fleet.State, page paging.Page) ([]fleet.Record, map[string]string, error) {
+func (s *Store) ListNodes(ctx context.Context, pool string, st fleet.State, page paging.Page) ([]fleet.Record, map[string]string, error) {
 	limit := page.Limit
 	if limit <= 0 {
 		limit = paging.DefaultLimit
 	}
-	attr, prefix := schema.AttrSK, nodePrefix
+	attr, prefix := schema.AttrSK, NodePrefix
 	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), ConsistentRead: aws.Bool(true), Limit: aws.Int32(int32(limit + 1))}
 	if st != "" {
-		attr, prefix = schema.AttrState, nodePrefix+string(st)+"#"
+		attr, prefix = schema.AttrState, NodePrefix+string(st)+"#"
 		in.IndexName = aws.String(schema.IndexState)
 	}
-	kc := expression.Key(schema.AttrPK).Equal(expression.Value(poolPK(pool))).And(expression.Key(attr).BeginsWith(prefix))
+	kc := expression.Key(schema.AttrPK).Equal(expression.Value(dynamo.PoolPK(pool))).And(expression.Key(attr).BeginsWith(prefix))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
 		return nil, nil, err
 	}
 	in.KeyConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.KeyCondition(), e.Names(), e.Values()
 	if sk := page.After["sk"]; sk != "" {
-		if !strings.HasPrefix(sk, nodePrefix) {
-			return nil, nil, errBadCursor
+		if !strings.HasPrefix(sk, NodePrefix) {
+			return nil, nil, dynamo.ErrBadCursor
 		}
-		in.ExclusiveStartKey = key(poolPK(pool), sk)
+		in.ExclusiveStartKey = dynamo.Key(dynamo.PoolPK(pool), sk)
 		if st != "" {
 			ik := page.After["ik"]
 			if !strings.HasPrefix(ik, prefix) {
-				return nil, nil, errBadCursor
+				return nil, nil, dynamo.ErrBadCursor
 			}
 			in.ExclusiveStartKey[attr] = &types.AttributeValueMemberS{Value: ik}
 		}
@@ -134,8 +138,7 @@ func (s *Fleet) ListNodes(ctx context.Context, pool string, st fleet.State, page
 		keys[i] = map[string]types.AttributeValue{schema.AttrPK: item[schema.AttrPK], schema.AttrSK: item[schema.AttrSK]}
 	}
 	got := map[string]fleet.Record{}
-	c := &Capacity{DB: s.DB, Table: s.Table}
-	err = c.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
+	err = s.table().BatchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
 		var it nodeItem
 		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 			return err
@@ -156,19 +159,19 @@ func (s *Fleet) ListNodes(ctx context.Context, pool string, st fleet.State, page
 }
 
 // PoolNodes implements fleet.Store: the pool's node items, page by page.
-func (s *Fleet) PoolNodes(ctx context.Context, pool string, fn func(fleet.Record) error) error {
-	kc := expression.Key(schema.AttrPK).Equal(expression.Value(poolPK(pool))).And(expression.Key(schema.AttrSK).BeginsWith(nodePrefix))
-	return queryEach(ctx, s.table(), kc, nil, func(it nodeItem) error { return fn(it.record()) })
+func (s *Store) PoolNodes(ctx context.Context, pool string, fn func(fleet.Record) error) error {
+	kc := expression.Key(schema.AttrPK).Equal(expression.Value(dynamo.PoolPK(pool))).And(expression.Key(schema.AttrSK).BeginsWith(NodePrefix))
+	return dynamo.QueryEach(ctx, s.table(), kc, nil, func(it nodeItem) error { return fn(it.record()) })
 }
 
 // Heartbeat implements fleet.Store: one conditional UpdateItem.
-func (s *Fleet) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep fleet.Report, st fleet.State, split *fleet.LogSplit, now time.Time) (fleet.Record, error) {
+func (s *Store) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep fleet.Report, st fleet.State, split *fleet.LogSplit, now time.Time) (fleet.Record, error) {
 	reported := make(map[string]string, len(rep.Bindings))
 	for _, b := range rep.Bindings {
 		reported[b.ReservationID] = b.State
 	}
 	upd := expression.Set(expression.Name("counter"), expression.Value(rep.Counter)).
-		Set(expression.Name("last"), expression.Value(fmtTime(now))).
+		Set(expression.Name("last"), expression.Value(dynamo.FmtTime(now))).
 		Set(expression.Name("state"), expression.Value(string(st))).
 		Set(expression.Name(schema.AttrState), expression.Value(nodeSSK(st, r.Resource, r.Index))).
 		Set(expression.Name("health"), expression.Value(toHealthItem(rep.Health))).
@@ -199,14 +202,14 @@ func (s *Fleet) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep
 	}
 	if split != nil {
 		// The first evidence stays: a later report cannot wipe it.
-		ev := logSplitItem{S: split.Size, R: split.Root, At: fmtTime(split.At)}
+		ev := logSplitItem{S: split.Size, R: split.Root, At: dynamo.FmtTime(split.At)}
 		upd = upd.Set(expression.Name("lsv"), expression.IfNotExists(expression.Name("lsv"), expression.Value(ev)))
 	}
 	c := expression.And(expression.AttributeExists(expression.Name(schema.AttrPK)),
 		expression.Name("keyId").Equal(expression.Value(keyID)),
 		expression.Name("counter").LessThan(expression.Value(rep.Counter)))
-	av, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueAllNew)
-	if isConditionFailed(err) {
+	av, err := s.table().Update(ctx, recKey(r), upd, &c, types.ReturnValueAllNew)
+	if dynamo.ConditionFailed(err) {
 		// dynalite has no ReturnValuesOnConditionCheckFailure: one read
 		// tells why, and the caller keeps what it read.
 		cur, gerr := s.GetNode(ctx, r.PoolID, r.Resource, r.Index)
@@ -230,7 +233,7 @@ func (s *Fleet) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep
 // are not touched, so no concurrent writer's update of
 // them is lost; a heartbeat racing it is conditioned on the old key and
 // loses, or lands first and is superseded.
-func (s *Fleet) ReplaceKey(ctx context.Context, r fleet.Record, keyID, pub, platform string) (fleet.Record, error) {
+func (s *Store) ReplaceKey(ctx context.Context, r fleet.Record, keyID, pub, platform string) (fleet.Record, error) {
 	upd := expression.Set(expression.Name("keyId"), expression.Value(keyID)).
 		Set(expression.Name("pub"), expression.Value(pub)).
 		Set(expression.Name("platform"), expression.Value(platform)).
@@ -247,16 +250,16 @@ func (s *Fleet) ReplaceKey(ctx context.Context, r fleet.Record, keyID, pub, plat
 
 // updateNode is one conditional UpdateItem of the node's item that
 // returns it as written; a failed condition is ErrStale.
-func (s *Fleet) updateNode(ctx context.Context, r fleet.Record, upd expression.UpdateBuilder, c expression.ConditionBuilder) (fleet.Record, error) {
-	av, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueAllNew)
+func (s *Store) updateNode(ctx context.Context, r fleet.Record, upd expression.UpdateBuilder, c expression.ConditionBuilder) (fleet.Record, error) {
+	av, err := s.table().Update(ctx, recKey(r), upd, &c, types.ReturnValueAllNew)
 	if err != nil {
-		return fleet.Record{}, whenConditionFails(err, fleet.ErrStale)
+		return fleet.Record{}, dynamo.WhenConditionFails(err, fleet.ErrStale)
 	}
 	return nodeFrom(av)
 }
 
 // SetCordon implements fleet.Store.
-func (s *Fleet) SetCordon(ctx context.Context, r fleet.Record, by string, c *fleet.Cordon) (fleet.Record, error) {
+func (s *Store) SetCordon(ctx context.Context, r fleet.Record, by string, c *fleet.Cordon) (fleet.Record, error) {
 	attr := expression.Name("oc")
 	if by == fleet.ByRollout {
 		attr = expression.Name("rc")
@@ -280,17 +283,17 @@ func eligibleNow() expression.ConditionBuilder {
 }
 
 // ClaimFlags implements fleet.Store.
-func (s *Fleet) ClaimFlags(ctx context.Context, r fleet.Record) (fleet.Record, error) {
-	av, err := s.table().update(ctx, recKey(r), expression.Add(expression.Name("fg"), expression.Value(1)),
-		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueAllNew)
+func (s *Store) ClaimFlags(ctx context.Context, r fleet.Record) (fleet.Record, error) {
+	av, err := s.table().Update(ctx, recKey(r), expression.Add(expression.Name("fg"), expression.Value(1)),
+		dynamo.Cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueAllNew)
 	if err != nil {
-		return fleet.Record{}, whenConditionFails(err, fleet.ErrNotFound)
+		return fleet.Record{}, dynamo.WhenConditionFails(err, fleet.ErrNotFound)
 	}
 	return nodeFrom(av)
 }
 
 // SetFlagged implements fleet.Store.
-func (s *Fleet) SetFlagged(ctx context.Context, r fleet.Record, gen int64, flagged bool, to capacity.Hour) error {
+func (s *Store) SetFlagged(ctx context.Context, r fleet.Record, gen int64, flagged bool, to capacity.Hour) error {
 	upd := expression.Set(expression.Name("fl"), expression.Value(flagged)).Set(expression.Name("flGen"), expression.Value(gen))
 	c := expression.Name("fg").Equal(expression.Value(gen))
 	if flagged {
@@ -300,12 +303,12 @@ func (s *Fleet) SetFlagged(ctx context.Context, r fleet.Record, gen int64, flagg
 		upd = upd.Remove(expression.Name("flTo")).Remove(expression.Name(schema.AttrPool))
 		c = c.And(eligibleNow())
 	}
-	_, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueNone)
-	return whenConditionFails(err, fleet.ErrStale)
+	_, err := s.table().Update(ctx, recKey(r), upd, &c, types.ReturnValueNone)
+	return dynamo.WhenConditionFails(err, fleet.ErrStale)
 }
 
 // MarkUnreachable implements fleet.Store.
-func (s *Fleet) MarkUnreachable(ctx context.Context, r fleet.Record) (fleet.Record, error) {
+func (s *Store) MarkUnreachable(ctx context.Context, r fleet.Record) (fleet.Record, error) {
 	upd := expression.Set(expression.Name("state"), expression.Value(string(fleet.Unreachable))).
 		Set(expression.Name(schema.AttrState), expression.Value(nodeSSK(fleet.Unreachable, r.Resource, r.Index))).
 		Set(expression.Name(schema.AttrPool), expression.Value(nodeOutPSK(r.Resource, r.Index)))
@@ -317,23 +320,23 @@ func (s *Fleet) MarkUnreachable(ctx context.Context, r fleet.Record) (fleet.Reco
 }
 
 // DropEntry implements fleet.Store.
-func (s *Fleet) DropEntry(ctx context.Context, r fleet.Record, id string) error {
-	upd := expression.Remove(path("b", id)).Add(expression.Name("nb"), expression.Value(-1)).Add(expression.Name("bv"), expression.Value(1))
-	c := expression.And(path("b", id).AppendName(expression.Name("a")).Equal(expression.Value(fleet.ActionUnbind)),
-		path("rep", id).Equal(expression.Value(fleet.BindUnbound)))
-	_, err := s.table().update(ctx, recKey(r), upd, &c, types.ReturnValueNone)
-	return whenConditionFails(err, fleet.ErrStale)
+func (s *Store) DropEntry(ctx context.Context, r fleet.Record, id string) error {
+	upd := expression.Remove(dynamo.Path("b", id)).Add(expression.Name("nb"), expression.Value(-1)).Add(expression.Name("bv"), expression.Value(1))
+	c := expression.And(dynamo.Path("b", id).AppendName(expression.Name("a")).Equal(expression.Value(fleet.ActionUnbind)),
+		dynamo.Path("rep", id).Equal(expression.Value(fleet.BindUnbound)))
+	_, err := s.table().Update(ctx, recKey(r), upd, &c, types.ReturnValueNone)
+	return dynamo.WhenConditionFails(err, fleet.ErrStale)
 }
 
 // SetAdopted implements fleet.Store.
-func (s *Fleet) SetAdopted(ctx context.Context, r fleet.Record) error {
-	_, err := s.table().update(ctx, recKey(r), expression.Set(expression.Name("adp"), expression.Value(true)),
-		cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueNone)
-	return whenConditionFails(err, nil) // deregistered meanwhile
+func (s *Store) SetAdopted(ctx context.Context, r fleet.Record) error {
+	_, err := s.table().Update(ctx, recKey(r), expression.Set(expression.Name("adp"), expression.Value(true)),
+		dynamo.Cond(expression.AttributeExists(expression.Name(schema.AttrPK))), types.ReturnValueNone)
+	return dynamo.WhenConditionFails(err, nil) // deregistered meanwhile
 }
 
 // SetTarget implements fleet.Store.
-func (s *Fleet) SetTarget(ctx context.Context, r fleet.Record, rolloutID string, t *fleet.Target, floor int64) (fleet.Record, error) {
+func (s *Store) SetTarget(ctx context.Context, r fleet.Record, rolloutID string, t *fleet.Target, floor int64) (fleet.Record, error) {
 	var upd expression.UpdateBuilder
 	var c expression.ConditionBuilder
 	rid := expression.Name("tgt").AppendName(expression.Name("rid"))

@@ -1,4 +1,6 @@
-package dynamo
+// Package duedb is the reconciler's read of the due index (the sparse GSI
+// every module's items join while they have pending work).
+package duedb
 
 import (
 	"context"
@@ -12,6 +14,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
+	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
+	"github.com/bettercompute/control-plane/shared/dynamo/rolloutdb"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/reconcile"
 )
@@ -23,17 +29,25 @@ import (
 // records. It is not an item of its own: the index's entries are these
 // items' keys, and a walk reads the items they name.
 
+// Store is the reconciler's read of the due index (reconcile.DueStore).
+type Store struct {
+	DB    *dynamodb.Client
+	Table string
+}
+
+var _ reconcile.DueStore = (*Store)(nil)
+
 // Shards implements reconcile.DueStore.
-func (s *Capacity) Shards() int { return schema.DueShards }
+func (s *Store) Shards() int { return schema.DueShards }
 
 // Due implements reconcile.DueStore: a Query of one shard of the sparse due
 // index (never a scan), oldest first, page by page, reading each page's
 // items with consistent BatchGetItems, so memory stays flat however many
 // items are due. An entry whose item is gone (a GSI lags its table for a
 // moment) is skipped.
-func (s *Capacity) Due(ctx context.Context, shard int, now time.Time, fn func(reconcile.DueItem) bool) error {
+func (s *Store) Due(ctx context.Context, shard int, now time.Time, fn func(reconcile.DueItem) bool) error {
 	kc := expression.Key(schema.AttrDueSh).Equal(expression.Value(strconv.Itoa(shard))).
-		And(expression.Key(schema.AttrDueAt).LessThanEqual(expression.Value(fmtTime(now))))
+		And(expression.Key(schema.AttrDueAt).LessThanEqual(expression.Value(dynamo.FmtTime(now))))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
 		return err
@@ -51,10 +65,10 @@ func (s *Capacity) Due(ctx context.Context, shard int, now time.Time, fn func(re
 			keys[i] = map[string]types.AttributeValue{schema.AttrPK: item[schema.AttrPK], schema.AttrSK: item[schema.AttrSK]}
 		}
 		items := make(map[[2]string]reconcile.DueItem, len(keys))
-		err = s.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
+		err = dynamo.Table{DB: s.DB, Name: s.Table}.BatchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
 			d, err := dueItem(item)
 			if err == nil && !d.Due.IsZero() {
-				items[itemKey(item)] = d
+				items[dynamo.ItemKey(item)] = d
 			}
 			return err
 		})
@@ -62,7 +76,7 @@ func (s *Capacity) Due(ctx context.Context, shard int, now time.Time, fn func(re
 			return err
 		}
 		for _, k := range keys {
-			d, ok := items[itemKey(k)]
+			d, ok := items[dynamo.ItemKey(k)]
 			if ok && !d.Due.After(now) && !fn(d) {
 				return nil
 			}
@@ -72,15 +86,6 @@ func (s *Capacity) Due(ctx context.Context, shard int, now time.Time, fn func(re
 		}
 		in.ExclusiveStartKey = res.LastEvaluatedKey
 	}
-}
-
-func itemKey(item map[string]types.AttributeValue) [2]string {
-	pk, _ := item[schema.AttrPK].(*types.AttributeValueMemberS)
-	sk, _ := item[schema.AttrSK].(*types.AttributeValueMemberS)
-	if pk == nil || sk == nil {
-		return [2]string{}
-	}
-	return [2]string{pk.Value, sk.Value}
 }
 
 func dueItem(item map[string]types.AttributeValue) (reconcile.DueItem, error) {
@@ -94,41 +99,38 @@ func dueItem(item map[string]types.AttributeValue) (reconcile.DueItem, error) {
 	if head.DueAt == "" {
 		return reconcile.DueItem{}, nil // no longer due: the index lags
 	}
-	d := reconcile.DueItem{Due: parseTime(head.DueAt)}
+	d := reconcile.DueItem{Due: dynamo.ParseTime(head.DueAt)}
 	switch head.Kind {
-	case kindReservation:
-		var it reservationItem
-		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+	case dynamo.KindReservation:
+		r, err := capacitydb.ReservationFrom(item)
+		if err != nil {
 			return d, err
 		}
-		r := it.reservation()
 		d.Reservation = &r
-	case kindPool:
-		var it poolItem
-		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+	case dynamo.KindPool:
+		p, err := capacitydb.PoolFrom(item)
+		if err != nil {
 			return d, err
 		}
-		p := it.pool()
 		d.Pool = &p
-	case kindQuota:
-		var it quotaItem
-		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+	case dynamo.KindQuota:
+		q, err := capacitydb.QuotaRowFrom(item)
+		if err != nil {
 			return d, err
 		}
-		q := it.row()
 		d.Quota = &q
-	case kindRollout:
-		r, err := recordFrom(item)
+	case dynamo.KindRollout:
+		r, err := rolloutdb.RecordFrom(item)
 		if err != nil {
 			return d, err
 		}
 		d.Rollout = r.RolloutID
-	case kindFleet:
-		var it fleetItem
-		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+	case dynamo.KindFleet:
+		pool, err := fleetdb.SweptPool(item)
+		if err != nil {
 			return d, err
 		}
-		d.FleetPool = it.PoolID
+		d.FleetPool = pool
 	default:
 		return d, fmt.Errorf("due index holds an item of kind %q", head.Kind)
 	}

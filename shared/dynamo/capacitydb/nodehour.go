@@ -1,4 +1,4 @@
-package dynamo
+package capacitydb
 
 import (
 	"context"
@@ -18,6 +18,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/conc"
+	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
@@ -155,7 +156,7 @@ func isMarker(item map[string]types.AttributeValue) bool {
 // the `fit` index from minUntouched (and from's spread) up, ascending. The
 // marker sorts after every node: seen, the read saw every qualifying
 // node-hour of a provisioned hour.
-func (s *Capacity) Candidates(ctx context.Context, t capacity.PoolResource, h capacity.Hour, minUntouched, limit int, from uint32) ([]capacity.NodeHour, capacity.Scan, error) {
+func (s *Store) Candidates(ctx context.Context, t capacity.PoolResource, h capacity.Hour, minUntouched, limit int, from uint32) ([]capacity.NodeHour, capacity.Scan, error) {
 	lo := minUntouched<<fitShift | int(from&(1<<fitShift-1))
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(calPK(t.PoolID, t.Resource, h))).
 		And(expression.Key(schema.AttrFit).Between(expression.Value(lo), expression.Value(markerFit)))
@@ -194,7 +195,7 @@ func (s *Capacity) Candidates(ctx context.Context, t capacity.PoolResource, h ca
 // Coverable implements capacity.CalendarStore: one consistent Query of the
 // keys-only `cap` index from the top down (the marker first), reading the
 // count from each key.
-func (s *Capacity) Coverable(ctx context.Context, t capacity.PoolResource, h capacity.Hour, min, limit int) ([]capacity.NodeCount, capacity.Scan, error) {
+func (s *Store) Coverable(ctx context.Context, t capacity.PoolResource, h capacity.Hour, min, limit int) ([]capacity.NodeCount, capacity.Scan, error) {
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(calPK(t.PoolID, t.Resource, h))).
 		And(expression.Key(schema.AttrCap).Between(expression.Value(min<<fitShift), expression.Value(markerFit)))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
@@ -236,10 +237,10 @@ func (s *Capacity) Coverable(ctx context.Context, t capacity.PoolResource, h cap
 }
 
 // NodeHours implements capacity.CalendarStore.
-func (s *Capacity) NodeHours(ctx context.Context, t capacity.PoolResource, keys []capacity.NodeHourKey) (map[capacity.NodeHourKey]capacity.NodeHour, error) {
+func (s *Store) NodeHours(ctx context.Context, t capacity.PoolResource, keys []capacity.NodeHourKey) (map[capacity.NodeHourKey]capacity.NodeHour, error) {
 	avs := make([]map[string]types.AttributeValue, len(keys))
 	for i, k := range keys {
-		avs[i] = key(calPK(t.PoolID, t.Resource, k.Hour), nodeSK(k.Node))
+		avs[i] = dynamo.Key(calPK(t.PoolID, t.Resource, k.Hour), nodeSK(k.Node))
 	}
 	out := make(map[capacity.NodeHourKey]capacity.NodeHour, len(keys))
 	err := s.batchGet(ctx, avs, func(item map[string]types.AttributeValue) error {
@@ -256,14 +257,14 @@ func (s *Capacity) NodeHours(ctx context.Context, t capacity.PoolResource, keys 
 
 // Hour implements capacity.CalendarStore: a consistent Query of the hour's
 // partition, page by page.
-func (s *Capacity) Hour(ctx context.Context, t capacity.PoolResource, h capacity.Hour, fn func(capacity.NodeHour) error) error {
+func (s *Store) Hour(ctx context.Context, t capacity.PoolResource, h capacity.Hour, fn func(capacity.NodeHour) error) error {
 	return s.nodeQuery(ctx, expression.Key(schema.AttrPK).Equal(expression.Value(calPK(t.PoolID, t.Resource, h))).
 		And(expression.Key(schema.AttrSK).BeginsWith("N#")), fn)
 }
 
 // NodeRange implements capacity.CalendarStore: a consistent Query of a
 // range of the hour's partition.
-func (s *Capacity) NodeRange(ctx context.Context, t capacity.PoolResource, h capacity.Hour, first, last int, fn func(capacity.NodeHour) error) error {
+func (s *Store) NodeRange(ctx context.Context, t capacity.PoolResource, h capacity.Hour, first, last int, fn func(capacity.NodeHour) error) error {
 	if last < first {
 		return nil
 	}
@@ -271,8 +272,8 @@ func (s *Capacity) NodeRange(ctx context.Context, t capacity.PoolResource, h cap
 		And(expression.Key(schema.AttrSK).Between(expression.Value(nodeSK(first)), expression.Value(nodeSK(last)))), fn)
 }
 
-func (s *Capacity) nodeQuery(ctx context.Context, kc expression.KeyConditionBuilder, fn func(capacity.NodeHour) error) error {
-	return queryEach(ctx, table{s.DB, s.Table}, kc, nil, func(it nodeHourItem) error { return fn(it.nodeHour()) })
+func (s *Store) nodeQuery(ctx context.Context, kc expression.KeyConditionBuilder, fn func(capacity.NodeHour) error) error {
+	return dynamo.QueryEach(ctx, s.table(), kc, nil, func(it nodeHourItem) error { return fn(it.nodeHour()) })
 }
 
 // provisionWorkers bounds the puts of one Provision.
@@ -294,17 +295,17 @@ const provisionStop = time.Second
 // less than provisionStop is left before ctx's deadline it starts no more
 // puts, waits for those in flight and returns capacity.ErrProvisionCut
 // (wrapped): what it put stays, the marker is not written.
-func (s *Capacity) Provision(ctx context.Context, t capacity.PoolResource, h capacity.Hour) (bool, error) {
+func (s *Store) Provision(ctx context.Context, t capacity.PoolResource, h capacity.Hour) (bool, error) {
 	pk := calPK(t.PoolID, t.Resource, h)
 	var marker hourItem
-	if ok, err := s.get(ctx, key(pk, skHour), &marker); err != nil || (ok && marker.Fit > 0) {
+	if ok, err := s.get(ctx, dynamo.Key(pk, skHour), &marker); err != nil || (ok && marker.Fit > 0) {
 		return false, err // a #HOUR item without fit is only the occupancy map
 	}
 	nodes := t.Nodes()
 	stored, missing := make([]bool, nodes), nodes
 	proj := expression.NamesList(expression.Name("node"))
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(pk)).And(expression.Key(schema.AttrSK).BeginsWith("N#"))
-	if err := queryEach(ctx, s.table(), kc, &proj, func(it struct {
+	if err := dynamo.QueryEach(ctx, s.table(), kc, &proj, func(it struct {
 		Node int `dynamodbav:"node"`
 	}) error {
 		if it.Node >= 0 && it.Node < nodes && !stored[it.Node] {
@@ -326,7 +327,7 @@ func (s *Capacity) Provision(ctx context.Context, t capacity.PoolResource, h cap
 			defer wg.Done()
 			for k := range jobs {
 				it := newNodeHourItem(capacity.EmptyNodeHour(t, capacity.NodeHourKey{Node: k, Hour: h}))
-				if err := s.put(ctx, it, notExists); err != nil && !isConditionFailed(err) {
+				if err := s.put(ctx, it, dynamo.NotExists); err != nil && !dynamo.ConditionFailed(err) {
 					errc <- err
 					return
 				}
@@ -365,14 +366,14 @@ feed:
 }
 
 // PutHour marks an hour provisioned (every node-hour of it stored).
-func (s *Capacity) PutHour(ctx context.Context, t capacity.PoolResource, h capacity.Hour) error {
-	return s.put(ctx, hourItem{PK: calPK(t.PoolID, t.Resource, h), SK: skHour, Kind: kindHour, Fit: markerFit, Cap: markerFit,
+func (s *Store) PutHour(ctx context.Context, t capacity.PoolResource, h capacity.Hour) error {
+	return s.put(ctx, hourItem{PK: calPK(t.PoolID, t.Resource, h), SK: skHour, Kind: dynamo.KindHour, Fit: markerFit, Cap: markerFit,
 		Nodes: t.Nodes(), NodeSize: t.NodeSize, Devices: t.Devices, Expires: hourExpiry(h)}, nil)
 }
 
 // newNodeHourItem is the item of a node-hour (entries, versions and all).
 func newNodeHourItem(nh capacity.NodeHour) nodeHourItem {
-	it := nodeHourItem{PK: calPK(nh.Pool, nh.Resource, nh.Hour), SK: nodeSK(nh.Node), Kind: kindNodeHour, Pool: nh.Pool,
+	it := nodeHourItem{PK: calPK(nh.Pool, nh.Resource, nh.Hour), SK: nodeSK(nh.Node), Kind: dynamo.KindNodeHour, Pool: nh.Pool,
 		Resource: nh.Resource, Hour: int64(nh.Hour), Node: nh.Node, Size: nh.Size, NodeSize: nh.NodeSize, Devices: nh.Devices,
 		Fit: fitKey(nh.Untouched, nh.Node), Cap: fitKey(nh.Coverable(), nh.Node), TM: int64(nh.Touched()), N: len(nh.Entries),
 		Versions: map[string]int64{}, Entries: map[string]entryItem{}, ExpiresAt: hourExpiry(nh.Hour)}
@@ -401,7 +402,7 @@ func versions(nh capacity.NodeHour, mask capacity.Mask, conds []expression.Condi
 			continue
 		}
 		v := nh.Versions[i]
-		name := path("v", devKey(i))
+		name := dynamo.Path("v", devKey(i))
 		if v == 0 {
 			conds = append(conds, expression.AttributeNotExists(name))
 		} else {
@@ -438,18 +439,18 @@ func coverDelta(h capacity.Hour, e capacity.Entry, remove bool) int {
 }
 
 // Allocate implements capacity.CalendarStore.
-func (s *Capacity) Allocate(ctx context.Context, nh capacity.NodeHour, id string, e capacity.Entry) error {
-	k := key(calPK(nh.Pool, nh.Resource, nh.Hour), nodeSK(nh.Node))
+func (s *Store) Allocate(ctx context.Context, nh capacity.NodeHour, id string, e capacity.Entry) error {
+	k := dynamo.Key(calPK(nh.Pool, nh.Resource, nh.Hour), nodeSK(nh.Node))
 	var err error
 	if !nh.Stored {
 		// Read as missing: create it with the entry, if it still is.
 		nh.Versions, nh.Entries = maps.Clone(nh.Versions), maps.Clone(nh.Entries)
 		nh.Add(id, e)
-		err = s.put(ctx, newNodeHourItem(nh), notExists)
+		err = s.put(ctx, newNodeHourItem(nh), dynamo.NotExists)
 	} else {
 		err = s.allocate(ctx, k, nh, id, e)
 	}
-	if !isConditionFailed(err) {
+	if !dynamo.ConditionFailed(err) {
 		return err
 	}
 	// Refused: written by an earlier attempt (an SDK retry of a write whose
@@ -473,8 +474,8 @@ func (s *Capacity) Allocate(ctx context.Context, nh capacity.NodeHour, id string
 // allocate is Allocate's conditional update of a stored node-hour. The
 // counts behind fit and cap move by ADD, so writes on other devices of the
 // node in between (which the version conditions allow) compose.
-func (s *Capacity) allocate(ctx context.Context, k map[string]types.AttributeValue, nh capacity.NodeHour, id string, e capacity.Entry) error {
-	upd := expression.Set(path("a", id), expression.Value(entryItem{M: int64(e.Mask), S: e.Window.Start.UnixMilli(), E: e.Window.End.UnixMilli(), T: e.Tenant})).
+func (s *Store) allocate(ctx context.Context, k map[string]types.AttributeValue, nh capacity.NodeHour, id string, e capacity.Entry) error {
+	upd := expression.Set(dynamo.Path("a", id), expression.Value(entryItem{M: int64(e.Mask), S: e.Window.Start.UnixMilli(), E: e.Window.End.UnixMilli(), T: e.Tenant})).
 		Add(expression.Name("n"), expression.Value(1))
 	if delta := nh.UntouchedAfter(id, e.Mask, false) - nh.Untouched; delta != 0 {
 		upd = upd.Add(expression.Name(schema.AttrFit), expression.Value(delta<<fitShift))
@@ -485,10 +486,10 @@ func (s *Capacity) allocate(ctx context.Context, k map[string]types.AttributeVal
 	if delta := coverDelta(nh.Hour, e, false); delta != 0 {
 		upd = upd.Add(expression.Name(schema.AttrCap), expression.Value(delta<<fitShift))
 	}
-	conds, upd := versions(nh, e.Mask, []expression.ConditionBuilder{expression.AttributeNotExists(path("a", id)),
+	conds, upd := versions(nh, e.Mask, []expression.ConditionBuilder{expression.AttributeNotExists(dynamo.Path("a", id)),
 		expression.Name("n").LessThan(expression.Value(capacity.MaxEntriesPerNodeHour)),
 		expression.AttributeNotExists(expression.Name("off"))}, upd)
-	c := all(conds)
+	c := dynamo.All(conds)
 	_, err := s.update(ctx, k, upd, &c, types.ReturnValueNone)
 	return err
 }
@@ -500,7 +501,7 @@ const freeWorkers = 32
 // consistent BatchGetItems (100 at a time), then each that holds the entry
 // loses it in a conditional write on the versions of its devices as read
 // (a racing write on them makes that one read again).
-func (s *Capacity) Free(ctx context.Context, t capacity.PoolResource, keys []capacity.NodeHourKey, id string) error {
+func (s *Store) Free(ctx context.Context, t capacity.PoolResource, keys []capacity.NodeHourKey, id string) error {
 	got, err := s.NodeHours(ctx, t, keys)
 	if err != nil {
 		return err
@@ -518,8 +519,8 @@ func (s *Capacity) Free(ctx context.Context, t capacity.PoolResource, keys []cap
 
 // free removes id's entry from one node-hour read as nh, reading it again
 // when its versions moved.
-func (s *Capacity) free(ctx context.Context, nh capacity.NodeHour, id string) error {
-	k := key(calPK(nh.Pool, nh.Resource, nh.Hour), nodeSK(nh.Node))
+func (s *Store) free(ctx context.Context, nh capacity.NodeHour, id string) error {
+	k := dynamo.Key(calPK(nh.Pool, nh.Resource, nh.Hour), nodeSK(nh.Node))
 	for attempt := 0; attempt < 16; attempt++ {
 		if attempt > 0 {
 			var cur nodeHourItem
@@ -533,7 +534,7 @@ func (s *Capacity) free(ctx context.Context, nh capacity.NodeHour, id string) er
 		if !held {
 			return nil
 		}
-		upd := expression.Remove(path("a", id)).Add(expression.Name("n"), expression.Value(-1))
+		upd := expression.Remove(dynamo.Path("a", id)).Add(expression.Name("n"), expression.Value(-1))
 		if delta := nh.UntouchedAfter(id, e.Mask, true) - nh.Untouched; delta != 0 {
 			upd = upd.Add(expression.Name(schema.AttrFit), expression.Value(delta<<fitShift))
 		}
@@ -543,10 +544,10 @@ func (s *Capacity) free(ctx context.Context, nh capacity.NodeHour, id string) er
 		if delta := coverDelta(nh.Hour, e, true); delta != 0 {
 			upd = upd.Add(expression.Name(schema.AttrCap), expression.Value(delta<<fitShift))
 		}
-		conds, upd := versions(nh, e.Mask, []expression.ConditionBuilder{expression.AttributeExists(path("a", id))}, upd)
-		c := all(conds)
+		conds, upd := versions(nh, e.Mask, []expression.ConditionBuilder{expression.AttributeExists(dynamo.Path("a", id))}, upd)
+		c := dynamo.All(conds)
 		_, err := s.update(ctx, k, upd, &c, types.ReturnValueNone)
-		if !isConditionFailed(err) {
+		if !dynamo.ConditionFailed(err) {
 			return err
 		}
 	}
@@ -561,8 +562,8 @@ func (s *Capacity) free(ctx context.Context, nh capacity.NodeHour, id string) er
 // down by offBias, lifting is the reverse; an hour already as wanted only
 // records gen; a missing one is put as wanted (unmarked too, so a slower
 // writer's put of a marked one fails). At most 3 calls; 1 on a change.
-func (s *Capacity) Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool, gen int64) error {
-	k := key(calPK(t.PoolID, t.Resource, h), nodeSK(node))
+func (s *Store) Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool, gen int64) error {
+	k := dynamo.Key(calPK(t.PoolID, t.Resource, h), nodeSK(node))
 	og, offAttr := expression.Name("og"), expression.Name("off")
 	newer := expression.Or(expression.AttributeNotExists(og), og.LessThan(expression.Value(gen)))
 	stored := expression.AttributeExists(expression.Name(schema.AttrPK))
@@ -579,7 +580,7 @@ func (s *Capacity) Flag(ctx context.Context, t capacity.PoolResource, node int, 
 			c = expression.And(expression.AttributeExists(offAttr), newer)
 		}
 		_, err := s.update(ctx, k, upd, &c, types.ReturnValueNone)
-		if !isConditionFailed(err) {
+		if !dynamo.ConditionFailed(err) {
 			return err
 		}
 		as := expression.AttributeNotExists(offAttr)
@@ -588,7 +589,7 @@ func (s *Capacity) Flag(ctx context.Context, t capacity.PoolResource, node int, 
 		}
 		c = expression.And(stored, as, newer)
 		_, err = s.update(ctx, k, expression.Set(og, expression.Value(gen)), &c, types.ReturnValueNone)
-		if !isConditionFailed(err) {
+		if !dynamo.ConditionFailed(err) {
 			return err
 		}
 		var cur nodeHourItem
@@ -603,14 +604,14 @@ func (s *Capacity) Flag(ctx context.Context, t capacity.PoolResource, node int, 
 			nh.Off = off
 			it := newNodeHourItem(nh)
 			it.OG = gen
-			switch err := s.put(ctx, it, notExists); {
+			switch err := s.put(ctx, it, dynamo.NotExists); {
 			case err == nil:
 				// Stored now: the hour's occupancy map must name it (a failed
 				// map write is the next create's to repair: it finds the node
 				// stored when it takes it as vacant).
 				_ = s.Occupy(ctx, t, h, []int{node})
 				return nil
-			case !isConditionFailed(err):
+			case !dynamo.ConditionFailed(err):
 				return err
 			}
 		}

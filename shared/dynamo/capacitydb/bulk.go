@@ -1,4 +1,4 @@
-package dynamo
+package capacitydb
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/conc"
+	"github.com/bettercompute/control-plane/shared/dynamo"
 )
 
 // BulkLoad writes placed reservations as the create path would have left
@@ -19,7 +20,7 @@ import (
 // it requires that nothing else writes those items meanwhile and that the
 // reservations do not overlap. nodeHours are the node-hours to write (made
 // with their entries by NodeHour.Add); quotas the rows to write whole.
-func (s *Capacity) BulkLoad(ctx context.Context, reservations []capacity.Reservation, nodeHours []capacity.NodeHour, quotas []capacity.Quota) error {
+func (s *Store) BulkLoad(ctx context.Context, reservations []capacity.Reservation, nodeHours []capacity.NodeHour, quotas []capacity.Quota) error {
 	var reqs []types.WriteRequest
 	add := func(item any) error {
 		av, err := attributevalue.MarshalMap(item)
@@ -48,12 +49,12 @@ func (s *Capacity) BulkLoad(ctx context.Context, reservations []capacity.Reserva
 }
 
 // batchWrite writes requests 25 at a time, 8 batches at once.
-func (s *Capacity) batchWrite(ctx context.Context, reqs []types.WriteRequest) error {
+func (s *Store) batchWrite(ctx context.Context, reqs []types.WriteRequest) error {
 	return conc.Each(ctx, (len(reqs)+24)/25, 8, func(i int) error {
 		batch := reqs[i*25 : min(i*25+25, len(reqs))]
 		for attempt := 0; len(batch) > 0; attempt++ {
 			if attempt > 0 {
-				if err := unprocessedPause(ctx, attempt); err != nil {
+				if err := dynamo.UnprocessedPause(ctx, attempt); err != nil {
 					return err
 				}
 			}

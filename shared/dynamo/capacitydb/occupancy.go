@@ -1,4 +1,4 @@
-package dynamo
+package capacitydb
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
@@ -125,12 +126,12 @@ func occupancyOf(item map[string]types.AttributeValue) (capacity.Occupancy, erro
 
 // Occupancy implements capacity.CalendarStore: one consistent
 // BatchGetItem of the hours' `#HOUR` items (100 at a time).
-func (s *Capacity) Occupancy(ctx context.Context, t capacity.PoolResource, hours []capacity.Hour) (map[capacity.Hour]capacity.Occupancy, error) {
+func (s *Store) Occupancy(ctx context.Context, t capacity.PoolResource, hours []capacity.Hour) (map[capacity.Hour]capacity.Occupancy, error) {
 	keys := make([]map[string]types.AttributeValue, len(hours))
 	byPK := make(map[string]capacity.Hour, len(hours))
 	for i, h := range hours {
 		pk := calPK(t.PoolID, t.Resource, h)
-		keys[i] = key(pk, skHour)
+		keys[i] = dynamo.Key(pk, skHour)
 		byPK[pk] = h
 	}
 	out := make(map[capacity.Hour]capacity.Occupancy, len(hours))
@@ -161,7 +162,7 @@ func (s *Capacity) Occupancy(ctx context.Context, t capacity.PoolResource, hours
 // union of its bits and the word as last seen (cached per process), on
 // the condition that it still holds that: bits are only ever added, so a
 // lost write reads the words again and adds to them.
-func (s *Capacity) Occupy(ctx context.Context, t capacity.PoolResource, h capacity.Hour, nodes []int) error {
+func (s *Store) Occupy(ctx context.Context, t capacity.PoolResource, h capacity.Hour, nodes []int) error {
 	pk := calPK(t.PoolID, t.Resource, h)
 	want := map[int]uint64{}
 	for _, k := range nodes {
@@ -203,8 +204,8 @@ func (s *Capacity) Occupy(ctx context.Context, t capacity.PoolResource, h capaci
 
 // occupyWords writes words js of pk as seen|want, if each still holds
 // what was seen (false: one did not).
-func (s *Capacity) occupyWords(ctx context.Context, pk string, h capacity.Hour, js []int, seen, want map[int]uint64) (bool, error) {
-	upd := expression.Set(expression.Name("kind"), expression.IfNotExists(expression.Name("kind"), expression.Value(kindHour))).
+func (s *Store) occupyWords(ctx context.Context, pk string, h capacity.Hour, js []int, seen, want map[int]uint64) (bool, error) {
+	upd := expression.Set(expression.Name("kind"), expression.IfNotExists(expression.Name("kind"), expression.Value(dynamo.KindHour))).
 		Set(expression.Name("expiresAt"), expression.IfNotExists(expression.Name("expiresAt"), expression.Value(hourExpiry(h))))
 	conds := make([]expression.ConditionBuilder, 0, len(js))
 	next := make(map[int]uint64, len(js))
@@ -218,10 +219,10 @@ func (s *Capacity) occupyWords(ctx context.Context, pk string, h capacity.Hour, 
 			conds = append(conds, name.Equal(expression.Value(seen[j])))
 		}
 	}
-	c := all(conds)
-	_, err := s.update(ctx, key(pk, skHour), upd, &c, types.ReturnValueNone)
+	c := dynamo.All(conds)
+	_, err := s.update(ctx, dynamo.Key(pk, skHour), upd, &c, types.ReturnValueNone)
 	switch {
-	case isConditionFailed(err):
+	case dynamo.ConditionFailed(err):
 		return false, nil
 	case err != nil:
 		return false, err
@@ -231,8 +232,8 @@ func (s *Capacity) occupyWords(ctx context.Context, pk string, h capacity.Hour, 
 }
 
 // readWords reads pk's words again into the cache.
-func (s *Capacity) readWords(ctx context.Context, pk string) error {
-	res, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), Key: key(pk, skHour), ConsistentRead: aws.Bool(true)})
+func (s *Store) readWords(ctx context.Context, pk string) error {
+	res, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), Key: dynamo.Key(pk, skHour), ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		return err
 	}
