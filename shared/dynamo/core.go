@@ -100,6 +100,15 @@ func (t Table) Get(ctx context.Context, k map[string]types.AttributeValue, out a
 	return true, attributevalue.UnmarshalMap(res.Item, out)
 }
 
+// GetItem reads one item consistently as stored (nil if it is missing).
+func (t Table) GetItem(ctx context.Context, k map[string]types.AttributeValue) (map[string]types.AttributeValue, error) {
+	res, err := t.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(t.Name), Key: k, ConsistentRead: aws.Bool(true)})
+	if err != nil || len(res.Item) == 0 {
+		return nil, err
+	}
+	return res.Item, nil
+}
+
 // BatchGet reads keys consistently, 100 at a time, calling fn per item.
 // Keys DynamoDB leaves unprocessed (throttling) are asked for again after
 // a jittered, growing pause, as AWS advises — never at once in a loop.

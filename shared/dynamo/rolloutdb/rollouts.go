@@ -123,9 +123,7 @@ func (s *Store) CreateRollout(ctx context.Context, r rollout.Record) (rollout.Re
 	if err != nil {
 		return rollout.Record{}, err
 	}
-	e, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(schema.AttrPK))).Build()
-	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: av,
-		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names()})
+	err = s.table().PutItem(ctx, av, dynamo.NotExists)
 	if dynamo.ConditionFailed(err) {
 		stored, gerr := s.GetRollout(ctx, r.RolloutID)
 		if gerr != nil {
@@ -138,14 +136,14 @@ func (s *Store) CreateRollout(ctx context.Context, r rollout.Record) (rollout.Re
 
 // GetRollout implements rollout.RolloutStore.
 func (s *Store) GetRollout(ctx context.Context, id string) (rollout.Record, error) {
-	res, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), Key: dynamo.Key(rolloutPK, rolloutSK(id)), ConsistentRead: aws.Bool(true)})
+	av, err := s.table().GetItem(ctx, dynamo.Key(rolloutPK, rolloutSK(id)))
 	if err != nil {
 		return rollout.Record{}, err
 	}
-	if len(res.Item) == 0 {
+	if av == nil {
 		return rollout.Record{}, rollout.ErrNotFound
 	}
-	return RecordFrom(res.Item)
+	return RecordFrom(av)
 }
 
 // UpdateRollout implements rollout.RolloutStore: a PutItem conditioned on
@@ -157,9 +155,7 @@ func (s *Store) UpdateRollout(ctx context.Context, r rollout.Record) (rollout.Re
 	if err != nil {
 		return rollout.Record{}, err
 	}
-	e, _ := expression.NewBuilder().WithCondition(expression.Name("Ver").Equal(expression.Value(old))).Build()
-	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: av,
-		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()})
+	err = s.table().PutItem(ctx, av, dynamo.Cond(expression.Name("Ver").Equal(expression.Value(old))))
 	if err != nil {
 		return rollout.Record{}, dynamo.WhenConditionFails(err, rollout.ErrStale)
 	}
@@ -283,13 +279,11 @@ func progressFrom(av map[string]types.AttributeValue) (rollout.Progress, error) 
 // GetProgress implements rollout.RolloutStore: one consistent GetItem.
 func (s *Store) GetProgress(ctx context.Context, id, poolID, nodeID string) (rollout.Progress, error) {
 	k := rollout.Progress{NodeProgress: rollout.NodeProgress{PoolID: poolID, NodeID: nodeID}, Order: rollout.OrderKey(id, poolID, nodeID)}.Key()
-	var raw map[string]types.AttributeValue
-	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), ConsistentRead: aws.Bool(true),
-		Key: dynamo.Key(progressPK(id), progressItemSK(k))})
+	raw, err := s.table().GetItem(ctx, dynamo.Key(progressPK(id), progressItemSK(k)))
 	if err != nil {
 		return rollout.Progress{}, err
 	}
-	if raw = out.Item; raw == nil {
+	if raw == nil {
 		return rollout.Progress{}, rollout.ErrNotFound
 	}
 	return progressFrom(raw)
@@ -301,10 +295,7 @@ func (s *Store) PutProgress(ctx context.Context, p rollout.Progress) error {
 	if err != nil {
 		return err
 	}
-	e, _ := expression.NewBuilder().WithCondition(expression.AttributeNotExists(expression.Name(schema.AttrPK))).Build()
-	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: av,
-		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names()})
-	return dynamo.WhenConditionFails(err, nil)
+	return dynamo.WhenConditionFails(s.table().PutItem(ctx, av, dynamo.NotExists), nil)
 }
 
 // UpdateProgress implements rollout.RolloutStore: a PutItem conditioned on
@@ -320,13 +311,7 @@ func (s *Store) UpdateProgress(ctx context.Context, p rollout.Progress, from rol
 	} else {
 		c = c.And(expression.Name("rollback").Equal(expression.Value(fromRollback)))
 	}
-	e, err := expression.NewBuilder().WithCondition(c).Build()
-	if err != nil {
-		return err
-	}
-	_, err = s.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(s.Table), Item: av,
-		ConditionExpression: e.Condition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values()})
-	return dynamo.WhenConditionFails(err, rollout.ErrStale)
+	return dynamo.WhenConditionFails(s.table().PutItem(ctx, av, &c), rollout.ErrStale)
 }
 
 // indexed reads the progress items an index query names, in its order.
