@@ -2,12 +2,8 @@ package capacitydb
 
 import (
 	"context"
-	"strings"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
@@ -60,46 +56,9 @@ func (s *Store) queryPartition(ctx context.Context, tenant, prefix string, page 
 	if limit <= 0 {
 		limit = paging.DefaultLimit
 	}
-	kc := expression.Key(schema.AttrPK).Equal(expression.Value(dynamo.TenantPK(tenant))).And(expression.Key(schema.AttrSK).BeginsWith(prefix))
-	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
-	if err != nil {
-		return nil, err
-	}
-	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), KeyConditionExpression: e.KeyCondition(),
-		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ConsistentRead: aws.Bool(true)}
-	if after := page.After["sk"]; after != "" {
-		if !strings.HasPrefix(after, prefix) {
-			return nil, dynamo.ErrBadCursor
-		}
-		in.ExclusiveStartKey = dynamo.Key(dynamo.TenantPK(tenant), after)
-	}
-	taken, full := 0, false
-	var lastSK string
-	for {
-		// One more than needed: a full last page then carries no cursor.
-		in.Limit = aws.Int32(int32(limit - taken + 1))
-		res, err := s.DB.Query(ctx, in)
-		if err != nil {
-			return nil, err
-		}
-		for _, item := range res.Items {
-			if full {
-				return map[string]string{"sk": lastSK}, nil // a further item exists
-			}
-			more, err := take(item)
-			if err != nil {
-				return nil, err
-			}
-			taken++
-			lastSK = item[schema.AttrSK].(*types.AttributeValueMemberS).Value
-			full = taken == limit || !more
-		}
-		if res.LastEvaluatedKey == nil {
-			return nil, nil
-		}
-		if full {
-			return map[string]string{"sk": lastSK}, nil
-		}
-		in.ExclusiveStartKey = res.LastEvaluatedKey
-	}
+	r := dynamo.Range{PK: dynamo.TenantPK(tenant), Attr: schema.AttrSK, Prefix: prefix, SKPrefix: prefix}
+	return s.table().Page(ctx, r, limit, page.After, func(item map[string]types.AttributeValue) (bool, bool, error) {
+		more, err := take(item)
+		return true, !more, err
+	})
 }

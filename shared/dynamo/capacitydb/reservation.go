@@ -3,13 +3,10 @@ package capacitydb
 import (
 	"context"
 	"errors"
-	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
@@ -390,117 +387,30 @@ func (s *Store) ListReservations(ctx context.Context, tenant string, f capacity.
 	if limit <= 0 {
 		limit = paging.DefaultLimit
 	}
-	pk := dynamo.TenantPK(tenant)
-	index, attr, prefix := schema.IndexOrdered, schema.AttrLSK, lskListed
+	r := dynamo.Range{PK: dynamo.TenantPK(tenant), Index: schema.IndexOrdered, Attr: schema.AttrLSK, Prefix: lskListed, SKPrefix: "RES#",
+		Backward: true}
 	switch {
 	case f.State != "":
-		index, attr, prefix = schema.IndexState, schema.AttrState, string(f.State)+"#"
+		r.Index, r.Attr, r.Prefix, r.KeysOnly = schema.IndexState, schema.AttrState, string(f.State)+"#", true
 	case f.PoolID != "":
-		index, attr, prefix = schema.IndexPool, schema.AttrPool, f.PoolID+"#"
+		r.Index, r.Attr, r.Prefix, r.KeysOnly = schema.IndexPool, schema.AttrPool, f.PoolID+"#", true
 	}
-	keysOnly := index != schema.IndexOrdered
-	e, err := expression.NewBuilder().WithKeyCondition(
-		expression.Key(schema.AttrPK).Equal(expression.Value(pk)).And(expression.Key(attr).BeginsWith(prefix))).Build()
-	if err != nil {
-		return nil, nil, err
-	}
-	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(index),
-		KeyConditionExpression: e.KeyCondition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-		ScanIndexForward: aws.Bool(false), ConsistentRead: aws.Bool(true)}
-	if sk, ik := page.After["sk"], page.After["ik"]; sk != "" || ik != "" {
-		if !strings.HasPrefix(sk, "RES#") || !strings.HasPrefix(ik, prefix) {
-			return nil, nil, dynamo.ErrBadCursor
-		}
-		in.ExclusiveStartKey = dynamo.Key(pk, sk)
-		in.ExclusiveStartKey[attr] = &types.AttributeValueMemberS{Value: ik}
-	}
-	filtered := f.State != "" && f.PoolID != ""
+	// A list of one state and one pool reads the state's entries and
+	// checks the pool (bigger reads: the pool's rows are skipped).
+	r.Filtered = f.State != "" && f.PoolID != ""
 	var out []capacity.Reservation
-	var lastSK, lastIK string
-	next := func() map[string]string { return map[string]string{"sk": lastSK, "ik": lastIK} }
-	for {
-		// One more than needed: a full last page then carries no cursor.
-		// A filtered query reads bigger pages (the pool is checked after).
-		want := limit - len(out) + 1
-		if filtered {
-			want = min(100, max(want, 25))
+	next, err := s.table().Page(ctx, r, limit, page.After, func(item map[string]types.AttributeValue) (bool, bool, error) {
+		// A fresh item per row: unmarshalling into a reused one keeps the
+		// fields a row lacks (reason, releasedBy) and shares its slices.
+		var it reservationItem
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return false, false, err
 		}
-		in.Limit = aws.Int32(int32(want))
-		res, err := s.DB.Query(ctx, in)
-		if err != nil {
-			return nil, nil, err
+		if r.Filtered && it.PoolID != f.PoolID {
+			return false, false, nil
 		}
-		items := res.Items
-		if keysOnly {
-			if items, err = s.fetch(ctx, items); err != nil {
-				return nil, nil, err
-			}
-		}
-		for _, item := range items {
-			if len(out) == limit {
-				return out, next(), nil // a further match exists
-			}
-			// A fresh item per row: unmarshalling into a reused one keeps the
-			// fields a row lacks (reason, releasedBy) and shares its slices.
-			var it reservationItem
-			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
-				return nil, nil, err
-			}
-			if filtered && it.PoolID != f.PoolID {
-				continue
-			}
-			lastSK = it.SK
-			switch attr {
-			case schema.AttrState:
-				lastIK = it.SSK
-			case schema.AttrPool:
-				lastIK = it.PSK
-			default:
-				lastIK = it.LSK
-			}
-			out = append(out, it.reservation())
-		}
-		if res.LastEvaluatedKey == nil {
-			return out, nil, nil
-		}
-		if len(out) == limit {
-			return out, next(), nil
-		}
-		in.ExclusiveStartKey = res.LastEvaluatedKey
-	}
-}
-
-// fetch reads the items of index entries, in the entries' order; an item
-// gone or moved out of the index since is left out.
-func (s *Store) fetch(ctx context.Context, entries []map[string]types.AttributeValue) ([]map[string]types.AttributeValue, error) {
-	keys := make([]map[string]types.AttributeValue, len(entries))
-	for i, e := range entries {
-		keys[i] = map[string]types.AttributeValue{schema.AttrPK: e[schema.AttrPK], schema.AttrSK: e[schema.AttrSK]}
-	}
-	got := make(map[[2]string]map[string]types.AttributeValue, len(keys))
-	if err := s.batchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
-		got[dynamo.ItemKey(item)] = item
-		return nil
-	}); err != nil {
-		return nil, err
-	}
-	out := make([]map[string]types.AttributeValue, 0, len(entries))
-	for _, e := range entries {
-		if item, ok := got[dynamo.ItemKey(e)]; ok && sameIndexKey(e, item) {
-			out = append(out, item)
-		}
-	}
-	return out, nil
-}
-
-// sameIndexKey reports whether an item still carries an index entry's
-// sort key (it has not moved in the index since the entry was read).
-func sameIndexKey(entry, item map[string]types.AttributeValue) bool {
-	for _, attr := range []string{schema.AttrState, schema.AttrPool} {
-		if ev, ok := entry[attr].(*types.AttributeValueMemberS); ok {
-			iv, ok := item[attr].(*types.AttributeValueMemberS)
-			return ok && iv.Value == ev.Value
-		}
-	}
-	return true
+		out = append(out, it.reservation())
+		return true, false, nil
+	})
+	return out, next, err
 }

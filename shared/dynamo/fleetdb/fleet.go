@@ -6,10 +6,8 @@ package fleetdb
 
 import (
 	"context"
-	"strings"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -83,79 +81,20 @@ func (s *Store) ListNodes(ctx context.Context, pool string, st fleet.State, page
 	if limit <= 0 {
 		limit = paging.DefaultLimit
 	}
-	attr, prefix := schema.AttrSK, NodePrefix
-	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), ConsistentRead: aws.Bool(true), Limit: aws.Int32(int32(limit + 1))}
+	r := dynamo.Range{PK: dynamo.PoolPK(pool), Attr: schema.AttrSK, Prefix: NodePrefix, SKPrefix: NodePrefix}
 	if st != "" {
-		attr, prefix = schema.AttrState, NodePrefix+string(st)+"#"
-		in.IndexName = aws.String(schema.IndexState)
+		r.Index, r.Attr, r.Prefix, r.KeysOnly = schema.IndexState, schema.AttrState, NodePrefix+string(st)+"#", true
 	}
-	kc := expression.Key(schema.AttrPK).Equal(expression.Value(dynamo.PoolPK(pool))).And(expression.Key(attr).BeginsWith(prefix))
-	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
-	if err != nil {
-		return nil, nil, err
-	}
-	in.KeyConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.KeyCondition(), e.Names(), e.Values()
-	if sk := page.After["sk"]; sk != "" {
-		if !strings.HasPrefix(sk, NodePrefix) {
-			return nil, nil, dynamo.ErrBadCursor
-		}
-		in.ExclusiveStartKey = dynamo.Key(dynamo.PoolPK(pool), sk)
-		if st != "" {
-			ik := page.After["ik"]
-			if !strings.HasPrefix(ik, prefix) {
-				return nil, nil, dynamo.ErrBadCursor
-			}
-			in.ExclusiveStartKey[attr] = &types.AttributeValueMemberS{Value: ik}
-		}
-	}
-	res, err := s.DB.Query(ctx, in)
-	if err != nil {
-		return nil, nil, err
-	}
-	items := res.Items
-	var next map[string]string
-	if len(items) > limit {
-		items = items[:limit]
-		last := items[limit-1]
-		next = map[string]string{"sk": last[schema.AttrSK].(*types.AttributeValueMemberS).Value}
-		if st != "" {
-			next["ik"] = last[attr].(*types.AttributeValueMemberS).Value
-		}
-	}
-	if st == "" {
-		out := make([]fleet.Record, 0, len(items))
-		for _, item := range items {
-			var it nodeItem
-			if err := attributevalue.UnmarshalMap(item, &it); err != nil {
-				return nil, nil, err
-			}
-			out = append(out, it.record())
-		}
-		return out, next, nil
-	}
-	keys := make([]map[string]types.AttributeValue, len(items))
-	for i, item := range items {
-		keys[i] = map[string]types.AttributeValue{schema.AttrPK: item[schema.AttrPK], schema.AttrSK: item[schema.AttrSK]}
-	}
-	got := map[string]fleet.Record{}
-	err = s.table().BatchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
+	var out []fleet.Record
+	next, err := s.table().Page(ctx, r, limit, page.After, func(item map[string]types.AttributeValue) (bool, bool, error) {
 		var it nodeItem
 		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
-			return err
+			return false, false, err
 		}
-		got[it.SK] = it.record()
-		return nil
+		out = append(out, it.record())
+		return true, false, nil
 	})
-	if err != nil {
-		return nil, nil, err
-	}
-	out := make([]fleet.Record, 0, len(keys))
-	for _, k := range keys {
-		if r, ok := got[k[schema.AttrSK].(*types.AttributeValueMemberS).Value]; ok && r.State == st {
-			out = append(out, r)
-		}
-	}
-	return out, next, nil
+	return out, next, err
 }
 
 // PoolNodes implements fleet.Store: the pool's node items, page by page.

@@ -4,10 +4,8 @@ import (
 	"context"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
@@ -17,35 +15,21 @@ import (
 // NodePage is a page of the pool's node
 // items (rollout enumeration) (after: the last one's sort key; "" when the pool is done).
 func (s *Store) NodePage(ctx context.Context, pool string, limit int, after string) ([]fleet.Record, string, error) {
-	kc := expression.Key(schema.AttrPK).Equal(expression.Value(dynamo.PoolPK(pool))).And(expression.Key(schema.AttrSK).BeginsWith(NodePrefix))
-	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
-	if err != nil {
-		return nil, "", err
-	}
-	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), KeyConditionExpression: e.KeyCondition(),
-		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ConsistentRead: aws.Bool(true),
-		Limit: aws.Int32(int32(limit))}
+	r := dynamo.Range{PK: dynamo.PoolPK(pool), Attr: schema.AttrSK, Prefix: NodePrefix, SKPrefix: NodePrefix}
+	var cursor map[string]string
 	if after != "" {
-		in.ExclusiveStartKey = dynamo.Key(dynamo.PoolPK(pool), after)
+		cursor = map[string]string{dynamo.CursorSK: after}
 	}
-	res, err := s.DB.Query(ctx, in)
-	if err != nil {
-		return nil, "", err
+	var out []fleet.Record
+	next, err := s.table().Page(ctx, r, limit, cursor, func(item map[string]types.AttributeValue) (bool, bool, error) {
+		rec, err := nodeFrom(item)
+		out = append(out, rec)
+		return true, false, err
+	})
+	if err != nil || next == nil {
+		return out, "", err
 	}
-	out := make([]fleet.Record, 0, len(res.Items))
-	next := ""
-	for _, it := range res.Items {
-		var n nodeItem
-		if err := attributevalue.UnmarshalMap(it, &n); err != nil {
-			return nil, "", err
-		}
-		out = append(out, n.record())
-		next = n.SK
-	}
-	if res.LastEvaluatedKey == nil {
-		next = ""
-	}
-	return out, next, nil
+	return out, next[dynamo.CursorSK], nil
 }
 
 // CountNodes counts a pool's registered nodes created at or before t, and

@@ -170,57 +170,23 @@ func (s *Store) ListRollouts(ctx context.Context, st rollout.State, page paging.
 	if limit <= 0 {
 		limit = paging.DefaultLimit
 	}
-	index, attr, prefix := schema.IndexOrdered, schema.AttrLSK, rolloutOrder
+	r := dynamo.Range{PK: rolloutPK, Index: schema.IndexOrdered, Attr: schema.AttrLSK, Prefix: rolloutOrder, SKPrefix: "R#",
+		Backward: true, KeysOnly: true}
 	if st != "" {
-		index, attr, prefix = schema.IndexState, schema.AttrState, string(st)+"#"
+		r.Index, r.Attr, r.Prefix = schema.IndexState, schema.AttrState, string(st)+"#"
 	}
-	kc := expression.Key(schema.AttrPK).Equal(expression.Value(rolloutPK)).And(expression.Key(attr).BeginsWith(prefix))
-	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
-	if err != nil {
-		return nil, nil, err
-	}
-	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(index), KeyConditionExpression: e.KeyCondition(),
-		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ConsistentRead: aws.Bool(true),
-		ScanIndexForward: aws.Bool(false), Limit: aws.Int32(int32(limit + 1))}
-	if sk, ik := page.After["sk"], page.After["ik"]; sk != "" {
-		if !strings.HasPrefix(sk, "R#") || !strings.HasPrefix(ik, prefix) {
-			return nil, nil, dynamo.ErrBadCursor
+	var out []rollout.Record
+	next, err := s.table().Page(ctx, r, limit, page.After, func(item map[string]types.AttributeValue) (bool, bool, error) {
+		rec, err := RecordFrom(item)
+		if err != nil {
+			return false, false, err
 		}
-		in.ExclusiveStartKey = dynamo.Key(rolloutPK, sk)
-		in.ExclusiveStartKey[attr] = &types.AttributeValueMemberS{Value: ik}
-	}
-	res, err := s.DB.Query(ctx, in)
-	if err != nil {
-		return nil, nil, err
-	}
-	items := res.Items
-	var next map[string]string
-	if len(items) > limit {
-		items = items[:limit]
-		last := items[limit-1]
-		next = map[string]string{"sk": last[schema.AttrSK].(*types.AttributeValueMemberS).Value, "ik": last[attr].(*types.AttributeValueMemberS).Value}
-	}
-	keys := make([]map[string]types.AttributeValue, len(items))
-	for i, it := range items {
-		keys[i] = map[string]types.AttributeValue{schema.AttrPK: it[schema.AttrPK], schema.AttrSK: it[schema.AttrSK]}
-	}
-	got := map[string]rollout.Record{}
-	err = s.table().BatchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
-		r, err := RecordFrom(item)
-		got[r.RolloutID] = r
-		return err
+		if rec.Listed && (st == "" || rec.State == st) {
+			out = append(out, rec)
+		}
+		return true, false, nil
 	})
-	if err != nil {
-		return nil, nil, err
-	}
-	out := make([]rollout.Record, 0, len(keys))
-	for _, k := range keys {
-		id := strings.TrimPrefix(k[schema.AttrSK].(*types.AttributeValueMemberS).Value, "R#")
-		if r, ok := got[id]; ok && r.Listed && (st == "" || r.State == st) {
-			out = append(out, r)
-		}
-	}
-	return out, next, nil
+	return out, next, err
 }
 
 type claimItem struct {
@@ -314,44 +280,21 @@ func (s *Store) UpdateProgress(ctx context.Context, p rollout.Progress, from rol
 	return dynamo.WhenConditionFails(s.table().PutItem(ctx, av, &c), rollout.ErrStale)
 }
 
-// indexed reads the progress items an index query names, in its order.
+// indexed reads at most limit progress items an index query names, in
+// its order, after the order key after ("" from the start).
 func (s *Store) indexed(ctx context.Context, id, index, attr, prefix string, limit int, after string) ([]rollout.Progress, error) {
-	kc := expression.Key(schema.AttrPK).Equal(expression.Value(progressPK(id))).And(expression.Key(attr).BeginsWith(prefix))
-	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
-	if err != nil {
-		return nil, err
-	}
-	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(index), KeyConditionExpression: e.KeyCondition(),
-		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ConsistentRead: aws.Bool(true),
-		Limit: aws.Int32(int32(max(limit, 1)))}
+	r := dynamo.Range{PK: progressPK(id), Index: index, Attr: attr, Prefix: prefix, SKPrefix: progressSK, KeysOnly: true}
+	var cursor map[string]string
 	if after != "" {
-		in.ExclusiveStartKey = dynamo.Key(progressPK(id), progressItemSK(after))
-		in.ExclusiveStartKey[attr] = &types.AttributeValueMemberS{Value: prefix + after}
+		cursor = map[string]string{dynamo.CursorSK: progressItemSK(after), dynamo.CursorIK: prefix + after}
 	}
-	res, err := s.DB.Query(ctx, in)
-	if err != nil {
-		return nil, err
-	}
-	keys := make([]map[string]types.AttributeValue, len(res.Items))
-	for i, it := range res.Items {
-		keys[i] = map[string]types.AttributeValue{schema.AttrPK: it[schema.AttrPK], schema.AttrSK: it[schema.AttrSK]}
-	}
-	got := map[string]rollout.Progress{}
-	err = s.table().BatchGet(ctx, keys, func(item map[string]types.AttributeValue) error {
+	var out []rollout.Progress
+	_, err := s.table().Page(ctx, r, max(limit, 1), cursor, func(item map[string]types.AttributeValue) (bool, bool, error) {
 		p, err := progressFrom(item)
-		got[progressItemSK(p.Key())] = p
-		return err
+		out = append(out, p)
+		return true, false, err
 	})
-	if err != nil {
-		return nil, err
-	}
-	out := make([]rollout.Progress, 0, len(keys))
-	for _, k := range keys {
-		if p, ok := got[k[schema.AttrSK].(*types.AttributeValueMemberS).Value]; ok {
-			out = append(out, p)
-		}
-	}
-	return out, nil
+	return out, err
 }
 
 // ProgressByStep implements rollout.RolloutStore (`bystate`).
@@ -380,37 +323,21 @@ func (s *Store) ProgressByRollback(ctx context.Context, id, rb string, limit int
 
 // ProgressInOrder implements rollout.RolloutStore.
 func (s *Store) ProgressInOrder(ctx context.Context, id string, limit int, after string) ([]rollout.Progress, string, error) {
-	kc := expression.Key(schema.AttrPK).Equal(expression.Value(progressPK(id))).And(expression.Key(schema.AttrSK).BeginsWith(progressSK))
-	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
-	if err != nil {
-		return nil, "", err
-	}
-	in := &dynamodb.QueryInput{TableName: aws.String(s.Table), KeyConditionExpression: e.KeyCondition(),
-		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ConsistentRead: aws.Bool(true),
-		Limit: aws.Int32(int32(limit + 1))}
+	r := dynamo.Range{PK: progressPK(id), Attr: schema.AttrSK, Prefix: progressSK, SKPrefix: progressSK}
+	var cursor map[string]string
 	if after != "" {
-		in.ExclusiveStartKey = dynamo.Key(progressPK(id), progressItemSK(after))
+		cursor = map[string]string{dynamo.CursorSK: progressItemSK(after)}
 	}
-	res, err := s.DB.Query(ctx, in)
-	if err != nil {
-		return nil, "", err
-	}
-	items, next := res.Items, ""
-	if len(items) > limit {
-		items = items[:limit]
-	}
-	out := make([]rollout.Progress, 0, len(items))
-	for _, it := range items {
-		p, err := progressFrom(it)
-		if err != nil {
-			return nil, "", err
-		}
+	var out []rollout.Progress
+	next, err := s.table().Page(ctx, r, limit, cursor, func(item map[string]types.AttributeValue) (bool, bool, error) {
+		p, err := progressFrom(item)
 		out = append(out, p)
+		return true, false, err
+	})
+	if err != nil || next == nil {
+		return out, "", err
 	}
-	if len(res.Items) > limit && len(out) > 0 {
-		next = out[len(out)-1].Key()
-	}
-	return out, next, nil
+	return out, strings.TrimPrefix(next[dynamo.CursorSK], progressSK), nil
 }
 
 // CountStep implements rollout.RolloutStore: a COUNT query of `bystate`.
