@@ -36,7 +36,7 @@ GO_DIRS      := $(wildcard cmd functions shared test infra)
 FUNCTIONS    := $(notdir $(patsubst %/,%,$(wildcard functions/*/)))
 
 # infra/infra.mk (included at the end) appends the infrastructure checks that
-# `make test` runs after the Go tests, e.g. INFRA_TEST_TARGETS += infra-test synth.
+# `make test` runs beside the Go tests, e.g. INFRA_TEST_TARGETS += infra-test synth.
 INFRA_TEST_TARGETS :=
 
 .PHONY: help tools run test gotest fmt fmt-check vet build docs bench fuzz fleetproto fleetproto-reverts sims e2e clean distclean lambda-build lambda-test
@@ -65,13 +65,22 @@ run: tools ## run the control plane locally on BC_LISTEN (default 127.0.0.1:8080
 	@$(GO) build -o build/bc-local ./cmd/bc-local
 	@exec build/bc-local
 
+# make test runs the Go tests (gotest, output streamed) and beside them, in
+# one lane, gofmt, vet and the infra checks (output printed once the Go
+# tests end): the Go tests spend much of their time waiting on real-time
+# agents, the infra checks are CPU-bound. Neither stops the other; the run
+# ends with one summary of what failed (test/checks.sh; logs in
+# build/test/). docs/performance.md (Build and CI) has where the time goes.
 test: tools ## everything CI runs: format, vet, unit and integration tests, infra checks
-	@$(MAKE) --keep-going fmt-check vet gotest
-	$(if $(strip $(INFRA_TEST_TARGETS)),@$(MAKE) $(INFRA_TEST_TARGETS))
+	@MAKE='$(MAKE)' test/checks.sh build/test gotest -- fmt-check vet $(INFRA_TEST_TARGETS)
+
+# The longest packages first (go test starts packages in the order given,
+# GOMAXPROCS at a time): the last to start is a short one.
+SLOW_PKGS := ./test/fleetsim ./cmd/bcctl ./shared/rollout ./shared/capacity ./test/fleetproto ./shared/fleet ./test/e2e
 
 gotest: tools
 	@[ -n "$(RACE)" ] || echo "note: no C compiler (or CGO_ENABLED=0): tests run without -race"
-	$(GO) test -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) ./...
+	$(GO) test -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) $(SLOW_PKGS) $$($(GO) list ./... | grep -vxFf <($(GO) list $(SLOW_PKGS)))
 
 fmt: ## gofmt every Go file
 	gofmt -w $(GO_DIRS)

@@ -474,14 +474,16 @@ func newAgent(tb testing.TB, url, pool, id string, key crypto.Signer, d *agent.R
 	return a
 }
 
-// waitFor polls cond until it holds or the deadline passes (the fleet's
-// first heartbeats arrive in real time).
+// waitFor polls cond until it holds. d is about how long that takes on an
+// idle machine; the deadline is generous (ten times d, at least three
+// minutes), so a loaded machine makes the test slower, never wrong.
 func waitFor(tb testing.TB, d time.Duration, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(d)
+	start := time.Now()
+	deadline := start.Add(max(10*d, 3*time.Minute))
 	for !cond() {
 		if time.Now().After(deadline) {
-			tb.Fatalf("fleet not ready after %s", d)
+			tb.Fatalf("fleet not ready after %s", time.Since(start).Round(time.Second))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
