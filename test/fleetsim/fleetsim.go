@@ -372,19 +372,23 @@ func (sim *fleetRun) settle() {
 	sim.agents.Wait()
 	<-sim.reconciling
 	sim.ctx = context.Background()
-	// Passes until the checker finds nothing (at least 3, at most 10): on
-	// a busy machine a pass cut at its deadline leaves the rest (a credit
-	// due) to the next, so the count of passes to quiescence varies; a
-	// state no pass mends still fails the run.
-	for pass := 1; pass <= 10; pass++ {
+	// Passes until the checker finds nothing (at least 3): on a busy
+	// machine a flow cut at its deadline is the reconciler's to finish once
+	// it is stale (capacity.StaleAfter), so quiescence may take that long;
+	// a state no pass mends by then still fails the run.
+	deadline := time.Now().Add(capacity.StaleAfter + time.Minute)
+	for pass := 1; ; pass++ {
 		if err := sim.st.App.Reconcile(context.Background()); err != nil {
 			sim.tb.Fatal(err)
 		}
-		if pass >= 3 {
-			if vs, err := capacity.Check(context.Background(), sim.st.App.CapacityStore()); err == nil && len(vs) == 0 {
-				return
-			}
+		if pass < 3 {
+			continue
 		}
+		vs, err := capacity.Check(context.Background(), sim.st.App.CapacityStore())
+		if (err == nil && len(vs) == 0) || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Second) // the reconciler's period: pacing, not synchronization
 	}
 }
 
