@@ -73,8 +73,8 @@ func TestReadmeWalkThenSimFleet(t *testing.T) {
 			if strings.HasPrefix(line, "Simulated fleet") {
 				summary = []string{line}
 			}
-		case <-time.After(90 * time.Second):
-			t.Fatal("no simulated fleet summary within 90 s")
+		case <-time.After(5 * time.Minute): // of silence: generous, for a busy machine
+			t.Fatal("no simulated fleet summary within 5 minutes")
 		}
 	}
 	for more := true; more; { // a line per skipped node follows at once
@@ -319,8 +319,8 @@ func makeRun(t *testing.T, bin, state string, env ...string) (url string, lines 
 			if url != "" && (block != nil || strings.HasPrefix(line, "export ")) {
 				block = append(block, line)
 			}
-		case <-time.After(90 * time.Second):
-			t.Fatalf("make run printed no banner and export block within 90 s:\n%s", errOut.String())
+		case <-time.After(5 * time.Minute): // of silence: generous, for a busy machine
+			t.Fatalf("make run printed no banner and export block within 5 minutes:\n%s", errOut.String())
 		}
 	}
 	exports = strings.Join(block, "\n")
@@ -331,8 +331,8 @@ func makeRun(t *testing.T, bin, state string, env ...string) (url string, lines 
 				break
 			}
 		}
-		if time.Since(start) > 30*time.Second {
-			t.Fatalf("%s/healthz not ready within 30 s", url)
+		if time.Since(start) > 3*time.Minute {
+			t.Fatalf("%s/healthz not ready within 3 minutes", url)
 		}
 	}
 	return url, ch, exports, stop

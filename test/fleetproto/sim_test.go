@@ -41,7 +41,10 @@ import (
 // that replays it and the steps before each check's first violation;
 // BC_FLEETPROTO_TRACE=dir writes every seed's whole trace there.
 func TestFleetProtocolSimulation(t *testing.T) {
-	seeds := []uint64{1, 2}
+	// make test's seeds: each fix of docs/fleet.md's revert table that a
+	// seed of 1–8 catches fails one of these (1: F06–F09, F13; 3: F01,
+	// F02, F11; 6: F03, F05, F15); make fleetproto runs 1..SEEDS.
+	seeds := []uint64{1, 3, 6}
 	if v, err := strconv.Atoi(os.Getenv("BC_FLEETPROTO_SEEDS")); err == nil && v > 0 {
 		seeds = seeds[:0]
 		for i := range v {

@@ -372,10 +372,23 @@ func (sim *fleetRun) settle() {
 	sim.agents.Wait()
 	<-sim.reconciling
 	sim.ctx = context.Background()
-	for range 3 {
+	// Passes until the checker finds nothing (at least 3): on a busy
+	// machine a flow cut at its deadline is the reconciler's to finish once
+	// it is stale (capacity.StaleAfter), so quiescence may take that long;
+	// a state no pass mends by then still fails the run.
+	deadline := time.Now().Add(capacity.StaleAfter + time.Minute)
+	for pass := 1; ; pass++ {
 		if err := sim.st.App.Reconcile(context.Background()); err != nil {
 			sim.tb.Fatal(err)
 		}
+		if pass < 3 {
+			continue
+		}
+		vs, err := capacity.Check(context.Background(), sim.st.App.CapacityStore())
+		if (err == nil && len(vs) == 0) || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(time.Second) // the reconciler's period: pacing, not synchronization
 	}
 }
 
@@ -474,14 +487,16 @@ func newAgent(tb testing.TB, url, pool, id string, key crypto.Signer, d *agent.R
 	return a
 }
 
-// waitFor polls cond until it holds or the deadline passes (the fleet's
-// first heartbeats arrive in real time).
+// waitFor polls cond until it holds. d is about how long that takes on an
+// idle machine; the deadline is generous (ten times d, at least three
+// minutes), so a loaded machine makes the test slower, never wrong.
 func waitFor(tb testing.TB, d time.Duration, cond func() bool) {
 	tb.Helper()
-	deadline := time.Now().Add(d)
+	start := time.Now()
+	deadline := start.Add(max(10*d, 3*time.Minute))
 	for !cond() {
 		if time.Now().After(deadline) {
-			tb.Fatalf("fleet not ready after %s", d)
+			tb.Fatalf("fleet not ready after %s", time.Since(start).Round(time.Second))
 		}
 		time.Sleep(200 * time.Millisecond)
 	}

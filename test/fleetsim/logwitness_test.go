@@ -74,6 +74,7 @@ func foreignSigner(tb testing.TB, origin string) *releaselog.Signer {
 // node like any install failure; a node told the truth beside them
 // installs.
 func TestAgentsRefuseTamperedLogEvidence(t *testing.T) {
+	t.Parallel() // its own tables: the real-time waits of the package overlap
 	h := newRig(t, 5*time.Second)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -193,6 +194,7 @@ func reconcileEverySecond(ctx context.Context, h *rig) <-chan struct{} {
 // re-registered. A node beside it that witnessed the real log is told its
 // release with the log's evidence, and counts as consistent.
 func TestForkedRootRaisesTheAlarm(t *testing.T) {
+	t.Parallel() // its own tables: the real-time waits of the package overlap
 	h := newRig(t, 5*time.Second)
 	ctx := context.Background()
 	h.register(t, h.sign(t, h.statement("1.0.0", 1)))

@@ -5,6 +5,8 @@ import (
 	"cmp"
 	"context"
 	"crypto"
+	"encoding/json"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -29,7 +31,8 @@ import (
 //     key it does not pin; the node finds the one naming its pin bad).
 //   - unknown key: the node pins only a key Q2 the platform does not; the
 //     release is signed by the platform key alone.
-//   - expired: the statement expires 3 s after registration; the rollout
+//   - expired: the statement expires 3 s after registration (more, when
+//     a busy machine took longer to create the rollout); the rollout
 //     is paused at once and resumed after the expiry (the registry and
 //     rollouts.create refuse an expired release; a pass still targets one
 //     whose expiry passed since, and the node is the last check).
@@ -50,6 +53,7 @@ import (
 // install's reason, the rollout's failed count is 1 (and it aborts and
 // rolls back nothing), and the agent still runs what it ran.
 func TestAgentRefusals(t *testing.T) {
+	t.Parallel() // its own tables: the real-time waits of the package overlap
 	h := newRig(t, 5*time.Second)
 	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
@@ -122,12 +126,14 @@ func TestAgentRefusals(t *testing.T) {
 		return true
 	})
 	// The expiring release is registered last (its sequence above the
-	// others'), just before the creates.
-	expires := time.Now().Add(3 * time.Second)
-	expiring := h.statement("1.3.0", 7)
-	expiring.Expires = &expires
-	h.register(t, h.sign(t, expiring))
+	// others'), and its rollout created and paused at once (below).
 	slices.SortStableFunc(cases, func(a, b *tc) int { return -cmp.Compare(btoi(a.paused), btoi(b.paused)) })
+	var expires time.Time
+	for _, c := range cases {
+		if c.paused {
+			c.version, c.rolloutID, expires = h.expiring(t, ctx, c.pool)
+		}
+	}
 	// A rollout none of whose nodes has a binary for its platform is
 	// refused at create (INVALID_INPUT no_binary), its node never told.
 	kept := cases[:0]
@@ -147,13 +153,13 @@ func TestAgentRefusals(t *testing.T) {
 	}
 	cases = kept
 	for _, c := range cases {
+		if c.rolloutID != "" {
+			continue // the expiring one's, created with its release
+		}
 		var out struct{ Rollout rollout.Rollout }
 		h.must(t, "rollouts.create", map[string]any{"tenantId": platformTenant, "version": c.version, "pools": []string{c.pool},
 			"waves": []map[string]any{{"percent": 100}}, "maxUnavailable": 1, "maxFailedNodes": 0, "bakeSeconds": 0}, &out)
 		c.rolloutID = out.Rollout.RolloutID
-		if c.paused {
-			h.must(t, "rollouts.pause", map[string]any{"tenantId": platformTenant, "rolloutId": c.rolloutID, "reason": "until the release expires"}, nil)
-		}
 	}
 	time.Sleep(time.Until(expires) + 500*time.Millisecond) // real time passes for the expiry: pacing, not synchronization
 	for _, c := range cases {
@@ -242,4 +248,39 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// expiring registers c's release to expire 3 s later, then creates c's
+// rollout and pauses it (to resume past the expiry) and returns the
+// expiry. The registry and rollouts.create refuse an expired release, so
+// on a machine too busy to do both within the margin the release is
+// registered again as the next patch version with twice the margin: the
+// refusal the test is after comes from the node either way.
+func (h *rig) expiring(t *testing.T, ctx context.Context, pool string) (version, rolloutID string, expires time.Time) {
+	t.Helper()
+	margin := 3 * time.Second
+	for attempt := range 6 {
+		version = fmt.Sprintf("1.3.%d", attempt)
+		expires = time.Now().Add(margin)
+		st := h.statement(version, int64(7+attempt))
+		st.Expires = &expires
+		margin *= 2
+		var out struct{ Rollout rollout.Rollout }
+		err := h.post(ctx, "releases.register", map[string]any{"tenantId": platformTenant, "manifest": json.RawMessage(h.sign(t, st))}, nil)
+		if err == nil {
+			err = h.post(ctx, "rollouts.create", map[string]any{"tenantId": platformTenant, "version": version, "pools": []string{pool},
+				"waves": []map[string]any{{"percent": 100}}, "maxUnavailable": 1, "maxFailedNodes": 0, "bakeSeconds": 0}, &out)
+		}
+		if err != nil && strings.Contains(err.Error(), "expired") && time.Now().After(expires) {
+			t.Logf("release %s expired before its rollout was created (%v): again with %s", version, err, margin)
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		h.must(t, "rollouts.pause", map[string]any{"tenantId": platformTenant, "rolloutId": out.Rollout.RolloutID, "reason": "until the release expires"}, nil)
+		return version, out.Rollout.RolloutID, expires
+	}
+	t.Fatal("the expiring release expired before its rollout was created six times")
+	return "", "", time.Time{}
 }
