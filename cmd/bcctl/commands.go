@@ -173,7 +173,11 @@ func (f field) usage() string {
 	case f.kind() == "time":
 		parts = append(parts, "a time: RFC 3339 (2026-12-01T10:00:00Z), now, or relative (+2h, +30m, +1d) from the current minute")
 	case f.negated:
-		parts = append(parts, "a switch: sends "+f.Name+" false")
+		// The doc says what the field does when true: the switch does the
+		// opposite, so the doc is what happens without it.
+		parts = append(parts, "a switch: sends "+f.Name+" false; without it "+f.Name+" is true: "+
+			strings.TrimSuffix(api.ExpandDoc(f.Doc), " (default true)"))
+		return strings.Join(parts, "; ")
 	case f.kind() == "duration":
 		parts = append(parts, "a duration (90s, 5m, 1h30m), sent in whole seconds")
 	case f.kind() == "strings":
