@@ -17,7 +17,10 @@ LOCAL_KMS_MODULE  := github.com/nsmithuk/local-kms
 LOCAL_KMS_VERSION := v0.0.0-20260228092603-2a5e92d09ab6
 TOOLS_DIR         := .tools
 LOCAL_KMS         := $(TOOLS_DIR)/bin/local-kms
-LOCAL_KMS_REAL    := $(TOOLS_DIR)/local-kms@$(LOCAL_KMS_VERSION)/local-kms
+# local-kms listens on every interface (its server binds ":"+PORT, and no
+# setting names a host): it is built from a copy of the pinned module with that
+# one line bound to 127.0.0.1, like every other local server.
+LOCAL_KMS_REAL    := $(TOOLS_DIR)/local-kms@$(LOCAL_KMS_VERSION)-loopback/local-kms
 # The official AWS Lambda Runtime Interface Emulator (make lambda-test).
 RIE_MODULE        := github.com/aws/aws-lambda-runtime-interface-emulator
 RIE_VERSION       := v0.0.0-20261030222936-bef5c4ba774d
@@ -52,13 +55,19 @@ $(NODE_STAMP): package.json package-lock.json
 	$(NPM) ci --no-audit --no-fund
 	@touch $@
 
-# Built once per pinned version; .tools/bin/local-kms links to it.
+# Built once per pinned version; .tools/bin/local-kms links to it. The copy's
+# patch is checked: a version whose line differs stops here, not at run time.
+LOCAL_KMS_SRC := $(TOOLS_DIR)/src/local-kms@$(LOCAL_KMS_VERSION)
 $(LOCAL_KMS_REAL):
-	GOBIN=$(CURDIR)/$(@D) $(GO) install $(LOCAL_KMS_MODULE)@$(LOCAL_KMS_VERSION)
+	@dir=$$(cd / && GOWORK=off GOFLAGS=-mod=mod $(GO) mod download -json $(LOCAL_KMS_MODULE)@$(LOCAL_KMS_VERSION) | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p'); \
+	  rm -rf $(LOCAL_KMS_SRC) && mkdir -p $(dir $(LOCAL_KMS_SRC)) && cp -R "$$dir" $(LOCAL_KMS_SRC) && chmod -R u+w $(LOCAL_KMS_SRC); \
+	  sed -i.orig -e 's/addr := ":"+port/addr := "127.0.0.1:"+port/' -e 's/started on 0\.0\.0\.0:/started on 127.0.0.1:/' $(LOCAL_KMS_SRC)/src/server.go; \
+	  grep -q 'addr := "127.0.0.1:"+port' $(LOCAL_KMS_SRC)/src/server.go || { echo "local-kms $(LOCAL_KMS_VERSION): its listen line changed; update the Makefile's patch" >&2; exit 1; }
+	cd $(LOCAL_KMS_SRC) && GOWORK=off $(GO) build -trimpath -o $(CURDIR)/$@ .
 
 $(LOCAL_KMS): $(LOCAL_KMS_REAL)
 	@mkdir -p $(@D)
-	ln -sfn ../local-kms@$(LOCAL_KMS_VERSION)/local-kms $@
+	ln -sfn ../local-kms@$(LOCAL_KMS_VERSION)-loopback/local-kms $@
 
 # Built, then run in the foreground (not `go run`, which turns Ctrl-C into exit 1).
 run: tools ## run the control plane locally on BC_LISTEN (default 127.0.0.1:8080)

@@ -295,3 +295,31 @@ func TestExpiresText(t *testing.T) {
 		}
 	}
 }
+
+// A negated switch's help says what the switch does: --no-rollback leaves
+// the updated nodes where they are, so no line of its help may read as if
+// the flag sent them back.
+func TestNoRollbackHelp(t *testing.T) {
+	out, errOut, code := bcctlRun(t, nil, "rollouts", "create", "--help")
+	if code != 0 {
+		t.Fatalf("exit %d %s", code, errOut)
+	}
+	var lines []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "--no-rollback ") && !strings.Contains(l, "leaves the updated nodes on VERSION") {
+			lines = append(lines, l)
+		}
+	}
+	if len(lines) != 2 {
+		t.Fatalf("want the field line and the flag line of --no-rollback, got %q", lines)
+	}
+	for _, l := range lines {
+		i := strings.Index(l, "on abort send every updated node back")
+		if i >= 0 && !strings.Contains(l[:i], "without it") {
+			t.Errorf("--no-rollback described as rolling back: %q", l)
+		}
+		if !strings.Contains(l, "rollbackOnAbort false") {
+			t.Errorf("--no-rollback line does not say it sends rollbackOnAbort false: %q", l)
+		}
+	}
+}

@@ -130,7 +130,7 @@ func fieldsOf(m *api.Method) []field {
 			continue // its start and end are flags of their own
 		case f.Name == "reservationId", f.Name == "poolId" && m.Resource() == "pools" && m.Verb() != "list",
 			f.Name == "nodeId" && m.Resource() == "nodes", f.Name == "rolloutId" && m.Resource() == "rollouts",
-			f.Name == "version" && m.Name == "rollouts.create":
+			f.Name == "version" && (m.Name == "rollouts.create" || m.Name == "releases.prove"):
 			fl.positional = true
 		case f.Name == "publicKey" && m.Name == "nodes.register": // nodesRegisterCommand reads it
 			fl.keyFile = true
@@ -173,7 +173,11 @@ func (f field) usage() string {
 	case f.kind() == "time":
 		parts = append(parts, "a time: RFC 3339 (2026-12-01T10:00:00Z), now, or relative (+2h, +30m, +1d) from the current minute")
 	case f.negated:
-		parts = append(parts, "a switch: sends "+f.Name+" false")
+		// The doc says what the field does when true: the switch does the
+		// opposite, so the doc is what happens without it.
+		parts = append(parts, "a switch: sends "+f.Name+" false; without it "+f.Name+" is true: "+
+			strings.TrimSuffix(api.ExpandDoc(f.Doc), " (default true)"))
+		return strings.Join(parts, "; ")
 	case f.kind() == "duration":
 		parts = append(parts, "a duration (90s, 5m, 1h30m), sent in whole seconds")
 	case f.kind() == "strings":
@@ -216,14 +220,20 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 		}
 	}
 	use := m.Verb()
+	args := cobra.ExactArgs(boolInt(positional != nil))
 	if positional != nil {
-		use += " " + strings.ToUpper(strings.TrimSuffix(positional.Name, "Id"))
+		arg := strings.ToUpper(strings.TrimSuffix(positional.Name, "Id"))
+		if !positional.Required {
+			// An optional argument (releases prove [VERSION]: consistency alone without it).
+			arg, args = "["+arg+"]", cobra.RangeArgs(0, 1)
+		}
+		use += " " + arg
 	}
 	cmd := &cobra.Command{
 		Use:   use,
 		Short: m.Brief(),
 		Long:  methodHelp(m, fields),
-		Args:  cobra.ExactArgs(boolInt(positional != nil)),
+		Args:  args,
 	}
 	values := map[string]*string{}
 	multi := map[string]*[]string{}
@@ -260,7 +270,9 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 				raw = c.tenantOf(cmd, m)
 				set = raw != ""
 			case f.positional:
-				raw, set = args[0], true
+				if len(args) > 0 {
+					raw, set = args[0], true
+				}
 			case f.kind() == "counts", f.kind() == "strings":
 				set = len(*multi[f.flag]) > 0
 			default:

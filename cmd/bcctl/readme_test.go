@@ -74,7 +74,8 @@ func runQuickstart(t *testing.T, url string) {
 // It returns each verb's last output.
 func walkReadme(t *testing.T, lines []string, url, tmp string, extra map[string]string, sleep func(context.Context, time.Duration) error) map[string]string {
 	t.Helper()
-	env := map[string]string{"BC_API_URL": url, "BC_TOKEN": "dev:admin", "BC_TENANT": "acme"}
+	// releases verify keeps its checkpoint in the user's config directory.
+	env := map[string]string{"BC_API_URL": url, "BC_TOKEN": "dev:admin", "BC_TENANT": "acme", "XDG_CONFIG_HOME": tmp + "/config"}
 	maps.Copy(env, extra)
 	var id string
 	outputs := map[string]string{}

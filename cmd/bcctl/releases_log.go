@@ -7,7 +7,9 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -34,17 +36,21 @@ var logTable = oneTable(func(w io.Writer, a api.ReleaseLogResult, _ time.Time) {
 func (c *cli) releasesVerifyCommand() *cobra.Command {
 	prove := api.Lookup("releases.prove")
 	var manifestFile, vkey, checkpointFile string
+	var noCheckpoint bool
 	cmd := &cobra.Command{
-		Use:   "verify VERSION --manifest FILE [--log-key VKEY] [--checkpoint FILE]",
+		Use:   "verify VERSION --manifest FILE [--log-key VKEY] [--checkpoint FILE | --no-checkpoint]",
 		Short: "Prove a release is in the release log, offline, with an independent verifier",
-		Long: `Asks releases.prove for VERSION's inclusion proof (and, with --checkpoint, the consistency proof
-from the checkpoint stored there), then checks offline, with transparency-dev's note, checkpoint and
-Merkle verifiers: the checkpoint is signed by the log key (--log-key, a C2SP signed-note verifier
-key, default $BC_RELEASE_LOG_VKEY; its name is the log's origin), the release's entry — the DSSE
-payload of --manifest, exactly as signed — is in its tree, and that tree extends the stored one.
-With --checkpoint FILE, the verified checkpoint then replaces the stored one (a missing file is a
-first run), so running it again later is a monitor: a log that ever drops, changes or reorders an
-entry fails consistency. Exit 0: verified; 1: refused (the reason is printed) or an API error.`,
+		Long: `Asks releases.prove for VERSION's inclusion proof and the consistency proof from the checkpoint
+verified last, then checks offline, with transparency-dev's note, checkpoint and Merkle verifiers:
+the checkpoint is signed by the log key (--log-key, a C2SP signed-note verifier key, default
+$BC_RELEASE_LOG_VKEY; its name is the log's origin), the release's entry — the DSSE payload of
+--manifest, exactly as signed — is in its tree, and that tree extends the stored one. The verified
+checkpoint then replaces the stored one (none yet: a first run), so every later run is a monitor:
+a log that ever drops, changes or reorders an entry fails consistency. The checkpoint is kept per
+log origin in the user's config directory (` + "`" + `bettercompute/releaselog/ORIGIN.checkpoint` + "`" + ` under
+$XDG_CONFIG_HOME, ~/.config, or ~/Library/Application Support on macOS), or in --checkpoint FILE
+(default $BC_RELEASE_LOG_CHECKPOINT); --no-checkpoint neither reads nor keeps one.
+Exit 0: verified; 1: refused (the reason is printed) or an API error.`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			version := args[0]
@@ -61,6 +67,16 @@ entry fails consistency. Exit 0: verified; 1: refused (the reason is printed) or
 			entry, err := manifestPayload(manifestFile, version)
 			if err != nil {
 				return localErr(err)
+			}
+			if noCheckpoint && cmd.Flags().Changed("checkpoint") {
+				return usageErr(errors.New("releases verify: --checkpoint and --no-checkpoint exclude each other"))
+			}
+			if !noCheckpoint && checkpointFile == "" {
+				if checkpointFile = c.getenv("BC_RELEASE_LOG_CHECKPOINT"); checkpointFile == "" {
+					if checkpointFile, err = c.checkpointPath(verifier.Name()); err != nil {
+						return localErr(err)
+					}
+				}
 			}
 			var stored *tlogfmt.Checkpoint
 			if checkpointFile != "" {
@@ -81,14 +97,18 @@ entry fails consistency. Exit 0: verified; 1: refused (the reason is printed) or
 				fmt.Fprintf(c.errOut, "bcctl: release %s: refused: %v\n", version, err)
 				return exitCode(exitAPIError)
 			}
+			from := "no stored checkpoint"
 			if checkpointFile != "" {
+				if err := os.MkdirAll(filepath.Dir(checkpointFile), 0o700); err != nil {
+					return localErr(err)
+				}
 				if err := writeAtomic(checkpointFile, []byte(p.Checkpoint)); err != nil {
 					return localErr(err)
 				}
+				from = "no stored checkpoint (the first run: this one is kept in " + checkpointFile + ")"
 			}
-			from := "no stored checkpoint"
 			if stored != nil {
-				from = fmt.Sprintf("consistent with the stored checkpoint of size %d", stored.Size)
+				from = fmt.Sprintf("consistent with the stored checkpoint of size %d (%s)", stored.Size, checkpointFile)
 			}
 			fmt.Fprintf(c.out, "release %s is entry %d of %s\ncheckpoint: size %d, root %s, signed by %s\ninclusion: verified\nconsistency: %s\n",
 				version, *p.Index, verifier.Name(), cp.Size, base64.StdEncoding.EncodeToString(cp.Hash), verifier.Name(), from)
@@ -97,8 +117,23 @@ entry fails consistency. Exit 0: verified; 1: refused (the reason is printed) or
 	}
 	cmd.Flags().StringVar(&manifestFile, "manifest", "", "the release's DSSE envelope (as registered): its payload is the log entry")
 	cmd.Flags().StringVar(&vkey, "log-key", "", "the log's signed-note verifier key (default $BC_RELEASE_LOG_VKEY; bcctl pubkey --log-origin prints it)")
-	cmd.Flags().StringVar(&checkpointFile, "checkpoint", "", "the checkpoint verified last: consistency is proved from it, and the new one replaces it")
+	cmd.Flags().StringVar(&checkpointFile, "checkpoint", "", "the checkpoint verified last: consistency is proved from it, and the new one replaces it (default $BC_RELEASE_LOG_CHECKPOINT, else one per origin in the user's config directory)")
+	cmd.Flags().BoolVar(&noCheckpoint, "no-checkpoint", false, "neither read nor keep a checkpoint (no consistency check)")
 	return cmd
+}
+
+// checkpointPath is where verify keeps the checkpoint of the log origin:
+// the user's config directory (XDG_CONFIG_HOME read through the CLI's
+// environment, else os.UserConfigDir), one file per origin.
+func (c *cli) checkpointPath(origin string) (string, error) {
+	dir := c.getenv("XDG_CONFIG_HOME")
+	if dir == "" {
+		var err error
+		if dir, err = os.UserConfigDir(); err != nil {
+			return "", fmt.Errorf("no config directory for the stored checkpoint (%w): give --checkpoint FILE", err)
+		}
+	}
+	return filepath.Join(dir, "bettercompute", "releaselog", url.PathEscape(origin)+".checkpoint"), nil
 }
 
 // manifestPayload is the DSSE payload of the envelope in file: the log

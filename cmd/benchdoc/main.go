@@ -146,14 +146,15 @@ func jsonVersion(path string) string {
 }
 
 // localKMSVersion reads the pinned version from the tool's install path
-// (.tools/bin/local-kms → ../local-kms@VERSION/local-kms).
+// (.tools/bin/local-kms → ../local-kms@VERSION-loopback/local-kms: the
+// Makefile's build bound to 127.0.0.1).
 func localKMSVersion() string {
 	target, err := os.Readlink(".tools/bin/local-kms")
 	if err != nil {
 		return ""
 	}
 	_, v, _ := strings.Cut(filepath.Dir(target), "@")
-	return v
+	return strings.TrimSuffix(v, "-loopback")
 }
 
 func output(name string, args ...string) string {

@@ -7,11 +7,12 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/app/kmskeys"
 	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
 )
 
 func main() {
 	ctx := context.Background()
-	a := app.MustFromEnv(ctx)
+	a := app.MustFromEnv(ctx, kmskeys.FromKMS()) // the log key's public half
 	lambda.Start(a.Gateway.Lambda(a.MustEndpoint(ctx, (&rolloutapp.Module{}).ReleasesLog())))
 }

@@ -82,6 +82,9 @@ func AccessFor(fn string, actions []string, indexes []string) (Access, error) {
 			a.TableQuery = append(a.TableQuery, act)
 		case service == "dynamodb":
 			a.TableItem = append(a.TableItem, act)
+		case act == api.ReadsReleaseLogKey:
+			// releases.log's verifier key: the log key's public half alone.
+			a.LogKey = append(a.LogKey, "kms:GetPublicKey")
 		case act == api.SignsReleaseLog:
 			// Checkpoints of the release log: its own key, never the release key.
 			a.LogKey = append(a.LogKey, act, "kms:GetPublicKey")

@@ -326,3 +326,99 @@ func TestDocumentedContextTables(t *testing.T) {
 		}
 	}
 }
+
+// The README's deploy block runs as pasted: without credentials it stops
+// before building anything; with (fake) credentials and an AWS endpoint
+// that refuses every connection, it gets as far as the AWS call, and every
+// context value the block gives reached the synthesized template — every
+// line of its multi-line CDK_ARGS, not the first alone.
+func TestREADMEDeployBlockAsPasted(t *testing.T) {
+	root := repoRoot(t)
+	readme := readDoc(t, readmeDoc)
+	var block string
+	for _, b := range strings.Split(readme, "```sh\n")[1:] {
+		if body, _, _ := strings.Cut(b, "```"); strings.Contains(body, "make deploy CDK_ARGS=") {
+			block = body
+			break
+		}
+	}
+	if block == "" {
+		t.Fatal("README: no sh block with make deploy CDK_ARGS=")
+	}
+	var lines []string
+	for _, l := range strings.Split(block, "\n") {
+		lines = append(lines, strings.TrimPrefix(l, "   ")) // the list item's indent
+	}
+	script := strings.Join(lines, "\n")
+	given := contextArgs(t, deployArgs(script)[0])
+	for _, k := range []string{"jwtIssuer", "jwtAudience", "iamUrl", "releaseSignerRoleArn", "alarmEmail"} {
+		if given[k] == nil {
+			t.Errorf("the README's deploy block sets no %s", k)
+		}
+	}
+	home := t.TempDir()
+	base := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + home, "GOCACHE=" + goEnv(t, "GOCACHE"), "GOMODCACHE=" + goEnv(t, "GOMODCACHE"),
+		"GOPATH=" + goEnv(t, "GOPATH"), "GOFLAGS=" + os.Getenv("GOFLAGS")}
+	run := func(env ...string) (string, error) {
+		cmd := exec.Command("bash", "-c", script)
+		cmd.Dir, cmd.Env = root, append(base, env...)
+		b, err := cmd.CombinedOutput()
+		return string(b), err
+	}
+
+	out, err := run()
+	if err == nil || !strings.Contains(out, "no AWS credentials") || strings.Contains(out, "bootstrap ") && strings.Contains(out, "MiB") {
+		t.Fatalf("without credentials: %v, want a refusal before the build:\n%s", err, out)
+	}
+
+	assets, cdkOut := t.TempDir(), t.TempDir()
+	if err := WritePlaceholders(assets); err != nil {
+		t.Fatal(err)
+	}
+	out, err = run("AWS_ACCESS_KEY_ID=AKIAFAKEFAKEFAKEFAKE", "AWS_SECRET_ACCESS_KEY=fake", "AWS_REGION=us-east-1",
+		"AWS_ENDPOINT_URL=http://127.0.0.1:9", "AWS_EC2_METADATA_DISABLED=true", "AWS_MAX_ATTEMPTS=1",
+		"MAKEFLAGS=-o build", "LAMBDA_OUT="+assets, "CDK_OUT="+cdkOut, "CDK_ENV=JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 CDK_DISABLE_CLI_TELEMETRY=true")
+	if err == nil {
+		t.Fatalf("deploy against an endpoint that refuses succeeded:\n%s", out)
+	}
+	tmpl, rerr := os.ReadFile(filepath.Join(cdkOut, "BetterCompute.template.json"))
+	if rerr != nil {
+		t.Fatalf("no template synthesized (%v):\n%s", rerr, out)
+	}
+	for k, v := range given {
+		if !strings.Contains(string(tmpl), fmt.Sprint(v)) {
+			t.Errorf("context %s=%s is not in the synthesized template", k, v)
+		}
+	}
+}
+
+func goEnv(t *testing.T, k string) string {
+	t.Helper()
+	b, err := exec.Command("go", "env", k).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// The docs' function counts are the stack's: the catalog's methods and the
+// reconciler.
+func TestDocumentedFunctionCount(t *testing.T) {
+	fns, err := Functions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for doc, re := range map[string]*regexp.Regexp{
+		readmeDoc: regexp.MustCompile(`builds the (\d+) functions`),
+		infraDoc:  regexp.MustCompile(`fewer than the stack's (\d+) functions`),
+	} {
+		m := re.FindStringSubmatch(readDoc(t, doc))
+		if m == nil {
+			t.Errorf("%s: no %q", doc, re)
+			continue
+		}
+		if m[1] != strconv.Itoa(len(fns)) {
+			t.Errorf("%s says %s functions; the stack has %d (the catalog's methods and the reconciler)", doc, m[1], len(fns))
+		}
+	}
+}

@@ -52,6 +52,10 @@ const (
 	OutputTableName    = "TableName"
 	OutputSigningKeyID = "SigningKeyId"
 	OutputLogKeyID     = "ReleaseLogKeyId"
+	// OutputLogOrigin and OutputLogVerifierKeyCommand: what an auditor pins
+	// the release log's key from.
+	OutputLogOrigin             = "ReleaseLogOrigin"
+	OutputLogVerifierKeyCommand = "ReleaseLogVerifierKeyCommand"
 )
 
 // Environment variables the stack sets (read by shared/app.ConfigFromEnv).
@@ -184,6 +188,16 @@ func New(scope constructs.Construct, cfg Config, props *awscdk.StackProps) (*Sta
 	})
 	awscdk.NewCfnOutput(s.Stack, jsii.String(OutputLogKeyID), &awscdk.CfnOutputProps{
 		Value: s.LogKey.KeyId(), Description: jsii.String("KMS key that signs the release log's checkpoints (its public key is what nodes and monitors pin)"),
+	})
+	// The verifier key hashes the public key (its key ID), which no
+	// template function can: the outputs name the key and the origin, and
+	// the command that prints the verifier key from them.
+	awscdk.NewCfnOutput(s.Stack, jsii.String(OutputLogOrigin), &awscdk.CfnOutputProps{
+		Value: logOrigin(s.Stack), Description: jsii.String("The release log's origin: the checkpoints' first line and the verifier key's name"),
+	})
+	awscdk.NewCfnOutput(s.Stack, jsii.String(OutputLogVerifierKeyCommand), &awscdk.CfnOutputProps{
+		Value:       awscdk.Fn_Join(jsii.String(""), jsii.Strings("bcctl pubkey --kms-key ", *s.LogKey.KeyArn(), " --log-origin ", *logOrigin(s.Stack))),
+		Description: jsii.String("Prints the release log's verifier key (kms:GetPublicKey on the log key): what auditors, monitors and nodes pin"),
 	})
 	return s, nil
 }

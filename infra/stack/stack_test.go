@@ -491,6 +491,8 @@ func TestLeastPrivilegePerFunction(t *testing.T) {
 				switch {
 				case a == api.SignsReleaseLog: // on the log key alone, with the public key it needs
 					logActs = append(logActs, a, "kms:GetPublicKey")
+				case a == api.ReadsReleaseLogKey: // releases.log's verifier key: the log key's public half alone
+					logActs = append(logActs, "kms:GetPublicKey")
 				case a == "dynamodb:Query":
 					dynamoActs = append(dynamoActs, a)
 					queryActs = append(queryActs, a)
@@ -996,10 +998,12 @@ func TestReleaseLogKey(t *testing.T) {
 	if len(signers) != len(appenders) {
 		t.Errorf("principals allowed kms:Sign on the log key: %v, want only the roles of %v", signers, appenders)
 	}
+	// releases.log reads the key's public half (its verifierKey), never signs.
+	readers := append([]string{"releases-log"}, appenders...)
 	for name, id := range ids {
 		vars, _ := path(props(id.Function), "Environment", "Variables").(map[string]any)
 		has := vars["BC_RELEASE_LOG_KEY"] != nil
-		if has != slices.Contains(appenders, name) {
+		if has != slices.Contains(readers, name) {
 			t.Errorf("%s: BC_RELEASE_LOG_KEY set = %v", name, has)
 		}
 		if has && (!equal(vars["BC_RELEASE_LOG_KEY"], refTo(ref["logKey"])) || vars["BC_RELEASE_LOG_ORIGIN"] == nil) {

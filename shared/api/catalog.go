@@ -69,6 +69,17 @@ const ReadsKMSKeys = "kms:GetPublicKey"
 // alone, never on the release signing key.
 const SignsReleaseLog = "kms:Sign"
 
+// ReadsReleaseLogKey is the action of releases.log, which answers the log
+// key as a verifier key: kms:GetPublicKey on the log key alone, once, at
+// cold start. It is spelt apart from ReadsKMSKeys (the same AWS action on
+// the release keys) so the stack grants it on the right key.
+const ReadsReleaseLogKey = "kms:GetPublicKey#releaselog"
+
+// ReleasesRead is the permission of the release log's reads: granted to
+// auditors and tenants (read-only, on the platform's one log) as to fleet
+// admins.
+const ReleasesRead = "compute:releases:read"
+
 // Note is a labelled paragraph of a method's reference page.
 type Note struct{ Label, Text string }
 
@@ -170,7 +181,7 @@ var Catalog = []*Method{
 		Notes:   []Note{{"", "The list is not filtered by tenant: releases belong to the platform. Without `limit` it returns every release."}},
 		Input:   reflect.TypeFor[ListReleasesInput](), Output: reflect.TypeFor[ListReleasesResult](),
 		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{"ordered"}},
-	{Name: "releases.log", Kind: Read, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout", Phase: "v0.7",
+	{Name: "releases.log", Kind: Read, Permission: ReleasesRead, Scope: FleetScope, Module: "rollout", Phase: "v0.7",
 		Summary: "Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.",
 		Notes: []Note{
 			{"Checkpoint", "The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log)."},
@@ -180,8 +191,8 @@ var Catalog = []*Method{
 			{apierr.Unavailable, "DynamoDB failed, or no checkpoint is signed yet (a new deployment: the reconciler signs the empty log's on its first pass)",
 				[]Detail{detail("dependency")}},
 		},
-		Actions: []string{"dynamodb:GetItem"}},
-	{Name: "releases.prove", Kind: Read, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout", Phase: "v0.7",
+		Actions: []string{"dynamodb:GetItem", ReadsReleaseLogKey}},
+	{Name: "releases.prove", Kind: Read, Permission: ReleasesRead, Scope: FleetScope, Module: "rollout", Phase: "v0.7",
 		Summary: "Proves a release's entry is in the release log, and that the log only grew: the latest checkpoint with an inclusion proof for `version` and a consistency proof from `fromSize`, in the tree of `size`.",
 		Notes: []Note{
 			{"Proofs", "Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline."},
@@ -383,7 +394,7 @@ var Catalog = []*Method{
 		Errors:  []ErrorCase{{apierr.InvalidInput, "`state` is not a rollout state", []Detail{detail("field", "state"), detail("reason", "constraint")}}},
 		Actions: []string{"dynamodb:Query", "dynamodb:BatchGetItem", ReadsCursorKey}, Indexes: []string{"ordered", "bystate"}},
 	{Name: "rollouts.nodes", Kind: Read, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout", Phase: "v0.6",
-		Summary: "Lists a rollout's nodes in its order, optionally of one step: each node's wave, step, reason, the release it ran when the rollout took it, and its rollback. Nodes pending in a finished rollout were never touched.",
+		Summary: "Lists a rollout's nodes in its order, optionally of one step: each node's wave, step, reason, the release it ran when the rollout took it, and its rollback. Once the rollout is finished (completed, aborted, rolled_back), a node it never started reads as `skipped` (reason `not_started`), in its counts too: nothing will start it.",
 		Input:   reflect.TypeFor[RolloutNodesInput](), Output: reflect.TypeFor[RolloutNodesResult](),
 		Errors: []ErrorCase{
 			{apierr.InvalidInput, "`step` is not a node step", []Detail{detail("field", "step"), detail("reason", "constraint")}},

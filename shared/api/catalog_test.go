@@ -21,8 +21,8 @@ var specMethods = []struct {
 }{
 	{"releases.register", "mutation", "compute:fleet:admin", "compute-fleet", "rollout", false, "v0.4"},
 	{"releases.list", "read", "compute:fleet:admin", "compute-fleet", "rollout", false, "v0.4"},
-	{"releases.log", "read", "compute:fleet:admin", "compute-fleet", "rollout", false, "v0.7"},
-	{"releases.prove", "read", "compute:fleet:admin", "compute-fleet", "rollout", false, "v0.7"},
+	{"releases.log", "read", "compute:releases:read", "compute-fleet", "rollout", false, "v0.7"},
+	{"releases.prove", "read", "compute:releases:read", "compute-fleet", "rollout", false, "v0.7"},
 	{"pools.create", "mutation", "compute:pools:admin", "tenant:{tenantId}", "capacity", false, "v0.4"},
 	{"pools.offer", "mutation", "compute:pools:admin", "tenant:{tenantId}", "capacity", false, "v0.4"},
 	{"pools.get", "read", "compute:pools:read", "tenant:{tenantId}", "capacity", false, "v0.4"},

@@ -135,6 +135,11 @@ func Hint(e *apierr.Error, fc Failed, words Words) string {
 	case apierr.Unauthenticated:
 		return fmt.Sprintf("Set %s: a JWT from your identity provider, or dev:<principal> on the local gateway.", orText(words.Token, "the token"))
 	case apierr.PermissionDenied:
+		// Name the grant: a fleet-scope method is not granted on a tenant.
+		if m := api.Lookup(fc.Method); m != nil && !m.DecideOnDraft {
+			scope := m.ScopeFor(fc.arg("tenantId", "<tenant>"), map[string]string{"poolId": fc.arg("poolId", "<pool>"), "nodeId": fc.arg("nodeId", "<node>")})
+			return fmt.Sprintf("The principal lacks %s on %s, this method's grant; ask an admin (locally: localstack/policy.json).", m.Permission, scope)
+		}
 		return "The principal lacks a grant for this method on this tenant; ask an admin (locally: localstack/policy.json)."
 	case apierr.NotFound:
 		if p := str("path"); p != "" {

@@ -90,7 +90,7 @@ type Options struct {
 // Stack is a running pair of local servers.
 type Stack struct {
 	DynamoEndpoint string // http://127.0.0.1:<port>
-	KMSEndpoint    string // http://127.0.0.1:<port> (local-kms listens on every interface)
+	KMSEndpoint    string // http://127.0.0.1:<port> (local-kms, built bound to loopback)
 	Region         string
 
 	log       *slog.Logger

@@ -3,11 +3,14 @@ package devstack
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -116,4 +119,51 @@ func TestSweepStaleTempDirs(t *testing.T) {
 	if _, err := os.Stat(live); err != nil {
 		t.Errorf("live dir removed: %v", err)
 	}
+}
+
+// local-kms listens on loopback only, as dynalite does: no socket of its
+// port listens on another address (the kernel's socket table, not a dial
+// from outside, which a host without another interface could not make).
+func TestKMSListensOnLoopbackOnly(t *testing.T) {
+	s, err := Start(context.Background(), Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	for name, endpoint := range map[string]string{"local-kms": s.KMSEndpoint, "dynalite": s.DynamoEndpoint} {
+		port := portOf(endpoint)
+		addrs := listeners(t, port)
+		if len(addrs) == 0 {
+			t.Errorf("%s: no listening socket on port %d", name, port)
+		}
+		for _, a := range addrs {
+			if a != "0100007F" {
+				t.Errorf("%s listens on %s:%d (hex, as /proc/net/tcp*), want 127.0.0.1 only", name, a, port)
+			}
+		}
+	}
+}
+
+// listeners are the local addresses (hex, as /proc/net/tcp and tcp6 print
+// them) of the sockets listening on port.
+func listeners(t *testing.T, port int) []string {
+	t.Helper()
+	var out []string
+	for _, f := range []string{"/proc/net/tcp", "/proc/net/tcp6"} {
+		data, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(data), "\n")[1:] {
+			fields := strings.Fields(line)
+			if len(fields) < 4 || fields[3] != "0A" { // TCP_LISTEN
+				continue
+			}
+			host, p, ok := strings.Cut(fields[1], ":")
+			if n, err := strconv.ParseUint(p, 16, 16); ok && err == nil && int(n) == port {
+				out = append(out, host)
+			}
+		}
+	}
+	return out
 }

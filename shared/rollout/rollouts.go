@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/oklog/ulid/v2"
@@ -323,7 +324,55 @@ func (s *Rollouts) Get(ctx context.Context, id string) (Rollout, error) {
 	case err != nil:
 		return Rollout{}, dependency(err)
 	}
-	return rec.Rollout, nil
+	return ended(rec.Rollout), nil
+}
+
+// ended is r as it reads: once r is terminal, the nodes it never started
+// count as skipped (not_started), not pending: nothing will start them.
+// They stay stored pending; reading them so costs no write per node.
+func ended(r Rollout) Rollout {
+	if r.State.Terminal() {
+		r.Counts.Skipped += r.Counts.Pending
+		r.Counts.Pending = 0
+	}
+	return r
+}
+
+// skippedPhase and pendingPhase mark which stored step a page of a
+// finished rollout's skipped nodes (stored pending first, then skipped)
+// goes on from.
+const (
+	pendingPhase = "pending:"
+	skippedPhase = "skipped:"
+)
+
+// endedSkipped is a page of a terminal rollout's skipped nodes: those it
+// never started (stored pending), then those it skipped.
+func (s *Rollouts) endedSkipped(ctx context.Context, id string, limit int, after string) ([]Progress, string, error) {
+	var out []Progress
+	if after == "" || strings.HasPrefix(after, pendingPhase) {
+		ps, err := s.Store.ProgressByStep(ctx, id, Pending, limit+1, strings.TrimPrefix(after, pendingPhase))
+		if err != nil {
+			return nil, "", err
+		}
+		if len(ps) > limit {
+			return ps[:limit], pendingPhase + ps[limit-1].Key(), nil
+		}
+		out, after = ps, ""
+	}
+	need := limit - len(out)
+	rest, err := s.Store.ProgressByStep(ctx, id, Skipped, need+1, strings.TrimPrefix(after, skippedPhase))
+	if err != nil {
+		return nil, "", err
+	}
+	if len(rest) <= need {
+		return append(out, rest...), "", nil
+	}
+	next := skippedPhase
+	if need > 0 {
+		next += rest[need-1].Key()
+	}
+	return append(out, rest[:need]...), next, nil
 }
 
 // List lists rollouts newest first.
@@ -334,7 +383,7 @@ func (s *Rollouts) List(ctx context.Context, state State, page paging.Page) ([]R
 	}
 	out := make([]Rollout, len(recs))
 	for i, r := range recs {
-		out[i] = r.Rollout
+		out[i] = ended(r.Rollout)
 	}
 	return out, next, nil
 }
@@ -351,11 +400,16 @@ func (s *Rollouts) Nodes(ctx context.Context, id string, step Step, limit int, a
 	}
 	var ps []Progress
 	next := ""
-	if step != "" {
+	switch {
+	case rec.State.Terminal() && step == Pending:
+		return []NodeProgress{}, "", nil // none is, once it ended
+	case rec.State.Terminal() && step == Skipped:
+		ps, next, err = s.endedSkipped(ctx, id, limit, after)
+	case step != "":
 		if ps, err = s.Store.ProgressByStep(ctx, id, step, limit+1, after); err == nil && len(ps) > limit {
 			ps, next = ps[:limit], ps[limit-1].Key()
 		}
-	} else {
+	default:
 		ps, next, err = s.Store.ProgressInOrder(ctx, id, limit, after)
 	}
 	if err != nil {
@@ -367,6 +421,9 @@ func (s *Rollouts) Nodes(ctx context.Context, id string, step Step, limit int, a
 		out[i].Wave = waveOfOrder(rec.Boundaries, p.Order)
 		if out[i].Rollback == RollbackDue {
 			out[i].Rollback = "" // not rolled back (yet)
+		}
+		if rec.State.Terminal() && out[i].Step == Pending {
+			out[i].Step, out[i].Reason = Skipped, ReasonNotStarted
 		}
 	}
 	return out, next, nil
@@ -473,7 +530,7 @@ func (s *Rollouts) change(ctx context.Context, id string, fn func(*Record) bool,
 		}
 		from := rec.State
 		if !fn(&rec) {
-			return rec.Rollout, nil // already so, or terminal: unchanged
+			return ended(rec.Rollout), nil // already so, or terminal: unchanged
 		}
 		if waitIntent {
 			rec.Intent = nil // absent, or stale: its pass is gone

@@ -874,3 +874,77 @@ func TestPauseAfterLongWaitRetriesALostWrite(t *testing.T) {
 		t.Errorf("%d polls, want 20", polls)
 	}
 }
+
+// A finished rollout leaves no node pending: aborted after its first wave,
+// the nodes it never started read as skipped (not_started) in its counts,
+// in rollouts.nodes and under the step filters, paged.
+func TestEndedRolloutHasNoPendingNode(t *testing.T) {
+	e := newFleetEnv(t)
+	e.release("1.0.0", 1)
+	e.release("2.0.0", 2)
+	e.pool("a", 10, "1.0.0", 1)
+	e.pass()
+	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"},
+		Waves: []rollout.WaveSpec{{Nodes: ptr(3)}, {Percent: ptr(100)}}, MaxUnavailable: ptr(3), BakeSeconds: ptr(3600)})
+	for range 60 {
+		if got := e.get(r.RolloutID); len(got.Waves) > 0 && got.Waves[0].FinishedAt != nil {
+			break
+		}
+		e.round(time.Second)
+	}
+	ctx := context.Background()
+	if got := e.get(r.RolloutID); got.Counts.Updated != 3 || got.Counts.Pending != 7 {
+		t.Fatalf("after wave 1: %+v", got.Counts)
+	}
+	if _, err := e.rollouts.Abort(ctx, r.RolloutID, "regression"); err != nil {
+		t.Fatal(err)
+	}
+	e.until(r.RolloutID, rollout.RolledBack, 200, func() {})
+	got := e.get(r.RolloutID)
+	if got.Counts.Pending != 0 || got.Counts.Skipped != 7 || got.Counts.Updated != 3 {
+		t.Errorf("rolled back: counts %+v, want 0 pending, 7 skipped, 3 updated", got.Counts)
+	}
+	list, _, err := e.rollouts.List(ctx, "", paging.Page{Limit: 10})
+	if err != nil || len(list) != 1 || list[0].Counts != got.Counts {
+		t.Errorf("list: %+v %v, want the counts of get", list, err)
+	}
+	all, _, err := e.rollouts.Nodes(ctx, r.RolloutID, "", 100, "")
+	if err != nil || len(all) != 10 {
+		t.Fatalf("nodes: %d %v", len(all), err)
+	}
+	skipped := 0
+	for _, n := range all {
+		if n.Step == rollout.Pending {
+			t.Errorf("%s is pending in a rolled-back rollout", n.NodeID)
+		}
+		if n.Step == rollout.Skipped && n.Reason == rollout.ReasonNotStarted {
+			skipped++
+		}
+	}
+	if skipped != 7 {
+		t.Errorf("%d nodes skipped (not_started), want 7", skipped)
+	}
+	if ps, next, err := e.rollouts.Nodes(ctx, r.RolloutID, rollout.Pending, 100, ""); err != nil || len(ps) != 0 || next != "" {
+		t.Errorf("--step pending of a finished rollout: %d nodes, next %q, %v", len(ps), next, err)
+	}
+	// --step skipped, three at a time, finds the 7 once each.
+	seen := map[string]bool{}
+	for after, pages := "", 0; ; pages++ {
+		ps, next, err := e.rollouts.Nodes(ctx, r.RolloutID, rollout.Skipped, 3, after)
+		if err != nil || pages > 5 {
+			t.Fatalf("page %d: %v", pages, err)
+		}
+		for _, n := range ps {
+			if n.Step != rollout.Skipped || seen[n.NodeID] {
+				t.Errorf("page %d: %s %s (seen %v)", pages, n.NodeID, n.Step, seen[n.NodeID])
+			}
+			seen[n.NodeID] = true
+		}
+		if after = next; next == "" {
+			break
+		}
+	}
+	if len(seen) != 7 {
+		t.Errorf("--step skipped found %d nodes, want 7", len(seen))
+	}
+}

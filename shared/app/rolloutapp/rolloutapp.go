@@ -120,11 +120,18 @@ func logReader(a *app.App) *rollout.Log {
 
 // ReleasesLog is releases.log.
 func (m *Module) ReleasesLog() app.Method {
-	return app.Method{Name: "releases.log", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+	return app.Method{Name: "releases.log", Build: func(ctx context.Context, a *app.App) (api.Endpoint, error) {
 		l := logReader(a)
+		// The log key's public half, read once (kms:GetPublicKey): the
+		// answer names the key its checkpoints verify under.
+		key, err := LogKey(ctx, a)
+		if err != nil {
+			return api.Endpoint{}, err
+		}
+		vkey := key.VerifierKey()
 		return api.Bind(api.Lookup("releases.log"), func(ctx context.Context, _ *api.Call, _ *api.ReleaseLogInput) (api.ReleaseLogResult, error) {
 			note, size, err := l.Latest(ctx)
-			return api.ReleaseLogResult{Checkpoint: note, Size: size}, err
+			return api.ReleaseLogResult{Checkpoint: note, Size: size, VerifierKey: vkey}, err
 		}), nil
 	}}
 }
@@ -138,8 +145,16 @@ func (m *Module) ReleasesProve() app.Method {
 			if err != nil {
 				return api.ProveResult{}, err
 			}
-			return api.ProveResult{Checkpoint: p.Checkpoint, Index: p.Index, Inclusion: releaselog.EncodeHashes(p.Inclusion),
-				Consistency: releaselog.EncodeHashes(p.Consistency)}, nil
+			// A proof asked for is a list, [] when it needs no hash; one not
+			// asked for is left out.
+			out := api.ProveResult{Checkpoint: p.Checkpoint, Index: p.Index}
+			if in.Version != nil {
+				out.Inclusion = releaselog.EncodeHashes(p.Inclusion)
+			}
+			if in.FromSize != nil {
+				out.Consistency = releaselog.EncodeHashes(p.Consistency)
+			}
+			return out, nil
 		}), nil
 	}}
 }

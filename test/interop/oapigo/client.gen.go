@@ -691,7 +691,7 @@ type ProveReleaseInput struct {
 	// FromSize prove consistency from this size
 	FromSize *int `json:"fromSize,omitempty"`
 
-	// Size the tree size (default: the latest checkpoint's)
+	// Size the tree size (default: the latest checkpoint's; 0 is the empty tree)
 	Size     *int   `json:"size,omitempty"`
 	TenantId string `json:"tenantId"`
 
@@ -704,10 +704,10 @@ type ProveResult struct {
 	// Checkpoint the latest signed checkpoint
 	Checkpoint string `json:"checkpoint"`
 
-	// Consistency with fromSize: the consistency proof from fromSize to size (base64 hashes)
+	// Consistency with fromSize: the consistency proof from fromSize to size (base64 hashes; [] when it needs none)
 	Consistency *[]string `json:"consistency,omitempty"`
 
-	// Inclusion with version: its inclusion proof in the tree of size (base64 hashes)
+	// Inclusion with version: its inclusion proof in the tree of size (base64 hashes; [] when it needs none)
 	Inclusion *[]string `json:"inclusion,omitempty"`
 
 	// Index with version: its entry (from 0)
@@ -772,6 +772,9 @@ type ReleaseLogResult struct {
 
 	// Size its tree size
 	Size int `json:"size"`
+
+	// VerifierKey the log key as a C2SP signed-note verifier key (<name>+<hex key id>+<base64 of the signature type and public key>); pin the one the deployment's outputs name, not this answer (docs/releases.md)
+	VerifierKey string `json:"verifierKey"`
 }
 
 // ReleasesList400JSONResponseBodyErrorCode defines parameters for ReleasesList.
@@ -1157,7 +1160,7 @@ type ClientInterface interface {
 	//
 	// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
 	//
-	// Authorization: `compute:fleet:admin` @ `compute-fleet`
+	// Authorization: `compute:releases:read` @ `compute-fleet`
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1170,7 +1173,7 @@ type ClientInterface interface {
 	//
 	// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
 	//
-	// Authorization: `compute:fleet:admin` @ `compute-fleet`
+	// Authorization: `compute:releases:read` @ `compute-fleet`
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1183,7 +1186,7 @@ type ClientInterface interface {
 	//
 	// **Proofs.** Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline.
 	//
-	// Authorization: `compute:fleet:admin` @ `compute-fleet`
+	// Authorization: `compute:releases:read` @ `compute-fleet`
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -1196,7 +1199,7 @@ type ClientInterface interface {
 	//
 	// **Proofs.** Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline.
 	//
-	// Authorization: `compute:fleet:admin` @ `compute-fleet`
+	// Authorization: `compute:releases:read` @ `compute-fleet`
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -1290,7 +1293,7 @@ func (c *Client) ReleasesList(ctx context.Context, body ReleasesListJSONRequestB
 //
 // **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
 //
-// Authorization: `compute:fleet:admin` @ `compute-fleet`
+// Authorization: `compute:releases:read` @ `compute-fleet`
 //
 // Takes any type of body and a specified content type.
 //
@@ -1313,7 +1316,7 @@ func (c *Client) ReleasesLogWithBody(ctx context.Context, contentType string, bo
 //
 // **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
 //
-// Authorization: `compute:fleet:admin` @ `compute-fleet`
+// Authorization: `compute:releases:read` @ `compute-fleet`
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1336,7 +1339,7 @@ func (c *Client) ReleasesLog(ctx context.Context, body ReleasesLogJSONRequestBod
 //
 // **Proofs.** Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline.
 //
-// Authorization: `compute:fleet:admin` @ `compute-fleet`
+// Authorization: `compute:releases:read` @ `compute-fleet`
 //
 // Takes any type of body and a specified content type.
 //
@@ -1359,7 +1362,7 @@ func (c *Client) ReleasesProveWithBody(ctx context.Context, contentType string, 
 //
 // **Proofs.** Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline.
 //
-// Authorization: `compute:fleet:admin` @ `compute-fleet`
+// Authorization: `compute:releases:read` @ `compute-fleet`
 //
 // Takes a body of the `application/json` content type.
 //
@@ -1666,7 +1669,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
 	//
-	// Authorization: `compute:fleet:admin` @ `compute-fleet`
+	// Authorization: `compute:releases:read` @ `compute-fleet`
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1679,7 +1682,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
 	//
-	// Authorization: `compute:fleet:admin` @ `compute-fleet`
+	// Authorization: `compute:releases:read` @ `compute-fleet`
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1692,7 +1695,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// **Proofs.** Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline.
 	//
-	// Authorization: `compute:fleet:admin` @ `compute-fleet`
+	// Authorization: `compute:releases:read` @ `compute-fleet`
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -1705,7 +1708,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// **Proofs.** Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline.
 	//
-	// Authorization: `compute:fleet:admin` @ `compute-fleet`
+	// Authorization: `compute:releases:read` @ `compute-fleet`
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -3045,7 +3048,7 @@ func (c *ClientWithResponses) ReleasesListWithResponse(ctx context.Context, body
 //
 // **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
 //
-// Authorization: `compute:fleet:admin` @ `compute-fleet`
+// Authorization: `compute:releases:read` @ `compute-fleet`
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3064,7 +3067,7 @@ func (c *ClientWithResponses) ReleasesLogWithBodyWithResponse(ctx context.Contex
 //
 // **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
 //
-// Authorization: `compute:fleet:admin` @ `compute-fleet`
+// Authorization: `compute:releases:read` @ `compute-fleet`
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3083,7 +3086,7 @@ func (c *ClientWithResponses) ReleasesLogWithResponse(ctx context.Context, body 
 //
 // **Proofs.** Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline.
 //
-// Authorization: `compute:fleet:admin` @ `compute-fleet`
+// Authorization: `compute:releases:read` @ `compute-fleet`
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -3102,7 +3105,7 @@ func (c *ClientWithResponses) ReleasesProveWithBodyWithResponse(ctx context.Cont
 //
 // **Proofs.** Proof hashes are base64 SHA-256 hashes in the order RFC 9162 §2.1.3 (inclusion) and §2.1.4 (consistency) define, as `tlog.CheckRecord` / `tlog.CheckTree` (golang.org/x/mod/sumdb/tlog) and `proof.VerifyInclusion` / `VerifyConsistency` (transparency-dev/merkle) read them. The entry is the release's DSSE payload, exactly as signed; its leaf hash is SHA-256(0x00 ‖ payload). Without `size`, the proofs are for the returned checkpoint's tree; with it, for the tree of that size, whose root the caller holds from an earlier checkpoint. `bcctl releases verify` checks all of it offline.
 //
-// Authorization: `compute:fleet:admin` @ `compute-fleet`
+// Authorization: `compute:releases:read` @ `compute-fleet`
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
