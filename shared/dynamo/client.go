@@ -6,7 +6,6 @@ package dynamo
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -17,8 +16,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
-	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/meter"
 )
 
@@ -195,18 +192,9 @@ func (r *RoundTrips) Option() func(*dynamodb.Options) {
 	}
 }
 
-// key is a primary key.
-func key(pk, sk string) map[string]types.AttributeValue {
-	return map[string]types.AttributeValue{
-		schema.AttrPK: &types.AttributeValueMemberS{Value: pk},
-		schema.AttrSK: &types.AttributeValueMemberS{Value: sk},
-	}
-}
+func key(pk, sk string) map[string]types.AttributeValue { return Key(pk, sk) }
 
-func isConditionFailed(err error) bool {
-	var ccf *types.ConditionalCheckFailedException
-	return errors.As(err, &ccf)
-}
+func isConditionFailed(err error) bool { return ConditionFailed(err) }
 
 // whenConditionFails is the tail of a conditional write: a failed
 // condition becomes lost (the domain's ErrStale, or nil where losing
@@ -218,9 +206,7 @@ func whenConditionFails(err, lost error) error {
 	return err
 }
 
-// errBadCursor refuses a cursor whose key lies outside the query's partition
-// (the HMAC has already bound it to the method, tenant and filters).
-var errBadCursor = apierr.Invalid("", "cursor", "cursor is invalid or belongs to another query")
+var errBadCursor = ErrBadCursor
 
 // MeterAll records every request of a client into m, whatever the request's
 // context carries (benchmarks total a run's cost with it).

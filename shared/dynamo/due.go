@@ -74,14 +74,7 @@ func (s *Capacity) Due(ctx context.Context, shard int, now time.Time, fn func(re
 	}
 }
 
-func itemKey(item map[string]types.AttributeValue) [2]string {
-	pk, _ := item[schema.AttrPK].(*types.AttributeValueMemberS)
-	sk, _ := item[schema.AttrSK].(*types.AttributeValueMemberS)
-	if pk == nil || sk == nil {
-		return [2]string{}
-	}
-	return [2]string{pk.Value, sk.Value}
-}
+func itemKey(item map[string]types.AttributeValue) [2]string { return ItemKey(item) }
 
 func dueItem(item map[string]types.AttributeValue) (reconcile.DueItem, error) {
 	var head struct {

@@ -3,7 +3,6 @@ package dynamo
 import (
 	"context"
 	"hash/fnv"
-	"math/rand/v2"
 	"strconv"
 	"time"
 
@@ -14,7 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/conc"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
@@ -37,58 +35,19 @@ func dueShard(id string) string {
 	return strconv.Itoa(int(h.Sum32() % schema.DueShards))
 }
 
-// table is the one table the stores share: its single-item reads and
-// conditional writes, the same for every item kind.
-type table struct {
-	db   *dynamodb.Client
-	name string
-}
+// table is Table under the name the stores of this package use.
+type table = Table
 
 func (t table) put(ctx context.Context, item any, cond *expression.ConditionBuilder) error {
-	av, err := attributevalue.MarshalMap(item)
-	if err != nil {
-		return err
-	}
-	in := &dynamodb.PutItemInput{TableName: aws.String(t.name), Item: av}
-	if cond != nil {
-		e, err := expression.NewBuilder().WithCondition(*cond).Build()
-		if err != nil {
-			return err
-		}
-		in.ConditionExpression, in.ExpressionAttributeNames, in.ExpressionAttributeValues = e.Condition(), e.Names(), e.Values()
-	}
-	_, err = t.db.PutItem(ctx, in)
-	return err
+	return t.Put(ctx, item, cond)
 }
 
 func (t table) update(ctx context.Context, k map[string]types.AttributeValue, upd expression.UpdateBuilder, cond *expression.ConditionBuilder, rv types.ReturnValue) (map[string]types.AttributeValue, error) {
-	b := expression.NewBuilder().WithUpdate(upd)
-	if cond != nil {
-		b = b.WithCondition(*cond)
-	}
-	e, err := b.Build()
-	if err != nil {
-		return nil, err
-	}
-	out, err := t.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(t.name), Key: k,
-		UpdateExpression: e.Update(), ConditionExpression: e.Condition(),
-		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ReturnValues: rv})
-	if err != nil {
-		return nil, err
-	}
-	return out.Attributes, nil
+	return t.Update(ctx, k, upd, cond, rv)
 }
 
-// get reads one item consistently into out; found=false if missing.
 func (t table) get(ctx context.Context, k map[string]types.AttributeValue, out any) (bool, error) {
-	res, err := t.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(t.name), Key: k, ConsistentRead: aws.Bool(true)})
-	if err != nil {
-		return false, err
-	}
-	if len(res.Item) == 0 {
-		return false, nil
-	}
-	return true, attributevalue.UnmarshalMap(res.Item, out)
+	return t.Get(ctx, k, out)
 }
 
 func (s *Capacity) table() table { return table{s.DB, s.Table} }
@@ -150,12 +109,7 @@ func (s *Capacity) batchGet(ctx context.Context, keys []map[string]types.Attribu
 	return nil
 }
 
-// unprocessedPause waits before retry n (n ≥ 1) of keys a batch call left
-// unprocessed: 10 ms doubling to at most ~1 s, with full jitter.
-func unprocessedPause(ctx context.Context, n int) error {
-	ceil := 10 * time.Millisecond << min(n-1, 7)
-	return conc.Sleep(ctx, time.Duration(rand.Int64N(int64(ceil))+1))
-}
+func unprocessedPause(ctx context.Context, n int) error { return UnprocessedPause(ctx, n) }
 
 func cond(c expression.ConditionBuilder) *expression.ConditionBuilder { return &c }
 
@@ -181,12 +135,12 @@ func (t table) count(ctx context.Context, index string, kc expression.KeyConditi
 	if err != nil {
 		return 0, err
 	}
-	in := &dynamodb.QueryInput{TableName: aws.String(t.name), KeyConditionExpression: e.KeyCondition(), FilterExpression: e.Filter(),
+	in := &dynamodb.QueryInput{TableName: aws.String(t.Name), KeyConditionExpression: e.KeyCondition(), FilterExpression: e.Filter(),
 		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(), ConsistentRead: aws.Bool(true), Select: types.SelectCount}
 	if index != "" {
 		in.IndexName = aws.String(index)
 	}
-	p := dynamodb.NewQueryPaginator(t.db, in)
+	p := dynamodb.NewQueryPaginator(t.DB, in)
 	n := 0
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
@@ -209,7 +163,7 @@ func queryEach[T any](ctx context.Context, t table, kc expression.KeyConditionBu
 	if err != nil {
 		return err
 	}
-	p := dynamodb.NewQueryPaginator(t.db, &dynamodb.QueryInput{TableName: aws.String(t.name), KeyConditionExpression: e.KeyCondition(),
+	p := dynamodb.NewQueryPaginator(t.DB, &dynamodb.QueryInput{TableName: aws.String(t.Name), KeyConditionExpression: e.KeyCondition(),
 		ProjectionExpression: e.Projection(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
 		ConsistentRead: aws.Bool(true)})
 	for p.HasMorePages() {
