@@ -25,7 +25,7 @@ func (noDue) Due(context.Context, int, time.Time, func(reconcile.DueItem) bool) 
 
 // fakeLog is a release log step whose answers the test sets.
 type fakeLog struct {
-	finished   bool
+	finished  bool
 	finishErr error
 	size      int64
 	auditErr  error
@@ -70,10 +70,10 @@ func lines(t *testing.T, buf *bytes.Buffer) []map[string]any {
 func TestPassRunsTheReleaseLogStep(t *testing.T) {
 	wrapped := errors.Join(errors.New("while auditing"), finding{})
 	for _, tc := range []struct {
-		name                                string
-		log                                 *fakeLog
+		name                                 string
+		log                                  *fakeLog
 		finished, auditFailed, errs, logSize int
-		errorLine                           bool
+		errorLine                            bool
 	}{
 		{name: "clean", log: &fakeLog{size: 3}, logSize: 3},
 		{name: "finished", log: &fakeLog{finished: true, size: 4}, finished: 1, logSize: 4},
