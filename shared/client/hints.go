@@ -12,7 +12,6 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/release"
-	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
 // The API's errors as a person reads them, with one line of what to do:
@@ -187,7 +186,7 @@ func releaseHint(e *apierr.Error) string {
 			"instead of ASN.1 DER. Sign the statement again with bcctl sign."
 	case release.ReasonThreshold:
 		return "Fewer distinct pinned keys signed than the deployment requires (BC_RELEASE_THRESHOLD): sign with more pinned keys (bcctl sign --key A.pem --key B.pem)."
-	case rollout.ReasonExpired:
+	case release.ReasonExpired:
 		return "The statement's expires has passed: set a later expires (or none) in the statement, " + resign + "."
 	case "rollback":
 		return fmt.Sprintf("The release channel is at sequence %v: give the statement a higher sequence, %s.", e.Details["latestSequence"], resign)
@@ -294,7 +293,7 @@ func rolloutHint(e *apierr.Error, fc Failed) string {
 	case e.Code == apierr.InvalidInput && strings.HasPrefix(field, "waves"):
 		return "Waves are cumulative: each --wave covers at least as many nodes as the one before, and the last covers every node " +
 			"of the rollout's pools (end with --wave 100%); the message says how many nodes they have."
-	case e.Code == apierr.InvalidInput && field == "version" && detail(e, "reason") == rollout.ReasonExpired:
+	case e.Code == apierr.InvalidInput && field == "version" && detail(e, "reason") == release.ReasonExpired:
 		return "The release has expired: register a new release (a new version, a higher sequence, a later expires) and roll that out."
 	case e.Code == apierr.InvalidInput && field == "pools":
 		return "Name each pool once (--pool POOL per pool)."
