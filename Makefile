@@ -145,7 +145,7 @@ docs: ## regenerate from the method catalog: docs/reference, docs/openapi.json, 
 # corpora (the seeds in code and testdata/fuzz); `make fuzz` fuzzes each for
 # FUZZTIME, and what it finds lands in the package's testdata/fuzz to commit.
 FUZZTIME     ?= 30s
-FUZZ_TARGETS := shared/api:FuzzDecodeInput shared/rollout:FuzzVerify shared/cursor:FuzzDecode shared/iam:FuzzParsePolicy \
+FUZZ_TARGETS := shared/api:FuzzDecodeInput shared/release:FuzzVerify shared/cursor:FuzzDecode shared/iam:FuzzParsePolicy \
                 shared/capacity:FuzzCapacitySimulation shared/releaselog:FuzzOpen
 
 fuzz: ## fuzz every target for FUZZTIME each (e.g. make fuzz FUZZTIME=5m); findings go to testdata/fuzz

@@ -26,8 +26,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/localgw"
-	"github.com/bettercompute/control-plane/shared/releaselog"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 // The simulated fleet (BC_SIM_NODES=n, docs/agent.md): n reference agents
@@ -60,7 +59,7 @@ func parseSimNodes(s string) (int, error) {
 // in the listener's backlog until the gateway serves. A failed setup is
 // logged and the stack goes on without a fleet. The channel closes once
 // every agent stopped.
-func startSimFleet(ctx context.Context, url string, n int, dir string, appPins []rolloutapp.Pin, threshold int, logKey releaselog.Key, log *slog.Logger) <-chan struct{} {
+func startSimFleet(ctx context.Context, url string, n int, dir string, appPins []rolloutapp.Pin, threshold int, logKey release.LogKey, log *slog.Logger) <-chan struct{} {
 	done := make(chan struct{})
 	if n == 0 {
 		close(done)
@@ -74,7 +73,7 @@ func startSimFleet(ctx context.Context, url string, n int, dir string, appPins [
 		}
 		// The simulated nodes trust what the stack pins; a real node's pins
 		// are its own (bcd-agent --pins-file).
-		pins, err := rollout.NewPins(keys, threshold)
+		pins, err := release.NewPins(keys, threshold)
 		if err != nil {
 			log.Error("simulated fleet: release pins", "error", err.Error())
 			return
@@ -144,7 +143,7 @@ func quickstartPool() (api.CreatePoolInput, error) {
 // keeps n minus the quickstart pool's nodes whatever was skipped, and a
 // restart takes the same nodes. Agents talk through agentClient; they
 // trust pins.
-func setupSimFleet(ctx context.Context, admin, agentClient *client.Client, n int, dir string, pins *rollout.Pins, logKey *releaselog.Key, log *slog.Logger) (*simFleet, error) {
+func setupSimFleet(ctx context.Context, admin, agentClient *client.Client, n int, dir string, pins *release.Pins, logKey *release.LogKey, log *slog.Logger) (*simFleet, error) {
 	quick, err := quickstartPool()
 	if err != nil {
 		return nil, err
@@ -222,7 +221,7 @@ func poolNodes(p capacity.Pool) []simNode {
 // <dir>/<pool>/<node>.pem is the key, <dir>/<pool>/<node>/ the agent's
 // state, <dir>/<pool>/<node>.journal the driver's binds and unbinds.
 func simAgent(ctx context.Context, admin, agentClient *client.Client, tenant string, sn simNode, dir string,
-	pins *rollout.Pins, logKey *releaselog.Key, log *slog.Logger) (*agent.Agent, func(), error) {
+	pins *release.Pins, logKey *release.LogKey, log *slog.Logger) (*agent.Agent, func(), error) {
 	base := filepath.Join(dir, sn.Pool, sn.Node)
 	key, err := simKey(base + ".pem")
 	if err != nil {

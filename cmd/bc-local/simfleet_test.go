@@ -20,7 +20,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/localgw"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -50,7 +50,7 @@ func TestSimFleetSetup(t *testing.T) {
 	st := teststack.Start(t)
 	dir := filepath.Join(t.TempDir(), "sim-nodes")
 	admin, agents := client.New(st.URL, "dev:admin"), client.New(st.URL, "dev:"+simPrincipal)
-	pins, err := rollout.NewPins([]crypto.PublicKey{teststack.DevReleaseKey(t).Public()}, 1)
+	pins, err := release.NewPins([]crypto.PublicKey{teststack.DevReleaseKey(t).Public()}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestSimFleetOnTheReadmesState(t *testing.T) {
 	st := teststack.Start(t)
 	dir := filepath.Join(t.TempDir(), "sim-nodes")
 	admin, agents := client.New(st.URL, "dev:admin"), client.New(st.URL, "dev:"+simPrincipal)
-	pins, err := rollout.NewPins([]crypto.PublicKey{teststack.DevReleaseKey(t).Public()}, 1)
+	pins, err := release.NewPins([]crypto.PublicKey{teststack.DevReleaseKey(t).Public()}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}

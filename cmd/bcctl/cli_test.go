@@ -15,7 +15,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/conc"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -23,7 +23,7 @@ import (
 // verb a new user meets, its tables, its errors and exit codes, compared
 // with golden files (times and derived ids normalised).
 func TestCLIGolden(t *testing.T) {
-	key, err := rollout.GenerateKey(rollout.AlgECDSAP256)
+	key, err := release.GenerateKey(release.AlgECDSAP256)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func TestCLIGolden(t *testing.T) {
 			{Principal: "viewer", Permissions: []string{"compute:pools:read"}, Scopes: []string{"tenant:acme"}},
 		}}))
 	dir := t.TempDir()
-	pem, _ := rollout.MarshalPrivateKeyPEM(key)
+	pem, _ := release.MarshalPrivateKeyPEM(key)
 	keyFile := filepath.Join(dir, "release.pem")
 	if err := os.WriteFile(keyFile, pem, 0o600); err != nil {
 		t.Fatal(err)
@@ -73,8 +73,8 @@ func TestCLIGolden(t *testing.T) {
 	step(1, "releases", "get", "v1.0.0")
 	// Release refusals, each with its own hint: a key this deployment does
 	// not pin, a rollback of the channel, a version taken.
-	stranger, _ := rollout.GenerateKey(rollout.AlgEd25519)
-	strangerPEM, _ := rollout.MarshalPrivateKeyPEM(stranger)
+	stranger, _ := release.GenerateKey(release.AlgEd25519)
+	strangerPEM, _ := release.MarshalPrivateKeyPEM(stranger)
 	strangerFile := write("stranger.pem", string(strangerPEM))
 	seq := func(version string, n int) string {
 		s := strings.Replace(string(example), `"sequence": 1`, fmt.Sprintf(`"sequence": %d`, n), 1)
@@ -290,7 +290,7 @@ func TestExpiresText(t *testing.T) {
 		{at(0), "2026-12-01 10:00:00Z (expired)"},
 		{at(-time.Hour), "2026-12-01 09:00:00Z (expired)"},
 	} {
-		if got := expiresText(rollout.Release{Expires: c.expires}, now); got != c.want {
+		if got := expiresText(release.Release{Expires: c.expires}, now); got != c.want {
 			t.Errorf("expiresText(%v) = %q, want %q", c.expires, got, c.want)
 		}
 	}

@@ -17,8 +17,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/kmssign"
-	"github.com/bettercompute/control-plane/shared/releaselog"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -35,11 +34,11 @@ func (c *cli) keygenCommand() *cobra.Command {
 			if out == "" {
 				return usageErr(errors.New("keygen: --out is required"))
 			}
-			k, err := rollout.GenerateKey(alg)
+			k, err := release.GenerateKey(alg)
 			if err != nil {
 				return usageErr(err)
 			}
-			pem, err := rollout.MarshalPrivateKeyPEM(k)
+			pem, err := release.MarshalPrivateKeyPEM(k)
 			if err != nil {
 				return localErr(err)
 			}
@@ -50,9 +49,9 @@ func (c *cli) keygenCommand() *cobra.Command {
 		},
 	}
 	cmd.Flags().StringVar(&out, "out", "", "file to write the private key to (PKCS#8 PEM, mode 0600)")
-	cmd.Flags().StringVar(&alg, "alg", rollout.AlgECDSAP256, "ecdsa-p256 or ed25519")
+	cmd.Flags().StringVar(&alg, "alg", release.AlgECDSAP256, "ecdsa-p256 or ed25519")
 	cmd.Flags().BoolVar(&force, "force", false, "replace an existing key file (the old private key is lost)")
-	_ = cmd.RegisterFlagCompletionFunc("alg", fixed(rollout.AlgECDSAP256, rollout.AlgEd25519))
+	_ = cmd.RegisterFlagCompletionFunc("alg", fixed(release.AlgECDSAP256, release.AlgEd25519))
 	return cmd
 }
 
@@ -82,7 +81,7 @@ releases verify (--log-key, BC_RELEASE_LOG_VKEY) and bcd-agent (--log-key) pin.`
 				return localErr(err)
 			}
 			if logOrigin != "" {
-				k, err := releaselog.NewKey(logOrigin, signers[0].Public())
+				k, err := release.NewLogKey(logOrigin, signers[0].Public())
 				if err != nil {
 					return localErr(err)
 				}
@@ -99,11 +98,11 @@ releases verify (--log-key, BC_RELEASE_LOG_VKEY) and bcd-agent (--log-key) pin.`
 }
 
 func (c *cli) printPublic(pub crypto.PublicKey) error {
-	id, err := rollout.KeyID(pub)
+	id, err := release.KeyID(pub)
 	if err != nil {
 		return localErr(err)
 	}
-	pem, err := rollout.MarshalPublicKeyPEM(pub)
+	pem, err := release.MarshalPublicKeyPEM(pub)
 	if err != nil {
 		return localErr(err)
 	}
@@ -160,7 +159,7 @@ ECDSA signatures are ASN.1 DER.`,
 			for i, s := range signers {
 				switch keyID {
 				case keyIDSPKI:
-					if ids[i], err = rollout.KeyID(s.Public()); err != nil {
+					if ids[i], err = release.KeyID(s.Public()); err != nil {
 						return localErr(err)
 					}
 				case keyIDNone:
@@ -168,7 +167,7 @@ ECDSA signatures are ASN.1 DER.`,
 					ids[i] = keyID
 				}
 			}
-			env, err := rollout.SignEnvelopeNaming(payload, ids, signers...)
+			env, err := release.SignEnvelopeNaming(payload, ids, signers...)
 			if err != nil {
 				return localErr(err)
 			}
@@ -202,10 +201,10 @@ ECDSA signatures are ASN.1 DER.`,
 }
 
 // checkStatement checks a release statement file as releases register will
-// (rollout.ParseStatement), saying in its own words what a file that is
+// (release.ParseStatement), saying in its own words what a file that is
 // already a signed manifest is.
-func checkStatement(name string, payload []byte, now time.Time) (rollout.Statement, error) {
-	st, err := rollout.ParseStatement(payload, now)
+func checkStatement(name string, payload []byte, now time.Time) (release.Statement, error) {
+	st, err := release.ParseStatement(payload, now)
 	if err == nil {
 		return st, nil
 	}
@@ -239,7 +238,7 @@ func (c *cli) loadSigners(ctx context.Context, keyFiles, kmsKeys []string) ([]cr
 		if err != nil {
 			return nil, err
 		}
-		k, err := rollout.ParsePrivateKeyPEM(data)
+		k, err := release.ParsePrivateKeyPEM(data)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", f, err)
 		}

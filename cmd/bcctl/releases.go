@@ -11,7 +11,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 // releasesGetCommand is `bcctl releases get VERSION`: one release, looked up
@@ -41,7 +41,7 @@ answered it. A version that is not registered is exit 1 (NOT_FOUND), with the re
 					return err
 				}
 				for _, raw := range page.Releases {
-					var r rollout.Release
+					var r release.Release
 					if err := json.Unmarshal(raw, &r); err != nil {
 						return fmt.Errorf("%s: unexpected answer: %w", list.Name, err)
 					}
@@ -89,10 +89,10 @@ func registeredText(versions []string) string {
 // releaseTable and releasesTable print releases.register and list.
 var (
 	releaseTable  = oneTable(func(w io.Writer, a api.RegisterResult, now time.Time) { printRelease(w, a.Release, a.Replayed, now) })
-	releasesTable = listTable(func(a api.ListReleasesResult) []rollout.Release { return a.Releases }, printReleases)
+	releasesTable = listTable(func(a api.ListReleasesResult) []release.Release { return a.Releases }, printReleases)
 )
 
-func printRelease(w io.Writer, r rollout.Release, replayed bool, now time.Time) {
+func printRelease(w io.Writer, r release.Release, replayed bool, now time.Time) {
 	fmt.Fprintf(w, "version\t%s\nsequence\t%d\nexpires\t%s\nmanifest digest\t%s\nsigners\t%s\nregistered\t%s by %s/%s\n",
 		r.Version, r.Sequence, expiresText(r, now), r.ManifestDigest, strings.Join(r.Signers, ", "), stamp(r.RegisteredAt), r.RegisteredBy.TenantID, r.RegisteredBy.Principal)
 	if replayed {
@@ -105,7 +105,7 @@ func printRelease(w io.Writer, r rollout.Release, replayed bool, now time.Time) 
 }
 
 // printReleases lists releases, one row each.
-func printReleases(w io.Writer, rs []rollout.Release, now time.Time) {
+func printReleases(w io.Writer, rs []release.Release, now time.Time) {
 	fmt.Fprintln(w, "VERSION\tSEQUENCE\tPLATFORMS\tEXPIRES\tREGISTERED\tBY")
 	for _, r := range rs {
 		fmt.Fprintf(w, "%s\t%d\t%s\t%s\t%s\t%s\n", r.Version, r.Sequence, platforms(r), expiresText(r, now), stamp(r.RegisteredAt), r.RegisteredBy.Principal)
@@ -114,7 +114,7 @@ func printReleases(w io.Writer, rs []rollout.Release, now time.Time) {
 
 // expiresText is a release's expiry: its time ("(expired)" once passed:
 // rollouts.create refuses it, nodes refuse to install it), or "never".
-func expiresText(r rollout.Release, now time.Time) string {
+func expiresText(r release.Release, now time.Time) string {
 	switch {
 	case r.Expires == nil:
 		return "never"
@@ -124,7 +124,7 @@ func expiresText(r rollout.Release, now time.Time) string {
 	return stamp(*r.Expires)
 }
 
-func platforms(r rollout.Release) string {
+func platforms(r release.Release) string {
 	var ps []string
 	for _, b := range r.Binaries {
 		ps = append(ps, b.Platform)

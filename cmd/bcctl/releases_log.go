@@ -22,7 +22,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 // logTable prints releases.log: the signed checkpoint exactly as signed
@@ -178,10 +178,10 @@ func readStoredCheckpoint(file string, v note.Verifier) (*tlogfmt.Checkpoint, er
 func verifyProof(v note.Verifier, stored *tlogfmt.Checkpoint, p api.ProveResult, entry []byte) (*tlogfmt.Checkpoint, error) {
 	cp, _, _, err := tlogfmt.ParseCheckpoint([]byte(p.Checkpoint), v.Name(), v)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", releaselog.ErrSignature, err)
+		return nil, fmt.Errorf("%s: %w", release.ErrCheckpointSignature, err)
 	}
 	if p.Index == nil {
-		return nil, fmt.Errorf("%s: the answer has no index", releaselog.ErrProof)
+		return nil, fmt.Errorf("%s: the answer has no index", release.ErrProof)
 	}
 	h := rfc6962.DefaultHasher
 	incl, err := decode(p.Inclusion)
@@ -189,7 +189,7 @@ func verifyProof(v note.Verifier, stored *tlogfmt.Checkpoint, p api.ProveResult,
 		return nil, err
 	}
 	if err := proof.VerifyInclusion(h, uint64(*p.Index), cp.Size, h.HashLeaf(entry), incl, cp.Hash); err != nil {
-		return nil, fmt.Errorf("%s: entry %d in size %d: %w", releaselog.ErrInclusion, *p.Index, cp.Size, err)
+		return nil, fmt.Errorf("%s: entry %d in size %d: %w", release.ErrInclusion, *p.Index, cp.Size, err)
 	}
 	if stored != nil {
 		cons, err := decode(p.Consistency)
@@ -197,10 +197,10 @@ func verifyProof(v note.Verifier, stored *tlogfmt.Checkpoint, p api.ProveResult,
 			return nil, err
 		}
 		if cp.Size < stored.Size {
-			return nil, fmt.Errorf("%s: size %d, the stored checkpoint's is %d", releaselog.ErrStale, cp.Size, stored.Size)
+			return nil, fmt.Errorf("%s: size %d, the stored checkpoint's is %d", release.ErrStale, cp.Size, stored.Size)
 		}
 		if err := proof.VerifyConsistency(h, stored.Size, cp.Size, cons, stored.Hash, cp.Hash); err != nil {
-			return nil, fmt.Errorf("%s: from size %d to %d: %w", releaselog.ErrConsistency, stored.Size, cp.Size, err)
+			return nil, fmt.Errorf("%s: from size %d to %d: %w", release.ErrConsistency, stored.Size, cp.Size, err)
 		}
 	}
 	return cp, nil
@@ -211,7 +211,7 @@ func decode(ss []string) ([][]byte, error) {
 	for i, s := range ss {
 		b, err := base64.StdEncoding.DecodeString(s)
 		if err != nil || len(b) != 32 {
-			return nil, fmt.Errorf("%s: hash %q", releaselog.ErrProof, strings.TrimSpace(s))
+			return nil, fmt.Errorf("%s: hash %q", release.ErrProof, strings.TrimSpace(s))
 		}
 		out[i] = b
 	}

@@ -19,9 +19,9 @@ import (
 	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/devstack"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/releasedb"
 	"github.com/bettercompute/control-plane/shared/kmssign"
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -103,7 +103,7 @@ func TestReleasesVerify(t *testing.T) {
 	two := int64(2)
 	at2 := prove("1.2.0", &two, nil) // the proofs for size 2, under the size-3 checkpoint
 	good := prove("1.2.0", nil, &two)
-	cp2 := signCheckpoint(t, devSigner(t), releaselog.Checkpoint{Origin: devstack.DevReleaseLogOrigin, Size: 2, Root: rootOf(t, st, 2)})
+	cp2 := signCheckpoint(t, devSigner(t), release.Checkpoint{Origin: devstack.DevReleaseLogOrigin, Size: 2, Root: rootOf(t, st, 2)})
 	stored2 := mustStored(t, cp2, verifier)
 	if _, err := verifyProof(verifier, stored2, good, entry); err != nil {
 		t.Fatalf("the real answer from size 2: %v", err)
@@ -119,19 +119,19 @@ func TestReleasesVerify(t *testing.T) {
 		stored bool
 		want   error
 	}{
-		{"forged checkpoint", func(p *api.ProveResult) []byte { p.Checkpoint = signCheckpoint(t, other, cp3); return entry }, false, releaselog.ErrSignature},
+		{"forged checkpoint", func(p *api.ProveResult) []byte { p.Checkpoint = signCheckpoint(t, other, cp3); return entry }, false, release.ErrCheckpointSignature},
 		{"wrong origin", func(p *api.ProveResult) []byte {
-			p.Checkpoint = signCheckpoint(t, otherOrigin, releaselog.Checkpoint{Origin: "elsewhere.example/releases", Size: cp3.Size, Root: cp3.Root})
+			p.Checkpoint = signCheckpoint(t, otherOrigin, release.Checkpoint{Origin: "elsewhere.example/releases", Size: cp3.Size, Root: cp3.Root})
 			return entry
-		}, false, releaselog.ErrSignature},
-		{"changed entry", func(p *api.ProveResult) []byte { return bytes.Replace(entry, []byte("1.2.0"), []byte("1.2.1"), 1) }, false, releaselog.ErrInclusion},
-		{"proof for another size", func(p *api.ProveResult) []byte { p.Inclusion = at2.Inclusion; return entry }, false, releaselog.ErrInclusion},
+		}, false, release.ErrCheckpointSignature},
+		{"changed entry", func(p *api.ProveResult) []byte { return bytes.Replace(entry, []byte("1.2.0"), []byte("1.2.1"), 1) }, false, release.ErrInclusion},
+		{"proof for another size", func(p *api.ProveResult) []byte { p.Inclusion = at2.Inclusion; return entry }, false, release.ErrInclusion},
 		{"forked log (same key, another root)", func(p *api.ProveResult) []byte {
-			p.Checkpoint = signCheckpoint(t, devSigner(t), releaselog.Checkpoint{Origin: cp3.Origin, Size: cp3.Size, Root: forkRoot})
+			p.Checkpoint = signCheckpoint(t, devSigner(t), release.Checkpoint{Origin: cp3.Origin, Size: cp3.Size, Root: forkRoot})
 			return entry
-		}, true, releaselog.ErrInclusion},
-		{"truncated log: consistency from a root it never had", func(p *api.ProveResult) []byte { p.Consistency = nil; return entry }, true, releaselog.ErrConsistency},
-		{"replayed older checkpoint", func(p *api.ProveResult) []byte { p.Checkpoint, p.Inclusion = cp2, at2.Inclusion; return entry }, true, releaselog.ErrStale},
+		}, true, release.ErrInclusion},
+		{"truncated log: consistency from a root it never had", func(p *api.ProveResult) []byte { p.Consistency = nil; return entry }, true, release.ErrConsistency},
+		{"replayed older checkpoint", func(p *api.ProveResult) []byte { p.Checkpoint, p.Inclusion = cp2, at2.Inclusion; return entry }, true, release.ErrStale},
 	} {
 		p := good
 		e := c.alter(&p)
@@ -161,20 +161,20 @@ func TestReleasesVerify(t *testing.T) {
 
 // devSigner signs with the dev log key itself (local-kms): what a holder
 // of the log key could sign.
-func devSigner(t *testing.T) *releaselog.Signer {
+func devSigner(t *testing.T) *release.LogSigner {
 	t.Helper()
 	ks, err := kmssign.NewSigner(context.Background(), devstack.Shared(t).KMS(), devstack.DevReleaseLogKeyID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := releaselog.NewSigner(devstack.DevReleaseLogOrigin, ks)
+	s, err := release.NewLogSigner(devstack.DevReleaseLogOrigin, ks)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-func signCheckpoint(t *testing.T, s *releaselog.Signer, c releaselog.Checkpoint) string {
+func signCheckpoint(t *testing.T, s *release.LogSigner, c release.Checkpoint) string {
 	t.Helper()
 	signed, err := s.Sign(c)
 	if err != nil {
@@ -186,14 +186,14 @@ func signCheckpoint(t *testing.T, s *releaselog.Signer, c releaselog.Checkpoint)
 // rootOf is the stack's tree root at size, from its table.
 func rootOf(t *testing.T, st *teststack.Stack, size int64) tlog.Hash {
 	t.Helper()
-	h, err := releaselog.TreeHash(context.Background(), &dynamo.ReleaseLog{DB: st.App.DB, Table: st.App.Config.Table}, size)
+	h, err := release.TreeHash(context.Background(), &releasedb.Log{DB: st.App.DB, Table: st.App.Config.Table}, size)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return h
 }
 
-func mustOpen(t *testing.T, k releaselog.Key, signed string) releaselog.Checkpoint {
+func mustOpen(t *testing.T, k release.LogKey, signed string) release.Checkpoint {
 	t.Helper()
 	c, err := k.Open([]byte(signed))
 	if err != nil {

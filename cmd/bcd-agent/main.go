@@ -37,8 +37,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/logfmt"
-	"github.com/bettercompute/control-plane/shared/releaselog"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -100,7 +99,7 @@ type options struct {
 	out, errOut io.Writer
 	getenv      func(string) string
 	log         *slog.Logger  // set by agent()
-	pins        *rollout.Pins // the pins loaded (nil: installs disabled)
+	pins        *release.Pins // the pins loaded (nil: installs disabled)
 }
 
 // run executes one command line and returns its exit code.
@@ -345,10 +344,10 @@ func (o *options) agent() (a *agent.Agent, closeFn func(), err error) {
 	if err != nil {
 		return nil, nil, localErr(fmt.Errorf("--key %s: %w", o.key, err))
 	}
-	var pins *rollout.Pins
-	var logKey *releaselog.Key
+	var pins *release.Pins
+	var logKey *release.LogKey
 	if o.logKey != "" {
-		k, err := releaselog.ParseVerifierKey(o.logKey)
+		k, err := release.ParseVerifierKey(o.logKey)
 		if err != nil {
 			return nil, nil, usageErr(fmt.Errorf("--log-key (BC_AGENT_LOG_KEY): %w", err))
 		}
@@ -414,16 +413,16 @@ func (o *options) resolveToken() (string, error) {
 }
 
 // loadPins reads a PEM bundle of release keys with a threshold.
-func loadPins(path string, threshold int) (*rollout.Pins, error) {
+func loadPins(path string, threshold int) (*release.Pins, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
-	keys, err := rollout.ParsePEMBundle(data)
+	keys, err := release.ParsePEMBundle(data)
 	if err != nil {
 		return nil, fmt.Errorf("--pins-file %s: %w", path, err)
 	}
-	return rollout.NewPins(keys, threshold)
+	return release.NewPins(keys, threshold)
 }
 
 // usageError is a bad command line (exit 2), localError a local failure

@@ -28,8 +28,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
-	"github.com/bettercompute/control-plane/shared/releaselog"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -42,15 +41,15 @@ type Config struct {
 	NodeID   string
 	Key      crypto.Signer // the node key it was registered with
 	// Pins are the release keys the node trusts, with their threshold
-	// (rollout.NewPins); nil disables installs: a release it is told to
+	// (release.NewPins); nil disables installs: a release it is told to
 	// run is reported failed.
-	Pins *rollout.Pins
+	Pins *release.Pins
 	// LogKey is the release log's key and origin the node trusts
-	// (releaselog.ParseVerifierKey of the log's verifier key): it installs
+	// (release.ParseVerifierKey of the log's verifier key): it installs
 	// only a release whose checkpoint verifies under it, extends the
 	// checkpoint it stored and includes the release (SPEC §4.8). Required
 	// with Pins.
-	LogKey   *releaselog.Key
+	LogKey   *release.LogKey
 	Platform string // os/arch[/variant], as registered
 	Devices  int    // the devices the node should see (devicesExpected)
 	Driver   Driver
@@ -121,7 +120,7 @@ type Agent struct {
 	busy    chan struct{}        // closed when the install in progress ends
 	// checkpoint is the release log checkpoint it verified last (nil:
 	// none yet), note its signed text: what its reports witness.
-	checkpoint *releaselog.Checkpoint
+	checkpoint *release.Checkpoint
 	note       string
 }
 
@@ -192,7 +191,7 @@ func New(cfg Config) (*Agent, error) {
 
 // Checkpoint is the release log checkpoint the node verified last (nil:
 // none).
-func (a *Agent) Checkpoint() *releaselog.Checkpoint {
+func (a *Agent) Checkpoint() *release.Checkpoint {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.checkpoint

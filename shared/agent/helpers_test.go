@@ -19,7 +19,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -177,7 +177,7 @@ func newFixture(t *testing.T, url string, node crypto.Signer, adjust ...func(*Co
 		release: newKey(t), starter: &fakeStarter{unhealthy: map[string]error{}}, dir: t.TempDir(), log: newTestLog(t)}
 	f.driver.SetNow(f.clock.Now)
 	f.starter.dir = f.dir
-	pins, err := rollout.NewPins([]crypto.PublicKey{f.release.Public()}, 1)
+	pins, err := release.NewPins([]crypto.PublicKey{f.release.Public()}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -251,16 +251,16 @@ func newBinarySite(t *testing.T) *binarySite {
 func (s *binarySite) downloads() int { s.mu.Lock(); defer s.mu.Unlock(); return s.hits }
 
 // put serves data at path and returns the binary entry of a statement.
-func (s *binarySite) put(path, platform string, data []byte) rollout.Binary {
+func (s *binarySite) put(path, platform string, data []byte) release.Binary {
 	s.mu.Lock()
 	s.files[path] = data
 	s.mu.Unlock()
 	sum := sha256.Sum256(data)
-	return rollout.Binary{Platform: platform, URL: s.srv.URL + path, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}
+	return release.Binary{Platform: platform, URL: s.srv.URL + path, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}
 }
 
 // desired signs a statement with signers and names it as an answer would.
-func desired(t *testing.T, st rollout.Statement, signers ...crypto.Signer) fleet.DesiredRelease {
+func desired(t *testing.T, st release.Statement, signers ...crypto.Signer) fleet.DesiredRelease {
 	t.Helper()
 	m := map[string]any{"version": st.Version, "sequence": st.Sequence, "binaries": st.Binaries}
 	if st.Expires != nil { // the statement has no null expiry: absent or a time
@@ -270,7 +270,7 @@ func desired(t *testing.T, st rollout.Statement, signers ...crypto.Signer) fleet
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := rollout.SignEnvelope(payload, signers...)
+	env, err := release.SignEnvelope(payload, signers...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,8 +19,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
-	"github.com/bettercompute/control-plane/shared/releaselog"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 // BinaryName is the file an installed release's binary is written to:
@@ -155,13 +154,13 @@ func describe(err error) string {
 
 // binaryFor is the statement's binary for platform (compared as a string:
 // linux/arm64 and linux/arm64/v8 are distinct platforms).
-func binaryFor(st rollout.Statement, platform string) (rollout.Binary, bool) {
+func binaryFor(st release.Statement, platform string) (release.Binary, bool) {
 	for _, b := range st.Binaries {
 		if b.Platform == platform {
 			return b, true
 		}
 	}
-	return rollout.Binary{}, false
+	return release.Binary{}, false
 }
 
 func (a *Agent) binaryPath(version string) string {
@@ -170,7 +169,7 @@ func (a *Agent) binaryPath(version string) string {
 
 // intact reports whether the file at path is the binary already (a
 // rollback to the previous release needs no download).
-func intact(path string, bin rollout.Binary) bool {
+func intact(path string, bin release.Binary) bool {
 	f, err := os.Open(path)
 	if err != nil {
 		return false
@@ -185,7 +184,7 @@ func intact(path string, bin rollout.Binary) bool {
 // air-gapped hosts and tests) into path: a temporary file in the same
 // directory, renamed over path only once its size and sha256 are the
 // manifest's.
-func (a *Agent) download(ctx context.Context, bin rollout.Binary, path string) error {
+func (a *Agent) download(ctx context.Context, bin release.Binary, path string) error {
 	body, length, err := a.open(ctx, bin)
 	if err != nil {
 		return err
@@ -235,7 +234,7 @@ func (a *Agent) download(ctx context.Context, bin rollout.Binary, path string) e
 // open opens bin's URL: its body and its length as offered (-1: not
 // said). Only https and file URLs are fetched; the bytes are checked
 // against the signed manifest either way.
-func (a *Agent) open(ctx context.Context, bin rollout.Binary) (io.ReadCloser, int64, error) {
+func (a *Agent) open(ctx context.Context, bin release.Binary) (io.ReadCloser, int64, error) {
 	u, err := url.Parse(bin.URL)
 	switch {
 	case err != nil:
@@ -376,7 +375,7 @@ func (a *Agent) Wait(ctx context.Context) error {
 
 // verifyLog checks the release log's evidence for entry (the release's
 // DSSE payload) under the pinned log key, against the checkpoint the node
-// stored (releaselog.Verify: signature and origin, not older, consistent,
+// stored (release.VerifyEvidence: signature and origin, not older, consistent,
 // the entry included), then stores that checkpoint in its place. Every
 // failure is a refusal whose reason starts with "log:".
 func (a *Agent) verifyLog(d *fleet.DesiredLog, entry []byte) error {
@@ -386,18 +385,18 @@ func (a *Agent) verifyLog(d *fleet.DesiredLog, entry []byte) error {
 	if d == nil {
 		return refused("log: the answer carries no release log evidence")
 	}
-	incl, err := releaselog.DecodeHashes(d.Inclusion)
+	incl, err := release.DecodeHashes(d.Inclusion)
 	if err != nil {
 		return refused("log: inclusion: %v", err)
 	}
-	cons, err := releaselog.DecodeHashes(d.Consistency)
+	cons, err := release.DecodeHashes(d.Consistency)
 	if err != nil {
 		return refused("log: consistency: %v", err)
 	}
 	a.mu.Lock()
 	stored := a.checkpoint
 	a.mu.Unlock()
-	c, err := releaselog.Verify(*a.cfg.LogKey, stored, releaselog.Evidence{Checkpoint: []byte(d.Checkpoint), Index: d.Index,
+	c, err := release.VerifyEvidence(*a.cfg.LogKey, stored, release.Evidence{Checkpoint: []byte(d.Checkpoint), Index: d.Index,
 		Inclusion: incl, Consistency: cons}, entry)
 	if err != nil {
 		return refused("log: %v", err)
@@ -407,7 +406,7 @@ func (a *Agent) verifyLog(d *fleet.DesiredLog, entry []byte) error {
 
 // storeCheckpoint makes c (signed as note) the checkpoint the node
 // witnesses: in the state file first, so a restart reports it too.
-func (a *Agent) storeCheckpoint(c releaselog.Checkpoint, note string) error {
+func (a *Agent) storeCheckpoint(c release.Checkpoint, note string) error {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.note == note {

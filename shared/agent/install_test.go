@@ -16,7 +16,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/fleet"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 // installEnv is a fixture whose downloads go to a TLS site of binaries.
@@ -34,11 +34,11 @@ func newInstallEnv(t *testing.T) *installEnv {
 
 // statement is release version (sequence seq) with a linux/amd64 binary
 // served by the site.
-func (e *installEnv) statement(version string, seq int64) (rollout.Statement, []byte) {
+func (e *installEnv) statement(version string, seq int64) (release.Statement, []byte) {
 	data := []byte("#!bcd " + version + "\n" + strings.Repeat("x", 100))
 	bin := e.site.put("/bcd-"+version, "linux/amd64", data)
 	arm := e.site.put("/bcd-"+version+"-arm64", "linux/arm64", []byte("arm "+version))
-	return rollout.Statement{Version: version, Sequence: seq, Binaries: []rollout.Binary{arm, bin}}, data
+	return release.Statement{Version: version, Sequence: seq, Binaries: []release.Binary{arm, bin}}, data
 }
 
 // refusedWith asserts an install was refused, naming want.
@@ -104,7 +104,7 @@ func TestInstallRefusals(t *testing.T) {
 		}, want: "the answer names 1.1.0 (sequence 9"},
 		"no binary for the platform": {desired: func(e *installEnv) fleet.DesiredRelease {
 			st, _ := e.statement("1.1.0", 2)
-			st.Binaries = slices.DeleteFunc(st.Binaries, func(b rollout.Binary) bool { return b.Platform == "linux/amd64" })
+			st.Binaries = slices.DeleteFunc(st.Binaries, func(b release.Binary) bool { return b.Platform == "linux/amd64" })
 			return desired(t, st, e.release)
 		}, want: "no binary for platform linux/amd64"},
 		"wrong sha256": {desired: func(e *installEnv) fleet.DesiredRelease {
@@ -246,7 +246,7 @@ func TestInstallRollbackUsesTheKeptBinary(t *testing.T) {
 	e := newInstallEnv(t)
 	st1, _ := e.statement("1.0.0", 1)
 	st2, _ := e.statement("1.1.0", 2)
-	for i, st := range []rollout.Statement{st1, st2} {
+	for i, st := range []release.Statement{st1, st2} {
 		if err := e.install(t, desired(t, st, e.release), int64(i)); err != nil {
 			t.Fatal(err)
 		}
@@ -324,9 +324,9 @@ func TestInstallFromFileURLs(t *testing.T) {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(data)
-	good := rollout.Binary{Platform: "linux/amd64", URL: "file://" + path, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}
+	good := release.Binary{Platform: "linux/amd64", URL: "file://" + path, SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}
 	e := newInstallEnv(t)
-	st := rollout.Statement{Version: "1.1.0", Sequence: 2, Binaries: []rollout.Binary{good}}
+	st := release.Statement{Version: "1.1.0", Sequence: 2, Binaries: []release.Binary{good}}
 	if err := e.install(t, desired(t, st, e.release), 0); err != nil {
 		t.Fatalf("install from %s: %v", good.URL, err)
 	}
@@ -334,18 +334,18 @@ func TestInstallFromFileURLs(t *testing.T) {
 		t.Fatalf("installed %q, %v", got, err)
 	}
 	for name, tc := range map[string]struct {
-		bin  func(b rollout.Binary) rollout.Binary
+		bin  func(b release.Binary) release.Binary
 		want string
 	}{
-		"a file other than the manifest's": {func(b rollout.Binary) rollout.Binary { b.SHA256 = strings.Repeat("1", 64); return b }, "sha256"},
-		"larger than the manifest says":    {func(b rollout.Binary) rollout.Binary { b.Size--; return b }, "bytes offered"},
-		"a directory":                      {func(b rollout.Binary) rollout.Binary { b.URL = "file://" + dir; return b }, "not a regular file"},
-		"a host":                           {func(b rollout.Binary) rollout.Binary { b.URL = "file://mirror" + path; return b }, "must be an https URL with a host, or a file URL"},
-		"plain http":                       {func(b rollout.Binary) rollout.Binary { b.URL = "http://127.0.0.1:1/bcd"; return b }, "must be an https URL with a host, or a file URL"},
+		"a file other than the manifest's": {func(b release.Binary) release.Binary { b.SHA256 = strings.Repeat("1", 64); return b }, "sha256"},
+		"larger than the manifest says":    {func(b release.Binary) release.Binary { b.Size--; return b }, "bytes offered"},
+		"a directory":                      {func(b release.Binary) release.Binary { b.URL = "file://" + dir; return b }, "not a regular file"},
+		"a host":                           {func(b release.Binary) release.Binary { b.URL = "file://mirror" + path; return b }, "must be an https URL with a host, or a file URL"},
+		"plain http":                       {func(b release.Binary) release.Binary { b.URL = "http://127.0.0.1:1/bcd"; return b }, "must be an https URL with a host, or a file URL"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			e := newInstallEnv(t)
-			st := rollout.Statement{Version: "1.1.0", Sequence: 2, Binaries: []rollout.Binary{tc.bin(good)}}
+			st := release.Statement{Version: "1.1.0", Sequence: 2, Binaries: []release.Binary{tc.bin(good)}}
 			refusedWith(t, e.install(t, desired(t, st, e.release), 0), tc.want)
 			e.nothingInstalled(t, "1.1.0", nil)
 		})

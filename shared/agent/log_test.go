@@ -9,11 +9,11 @@ import (
 	"testing"
 
 	"github.com/bettercompute/control-plane/shared/fleet"
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 // otherSigner is a log key of origin that the node does not pin.
-func otherSigner(t *testing.T, origin string) *releaselog.Signer { return newLogSigner(t, origin) }
+func otherSigner(t *testing.T, origin string) *release.LogSigner { return newLogSigner(t, origin) }
 
 // The agent's refusal table for the release log (SPEC §4.8): the node has
 // installed 1.1.0 under a checkpoint of size 1; the log then grows by 1.2.0
@@ -59,11 +59,11 @@ func TestInstallLogRefusals(t *testing.T) {
 	// The proof of entry 2 in a tree of size 4 (the log one entry later).
 	later := &testLog{signer: e.log.signer, entries: append([][]byte(nil), e.log.entries...), hashes: append(e.log.hashes[:0:0], e.log.hashes...)}
 	later.evidence(t, []byte(`{"version":"1.4.0"}`), 0)
-	proof4, err := releaselog.ProveInclusion(context.Background(), later, 4, 2)
+	proof4, err := release.ProveInclusion(context.Background(), later, 4, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	at4 := releaselog.EncodeHashes(proof4)
+	at4 := release.EncodeHashes(proof4)
 
 	for _, c := range []struct {
 		name  string
@@ -129,10 +129,10 @@ func TestInstallLogRefusals(t *testing.T) {
 
 // resign signs note's checkpoint text again with s (dropping its
 // signature).
-func resign(t *testing.T, s *releaselog.Signer, note string) string {
+func resign(t *testing.T, s *release.LogSigner, note string) string {
 	t.Helper()
 	text := note[:strings.Index(note, "\n\n")+1]
-	c, err := releaselog.ParseCheckpoint([]byte(text))
+	c, err := release.ParseCheckpoint([]byte(text))
 	if err != nil {
 		t.Fatal(err)
 	}

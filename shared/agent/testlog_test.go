@@ -12,7 +12,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 // testOrigin names the fixture's release log.
@@ -23,7 +23,7 @@ const testOrigin = "test.bettercompute.local/releases"
 // key): what the fake API's answers carry as desired.release.log.
 type testLog struct {
 	mu      sync.Mutex
-	signer  *releaselog.Signer
+	signer  *release.LogSigner
 	entries [][]byte
 	hashes  []tlog.Hash // by stored hash index
 }
@@ -34,22 +34,22 @@ func newTestLog(t testing.TB) *testLog {
 }
 
 // newLogSigner is a fresh Ed25519 log key of origin.
-func newLogSigner(t testing.TB, origin string) *releaselog.Signer {
+func newLogSigner(t testing.TB, origin string) *release.LogSigner {
 	t.Helper()
 	_, k, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s, err := releaselog.NewSigner(origin, k)
+	s, err := release.NewLogSigner(origin, k)
 	if err != nil {
 		t.Fatal(err)
 	}
 	return s
 }
 
-func (l *testLog) key() *releaselog.Key { k := l.signer.Key(); return &k }
+func (l *testLog) key() *release.LogKey { k := l.signer.Key(); return &k }
 
-// ReadHashes implements releaselog.Hashes (the caller holds mu).
+// ReadHashes implements release.LogHashes (the caller holds mu).
 func (l *testLog) ReadHashes(_ context.Context, ix []int64) ([]tlog.Hash, error) {
 	out := make([]tlog.Hash, len(ix))
 	for i, x := range ix {
@@ -64,7 +64,7 @@ func (l *testLog) add(t testing.TB, entry []byte) int64 {
 		return int64(i)
 	}
 	n := int64(len(l.entries))
-	hs, err := releaselog.StoredHashes(context.Background(), l, n, releaselog.LeafHash(entry))
+	hs, err := release.StoredHashes(context.Background(), l, n, release.LeafHash(entry))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,11 +75,11 @@ func (l *testLog) add(t testing.TB, entry []byte) int64 {
 
 // checkpoint signs the tree of the first size entries.
 func (l *testLog) checkpoint(t testing.TB, size int64) string {
-	root, err := releaselog.TreeHash(context.Background(), l, size)
+	root, err := release.TreeHash(context.Background(), l, size)
 	if err != nil {
 		t.Fatal(err)
 	}
-	signed, err := l.signer.Sign(releaselog.Checkpoint{Origin: testOrigin, Size: size, Root: root})
+	signed, err := l.signer.Sign(release.Checkpoint{Origin: testOrigin, Size: size, Root: root})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,16 +95,16 @@ func (l *testLog) evidence(t testing.TB, entry []byte, from int64) *fleet.Desire
 	i := l.add(t, entry)
 	n := int64(len(l.entries))
 	ctx := context.Background()
-	incl, err := releaselog.ProveInclusion(ctx, l, n, i)
+	incl, err := release.ProveInclusion(ctx, l, n, i)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cons, err := releaselog.ProveConsistency(ctx, l, min(from, n), n)
+	cons, err := release.ProveConsistency(ctx, l, min(from, n), n)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fleet.DesiredLog{Index: i, Checkpoint: l.checkpoint(t, n), Inclusion: releaselog.EncodeHashes(incl),
-		Consistency: releaselog.EncodeHashes(cons)}
+	return &fleet.DesiredLog{Index: i, Checkpoint: l.checkpoint(t, n), Inclusion: release.EncodeHashes(incl),
+		Consistency: release.EncodeHashes(cons)}
 }
 
 // payloadOf is a DSSE envelope's payload.

@@ -8,6 +8,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -160,14 +161,14 @@ var Catalog = []*Method{
 	{Name: "releases.register", Kind: Mutation, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout",
 		Summary: "Verifies a signed `bcd` release manifest under the pinned release keys and records the release; returns it with its per-platform binaries.",
 		Notes: []Note{
-			{"Manifest", "A DSSE envelope (DSSE v1.0.2) `{\"payloadType\": \"" + rollout.PayloadType + "\", \"payload\": <base64>, \"signatures\": [{\"keyid\"?: <hint>, \"sig\": <base64>}]}` whose payload is the release statement `{\"version\": SemVer, \"sequence\": 1..2^53-1, \"expires\"?: RFC 3339, \"binaries\": [{\"platform\": \"os/arch[/variant]\", \"url\": https, \"sha256\": 64 hex, \"size\": >0}]}`, decoded strictly (an unknown member is `malformed`; `sequence` must be written as an integer, not `7.0` or `7e0`). Signatures are over DSSE PAE(payloadType, payload) with ECDSA P-256/SHA-256 (an ASN.1 DER signature, as KMS returns; a raw r‖s one does not verify) or Ed25519; the manifest verifies when at least the threshold of distinct pinned keys signed it. As DSSE requires, members of the envelope or of a signature that DSSE does not define are ignored."},
+			{"Manifest", "A DSSE envelope (DSSE v1.0.2) `{\"payloadType\": \"" + release.PayloadType + "\", \"payload\": <base64>, \"signatures\": [{\"keyid\"?: <hint>, \"sig\": <base64>}]}` whose payload is the release statement `{\"version\": SemVer, \"sequence\": 1..2^53-1, \"expires\"?: RFC 3339, \"binaries\": [{\"platform\": \"os/arch[/variant]\", \"url\": https, \"sha256\": 64 hex, \"size\": >0}]}`, decoded strictly (an unknown member is `malformed`; `sequence` must be written as an integer, not `7.0` or `7e0`). Signatures are over DSSE PAE(payloadType, payload) with ECDSA P-256/SHA-256 (an ASN.1 DER signature, as KMS returns; a raw r‖s one does not verify) or Ed25519; the manifest verifies when at least the threshold of distinct pinned keys signed it. As DSSE requires, members of the envelope or of a signature that DSSE does not define are ignored."},
 			{"Keyid", "A signature's `keyid` is a hint: the signature is tried under the pinned key it names, then under every other, and counts for the one it verifies under. `bcctl sign` names each key by the hex SHA-256 of its SubjectPublicKeyInfo DER (the keyid `bcctl keygen` and `pubkey` print; `--keyid none` leaves it out, `--keyid ID` sets another). Other DSSE verifiers (go-securesystemslib, sigstore) skip a signature whose keyid differs from their verifier's: sign with `--keyid none`, or give their verifier the same keyid (docs/architecture.md, DSSE interoperability)."},
 			{"Replay", "Registering a manifest whose version is already recorded with the same sequence returns the stored release (`replayed: true`); the same version with another sequence is `CONFLICT`."},
 		},
 		Input: reflect.TypeFor[RegisterReleaseInput](), Output: reflect.TypeFor[RegisterResult](),
 		Errors: []ErrorCase{
 			{apierr.InvalidInput, "the manifest does not verify, in this order of precedence: the envelope is malformed, its payloadType is wrong, no signature is by a pinned key (`unknown_key`, which also carries `signerKeyIds` and `pinnedKeyIds`), a signature naming a pinned key does not verify, too few pinned keys signed, the statement is malformed or a field invalid, it expired, two binaries share a platform, no binary is for linux",
-				[]Detail{detail("field"), detail("reason", "malformed", rollout.ReasonPayloadType, rollout.ReasonUnknownKey, rollout.ReasonBadSignature, rollout.ReasonThreshold, rollout.ReasonInvalidField, rollout.ReasonExpired, rollout.ReasonDuplicatePlatform, rollout.ReasonNoLinuxBinary), detail("signerKeyIds"), detail("pinnedKeyIds")}},
+				[]Detail{detail("field"), detail("reason", "malformed", release.ReasonPayloadType, release.ReasonUnknownKey, release.ReasonBadSignature, release.ReasonThreshold, release.ReasonInvalidField, rollout.ReasonExpired, release.ReasonDuplicatePlatform, release.ReasonNoLinuxBinary), detail("signerKeyIds"), detail("pinnedKeyIds")}},
 			{apierr.InvalidInput, "the sequence is not above the latest registered one (a rollback of the release channel)",
 				[]Detail{detail("field", "manifest.payload.sequence"), detail("reason", "rollback"), detail("latestSequence")}},
 			{apierr.Conflict, "the version is already registered, or being registered, with another sequence",

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 // hostileBodies are request bodies of the shapes an attacker can send within
@@ -70,7 +70,7 @@ func benchBodySize() int {
 
 // refuse decodes body as the gateway does and, for a release, verifies the
 // manifest as releases.register does; it reports whether either refused it.
-func refuse(body []byte, in any, pins *rollout.Pins) bool {
+func refuse(body []byte, in any, pins *release.Pins) bool {
 	if err := api.DecodeInput(body, in); err != nil {
 		return true
 	}
@@ -81,12 +81,12 @@ func refuse(body []byte, in any, pins *rollout.Pins) bool {
 	return false
 }
 
-func benchPins(tb testing.TB) *rollout.Pins {
-	k, err := rollout.GenerateKey("ed25519")
+func benchPins(tb testing.TB) *release.Pins {
+	k, err := release.GenerateKey("ed25519")
 	if err != nil {
 		tb.Fatal(err)
 	}
-	pins, err := rollout.NewPins([]crypto.PublicKey{k.Public()}, 1)
+	pins, err := release.NewPins([]crypto.PublicKey{k.Public()}, 1)
 	if err != nil {
 		tb.Fatal(err)
 	}

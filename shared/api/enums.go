@@ -9,6 +9,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
@@ -96,16 +97,16 @@ var (
 		{"required", "a required member is missing"},
 		{"constraint", "a value breaks a rule of the field: length, range, pattern, number of entries, an enum, or a window rule (`details.rule`)"},
 		{"unknown_resource", "the pool has no such resource"},
-		{rollout.ReasonPayloadType, "the envelope's payloadType is not `" + rollout.PayloadType + "`"},
-		{rollout.ReasonUnknownKey, "no signature is by a pinned release key"},
-		{rollout.ReasonBadSignature, "a signature names a pinned key but does not verify under it, and fewer than the threshold verified; for a node report: no signature verifies under the node's registered key"},
-		{rollout.ReasonThreshold, "fewer distinct pinned keys signed than the threshold requires"},
-		{rollout.ReasonInvalidField, "a field of the release statement (or the node report) is missing, of the wrong type or breaks its rule (`details.field` names it)"},
+		{release.ReasonPayloadType, "the envelope's payloadType is not `" + release.PayloadType + "`"},
+		{release.ReasonUnknownKey, "no signature is by a pinned release key"},
+		{release.ReasonBadSignature, "a signature names a pinned key but does not verify under it, and fewer than the threshold verified; for a node report: no signature verifies under the node's registered key"},
+		{release.ReasonThreshold, "fewer distinct pinned keys signed than the threshold requires"},
+		{release.ReasonInvalidField, "a field of the release statement (or the node report) is missing, of the wrong type or breaks its rule (`details.field` names it)"},
 		{rollout.ReasonNoNodes, "the rollout's pools have no managed node"},
 		{rollout.ReasonNoBinary, "no managed node of the rollout's pools has a binary for its platform in the release"},
 		{rollout.ReasonExpired, "the statement's `expires` has passed"},
-		{rollout.ReasonDuplicatePlatform, "several binaries for one platform"},
-		{rollout.ReasonNoLinuxBinary, "no binary for os `linux`"},
+		{release.ReasonDuplicatePlatform, "several binaries for one platform"},
+		{release.ReasonNoLinuxBinary, "no binary for os `linux`"},
 		{"rollback", "the sequence is not above the latest registered one (`details.latestSequence`)"},
 		{fleet.ReasonMismatch, "a node report's `poolId` or `nodeId` is not the request's"},
 		{fleet.ReasonStale, "a node report's `at` is more than " + human(fleet.MaxSkew) + " from the server's clock"},

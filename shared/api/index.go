@@ -8,7 +8,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/paging"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -138,8 +138,8 @@ func Index(served func(*Method) bool) string {
 		human(capacity.StaleAfter))
 
 	p("\n## Limits\n\n| Limit | Value |\n|---|---|\n")
-	stmt := reflect.TypeFor[rollout.Statement]()
-	bin := reflect.TypeFor[rollout.Binary]()
+	stmt := reflect.TypeFor[release.Statement]()
+	bin := reflect.TypeFor[release.Binary]()
 	limits := [][2]string{
 		{"request body", bytesHuman(MaxBody)},
 		{"JSON nesting", fmt.Sprintf("%d levels", strictjson.MaxDepth)},

@@ -3,6 +3,7 @@ package api
 import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -14,13 +15,13 @@ import (
 // Releases.
 
 type RegisterResult struct {
-	Release  rollout.Release  `json:"release" doc:"the recorded release (the stored one on a replay)"`
+	Release  release.Release  `json:"release" doc:"the recorded release (the stored one on a replay)"`
 	Replayed bool             `json:"replayed" doc:"true when this version was already recorded with this sequence and the stored release is returned unchanged"`
-	Log      rollout.LogEntry `json:"log" doc:"the release's entry in the release log and a signed checkpoint covering it (SPEC §4.8)"`
+	Log      release.LogEntry `json:"log" doc:"the release's entry in the release log and a signed checkpoint covering it (SPEC §4.8)"`
 }
 
 type ListReleasesResult struct {
-	Releases   []rollout.Release `json:"releases" doc:"registered releases, highest sequence first"`
+	Releases   []release.Release `json:"releases" doc:"registered releases, highest sequence first"`
 	NextCursor string            `json:"nextCursor,omitempty" doc:"present when more releases follow: send it as cursor (with the same filters) for the next page"`
 }
 

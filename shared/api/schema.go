@@ -204,7 +204,7 @@ func (s *schemas) inputObject(t reflect.Type) *object {
 
 // objectShapes are the Go types a strictjson.Object member's `shape` tag
 // names: the object is kept as sent for its module's own strict decode,
-// which the type drives (rollout.Envelope for a release manifest); the
+// which the type drives (release.Envelope for a release manifest); the
 // docs describe it from the same type.
 var objectShapes = map[string]reflect.Type{
 	"dsse": reflect.TypeFor[dsse.Envelope](),

@@ -17,10 +17,11 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/releasedb"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/reconcile"
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/release"
+	"github.com/bettercompute/control-plane/shared/release/registry"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -70,21 +71,21 @@ func logHarness(t *testing.T) (*harness, *logLines) {
 // registrations is the releases store releases.register writes through,
 // on the harness's table, log key and clock: where a test registers, and
 // crashes a registration.
-func registrations(t *testing.T, h *harness) *dynamo.Releases {
+func registrations(t *testing.T, h *harness) *registry.Service {
 	t.Helper()
 	log, err := rolloutapp.ReleaseLog(context.Background(), h.app.App)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &dynamo.Releases{DB: h.app.DB, Table: h.app.Config.Table, Log: log, Now: h.clock.Now}
+	return &registry.Service{Store: &releasedb.Releases{DB: h.app.DB, Table: h.app.Config.Table}, Log: log, Now: h.clock.Now}
 }
 
 // logRelease is a release of that version and sequence as a verified
 // registration hands it to the store (its payload is the log entry).
-func logRelease(version string, seq int64) rollout.Release {
-	return rollout.Release{Version: version, Sequence: seq, ManifestDigest: fmt.Sprintf("sha256:%064d", seq),
+func logRelease(version string, seq int64) release.Release {
+	return release.Release{Version: version, Sequence: seq, ManifestDigest: fmt.Sprintf("sha256:%064d", seq),
 		Payload:      fmt.Appendf(nil, `{"version":%q,"sequence":%d}`, version, seq),
-		Binaries:     []rollout.Binary{{Platform: "linux/amd64", URL: "https://example.com/bcd", SHA256: fmt.Sprintf("%064d", 0), Size: 1}},
+		Binaries:     []release.Binary{{Platform: "linux/amd64", URL: "https://example.com/bcd", SHA256: fmt.Sprintf("%064d", 0), Size: 1}},
 		Signers:      []string{"k1"},
 		RegisteredAt: time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
 		RegisteredBy: rollout.Audit{TenantID: "platform", Principal: "admin"}}
@@ -102,7 +103,7 @@ func pass(t *testing.T, h *harness) reconcile.PassResult {
 
 // covered checks the stored checkpoint: it opens under the log key, covers
 // at least n entries, and its root is the stored tree's at its size.
-func covered(t *testing.T, l *dynamo.ReleaseLog, n int64) releaselog.Checkpoint {
+func covered(t *testing.T, l *registry.Log, n int64) release.Checkpoint {
 	t.Helper()
 	ctx := context.Background()
 	note, size, err := l.Checkpoint(ctx)
@@ -113,7 +114,7 @@ func covered(t *testing.T, l *dynamo.ReleaseLog, n int64) releaselog.Checkpoint 
 	if err != nil || c.Size != size || c.Size < n {
 		t.Fatalf("checkpoint %+v (item size %d, want ≥ %d): %v", c, size, n, err)
 	}
-	root, err := releaselog.TreeHash(ctx, l, c.Size)
+	root, err := release.TreeHash(ctx, l, c.Size)
 	if err != nil || root != c.Root {
 		t.Fatalf("the checkpoint's root is not the tree's at %d: %v", c.Size, err)
 	}
@@ -123,16 +124,16 @@ func covered(t *testing.T, l *dynamo.ReleaseLog, n int64) releaselog.Checkpoint 
 // A registration that crashed after its release item claimed the head is
 // finished by the reconciler's pass once it is stale (not while it may
 // still be running): the release is logged, a signed checkpoint covers it,
-// it is recorded, and the pass counts it in LogSettled.
+// it is recorded, and the pass counts it in LogFinished.
 func TestReconcilerSettlesACrashedRegistration(t *testing.T) {
 	ctx := context.Background()
 	errCrash := errors.New("crash")
-	for _, point := range []string{dynamo.FaultReleaseClaimed, dynamo.FaultReleaseMarked,
-		dynamo.FaultLogEntry, dynamo.FaultLogHead, dynamo.FaultLogCheckpoint} {
+	for _, point := range []string{registry.FaultReleaseClaimed, registry.FaultReleaseMarked,
+		registry.FaultLogEntry, registry.FaultLogHead, registry.FaultLogCheckpoint} {
 		t.Run(point, func(t *testing.T) {
 			h, _ := logHarness(t)
 			rs := registrations(t, h)
-			if _, _, err := rs.Register(ctx, logRelease("1.0.0", 1)); err != nil {
+			if _, _, err := rs.RegisterVerified(ctx, logRelease("1.0.0", 1)); err != nil {
 				t.Fatal(err)
 			}
 			rs.Faults = func(p string) error {
@@ -142,7 +143,7 @@ func TestReconcilerSettlesACrashedRegistration(t *testing.T) {
 				return nil
 			}
 			rs.Log.Faults = rs.Faults
-			if _, _, err := rs.Register(ctx, logRelease("2.0.0", 2)); !errors.Is(err, errCrash) {
+			if _, _, err := rs.RegisterVerified(ctx, logRelease("2.0.0", 2)); !errors.Is(err, errCrash) {
 				t.Fatalf("want the crash at %s, got %v", point, err)
 			}
 			rs.Faults, rs.Log.Faults = nil, nil
@@ -153,9 +154,9 @@ func TestReconcilerSettlesACrashedRegistration(t *testing.T) {
 			if _, err := rs.Get(ctx, "2.0.0"); !errors.Is(err, rollout.ErrNotFound) {
 				t.Fatalf("2.0.0 is recorded before its registration went stale: %v", err)
 			}
-			h.clock.Advance(dynamo.PendingStale)
+			h.clock.Advance(registry.PendingStale)
 			res := pass(t, h)
-			if res.LogSettled != 1 || res.Errors != 0 || res.LogAuditFailed != 0 || res.LogSize != 2 {
+			if res.LogFinished != 1 || res.Errors != 0 || res.LogAuditFailed != 0 || res.LogSize != 2 {
 				t.Fatalf("the pass after it went stale: %+v", res)
 			}
 			got, err := rs.Get(ctx, "2.0.0")
@@ -169,7 +170,7 @@ func TestReconcilerSettlesACrashedRegistration(t *testing.T) {
 				t.Errorf("listed %d releases (%v), want 2", len(rels), err)
 			}
 			// Nothing left to finish: the next pass settles nothing.
-			if res := pass(t, h); res.LogSettled != 0 || res.Errors != 0 || res.LogAuditFailed != 0 || res.LogSize != 2 {
+			if res := pass(t, h); res.LogFinished != 0 || res.Errors != 0 || res.LogAuditFailed != 0 || res.LogSize != 2 {
 				t.Errorf("the pass after: %+v", res)
 			}
 		})
@@ -184,7 +185,7 @@ func TestReconcilerSignsTheEmptyLog(t *testing.T) {
 	if note, _, err := l.Checkpoint(context.Background()); err != nil || note != "" {
 		t.Fatalf("a new table has a checkpoint: %q %v", note, err)
 	}
-	if res := pass(t, h); res.Errors != 0 || res.LogAuditFailed != 0 || res.LogSettled != 0 || res.LogSize != 0 {
+	if res := pass(t, h); res.Errors != 0 || res.LogAuditFailed != 0 || res.LogFinished != 0 || res.LogSize != 0 {
 		t.Fatalf("the first pass: %+v", res)
 	}
 	if c := covered(t, l, 0); c.Size != 0 || c.Origin != h.app.Config.ReleaseLogOrigin {
@@ -201,7 +202,7 @@ func TestReconcilerAuditCatchesATamperedHash(t *testing.T) {
 	h, lines := logHarness(t)
 	rs := registrations(t, h)
 	for i := range 3 {
-		if _, _, err := rs.Register(ctx, logRelease(fmt.Sprintf("1.%d.0", i), int64(i+1))); err != nil {
+		if _, _, err := rs.RegisterVerified(ctx, logRelease(fmt.Sprintf("1.%d.0", i), int64(i+1))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -221,12 +222,12 @@ func TestReconcilerAuditCatchesATamperedHash(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	forged := releaselog.LeafHash([]byte(`{"version":"1.2.0","sequence":99}`))
+	forged := release.LeafHash([]byte(`{"version":"1.2.0","sequence":99}`))
 	item.Item["hs"] = &types.AttributeValueMemberB{Value: forged[:]}
 	if _, err := h.app.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(h.app.Config.Table), Item: item.Item}); err != nil {
 		t.Fatal(err)
 	}
-	tree, err := releaselog.TreeHash(ctx, rs.Log, 3)
+	tree, err := release.TreeHash(ctx, rs.Log, 3)
 	if err != nil || tree == signed.Root {
 		t.Fatalf("the change left the root: %v", err)
 	}

@@ -14,7 +14,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/kmssign"
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -26,7 +26,7 @@ func devCheckpoint(t *testing.T, signed string) *tlogfmt.Checkpoint {
 	if err != nil {
 		t.Fatal(err)
 	}
-	k, err := releaselog.NewKey(devstack.DevReleaseLogOrigin, pub)
+	k, err := release.NewLogKey(devstack.DevReleaseLogOrigin, pub)
 	if err != nil {
 		t.Fatal(err)
 	}

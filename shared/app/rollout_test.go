@@ -19,8 +19,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/kmssign"
-	"github.com/bettercompute/control-plane/shared/releaselog"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -33,7 +32,7 @@ func statement(version string, seq int64) []byte {
 
 func manifest(t *testing.T, payload []byte, signers ...crypto.Signer) json.RawMessage {
 	t.Helper()
-	env, err := rollout.SignEnvelope(payload, signers...)
+	env, err := release.SignEnvelope(payload, signers...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +41,7 @@ func manifest(t *testing.T, payload []byte, signers ...crypto.Signer) json.RawMe
 
 func newKey(t *testing.T) crypto.Signer {
 	t.Helper()
-	k, err := rollout.GenerateKey("ecdsa-p256")
+	k, err := release.GenerateKey("ecdsa-p256")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +59,7 @@ func TestReleasesEndToEnd(t *testing.T) {
 		t.Fatalf("register: %d %s", a.Status, a.Raw)
 	}
 	rel := a.Body["release"].(map[string]any)
-	keyID, _ := rollout.KeyID(key.Public())
+	keyID, _ := release.KeyID(key.Public())
 	if rel["version"] != "1.4.0" || rel["sequence"] != 7.0 || !strings.HasPrefix(rel["manifestDigest"].(string), "sha256:") ||
 		fmt.Sprint(rel["signers"]) != fmt.Sprint([]any{keyID}) || len(rel["binaries"].([]any)) != 2 {
 		t.Fatalf("release: %s", a.Raw)
@@ -75,12 +74,12 @@ func TestReleasesEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lk, err := releaselog.NewKey(devstack.DevReleaseLogOrigin, pub)
+	lk, err := release.NewLogKey(devstack.DevReleaseLogOrigin, pub)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cp, err := lk.Open([]byte(logged["checkpoint"].(string)))
-	if err != nil || logged["index"] != 0.0 || cp.Size != 1 || cp.Root != releaselog.LeafHash(statement("1.4.0", 7)) {
+	if err != nil || logged["index"] != 0.0 || cp.Size != 1 || cp.Root != release.LeafHash(statement("1.4.0", 7)) {
 		t.Fatalf("log: %v: checkpoint %+v, %v", logged, cp, err)
 	}
 
@@ -177,7 +176,7 @@ func TestReleaseSignedWithKMSPinnedKey(t *testing.T) {
 	if a.Status != 200 {
 		t.Fatalf("register: %s", a.Raw)
 	}
-	want, _ := rollout.KeyID(signer.Public())
+	want, _ := release.KeyID(signer.Public())
 	if got := a.Body["release"].(map[string]any)["signers"]; fmt.Sprint(got) != fmt.Sprint([]any{want}) {
 		t.Fatalf("signers %v, want [%s]", got, want)
 	}
@@ -229,7 +228,7 @@ func TestReleasePinsSayWhereEachCameFrom(t *testing.T) {
 	s := devstack.Shared(t)
 	fileKey, inlineKey := newKey(t), newKey(t)
 	file := teststack.WritePins(t, fileKey.Public())
-	inline, err := rollout.MarshalPublicKeyPEM(inlineKey.Public())
+	inline, err := release.MarshalPublicKeyPEM(inlineKey.Public())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,13 +251,13 @@ func TestReleasePinsSayWhereEachCameFrom(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	id := func(k crypto.PublicKey) string { s, _ := rollout.KeyID(k); return s }
+	id := func(k crypto.PublicKey) string { s, _ := release.KeyID(k); return s }
 	root, _ := devstack.Root()
 	devPEM, err := os.ReadFile(filepath.Join(root, devstack.PinsFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	devKeys, err := rollout.ParsePEMBundle(devPEM)
+	devKeys, err := release.ParsePEMBundle(devPEM)
 	if err != nil {
 		t.Fatal(err)
 	}

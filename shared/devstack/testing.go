@@ -19,7 +19,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/kmssign"
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 // shared is the one stack of a test binary (Shared, Main).
@@ -100,7 +100,7 @@ func NewTable(tb testing.TB, s *Stack) (tableName string) {
 // LogSigner is a release-log checkpoint signer for origin on a fresh ECDSA
 // P-256 key of s's local-kms (kms:Sign, as in production), for a test's
 // own log.
-func LogSigner(tb testing.TB, s *Stack, origin string) *releaselog.Signer {
+func LogSigner(tb testing.TB, s *Stack, origin string) *release.LogSigner {
 	tb.Helper()
 	ctx := context.Background()
 	c := s.KMS()
@@ -112,7 +112,7 @@ func LogSigner(tb testing.TB, s *Stack, origin string) *releaselog.Signer {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	signer, err := releaselog.NewSigner(origin, ks)
+	signer, err := release.NewLogSigner(origin, ks)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -122,13 +122,13 @@ func LogSigner(tb testing.TB, s *Stack, origin string) *releaselog.Signer {
 // DevLogKey is the dev release log's key (DevReleaseLogKeyID under
 // DevReleaseLogOrigin, of the shared stack's local-kms): what the agents
 // of a test stack pin.
-func DevLogKey(tb testing.TB) *releaselog.Key {
+func DevLogKey(tb testing.TB) *release.LogKey {
 	tb.Helper()
 	pub, err := kmssign.PublicKey(context.Background(), Shared(tb).KMS(), DevReleaseLogKeyID)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	k, err := releaselog.NewKey(DevReleaseLogOrigin, pub)
+	k, err := release.NewLogKey(DevReleaseLogOrigin, pub)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -316,19 +316,19 @@ func (s *Service) baseline(ctx context.Context, poolID string) *Target {
 
 // release reads a registered release once per function (releases never
 // change once recorded); a version not recorded is asked again next time.
-func (s *Service) release(ctx context.Context, version string) (Release, bool) {
+func (s *Service) release(ctx context.Context, version string) (NodeRelease, bool) {
 	if v, ok := s.manifests.Load(version); ok {
-		return v.(Release), true
+		return v.(NodeRelease), true
 	}
 	if s.Releases == nil {
-		return Release{}, false
+		return NodeRelease{}, false
 	}
 	rel, err := s.Releases.Release(ctx, version)
 	if err != nil {
 		if !errors.Is(err, ErrNotFound) {
 			s.logger().Warn("heartbeat: reading a release", "version", version, "error", err.Error())
 		}
-		return Release{}, false
+		return NodeRelease{}, false
 	}
 	s.manifests.Store(version, rel)
 	return rel, true

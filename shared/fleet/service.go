@@ -52,7 +52,7 @@ type Service struct {
 	Serial bool
 
 	keys      sync.Map // pool/node → cachedKey
-	manifests sync.Map // version → Release (immutable once recorded)
+	manifests sync.Map // version → NodeRelease (immutable once recorded)
 	baselines sync.Map // pool → cachedBaseline
 	roots     sync.Map // log size → tlog.Hash: the tree's root at that size (immutable)
 	cp        atomic.Pointer[cachedCheckpoint]

@@ -123,8 +123,10 @@ type Calendar interface {
 	Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool, gen int64) error
 }
 
-// Release is a registered release as a node is told it.
-type Release struct {
+// NodeRelease is a recorded release as a node is told it: what the fleet
+// reads of the release domain (release.Release is the recorded release
+// itself).
+type NodeRelease struct {
 	Version  string
 	Sequence int64
 	Digest   string
@@ -135,5 +137,5 @@ type Release struct {
 // Releases reads registered releases (ErrNotFound when a version is not
 // recorded).
 type Releases interface {
-	Release(ctx context.Context, version string) (Release, error)
+	Release(ctx context.Context, version string) (NodeRelease, error)
 }

@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/mod/sumdb/tlog"
 
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 // Log reads the release log (SPEC §4.8): its latest signed checkpoint,
@@ -17,7 +17,7 @@ import (
 type Log interface {
 	Checkpoint(ctx context.Context) (note string, size int64, err error)
 	Size(ctx context.Context) (int64, error)
-	releaselog.Hashes
+	release.LogHashes
 }
 
 // CheckpointTTL is how long a function tells nodes the checkpoint it read
@@ -86,7 +86,7 @@ func (s *Service) rootAt(ctx context.Context, size int64) (*tlog.Hash, error) {
 	if size > n {
 		return nil, nil
 	}
-	h, err := releaselog.TreeHash(ctx, s.Log, size)
+	h, err := release.TreeHash(ctx, s.Log, size)
 	if err != nil {
 		return nil, err
 	}
@@ -112,16 +112,16 @@ func (s *Service) evidence(ctx context.Context, index, from int64) (*DesiredLog,
 	if v, ok := c.proofs.Load(key); ok {
 		return v.(*DesiredLog), nil
 	}
-	incl, err := releaselog.ProveInclusion(ctx, s.Log, c.size, index)
+	incl, err := release.ProveInclusion(ctx, s.Log, c.size, index)
 	if err != nil {
 		return nil, err
 	}
-	cons, err := releaselog.ProveConsistency(ctx, s.Log, from, c.size)
+	cons, err := release.ProveConsistency(ctx, s.Log, from, c.size)
 	if err != nil {
 		return nil, err
 	}
-	d := &DesiredLog{Index: index, Checkpoint: c.note, Inclusion: releaselog.EncodeHashes(incl),
-		Consistency: releaselog.EncodeHashes(cons)}
+	d := &DesiredLog{Index: index, Checkpoint: c.note, Inclusion: release.EncodeHashes(incl),
+		Consistency: release.EncodeHashes(cons)}
 	c.proofs.Store(key, d)
 	return d, nil
 }

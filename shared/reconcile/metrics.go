@@ -20,7 +20,7 @@ const (
 	MetricRepaired       = "repaired"
 	MetricSwept          = "swept"
 	MetricNodesMoved     = "NodesMoved"
-	MetricLogSettled     = "LogSettled"
+	MetricLogFinished    = "LogSettled" // the metric's published name, kept from when finishing was called settling
 	MetricLogAuditFailed = "LogAuditFailed"
 	DimensionTable       = metrics.DimensionTable
 )
@@ -34,7 +34,7 @@ var PassMetrics = metrics.Directive{
 		{Name: MetricRepaired, Unit: metrics.Count},
 		{Name: MetricSwept, Unit: metrics.Count},
 		{Name: MetricNodesMoved, Unit: metrics.Count},
-		{Name: MetricLogSettled, Unit: metrics.Count},
+		{Name: MetricLogFinished, Unit: metrics.Count},
 		{Name: MetricLogAuditFailed, Unit: metrics.Count},
 	},
 }
@@ -47,7 +47,7 @@ func (p PassResult) Log(ctx context.Context, logger *slog.Logger, table string) 
 	switch {
 	case p.Errors > 0 || p.LogAuditFailed > 0:
 		level = slog.LevelWarn
-	case p.Found == 0 && p.LogSettled == 0:
+	case p.Found == 0 && p.LogFinished == 0:
 		// An idle pass is not news (the local gateway runs one every 5 s);
 		// the lag and log audit alarms treat the missing point as not
 		// breaching. A failed audit is never idle: its point is published.
@@ -67,7 +67,7 @@ func (p PassResult) Log(ctx context.Context, logger *slog.Logger, table string) 
 		slog.Int("provisionCut", p.Cut),
 		slog.Int("skipped", p.Skipped),
 		slog.Int("errors", p.Errors),
-		slog.Int(MetricLogSettled, p.LogSettled),
+		slog.Int(MetricLogFinished, p.LogFinished),
 		slog.Int(MetricLogAuditFailed, p.LogAuditFailed),
 		slog.Int64("logSize", p.LogSize),
 		slog.Bool("stoppedEarly", p.Stopped),

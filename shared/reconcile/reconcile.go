@@ -101,7 +101,7 @@ type PassResult struct {
 	Cut            int            `json:"provisionCut"` // pools whose provisioning stopped at the pass's stop time (due again at once)
 	Skipped        int            `json:"skipped"`      // not yet due, or another pass got there first
 	Errors         int            `json:"errors"`
-	LogSettled     int            `json:"logSettled"`     // the release log's step (Reconciler.Log): 1 when it finished a registration a crash left (or signed the checkpoint up to the head)
+	LogFinished    int            `json:"logSettled"`     // (its JSON name kept from when finishing was called settling) the release log's step (Reconciler.Log): 1 when it finished a registration a crash left (or signed the checkpoint up to the head)
 	LogAuditFailed int            `json:"logAuditFailed"` // 1 when the log's audit found the stored tree disagreeing with its signed checkpoint
 	LogSize        int64          `json:"logSize"`        // the audited checkpoint's size
 	Lag            time.Duration  `json:"-"`              // now − oldest dueAt found (0 if none)

@@ -7,14 +7,14 @@ import (
 	"time"
 )
 
-// ReleaseLog is the release log's step of each pass (SPEC §4.8;
-// dynamo.Releases): what a crash left of a registration is finished, then
+// ReleaseLog is the release log's step of each pass (the release domain's
+// registry.Service): what a crash left of a registration is finished, then
 // the log audits itself.
 type ReleaseLog interface {
-	// Settle finishes a registration a crash left half done (the release
-	// logged, a checkpoint signed over it, the release recorded); settled
+	// Finish finishes a registration a crash left half done (the release
+	// logged, a checkpoint signed over it, the release recorded); finished
 	// says it had something to do.
-	Settle(ctx context.Context) (settled bool, err error)
+	Finish(ctx context.Context) (finished bool, err error)
 	// Audit makes sure a signed checkpoint covers the log's head, then
 	// checks that the stored tree's root at that checkpoint's size is the
 	// root it signs. A finding is an error that is a LogAuditFinding; any
@@ -23,7 +23,7 @@ type ReleaseLog interface {
 }
 
 // LogAuditFinding is an Audit error that found the log wrong, rather than
-// a dependency failing (dynamo.LogAuditError).
+// a dependency failing (registry.LogAuditError).
 type LogAuditFinding interface {
 	error
 	// AuditFinding is the checkpoint's size, the root it signs and the
@@ -32,7 +32,7 @@ type LogAuditFinding interface {
 }
 
 // LogStepTimeout bounds the release log's step of a pass (a few reads, at
-// most one settled registration and one KMS Sign).
+// most one finished registration and one KMS Sign).
 const LogStepTimeout = 10 * time.Second
 
 // releaseLog runs the release log's step after the pass's items: a failure
@@ -45,15 +45,15 @@ func (rc *Reconciler) releaseLog(ctx context.Context, res *PassResult) {
 	ctx, cancel := context.WithTimeout(ctx, LogStepTimeout)
 	defer cancel()
 	log := rc.logger()
-	settled, err := rc.Log.Settle(ctx)
+	finished, err := rc.Log.Finish(ctx)
 	switch {
 	case err != nil:
 		// The audit still runs: it reads what is stored, whatever the
 		// registration left.
 		res.Errors++
-		log.Warn("release log: settling a registration", "error", err.Error())
-	case settled:
-		res.LogSettled++
+		log.Warn("release log: finishing a registration", "error", err.Error())
+	case finished:
+		res.LogFinished++
 	}
 	size, err := rc.Log.Audit(ctx)
 	res.LogSize = size

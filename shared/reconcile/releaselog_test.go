@@ -25,20 +25,20 @@ func (noDue) Due(context.Context, int, time.Time, func(reconcile.DueItem) bool) 
 
 // fakeLog is a release log step whose answers the test sets.
 type fakeLog struct {
-	settled   bool
-	settleErr error
+	finished  bool
+	finishErr error
 	size      int64
 	auditErr  error
 	audited   bool
 }
 
-func (f *fakeLog) Settle(context.Context) (bool, error) { return f.settled, f.settleErr }
+func (f *fakeLog) Finish(context.Context) (bool, error) { return f.finished, f.finishErr }
 func (f *fakeLog) Audit(context.Context) (int64, error) {
 	f.audited = true
 	return f.size, f.auditErr
 }
 
-// finding is an audit finding as dynamo.LogAuditError reports one.
+// finding is an audit finding as registry.LogAuditError reports one.
 type finding struct{}
 
 func (finding) Error() string { return "release log audit failed: roots differ" }
@@ -63,21 +63,21 @@ func lines(t *testing.T, buf *bytes.Buffer) []map[string]any {
 	return out
 }
 
-// The release log's step of a pass: settled registrations and audit
+// The release log's step of a pass: finished registrations and audit
 // findings are counted apart from dependency errors, a failing step never
 // fails the pass, and a finding is an ERROR line with the size and both
 // roots. Serial and concurrent passes run it alike.
 func TestPassRunsTheReleaseLogStep(t *testing.T) {
 	wrapped := errors.Join(errors.New("while auditing"), finding{})
 	for _, tc := range []struct {
-		name                                string
-		log                                 *fakeLog
-		settled, auditFailed, errs, logSize int
-		errorLine                           bool
+		name                                 string
+		log                                  *fakeLog
+		finished, auditFailed, errs, logSize int
+		errorLine                            bool
 	}{
 		{name: "clean", log: &fakeLog{size: 3}, logSize: 3},
-		{name: "settled", log: &fakeLog{settled: true, size: 4}, settled: 1, logSize: 4},
-		{name: "settle fails, the audit still runs", log: &fakeLog{settleErr: errors.New("dynamodb down"), size: 4}, errs: 1, logSize: 4},
+		{name: "finished", log: &fakeLog{finished: true, size: 4}, finished: 1, logSize: 4},
+		{name: "finish fails, the audit still runs", log: &fakeLog{finishErr: errors.New("dynamodb down"), size: 4}, errs: 1, logSize: 4},
 		{name: "the audit's dependency fails", log: &fakeLog{auditErr: errors.New("kms down")}, errs: 1},
 		{name: "the audit finds the log wrong", log: &fakeLog{size: 7, auditErr: wrapped}, auditFailed: 1, logSize: 7, errorLine: true},
 	} {
@@ -94,9 +94,9 @@ func TestPassRunsTheReleaseLogStep(t *testing.T) {
 				if !tc.log.audited {
 					t.Error("the pass did not audit the log")
 				}
-				if res.LogSettled != tc.settled || res.LogAuditFailed != tc.auditFailed || res.Errors != tc.errs || res.LogSize != int64(tc.logSize) {
-					t.Errorf("logSettled %d, logAuditFailed %d, errors %d, logSize %d; want %d, %d, %d, %d",
-						res.LogSettled, res.LogAuditFailed, res.Errors, res.LogSize, tc.settled, tc.auditFailed, tc.errs, tc.logSize)
+				if res.LogFinished != tc.finished || res.LogAuditFailed != tc.auditFailed || res.Errors != tc.errs || res.LogSize != int64(tc.logSize) {
+					t.Errorf("logFinished %d, logAuditFailed %d, errors %d, logSize %d; want %d, %d, %d, %d",
+						res.LogFinished, res.LogAuditFailed, res.Errors, res.LogSize, tc.finished, tc.auditFailed, tc.errs, tc.logSize)
 				}
 				var errorLines []map[string]any
 				for _, l := range lines(t, &buf) {
@@ -125,7 +125,7 @@ func TestPassRunsTheReleaseLogStep(t *testing.T) {
 	}
 }
 
-// The summary line publishes LogSettled and LogAuditFailed (EMF, by
+// The summary line publishes LogFinished and LogAuditFailed (EMF, by
 // [Table]); a failed audit makes an otherwise idle pass a warning, so its
 // point is published where an idle pass's is not.
 func TestPassSummaryPublishesTheLogMetrics(t *testing.T) {
@@ -134,7 +134,7 @@ func TestPassSummaryPublishesTheLogMetrics(t *testing.T) {
 		level string
 	}{
 		{reconcile.PassResult{LogAuditFailed: 1, LogSize: 7}, "WARN"},
-		{reconcile.PassResult{LogSettled: 1, LogSize: 8}, "INFO"},
+		{reconcile.PassResult{LogFinished: 1, LogSize: 8}, "INFO"},
 		{reconcile.PassResult{LogSize: 8}, "DEBUG"},
 	} {
 		var buf bytes.Buffer
@@ -147,7 +147,7 @@ func TestPassSummaryPublishesTheLogMetrics(t *testing.T) {
 		if err != nil || !ok {
 			t.Fatalf("not an EMF record (%v): %s", err, buf.Bytes())
 		}
-		want := map[string]float64{reconcile.MetricLogSettled: float64(tc.res.LogSettled), reconcile.MetricLogAuditFailed: float64(tc.res.LogAuditFailed)}
+		want := map[string]float64{reconcile.MetricLogFinished: float64(tc.res.LogFinished), reconcile.MetricLogAuditFailed: float64(tc.res.LogAuditFailed)}
 		for _, p := range points {
 			if v, ok := want[p.Name]; ok {
 				if p.Key() != metrics.Key(reconcile.MetricNamespace, p.Name, reconcile.DimensionTable) || p.Unit != string(metrics.Count) || len(p.Values) != 1 || p.Values[0] != v {

@@ -59,7 +59,7 @@ type Calendar interface {
 // (docs/rollouts.md, A pass).
 type Reconciler struct {
 	Store    RolloutStore
-	Releases Store
+	Releases Releases
 	Nodes    Nodes
 	Cordons  Cordons
 	Calendar Calendar

@@ -48,7 +48,7 @@ type CreateRequest struct {
 // Rollouts is the rollouts API's behaviour.
 type Rollouts struct {
 	Store    RolloutStore
-	Releases Store // registered releases
+	Releases Releases // registered releases
 	Pools    interface {
 		GetPool(ctx context.Context, poolID string) (capacity.Pool, error)
 	}

@@ -15,13 +15,15 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
 	"github.com/bettercompute/control-plane/shared/dynamo/duedb"
 	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
+	"github.com/bettercompute/control-plane/shared/dynamo/releasedb"
 	"github.com/bettercompute/control-plane/shared/dynamo/rolloutdb"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/reconcile"
+	"github.com/bettercompute/control-plane/shared/release"
+	"github.com/bettercompute/control-plane/shared/release/registry"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -40,7 +42,7 @@ type fleetEnv struct {
 	fleet    *fleet.Service
 	nodes    *fleetdb.Store
 	store    *capacitydb.Store
-	releases *dynamo.Releases
+	releases *registry.Service
 	rollouts *rollout.Rollouts
 	rstore   *rolloutdb.Store
 	rc       *rollout.Reconciler
@@ -86,8 +88,7 @@ func newFleetEnv(t testing.TB) *fleetEnv {
 	log := slog.New(slog.DiscardHandler)
 	store := &capacitydb.Store{DB: db, Table: table}
 	nodes := &fleetdb.Store{DB: db, Table: table}
-	releases := &dynamo.Releases{DB: db, Table: table, Now: clock.Now,
-		Log: &dynamo.ReleaseLog{DB: db, Table: table, Signer: devstack.LogSigner(t, st, "bettercompute.test/releases")}}
+	releases := &registry.Service{Store: &releasedb.Releases{DB: db, Table: table}, Now: clock.Now, Log: &registry.Log{Store: &releasedb.Log{DB: db, Table: table}, Signer: devstack.LogSigner(t, st, "bettercompute.test/releases")}}
 	rstore := &rolloutdb.Store{DB: db, Table: table}
 	cs := &capacity.Service{Store: store, Now: clock.Now, Logger: log, Nodes: nodes, ProvisionHours: envHours}
 	fs := &fleet.Service{Store: nodes, Pools: store, Calendar: store, Now: clock.Now, Logger: log,
@@ -101,14 +102,14 @@ func newFleetEnv(t testing.TB) *fleetEnv {
 	return e
 }
 
-type releaseReader struct{ s *dynamo.Releases }
+type releaseReader struct{ s *registry.Service }
 
-func (r releaseReader) Release(ctx context.Context, v string) (fleet.Release, error) {
+func (r releaseReader) Release(ctx context.Context, v string) (fleet.NodeRelease, error) {
 	rel, err := r.s.Get(ctx, v)
 	if err != nil {
-		return fleet.Release{}, fleet.ErrNotFound
+		return fleet.NodeRelease{}, fleet.ErrNotFound
 	}
-	return fleet.Release{Version: rel.Version, Sequence: rel.Sequence, Digest: rel.ManifestDigest, Manifest: rel.Manifest}, nil
+	return fleet.NodeRelease{Version: rel.Version, Sequence: rel.Sequence, Digest: rel.ManifestDigest, Manifest: rel.Manifest}, nil
 }
 
 // release registers version at seq (a manifest the nodes need not verify
@@ -118,12 +119,12 @@ func (e *fleetEnv) release(version string, seq int64, platforms ...string) {
 	if len(platforms) == 0 {
 		platforms = []string{"linux/amd64"}
 	}
-	var bins []rollout.Binary
+	var bins []release.Binary
 	for _, p := range platforms {
-		bins = append(bins, rollout.Binary{Platform: p, URL: "https://dl.example.com/bcd-" + version, SHA256: fmt.Sprintf("%064x", seq), Size: 1})
+		bins = append(bins, release.Binary{Platform: p, URL: "https://dl.example.com/bcd-" + version, SHA256: fmt.Sprintf("%064x", seq), Size: 1})
 	}
-	manifest, _ := json.Marshal(map[string]any{"payloadType": rollout.PayloadType, "payload": "e30", "signatures": []any{}})
-	_, _, err := e.releases.Register(context.Background(), rollout.Release{Version: version, Sequence: seq, Binaries: bins,
+	manifest, _ := json.Marshal(map[string]any{"payloadType": release.PayloadType, "payload": "e30", "signatures": []any{}})
+	_, _, err := e.releases.RegisterVerified(context.Background(), release.Release{Version: version, Sequence: seq, Binaries: bins,
 		ManifestDigest: fmt.Sprintf("sha256:%064x", seq), Signers: []string{}, RegisteredAt: e.clock.Now(), Manifest: manifest,
 		Payload: []byte("{}")})
 	if err != nil {

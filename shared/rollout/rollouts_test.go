@@ -15,6 +15,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/paging"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -116,8 +117,8 @@ func TestCreateRefusals(t *testing.T) {
 	e.pool("a", 4, "", 0)
 	ctx := context.Background()
 	expires := t0.Add(time.Hour)
-	if _, _, err := e.releases.Register(ctx, rollout.Release{Version: "1.1.0", Sequence: 5, Expires: &expires,
-		Binaries: []rollout.Binary{{Platform: "linux/amd64"}}, ManifestDigest: "sha256:x", Signers: []string{}, Payload: []byte("{}")}); err != nil {
+	if _, _, err := e.releases.RegisterVerified(ctx, release.Release{Version: "1.1.0", Sequence: 5, Expires: &expires,
+		Binaries: []release.Binary{{Platform: "linux/amd64"}}, ManifestDigest: "sha256:x", Signers: []string{}, Payload: []byte("{}")}); err != nil {
 		t.Fatal(err)
 	}
 	e.clock.Advance(2 * time.Hour)

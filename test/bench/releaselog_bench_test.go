@@ -16,7 +16,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -32,7 +32,7 @@ type logFleet struct {
 
 func newLogFleet(b *testing.B, releases int) *logFleet {
 	b.Helper()
-	key, err := rollout.GenerateKey(rollout.AlgECDSAP256)
+	key, err := release.GenerateKey(release.AlgECDSAP256)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func newLogFleet(b *testing.B, releases int) *logFleet {
 	if err := os.WriteFile(filepath.Join(dir, agent.StateFile), state, 0o600); err != nil {
 		b.Fatal(err)
 	}
-	pins, err := rollout.NewPins([]crypto.PublicKey{key.Public()}, 1)
+	pins, err := release.NewPins([]crypto.PublicKey{key.Public()}, 1)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/iam"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -40,7 +40,7 @@ func startStack(b *testing.B, opts ...teststack.Option) *teststack.Stack {
 
 func newServer(b *testing.B) *server {
 	b.Helper()
-	key, err := rollout.GenerateKey(rollout.AlgECDSAP256)
+	key, err := release.GenerateKey(release.AlgECDSAP256)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func (s *server) do(b *testing.B, method string, body []byte) (time.Duration, []
 
 func (s *server) manifest(b *testing.B, seq int) []byte {
 	st := fmt.Sprintf(`{"version":"1.0.%d","sequence":%d,"binaries":[{"platform":"linux/amd64","url":"https://dl.example.com/bcd","sha256":"%064x","size":1}]}`, seq, seq, seq)
-	env, err := rollout.SignEnvelope([]byte(st), s.Key)
+	env, err := release.SignEnvelope([]byte(st), s.Key)
 	if err != nil {
 		b.Fatal(err)
 	}

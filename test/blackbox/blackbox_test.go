@@ -36,7 +36,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/devstack"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 	"github.com/bettercompute/control-plane/test/lambdastack"
 	"github.com/bettercompute/control-plane/test/teststack"
@@ -121,16 +121,16 @@ func TestReleaseRefusals(t *testing.T) {
 	tg := newTarget(t)
 	ctx := context.Background()
 	var list struct {
-		Releases []rollout.Release `json:"releases"`
+		Releases []release.Release `json:"releases"`
 	}
 	if err := tg.admin.Call(ctx, "releases.list", obj{"tenantId": "platform", "limit": 1}, &list); err != nil {
 		t.Fatal(err)
 	}
-	stranger, err := rollout.GenerateKey("ed25519")
+	stranger, err := release.GenerateKey("ed25519")
 	if err != nil {
 		t.Fatal(err)
 	}
-	env, err := rollout.SignEnvelope([]byte(`{"version":"0.0.1","sequence":1,"binaries":[{"platform":"linux/arm64","url":"https://dl.example.com/bcd","sha256":"`+fmt.Sprintf("%064d", 0)+`","size":1}]}`), stranger)
+	env, err := release.SignEnvelope([]byte(`{"version":"0.0.1","sequence":1,"binaries":[{"platform":"linux/arm64","url":"https://dl.example.com/bcd","sha256":"`+fmt.Sprintf("%064d", 0)+`","size":1}]}`), stranger)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestReleaseRefusals(t *testing.T) {
 	if e.Details["reason"] != "unknown_key" {
 		t.Fatalf("a manifest signed by an unpinned key: reason %v", e.Details["reason"])
 	}
-	tampered := obj{"tenantId": "platform", "manifest": obj{"payloadType": rollout.PayloadType, "payload": "e30", "signatures": []obj{}}}
+	tampered := obj{"tenantId": "platform", "manifest": obj{"payloadType": release.PayloadType, "payload": "e30", "signatures": []obj{}}}
 	e = wantCode(t, tg.admin.Call(ctx, "releases.register", tampered, nil), apierr.InvalidInput)
 	if e.Details["reason"] != "unknown_key" {
 		t.Fatalf("reason %v", e.Details["reason"])
@@ -156,7 +156,7 @@ func TestReleaseRegisterAndList(t *testing.T) {
 	seq := time.Now().UnixMicro()
 	version := fmt.Sprintf("0.0.%d", seq)
 	stmt := fmt.Sprintf(`{"version":%q,"sequence":%d,"binaries":[{"platform":"linux/arm64","url":"https://dl.example.com/bcd","sha256":"%064x","size":1}]}`, version, seq, seq)
-	env, err := rollout.SignEnvelope([]byte(stmt), tg.releaseKey)
+	env, err := release.SignEnvelope([]byte(stmt), tg.releaseKey)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,7 +37,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -216,13 +216,13 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 
 	// Releases, signed with the dev key the stack pins.
 	key := teststack.DevReleaseKey(t)
-	stranger, err := rollout.GenerateKey("ed25519")
+	stranger, err := release.GenerateKey("ed25519")
 	if err != nil {
 		t.Fatal(err)
 	}
 	manifest := func(version string, seq int, signer crypto.Signer) json.RawMessage {
 		stmt := fmt.Sprintf(`{"version":%q,"sequence":%d,"expires":"2099-01-01T00:00:00Z","binaries":[{"platform":"linux/arm64","url":"https://dl.example.com/bcd","sha256":"%064x","size":1},{"platform":"linux/amd64","url":"https://dl.example.com/bcd-amd64","sha256":"%064x","size":1}]}`, version, seq, seq, seq)
-		env, err := rollout.SignEnvelope([]byte(stmt), signer)
+		env, err := release.SignEnvelope([]byte(stmt), signer)
 		if err != nil {
 			t.Fatal(err)
 		}

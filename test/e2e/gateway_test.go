@@ -26,7 +26,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/kmssign"
 	"github.com/bettercompute/control-plane/shared/localgw"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -218,7 +218,7 @@ func TestQuickstart(t *testing.T) {
 	}
 }
 
-type release struct {
+type releaseAnswer struct {
 	Version  string   `json:"version"`
 	Sequence int64    `json:"sequence"`
 	Signers  []string `json:"signers"`
@@ -249,18 +249,18 @@ func TestReleases(t *testing.T) {
 		t.Fatal(err)
 	}
 	fileKey := teststack.DevReleaseKey(t)
-	keyID, err := rollout.KeyID(fileKey.Public())
+	keyID, err := release.KeyID(fileKey.Public())
 	if err != nil {
 		t.Fatal(err)
 	}
 
 	type registered struct {
-		Release  release `json:"release"`
-		Replayed bool    `json:"replayed"`
+		Release  releaseAnswer `json:"release"`
+		Replayed bool          `json:"replayed"`
 	}
 	register := func(payload []byte, signer crypto.Signer) registered {
 		t.Helper()
-		env, err := rollout.SignEnvelope(payload, signer)
+		env, err := release.SignEnvelope(payload, signer)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -287,7 +287,7 @@ func TestReleases(t *testing.T) {
 		t.Fatalf("second register: %+v", next)
 	}
 	// A rollback is refused with the reason.
-	env, err := rollout.SignEnvelope(statement("0.9.0", 1), fileKey)
+	env, err := release.SignEnvelope(statement("0.9.0", 1), fileKey)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -296,7 +296,7 @@ func TestReleases(t *testing.T) {
 
 	r = call(t, st.URL, "releases.list", admin, listBody)
 	var list struct {
-		Releases []release `json:"releases"`
+		Releases []releaseAnswer `json:"releases"`
 	}
 	if err := json.Unmarshal(r.Body, &list); r.Status != 200 || err != nil {
 		t.Fatalf("list: %d %s", r.Status, r.Body)

@@ -14,11 +14,11 @@ import (
 	"github.com/aws/smithy-go/middleware"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
 	"github.com/bettercompute/control-plane/shared/dynamo/rolloutdb"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/release/registry"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -213,12 +213,12 @@ func (c watchedCordons) SetRolloutCordonIn(ctx context.Context, t capacity.Topol
 }
 
 // releaseReader adapts the releases store to what heartbeats read.
-type releaseReader struct{ s *dynamo.Releases }
+type releaseReader struct{ s *registry.Service }
 
-func (r releaseReader) Release(ctx context.Context, v string) (fleet.Release, error) {
+func (r releaseReader) Release(ctx context.Context, v string) (fleet.NodeRelease, error) {
 	rel, err := r.s.Get(ctx, v)
 	if err != nil {
-		return fleet.Release{}, fleet.ErrNotFound
+		return fleet.NodeRelease{}, fleet.ErrNotFound
 	}
-	return fleet.Release{Version: rel.Version, Sequence: rel.Sequence, Digest: rel.ManifestDigest, Manifest: rel.Manifest}, nil
+	return fleet.NodeRelease{Version: rel.Version, Sequence: rel.Sequence, Digest: rel.ManifestDigest, Manifest: rel.Manifest}, nil
 }

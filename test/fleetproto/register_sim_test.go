@@ -11,7 +11,9 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/devstack"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/releasedb"
+	"github.com/bettercompute/control-plane/shared/release"
+	"github.com/bettercompute/control-plane/shared/release/registry"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -46,10 +48,11 @@ func TestRegisterSimulation(t *testing.T) {
 			s := newSched(rand.New(rand.NewPCG(seed, seed^0x4e6)), clock)
 			s.rates = rates{crashBefore: 15, crashAfter: 15, failBefore: 30, failAfter: 30, stall: 60}
 			table := devstack.NewTable(t, st)
-			log := &dynamo.ReleaseLog{DB: st.DynamoDB(yieldAtEveryRequest(s)), Table: table, Signer: signer}
-			rs := &dynamo.Releases{DB: log.DB, Table: table, Log: log, Now: clock.Now}
-			cleanLog := &dynamo.ReleaseLog{DB: st.DynamoDB(), Table: table, Signer: signer}
-			clean := &dynamo.Releases{DB: cleanLog.DB, Table: table, Log: cleanLog, Now: clock.Now}
+			db, cleanDB := st.DynamoDB(yieldAtEveryRequest(s)), st.DynamoDB()
+			log := &registry.Log{Store: &releasedb.Log{DB: db, Table: table}, Signer: signer}
+			rs := &registry.Service{Store: &releasedb.Releases{DB: db, Table: table}, Log: log, Now: clock.Now}
+			cleanLog := &registry.Log{Store: &releasedb.Log{DB: cleanDB, Table: table}, Signer: signer}
+			clean := &registry.Service{Store: &releasedb.Releases{DB: cleanDB, Table: table}, Log: cleanLog, Now: clock.Now}
 			runRegisterSim(t, s, rs, clean, seed)
 			if t.Failed() {
 				t.Logf("trace (last 40 steps):\n%s", s.tail(40))
@@ -59,20 +62,20 @@ func TestRegisterSimulation(t *testing.T) {
 	}
 }
 
-func simRelease(version string, seq int64) rollout.Release {
-	return rollout.Release{Version: version, Sequence: seq, ManifestDigest: fmt.Sprintf("sha256:%064d", seq),
+func simRelease(version string, seq int64) release.Release {
+	return release.Release{Version: version, Sequence: seq, ManifestDigest: fmt.Sprintf("sha256:%064d", seq),
 		Payload:      fmt.Appendf(nil, `{"version":%q,"sequence":%d}`, version, seq),
-		Binaries:     []rollout.Binary{{Platform: "linux/amd64", URL: "https://example.com/bcd", SHA256: fmt.Sprintf("%064d", 0), Size: 1}},
+		Binaries:     []release.Binary{{Platform: "linux/amd64", URL: "https://example.com/bcd", SHA256: fmt.Sprintf("%064d", 0), Size: 1}},
 		Signers:      []string{"k1"},
 		RegisteredAt: t0, RegisteredBy: rollout.Audit{TenantID: "platform", Principal: "admin"}}
 }
 
-func runRegisterSim(t *testing.T, s *sched, rs, clean *dynamo.Releases, seed uint64) {
+func runRegisterSim(t *testing.T, s *sched, rs, clean *registry.Service, seed uint64) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 11))
 	var (
-		rels     []rollout.Release
-		answered = map[string]rollout.Release{} // version → the answer
+		rels     []release.Release
+		answered = map[string]release.Release{} // version → the answer
 		refused  = map[string]int64{}           // version → a sequence refused for it
 		why      = map[string]string{}          // version → the refusal
 		notes    []string
@@ -83,9 +86,9 @@ func runRegisterSim(t *testing.T, s *sched, rs, clean *dynamo.Releases, seed uin
 		seq += 1 + rng.Int64N(3)
 		rels = append(rels, simRelease(fmt.Sprintf("6.%d.0", i), seq))
 	}
-	register := func(ctx context.Context, r rollout.Release) {
+	register := func(ctx context.Context, r release.Release) {
 		for try := 0; try < 3 && alive(ctx); try++ {
-			got, _, err := rs.Register(ctx, r)
+			got, _, err := rs.RegisterVerified(ctx, r)
 			switch {
 			case err == nil:
 				answered[r.Version+"@"+fmt.Sprint(r.Sequence)] = got
@@ -120,7 +123,7 @@ func runRegisterSim(t *testing.T, s *sched, rs, clean *dynamo.Releases, seed uin
 		for range 4 {
 			s.sleep(ctx, time.Duration(20+rng.IntN(60))*time.Second)
 			for try := 0; try < 3 && alive(ctx); try++ {
-				if _, err := rs.Settle(ctx); err == nil || errors.Is(err, errCrashed) {
+				if _, err := rs.Finish(ctx); err == nil || errors.Is(err, errCrashed) {
 					break
 				}
 			}
@@ -130,9 +133,9 @@ func runRegisterSim(t *testing.T, s *sched, rs, clean *dynamo.Releases, seed uin
 
 	// What crashes left, finished: past PendingStale, a clean settle (the
 	// reconciler's next pass), as many times as it has work.
-	s.clock.Advance(dynamo.PendingStale + time.Minute)
+	s.clock.Advance(registry.PendingStale + time.Minute)
 	for range 8 {
-		more, err := clean.Settle(ctx)
+		more, err := clean.Finish(ctx)
 		if err != nil {
 			t.Fatalf("clean settle: %v", err)
 		}
@@ -177,13 +180,13 @@ func runRegisterSim(t *testing.T, s *sched, rs, clean *dynamo.Releases, seed uin
 		}
 	}
 	for k, r := range answered {
-		if !slices.ContainsFunc(listed, func(l rollout.Release) bool { return l.Version == r.Version && l.Sequence == r.Sequence }) {
+		if !slices.ContainsFunc(listed, func(l release.Release) bool { return l.Version == r.Version && l.Sequence == r.Sequence }) {
 			errs = append(errs, fmt.Sprintf("r2: %s was answered but is not listed", k))
 		}
 	}
 	// r3: refusals.
 	for v, sq := range refused {
-		if slices.ContainsFunc(listed, func(l rollout.Release) bool { return l.Version == v && l.Sequence == sq }) {
+		if slices.ContainsFunc(listed, func(l release.Release) bool { return l.Version == v && l.Sequence == sq }) {
 			errs = append(errs, fmt.Sprintf("r3: %s@%d was refused (%s) but is listed", v, sq, why[v]))
 		}
 	}

@@ -20,9 +20,10 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/bettercompute/control-plane/shared/devstack"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/releasedb"
 	"github.com/bettercompute/control-plane/shared/kmssign"
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/release"
+	"github.com/bettercompute/control-plane/shared/release/registry"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -60,7 +61,7 @@ func TestReleaseLogSimulation(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	signer, err := releaselog.NewSigner("bettercompute.sim/releases", ks)
+	signer, err := release.NewLogSigner("bettercompute.sim/releases", ks)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,16 +70,16 @@ func TestReleaseLogSimulation(t *testing.T) {
 			s := newSched(rand.New(rand.NewPCG(seed, seed^0x5eed)), teststack.NewClock(t0))
 			s.rates = rates{crashBefore: 20, crashAfter: 20, failBefore: 30, failAfter: 30, stall: 60}
 			table := devstack.NewTable(t, st)
-			l := &dynamo.ReleaseLog{DB: st.DynamoDB(yieldAtEveryRequest(s)), Table: table, Signer: signer}
-			clean := &dynamo.ReleaseLog{DB: st.DynamoDB(), Table: table, Signer: signer}
+			l := &registry.Log{Store: &releasedb.Log{DB: st.DynamoDB(yieldAtEveryRequest(s)), Table: table}, Signer: signer}
+			clean := &registry.Log{Store: &releasedb.Log{DB: st.DynamoDB(), Table: table}, Signer: signer}
 			runLogSim(t, s, l, clean, seed)
 			// Then registrations that do not hand on (each its own
 			// releases, in order) racing for the same indexes.
 			s2 := newSched(rand.New(rand.NewPCG(seed, seed^0xd15)), teststack.NewClock(t0))
 			s2.rates = rates{crashBefore: 5, crashAfter: 5, failBefore: 20, failAfter: 20, stall: 60}
 			table2 := devstack.NewTable(t, st)
-			runLogSimDistinct(t, s2, &dynamo.ReleaseLog{DB: st.DynamoDB(yieldAtEveryRequest(s2)), Table: table2, Signer: signer},
-				&dynamo.ReleaseLog{DB: st.DynamoDB(), Table: table2, Signer: signer}, seed)
+			runLogSimDistinct(t, s2, &registry.Log{Store: &releasedb.Log{DB: st.DynamoDB(yieldAtEveryRequest(s2)), Table: table2}, Signer: signer},
+				&registry.Log{Store: &releasedb.Log{DB: st.DynamoDB(), Table: table2}, Signer: signer}, seed)
 			s.trace = append(s.trace, s2.trace...)
 			if t.Failed() {
 				t.Logf("trace (last 40 steps):\n%s", s.tail(40))
@@ -144,7 +145,7 @@ type logRelease struct {
 	payload []byte
 }
 
-func runLogSim(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed uint64) {
+func runLogSim(t *testing.T, s *sched, l, clean *registry.Log, seed uint64) {
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(seed, 7))
 	var rels []logRelease
@@ -164,7 +165,7 @@ func runLogSim(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed uint64)
 	appendAs := func(ctx context.Context, who string, i int) bool {
 		r := rels[i]
 		for try := 0; try < 3 && alive(ctx); try++ {
-			idx, err := l.Append(ctx, r.version, r.seq, releaselog.LeafHash(r.payload))
+			idx, err := l.Append(ctx, r.version, r.seq, release.LeafHash(r.payload))
 			switch {
 			case err == nil:
 				handed = append(handed, fmt.Sprintf("%d %s", idx, r.version))
@@ -172,7 +173,7 @@ func runLogSim(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed uint64)
 					errs = append(errs, fmt.Sprintf("a: %s was handed index %d for %s, the %dth release", who, idx, r.version, i))
 				}
 				return true
-			case errors.Is(err, dynamo.ErrLogOrder):
+			case errors.Is(err, registry.ErrLogOrder):
 				errs = append(errs, fmt.Sprintf("c: %s: %v", who, err))
 				return false
 			case errors.Is(err, errCrashed):
@@ -220,7 +221,7 @@ func runLogSim(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed uint64)
 
 	// A clean registration of the last release finishes the rest.
 	for i, r := range rels {
-		idx, err := clean.Append(ctx, r.version, r.seq, releaselog.LeafHash(r.payload))
+		idx, err := clean.Append(ctx, r.version, r.seq, release.LeafHash(r.payload))
 		if err != nil || idx != int64(i) {
 			errs = append(errs, fmt.Sprintf("b: the clean append of %s: index %d, %v", r.version, idx, err))
 		}
@@ -256,7 +257,7 @@ func runLogSim(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed uint64)
 // index is handed to two releases and every index handed out holds its
 // release; g, the entries run in strictly increasing sequence with no gap,
 // each a release some appender sent, none twice; d, as above.
-func runLogSimDistinct(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed uint64) {
+func runLogSimDistinct(t *testing.T, s *sched, l, clean *registry.Log, seed uint64) {
 	ctx := context.Background()
 	const appenders, each = 4, 4
 	sent := map[string]int64{}
@@ -269,7 +270,7 @@ func runLogSimDistinct(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed
 				v := fmt.Sprintf("5.%d.0", seq)
 				sent[v] = seq
 				for try := 0; try < 3 && alive(ctx); try++ {
-					idx, err := l.Append(ctx, v, seq, releaselog.LeafHash([]byte(v)))
+					idx, err := l.Append(ctx, v, seq, release.LeafHash([]byte(v)))
 					if err == nil {
 						if prev, ok := handed[idx]; ok && prev != v {
 							errs = append(errs, fmt.Sprintf("f: index %d handed to %s and %s", idx, prev, v))
@@ -277,7 +278,7 @@ func runLogSimDistinct(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed
 						handed[idx] = v
 						break
 					}
-					if errors.Is(err, dynamo.ErrLogOrder) || errors.Is(err, errCrashed) {
+					if errors.Is(err, registry.ErrLogOrder) || errors.Is(err, errCrashed) {
 						break
 					}
 				}
@@ -292,7 +293,7 @@ func runLogSimDistinct(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed
 	}
 	// An entry put by a crashed append may wait for the next append to
 	// move the head over it: one clean append of a fresh, highest release.
-	if _, err := clean.Append(ctx, "5.99.0", 99, releaselog.LeafHash([]byte("5.99.0"))); err != nil {
+	if _, err := clean.Append(ctx, "5.99.0", 99, release.LeafHash([]byte("5.99.0"))); err != nil {
 		t.Fatal(err)
 	}
 	sent["5.99.0"] = 99
@@ -324,11 +325,11 @@ func runLogSimDistinct(t *testing.T, s *sched, l, clean *dynamo.ReleaseLog, seed
 	}
 }
 
-func signerKey(l *dynamo.ReleaseLog) releaselog.Key { return l.Signer.Key() }
+func signerKey(l *registry.Log) release.LogKey { return l.Signer.Key() }
 
 // headMonotonic is a scheduler step hook: the log's head, read cleanly
 // after every step, never moves back (check d).
-func headMonotonic(ctx context.Context, clean *dynamo.ReleaseLog, errs *[]string) func() {
+func headMonotonic(ctx context.Context, clean *registry.Log, errs *[]string) func() {
 	head := int64(0)
 	return func() {
 		n, err := clean.Size(ctx)
@@ -343,7 +344,7 @@ func headMonotonic(ctx context.Context, clean *dynamo.ReleaseLog, errs *[]string
 // no two have different roots at one size, and each smaller one is a prefix
 // of each larger one by the store's consistency proof (failures as check
 // name). It returns the roots by size.
-func checkCheckpoints(ctx context.Context, name string, key releaselog.Key, notes []string, clean *dynamo.ReleaseLog, errs *[]string) map[int64]tlog.Hash {
+func checkCheckpoints(ctx context.Context, name string, key release.LogKey, notes []string, clean *registry.Log, errs *[]string) map[int64]tlog.Hash {
 	roots := map[int64]tlog.Hash{}
 	for _, note := range notes {
 		c, err := key.Open([]byte(note))
@@ -361,7 +362,7 @@ func checkCheckpoints(ctx context.Context, name string, key releaselog.Key, note
 			if a == 0 || a >= b {
 				continue
 			}
-			p, err := releaselog.ProveConsistency(ctx, clean, a, b)
+			p, err := release.ProveConsistency(ctx, clean, a, b)
 			if err == nil {
 				err = tlog.CheckTree(p, b, rb, a, ra)
 			}

@@ -21,14 +21,15 @@ import (
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
 	"github.com/bettercompute/control-plane/shared/dynamo/duedb"
 	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
+	"github.com/bettercompute/control-plane/shared/dynamo/releasedb"
 	"github.com/bettercompute/control-plane/shared/dynamo/rolloutdb"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/reconcile"
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/release"
+	"github.com/bettercompute/control-plane/shared/release/registry"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -101,15 +102,16 @@ var (
 // world is one seed's run: the real services on a fresh table, the
 // actors, and the checker's ledger.
 type world struct {
-	t     *testing.T
-	seed  uint64
-	rng   *rand.Rand
-	s     *sched
-	clock *teststack.Clock
-	end   time.Time // the actors' phase ends
+	t        *testing.T
+	releases *registry.Service // the release domain, as releases.register runs it
+	seed     uint64
+	rng      *rand.Rand
+	s        *sched
+	clock    *teststack.Clock
+	end      time.Time // the actors' phase ends
 
 	table  string
-	logKey *releaselog.Signer // the release log's checkpoint key
+	logKey *release.LogSigner // the release log's checkpoint key
 	// the checker's own stores (a client without the scheduler)
 	capI   *capacitydb.Store
 	fleetI *fleetdb.Store
@@ -157,7 +159,7 @@ func (w *world) wire(db *dynamodb.Client) {
 	log := slog.New(slog.DiscardHandler)
 	capS := &atomicCalendar{Store: &capacitydb.Store{DB: db, Table: w.table}, w: w}
 	nodes := &fleetdb.Store{DB: db, Table: w.table}
-	releases := &dynamo.Releases{DB: db, Table: w.table, Now: w.clock.Now, Log: &dynamo.ReleaseLog{DB: db, Table: w.table, Signer: w.logKey}}
+	releases := &registry.Service{Store: &releasedb.Releases{DB: db, Table: w.table}, Now: w.clock.Now, Log: &registry.Log{Store: &releasedb.Log{DB: db, Table: w.table}, Signer: w.logKey}}
 	progress := &watchedProgress{Store: &rolloutdb.Store{DB: db, Table: w.table}, w: w}
 	w.cap = &capacity.Service{Store: capS, Now: w.clock.Now, Logger: log, Nodes: &watchedNodes{nodes, w}, ProvisionHours: provision, Serial: true,
 		// The backoff's jitter comes from the global source: the seed draws it instead.
@@ -169,6 +171,7 @@ func (w *world) wire(db *dynamodb.Client) {
 	w.fleet = &fleet.Service{Store: nodes, Pools: capS, Calendar: capS, Releases: releaseReader{releases},
 		Rollouts: rollout.Holds{Store: progress}, // as the app wires it: the sweep lifts a finished rollout's cordon and target
 		Now:      w.clock.Now, Logger: log, Interval: interval, ProvisionHours: provision, Serial: true}
+	w.releases = releases
 	w.rc = &rollout.Reconciler{Store: progress, Releases: releases, Nodes: &watchedTargets{nodes, w}, Cordons: watchedCordons{w.fleet, w}, Calendar: capS,
 		Now: w.clock.Now, Logger: log}
 	w.rollouts = &rollout.Rollouts{Store: progress, Releases: releases, Pools: capS, Now: w.clock.Now,
@@ -250,9 +253,9 @@ func (w *world) setUp(ctx context.Context) {
 // release registers version at seq (a manifest the simulated nodes do not
 // verify: the agent's verification is tested with the agent).
 func (w *world) release(ctx context.Context, version string, seq int64) {
-	manifest, _ := json.Marshal(map[string]any{"payloadType": rollout.PayloadType, "payload": "e30", "signatures": []any{}})
-	_, _, err := w.rc.Releases.Register(ctx, rollout.Release{Version: version, Sequence: seq,
-		Binaries:       []rollout.Binary{{Platform: platform, URL: "https://dl.example.com/bcd-" + version, SHA256: fmt.Sprintf("%064x", seq), Size: 1}},
+	manifest, _ := json.Marshal(map[string]any{"payloadType": release.PayloadType, "payload": "e30", "signatures": []any{}})
+	_, _, err := w.releases.RegisterVerified(ctx, release.Release{Version: version, Sequence: seq,
+		Binaries:       []release.Binary{{Platform: platform, URL: "https://dl.example.com/bcd-" + version, SHA256: fmt.Sprintf("%064x", seq), Size: 1}},
 		ManifestDigest: fmt.Sprintf("sha256:%064x", seq), Signers: []string{}, RegisteredAt: w.clock.Now(), Manifest: manifest,
 		Payload: []byte("{}")})
 	if err != nil {

@@ -20,10 +20,10 @@ import (
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/releasedb"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/kmssign"
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -58,10 +58,10 @@ func tamperer(tb testing.TB, upstream, version string, alter func(d *fleet.Desir
 }
 
 // foreignSigner is a release log key of origin that no node pins.
-func foreignSigner(tb testing.TB, origin string) *releaselog.Signer {
+func foreignSigner(tb testing.TB, origin string) *release.LogSigner {
 	tb.Helper()
 	_, k, _ := ed25519.GenerateKey(rand.Reader)
-	s, err := releaselog.NewSigner(origin, k)
+	s, err := release.NewLogSigner(origin, k)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -87,12 +87,12 @@ func TestAgentsRefuseTamperedLogEvidence(t *testing.T) {
 	cases := []struct {
 		name, pool string
 		alter      func(d *fleet.DesiredLog)
-		logKey     *releaselog.Key
+		logKey     *release.LogKey
 		want       string // "" installs
 	}{
 		{"told the truth", "l-truth", nil, nil, ""},
 		{"forged checkpoint", "l-forged", func(d *fleet.DesiredLog) {
-			c := releaselog.Checkpoint{Origin: devstack.DevReleaseLogOrigin, Size: 3}
+			c := release.Checkpoint{Origin: devstack.DevReleaseLogOrigin, Size: 3}
 			signed, _ := foreign.Sign(c)
 			d.Checkpoint = string(signed)
 		}, nil, "log: checkpoint signature"},
@@ -206,16 +206,16 @@ func TestForkedRootRaisesTheAlarm(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	logSigner, err := releaselog.NewSigner(devstack.DevReleaseLogOrigin, ks)
+	logSigner, err := release.NewLogSigner(devstack.DevReleaseLogOrigin, ks)
 	if err != nil {
 		t.Fatal(err)
 	}
-	real, err := releaselog.TreeHash(ctx, &dynamo.ReleaseLog{DB: h.st.App.DB, Table: h.st.App.Config.Table}, 2)
+	real, err := release.TreeHash(ctx, &releasedb.Log{DB: h.st.App.DB, Table: h.st.App.Config.Table}, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
-	forkRoot := releaselog.LeafHash([]byte("a history nobody else was shown"))
-	forked, err := logSigner.Sign(releaselog.Checkpoint{Origin: devstack.DevReleaseLogOrigin, Size: 2, Root: forkRoot})
+	forkRoot := release.LeafHash([]byte("a history nobody else was shown"))
+	forked, err := logSigner.Sign(release.Checkpoint{Origin: devstack.DevReleaseLogOrigin, Size: 2, Root: forkRoot})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -61,13 +62,13 @@ func TestAgentRefusals(t *testing.T) {
 	q, _ := dsse.GenerateKey(dsse.AlgEd25519)
 	q2, _ := dsse.GenerateKey(dsse.AlgEd25519)
 	stranger, _ := dsse.GenerateKey(dsse.AlgEd25519)
-	pinsQ, err := rollout.NewPins([]crypto.PublicKey{q.Public()}, 1)
+	pinsQ, err := release.NewPins([]crypto.PublicKey{q.Public()}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pinsQ2, _ := rollout.NewPins([]crypto.PublicKey{q2.Public()}, 1)
-	relID, _ := rollout.KeyID(h.relKey.Public())
-	qID, _ := rollout.KeyID(q.Public())
+	pinsQ2, _ := release.NewPins([]crypto.PublicKey{q2.Public()}, 1)
+	relID, _ := release.KeyID(h.relKey.Public())
+	qID, _ := release.KeyID(q.Public())
 
 	// Releases, in sequence order.
 	h.register(t, h.sign(t, h.statement("1.0.0", 1)))
@@ -87,7 +88,7 @@ func TestAgentRefusals(t *testing.T) {
 		name, pool, version string
 		platform            string
 		running             *fleet.Version
-		pins                *rollout.Pins
+		pins                *release.Pins
 		want                string // in the agent's reason and the progress's
 		fetched             bool   // refused after downloading
 		skipped             bool   // skipped at enumeration (no_binary)
@@ -218,9 +219,9 @@ func TestAgentRefusals(t *testing.T) {
 }
 
 // dsseSignNaming signs st by signers, each signature naming keyIDs[i].
-func dsseSignNaming(t *testing.T, st rollout.Statement, keyIDs []string, signers ...crypto.Signer) []byte {
+func dsseSignNaming(t *testing.T, st release.Statement, keyIDs []string, signers ...crypto.Signer) []byte {
 	t.Helper()
-	out, err := rollout.SignEnvelopeNaming(payloadOf(st), keyIDs, signers...)
+	out, err := release.SignEnvelopeNaming(payloadOf(st), keyIDs, signers...)
 	if err != nil {
 		t.Fatal(err)
 	}

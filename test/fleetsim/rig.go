@@ -35,7 +35,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -50,7 +50,7 @@ type rig struct {
 	logs   *requestLog
 	admin  *client.Client
 	relKey crypto.Signer
-	pins   *rollout.Pins // the agents' usual pins: relKey, threshold 1
+	pins   *release.Pins // the agents' usual pins: relKey, threshold 1
 	site   *site
 }
 
@@ -66,7 +66,7 @@ func newRig(tb testing.TB, interval time.Duration, opts ...teststack.Option) *ri
 	if err != nil {
 		tb.Fatal(err)
 	}
-	pins, err := rollout.NewPins([]crypto.PublicKey{relKey.Public()}, 1)
+	pins, err := release.NewPins([]crypto.PublicKey{relKey.Public()}, 1)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -112,20 +112,20 @@ func binaryData(version string) []byte {
 }
 
 // binary puts version's binary for platform on the site and describes it.
-func (h *rig) binary(version, platform string) rollout.Binary {
+func (h *rig) binary(version, platform string) release.Binary {
 	data := binaryData(version)
 	path := "/bcd-" + version + "-" + strings.ReplaceAll(platform, "/", "-")
 	sum := sha256.Sum256(data)
-	return rollout.Binary{Platform: platform, URL: h.site.put(path, data), SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}
+	return release.Binary{Platform: platform, URL: h.site.put(path, data), SHA256: hex.EncodeToString(sum[:]), Size: int64(len(data))}
 }
 
 // statement is version (sequence seq) with a binary for each platform
 // (default linux/amd64) on the site.
-func (h *rig) statement(version string, seq int64, platforms ...string) rollout.Statement {
+func (h *rig) statement(version string, seq int64, platforms ...string) release.Statement {
 	if len(platforms) == 0 {
 		platforms = []string{"linux/amd64"}
 	}
-	st := rollout.Statement{Version: version, Sequence: seq}
+	st := release.Statement{Version: version, Sequence: seq}
 	for _, p := range platforms {
 		st.Binaries = append(st.Binaries, h.binary(version, p))
 	}
@@ -133,12 +133,12 @@ func (h *rig) statement(version string, seq int64, platforms ...string) rollout.
 }
 
 // sign is st's manifest signed by signers (default the rig's key).
-func (h *rig) sign(tb testing.TB, st rollout.Statement, signers ...crypto.Signer) []byte {
+func (h *rig) sign(tb testing.TB, st release.Statement, signers ...crypto.Signer) []byte {
 	tb.Helper()
 	if len(signers) == 0 {
 		signers = []crypto.Signer{h.relKey}
 	}
-	env, err := rollout.SignEnvelope(payloadOf(st), signers...)
+	env, err := release.SignEnvelope(payloadOf(st), signers...)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -147,21 +147,21 @@ func (h *rig) sign(tb testing.TB, st rollout.Statement, signers ...crypto.Signer
 
 // payloadOf is st as a manifest's payload (no expires member without one:
 // the statement's field is not nullable).
-func payloadOf(st rollout.Statement) []byte {
+func payloadOf(st release.Statement) []byte {
 	b, _ := json.Marshal(struct {
 		Version  string           `json:"version"`
 		Sequence int64            `json:"sequence"`
 		Expires  *time.Time       `json:"expires,omitempty"`
-		Binaries []rollout.Binary `json:"binaries"`
+		Binaries []release.Binary `json:"binaries"`
 	}{st.Version, st.Sequence, st.Expires, st.Binaries})
 	return b
 }
 
 // register registers a manifest through releases.register (the registry
 // verifies it under the platform's pins).
-func (h *rig) register(tb testing.TB, manifest []byte) rollout.Release {
+func (h *rig) register(tb testing.TB, manifest []byte) release.Release {
 	tb.Helper()
-	var out struct{ Release rollout.Release }
+	var out struct{ Release release.Release }
 	h.must(tb, "releases.register", map[string]any{"tenantId": platformTenant, "manifest": json.RawMessage(manifest)}, &out)
 	return out.Release
 }
@@ -253,11 +253,11 @@ type simNode struct {
 	pool, id, platform string
 	key                crypto.Signer
 	dir                string
-	pins               *rollout.Pins
+	pins               *release.Pins
 	driver             *agent.RecordingDriver
 	starter            *starter
 	apiURL             string          // what its agent talks to (default the stack's gateway)
-	logKey             *releaselog.Key // the log key it pins (default the stack's dev log key)
+	logKey             *release.LogKey // the log key it pins (default the stack's dev log key)
 	agent              *agent.Agent
 	cancel             context.CancelFunc
 	done               chan struct{}
@@ -268,7 +268,7 @@ func (n *simNode) ref() string { return n.pool + "/" + n.id }
 // node registers node id in pool (platform, default linux/amd64) and
 // prepares its agent: a state dir saying it runs `running` (nil: none),
 // that release's binary installed, pins (nil: the rig's).
-func (h *rig) node(tb testing.TB, pool, id, platform string, running *fleet.Version, pins *rollout.Pins) *simNode {
+func (h *rig) node(tb testing.TB, pool, id, platform string, running *fleet.Version, pins *release.Pins) *simNode {
 	tb.Helper()
 	n, err := h.newNode(pool, id, platform, running, pins, tb.TempDir())
 	if err != nil {
@@ -279,7 +279,7 @@ func (h *rig) node(tb testing.TB, pool, id, platform string, running *fleet.Vers
 
 // newNode is node without tb (safe off the test's goroutine): dir is the
 // agent's state dir.
-func (h *rig) newNode(pool, id, platform string, running *fleet.Version, pins *rollout.Pins, dir string) (*simNode, error) {
+func (h *rig) newNode(pool, id, platform string, running *fleet.Version, pins *release.Pins, dir string) (*simNode, error) {
 	if platform == "" {
 		platform = "linux/amd64"
 	}

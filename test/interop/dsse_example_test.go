@@ -12,7 +12,7 @@ import (
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 	"github.com/secure-systems-lab/go-securesystemslib/signerverifier"
 
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 // The recipe: verify a manifest that `bcctl sign` wrote with
@@ -69,11 +69,11 @@ func Example_securesystemslib() {
 // --statement s.json --key k.pem` write: a signed manifest and the key's
 // public PEM.
 func bcctlSign() (manifest, publicPEM []byte) {
-	key, err := rollout.GenerateKey(rollout.AlgECDSAP256)
+	key, err := release.GenerateKey(release.AlgECDSAP256)
 	if err != nil {
 		panic(err)
 	}
-	if manifest, err = rollout.SignEnvelope(statement, key); err != nil {
+	if manifest, err = release.SignEnvelope(statement, key); err != nil {
 		panic(err)
 	}
 	der, err := x509.MarshalPKIXPublicKey(key.Public())

@@ -20,7 +20,7 @@ import (
 	sigstoredsse "github.com/sigstore/sigstore/pkg/signature/dsse"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 var statement = []byte(`{"version":"1.0.0","sequence":1,"binaries":[{"platform":"linux/arm64","url":"https://dl.example.com/bcd",` +
@@ -38,19 +38,19 @@ type releaseKey struct {
 
 func newReleaseKey(t *testing.T, alg string) releaseKey {
 	t.Helper()
-	s, err := rollout.GenerateKey(alg)
+	s, err := release.GenerateKey(alg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	priv, err := rollout.MarshalPrivateKeyPEM(s)
+	priv, err := release.MarshalPrivateKeyPEM(s)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pub, err := rollout.MarshalPublicKeyPEM(s.Public())
+	pub, err := release.MarshalPublicKeyPEM(s.Public())
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, err := rollout.KeyID(s.Public())
+	id, err := release.KeyID(s.Public())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func sslib(t *testing.T, pem []byte, keyID string) dsse.SignerVerifier {
 
 // sigstoreHash is the hash sigstore's loaders take for a key type.
 func sigstoreHash(alg string) crypto.Hash {
-	if alg == rollout.AlgECDSAP256 {
+	if alg == release.AlgECDSAP256 {
 		return crypto.SHA256
 	}
 	return crypto.Hash(0)
@@ -104,14 +104,14 @@ func TestDSSEInteropMatrix(t *testing.T) {
 		sign func(t *testing.T, k releaseKey) []byte
 	}{
 		{"bcctl sign", func(t *testing.T, k releaseKey) []byte {
-			env, err := rollout.SignEnvelope(statement, k.signer)
+			env, err := release.SignEnvelope(statement, k.signer)
 			if err != nil {
 				t.Fatal(err)
 			}
 			return env
 		}},
 		{"bcctl sign --keyid none", func(t *testing.T, k releaseKey) []byte {
-			env, err := rollout.SignEnvelopeNaming(statement, []string{""}, k.signer)
+			env, err := release.SignEnvelopeNaming(statement, []string{""}, k.signer)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -122,7 +122,7 @@ func TestDSSEInteropMatrix(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			env, err := es.SignPayload(ctx, rollout.PayloadType, statement)
+			env, err := es.SignPayload(ctx, release.PayloadType, statement)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -134,7 +134,7 @@ func TestDSSEInteropMatrix(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			env, err := sigstoredsse.WrapSigner(s, rollout.PayloadType).SignMessage(bytes.NewReader(statement))
+			env, err := sigstoredsse.WrapSigner(s, release.PayloadType).SignMessage(bytes.NewReader(statement))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -146,7 +146,7 @@ func TestDSSEInteropMatrix(t *testing.T) {
 		verify func(t *testing.T, k releaseKey, env []byte) error
 	}{
 		{"this API", func(t *testing.T, k releaseKey, env []byte) error {
-			pins, err := rollout.NewPins([]crypto.PublicKey{k.signer.Public()}, 1)
+			pins, err := release.NewPins([]crypto.PublicKey{k.signer.Public()}, 1)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -164,7 +164,7 @@ func TestDSSEInteropMatrix(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			return sigstoredsse.WrapVerifier(v, sigstoredsse.WithExpectedPayloadType(rollout.PayloadType)).VerifySignature(bytes.NewReader(env), nil)
+			return sigstoredsse.WrapVerifier(v, sigstoredsse.WithExpectedPayloadType(release.PayloadType)).VerifySignature(bytes.NewReader(env), nil)
 		}},
 	}
 	// want[signer][verifier]: whether the verifier accepts the signer's
@@ -181,7 +181,7 @@ func TestDSSEInteropMatrix(t *testing.T) {
 		fmt.Fprintf(&table, " | %-34s", v.name)
 	}
 	table.WriteString("\n")
-	for _, alg := range []string{rollout.AlgECDSAP256, rollout.AlgEd25519} {
+	for _, alg := range []string{release.AlgECDSAP256, release.AlgEd25519} {
 		k := newReleaseKey(t, alg)
 		for _, s := range signers {
 			env := s.sign(t, k)
@@ -228,21 +228,21 @@ func shorten(s string) string {
 // libraries produce): the same signature as raw r‖s does not verify, and
 // says so — bad_signature when the keyid names the pinned key.
 func TestRawECDSASignatureRefused(t *testing.T) {
-	k := newReleaseKey(t, rollout.AlgECDSAP256)
-	digest := sha256.Sum256(dsse.PAE(rollout.PayloadType, statement))
+	k := newReleaseKey(t, release.AlgECDSAP256)
+	digest := sha256.Sum256(dsse.PAE(release.PayloadType, statement))
 	r, s, err := ecdsa.Sign(rand.Reader, k.signer.(*ecdsa.PrivateKey), digest[:])
 	if err != nil {
 		t.Fatal(err)
 	}
 	raw := append(r.FillBytes(make([]byte, 32)), s.FillBytes(make([]byte, 32))...)
-	env, _ := json.Marshal(rollout.Envelope{PayloadType: rollout.PayloadType, Payload: base64.StdEncoding.EncodeToString(statement),
-		Signatures: []rollout.EnvelopeSignature{{KeyID: k.keyID, Sig: base64.StdEncoding.EncodeToString(raw)}}})
-	pins, err := rollout.NewPins([]crypto.PublicKey{k.signer.Public()}, 1)
+	env, _ := json.Marshal(release.Envelope{PayloadType: release.PayloadType, Payload: base64.StdEncoding.EncodeToString(statement),
+		Signatures: []release.EnvelopeSignature{{KeyID: k.keyID, Sig: base64.StdEncoding.EncodeToString(raw)}}})
+	pins, err := release.NewPins([]crypto.PublicKey{k.signer.Public()}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	_, err = pins.Verify(env, time.Now())
-	if e := apierr.As(err); e == nil || e.Details["reason"] != rollout.ReasonBadSignature {
+	if e := apierr.As(err); e == nil || e.Details["reason"] != release.ReasonBadSignature {
 		t.Fatalf("raw r‖s: %v, want bad_signature", err)
 	}
 }

@@ -25,7 +25,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/localgw"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 // Stack is a running control plane.
@@ -134,7 +134,7 @@ func WritePins(tb testing.TB, keys ...crypto.PublicKey) string {
 	tb.Helper()
 	var pem bytes.Buffer
 	for _, k := range keys {
-		p, err := rollout.MarshalPublicKeyPEM(k)
+		p, err := release.MarshalPublicKeyPEM(k)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -169,7 +169,7 @@ func LoadKey(tb testing.TB, path string) crypto.Signer {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	k, err := rollout.ParsePrivateKeyPEM(data)
+	k, err := release.ParsePrivateKeyPEM(data)
 	if err != nil {
 		tb.Fatal(err)
 	}

@@ -11,11 +11,12 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/app/capacityapp"
-	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
+	"github.com/bettercompute/control-plane/shared/dynamo/releasedb"
 	"github.com/bettercompute/control-plane/shared/dynamo/rolloutdb"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/paging"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -39,7 +40,7 @@ func Store(a *app.App) *fleetdb.Store { return &fleetdb.Store{DB: a.DB, Table: a
 func (m *Module) Service(a *app.App) *fleet.Service {
 	m.once.Do(func() {
 		m.svc = &fleet.Service{Store: Store(a), Pools: capacityapp.Store(a), Calendar: capacityapp.Store(a),
-			Releases: releaseReader{&dynamo.Releases{DB: a.DB, Table: a.Config.Table}}, Log: &dynamo.ReleaseLog{DB: a.DB, Table: a.Config.Table},
+			Releases: releaseReader{&releasedb.Releases{DB: a.DB, Table: a.Config.Table}}, Log: &releasedb.Log{DB: a.DB, Table: a.Config.Table},
 			Now: a.Now, Logger: a.Logger,
 			Interval: a.Config.HeartbeatInterval, ProvisionHours: a.Config.ProvisionHours, Adopter: capacityapp.Service(a), Table: a.Config.Table,
 			Rollouts: rollout.Holds{Store: &rolloutdb.Store{DB: a.DB, Table: a.Config.Table}}}
@@ -48,17 +49,17 @@ func (m *Module) Service(a *app.App) *fleet.Service {
 }
 
 // releaseReader reads registered releases for the fleet.
-type releaseReader struct{ store *dynamo.Releases }
+type releaseReader struct{ store *releasedb.Releases }
 
-func (r releaseReader) Release(ctx context.Context, version string) (fleet.Release, error) {
-	rel, err := r.store.Get(ctx, version)
-	if errors.Is(err, rollout.ErrNotFound) {
-		return fleet.Release{}, fleet.ErrNotFound
+func (r releaseReader) Release(ctx context.Context, version string) (fleet.NodeRelease, error) {
+	rel, err := r.store.Recorded(ctx, version)
+	if errors.Is(err, release.ErrNotFound) {
+		return fleet.NodeRelease{}, fleet.ErrNotFound
 	}
 	if err != nil {
-		return fleet.Release{}, err
+		return fleet.NodeRelease{}, err
 	}
-	out := fleet.Release{Version: rel.Version, Sequence: rel.Sequence, Digest: rel.ManifestDigest, Manifest: rel.Manifest}
+	out := fleet.NodeRelease{Version: rel.Version, Sequence: rel.Sequence, Digest: rel.ManifestDigest, Manifest: rel.Manifest}
 	if rel.Log != nil {
 		i := rel.Log.Index
 		out.LogIndex = &i

@@ -6,22 +6,23 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
-	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/reconcile"
+	"github.com/bettercompute/control-plane/shared/release/registry"
 )
 
 // passLog is the reconciler's release log step (reconcile.ReleaseLog): the
-// releases' store with the log of BC_RELEASE_LOG_KEY (rolloutapp.ReleaseLog),
+// release domain's service with the log of BC_RELEASE_LOG_KEY
+// (rolloutapp.ReleaseLog),
 // built on the first pass that needs it — reading the log key's public key
 // from KMS — and kept for the process's later passes. A build that failed
 // (KMS unreachable) fails that pass's step and is tried again by the next.
 type passLog struct {
 	a  *app.App
 	mu sync.Mutex
-	rs *dynamo.Releases
+	rs *registry.Service
 }
 
-func (l *passLog) releases(ctx context.Context) (*dynamo.Releases, error) {
+func (l *passLog) releases(ctx context.Context) (*registry.Service, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.rs != nil {
@@ -40,20 +41,20 @@ func (l *passLog) releases(ctx context.Context) (*dynamo.Releases, error) {
 	if err != nil {
 		return nil, err
 	}
-	l.rs = &dynamo.Releases{DB: l.a.DB, Table: l.a.Config.Table, Log: log, Now: l.a.Now}
+	l.rs = &registry.Service{Store: rolloutapp.ReleaseStore(l.a), Log: log, Now: l.a.Now}
 	return l.rs, nil
 }
 
-// Settle implements reconcile.ReleaseLog (dynamo.Releases.Settle).
-func (l *passLog) Settle(ctx context.Context) (bool, error) {
+// Finish implements reconcile.ReleaseLog (registry.Service.Finish).
+func (l *passLog) Finish(ctx context.Context) (bool, error) {
 	rs, err := l.releases(ctx)
 	if err != nil {
 		return false, err
 	}
-	return rs.Settle(ctx)
+	return rs.Finish(ctx)
 }
 
-// Audit implements reconcile.ReleaseLog (dynamo.Releases.Audit).
+// Audit implements reconcile.ReleaseLog (registry.Service.Audit).
 func (l *passLog) Audit(ctx context.Context) (int64, error) {
 	rs, err := l.releases(ctx)
 	if err != nil {
@@ -64,6 +65,6 @@ func (l *passLog) Audit(ctx context.Context) (int64, error) {
 
 var (
 	_ reconcile.ReleaseLog      = (*passLog)(nil)
-	_ reconcile.ReleaseLog      = (*dynamo.Releases)(nil)
-	_ reconcile.LogAuditFinding = (*dynamo.LogAuditError)(nil)
+	_ reconcile.ReleaseLog      = (*registry.Service)(nil)
+	_ reconcile.LogAuditFinding = (*registry.LogAuditError)(nil)
 )

@@ -1,5 +1,8 @@
 // Package rolloutapp wires the rollout module (releases and rollouts) on
-// the app's core: what a rollout function's main names. releases.register
+// the app's core: what a rollout function's main names. The release
+// methods are served by the release domain (shared/release/registry) on
+// its store (shared/dynamo/releasedb); the rollout methods by
+// shared/rollout. releases.register
 // pins the keys of BC_RELEASE_KMS_KEYS through the core's KMS reader
 // (shared/app/kmskeys, named by that method's main alone).
 package rolloutapp
@@ -17,9 +20,10 @@ import (
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/app/capacityapp"
 	"github.com/bettercompute/control-plane/shared/app/fleetapp"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/releasedb"
 	"github.com/bettercompute/control-plane/shared/fleet"
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/release"
+	"github.com/bettercompute/control-plane/shared/release/registry"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -38,8 +42,20 @@ func (m *Module) Methods() []app.Method {
 		m.RolloutsNodes(), m.RolloutsPause(), m.RolloutsResume(), m.RolloutsAbort()}
 }
 
-func releases(a *app.App) *rollout.Service {
-	return &rollout.Service{Store: &dynamo.Releases{DB: a.DB, Table: a.Config.Table}, Now: a.Now}
+// releases is the release domain's service on its store (no log: reads do
+// without; releases.register adds it).
+func releases(a *app.App) *registry.Service {
+	return &registry.Service{Store: ReleaseStore(a), Now: a.Now}
+}
+
+// ReleaseStore is the release domain's store of the table.
+func ReleaseStore(a *app.App) *releasedb.Releases {
+	return &releasedb.Releases{DB: a.DB, Table: a.Config.Table}
+}
+
+// LogStore is the release log's store of the table.
+func LogStore(a *app.App) *releasedb.Log {
+	return &releasedb.Log{DB: a.DB, Table: a.Config.Table}
 }
 
 // ReleasesRegister is releases.register: its start loads the release pins.
@@ -55,9 +71,9 @@ func (m *Module) ReleasesRegister() app.Method {
 		if err != nil {
 			return api.Endpoint{}, err
 		}
-		svc.Store.(*dynamo.Releases).Log = log
+		svc.Log = log
 		return api.Bind(api.Lookup("releases.register"), func(ctx context.Context, call *api.Call, in *api.RegisterReleaseInput) (api.RegisterResult, error) {
-			r, replayed, err := svc.Register(ctx, in.Manifest, rollout.Audit{TenantID: call.TenantID, Principal: call.Principal})
+			r, replayed, err := svc.Register(ctx, in.Manifest, release.Audit{TenantID: call.TenantID, Principal: call.Principal})
 			if err != nil {
 				return api.RegisterResult{}, err
 			}
@@ -73,7 +89,7 @@ func (m *Module) ReleasesRegister() app.Method {
 // ReleaseLog is the release log, signing checkpoints with the KMS key of
 // BC_RELEASE_LOG_KEY under BC_RELEASE_LOG_ORIGIN: what registration
 // appends to (a start without it fails).
-func ReleaseLog(ctx context.Context, a *app.App) (*dynamo.ReleaseLog, error) {
+func ReleaseLog(ctx context.Context, a *app.App) (*registry.Log, error) {
 	if a.Config.ReleaseLogKey == "" {
 		return nil, fmt.Errorf("no release log key: set BC_RELEASE_LOG_KEY (and BC_RELEASE_LOG_ORIGIN)")
 	}
@@ -81,19 +97,19 @@ func ReleaseLog(ctx context.Context, a *app.App) (*dynamo.ReleaseLog, error) {
 	if err != nil {
 		return nil, fmt.Errorf("BC_RELEASE_LOG_KEY: %w", err)
 	}
-	signer, err := releaselog.NewSigner(a.Config.ReleaseLogOrigin, ks)
+	signer, err := release.NewLogSigner(a.Config.ReleaseLogOrigin, ks)
 	if err != nil {
 		return nil, fmt.Errorf("BC_RELEASE_LOG_KEY: %w", err)
 	}
-	return &dynamo.ReleaseLog{DB: a.DB, Table: a.Config.Table, Signer: signer}, nil
+	return &registry.Log{Store: LogStore(a), Signer: signer}, nil
 }
 
 // LogKey is the release log's key as nodes and monitors pin it (its
 // verifier key: LogKey(…).VerifierKey()).
-func LogKey(ctx context.Context, a *app.App) (releaselog.Key, error) {
+func LogKey(ctx context.Context, a *app.App) (release.LogKey, error) {
 	l, err := ReleaseLog(ctx, a)
 	if err != nil {
-		return releaselog.Key{}, err
+		return release.LogKey{}, err
 	}
 	return l.Signer.Key(), nil
 }
@@ -104,7 +120,7 @@ func (m *Module) ReleasesList() app.Method {
 		svc := releases(a)
 		return api.Bind(api.Lookup("releases.list"), func(ctx context.Context, call *api.Call, in *api.ListReleasesInput) (api.ListReleasesResult, error) {
 			// Without a limit: every release.
-			rs, next, err := app.List(a, call, in.Page, 0, func(pg paging.Page) ([]rollout.Release, map[string]string, error) {
+			rs, next, err := app.List(a, call, in.Page, 0, func(pg paging.Page) ([]release.Release, map[string]string, error) {
 				return svc.List(ctx, pg.Limit, pg.After)
 			})
 			return api.ListReleasesResult{Releases: rs, NextCursor: next}, err
@@ -114,8 +130,8 @@ func (m *Module) ReleasesList() app.Method {
 
 // logReader is the release log's read side: no signer (releases.log and
 // releases.prove never sign).
-func logReader(a *app.App) *rollout.Log {
-	return &rollout.Log{Store: &dynamo.ReleaseLog{DB: a.DB, Table: a.Config.Table}, Releases: dynamo.ReleaseIndexes{Releases: &dynamo.Releases{DB: a.DB, Table: a.Config.Table}}}
+func logReader(a *app.App) *registry.Reader {
+	return &registry.Reader{Log: LogStore(a), Items: ReleaseStore(a)}
 }
 
 // ReleasesLog is releases.log.
@@ -149,10 +165,10 @@ func (m *Module) ReleasesProve() app.Method {
 			// asked for is left out.
 			out := api.ProveResult{Checkpoint: p.Checkpoint, Index: p.Index}
 			if in.Version != nil {
-				out.Inclusion = releaselog.EncodeHashes(p.Inclusion)
+				out.Inclusion = release.EncodeHashes(p.Inclusion)
 			}
 			if in.FromSize != nil {
-				out.Consistency = releaselog.EncodeHashes(p.Consistency)
+				out.Consistency = release.EncodeHashes(p.Consistency)
 			}
 			return out, nil
 		}), nil
@@ -166,14 +182,14 @@ func Store(a *app.App) *rolloutdb.Store {
 
 // Rollouts builds the rollouts service.
 func Rollouts(a *app.App) *rollout.Rollouts {
-	return &rollout.Rollouts{Store: Store(a), Releases: &dynamo.Releases{DB: a.DB, Table: a.Config.Table},
+	return &rollout.Rollouts{Store: Store(a), Releases: ReleaseStore(a),
 		Pools: capacityapp.Store(a), Now: a.Now, Logger: a.Logger, Table: a.Config.Table}
 }
 
 // Reconciler builds fleet.rollouts, run by the reconciler's pass; cordons
 // is the fleet service the pass cordons nodes through.
 func Reconciler(a *app.App, cordons *fleet.Service) *rollout.Reconciler {
-	return &rollout.Reconciler{Store: Store(a), Releases: &dynamo.Releases{DB: a.DB, Table: a.Config.Table},
+	return &rollout.Reconciler{Store: Store(a), Releases: ReleaseStore(a),
 		Nodes: fleetapp.Store(a), Cordons: cordons, Calendar: capacityapp.Store(a), Now: a.Now, Logger: a.Logger, Table: a.Config.Table}
 }
 
@@ -288,7 +304,7 @@ func ReleasePins(ctx context.Context, a *app.App) ([]Pin, error) {
 	var pins []Pin
 	add := func(variable, from string, keys ...crypto.PublicKey) error {
 		for _, k := range keys {
-			id, err := rollout.KeyID(k)
+			id, err := release.KeyID(k)
 			if err != nil {
 				return fmt.Errorf("%s: %w", variable, err)
 			}
@@ -297,7 +313,7 @@ func ReleasePins(ctx context.Context, a *app.App) ([]Pin, error) {
 		return nil
 	}
 	bundle := func(variable, from string, pem []byte) error {
-		ks, err := rollout.ParsePEMBundle(pem)
+		ks, err := release.ParsePEMBundle(pem)
 		if err != nil {
 			return fmt.Errorf("%s: %w", variable, err)
 		}
@@ -337,7 +353,7 @@ func (m *Module) Pins() []Pin { return m.pins }
 // releasePins loads the release pins once, at start, and keeps them (Pins).
 // Any problem, including a threshold above the number of distinct pinned
 // keys, fails the start.
-func (m *Module) releasePins(ctx context.Context, a *app.App) (*rollout.Pins, error) {
+func (m *Module) releasePins(ctx context.Context, a *app.App) (*release.Pins, error) {
 	pins, err := ReleasePins(ctx, a)
 	if err != nil {
 		return nil, err
@@ -350,7 +366,7 @@ func (m *Module) releasePins(ctx context.Context, a *app.App) (*rollout.Pins, er
 	for i, p := range pins {
 		keys[i] = p.Key
 	}
-	ps, err := rollout.NewPins(keys, a.Config.ReleaseThreshold)
+	ps, err := release.NewPins(keys, a.Config.ReleaseThreshold)
 	if err != nil {
 		return nil, fmt.Errorf("release pins: %w", err)
 	}

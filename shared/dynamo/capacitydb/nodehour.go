@@ -413,17 +413,6 @@ func versions(nh capacity.NodeHour, mask capacity.Mask, conds []expression.Condi
 	return conds, upd
 }
 
-// all joins conditions into one flat AND (at least two). Every condition
-// of more than two terms is built with it (or expression.Or's flat form):
-// dynalite's parser takes time exponential in the nesting of parentheses
-// that chained And calls produce.
-func all(conds []expression.ConditionBuilder) expression.ConditionBuilder {
-	if len(conds) == 1 {
-		return conds[0]
-	}
-	return expression.And(conds[0], conds[1], conds[2:]...)
-}
-
 // coverDelta is how an entry's add (or removal) moves a node-hour's
 // coverable count: only an entry that holds its devices for the whole hour
 // covers them, and no two entries ever cover one device (they would

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/bettercompute/control-plane/shared/devstack"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/test/interop/oapigo"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -46,7 +46,7 @@ func TestGeneratedClientIsCurrent(t *testing.T) {
 }
 
 // A releases.register call through the oapi-codegen client: the manifest
-// is a typed envelope (built from what rollout.SignEnvelope writes, as a
+// is a typed envelope (built from what release.SignEnvelope writes, as a
 // client would read bcctl sign's file), and an error answer is typed:
 // code a string enum, message and details.
 func TestGeneratedClientRegistersARelease(t *testing.T) {
@@ -61,7 +61,7 @@ func TestGeneratedClientRegistersARelease(t *testing.T) {
 	}
 	stmt := []byte(`{"version":"1.0.0","sequence":1,"binaries":[{"platform":"linux/arm64","url":"https://dl.example.com/bcd","sha256":"` +
 		"9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08" + `","size":1}]}`)
-	signed, err := rollout.SignEnvelope(stmt, key)
+	signed, err := release.SignEnvelope(stmt, key)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,7 +80,7 @@ func TestGeneratedClientRegistersARelease(t *testing.T) {
 
 	// The same version with another sequence: a typed 409.
 	manifest = oapigo.Envelope{}
-	signed, _ = rollout.SignEnvelope(bytes.Replace(stmt, []byte(`"sequence":1`), []byte(`"sequence":2`), 1), key)
+	signed, _ = release.SignEnvelope(bytes.Replace(stmt, []byte(`"sequence":1`), []byte(`"sequence":2`), 1), key)
 	_ = json.Unmarshal(signed, &manifest)
 	resp, err = c.ReleasesRegisterWithResponse(ctx, oapigo.RegisterReleaseInput{TenantId: "platform", Manifest: manifest})
 	if err != nil {
@@ -101,7 +101,7 @@ func TestGeneratedClientRegistersARelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if resp.JSON400 == nil || resp.JSON400.Error.Details.Reason == nil || string(*resp.JSON400.Error.Details.Reason) != rollout.ReasonUnknownKey {
+	if resp.JSON400 == nil || resp.JSON400.Error.Details.Reason == nil || string(*resp.JSON400.Error.Details.Reason) != release.ReasonUnknownKey {
 		t.Fatalf("status %d: %s", resp.StatusCode(), resp.Body)
 	}
 }

@@ -1,4 +1,4 @@
-package releaselog
+package release
 
 import (
 	"context"
@@ -9,13 +9,13 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 )
 
-// Hashes reads the tree's stored hashes, numbered as tlog.StoredHashIndex
-// numbers them (the store: shared/dynamo).
-type Hashes interface {
+// LogHashes reads the tree's stored hashes, numbered as tlog.StoredHashIndex
+// numbers them (the store: shared/dynamo/releasedb).
+type LogHashes interface {
 	ReadHashes(ctx context.Context, indexes []int64) ([]tlog.Hash, error)
 }
 
-func reader(ctx context.Context, h Hashes) tlog.HashReader {
+func reader(ctx context.Context, h LogHashes) tlog.HashReader {
 	return tlog.HashReaderFunc(func(ix []int64) ([]tlog.Hash, error) { return h.ReadHashes(ctx, ix) })
 }
 
@@ -23,7 +23,7 @@ func reader(ctx context.Context, h Hashes) tlog.HashReader {
 // (LeafHash) at index n stores: leaf, then one per complete subtree it
 // closes (1 + the trailing ones of n; at most 64). They read at most that
 // many hashes of earlier entries.
-func StoredHashes(ctx context.Context, h Hashes, n int64, leaf tlog.Hash) ([]tlog.Hash, error) {
+func StoredHashes(ctx context.Context, h LogHashes, n int64, leaf tlog.Hash) ([]tlog.Hash, error) {
 	return tlog.StoredHashesForRecordHash(n, leaf, reader(ctx, h))
 }
 
@@ -36,12 +36,12 @@ func Owner(i int64) (entry int64, pos int) {
 }
 
 // TreeHash is the root of the tree of the first size entries.
-func TreeHash(ctx context.Context, h Hashes, size int64) (tlog.Hash, error) {
+func TreeHash(ctx context.Context, h LogHashes, size int64) (tlog.Hash, error) {
 	return tlog.TreeHash(size, reader(ctx, h))
 }
 
 // ProveInclusion proves entry index is in the tree of size (RFC 9162 §2.1.3).
-func ProveInclusion(ctx context.Context, h Hashes, size, index int64) ([]tlog.Hash, error) {
+func ProveInclusion(ctx context.Context, h LogHashes, size, index int64) ([]tlog.Hash, error) {
 	if index < 0 || index >= size {
 		return nil, fmt.Errorf("entry %d is not in a tree of size %d", index, size)
 	}
@@ -50,7 +50,7 @@ func ProveInclusion(ctx context.Context, h Hashes, size, index int64) ([]tlog.Ha
 
 // ProveConsistency proves the tree of size from is a prefix of the tree of
 // size to (RFC 9162 §2.1.4).
-func ProveConsistency(ctx context.Context, h Hashes, from, to int64) ([]tlog.Hash, error) {
+func ProveConsistency(ctx context.Context, h LogHashes, from, to int64) ([]tlog.Hash, error) {
 	if from < 0 || from > to {
 		return nil, fmt.Errorf("no consistency proof from size %d to %d", from, to)
 	}
@@ -84,14 +84,14 @@ func DecodeHashes(ss []string) ([]tlog.Hash, error) {
 	return out, nil
 }
 
-// Errors of Verify, each a reason a node refuses a release (install failed:
+// Errors of VerifyEvidence, each a reason a node refuses a release (install failed:
 // log).
 var (
-	ErrSignature   = errors.New("checkpoint signature")   // not signed by the pinned log key, or another origin
-	ErrStale       = errors.New("checkpoint older")       // smaller than the checkpoint the node stored
-	ErrConsistency = errors.New("consistency")            // not an extension of the stored checkpoint's tree
-	ErrInclusion   = errors.New("inclusion")              // the release's entry is not in the checkpoint's tree
-	ErrProof       = errors.New("malformed log evidence") // a hash that is not 32 bytes, an index beyond the size
+	ErrCheckpointSignature = errors.New("checkpoint signature")   // not signed by the pinned log key, or another origin
+	ErrStale               = errors.New("checkpoint older")       // smaller than the checkpoint the node stored
+	ErrConsistency         = errors.New("consistency")            // not an extension of the stored checkpoint's tree
+	ErrInclusion           = errors.New("inclusion")              // the release's entry is not in the checkpoint's tree
+	ErrProof               = errors.New("malformed log evidence") // a hash that is not 32 bytes, an index beyond the size
 )
 
 // Evidence is what a node is told with a release: the signed checkpoint,
@@ -104,13 +104,13 @@ type Evidence struct {
 	Consistency []tlog.Hash
 }
 
-// Verify checks ev for entry (the release's DSSE payload) under the pinned
+// VerifyEvidence checks ev for entry (the release's DSSE payload) under the pinned
 // key, against stored, the last checkpoint the node verified (nil: none
 // yet). On success it returns the checkpoint to store in its place.
-func Verify(key Key, stored *Checkpoint, ev Evidence, entry []byte) (Checkpoint, error) {
+func VerifyEvidence(key LogKey, stored *Checkpoint, ev Evidence, entry []byte) (Checkpoint, error) {
 	c, err := key.Open(ev.Checkpoint)
 	if err != nil {
-		return Checkpoint{}, fmt.Errorf("%w: %v", ErrSignature, err)
+		return Checkpoint{}, fmt.Errorf("%w: %v", ErrCheckpointSignature, err)
 	}
 	if stored != nil {
 		switch {

@@ -1,4 +1,4 @@
-package releaselog
+package release
 
 import (
 	"crypto"
@@ -24,9 +24,9 @@ const (
 	TypeECDSA   byte = 0x02 // ECDSA over SHA-256 of the note text, ASN.1 DER (as transparency-dev/witness)
 )
 
-// Key is the log key's identity in notes: the key name (the log's origin),
+// LogKey is the log key's identity in notes: the key name (the log's origin),
 // its signature type, its public key and the 32-bit key ID signatures carry.
-type Key struct {
+type LogKey struct {
 	Name string
 	Type byte
 	ID   uint32
@@ -34,76 +34,76 @@ type Key struct {
 	enc  []byte // the public key as the verifier key encodes it
 }
 
-// NewKey is origin's log key for pub: ECDSA P-256 (what KMS ECC_NIST_P256
+// NewLogKey is origin's log key for pub: ECDSA P-256 (what KMS ECC_NIST_P256
 // and local-kms sign with) or Ed25519.
-func NewKey(origin string, pub crypto.PublicKey) (Key, error) {
+func NewLogKey(origin string, pub crypto.PublicKey) (LogKey, error) {
 	if origin == "" || strings.ContainsAny(origin, " +\n\t") {
-		return Key{}, fmt.Errorf("log origin %q: a key name has no spaces or '+'", origin)
+		return LogKey{}, fmt.Errorf("log origin %q: a key name has no spaces or '+'", origin)
 	}
 	switch k := pub.(type) {
 	case *ecdsa.PublicKey:
 		if k.Curve != elliptic.P256() {
-			return Key{}, fmt.Errorf("log key: ECDSA on %s, want P-256", k.Curve.Params().Name)
+			return LogKey{}, fmt.Errorf("log key: ECDSA on %s, want P-256", k.Curve.Params().Name)
 		}
 		der, err := x509.MarshalPKIXPublicKey(k)
 		if err != nil {
-			return Key{}, err
+			return LogKey{}, err
 		}
 		// signed-note 0x02: the key ID hashes the DER SPKI alone.
 		sum := sha256.Sum256(der)
-		return Key{Name: origin, Type: TypeECDSA, ID: binary.BigEndian.Uint32(sum[:4]), pub: k, enc: der}, nil
+		return LogKey{Name: origin, Type: TypeECDSA, ID: binary.BigEndian.Uint32(sum[:4]), pub: k, enc: der}, nil
 	case ed25519.PublicKey:
 		h := sha256.New()
 		h.Write([]byte(origin + "\n"))
 		h.Write([]byte{TypeEd25519})
 		h.Write(k)
-		return Key{Name: origin, Type: TypeEd25519, ID: binary.BigEndian.Uint32(h.Sum(nil)[:4]), pub: k, enc: []byte(k)}, nil
+		return LogKey{Name: origin, Type: TypeEd25519, ID: binary.BigEndian.Uint32(h.Sum(nil)[:4]), pub: k, enc: []byte(k)}, nil
 	}
-	return Key{}, fmt.Errorf("log key: %T, want ECDSA P-256 or Ed25519", pub)
+	return LogKey{}, fmt.Errorf("log key: %T, want ECDSA P-256 or Ed25519", pub)
 }
 
 // VerifierKey is the key as a note verifier key, what a node or an auditor
 // pins: <name>+<key ID, 8 hex digits>+base64(type ‖ public key).
-func (k Key) VerifierKey() string {
+func (k LogKey) VerifierKey() string {
 	return fmt.Sprintf("%s+%08x+%s", k.Name, k.ID, base64.StdEncoding.EncodeToString(append([]byte{k.Type}, k.enc...)))
 }
 
 // ParseVerifierKey reads a pinned verifier key, checking its key ID.
-func ParseVerifierKey(vkey string) (Key, error) {
+func ParseVerifierKey(vkey string) (LogKey, error) {
 	parts := strings.SplitN(vkey, "+", 3)
 	if len(parts) != 3 {
-		return Key{}, errors.New("log verifier key: want <name>+<id>+<key>")
+		return LogKey{}, errors.New("log verifier key: want <name>+<id>+<key>")
 	}
 	raw, err := base64.StdEncoding.Strict().DecodeString(parts[2])
 	if err != nil || len(raw) < 2 {
-		return Key{}, errors.New("log verifier key: the key is not base64")
+		return LogKey{}, errors.New("log verifier key: the key is not base64")
 	}
 	var pub crypto.PublicKey
 	switch raw[0] {
 	case TypeECDSA:
 		if pub, err = x509.ParsePKIXPublicKey(raw[1:]); err != nil {
-			return Key{}, fmt.Errorf("log verifier key: %w", err)
+			return LogKey{}, fmt.Errorf("log verifier key: %w", err)
 		}
 	case TypeEd25519:
 		if len(raw) != 1+ed25519.PublicKeySize {
-			return Key{}, errors.New("log verifier key: an Ed25519 key is 32 bytes")
+			return LogKey{}, errors.New("log verifier key: an Ed25519 key is 32 bytes")
 		}
 		pub = ed25519.PublicKey(raw[1:])
 	default:
-		return Key{}, fmt.Errorf("log verifier key: signature type 0x%02x, want 0x01 or 0x02", raw[0])
+		return LogKey{}, fmt.Errorf("log verifier key: signature type 0x%02x, want 0x01 or 0x02", raw[0])
 	}
-	k, err := NewKey(parts[0], pub)
+	k, err := NewLogKey(parts[0], pub)
 	if err != nil {
-		return Key{}, err
+		return LogKey{}, err
 	}
 	if id, err := strconv.ParseUint(parts[1], 16, 32); err != nil || uint32(id) != k.ID || len(parts[1]) != 8 {
-		return Key{}, fmt.Errorf("log verifier key: key ID %q, the key's is %08x", parts[1], k.ID)
+		return LogKey{}, fmt.Errorf("log verifier key: key ID %q, the key's is %08x", parts[1], k.ID)
 	}
 	return k, nil
 }
 
 // verifier is k as a note.Verifier.
-type verifier struct{ k Key }
+type verifier struct{ k LogKey }
 
 func (v verifier) Name() string    { return v.k.Name }
 func (v verifier) KeyHash() uint32 { return v.k.ID }
@@ -120,7 +120,7 @@ func (v verifier) Verify(msg, sig []byte) bool {
 
 // Open verifies a signed checkpoint under k and returns it: the note must
 // carry a valid signature of k, and its origin must be k's name.
-func (k Key) Open(signed []byte) (Checkpoint, error) {
+func (k LogKey) Open(signed []byte) (Checkpoint, error) {
 	if len(signed) > MaxCheckpoint {
 		return Checkpoint{}, fmt.Errorf("checkpoint: %d bytes, more than %d", len(signed), MaxCheckpoint)
 	}
@@ -138,34 +138,34 @@ func (k Key) Open(signed []byte) (Checkpoint, error) {
 	return c, nil
 }
 
-// Signer signs checkpoints with the log key (a KMS key in production:
+// LogSigner signs checkpoints with the log key (a KMS key in production:
 // shared/kmssign's crypto.Signer).
-type Signer struct {
-	key Key
+type LogSigner struct {
+	key LogKey
 	s   crypto.Signer
 }
 
-// NewSigner is the log's checkpoint signer for origin.
-func NewSigner(origin string, s crypto.Signer) (*Signer, error) {
-	k, err := NewKey(origin, s.Public())
+// NewLogSigner is the log's checkpoint signer for origin.
+func NewLogSigner(origin string, s crypto.Signer) (*LogSigner, error) {
+	k, err := NewLogKey(origin, s.Public())
 	if err != nil {
 		return nil, err
 	}
-	return &Signer{key: k, s: s}, nil
+	return &LogSigner{key: k, s: s}, nil
 }
 
 // Key is the signer's key.
-func (s *Signer) Key() Key { return s.key }
+func (s *LogSigner) Key() LogKey { return s.key }
 
 // Sign signs c as a note; c's origin must be the key's name.
-func (s *Signer) Sign(c Checkpoint) ([]byte, error) {
+func (s *LogSigner) Sign(c Checkpoint) ([]byte, error) {
 	if c.Origin != s.key.Name {
 		return nil, fmt.Errorf("checkpoint origin %q, the log key's is %q", c.Origin, s.key.Name)
 	}
 	return note.Sign(&note.Note{Text: string(c.Text())}, noteSigner{s})
 }
 
-type noteSigner struct{ s *Signer }
+type noteSigner struct{ s *LogSigner }
 
 func (n noteSigner) Name() string    { return n.s.key.Name }
 func (n noteSigner) KeyHash() uint32 { return n.s.key.ID }

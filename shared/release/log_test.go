@@ -1,4 +1,4 @@
-package releaselog
+package release
 
 import (
 	"bytes"
@@ -139,7 +139,7 @@ const origin = "bettercompute.example/releases"
 // golang.org/x/mod's own verifier.
 func TestCheckpointsVerifyIndependently(t *testing.T) {
 	c := Checkpoint{Origin: origin, Size: 42, Root: tlog.RecordHash([]byte("root"))}
-	s, err := NewSigner(origin, ecdsaKey(t))
+	s, err := NewLogSigner(origin, ecdsaKey(t))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -170,7 +170,7 @@ func TestCheckpointsVerifyIndependently(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	es, err := NewSigner(origin, edPriv)
+	es, err := NewLogSigner(origin, edPriv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestParseCheckpointRefuses(t *testing.T) {
 			t.Errorf("%s: parsed", name)
 		}
 	}
-	k := must(NewSigner(origin, ecdsaKey(t))).Key().VerifierKey()
+	k := must(NewLogSigner(origin, ecdsaKey(t))).Key().VerifierKey()
 	for name, vkey := range map[string]string{
 		"wrong id":   strings.Replace(k, k[len(origin)+1:len(origin)+9], "00000000", 1),
 		"no id":      origin + "+" + k[len(origin)+10:],
@@ -216,11 +216,11 @@ func TestParseCheckpointRefuses(t *testing.T) {
 			t.Errorf("%s: ParseVerifierKey accepted %q", name, vkey)
 		}
 	}
-	if _, err := NewKey("has space", ecdsaKey(t).Public()); err == nil {
+	if _, err := NewLogKey("has space", ecdsaKey(t).Public()); err == nil {
 		t.Error("an origin with a space")
 	}
 	p384, _ := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
-	if _, err := NewKey(origin, p384.Public()); err == nil {
+	if _, err := NewLogKey(origin, p384.Public()); err == nil {
 		t.Error("a P-384 log key")
 	}
 }
@@ -234,7 +234,7 @@ func must[T any](v T, err error) T {
 
 // logAt is a signed checkpoint of the tree of size, with the evidence for
 // entry index from a node that stored the checkpoint of size from.
-func logAt(t *testing.T, s *Signer, m *memHashes, size, index, from int64) Evidence {
+func logAt(t *testing.T, s *LogSigner, m *memHashes, size, index, from int64) Evidence {
 	t.Helper()
 	ctx := context.Background()
 	root, err := TreeHash(ctx, m, size)
@@ -269,9 +269,9 @@ func checkpointOf(t *testing.T, m *memHashes, size int64) *Checkpoint {
 // with its reason; the honest case passes and returns the checkpoint to
 // store.
 func TestVerifyRefusals(t *testing.T) {
-	s := must(NewSigner(origin, ecdsaKey(t)))
-	other := must(NewSigner(origin, ecdsaKey(t)))
-	otherOrigin := must(NewSigner("elsewhere.example/releases", ecdsaKey(t)))
+	s := must(NewLogSigner(origin, ecdsaKey(t)))
+	other := must(NewLogSigner(origin, ecdsaKey(t)))
+	otherOrigin := must(NewLogSigner("elsewhere.example/releases", ecdsaKey(t)))
 	m := &memHashes{}
 	grow(t, m, 0, 20)
 	stored := checkpointOf(t, m, 12)
@@ -295,10 +295,10 @@ func TestVerifyRefusals(t *testing.T) {
 	}
 
 	honest := logAt(t, s, m, 18, 15, 12)
-	if c, err := Verify(s.Key(), stored, honest, entry(15)); err != nil || c.Size != 18 {
+	if c, err := VerifyEvidence(s.Key(), stored, honest, entry(15)); err != nil || c.Size != 18 {
 		t.Fatalf("honest evidence: %+v %v", c, err)
 	}
-	if _, err := Verify(s.Key(), nil, honest, entry(15)); err != nil {
+	if _, err := VerifyEvidence(s.Key(), nil, honest, entry(15)); err != nil {
 		t.Fatalf("honest evidence to a node with no checkpoint yet: %v", err)
 	}
 
@@ -321,9 +321,9 @@ func TestVerifyRefusals(t *testing.T) {
 		entry  []byte
 		want   error
 	}{
-		{"forged checkpoint (another key)", stored, forged, entry(15), ErrSignature},
-		{"wrong origin", stored, wrongOrigin, entry(15), ErrSignature},
-		{"checkpoint text changed after signing", stored, tampered, entry(15), ErrSignature},
+		{"forged checkpoint (another key)", stored, forged, entry(15), ErrCheckpointSignature},
+		{"wrong origin", stored, wrongOrigin, entry(15), ErrCheckpointSignature},
+		{"checkpoint text changed after signing", stored, tampered, entry(15), ErrCheckpointSignature},
 		{"truncated log (replayed older checkpoint)", stored, replayed, entry(5), ErrStale},
 		{"forked log", stored, forked, append(entry(15), '!'), ErrConsistency},
 		{"fork at the stored size", checkpointOf(t, m, 13), sameSizeFork, append(entry(12), '!'), ErrConsistency},
@@ -333,7 +333,7 @@ func TestVerifyRefusals(t *testing.T) {
 		{"index beyond the size", stored, func() Evidence { e := honest; e.Index = 18; return e }(), entry(15), ErrProof},
 		{"inclusion for another entry", stored, honest, entry(14), ErrInclusion},
 	} {
-		if _, err := Verify(s.Key(), c.stored, c.ev, c.entry); !errors.Is(err, c.want) {
+		if _, err := VerifyEvidence(s.Key(), c.stored, c.ev, c.entry); !errors.Is(err, c.want) {
 			t.Errorf("%s: %v, want %v", c.name, err, c.want)
 		}
 	}
@@ -341,7 +341,7 @@ func TestVerifyRefusals(t *testing.T) {
 
 var _ crypto.Signer = (*ecdsa.PrivateKey)(nil)
 
-// FuzzOpen: no input makes ParseCheckpoint or Key.Open panic, and what
+// FuzzOpen: no input makes ParseCheckpoint or LogKey.Open panic, and what
 // Open accepts is exactly a checkpoint the key signed (here: none but the
 // seed's, since the fuzzer does not hold the key).
 func FuzzOpen(f *testing.F) {
@@ -349,7 +349,7 @@ func FuzzOpen(f *testing.F) {
 	if err != nil {
 		f.Fatal(err)
 	}
-	s, err := NewSigner("fuzz.example/log", priv)
+	s, err := NewLogSigner("fuzz.example/log", priv)
 	if err != nil {
 		f.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package dynamo_test
+package registry_test
 
 import (
 	"context"
@@ -12,18 +12,19 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/bettercompute/control-plane/shared/devstack"
-	"github.com/bettercompute/control-plane/shared/dynamo"
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/dynamo/releasedb"
+	"github.com/bettercompute/control-plane/shared/release"
+	"github.com/bettercompute/control-plane/shared/release/registry"
 )
 
 const logOrigin = "bettercompute.test/releases"
 
 // newLog is a release log on a fresh table, signing with a fresh ECDSA
 // P-256 key of the shared local-kms.
-func newLog(t *testing.T) *dynamo.ReleaseLog {
+func newLog(t *testing.T) *registry.Log {
 	t.Helper()
 	s := devstack.Shared(t)
-	return &dynamo.ReleaseLog{DB: s.DynamoDB(), Table: devstack.NewTable(t, s), Signer: devstack.LogSigner(t, s, logOrigin)}
+	return &registry.Log{Store: &releasedb.Log{DB: s.DynamoDB(), Table: devstack.NewTable(t, s)}, Signer: devstack.LogSigner(t, s, logOrigin)}
 }
 
 func payload(i int) []byte { return fmt.Appendf(nil, `{"version":"2.%d.0","sequence":%d}`, i, 10+i) }
@@ -54,10 +55,10 @@ func payloads(n int) [][]byte {
 	return out
 }
 
-func appendAll(t *testing.T, l *dynamo.ReleaseLog, from, to int) {
+func appendAll(t *testing.T, l *registry.Log, from, to int) {
 	t.Helper()
 	for i := from; i < to; i++ {
-		idx, err := l.Append(context.Background(), fmt.Sprintf("2.%d.0", i), int64(10+i), releaselog.LeafHash(payload(i)))
+		idx, err := l.Append(context.Background(), fmt.Sprintf("2.%d.0", i), int64(10+i), release.LeafHash(payload(i)))
 		if err != nil || idx != int64(i) {
 			t.Fatalf("append %d: index %d, %v", i, idx, err)
 		}
@@ -75,7 +76,7 @@ func TestReleaseLogTreeIsRFC6962(t *testing.T) {
 	}
 	all := payloads(n)
 	for size := int64(1); size <= n; size++ {
-		root, err := releaselog.TreeHash(ctx, l, size)
+		root, err := release.TreeHash(ctx, l, size)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,7 +86,7 @@ func TestReleaseLogTreeIsRFC6962(t *testing.T) {
 	}
 	root := mth(all)
 	for _, i := range []int64{0, 7, 13, 20} {
-		p, err := releaselog.ProveInclusion(ctx, l, n, i)
+		p, err := release.ProveInclusion(ctx, l, n, i)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +94,7 @@ func TestReleaseLogTreeIsRFC6962(t *testing.T) {
 			t.Errorf("entry %d: %v", i, err)
 		}
 	}
-	p, err := releaselog.ProveConsistency(ctx, l, 6, n)
+	p, err := release.ProveConsistency(ctx, l, 6, n)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,11 +119,11 @@ func TestReleaseLogAppendIsIdempotent(t *testing.T) {
 	ctx, l := context.Background(), newLog(t)
 	appendAll(t, l, 0, 10)
 	for _, i := range []int{9, 3, 0} {
-		if idx, err := l.Append(ctx, fmt.Sprintf("2.%d.0", i), int64(10+i), releaselog.LeafHash(payload(i))); err != nil || idx != int64(i) {
+		if idx, err := l.Append(ctx, fmt.Sprintf("2.%d.0", i), int64(10+i), release.LeafHash(payload(i))); err != nil || idx != int64(i) {
 			t.Errorf("re-append %d: %d %v", i, idx, err)
 		}
 	}
-	if _, err := l.Append(ctx, "2.x.0", 14, releaselog.LeafHash([]byte("x"))); !errors.Is(err, dynamo.ErrLogOrder) {
+	if _, err := l.Append(ctx, "2.x.0", 14, release.LeafHash([]byte("x"))); !errors.Is(err, registry.ErrLogOrder) {
 		t.Errorf("an append below the last sequence: %v", err)
 	}
 	if size, _ := l.Size(ctx); size != 10 {
@@ -134,7 +135,7 @@ func TestReleaseLogAppendIsIdempotent(t *testing.T) {
 // by the next append (of the same release, or of the next one), with no
 // gap and no duplicate; a checkpoint signed but its caller crashed is kept.
 func TestReleaseLogCrashes(t *testing.T) {
-	for _, point := range []string{dynamo.FaultLogEntry, dynamo.FaultLogHead, dynamo.FaultLogCheckpoint} {
+	for _, point := range []string{registry.FaultLogEntry, registry.FaultLogHead, registry.FaultLogCheckpoint} {
 		for _, next := range []string{"same", "next"} {
 			t.Run(point+"/"+next, func(t *testing.T) {
 				ctx, l := context.Background(), newLog(t)
@@ -146,11 +147,11 @@ func TestReleaseLogCrashes(t *testing.T) {
 					}
 					return nil
 				}
-				if point == dynamo.FaultLogCheckpoint {
+				if point == registry.FaultLogCheckpoint {
 					if _, _, err := l.Sign(ctx); !errors.Is(err, crash) {
 						t.Fatalf("sign: %v", err)
 					}
-				} else if _, err := l.Append(ctx, "2.3.0", 13, releaselog.LeafHash(payload(3))); !errors.Is(err, crash) {
+				} else if _, err := l.Append(ctx, "2.3.0", 13, release.LeafHash(payload(3))); !errors.Is(err, crash) {
 					t.Fatalf("append: %v", err)
 				}
 				l.Faults = nil
@@ -158,13 +159,13 @@ func TestReleaseLogCrashes(t *testing.T) {
 				// "same": release 3's registration retries; "next": the next
 				// registration logs 3 (its predecessor) and then itself.
 				want := 4
-				if point == dynamo.FaultLogCheckpoint && next == "same" {
+				if point == registry.FaultLogCheckpoint && next == "same" {
 					want = 3 // nothing to retry but the signature
-				} else if idx, err := l.Append(ctx, "2.3.0", 13, releaselog.LeafHash(payload(3))); err != nil || idx != 3 {
+				} else if idx, err := l.Append(ctx, "2.3.0", 13, release.LeafHash(payload(3))); err != nil || idx != 3 {
 					t.Fatalf("release 3 after the crash: %d %v", idx, err)
 				}
 				if next == "next" {
-					if idx, err := l.Append(ctx, "2.4.0", 14, releaselog.LeafHash(payload(4))); err != nil || idx != 4 {
+					if idx, err := l.Append(ctx, "2.4.0", 14, release.LeafHash(payload(4))); err != nil || idx != 4 {
 						t.Fatalf("the next release: %d %v", idx, err)
 					}
 					want = 5
@@ -178,13 +179,13 @@ func TestReleaseLogCrashes(t *testing.T) {
 // checkLog holds the stored log to the first n payloads (crash matrix
 // payloads: 0..n-1 in order, the crashed one included) and its signed
 // checkpoint to the tree.
-func checkLog(t *testing.T, l *dynamo.ReleaseLog, n int) {
+func checkLog(t *testing.T, l *registry.Log, n int) {
 	t.Helper()
 	ctx := context.Background()
 	if size, err := l.Size(ctx); err != nil || size != int64(n) {
 		t.Fatalf("size %d %v, want %d", size, err, n)
 	}
-	if root, err := releaselog.TreeHash(ctx, l, int64(n)); err != nil || root != mth(payloads(n)) {
+	if root, err := release.TreeHash(ctx, l, int64(n)); err != nil || root != mth(payloads(n)) {
 		t.Fatalf("root of %d entries: %v (differs from RFC 6962's)", n, err)
 	}
 	note, size, err := l.Sign(ctx)
@@ -212,7 +213,7 @@ func TestReleaseLogRacingAppendsAndSigners(t *testing.T) {
 	for a := range appenders {
 		wg.Go(func() {
 			for i := range n {
-				idx, err := l.Append(ctx, fmt.Sprintf("2.%d.0", i), int64(10+i), releaselog.LeafHash(payload(i)))
+				idx, err := l.Append(ctx, fmt.Sprintf("2.%d.0", i), int64(10+i), release.LeafHash(payload(i)))
 				if err != nil || idx != int64(i) {
 					errs <- fmt.Errorf("appender %d, release %d: index %d, %v", a, i, idx, err)
 					return
@@ -250,7 +251,7 @@ func TestReleaseLogRacingAppendsAndSigners(t *testing.T) {
 			if a >= b {
 				continue
 			}
-			p, err := releaselog.ProveConsistency(ctx, l, a, b)
+			p, err := release.ProveConsistency(ctx, l, a, b)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -304,9 +305,9 @@ func TestReleaseLogRacingDistinctReleases(t *testing.T) {
 			for k := range each {
 				seq := int64(1 + a + k*appenders)
 				v := fmt.Sprintf("3.%d.0", seq)
-				idx, err := l.Append(ctx, v, seq, releaselog.LeafHash([]byte(v)))
+				idx, err := l.Append(ctx, v, seq, release.LeafHash([]byte(v)))
 				switch {
-				case errors.Is(err, dynamo.ErrLogOrder):
+				case errors.Is(err, registry.ErrLogOrder):
 				case err != nil:
 					errs <- err
 				default:

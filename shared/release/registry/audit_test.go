@@ -1,4 +1,4 @@
-package dynamo_test
+package registry_test
 
 import (
 	"context"
@@ -12,21 +12,22 @@ import (
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/bettercompute/control-plane/shared/devstack"
-	"github.com/bettercompute/control-plane/shared/dynamo"
+	"github.com/bettercompute/control-plane/shared/dynamo/releasedb"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/release"
+	"github.com/bettercompute/control-plane/shared/release/registry"
 )
 
 // setLastHash overwrites the last stored hash of entry i (the top of the
 // subtree its append completed) with h, straight in the table — as someone
 // holding the table could — and returns the hash it replaced. The last
 // entry's last hash is always one the tree of the log's size is made of.
-func setLastHash(t *testing.T, l *dynamo.ReleaseLog, i int64, h tlog.Hash) tlog.Hash {
+func setLastHash(t *testing.T, l *registry.Log, i int64, h tlog.Hash) tlog.Hash {
 	t.Helper()
 	ctx := context.Background()
 	k := map[string]types.AttributeValue{schema.AttrPK: &types.AttributeValueMemberS{Value: "RLOG"},
 		schema.AttrSK: &types.AttributeValueMemberS{Value: fmt.Sprintf("E#%016d", i)}}
-	res, err := l.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(l.Table), Key: k, ConsistentRead: aws.Bool(true)})
+	res, err := db(l).GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table(l)), Key: k, ConsistentRead: aws.Bool(true)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,7 +36,7 @@ func setLastHash(t *testing.T, l *dynamo.ReleaseLog, i int64, h tlog.Hash) tlog.
 	last := hs[len(hs)-tlog.HashSize:]
 	copy(old[:], last)
 	copy(last, h[:])
-	if _, err := l.DB.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(l.Table), Item: res.Item}); err != nil {
+	if _, err := db(l).PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table(l)), Item: res.Item}); err != nil {
 		t.Fatal(err)
 	}
 	return old
@@ -43,9 +44,9 @@ func setLastHash(t *testing.T, l *dynamo.ReleaseLog, i int64, h tlog.Hash) tlog.
 
 // putCheckpoint stores a checkpoint item of size n holding note, straight
 // in the table.
-func putCheckpoint(t *testing.T, l *dynamo.ReleaseLog, n int64, note []byte) {
+func putCheckpoint(t *testing.T, l *registry.Log, n int64, note []byte) {
 	t.Helper()
-	_, err := l.DB.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(l.Table), Item: map[string]types.AttributeValue{
+	_, err := db(l).PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(table(l)), Item: map[string]types.AttributeValue{
 		schema.AttrPK: &types.AttributeValueMemberS{Value: "RLOG"}, schema.AttrSK: &types.AttributeValueMemberS{Value: "CP"},
 		"n": &types.AttributeValueMemberN{Value: fmt.Sprint(n)}, "note": &types.AttributeValueMemberS{Value: string(note)}}})
 	if err != nil {
@@ -54,10 +55,10 @@ func putCheckpoint(t *testing.T, l *dynamo.ReleaseLog, n int64, note []byte) {
 }
 
 // finding is err's LogAuditError, failing t when it is not one.
-func finding(t *testing.T, err error) *dynamo.LogAuditError {
+func finding(t *testing.T, err error) *registry.LogAuditError {
 	t.Helper()
-	var f *dynamo.LogAuditError
-	if !errors.As(err, &f) || !errors.Is(err, dynamo.ErrLogAudit) {
+	var f *registry.LogAuditError
+	if !errors.As(err, &f) || !errors.Is(err, registry.ErrLogAudit) {
 		t.Fatalf("want an audit finding, got %v", err)
 	}
 	return f
@@ -70,7 +71,7 @@ func finding(t *testing.T, err error) *dynamo.LogAuditError {
 // be read is a dependency's error, not a finding.
 func TestReleaseLogAudit(t *testing.T) {
 	ctx, l := context.Background(), newLog(t)
-	rs := &dynamo.Releases{DB: l.DB, Table: l.Table, Log: l}
+	rs := &registry.Service{Store: &releasedb.Releases{DB: db(l), Table: table(l)}, Log: l}
 	if n, err := l.Audit(ctx); n != 0 || err != nil {
 		t.Fatalf("audit of a log never signed: %d %v", n, err)
 	}
@@ -99,7 +100,7 @@ func TestReleaseLogAudit(t *testing.T) {
 		old := setLastHash(t, l, 2, tlog.Hash{0xbc})
 		n, err := rs.Audit(ctx) // the checkpoint covers the head: nothing is signed over the change
 		f := finding(t, err)
-		tree, terr := releaselog.TreeHash(ctx, l, 3)
+		tree, terr := release.TreeHash(ctx, l, 3)
 		if terr != nil || tree == signed.Root {
 			t.Fatalf("the change did not change the tree: %v", terr)
 		}
@@ -116,7 +117,7 @@ func TestReleaseLogAudit(t *testing.T) {
 	})
 	t.Run("a checkpoint of another root, validly signed", func(t *testing.T) {
 		wrong := tlog.Hash{0xbc}
-		forged, err := l.Signer.Sign(releaselog.Checkpoint{Origin: l.Signer.Key().Name, Size: 3, Root: wrong})
+		forged, err := l.Signer.Sign(release.Checkpoint{Origin: l.Signer.Key().Name, Size: 3, Root: wrong})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +141,7 @@ func TestReleaseLogAudit(t *testing.T) {
 		putCheckpoint(t, l, 3, []byte(note))
 	})
 	t.Run("a checkpoint past the head", func(t *testing.T) {
-		ahead, err := l.Signer.Sign(releaselog.Checkpoint{Origin: l.Signer.Key().Name, Size: 4, Root: signed.Root})
+		ahead, err := l.Signer.Sign(release.Checkpoint{Origin: l.Signer.Key().Name, Size: 4, Root: signed.Root})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,8 +154,8 @@ func TestReleaseLogAudit(t *testing.T) {
 	if n, err := rs.Audit(ctx); n != 3 || err != nil {
 		t.Fatalf("the log restored: %d %v", n, err)
 	}
-	gone := &dynamo.ReleaseLog{DB: l.DB, Table: l.Table + "-missing", Signer: l.Signer}
-	if _, err := gone.Audit(ctx); err == nil || errors.Is(err, dynamo.ErrLogAudit) {
+	gone := &registry.Log{Store: &releasedb.Log{DB: db(l), Table: table(l) + "-missing"}, Signer: l.Signer}
+	if _, err := gone.Audit(ctx); err == nil || errors.Is(err, registry.ErrLogAudit) {
 		t.Errorf("a table that cannot be read: %v, want a dependency's error", err)
 	}
 }

@@ -1,4 +1,4 @@
-package dynamo
+package registry
 
 import (
 	"context"
@@ -7,18 +7,18 @@ import (
 
 	"golang.org/x/mod/sumdb/tlog"
 
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 // ErrLogAudit marks what an audit of the release log found wrong (a
 // LogAuditError), as opposed to a dependency that failed before anything
 // was compared.
-var ErrLogAudit = errors.New("dynamo: release log audit failed")
+var ErrLogAudit = errors.New("registry: release log audit failed")
 
-// LogAuditError is an audit's finding (SPEC §4.8): the stored checkpoint
-// does not open under the log's own key, disagrees with its item, claims
-// more entries than the log has, or — the audit proper — the stored tree's
-// root at the checkpoint's size is not the root the checkpoint signs.
+// LogAuditError is an audit's finding: the stored checkpoint does not open
+// under the log's own key, disagrees with its item, claims more entries
+// than the log has, or — the audit proper — the stored tree's root at the
+// checkpoint's size is not the root the checkpoint signs.
 type LogAuditError struct {
 	Size   int64      // the checkpoint's size (its item's when the note did not open)
 	Signed *tlog.Hash // the root the checkpoint signs (nil: it did not open)
@@ -53,10 +53,10 @@ func rootText(h *tlog.Hash) string {
 // checkpoint's size (0, nil before the first Sign: nothing is signed yet).
 // A finding is a *LogAuditError (ErrLogAudit); any other error is a
 // dependency's, and nothing was compared. Cost: the checkpoint and the head
-// (two reads) and the tree's hashes (one BatchGetItem of at most log2(size)
+// (two reads) and the tree's hashes (one batch read of at most log2(size)
 // + 1 entries).
-func (l *ReleaseLog) Audit(ctx context.Context) (int64, error) {
-	note, n, err := l.Checkpoint(ctx)
+func (l *Log) Audit(ctx context.Context) (int64, error) {
+	note, n, err := l.Store.Checkpoint(ctx)
 	if err != nil || note == "" {
 		return 0, err
 	}
@@ -64,7 +64,7 @@ func (l *ReleaseLog) Audit(ctx context.Context) (int64, error) {
 }
 
 // audit is Audit of the checkpoint note whose item says size n.
-func (l *ReleaseLog) audit(ctx context.Context, note string, n int64) (int64, error) {
+func (l *Log) audit(ctx context.Context, note string, n int64) (int64, error) {
 	cp, err := l.Signer.Key().Open([]byte(note))
 	if err != nil {
 		return n, &LogAuditError{Size: n, Reason: fmt.Sprintf("the stored checkpoint does not open under the log key %s: %v", l.Signer.Key().Name, err)}
@@ -72,14 +72,14 @@ func (l *ReleaseLog) audit(ctx context.Context, note string, n int64) (int64, er
 	if cp.Size != n {
 		return cp.Size, &LogAuditError{Size: cp.Size, Signed: &cp.Root, Reason: fmt.Sprintf("the checkpoint signs size %d, its item says %d", cp.Size, n)}
 	}
-	head, err := l.Size(ctx)
+	head, err := l.Store.Size(ctx)
 	if err != nil {
 		return cp.Size, fmt.Errorf("release log audit: reading the head: %w", err)
 	}
 	if cp.Size > head {
 		return cp.Size, &LogAuditError{Size: cp.Size, Signed: &cp.Root, Reason: fmt.Sprintf("the checkpoint signs size %d, the log's head is %d", cp.Size, head)}
 	}
-	tree, err := releaselog.TreeHash(ctx, l, cp.Size)
+	tree, err := release.TreeHash(ctx, l.Store, cp.Size)
 	if err != nil {
 		return cp.Size, fmt.Errorf("release log audit: the tree of size %d: %w", cp.Size, err)
 	}
@@ -89,11 +89,11 @@ func (l *ReleaseLog) audit(ctx context.Context, note string, n int64) (int64, er
 	return cp.Size, nil
 }
 
-// Audit is the reconciler's check of the log each pass, after Settle: a
+// Audit is the reconciler's check of the log each pass, after Finish: a
 // checkpoint covering the head is signed if none is (an empty log's of
 // size 0 included: Log.Sign), then the stored tree is held to it
-// (ReleaseLog.Audit). Without a log it does nothing.
-func (s *Releases) Audit(ctx context.Context) (int64, error) {
+// (Log.Audit). Without a log it does nothing.
+func (s *Service) Audit(ctx context.Context) (int64, error) {
 	if s.Log == nil {
 		return 0, nil
 	}

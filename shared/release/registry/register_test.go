@@ -1,4 +1,4 @@
-package dynamo_test
+package registry_test
 
 import (
 	"context"
@@ -11,25 +11,26 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo"
-	"github.com/bettercompute/control-plane/shared/releaselog"
+	"github.com/bettercompute/control-plane/shared/dynamo/releasedb"
+	"github.com/bettercompute/control-plane/shared/release"
+	"github.com/bettercompute/control-plane/shared/release/registry"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
 // newReleases returns a store on a fresh table of the shared local stack,
 // with a round-trip counter.
-func newReleases(t *testing.T) (*dynamo.Releases, *dynamo.RoundTrips) {
+func newReleases(t *testing.T) (*registry.Service, *dynamo.RoundTrips) {
 	t.Helper()
 	s := devstack.Shared(t)
 	rt := &dynamo.RoundTrips{}
 	db, table := s.DynamoDB(rt.Option()), devstack.NewTable(t, s)
-	return &dynamo.Releases{DB: db, Table: table,
-		Log: &dynamo.ReleaseLog{DB: db, Table: table, Signer: devstack.LogSigner(t, s, logOrigin)}}, rt
+	return &registry.Service{Store: &releasedb.Releases{DB: db, Table: table}, Log: &registry.Log{Store: &releasedb.Log{DB: db, Table: table}, Signer: devstack.LogSigner(t, s, logOrigin)}}, rt
 }
 
-func release(version string, seq int64) rollout.Release {
-	return rollout.Release{Version: version, Sequence: seq, ManifestDigest: fmt.Sprintf("sha256:%064d", seq),
+func rel(version string, seq int64) release.Release {
+	return release.Release{Version: version, Sequence: seq, ManifestDigest: fmt.Sprintf("sha256:%064d", seq),
 		Payload:      fmt.Appendf(nil, `{"version":%q,"sequence":%d}`, version, seq),
-		Binaries:     []rollout.Binary{{Platform: "linux/amd64", URL: "https://example.com/bcd", SHA256: fmt.Sprintf("%064d", 0), Size: 1}},
+		Binaries:     []release.Binary{{Platform: "linux/amd64", URL: "https://example.com/bcd", SHA256: fmt.Sprintf("%064d", 0), Size: 1}},
 		Signers:      []string{"k1"},
 		RegisteredAt: time.Date(2026, 11, 29, 0, 0, 0, 0, time.UTC),
 		RegisteredBy: rollout.Audit{TenantID: "platform", Principal: "admin"}}
@@ -48,7 +49,7 @@ func TestRegisterProtocol(t *testing.T) {
 	ctx := context.Background()
 	s, rt := newReleases(t)
 
-	got, replayed, err := s.Register(ctx, release("1.0.0", 5))
+	got, replayed, err := s.RegisterVerified(ctx, rel("1.0.0", 5))
 	if err != nil || replayed || got.Version != "1.0.0" || got.Sequence != 5 {
 		t.Fatalf("first register: %+v replayed=%v err=%v", got, replayed, err)
 	}
@@ -60,19 +61,19 @@ func TestRegisterProtocol(t *testing.T) {
 	}
 
 	// Same version, same sequence: the stored release, replayed.
-	got, replayed, err = s.Register(ctx, release("1.0.0", 5))
-	if err != nil || !replayed || got.ManifestDigest != release("1.0.0", 5).ManifestDigest {
+	got, replayed, err = s.RegisterVerified(ctx, rel("1.0.0", 5))
+	if err != nil || !replayed || got.ManifestDigest != rel("1.0.0", 5).ManifestDigest {
 		t.Fatalf("replay: %+v replayed=%v err=%v", got, replayed, err)
 	}
 	// Same version, other sequence (above or below the head): CONFLICT.
 	for _, seq := range []int64{4, 9} {
-		if _, _, err = s.Register(ctx, release("1.0.0", seq)); code(err) != apierr.Conflict {
+		if _, _, err = s.RegisterVerified(ctx, rel("1.0.0", seq)); code(err) != apierr.Conflict {
 			t.Fatalf("1.0.0@%d: want CONFLICT, got %v", seq, err)
 		}
 	}
 	// The refused 1.0.0@9 must not have moved the channel head: 2.0.0@6 fits.
 	rt.Reset()
-	if _, _, err = s.Register(ctx, release("2.0.0", 6)); err != nil {
+	if _, _, err = s.RegisterVerified(ctx, rel("2.0.0", 6)); err != nil {
 		t.Fatalf("2.0.0@6 after a refused 1.0.0@9: %v", err)
 	}
 	// …plus the read that makes sure the replaced head is recorded, the
@@ -83,13 +84,13 @@ func TestRegisterProtocol(t *testing.T) {
 	}
 	// A new version at or below the head: rollback.
 	for _, seq := range []int64{6, 3} {
-		_, _, err = s.Register(ctx, release("3.0.0", seq))
+		_, _, err = s.RegisterVerified(ctx, rel("3.0.0", seq))
 		if code(err) != apierr.InvalidInput || reason(err) != "rollback" || apierr.As(err).Details["latestSequence"] != int64(6) {
 			t.Fatalf("3.0.0@%d: want INVALID_INPUT rollback with latestSequence 6, got %v", seq, err)
 		}
 	}
 	// A refused version may be registered again, above the head.
-	if _, _, err = s.Register(ctx, release("3.0.0", 7)); err != nil {
+	if _, _, err = s.RegisterVerified(ctx, rel("3.0.0", 7)); err != nil {
 		t.Fatalf("3.0.0@7 after its rollbacks: %v", err)
 	}
 	rs, next, err := s.List(ctx, 0, nil)
@@ -103,7 +104,7 @@ func TestRegisterProtocol(t *testing.T) {
 func TestRegisterRace(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newReleases(t)
-	if _, _, err := s.Register(ctx, release("0.1.0", 1)); err != nil {
+	if _, _, err := s.RegisterVerified(ctx, rel("0.1.0", 1)); err != nil {
 		t.Fatal(err)
 	}
 	const n = 16
@@ -115,7 +116,7 @@ func TestRegisterRace(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, _, errs[i] = s.Register(ctx, release(fmt.Sprintf("1.0.%d", i), 2))
+			_, _, errs[i] = s.RegisterVerified(ctx, rel(fmt.Sprintf("1.0.%d", i), 2))
 		}()
 	}
 	close(start)
@@ -151,7 +152,7 @@ func TestRegisterIdenticalRace(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, replays[i], errs[i] = s.Register(ctx, release("1.0.0", 1))
+			_, replays[i], errs[i] = s.RegisterVerified(ctx, rel("1.0.0", 1))
 		}()
 	}
 	wg.Wait()
@@ -174,7 +175,7 @@ func TestListOrderAndPages(t *testing.T) {
 	s, rt := newReleases(t)
 	for i := int64(1); i <= 7; i++ {
 		// Sequences with gaps and more digits than the previous one sort right.
-		if _, _, err := s.Register(ctx, release(fmt.Sprintf("1.%d.0", i), i*i*i)); err != nil {
+		if _, _, err := s.RegisterVerified(ctx, rel(fmt.Sprintf("1.%d.0", i), i*i*i)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -210,7 +211,7 @@ func TestListOrderAndPages(t *testing.T) {
 }
 
 // highest is the highest recorded sequence (0 when none).
-func highest(t *testing.T, s *dynamo.Releases) int64 {
+func highest(t *testing.T, s *registry.Service) int64 {
 	t.Helper()
 	rs, _, err := s.List(context.Background(), 1, nil)
 	if err != nil {
@@ -233,7 +234,7 @@ func TestRefusedRacersLeaveTheHead(t *testing.T) {
 	for round := int64(0); round < rounds; round++ {
 		base := round*100 + 1
 		recorded := fmt.Sprintf("1.%d.0", round)
-		if _, _, err := s.Register(ctx, release(recorded, base)); err != nil {
+		if _, _, err := s.RegisterVerified(ctx, rel(recorded, base)); err != nil {
 			t.Fatalf("round %d: %v", round, err)
 		}
 		var wg sync.WaitGroup
@@ -244,7 +245,7 @@ func TestRefusedRacersLeaveTheHead(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				<-start
-				_, _, errs[i] = s.Register(ctx, release(recorded, base+1+int64(i)))
+				_, _, errs[i] = s.RegisterVerified(ctx, rel(recorded, base+1+int64(i)))
 			}()
 		}
 		close(start)
@@ -257,7 +258,7 @@ func TestRefusedRacersLeaveTheHead(t *testing.T) {
 		if h := headSeq(t, s); h != base {
 			t.Fatalf("round %d: head at %d after refused registrations, highest recorded is %d", round, h, base)
 		}
-		if _, _, err := s.Register(ctx, release(fmt.Sprintf("2.%d.0", round), base+1)); err != nil {
+		if _, _, err := s.RegisterVerified(ctx, rel(fmt.Sprintf("2.%d.0", round), base+1)); err != nil {
 			t.Fatalf("round %d: the next valid sequence %d was refused: %v", round, base+1, err)
 		}
 	}
@@ -269,14 +270,14 @@ func TestRefusedRacersLeaveTheHead(t *testing.T) {
 func TestMixedRaces(t *testing.T) {
 	ctx := context.Background()
 	s, _ := newReleases(t)
-	if _, _, err := s.Register(ctx, release("0.0.1", 1)); err != nil {
+	if _, _, err := s.RegisterVerified(ctx, rel("0.0.1", 1)); err != nil {
 		t.Fatal(err)
 	}
 	accepted := map[string]int64{"0.0.1": 1}
 	for round := 0; round < 20; round++ {
 		const racers = 12
 		type result struct {
-			r   rollout.Release
+			r   release.Release
 			err error
 		}
 		results := make([]result, racers)
@@ -284,15 +285,15 @@ func TestMixedRaces(t *testing.T) {
 		start := make(chan struct{})
 		top := highest(t, s)
 		for i := range racers {
-			r := release(fmt.Sprintf("3.%d.%d", round, i%4), top+1+int64(i%5)) // same versions, sequences collide
+			r := rel(fmt.Sprintf("3.%d.%d", round, i%4), top+1+int64(i%5)) // same versions, sequences collide
 			if i%6 == 0 {
-				r = release("0.0.1", top+int64(i)) // an old version again
+				r = rel("0.0.1", top+int64(i)) // an old version again
 			}
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
 				<-start
-				_, _, err := s.Register(ctx, r)
+				_, _, err := s.RegisterVerified(ctx, r)
 				results[i] = result{r, err}
 			}()
 		}
@@ -339,14 +340,14 @@ func TestMixedRaces(t *testing.T) {
 func TestRegisterCrashPoints(t *testing.T) {
 	ctx := context.Background()
 	errCrash := errors.New("crash")
-	for _, point := range []string{dynamo.FaultReleasePending, dynamo.FaultReleaseClaimed, dynamo.FaultReleaseMarked,
-		dynamo.FaultLogEntry, dynamo.FaultLogHead, dynamo.FaultLogCheckpoint, dynamo.FaultReleaseCommitted} {
-		claimed := point != dynamo.FaultReleasePending
-		crashed := func(t *testing.T) (*dynamo.Releases, *fakeClock) {
+	for _, point := range []string{registry.FaultReleasePending, registry.FaultReleaseClaimed, registry.FaultReleaseMarked,
+		registry.FaultLogEntry, registry.FaultLogHead, registry.FaultLogCheckpoint, registry.FaultReleaseCommitted} {
+		claimed := point != registry.FaultReleasePending
+		crashed := func(t *testing.T) (*registry.Service, *fakeClock) {
 			s, _ := newReleases(t)
 			clock := &fakeClock{now: time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)}
 			s.Now = clock.Now
-			if _, _, err := s.Register(ctx, release("1.0.0", 1)); err != nil {
+			if _, _, err := s.RegisterVerified(ctx, rel("1.0.0", 1)); err != nil {
 				t.Fatal(err)
 			}
 			s.Faults = func(p string) error {
@@ -356,7 +357,7 @@ func TestRegisterCrashPoints(t *testing.T) {
 				return nil
 			}
 			s.Log.Faults = s.Faults
-			if _, _, err := s.Register(ctx, release("2.0.0", 2)); !errors.Is(err, errCrash) {
+			if _, _, err := s.RegisterVerified(ctx, rel("2.0.0", 2)); !errors.Is(err, errCrash) {
 				t.Fatalf("want the crash at %s, got %v", point, err)
 			}
 			s.Faults, s.Log.Faults = nil, nil
@@ -365,7 +366,7 @@ func TestRegisterCrashPoints(t *testing.T) {
 		}
 		t.Run(point+"/the same request again", func(t *testing.T) {
 			s, _ := crashed(t)
-			got, _, err := s.Register(ctx, release("2.0.0", 2))
+			got, _, err := s.RegisterVerified(ctx, rel("2.0.0", 2))
 			if err != nil || got.Sequence != 2 {
 				t.Fatalf("retry: %+v %v", got, err)
 			}
@@ -375,14 +376,14 @@ func TestRegisterCrashPoints(t *testing.T) {
 		})
 		t.Run(point+"/the reconciler, later", func(t *testing.T) {
 			s, clock := crashed(t)
-			if _, err := s.Settle(ctx); err != nil {
+			if _, err := s.Finish(ctx); err != nil {
 				t.Fatal(err)
 			}
-			if rs, _, _ := s.List(ctx, 0, nil); len(rs) != map[bool]int{true: 2, false: 1}[point == dynamo.FaultReleaseCommitted] {
+			if rs, _, _ := s.List(ctx, 0, nil); len(rs) != map[bool]int{true: 2, false: 1}[point == registry.FaultReleaseCommitted] {
 				t.Fatalf("a registration still in time is left to itself, but %d releases are listed", len(rs))
 			}
-			clock.Advance(dynamo.PendingStale)
-			if _, err := s.Settle(ctx); err != nil {
+			clock.Advance(registry.PendingStale)
+			if _, err := s.Finish(ctx); err != nil {
 				t.Fatal(err)
 			}
 			// A claim counts as registered: the reconciler settles it.
@@ -393,7 +394,7 @@ func TestRegisterCrashPoints(t *testing.T) {
 		})
 		t.Run(point+"/a higher sequence", func(t *testing.T) {
 			s, _ := crashed(t)
-			if _, _, err := s.Register(ctx, release("3.0.0", 3)); err != nil {
+			if _, _, err := s.RegisterVerified(ctx, rel("3.0.0", 3)); err != nil {
 				t.Fatal(err)
 			}
 			// A claim counts as registered: it is recorded by the next one.
@@ -407,7 +408,7 @@ func TestRegisterCrashPoints(t *testing.T) {
 		})
 		t.Run(point+"/another version at the same sequence", func(t *testing.T) {
 			s, _ := crashed(t)
-			_, _, err := s.Register(ctx, release("2.0.1", 2))
+			_, _, err := s.RegisterVerified(ctx, rel("2.0.1", 2))
 			if claimed {
 				if reason(err) != "rollback" {
 					t.Fatalf("want rollback behind the crashed claim, got %v", err)
@@ -421,8 +422,8 @@ func TestRegisterCrashPoints(t *testing.T) {
 		})
 		t.Run(point+"/the same version again, later, at another sequence", func(t *testing.T) {
 			s, clock := crashed(t)
-			clock.Advance(dynamo.PendingStale)
-			_, _, err := s.Register(ctx, release("2.0.0", 5))
+			clock.Advance(registry.PendingStale)
+			_, _, err := s.RegisterVerified(ctx, rel("2.0.0", 5))
 			if claimed {
 				if code(err) != apierr.Conflict {
 					t.Fatalf("want CONFLICT with the recorded 2.0.0@2, got %v", err)
@@ -438,10 +439,10 @@ func TestRegisterCrashPoints(t *testing.T) {
 // every listed release is the log's entry at its index (the leaf of its
 // payload), the entries run in sequence order with no other entry, and the
 // signed checkpoint covers them all and is the tree's root.
-func checkReleasesLog(t *testing.T, s *dynamo.Releases) {
+func checkReleasesLog(t *testing.T, s *registry.Service) {
 	t.Helper()
 	ctx := context.Background()
-	if _, err := s.Settle(ctx); err != nil {
+	if _, err := s.Finish(ctx); err != nil {
 		t.Fatalf("settle: %v", err)
 	}
 	rs, _, err := s.List(ctx, 0, nil)
@@ -476,12 +477,12 @@ func checkReleasesLog(t *testing.T, s *dynamo.Releases) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if root, err := releaselog.TreeHash(ctx, s.Log, n); err != nil || root != cp.Root {
+	if root, err := release.TreeHash(ctx, s.Log, n); err != nil || root != cp.Root {
 		t.Errorf("checkpoint root %x, tree %x (%v)", cp.Root, root, err)
 	}
 }
 
-func indexOf(rs []rollout.Release, version string) int64 {
+func indexOf(rs []release.Release, version string) int64 {
 	for i, r := range rs {
 		if r.Version == version {
 			return int64(i)

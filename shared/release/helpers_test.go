@@ -1,15 +1,15 @@
-package rollout_test
+package release_test
 
 import (
 	"crypto"
 	"testing"
 
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 func newKey(t testing.TB, alg string) crypto.Signer {
 	t.Helper()
-	k, err := rollout.GenerateKey(alg)
+	k, err := release.GenerateKey(alg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -18,7 +18,7 @@ func newKey(t testing.TB, alg string) crypto.Signer {
 
 func keyID(t testing.TB, pub crypto.PublicKey) string {
 	t.Helper()
-	id, err := rollout.KeyID(pub)
+	id, err := release.KeyID(pub)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package rollout_test
+package release_test
 
 import (
 	"bytes"
@@ -17,7 +17,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 var testNow = time.Date(2026, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -87,7 +87,7 @@ func signRaw(t testing.TB, s crypto.Signer, payloadType string, payload []byte) 
 
 // by is a signature by s over payload, keyid naming s.
 func by(t testing.TB, s crypto.Signer, payload []byte) sig {
-	return sig{KeyID: keyID(t, s.Public()), Sig: base64.StdEncoding.EncodeToString(signRaw(t, s, rollout.PayloadType, payload))}
+	return sig{KeyID: keyID(t, s.Public()), Sig: base64.StdEncoding.EncodeToString(signRaw(t, s, release.PayloadType, payload))}
 }
 
 // named relabels a signature's keyid.
@@ -105,7 +105,7 @@ func envelopeJSON(payloadType, payloadB64 string, sigs ...sig) []byte {
 }
 
 func env(payload []byte, sigs ...sig) []byte {
-	return envelopeJSON(rollout.PayloadType, base64.StdEncoding.EncodeToString(payload), sigs...)
+	return envelopeJSON(release.PayloadType, base64.StdEncoding.EncodeToString(payload), sigs...)
 }
 
 // signed is an envelope over payload signed by each of signers.
@@ -125,7 +125,7 @@ type outcome struct {
 	signers []string // on success; nil to skip the check
 }
 
-func checkVerify(t *testing.T, p *rollout.Pins, envelope []byte, want outcome) *rollout.Verified {
+func checkVerify(t *testing.T, p *release.Pins, envelope []byte, want outcome) *release.Verified {
 	t.Helper()
 	v, err := p.Verify(envelope, testNow)
 	if want.reason == "" {
@@ -159,13 +159,13 @@ func details(err error) map[string]any {
 	return nil
 }
 
-func mustPins(t testing.TB, threshold int, signers ...crypto.Signer) *rollout.Pins {
+func mustPins(t testing.TB, threshold int, signers ...crypto.Signer) *release.Pins {
 	t.Helper()
 	keys := make([]crypto.PublicKey, len(signers))
 	for i, s := range signers {
 		keys[i] = s.Public()
 	}
-	p, err := rollout.NewPins(keys, threshold)
+	p, err := release.NewPins(keys, threshold)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,10 +177,10 @@ func sorted(ids ...string) []string { slices.Sort(ids); return ids }
 // ---- tests ----
 
 func TestVerifyReasons(t *testing.T) {
-	ecA := newKey(t, rollout.AlgECDSAP256) // pinned
-	edB := newKey(t, rollout.AlgEd25519)   // pinned
-	stranger := newKey(t, rollout.AlgECDSAP256)
-	strangerEd := newKey(t, rollout.AlgEd25519)
+	ecA := newKey(t, release.AlgECDSAP256) // pinned
+	edB := newKey(t, release.AlgEd25519)   // pinned
+	stranger := newKey(t, release.AlgECDSAP256)
+	strangerEd := newKey(t, release.AlgEd25519)
 	idA, idB := keyID(t, ecA.Public()), keyID(t, edB.Public())
 	pins1 := mustPins(t, 1, ecA, edB)
 	pins2 := mustPins(t, 2, ecA, edB)
@@ -201,7 +201,7 @@ func TestVerifyReasons(t *testing.T) {
 		payloadPath = "manifest.payload"
 		bin0        = "manifest.payload.binaries[0]"
 	)
-	tamperedPayload := envelopeJSON(rollout.PayloadType, base64.StdEncoding.EncodeToString(other), sigA)
+	tamperedPayload := envelopeJSON(release.PayloadType, base64.StdEncoding.EncodeToString(other), sigA)
 	seventeen := make([]sig, 17)
 	for i := range seventeen {
 		seventeen[i] = sigA
@@ -209,7 +209,7 @@ func TestVerifyReasons(t *testing.T) {
 
 	for _, tc := range []struct {
 		name string
-		pins *rollout.Pins
+		pins *release.Pins
 		env  []byte
 		want outcome
 	}{
@@ -235,10 +235,10 @@ func TestVerifyReasons(t *testing.T) {
 		// envelope and of each signature (a Sigstore bundle's cert, an
 		// extension), whatever their value.
 		{"unknown envelope members are ignored", pins1,
-			raw(`{"payloadType":%q,"payload":%q,"signatures":[{"keyid":%q,"sig":%q}],"extension":{"kind":"x","v":[1,null]},"x":null}`, rollout.PayloadType, goodB64, idA, sigA.Sig),
+			raw(`{"payloadType":%q,"payload":%q,"signatures":[{"keyid":%q,"sig":%q}],"extension":{"kind":"x","v":[1,null]},"x":null}`, release.PayloadType, goodB64, idA, sigA.Sig),
 			ok(idA)},
 		{"unknown signature members are ignored", pins1,
-			raw(`{"payloadType":%q,"payload":%q,"signatures":[{"cert":"-----BEGIN CERTIFICATE-----","sig":%q,"extra":{}}]}`, rollout.PayloadType, goodB64, sigA.Sig),
+			raw(`{"payloadType":%q,"payload":%q,"signatures":[{"cert":"-----BEGIN CERTIFICATE-----","sig":%q,"extra":{}}]}`, release.PayloadType, goodB64, sigA.Sig),
 			ok(idA)},
 
 		// malformed envelope
@@ -247,32 +247,32 @@ func TestVerifyReasons(t *testing.T) {
 		{"not an object", pins1, []byte(`[]`), fail(malformed, "manifest")},
 		{"trailing data", pins1, append(withStatement(good), " {}"...), fail(malformed, "manifest")},
 		{"duplicate unknown envelope member", pins1,
-			raw(`{"payloadType":%q,"payload":%q,"signatures":[],"extra":1,"extra":2}`, rollout.PayloadType, goodB64),
+			raw(`{"payloadType":%q,"payload":%q,"signatures":[],"extra":1,"extra":2}`, release.PayloadType, goodB64),
 			fail(malformed, "manifest.extra")},
 		{"duplicate envelope key", pins1,
-			raw(`{"payloadType":%q,"payloadType":%[1]q,"payload":%q,"signatures":[]}`, rollout.PayloadType, goodB64),
+			raw(`{"payloadType":%q,"payloadType":%[1]q,"payload":%q,"signatures":[]}`, release.PayloadType, goodB64),
 			fail(malformed, "manifest.payloadType")},
-		{"null payload", pins1, raw(`{"payloadType":%q,"payload":null,"signatures":[]}`, rollout.PayloadType),
+		{"null payload", pins1, raw(`{"payloadType":%q,"payload":null,"signatures":[]}`, release.PayloadType),
 			fail(malformed, payloadPath)},
 		{"missing payloadType", pins1, raw(`{"payload":%q,"signatures":[]}`, goodB64), fail(malformed, "manifest.payloadType")},
-		{"missing signatures", pins1, raw(`{"payloadType":%q,"payload":%q}`, rollout.PayloadType, goodB64), fail(malformed, sigs)},
-		{"signatures not an array", pins1, raw(`{"payloadType":%q,"payload":%q,"signatures":{}}`, rollout.PayloadType, goodB64),
+		{"missing signatures", pins1, raw(`{"payloadType":%q,"payload":%q}`, release.PayloadType, goodB64), fail(malformed, sigs)},
+		{"signatures not an array", pins1, raw(`{"payloadType":%q,"payload":%q,"signatures":{}}`, release.PayloadType, goodB64),
 			fail(malformed, sigs)},
 		{"signature without sig", pins1,
-			raw(`{"payloadType":%q,"payload":%q,"signatures":[{"keyid":%q}]}`, rollout.PayloadType, goodB64, idA),
+			raw(`{"payloadType":%q,"payload":%q,"signatures":[{"keyid":%q}]}`, release.PayloadType, goodB64, idA),
 			fail(malformed, sig0)},
 		{"numeric keyid", pins1,
-			raw(`{"payloadType":%q,"payload":%q,"signatures":[{"keyid":1,"sig":%q}]}`, rollout.PayloadType, goodB64, sigA.Sig),
+			raw(`{"payloadType":%q,"payload":%q,"signatures":[{"keyid":1,"sig":%q}]}`, release.PayloadType, goodB64, sigA.Sig),
 			fail(malformed, "manifest.signatures[0].keyid")},
 		{"signature without sig", pins1,
-			raw(`{"payloadType":%q,"payload":%q,"signatures":[{"keyid":%q,"cert":""}]}`, rollout.PayloadType, goodB64, idA),
+			raw(`{"payloadType":%q,"payload":%q,"signatures":[{"keyid":%q,"cert":""}]}`, release.PayloadType, goodB64, idA),
 			fail(malformed, "manifest.signatures[0].sig")},
 		{"17 signatures", pins1, env(good, seventeen...), fail(malformed, sigs)},
-		{"payload not base64", pins1, envelopeJSON(rollout.PayloadType, "not base64!", sigA), fail(malformed, payloadPath)},
-		{"payload mixes base64 alphabets", pins1, envelopeJSON(rollout.PayloadType, "ab+_", sigA), fail(malformed, payloadPath)},
-		{"payload with a line break", pins1, envelopeJSON(rollout.PayloadType, goodB64[:8]+"\n"+goodB64[8:], sigA),
+		{"payload not base64", pins1, envelopeJSON(release.PayloadType, "not base64!", sigA), fail(malformed, payloadPath)},
+		{"payload mixes base64 alphabets", pins1, envelopeJSON(release.PayloadType, "ab+_", sigA), fail(malformed, payloadPath)},
+		{"payload with a line break", pins1, envelopeJSON(release.PayloadType, goodB64[:8]+"\n"+goodB64[8:], sigA),
 			fail(malformed, payloadPath)},
-		{"payload with non-zero trailing bits", pins1, envelopeJSON(rollout.PayloadType, "QR==", sigA), fail(malformed, payloadPath)},
+		{"payload with non-zero trailing bits", pins1, envelopeJSON(release.PayloadType, "QR==", sigA), fail(malformed, payloadPath)},
 		{"sig not base64", pins1, env(good, sigA, sig{KeyID: idB, Sig: "%%%"}), fail(malformed, "manifest.signatures[1].sig")},
 		{"malformed before payload_type", pins1, envelopeJSON("text/plain", "not base64!", sigA), fail(malformed, payloadPath)},
 
@@ -400,7 +400,7 @@ func TestVerifyReasons(t *testing.T) {
 }
 
 func TestVerifySequenceIntegerOnly(t *testing.T) {
-	k := newKey(t, rollout.AlgEd25519)
+	k := newKey(t, release.AlgEd25519)
 	p := mustPins(t, 1, k)
 	const field = "manifest.payload.sequence"
 	for _, tc := range []struct {
@@ -440,7 +440,7 @@ func TestVerifySequenceIntegerOnly(t *testing.T) {
 }
 
 func TestVerifyBase64Alphabets(t *testing.T) {
-	k := newKey(t, rollout.AlgECDSAP256)
+	k := newKey(t, release.AlgECDSAP256)
 	p := mustPins(t, 1, k)
 	// Each encoding must differ: the payload's and the signature's standard
 	// base64 contain both '+' and '/' and end in padding.
@@ -460,7 +460,7 @@ func TestVerifyBase64Alphabets(t *testing.T) {
 		if i == 1000 {
 			t.Fatal("no signature with a distinctive base64 encoding")
 		}
-		sigBytes = signRaw(t, k, rollout.PayloadType, payload) // ECDSA signatures are randomized
+		sigBytes = signRaw(t, k, release.PayloadType, payload) // ECDSA signatures are randomized
 	}
 	encodings := []struct {
 		name string
@@ -475,7 +475,7 @@ func TestVerifyBase64Alphabets(t *testing.T) {
 	for _, pe := range encodings {
 		for _, se := range encodings {
 			t.Run("payload "+pe.name+", sig "+se.name, func(t *testing.T) {
-				e := envelopeJSON(rollout.PayloadType, pe.enc.EncodeToString(payload), sig{KeyID: id, Sig: se.enc.EncodeToString(sigBytes)})
+				e := envelopeJSON(release.PayloadType, pe.enc.EncodeToString(payload), sig{KeyID: id, Sig: se.enc.EncodeToString(sigBytes)})
 				v := checkVerify(t, p, e, outcome{signers: []string{id}})
 				if !bytes.Equal(v.Payload, payload) {
 					t.Fatal("payload differs")
@@ -486,8 +486,8 @@ func TestVerifyBase64Alphabets(t *testing.T) {
 }
 
 func TestVerifyResult(t *testing.T) {
-	ec := newKey(t, rollout.AlgECDSAP256)
-	ed := newKey(t, rollout.AlgEd25519)
+	ec := newKey(t, release.AlgECDSAP256)
+	ed := newKey(t, release.AlgEd25519)
 	p := mustPins(t, 2, ec, ed)
 	// Whitespace and key order are kept: the payload is verified and hashed
 	// as sent, never re-serialized.
@@ -505,14 +505,14 @@ func TestVerifyResult(t *testing.T) {
 	wantExpires := time.Date(2026, 6, 1, 12, 0, 0, 1, time.UTC)
 	st := v.Statement
 	if st.Version != "2.0.0+linux.1" || st.Sequence != 42 || st.Expires == nil || !st.Expires.Equal(wantExpires) ||
-		len(st.Binaries) != 1 || st.Binaries[0] != (rollout.Binary{Platform: "linux/arm64/v8", URL: "https://r.example.com/a",
+		len(st.Binaries) != 1 || st.Binaries[0] != (release.Binary{Platform: "linux/arm64/v8", URL: "https://r.example.com/a",
 		SHA256: strings.Repeat("b", 64), Size: 5}) {
 		t.Errorf("Statement = %+v", st)
 	}
 }
 
 func TestVerifyThresholdTwoDistinctKeys(t *testing.T) {
-	a, b, c := newKey(t, rollout.AlgECDSAP256), newKey(t, rollout.AlgEd25519), newKey(t, rollout.AlgECDSAP256)
+	a, b, c := newKey(t, release.AlgECDSAP256), newKey(t, release.AlgEd25519), newKey(t, release.AlgECDSAP256)
 	p := mustPins(t, 2, a, b, c)
 	payload := statement()
 	for _, tc := range []struct {
@@ -553,11 +553,11 @@ func (s hashSigner) Sign(r io.Reader, msg []byte, opts crypto.SignerOpts) ([]byt
 }
 
 func TestSignEnvelope(t *testing.T) {
-	ec := newKey(t, rollout.AlgECDSAP256)
-	ed := newKey(t, rollout.AlgEd25519)
+	ec := newKey(t, release.AlgECDSAP256)
+	ed := newKey(t, release.AlgEd25519)
 	p := mustPins(t, 2, ec, ed)
 	payload := statement()
-	out, err := rollout.SignEnvelope(payload,
+	out, err := release.SignEnvelope(payload,
 		hashSigner{t: t, inner: ec, want: crypto.SHA256, size: sha256.Size},
 		hashSigner{t: t, inner: ed, want: crypto.Hash(0)})
 	if err != nil {
@@ -571,19 +571,19 @@ func TestSignEnvelope(t *testing.T) {
 	if err := json.Unmarshal(out, &e); err != nil {
 		t.Fatal(err)
 	}
-	if e.PayloadType != rollout.PayloadType || e.Payload != base64.StdEncoding.EncodeToString(payload) ||
+	if e.PayloadType != release.PayloadType || e.Payload != base64.StdEncoding.EncodeToString(payload) ||
 		len(e.Signatures) != 2 || e.Signatures[0].KeyID != keyID(t, ec.Public()) || e.Signatures[1].KeyID != keyID(t, ed.Public()) {
 		t.Fatalf("envelope = %s", out)
 	}
 	checkVerify(t, p, out, outcome{signers: sorted(keyID(t, ec.Public()), keyID(t, ed.Public()))})
 
-	if _, err := rollout.SignEnvelope(payload); err == nil {
+	if _, err := release.SignEnvelope(payload); err == nil {
 		t.Error("SignEnvelope without signers succeeded")
 	}
 	// A signer whose signatures do not match its public key (a KMS key id
 	// pointing at the wrong key) fails at signing time.
-	liar := mismatchedSigner{pub: ec.Public(), inner: newKey(t, rollout.AlgECDSAP256)}
-	if _, err := rollout.SignEnvelope(payload, liar); err == nil {
+	liar := mismatchedSigner{pub: ec.Public(), inner: newKey(t, release.AlgECDSAP256)}
+	if _, err := release.SignEnvelope(payload, liar); err == nil {
 		t.Error("SignEnvelope with a mismatched signer succeeded")
 	}
 }
@@ -600,8 +600,8 @@ func (s mismatchedSigner) Sign(r io.Reader, msg []byte, opts crypto.SignerOpts) 
 
 // unknown_key says which keys signed and which are pinned.
 func TestUnknownKeyNamesTheKeys(t *testing.T) {
-	ecA, edB := newKey(t, rollout.AlgECDSAP256), newKey(t, rollout.AlgEd25519)
-	stranger := newKey(t, rollout.AlgECDSAP256)
+	ecA, edB := newKey(t, release.AlgECDSAP256), newKey(t, release.AlgEd25519)
+	stranger := newKey(t, release.AlgECDSAP256)
 	_, err := mustPins(t, 1, ecA, edB).Verify(signed(t, statement(), stranger), testNow)
 	e := apierr.As(err)
 	if e == nil || e.Details["reason"] != "unknown_key" {

@@ -1,4 +1,4 @@
-package rollout_test
+package release_test
 
 import (
 	"bytes"
@@ -15,7 +15,7 @@ import (
 	"testing"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/release"
 )
 
 // fuzzKeys are fixed keys (testdata), so the committed corpus's signed
@@ -27,7 +27,7 @@ func fuzzKeys(t testing.TB) []crypto.Signer {
 		if err != nil {
 			t.Fatal(err)
 		}
-		k, err := rollout.ParsePrivateKeyPEM(data)
+		k, err := release.ParsePrivateKeyPEM(data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,17 +53,17 @@ func FuzzVerify(f *testing.F) {
 	f.Add(env(payload, by(f, ecKey, payload).named(keyID(f, edKey.Public())))) // keyid of the other key
 	f.Add(env(payload, sig{KeyID: keyID(f, ecKey.Public()), Sig: "MEUCIQ"}))   // names a pin, does not verify
 	f.Add(env(payload))                                                        // no signatures
-	f.Add(envelopeJSON(rollout.PayloadType, base64.RawURLEncoding.EncodeToString(payload), by(f, edKey, payload)))
+	f.Add(envelopeJSON(release.PayloadType, base64.RawURLEncoding.EncodeToString(payload), by(f, edKey, payload)))
 	f.Add(signed(f, statement(set("sequence", 7.0)), edKey))
 	f.Add(signed(f, statement(platforms("linux/amd64", "linux/amd64")), edKey))
 	f.Add([]byte(`{"payloadType":"x","payload":"","signatures":[],"payloadType":"y"}`))
 	// The hardening issue's shapes, as a manifest.
 	f.Add([]byte(`{"x":` + strings.Repeat("[", 20000) + strings.Repeat("]", 20000) + `}`))
 	f.Add([]byte(strings.Repeat(`{"a":`, 5000) + "1" + strings.Repeat("}", 5000)))
-	f.Add([]byte(`{"payloadType":"` + rollout.PayloadType + `","payload":"e30","signatures":[` + strings.Repeat(`{"sig":"AA"},`, 2000) + `{"sig":"AA"}]}`))
+	f.Add([]byte(`{"payloadType":"` + release.PayloadType + `","payload":"e30","signatures":[` + strings.Repeat(`{"sig":"AA"},`, 2000) + `{"sig":"AA"}]}`))
 	reasons := []string{"malformed", "payload_type", "unknown_key", "bad_signature", "threshold",
 		"invalid_field", "expired", "duplicate_platform", "no_linux_binary"}
-	pins := []*rollout.Pins{mustPins(f, 1, ecKey, edKey), mustPins(f, 2, ecKey, edKey)}
+	pins := []*release.Pins{mustPins(f, 1, ecKey, edKey), mustPins(f, 2, ecKey, edKey)}
 	pub := map[string]crypto.PublicKey{keyID(f, ecKey.Public()): ecKey.Public(), keyID(f, edKey.Public()): edKey.Public()}
 	f.Fuzz(func(t *testing.T, envelope []byte) {
 		for threshold, p := range pins {
@@ -84,7 +84,7 @@ func FuzzVerify(f *testing.F) {
 
 // checkIndependently re-verifies an accepted envelope with the standard
 // library only.
-func checkIndependently(t *testing.T, envelope []byte, v *rollout.Verified, pub map[string]crypto.PublicKey) {
+func checkIndependently(t *testing.T, envelope []byte, v *release.Verified, pub map[string]crypto.PublicKey) {
 	t.Helper()
 	var raw struct {
 		PayloadType string `json:"payloadType"`
@@ -97,7 +97,7 @@ func checkIndependently(t *testing.T, envelope []byte, v *rollout.Verified, pub 
 		t.Fatalf("accepted an envelope encoding/json cannot read: %v", err)
 	}
 	payload := anyBase64(raw.Payload)
-	if payload == nil || !bytes.Equal(payload, v.Payload) || raw.PayloadType != rollout.PayloadType {
+	if payload == nil || !bytes.Equal(payload, v.Payload) || raw.PayloadType != release.PayloadType {
 		t.Fatalf("accepted payload %q does not match the envelope", v.Payload)
 	}
 	if sum := sha256.Sum256(payload); v.Digest != "sha256:"+hexString(sum[:]) {

@@ -1,9 +1,7 @@
-// Package rollout registers and lists signed bcd releases (docs/reference/releases.md).
-// It knows nothing of Lambda or DynamoDB: it verifies DSSE manifests under
-// the release pins and records releases through the Store interface.
-package rollout
+package release
 
 import (
+	"errors"
 	"time"
 )
 
@@ -18,7 +16,9 @@ type Binary struct {
 	Size     int64  `json:"size" bc:"required,min=1" doc:"the binary's size in bytes"`
 }
 
-// Statement is the signed release statement (the DSSE payload).
+// Statement is the manifest's release: the signed release statement (the
+// DSSE payload), as the release's signers wrote it. Its recorded form is
+// Release.
 type Statement struct {
 	Version  string     `json:"version" bc:"required,max=64"`
 	Sequence int64      `json:"sequence" bc:"required,min=1,max=9007199254740991,strictint"`
@@ -26,7 +26,8 @@ type Statement struct {
 	Binaries []Binary   `json:"binaries" bc:"required,min=1,max=64"`
 }
 
-// Release is a recorded release.
+// Release is a recorded release: a verified Statement as the control plane
+// stored it and the API answers it (releases.register, releases.list).
 type Release struct {
 	Version        string     `json:"version" doc:"SemVer 2.0 version (build metadata makes a distinct version)"`
 	Sequence       int64      `json:"sequence" doc:"the release channel's order (1..2^53-1): each registered release has a sequence above every earlier one"`
@@ -49,13 +50,16 @@ type Release struct {
 	Log *LogEntry `json:"-"`
 }
 
-// LogEntry is a release's place in the release log (SPEC §4.8).
+// LogEntry is a recorded release's place in the release log.
 type LogEntry struct {
 	Index      int64  `json:"index" doc:"the release's entry in the release log (from 0, in registration order)"`
 	Checkpoint string `json:"checkpoint" doc:"a signed checkpoint (C2SP tlog-checkpoint as a signed note) of a tree that includes the entry"`
 }
 
-// Audit records who registered a release.
+// ErrNotFound: no recorded release of that version.
+var ErrNotFound = errors.New("release: not found")
+
+// Audit records who registered a release (or created a rollout).
 type Audit struct {
 	TenantID  string `json:"tenantId" doc:"the tenantId of the register call"`
 	Principal string `json:"principal" doc:"the authenticated principal that called it"`

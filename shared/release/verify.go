@@ -1,4 +1,4 @@
-package rollout
+package release
 
 import (
 	"bytes"
@@ -23,8 +23,6 @@ import (
 var (
 	_ = strictjson.RegisterPattern("platform", `^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9_.]+)?$`)
 	_ = strictjson.RegisterPattern("sha256hex", `^[0-9a-f]{64}$`)
-	// The limits the catalog's tags quote by name.
-	_ = strictjson.RegisterLimits(map[string]int64{"rollout.MaxPools": MaxPools, "rollout.MaxWaves": MaxWaves})
 )
 
 // semverPattern is the official SemVer 2.0.0 expression (semver.org). Build
@@ -66,7 +64,7 @@ type Pins struct{ *dsse.Pins }
 func NewPins(keys []crypto.PublicKey, threshold int) (*Pins, error) {
 	p, err := dsse.NewPins(keys, threshold)
 	if err != nil {
-		return nil, fmt.Errorf("rollout: release pins: %w", err)
+		return nil, fmt.Errorf("release pins: %w", err)
 	}
 	return &Pins{p}, nil
 }

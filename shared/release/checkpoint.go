@@ -1,10 +1,4 @@
-// Package releaselog is the release log of SPEC §4.8: every registered
-// release is an entry of one append-only Merkle tree (RFC 6962 / RFC 9162
-// hashing, golang.org/x/mod/sumdb/tlog's tree), whose size and root the log
-// key signs as a C2SP tlog-checkpoint in a C2SP signed note. This package
-// knows the formats, the keys and the proofs; where the tree's hashes live
-// (shared/dynamo) and who signs (KMS, shared/kmssign) it is given.
-package releaselog
+package release
 
 import (
 	"bytes"
