@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 )
 
@@ -21,7 +22,7 @@ const SettleAfter = 30 * time.Second
 // the stored one. The writer whose fence moved a reservation to a terminal
 // state gives back what it holds; a create flow that finds its draft
 // already terminal gives back what it wrote itself.
-func (s *Service) fence(ctx context.Context, to Reservation, from State, point string) (Reservation, error) {
+func (s *Service) fence(ctx context.Context, to Reservation, from api.ReservationState, point string) (Reservation, error) {
 	cur, _, err := s.fenceWon(ctx, to, from, point, nil)
 	if errors.Is(err, errGone) {
 		return Reservation{}, apierr.New(apierr.NotFound, "reservation %q not found", to.ReservationID)
@@ -32,7 +33,7 @@ func (s *Service) fence(ctx context.Context, to Reservation, from State, point s
 // fenceWon is fence that also says whether this call made the transition.
 // own is what the calling create flow wrote into the node-hours: freed if
 // it lost the draft to a writer that ended it.
-func (s *Service) fenceWon(ctx context.Context, to Reservation, from State, point string, own Placement) (Reservation, bool, error) {
+func (s *Service) fenceWon(ctx context.Context, to Reservation, from api.ReservationState, point string, own Placement) (Reservation, bool, error) {
 	flow := flowOf(point)
 	cur, err := s.Store.Transition(ctx, to, from)
 	if errors.Is(err, ErrStale) {
@@ -57,7 +58,7 @@ func (s *Service) fenceWon(ctx context.Context, to Reservation, from State, poin
 // A create (or replay) that finds its draft ended unplaced — released,
 // refused, expired — gives back what it charged and wrote itself
 // (idempotent; the sweep does it if this crashes).
-func (s *Service) lost(ctx context.Context, to Reservation, from State, own Placement, flow string) (Reservation, error) {
+func (s *Service) lost(ctx context.Context, to Reservation, from api.ReservationState, own Placement, flow string) (Reservation, error) {
 	cur, err := s.Store.GetReservation(ctx, to.TenantID, to.ReservationID)
 	if errors.Is(err, ErrNotFound) {
 		return Reservation{}, errGone
@@ -65,7 +66,7 @@ func (s *Service) lost(ctx context.Context, to Reservation, from State, own Plac
 	if err != nil {
 		return Reservation{}, unavailable(err)
 	}
-	if from == Draft && cur.State.Terminal() && !cur.WasPlaced() {
+	if from == api.Draft && cur.State.Terminal() && !cur.WasPlaced() {
 		if err := s.refund(ctx, cur, own, flow); err != nil {
 			return Reservation{}, err
 		}
@@ -200,7 +201,7 @@ func (s *Service) free(ctx context.Context, r Reservation, p Placement) error {
 	pr := PoolResource{PoolID: r.PoolID, Topology: Topology{Resource: r.Resource, NodeSize: r.Layout().NodeSize}}
 	var keys []NodeHourKey
 	for _, nd := range p {
-		for _, h := range r.Window.Hours() {
+		for _, h := range HoursOf(r.Window) {
 			keys = append(keys, NodeHourKey{Node: nd.Node, Hour: h})
 		}
 	}
@@ -296,7 +297,7 @@ func (s *Service) settleRow(ctx context.Context, k QuotaKey) (int, error) {
 			if err := s.Store.Refund(ctx, k, id, ch.Count); err != nil {
 				return 0, unavailable(err)
 			}
-		case r.State.Terminal() && now.Sub(r.UpdatedAt) > StaleAfter:
+		case r.State.Terminal() && now.Sub(r.UpdatedAt) > api.StaleAfter:
 			if err := s.refund(ctx, r, nil, "reconcile"); err != nil {
 				return 0, err
 			}

@@ -10,8 +10,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/fleet"
-	"github.com/bettercompute/control-plane/shared/rollout"
+	"github.com/bettercompute/control-plane/shared/releasewire"
 )
 
 // The API's errors as a person reads them, with one line of what to do:
@@ -178,27 +177,27 @@ func releaseHint(e *apierr.Error) string {
 		return ""
 	}
 	switch detail(e, "reason") {
-	case rollout.ReasonUnknownKey:
+	case releasewire.ReasonUnknownKey:
 		return "No signature is by a key this deployment pins (details.pinnedKeyIds): sign with a pinned key, or pin yours " +
 			"(bcctl pubkey --key KEY.pem prints its PEM for BC_RELEASE_PINS_FILE)."
-	case rollout.ReasonBadSignature:
+	case releasewire.ReasonBadSignature:
 		return "A signature names a pinned key but does not verify: the manifest changed after it was signed, or an ECDSA signature is raw r‖s " +
 			"instead of ASN.1 DER. Sign the statement again with bcctl sign."
-	case rollout.ReasonThreshold:
+	case releasewire.ReasonThreshold:
 		return "Fewer distinct pinned keys signed than the deployment requires (BC_RELEASE_THRESHOLD): sign with more pinned keys (bcctl sign --key A.pem --key B.pem)."
-	case rollout.ReasonExpired:
+	case releasewire.ReasonExpired:
 		return "The statement's expires has passed: set a later expires (or none) in the statement, " + resign + "."
 	case "rollback":
 		return fmt.Sprintf("The release channel is at sequence %v: give the statement a higher sequence, %s.", e.Details["latestSequence"], resign)
-	case rollout.ReasonPayloadType:
-		return "The envelope's payloadType must be " + rollout.PayloadType + ": bcctl sign writes it."
-	case rollout.ReasonInvalidField:
+	case releasewire.ReasonPayloadType:
+		return "The envelope's payloadType must be " + releasewire.PayloadType + ": bcctl sign writes it."
+	case releasewire.ReasonInvalidField:
 		return fmt.Sprintf("Fix the statement's %s, %s.", statementField, resign)
-	case rollout.ReasonDuplicatePlatform:
+	case releasewire.ReasonDuplicatePlatform:
 		return "Two binaries of the statement share a platform: keep one per platform, " + resign + "."
-	case rollout.ReasonNoLinuxBinary:
+	case releasewire.ReasonNoLinuxBinary:
 		return "The statement needs a binary for linux (platform linux/…): add one, " + resign + "."
-	case rollout.ReasonMalformed, "required", "type", "unknown_field":
+	case releasewire.ReasonMalformed, "required", "type", "unknown_field":
 		if strings.HasPrefix(field, "manifest.payload.") {
 			return fmt.Sprintf("The signed statement is not a valid release statement (%s): fix the statement file, %s.", statementField, resign)
 		}
@@ -251,13 +250,13 @@ func nodeHint(e *apierr.Error, fc Failed) string {
 			"ask an admin (locally: localstack/policy.json).", pool, node)
 	}
 	switch detail(e, "reason") {
-	case fleet.ReasonReplay:
+	case api.ReasonReplay:
 		return fmt.Sprintf("The report's counter must rise: sign a new report with a counter above %v (details.latestCounter).", e.Details["latestCounter"])
-	case fleet.ReasonBadSignature:
+	case api.ReasonBadSignature:
 		return fmt.Sprintf("Sign the report with the key %s was registered with (keyid details.keyId; bcctl nodes get shows it).", node)
-	case fleet.ReasonStale:
-		return fmt.Sprintf("The report's at must be within %s of the server's clock: sign a fresh report, and check the node's clock.", fleet.MaxSkew)
-	case fleet.ReasonMismatch:
+	case api.ReasonReportStale:
+		return fmt.Sprintf("The report's at must be within %s of the server's clock: sign a fresh report, and check the node's clock.", api.MaxSkew)
+	case api.ReasonMismatch:
 		return "The signed report names another pool or node than the request (--pool, NODE): send it for the node that signed it."
 	}
 	return ""
@@ -293,7 +292,7 @@ func rolloutHint(e *apierr.Error, fc Failed) string {
 	case e.Code == apierr.InvalidInput && strings.HasPrefix(field, "waves"):
 		return "Waves are cumulative: each --wave covers at least as many nodes as the one before, and the last covers every node " +
 			"of the rollout's pools (end with --wave 100%); the message says how many nodes they have."
-	case e.Code == apierr.InvalidInput && field == "version" && detail(e, "reason") == rollout.ReasonExpired:
+	case e.Code == apierr.InvalidInput && field == "version" && detail(e, "reason") == releasewire.ReasonExpired:
 		return "The release has expired: register a new release (a new version, a higher sequence, a later expires) and roll that out."
 	case e.Code == apierr.InvalidInput && field == "pools":
 		return "Name each pool once (--pool POOL per pool)."

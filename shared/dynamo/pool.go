@@ -7,6 +7,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
@@ -39,8 +40,7 @@ type poolItem struct {
 }
 
 func (it poolItem) pool() capacity.Pool {
-	return capacity.Pool{PoolID: it.PoolID, OwnerTenantID: it.OwnerTenantID, Resources: it.Resources,
-		NodeSize: it.NodeSize, CreatedAt: parseTime(it.CreatedAt), ProvisionedTo: capacity.Hour(it.ProvTo)}
+	return capacity.Pool{Pool: api.Pool{PoolID: it.PoolID, OwnerTenantID: it.OwnerTenantID, Resources: it.Resources, NodeSize: it.NodeSize, CreatedAt: parseTime(it.CreatedAt)}, ProvisionedTo: capacity.Hour(it.ProvTo)}
 }
 
 func newPoolItem(pk, sk, kind string, p capacity.Pool) poolItem {

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/paging"
@@ -43,10 +44,10 @@ func (s *Capacity) ListPools(ctx context.Context, tenant string, page paging.Pag
 		}
 		p := it.pool()
 		out = append(out, p)
-		if n := p.DeviceCount(); n <= capacity.InlineDevices {
+		if n := p.DeviceCount(); n <= api.InlineDevices {
 			devices += n // what the answer lists (the service fills Devices)
 		}
-		return devices < capacity.PoolPageDevices, nil
+		return devices < api.PoolPageDevices, nil
 	})
 	return out, next, err
 }

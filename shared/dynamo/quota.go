@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/paging"
@@ -91,7 +92,7 @@ func (rec flightRecord) charged() capacity.Charged {
 }
 
 func (it quotaItem) row() capacity.QuotaRow {
-	r := capacity.QuotaRow{Quota: capacity.Quota{TenantID: it.TenantID, PoolID: it.PoolID, Resource: it.Resource, Max: it.Max, Used: it.Used},
+	r := capacity.QuotaRow{Quota: api.Quota{TenantID: it.TenantID, PoolID: it.PoolID, Resource: it.Resource, Max: it.Max, Used: it.Used},
 		Free: it.Free, Charging: map[string]capacity.Charged{}, Crediting: map[string]int{}}
 	for id, rec := range it.InFlight {
 		r.Charging[id] = rec.charged()
@@ -121,7 +122,7 @@ func (s *Capacity) EnsureQuota(ctx context.Context, k capacity.QuotaKey, max int
 
 // SetQuotaMax implements capacity.QuotaStore: max, and free = max − used,
 // in one write (a row that is missing is created with used 0).
-func (s *Capacity) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int64, now time.Time) (capacity.Quota, error) {
+func (s *Capacity) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int64, now time.Time) (api.Quota, error) {
 	used := expression.Name("used").IfNotExists(expression.Value(0))
 	upd := expression.Set(expression.Name("max"), expression.Value(max)).
 		Set(expression.Name("used"), used).
@@ -135,20 +136,20 @@ func (s *Capacity) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int
 		Set(expression.Name("updatedAt"), expression.Value(fmtTime(now)))
 	av, err := s.update(ctx, quotaKey(k), upd, nil, types.ReturnValueAllNew)
 	if err != nil {
-		return capacity.Quota{}, err
+		return api.Quota{}, err
 	}
 	var it quotaItem
 	if err := attributevalue.UnmarshalMap(av, &it); err != nil {
-		return capacity.Quota{}, err
+		return api.Quota{}, err
 	}
 	return it.row().Quota, nil
 }
 
 // GetQuota implements capacity.QuotaStore.
-func (s *Capacity) GetQuota(ctx context.Context, k capacity.QuotaKey) (capacity.Quota, error) {
+func (s *Capacity) GetQuota(ctx context.Context, k capacity.QuotaKey) (api.Quota, error) {
 	it, ok, err := s.quotaRow(ctx, k)
 	if err != nil || !ok {
-		return capacity.Quota{TenantID: k.TenantID, PoolID: k.PoolID, Resource: k.Resource}, err
+		return api.Quota{TenantID: k.TenantID, PoolID: k.PoolID, Resource: k.Resource}, err
 	}
 	return it.row().Quota, nil
 }
@@ -169,12 +170,12 @@ func (s *Capacity) quotaRow(ctx context.Context, k capacity.QuotaKey) (quotaItem
 }
 
 // ListQuotas implements capacity.QuotaStore.
-func (s *Capacity) ListQuotas(ctx context.Context, tenant, poolID string, page paging.Page) ([]capacity.Quota, map[string]string, error) {
+func (s *Capacity) ListQuotas(ctx context.Context, tenant, poolID string, page paging.Page) ([]api.Quota, map[string]string, error) {
 	prefix := "QUOTA#"
 	if poolID != "" {
 		prefix += poolID + "#"
 	}
-	var out []capacity.Quota
+	var out []api.Quota
 	next, err := s.queryPartition(ctx, tenant, prefix, page, func(av map[string]types.AttributeValue) (bool, error) {
 		var it quotaItem
 		if err := attributevalue.UnmarshalMap(av, &it); err != nil {
@@ -209,7 +210,7 @@ func (s *Capacity) Charge(ctx context.Context, k capacity.QuotaKey, id string, c
 		upd = upd.Remove(path("q", old))
 	}
 	c := all([]expression.ConditionBuilder{expression.Name("free").GreaterThanEqual(n),
-		expression.AttributeNotExists(path("q", id)), expression.Name("q").Size().LessThan(expression.Value(capacity.MaxInFlight))})
+		expression.AttributeNotExists(path("q", id)), expression.Name("q").Size().LessThan(expression.Value(api.MaxInFlight))})
 	for {
 		_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
 		if err == nil {
@@ -223,7 +224,7 @@ func (s *Capacity) Charge(ctx context.Context, k capacity.QuotaKey, id string, c
 		case err != nil:
 			return capacity.Charged{}, err
 		case !ok:
-			return capacity.Charged{}, capacity.QuotaExceeded{Quota: capacity.Quota{TenantID: k.TenantID, PoolID: k.PoolID, Resource: k.Resource}}
+			return capacity.Charged{}, capacity.QuotaExceeded{Quota: api.Quota{TenantID: k.TenantID, PoolID: k.PoolID, Resource: k.Resource}}
 		}
 		if prev, held := it.InFlight[id]; held {
 			// Charged by an earlier flow (or attempt) of the same reservation.
@@ -232,7 +233,7 @@ func (s *Capacity) Charge(ctx context.Context, k capacity.QuotaKey, id string, c
 		switch {
 		case it.Free < int64(count):
 			return capacity.Charged{}, capacity.QuotaExceeded{Quota: it.row().Quota}
-		case len(it.InFlight) >= capacity.MaxInFlight:
+		case len(it.InFlight) >= api.MaxInFlight:
 			return capacity.Charged{}, capacity.ErrBusy
 		}
 		// The row moved between the write and the read (another charge,
@@ -317,7 +318,7 @@ func (s *Capacity) Credit(ctx context.Context, k capacity.QuotaKey, id string, c
 		Set(path("cr", id), n).
 		Remove(path("q", id))
 	c := expression.And(rowExists, expression.AttributeNotExists(path("cr", id)),
-		expression.Name("cr").Size().LessThan(expression.Value(capacity.MaxInFlight)))
+		expression.Name("cr").Size().LessThan(expression.Value(api.MaxInFlight)))
 	_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
 	if isConditionFailed(err) {
 		it, ok, gerr := s.quotaRow(ctx, k)

@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/paging"
@@ -98,8 +99,8 @@ type reservationItem struct {
 const lskListed = "RES#"
 
 // listed reports whether plain lists show a reservation in state st.
-func listed(st capacity.State) bool {
-	return st != capacity.Denied && st != capacity.Rejected && st != capacity.Expired
+func listed(st api.ReservationState) bool {
+	return st != api.Denied && st != api.Rejected && st != api.Expired
 }
 
 // listKeys are a reservation's lsk, ssk and psk ("" for none).
@@ -144,16 +145,38 @@ func toReservationItem(r capacity.Reservation) reservationItem {
 
 func (it reservationItem) reservation() capacity.Reservation {
 	r := capacity.Reservation{
-		ReservationID: it.ReservationID, TenantID: it.TenantID, PoolID: it.PoolID, Resource: it.Resource, Count: it.Count,
-		Window: capacity.Window{Start: parseTime(it.Start), End: parseTime(it.End)}, Topology: it.Topology,
-		State: capacity.State(it.State), Reason: it.Reason, Devices: it.Devices, Plan: it.Plan, NodeSize: it.NodeSize,
-		CreatedAt: parseTime(it.CreatedAt), UpdatedAt: parseTime(it.UpdatedAt), ReleasedBy: it.ReleasedBy,
-		Credited: it.Credited, Request: it.Request, ClientToken: it.ClientToken, Principal: it.Principal, Invalid: it.Invalid,
-		History: make([]capacity.Event, len(it.History)),
-		Bound:   it.Bound, Move: it.Move, MovedFrom: it.MovedFrom, Moves: it.Moves, NodeNoted: it.NodeNoted, Amended: it.Amended,
+		Reservation: api.Reservation{
+			ReservationID: it.ReservationID,
+			TenantID:      it.TenantID,
+			PoolID:        it.PoolID,
+			Resource:      it.Resource,
+			Count:         it.Count,
+			Window:        api.Window{Start: parseTime(it.Start), End: parseTime(it.End)},
+			Topology:      it.Topology,
+			State:         api.ReservationState(it.State),
+			Reason:        it.Reason,
+			CreatedAt:     parseTime(it.CreatedAt),
+			UpdatedAt:     parseTime(it.UpdatedAt),
+			ReleasedBy:    it.ReleasedBy,
+			History:       make([]api.Event, len(it.History)),
+		},
+		Devices:     it.Devices,
+		Plan:        it.Plan,
+		NodeSize:    it.NodeSize,
+		Credited:    it.Credited,
+		Request:     it.Request,
+		ClientToken: it.ClientToken,
+		Principal:   it.Principal,
+		Invalid:     it.Invalid,
+		Bound:       it.Bound,
+		Move:        it.Move,
+		MovedFrom:   it.MovedFrom,
+		Moves:       it.Moves,
+		NodeNoted:   it.NodeNoted,
+		Amended:     it.Amended,
 	}
 	for i, e := range it.History {
-		r.History[i] = capacity.Event{State: capacity.State(e.State), At: parseTime(e.At), Reason: e.Reason, RolloutID: e.Rollout}
+		r.History[i] = api.Event{State: api.ReservationState(e.State), At: parseTime(e.At), Reason: e.Reason, RolloutID: e.Rollout}
 	}
 	if it.Lease != "" {
 		r.Lease = parseTime(it.Lease)
@@ -191,7 +214,7 @@ func (s *Capacity) GetReservation(ctx context.Context, tenant, id string) (capac
 // only on the transition that places them, so a writer that read the
 // reservation before its create placed it (a release of the draft) never
 // overwrites what the create recorded.
-func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from capacity.State) (capacity.Reservation, error) {
+func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from api.ReservationState) (capacity.Reservation, error) {
 	it := toReservationItem(to)
 	upd := expression.Set(expression.Name("state"), expression.Value(it.State)).
 		Set(expression.Name("updatedAt"), expression.Value(it.UpdatedAt)).
@@ -201,7 +224,7 @@ func (s *Capacity) Transition(ctx context.Context, to capacity.Reservation, from
 	if n := len(it.History); n > 0 {
 		upd = upd.Set(expression.Name("hist"), expression.ListAppend(expression.Name("hist"), expression.Value(it.History[n-1:])))
 	}
-	if to.State == capacity.Placed {
+	if to.State == api.Placed {
 		upd = upd.Set(expression.Name("dev"), expression.Value(it.Devices)).Set(expression.Name("ns"), expression.Value(it.NodeSize))
 	}
 	for name, v := range map[string]string{"reason": it.Reason, "releasedBy": it.ReleasedBy, "invalid": it.Invalid,
@@ -291,7 +314,7 @@ func (s *Capacity) Disrupt(ctx context.Context, tenant, id, rolloutID string, at
 	case r.State.Terminal():
 		return nil
 	}
-	ev := []eventItem{{State: string(r.State), At: fmtTime(at), Reason: capacity.ReasonDisrupted, Rollout: rolloutID}}
+	ev := []eventItem{{State: string(r.State), At: fmtTime(at), Reason: api.ReasonDisrupted, Rollout: rolloutID}}
 	upd := expression.Set(expression.Name("hist"), expression.ListAppend(expression.Name("hist"), expression.Value(ev))).
 		Set(expression.Name("dis"), expression.ListAppend(expression.IfNotExists(expression.Name("dis"), expression.Value([]string{})), expression.Value([]string{rolloutID})))
 	c := expression.And(expression.Name("state").Equal(expression.Value(string(r.State))),
@@ -304,7 +327,7 @@ func (s *Capacity) Disrupt(ctx context.Context, tenant, id, rolloutID string, at
 
 // SetPlan implements capacity.ReservationStore.
 func (s *Capacity) SetPlan(ctx context.Context, r capacity.Reservation, p capacity.Placement, nodeSize int) error {
-	c := expression.Name("state").Equal(expression.Value(string(capacity.Draft)))
+	c := expression.Name("state").Equal(expression.Value(string(api.Draft)))
 	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("plan"), expression.Value(p.Devices(nodeSize))).
 		Set(expression.Name("ns"), expression.Value(nodeSize)), &c, types.ReturnValueNone)
 	return whenConditionFails(err, capacity.ErrStale)
@@ -330,7 +353,7 @@ func (s *Capacity) Reservations(ctx context.Context, tenant string, ids []string
 
 // TakeOver implements capacity.ReservationStore.
 func (s *Capacity) TakeOver(ctx context.Context, r capacity.Reservation, old, lease time.Time) error {
-	c := expression.Name("state").Equal(expression.Value(string(capacity.Draft))).
+	c := expression.Name("state").Equal(expression.Value(string(api.Draft))).
 		And(expression.Name("lease").Equal(expression.Value(fmtTime(old))))
 	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("lease"), expression.Value(fmtTime(lease))), &c, types.ReturnValueNone)
 	return whenConditionFails(err, capacity.ErrStale)

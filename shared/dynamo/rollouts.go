@@ -11,6 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/paging"
@@ -164,7 +165,7 @@ func (s *Rollouts) UpdateRollout(ctx context.Context, r rollout.Record) (rollout
 // ListRollouts implements rollout.RolloutStore: the `ordered` LSI (all
 // listed rollouts) or the keys-only `bystate` LSI and a BatchGetItem,
 // newest first.
-func (s *Rollouts) ListRollouts(ctx context.Context, st rollout.State, page paging.Page) ([]rollout.Record, map[string]string, error) {
+func (s *Rollouts) ListRollouts(ctx context.Context, st api.RolloutState, page paging.Page) ([]rollout.Record, map[string]string, error) {
 	limit := page.Limit
 	if limit <= 0 {
 		limit = paging.DefaultLimit
@@ -277,7 +278,7 @@ func progressFrom(av map[string]types.AttributeValue) (rollout.Progress, error) 
 
 // GetProgress implements rollout.RolloutStore: one consistent GetItem.
 func (s *Rollouts) GetProgress(ctx context.Context, id, poolID, nodeID string) (rollout.Progress, error) {
-	k := rollout.Progress{NodeProgress: rollout.NodeProgress{PoolID: poolID, NodeID: nodeID}, Order: rollout.OrderKey(id, poolID, nodeID)}.Key()
+	k := rollout.Progress{NodeProgress: api.NodeProgress{PoolID: poolID, NodeID: nodeID}, Order: rollout.OrderKey(id, poolID, nodeID)}.Key()
 	var raw map[string]types.AttributeValue
 	out, err := s.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(s.Table), ConsistentRead: aws.Bool(true),
 		Key: key(progressPK(id), progressItemSK(k))})
@@ -304,7 +305,7 @@ func (s *Rollouts) PutProgress(ctx context.Context, p rollout.Progress) error {
 
 // UpdateProgress implements rollout.RolloutStore: a PutItem conditioned on
 // the step and rollback as read.
-func (s *Rollouts) UpdateProgress(ctx context.Context, p rollout.Progress, from rollout.Step, fromRollback string) error {
+func (s *Rollouts) UpdateProgress(ctx context.Context, p rollout.Progress, from api.RolloutStep, fromRollback string) error {
 	av, err := progressItem(p)
 	if err != nil {
 		return err
@@ -365,7 +366,7 @@ func (s *Rollouts) indexed(ctx context.Context, id, index, attr, prefix string, 
 }
 
 // ProgressByStep implements rollout.RolloutStore (`bystate`).
-func (s *Rollouts) ProgressByStep(ctx context.Context, id string, st rollout.Step, limit int, after string) ([]rollout.Progress, error) {
+func (s *Rollouts) ProgressByStep(ctx context.Context, id string, st api.RolloutStep, limit int, after string) ([]rollout.Progress, error) {
 	ps, err := s.indexed(ctx, id, schema.IndexState, schema.AttrState, string(st)+"#", limit, after)
 	out := ps[:0]
 	for _, p := range ps {
@@ -424,7 +425,7 @@ func (s *Rollouts) ProgressInOrder(ctx context.Context, id string, limit int, af
 }
 
 // CountStep implements rollout.RolloutStore: a COUNT query of `bystate`.
-func (s *Rollouts) CountStep(ctx context.Context, id string, st rollout.Step) (int, error) {
+func (s *Rollouts) CountStep(ctx context.Context, id string, st api.RolloutStep) (int, error) {
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(progressPK(id))).And(expression.Key(schema.AttrState).BeginsWith(string(st) + "#"))
 	return s.table().count(ctx, schema.IndexState, kc, nil)
 }
@@ -490,7 +491,7 @@ func (s *Rollouts) CountPoolNodes(ctx context.Context, pool string, t time.Time,
 // (`updated#<order>#<pool>#<node>`) name each one's pool; it stops once
 // every pool of want has been seen.
 func (s *Rollouts) PoolsUpdated(ctx context.Context, id string, want []string) (map[string]bool, error) {
-	prefix := string(rollout.Updated) + "#"
+	prefix := string(api.Updated) + "#"
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(progressPK(id))).And(expression.Key(schema.AttrState).BeginsWith(prefix))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"time"
+
+	"github.com/bettercompute/control-plane/shared/api"
 )
 
 // SweepFlagBudget bounds the node-hour flag writes of one pool's sweep
@@ -61,7 +63,7 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 	if err != nil {
 		return unavailable(err)
 	}
-	silent := time.Duration(UnreachableAfter) * s.interval()
+	silent := time.Duration(api.UnreachableAfter) * s.interval()
 	var errs []error
 	budget, more := SweepFlagBudget, false
 	sync := func(rec Record) {
@@ -83,7 +85,7 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 	// spread over an interval: when the first of them crosses the limit,
 	// the others of a silence that began together are late already.
 	inContact, late := 0, 0
-	lateAfter := time.Duration(UnreachableAfter-1) * s.interval()
+	lateAfter := time.Duration(api.UnreachableAfter-1) * s.interval()
 	// marked: the last reports of the nodes already unreachable. One whose
 	// reports stopped less than UnreachableAfter intervals before the
 	// earliest of the silent ones' is part of their silence: its reports
@@ -101,16 +103,16 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 			return ctx.Err()
 		}
 		stats.Add(rec, now)
-		if rec.State == Unreachable && rec.LastHeartbeatAt != nil {
+		if rec.State == api.Unreachable && rec.LastHeartbeatAt != nil {
 			marked = append(marked, *rec.LastHeartbeatAt)
 		}
-		if rec.State == Ready || rec.State == Unhealthy {
+		if rec.State == api.Ready || rec.State == api.Unhealthy {
 			inContact++
 			if rec.LastHeartbeatAt != nil && now.Sub(*rec.LastHeartbeatAt) > lateAfter {
 				late++
 			}
 		}
-		if (rec.State == Ready || rec.State == Unhealthy) && rec.LastHeartbeatAt != nil && now.Sub(*rec.LastHeartbeatAt) > silent {
+		if (rec.State == api.Ready || rec.State == api.Unhealthy) && rec.LastHeartbeatAt != nil && now.Sub(*rec.LastHeartbeatAt) > silent {
 			quiet = append(quiet, rec)
 		} else {
 			sync(rec)
@@ -122,7 +124,7 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 			errs = append(errs, err)
 		}
 		for id, e := range rec.Entries {
-			if e.Action == ActionUnbind && rec.Reported[id] == BindUnbound {
+			if e.Action == api.ActionUnbind && rec.Reported[id] == api.BindUnbound {
 				if err := s.Store.DropEntry(ctx, rec, id); err != nil && !errors.Is(err, ErrStale) {
 					errs = append(errs, err)
 				}

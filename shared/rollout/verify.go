@@ -15,16 +15,8 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/dsse"
+	"github.com/bettercompute/control-plane/shared/releasewire"
 	"github.com/bettercompute/control-plane/shared/strictjson"
-)
-
-// Patterns named by the tags of Binary (release.go): a platform is os/arch
-// or os/arch/variant in lowercase (docs/reference/releases.md); a digest is lowercase hex.
-var (
-	_ = strictjson.RegisterPattern("platform", `^[a-z0-9]+/[a-z0-9_]+(/[a-z0-9_.]+)?$`)
-	_ = strictjson.RegisterPattern("sha256hex", `^[0-9a-f]{64}$`)
-	// The limits the catalog's tags quote by name.
-	_ = strictjson.RegisterLimits(map[string]int64{"rollout.MaxPools": MaxPools, "rollout.MaxWaves": MaxWaves})
 )
 
 // semverPattern is the official SemVer 2.0.0 expression (semver.org). Build
@@ -33,19 +25,18 @@ var semverPattern = regexp.MustCompile(`^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*
 	`(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?` +
 	`(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$`)
 
-// Reasons carried in details.reason of a rejected manifest
-// (docs/reference/releases.md): the envelope's (package dsse), then the
-// statement's.
+// Reasons carried in details.reason of a rejected manifest: the API's
+// (package releasewire, with the patterns Binary's tags name).
 const (
-	ReasonMalformed         = dsse.ReasonMalformed
-	ReasonPayloadType       = dsse.ReasonPayloadType
-	ReasonUnknownKey        = dsse.ReasonUnknownKey
-	ReasonBadSignature      = dsse.ReasonBadSignature
-	ReasonThreshold         = dsse.ReasonThreshold
-	ReasonInvalidField      = "invalid_field"
-	ReasonExpired           = "expired"
-	ReasonDuplicatePlatform = "duplicate_platform"
-	ReasonNoLinuxBinary     = "no_linux_binary"
+	ReasonMalformed         = releasewire.ReasonMalformed
+	ReasonPayloadType       = releasewire.ReasonPayloadType
+	ReasonUnknownKey        = releasewire.ReasonUnknownKey
+	ReasonBadSignature      = releasewire.ReasonBadSignature
+	ReasonThreshold         = releasewire.ReasonThreshold
+	ReasonInvalidField      = releasewire.ReasonInvalidField
+	ReasonExpired           = releasewire.ReasonExpired
+	ReasonDuplicatePlatform = releasewire.ReasonDuplicatePlatform
+	ReasonNoLinuxBinary     = releasewire.ReasonNoLinuxBinary
 )
 
 // The envelope, its keys and signing live in package dsse, shared with the

@@ -195,7 +195,7 @@ type fleetNode struct {
 // createdReservation is a reservation the load placed.
 type createdReservation struct {
 	id, pool string
-	window   capacity.Window
+	window   api.Window
 }
 
 // startFleet starts the stack the fleet reports to.
@@ -433,10 +433,10 @@ func (sim *fleetRun) binding(res *Result) {
 		active := false
 		for _, ev := range r.History {
 			switch {
-			case ev.State == capacity.Active:
+			case ev.State == api.Active:
 				active = true
 				bind = append(bind, ev.At.Sub(r.Window.Start))
-			case ev.Reason == capacity.ReasonReplaced:
+			case ev.Reason == api.ReasonReplaced:
 				res.Replaced++
 			}
 		}
