@@ -64,10 +64,10 @@ func walkTags(t *testing.T, typ reflect.Type, seen map[reflect.Type]bool) {
 	}
 }
 
-// The state enum is capacity.States, each state documented.
+// The state enum is api.ReservationStates, each state documented.
 func TestStatesDocumented(t *testing.T) {
 	if got, want := api.StateEnum.Strings(), statesOf(api.ReservationStates); !slices.Equal(got, want) {
-		t.Fatalf("state enum %v, capacity.States %v", got, want)
+		t.Fatalf("state enum %v, api.ReservationStates %v", got, want)
 	}
 	for _, v := range api.StateEnum.Values {
 		doc := strings.TrimPrefix(v.Doc, "terminal: ")

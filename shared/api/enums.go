@@ -13,9 +13,9 @@ import (
 
 // Enum is a documented set of string values. A field of an input or output
 // type names one with an `enum:"<Name>"` tag; error details name them too.
-// The values are the domain's constants, so the docs cannot drift from what
-// the code writes (tests in this package check the constants against the
-// source of shared/capacity and shared/rollout).
+// The values are the contract's constants (types_*.go), which the domains
+// write, so the docs cannot drift from what the code writes (tests in this
+// package check the constants against the source under shared/).
 type Enum struct {
 	Name   string
 	Values []EnumValue
@@ -44,7 +44,7 @@ func (e *Enum) Doc(v string) string {
 }
 
 // stateDocs says what each reservation state means; terminal states are
-// marked from capacity.State.Terminal.
+// marked from ReservationState.Terminal.
 var stateDocs = map[ReservationState]string{
 	Draft: "written by `reservations.create` before Better IAM decides; the create is charging quota and placing it. " +
 		"A draft with no outcome after " + human(StaleAfter) + " expires",

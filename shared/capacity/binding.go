@@ -442,7 +442,7 @@ func (s *Service) unbindHeld(ctx context.Context, r Reservation) error {
 	}
 	for _, nd := range r.Placement() {
 		ns, ok := states[nd.Node]
-		// StaleAfter: a register's write may land that long after its clock.
+		// api.StaleAfter: a register's write may land that long after its clock.
 		late := ns.Registered.After(r.Window.Start.Add(-api.StaleAfter))
 		if !ok || ns.Entry != "" || ns.Adopted && !late {
 			continue // unmanaged, its entry unbound above, or managed when r was bound

@@ -6,7 +6,9 @@
 // DynamoDB: it states what it needs from storage as the Store interface
 // (shared/dynamo implements it with single-item conditional writes, each
 // item of bounded size) and asks Better IAM through a Decide function
-// handed in by the transport.
+// handed in by the transport. The contract it enforces — the answered
+// types, the states and reasons, the limits — is shared/api's
+// (types_capacity.go): Pool and Reservation embed the API's view of each.
 package capacity
 
 import (
@@ -40,7 +42,7 @@ type Pool struct {
 	ProvisionedTo Hour
 }
 
-// NewPool builds a pool; nodeSize defaults to DefaultNodeSize per resource.
+// NewPool builds a pool; nodeSize defaults to api.DefaultNodeSize per resource.
 func NewPool(id, owner string, resources, nodeSize map[string]int, createdAt time.Time) Pool {
 	ns := make(map[string]int, len(resources))
 	for r := range resources {

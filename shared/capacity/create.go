@@ -44,7 +44,7 @@ const (
 	// LeaseHandBack: a flow that gave up lets a replay take over this soon.
 	LeaseHandBack = 2 * time.Second
 	// TakeOverUntil: …up to this age, so that its own deadline falls well
-	// before StaleAfter, when the reconciler may expire the draft.
+	// before api.StaleAfter, when the reconciler may expire the draft.
 	TakeOverUntil = 90 * time.Second
 	// InlinePlacement: a placement of at most this many nodes is recorded
 	// with the charge on the quota row; a larger one on the draft first.

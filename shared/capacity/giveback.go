@@ -75,7 +75,7 @@ func (s *Service) lost(ctx context.Context, to Reservation, from api.Reservation
 }
 
 // giveBack returns what a terminal reservation holds. Only the writer that
-// fenced it terminal calls it — or, after StaleAfter, the one sweep that
+// fenced it terminal calls it — or, after api.StaleAfter, the one sweep that
 // holds its due entry — so a placed reservation is credited exactly once:
 // a credit record on the quota row covers retries of the credit write, and
 // the reservation is marked credited before that record is forgotten.
@@ -264,7 +264,7 @@ func (s *Service) settled(k QuotaKey, ids []string) {
 
 // settleRow forgets the charge records of a quota row whose reservations
 // were placed (the count lives in them), and undoes those of reservations
-// that ended unplaced longer than StaleAfter ago (no create is writing for
+// that ended unplaced longer than api.StaleAfter ago (no create is writing for
 // them any more: a sweep that did not run) or are gone. Records of drafts
 // stay: in flight, or expired by the reconciler in time. It returns how many
 // records are left. The reconciler runs it on a due row; a charge on a row

@@ -16,7 +16,7 @@ const flowRelease = "release"
 // ReleaseTimeout bounds a release's writes: well within the mutation
 // function's own limit (FlowDeadline), so the release answers before the
 // function would be stopped. Its fence makes it the one that gives back;
-// the sweep after StaleAfter finishes what it could not.
+// the sweep after api.StaleAfter finishes what it could not.
 const ReleaseTimeout = FlowDeadline - 2*time.Second
 
 // ReleaseReservation moves a non-terminal reservation to released (by the
@@ -69,7 +69,7 @@ func (s *Service) ReleaseReservation(ctx context.Context, tenant, id string) (Re
 
 // fencerLife bounds how long the writer that fenced a reservation terminal
 // may still be giving back what it held (a release's timeout, a reconciler
-// pass's function timeout, with margin); well before the sweep, StaleAfter
+// pass's function timeout, with margin); well before the sweep, api.StaleAfter
 // after the fence.
 const fencerLife = api.StaleAfter / 2
 

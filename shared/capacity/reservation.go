@@ -106,8 +106,8 @@ func (r Reservation) Stale(now time.Time) bool {
 }
 
 // ExpiresAt is when storage may delete the reservation (zero: kept while
-// it is not terminal): denied ones after DeniedRetention, rejected and
-// expired ones after Retention, released ones after ReleasedRetention
+// it is not terminal): denied ones after api.DeniedRetention, rejected and
+// expired ones after api.Retention, released ones after api.ReleasedRetention
 // (docs/reference/reservations.md), each from when it became terminal.
 func (r Reservation) ExpiresAt() time.Time {
 	switch r.State {
@@ -140,7 +140,7 @@ func (r Reservation) move(to api.ReservationState, now time.Time) (Reservation, 
 		r.Due = now
 	case api.Active:
 		r.Due = r.Window.End
-	default: // terminal: one more look after StaleAfter, for in-flight writers
+	default: // terminal: one more look after api.StaleAfter, for in-flight writers
 		r.Due = now.Add(api.StaleAfter)
 	}
 	return r, nil

@@ -190,7 +190,7 @@ func unavailable(err error) *apierr.Error {
 // CreatePool creates a pool and its owner's quota rows (max = device
 // count). The same request again returns the stored pool; the id owned by
 // another tenant or defined otherwise is CONFLICT. nodeSize defaults to
-// DefaultNodeSize for a resource it does not name.
+// api.DefaultNodeSize for a resource it does not name.
 //
 // Protocol: (1) claim the global id with the pool item, marked due; (2) the
 // owner's quota rows, each created only if missing; (3) the owner's view;

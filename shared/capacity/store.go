@@ -64,7 +64,7 @@ type QuotaStore interface {
 	// no later charge does. A charge already recorded for id is not
 	// repeated: its record is returned (Fresh false). QuotaExceeded (with
 	// the row) when it does not fit or the row is missing; ErrBusy when
-	// MaxInFlight records are on the row.
+	// api.MaxInFlight records are on the row.
 	Charge(ctx context.Context, k QuotaKey, id string, count int, p Placement, settle []string, due time.Time) (Charged, error)
 	// Replace records another placement for id's charge in flight
 	// (ErrStale when it is no longer in flight: voided, refunded or settled).

@@ -23,7 +23,7 @@ var report = dsse.Want{PayloadType: api.ReportPayloadType, Field: "report", KeyN
 // Heartbeat verifies a node's signed report, records it (one conditional
 // write: the counter strictly rising, the key still the one verified
 // under) and answers what the node should do. Warm, it reads nothing: the
-// node's key is cached for KeyCacheTTL and release manifests for good
+// node's key is cached for api.KeyCacheTTL and release manifests for good
 // (they never change); cold, it reads the node once, and a release the
 // node is told once per function.
 func (s *Service) Heartbeat(ctx context.Context, tenant, poolID, nodeID string, envelope []byte) (api.HeartbeatResult, error) {

@@ -38,8 +38,8 @@ type Service struct {
 	Adopter Adopter
 	Now     func() time.Time
 	Logger  *slog.Logger
-	// Interval is the idle heartbeat interval (default DefaultInterval);
-	// a node is unreachable after UnreachableAfter of them.
+	// Interval is the idle heartbeat interval (default api.DefaultInterval);
+	// a node is unreachable after api.UnreachableAfter of them.
 	Interval time.Duration
 	// ProvisionHours is the capacity module's provisioned horizon (default
 	// capacity.ProvisionHours): an ineligible node's node-hours are flagged

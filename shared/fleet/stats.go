@@ -47,7 +47,7 @@ var StateMetrics = map[api.NodeState]string{
 type PoolStats struct {
 	States map[api.NodeState]int // nodes by state
 	Ages   []time.Duration       // now − LastHeartbeatAt of the nodes that sent one
-	// Silent: nodes silent past the unreachable limit (UnreachableAfter
+	// Silent: nodes silent past the unreachable limit (api.UnreachableAfter
 	// intervals); Held: those of them the sweep did not mark unreachable
 	// because of a mass silence; Disrupted: the pool is in one.
 	Silent    int

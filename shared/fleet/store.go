@@ -96,7 +96,7 @@ type SweepState struct {
 	// that time and the sweep holds their marking (nil: no disruption).
 	DisruptedSince *time.Time
 	// ResumedAt: when the hold of that disruption ended; the nodes still
-	// silent get UnreachableAfter intervals from then before any is marked.
+	// silent get api.UnreachableAfter intervals from then before any is marked.
 	ResumedAt *time.Time
 }
 

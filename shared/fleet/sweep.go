@@ -19,7 +19,7 @@ var (
 // Mass silence (docs/fleet.md, Silence caused by us): when, in one sweep,
 // at least DisruptionMin nodes and DisruptionShare of a pool's managed
 // nodes still in contact at the last sweep are found late together (not
-// heard from for UnreachableAfter-1 intervals), the
+// heard from for api.UnreachableAfter-1 intervals), the
 // control plane or the network failed, not the hosts — the way the
 // Kubernetes node lifecycle controller treats a disrupted zone. The sweep
 // then marks none of them unreachable (so no reservation is moved off
@@ -41,7 +41,7 @@ var (
 // (reconcile.FleetSweeper): it takes the pool's sweep (one pass at a time),
 // then looks at every node once, level-triggered — whatever any writer
 // left, it compares and repairs: a node whose reports stopped for
-// UnreachableAfter intervals becomes unreachable (unless the pool's
+// api.UnreachableAfter intervals becomes unreachable (unless the pool's
 // nodes went silent together, above); a node whose flags or
 // out-of-service entry are not what its record wants is brought in sync
 // (Record.FlagsInSync: never trusting what a writer said it applied);
@@ -80,14 +80,14 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 		}
 	}
 	var quiet []Record // silent: marked once the pool is counted
-	// late: nodes in contact not heard from for UnreachableAfter-1
+	// late: nodes in contact not heard from for api.UnreachableAfter-1
 	// intervals — what decides a mass silence, since a pool's reports are
 	// spread over an interval: when the first of them crosses the limit,
 	// the others of a silence that began together are late already.
 	inContact, late := 0, 0
 	lateAfter := time.Duration(api.UnreachableAfter-1) * s.interval()
 	// marked: the last reports of the nodes already unreachable. One whose
-	// reports stopped less than UnreachableAfter intervals before the
+	// reports stopped less than api.UnreachableAfter intervals before the
 	// earliest of the silent ones' is part of their silence: its reports
 	// were held up just before the pool's went silent, so the sweep
 	// marked it alone before the rest were late, and it must not take
@@ -170,7 +170,7 @@ func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) 
 	case disrupted || st.DisruptedSince != nil:
 		// The hold is over (the silent are fewer than the threshold, or it
 		// lasted DisruptionHold). Nodes of a silence come back one by one:
-		// those still silent get a fresh UnreachableAfter intervals from
+		// those still silent get a fresh api.UnreachableAfter intervals from
 		// the hold's end — as Kubernetes' node lifecycle controller resets
 		// its nodes' probe times when a zone leaves full disruption — then
 		// ResumeShare of the nodes in contact are marked a sweep.

@@ -30,7 +30,7 @@ type cachedCheckpoint struct {
 	proofs   sync.Map // "index/from" → *DesiredLog
 }
 
-// checkpoint is the latest signed checkpoint: cached for CheckpointTTL,
+// checkpoint is the latest signed checkpoint: cached for api.CheckpointTTL,
 // read again when it is older or smaller than atLeast.
 func (s *Service) checkpoint(ctx context.Context, atLeast int64) (*cachedCheckpoint, error) {
 	if c := s.cp.Load(); c != nil && c.size >= atLeast && s.now().Before(c.expireAt) {

@@ -125,7 +125,7 @@ func tokenID(by Audit, token string, gen int) string {
 }
 
 // maxAbandoned bounds the abandoned creates a clientToken steps over (each
-// took more than StaleAfter).
+// took more than api.StaleAfter).
 const maxAbandoned = 8
 
 // Create validates a rollout, claims its pools and records it; its nodes
@@ -282,7 +282,7 @@ func (s *Rollouts) claim(ctx context.Context, rec Record) (api.Rollout, error) {
 	return cur.Rollout, nil
 }
 
-// retryCreate: a create took longer than StaleAfter and the reconciler
+// retryCreate: a create took longer than api.StaleAfter and the reconciler
 // abandoned it; the same request with its clientToken starts it again.
 func retryCreate(id string) error {
 	return apierr.New(apierr.Unavailable, "rollout %s was abandoned while it was being created (the create took longer than %s); retry with the same clientToken", id, api.StaleAfter)

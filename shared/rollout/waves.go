@@ -14,7 +14,7 @@ const MaxWaveNodes = 1_000_000
 type WaveRule int
 
 const (
-	WaveCount   WaveRule = iota + 1 // 1 to MaxWaves waves
+	WaveCount   WaveRule = iota + 1 // 1 to api.MaxWaves waves
 	WaveKind                        // exactly one of nodes and percent
 	WaveRange                       // a count of 1 to MaxWaveNodes, a percent of 1 to 100
 	WaveShrinks                     // no fewer nodes, no smaller percent, than the wave of its kind before it
