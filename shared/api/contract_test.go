@@ -130,10 +130,12 @@ func scanShared(t *testing.T) source {
 	// alias: api.ReasonMalformed = dsse.ReasonMalformed,
 	// rollout.ReasonExpired = releasewire.ReasonExpired), in its package or
 	// another one under shared/.
-	exprs := map[string]map[string]ast.Expr{} // dir → name → value
+	exprs := map[string]map[string]ast.Expr{}       // dir → name → value
+	declared := map[*ast.File]map[string]ast.Expr{} // what each file declares
 	for dir, fs := range files {
 		exprs[dir] = map[string]ast.Expr{}
 		for _, f := range fs {
+			declared[f] = map[string]ast.Expr{}
 			for _, decl := range f.Decls {
 				gd, ok := decl.(*ast.GenDecl)
 				if !ok || gd.Tok != token.CONST {
@@ -143,7 +145,7 @@ func scanShared(t *testing.T) source {
 					vs := spec.(*ast.ValueSpec)
 					for i, n := range vs.Names {
 						if i < len(vs.Values) {
-							exprs[dir][n.Name] = vs.Values[i]
+							exprs[dir][n.Name], declared[f][n.Name] = vs.Values[i], vs.Values[i]
 						}
 					}
 				}
@@ -175,20 +177,9 @@ func scanShared(t *testing.T) source {
 		consts := map[string]string{}
 		for _, f := range fs {
 			own := map[string]string{}
-			for _, decl := range f.Decls {
-				gd, ok := decl.(*ast.GenDecl)
-				if !ok || gd.Tok != token.CONST {
-					continue
-				}
-				for _, spec := range gd.Specs {
-					vs := spec.(*ast.ValueSpec)
-					for i, n := range vs.Names {
-						if i < len(vs.Values) {
-							if s, ok := value(dir, vs.Values[i], 0); ok {
-								consts[n.Name], own[n.Name] = s, s
-							}
-						}
-					}
+			for name, e := range declared[f] {
+				if s, ok := value(dir, e, 0); ok {
+					consts[name], own[name] = s, s
 				}
 			}
 			src.fileConsts[fset.Position(f.Pos()).Filename] = own

@@ -19,7 +19,9 @@ import (
 var t0 = time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
 
 func draft() capacity.Reservation {
-	return capacity.Reservation{Reservation: api.Reservation{ReservationID: "r1", TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 1, Window: api.Window{Start: t0.Add(time.Hour), End: t0.Add(2 * time.Hour)}, State: api.Draft, CreatedAt: t0}}
+	return capacity.Reservation{Reservation: api.Reservation{ReservationID: "r1", TenantID: "acme", PoolID: "p1",
+		Resource: "gpu", Count: 1, Window: api.Window{Start: t0.Add(time.Hour), End: t0.Add(2 * time.Hour)}, State: api.Draft,
+		CreatedAt: t0}}
 }
 
 func TestStateMachine(t *testing.T) {

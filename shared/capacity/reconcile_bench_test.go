@@ -34,7 +34,10 @@ func seedPlaced(b *testing.B, e *env, n int) {
 					return
 				}
 				start := now.Add(-time.Duration(i) * time.Minute / time.Duration(n))
-				r := capacity.Reservation{Reservation: api.Reservation{ReservationID: fmt.Sprintf("B%025d", i), TenantID: fmt.Sprintf("t%03d", i%100), PoolID: "p1", Resource: "gpu", Count: 1, Window: api.Window{Start: start, End: start.Add(time.Hour)}, State: api.Placed, DeviceIDs: []string{"gpu-0"}, CreatedAt: now.Add(-time.Hour), UpdatedAt: now.Add(-time.Hour)}, Due: start}
+				r := capacity.Reservation{Reservation: api.Reservation{ReservationID: fmt.Sprintf("B%025d", i), TenantID: fmt.Sprintf("t%03d",
+					i%100), PoolID: "p1", Resource: "gpu", Count: 1, Window: api.Window{Start: start, End: start.Add(time.Hour)},
+					State: api.Placed, DeviceIDs: []string{"gpu-0"}, CreatedAt: now.Add(-time.Hour), UpdatedAt: now.Add(-time.Hour)},
+					Due: start}
 				if _, err := e.store.PutDraft(context.Background(), r); err != nil {
 					failed.Store(err)
 					return

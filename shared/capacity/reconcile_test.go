@@ -430,7 +430,9 @@ func TestReconcileSkipsGhostEntries(t *testing.T) {
 	r := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, time.Minute, time.Hour), allow))
 	old := e.clock.Now().Add(-time.Hour)
 	ghost := func(id string, st api.ReservationState) reconcile.DueItem {
-		g := capacity.Reservation{Reservation: api.Reservation{ReservationID: id, TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 1, Window: api.Window{Start: old, End: old.Add(2 * time.Hour)}, State: st, CreatedAt: old, UpdatedAt: old}, Due: old}
+		g := capacity.Reservation{Reservation: api.Reservation{ReservationID: id, TenantID: "acme", PoolID: "p1",
+			Resource: "gpu", Count: 1, Window: api.Window{Start: old, End: old.Add(2 * time.Hour)}, State: st, CreatedAt: old,
+			UpdatedAt: old}, Due: old}
 		return reconcile.DueItem{Due: old, Reservation: &g}
 	}
 	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc}, Due: laggingIndex{e.store, []reconcile.DueItem{

@@ -379,7 +379,9 @@ func TestCapacityDueIndex(t *testing.T) {
 	ctx := context.Background()
 	var want int
 	for i := 0; i < 40; i++ {
-		r := capacity.Reservation{Reservation: api.Reservation{ReservationID: "r" + string(rune('A'+i)), TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 1, Window: api.Window{Start: capT0, End: capT0.Add(time.Hour)}, State: api.Draft, CreatedAt: capT0, UpdatedAt: capT0}, Due: capT0.Add(time.Duration(i) * time.Second)}
+		r := capacity.Reservation{Reservation: api.Reservation{ReservationID: "r" + string(rune('A'+i)), TenantID: "acme",
+			PoolID: "p1", Resource: "gpu", Count: 1, Window: api.Window{Start: capT0, End: capT0.Add(time.Hour)}, State: api.Draft,
+			CreatedAt: capT0, UpdatedAt: capT0}, Due: capT0.Add(time.Duration(i) * time.Second)}
 		if i%4 == 3 {
 			r.Due = time.Time{} // no pending work: not in the index
 		} else if i < 30 {
@@ -464,7 +466,9 @@ func TestCapacityCoverable(t *testing.T) {
 func TestAmendRefusesAStaleCopy(t *testing.T) {
 	s, _ := newCapacity(t)
 	ctx := context.Background()
-	r := capacity.Reservation{Reservation: api.Reservation{ReservationID: "R1", TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 1, Window: api.Window{Start: capT0, End: capT0.Add(time.Hour)}, State: api.Draft, CreatedAt: capT0, UpdatedAt: capT0}}
+	r := capacity.Reservation{Reservation: api.Reservation{ReservationID: "R1", TenantID: "acme", PoolID: "p1",
+		Resource: "gpu", Count: 1, Window: api.Window{Start: capT0, End: capT0.Add(time.Hour)}, State: api.Draft,
+		CreatedAt: capT0, UpdatedAt: capT0}}
 	if _, err := s.PutDraft(ctx, r); err != nil {
 		t.Fatal(err)
 	}

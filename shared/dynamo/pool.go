@@ -40,7 +40,8 @@ type poolItem struct {
 }
 
 func (it poolItem) pool() capacity.Pool {
-	return capacity.Pool{Pool: api.Pool{PoolID: it.PoolID, OwnerTenantID: it.OwnerTenantID, Resources: it.Resources, NodeSize: it.NodeSize, CreatedAt: parseTime(it.CreatedAt)}, ProvisionedTo: capacity.Hour(it.ProvTo)}
+	return capacity.Pool{Pool: api.Pool{PoolID: it.PoolID, OwnerTenantID: it.OwnerTenantID, Resources: it.Resources,
+		NodeSize: it.NodeSize, CreatedAt: parseTime(it.CreatedAt)}, ProvisionedTo: capacity.Hour(it.ProvTo)}
 }
 
 func newPoolItem(pk, sk, kind string, p capacity.Pool) poolItem {

@@ -100,7 +100,10 @@ func (s *scale) seed(b *testing.B, live, tenantLive int) {
 			tenant, acme = "acme", acme+1
 		}
 		id := fmt.Sprintf("SEED%06d", i)
-		r := capacity.Reservation{Reservation: api.Reservation{ReservationID: id, TenantID: tenant, PoolID: "scale", Resource: "gpu", Count: 1, Window: w, Topology: api.OnNodes, State: api.Placed, CreatedAt: s.now, UpdatedAt: s.now, History: []api.Event{{State: api.Draft, At: s.now}, {State: api.Placed, At: s.now}}}, Devices: []int{node*scaleNodeSize + dev}, NodeSize: scaleNodeSize, Request: "seed", Due: w.Start}
+		r := capacity.Reservation{Reservation: api.Reservation{ReservationID: id, TenantID: tenant, PoolID: "scale",
+			Resource: "gpu", Count: 1, Window: w, Topology: api.OnNodes, State: api.Placed, CreatedAt: s.now, UpdatedAt: s.now,
+			History: []api.Event{{State: api.Draft, At: s.now}, {State: api.Placed, At: s.now}}}, Devices: []int{node*scaleNodeSize + dev},
+			NodeSize: scaleNodeSize, Request: "seed", Due: w.Start}
 		rs = append(rs, r)
 		nhs[capacity.NodeHourKey{Node: node, Hour: h}].Add(id, capacity.Entry{Mask: 1 << uint(dev), Window: w})
 	}
