@@ -21,10 +21,8 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/localgw"
 	"github.com/bettercompute/control-plane/shared/release"
 )
@@ -39,7 +37,7 @@ const (
 	simPool      = "sim-fleet"
 	simPlatform  = "linux/amd64"
 	simMaxNodes  = 256
-	simNodeSize  = capacity.DefaultNodeSize
+	simNodeSize  = api.DefaultNodeSize
 )
 
 // parseSimNodes reads BC_SIM_NODES ("" is 0).
@@ -182,7 +180,7 @@ func setupSimFleet(ctx context.Context, admin, agentClient *client.Client, n int
 // simFleetPool creates simPool with rest nodes of simNodeSize devices of
 // the quickstart's resource, or takes the one an earlier run created if it
 // has enough nodes.
-func simFleetPool(ctx context.Context, admin *client.Client, quick api.CreatePoolInput, rest int) (capacity.Pool, error) {
+func simFleetPool(ctx context.Context, admin *client.Client, quick api.CreatePoolInput, rest int) (api.Pool, error) {
 	resource := slices.Sorted(maps.Keys(quick.Resources))[0]
 	in := api.CreatePoolInput{Tenant: quick.Tenant, PoolID: simPool, Resources: api.Resources{resource: rest * simNodeSize},
 		NodeSize: api.NodeSizes{resource: simNodeSize}}
@@ -190,23 +188,23 @@ func simFleetPool(ctx context.Context, admin *client.Client, quick api.CreatePoo
 	if e := apierr.As(err); e != nil && e.Code == apierr.Conflict && e.Details["field"] == "resources" {
 		got, gerr := admin.PoolsGet(ctx, &api.GetPoolInput{Tenant: quick.Tenant, PoolID: simPool})
 		if gerr != nil {
-			return capacity.Pool{}, fmt.Errorf("simulated fleet: reading pool %s: %w", simPool, gerr)
+			return api.Pool{}, fmt.Errorf("simulated fleet: reading pool %s: %w", simPool, gerr)
 		}
 		if have := len(poolNodes(got.Pool)); have < rest {
-			return capacity.Pool{}, fmt.Errorf("simulated fleet: pool %s exists from an earlier run with %d nodes, BC_SIM_NODES needs %d there: "+
+			return api.Pool{}, fmt.Errorf("simulated fleet: pool %s exists from an earlier run with %d nodes, BC_SIM_NODES needs %d there: "+
 				"lower BC_SIM_NODES, or start over: make clean (or another BC_STATE_DIR)", simPool, have, rest)
 		}
 		return got.Pool, nil
 	}
 	if err != nil {
-		return capacity.Pool{}, fmt.Errorf("simulated fleet: creating pool %s: %w", simPool, err)
+		return api.Pool{}, fmt.Errorf("simulated fleet: creating pool %s: %w", simPool, err)
 	}
 	return res.Pool, nil
 }
 
 // poolNodes lists a pool's nodes with their device counts, by resource
 // then index (from resources and nodeSize: a large pool lists no devices).
-func poolNodes(p capacity.Pool) []simNode {
+func poolNodes(p api.Pool) []simNode {
 	var out []simNode
 	for _, r := range slices.Sorted(maps.Keys(p.Resources)) {
 		size := max(p.NodeSize[r], 1)
@@ -286,7 +284,7 @@ func simKey(path string) (crypto.Signer, error) {
 // started healthy.
 type simStarter struct{}
 
-func (simStarter) Start(context.Context, string, fleet.Version) error { return nil }
+func (simStarter) Start(context.Context, string, api.Version) error { return nil }
 
 // firstBeats sends every agent's first heartbeat at once, so the fleet is
 // up (its nodes ready) when make run says so; a refusal is logged (Run

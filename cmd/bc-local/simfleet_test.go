@@ -14,11 +14,9 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/localgw"
 	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/test/teststack"
@@ -74,7 +72,7 @@ func TestSimFleetSetup(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, n := range res.Nodes {
-			if n.State != fleet.Ready || n.Platform != simPlatform || n.Health == nil || n.Health.DevicesExpected != 8 {
+			if n.State != api.Ready || n.Platform != simPlatform || n.Health == nil || n.Health.DevicesExpected != 8 {
 				t.Errorf("%s/%s: %+v", pool, n.NodeID, n)
 			}
 		}
@@ -193,7 +191,7 @@ func TestSimFleetOnTheReadmesState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Node.KeyID != registered.Node.KeyID || got.Node.State != fleet.Registered || got.Node.Cordon == nil {
+	if got.Node.KeyID != registered.Node.KeyID || got.Node.State != api.Registered || got.Node.Cordon == nil {
 		t.Errorf("the user's node after the fleet started: %+v", got.Node)
 	}
 	for _, pool := range []string{"gpu-pool-1", "sim-fleet"} {
@@ -203,7 +201,7 @@ func TestSimFleetOnTheReadmesState(t *testing.T) {
 		}
 		for _, n := range res.Nodes {
 			if n.NodeID != node0.NodeID || pool != node0.PoolID {
-				if n.State != fleet.Ready {
+				if n.State != api.Ready {
 					t.Errorf("%s/%s: %s", pool, n.NodeID, n.State)
 				}
 			}
@@ -233,7 +231,7 @@ func TestSimFleetOnTheReadmesState(t *testing.T) {
 	if len(f.Agents) != 4 || len(f.Skipped) != 0 || strings.Contains(f.summary(), "skipped") {
 		t.Errorf("after the replace: %d agents, %d skipped: %s", len(f.Agents), len(f.Skipped), f.summary())
 	}
-	if got, err := admin.NodesGet(ctx, &api.GetNodeInput{Tenant: acme, NodeRef: node0}); err != nil || got.Node.State != fleet.Ready || got.Node.Cordon == nil {
+	if got, err := admin.NodesGet(ctx, &api.GetNodeInput{Tenant: acme, NodeRef: node0}); err != nil || got.Node.State != api.Ready || got.Node.Cordon == nil {
 		t.Errorf("the replaced node under the fleet's agent: %+v, %v", got.Node, err)
 	}
 }
@@ -248,7 +246,7 @@ func TestPoolNodes(t *testing.T) {
 	if quick.PoolID != "gpu-pool-1" || quick.Resources["gpu.h100"] != 16 {
 		t.Fatalf("quickstart pool: %+v", quick)
 	}
-	got := poolNodes(capacity.Pool{PoolID: "p", Resources: map[string]int{"b": 3, "a": 10}, NodeSize: map[string]int{"a": 8, "b": 3}})
+	got := poolNodes(api.Pool{PoolID: "p", Resources: map[string]int{"b": 3, "a": 10}, NodeSize: map[string]int{"a": 8, "b": 3}})
 	want := []simNode{{"p", "a-node-0", 8}, {"p", "a-node-1", 2}, {"p", "b-node-0", 3}}
 	if !slices.Equal(got, want) {
 		t.Errorf("nodes %v, want %v", got, want)

@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/conc"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/test/teststack"
@@ -203,7 +203,7 @@ func TestHelpAndCompletion(t *testing.T) {
 		}
 	}
 	out, _, _ = bcctlRun(t, nil, "__complete", "nodes", "list", "--state", "")
-	for _, s := range fleet.States {
+	for _, s := range api.NodeStates {
 		if !strings.Contains(out, string(s)+"\n") {
 			t.Errorf("nodes list --state completion lacks %s:\n%s", s, out)
 		}

@@ -536,7 +536,7 @@ func (c *cli) moreNote(pages [][]byte) {
 // mergePages joins the pages of a list into one answer, as if it were one
 // page: the first page's object with every page's items in its list field
 // and no nextCursor. pools.usage pages one level down: their nodes are
-// joined and their totals added up (capacity.Usage.AddPage).
+// joined and their totals added up (api.Usage.AddPage).
 func mergePages(method string, pages [][]byte) json.RawMessage {
 	if len(pages) == 1 {
 		return pages[0]

@@ -14,7 +14,6 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -139,12 +138,12 @@ func hasPEMBlock(data []byte, blockType string) bool {
 // (one node), and nodes.list.
 var (
 	nodeTable  = oneTable(func(w io.Writer, a api.NodeResult, now time.Time) { printNode(w, a.Node, now) })
-	nodesTable = listTable(func(a api.ListNodesResult) []fleet.Node { return a.Nodes }, printNodes)
+	nodesTable = listTable(func(a api.ListNodesResult) []api.Node { return a.Nodes }, printNodes)
 )
 
 // printNode prints one node: its fields, then what it is told to bind and
 // unbind now, the unbinds first (as the API lists them).
-func printNode(w io.Writer, n fleet.Node, now time.Time) {
+func printNode(w io.Writer, n api.Node, now time.Time) {
 	last := "never"
 	if n.LastHeartbeatAt != nil {
 		last = stamp(*n.LastHeartbeatAt) + " (" + ago(n.LastHeartbeatAt, now) + ")"
@@ -174,7 +173,7 @@ func printNode(w io.Writer, n fleet.Node, now time.Time) {
 }
 
 // printNodes lists nodes, one row each.
-func printNodes(w io.Writer, ns []fleet.Node, now time.Time) {
+func printNodes(w io.Writer, ns []api.Node, now time.Time) {
 	fmt.Fprintln(w, "NODE\tSTATE\tLAST HEARTBEAT\tRUNNING\tCORDON\tBINDINGS")
 	for _, n := range ns {
 		running, cordon := "-", "-"
@@ -183,7 +182,7 @@ func printNodes(w io.Writer, ns []fleet.Node, now time.Time) {
 		}
 		if c := n.Cordon; c != nil {
 			cordon = cordonText(c)
-			if c.By == fleet.ByOperator {
+			if c.By == api.ByOperator {
 				cordon += ": " + shorten(c.Reason, 40)
 			}
 		}
@@ -192,8 +191,8 @@ func printNodes(w io.Writer, ns []fleet.Node, now time.Time) {
 }
 
 // cordonText names who holds a cordon: "operator", or "rollout <id>".
-func cordonText(c *fleet.Cordon) string {
-	if c.By == fleet.ByRollout && c.RolloutID != "" {
+func cordonText(c *api.Cordon) string {
+	if c.By == api.ByRollout && c.RolloutID != "" {
 		return "rollout " + c.RolloutID
 	}
 	return c.By
@@ -202,16 +201,16 @@ func cordonText(c *fleet.Cordon) string {
 // bindingCount is how many binds and unbinds a node is told, and of those
 // how many it has not reported done (a bind not yet bound, an unbind not
 // yet unbound) and how many it reported failed.
-func bindingCount(bs []fleet.NodeBinding) string {
+func bindingCount(bs []api.NodeBinding) string {
 	pending, failed := 0, 0
 	for _, b := range bs {
-		done := fleet.BindBound
-		if b.Action == fleet.ActionUnbind {
-			done = fleet.BindUnbound
+		done := api.BindBound
+		if b.Action == api.ActionUnbind {
+			done = api.BindUnbound
 		}
 		switch b.Reported {
 		case done:
-		case fleet.BindFailed:
+		case api.BindFailed:
 			failed++
 		default:
 			pending++
@@ -232,7 +231,7 @@ func bindingCount(bs []fleet.NodeBinding) string {
 
 // healthText is a node's last reported health in one line: its devices,
 // and its checks (the failed ones by name, with what they found).
-func healthText(h *fleet.Health) string {
+func healthText(h *api.Health) string {
 	if h == nil {
 		return "- (no heartbeat yet)"
 	}

@@ -15,7 +15,6 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 	"github.com/bettercompute/control-plane/test/teststack"
@@ -65,16 +64,16 @@ func TestNodesGolden(t *testing.T) {
 	// beat sends a node's signed heartbeat through the API as the node's
 	// own principal and returns the envelope it sent.
 	counters := map[string]int64{}
-	beat := func(node string, health fleet.Health, bindings ...fleet.ReportedBinding) []byte {
+	beat := func(node string, health api.Health, bindings ...api.ReportedBinding) []byte {
 		t.Helper()
 		counters[node]++
-		rep := fleet.Report{PoolID: pool, NodeID: node, Counter: counters[node], At: clock.Now(),
-			Running: &fleet.Version{Version: "1.0.0", Sequence: 1}, Health: health, Bindings: append([]fleet.ReportedBinding{}, bindings...)}
+		rep := api.Report{PoolID: pool, NodeID: node, Counter: counters[node], At: clock.Now(),
+			Running: &api.Version{Version: "1.0.0", Sequence: 1}, Health: health, Bindings: append([]api.ReportedBinding{}, bindings...)}
 		payload, err := json.Marshal(rep)
 		if err != nil {
 			t.Fatal(err)
 		}
-		env, err := dsse.Sign(fleet.ReportPayloadType, payload, keys[node])
+		env, err := dsse.Sign(api.ReportPayloadType, payload, keys[node])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -85,9 +84,9 @@ func TestNodesGolden(t *testing.T) {
 		}
 		return env
 	}
-	healthy := fleet.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []fleet.Check{{Name: "nvidia-smi", OK: true}, {Name: "dcgm-diag", OK: true}}}
+	healthy := api.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []api.Check{{Name: "nvidia-smi", OK: true}, {Name: "dcgm-diag", OK: true}}}
 	lost := "GPU 3 fell off the bus"
-	sick := fleet.Health{DevicesExpected: 8, DevicesVisible: 7, Checks: []fleet.Check{{Name: "nvidia-smi", OK: false, Detail: &lost}, {Name: "dcgm-diag", OK: true}}}
+	sick := api.Health{DevicesExpected: 8, DevicesVisible: 7, Checks: []api.Check{{Name: "nvidia-smi", OK: false, Detail: &lost}, {Name: "dcgm-diag", OK: true}}}
 	pass := func() {
 		t.Helper()
 		if res, err := st.App.Reconciler().Pass(ctx); err != nil || res.Errors > 0 {
@@ -146,7 +145,7 @@ func TestNodesGolden(t *testing.T) {
 	clock.Advance(time.Minute)
 	pass() // window start: binding, node-0 told to bind
 	step(0, "nodes", "get", "--pool", pool, "gpu.h100-node-0")
-	beat("gpu.h100-node-0", healthy, fleet.ReportedBinding{ReservationID: first, State: fleet.BindBound})
+	beat("gpu.h100-node-0", healthy, api.ReportedBinding{ReservationID: first, State: api.BindBound})
 	pass() // every node reported it bound: active
 	step(0, "reservations", "release", first)
 	second := reservationID(step(0, "reservations", "create", "--pool", pool, "--resource", "gpu.h100", "--count", "8", "--end", "+1h", "--client-token", "job-2"))
@@ -157,7 +156,7 @@ func TestNodesGolden(t *testing.T) {
 
 	// Heartbeats through the CLI: the same report again is a replay, and a
 	// node's principal may report for its own node only.
-	last := write("beat.json", beat("gpu.h100-node-0", healthy, fleet.ReportedBinding{ReservationID: first, State: fleet.BindBound}))
+	last := write("beat.json", beat("gpu.h100-node-0", healthy, api.ReportedBinding{ReservationID: first, State: api.BindBound}))
 	step(1, "--token", "dev:node-0", "nodes", "heartbeat", "--pool", pool, "gpu.h100-node-0", "--report", last)
 	step(1, "--token", "dev:node-0", "nodes", "heartbeat", "--pool", pool, "gpu.h100-node-1", "--report", last)
 	// NOT_FOUND says which is missing: the pool (also when the tenant is
@@ -238,17 +237,17 @@ func TestAgo(t *testing.T) {
 }
 
 func TestBindingCount(t *testing.T) {
-	b := func(action, reported string) fleet.NodeBinding {
-		return fleet.NodeBinding{DesiredBinding: fleet.DesiredBinding{Action: action}, Reported: reported}
+	b := func(action, reported string) api.NodeBinding {
+		return api.NodeBinding{DesiredBinding: api.DesiredBinding{Action: action}, Reported: reported}
 	}
 	for _, c := range []struct {
-		bs   []fleet.NodeBinding
+		bs   []api.NodeBinding
 		want string
 	}{
 		{nil, "0"},
-		{[]fleet.NodeBinding{b("bind", "bound"), b("unbind", "unbound")}, "2"},
-		{[]fleet.NodeBinding{b("unbind", "bound"), b("bind", "")}, "2 (2 pending)"},
-		{[]fleet.NodeBinding{b("bind", "failed"), b("bind", "bound"), b("bind", "")}, "3 (1 pending, 1 failed)"},
+		{[]api.NodeBinding{b("bind", "bound"), b("unbind", "unbound")}, "2"},
+		{[]api.NodeBinding{b("unbind", "bound"), b("bind", "")}, "2 (2 pending)"},
+		{[]api.NodeBinding{b("bind", "failed"), b("bind", "bound"), b("bind", "")}, "3 (1 pending, 1 failed)"},
 	} {
 		if got := bindingCount(c.bs); got != c.want {
 			t.Errorf("bindingCount(%v) = %q, want %q", c.bs, got, c.want)

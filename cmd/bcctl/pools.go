@@ -35,8 +35,8 @@ instead.`,
 			switch {
 			case o.Tenant == "":
 				return usageErr(errors.New("pools show: --tenant (or BC_TENANT) is required"))
-			case o.Hours < 1 || o.Hours > capacity.MaxUsageHours:
-				return usageErr(fmt.Errorf("pools show: --hours must be 1..%d", capacity.MaxUsageHours))
+			case o.Hours < 1 || o.Hours > api.MaxUsageHours:
+				return usageErr(fmt.Errorf("pools show: --hours must be 1..%d", api.MaxUsageHours))
 			case o.Nodes < 1:
 				return usageErr(errors.New("pools show: --nodes must be at least 1"))
 			}
@@ -66,7 +66,7 @@ func (c *cli) showPool(ctx context.Context, w io.Writer, o showOptions) error {
 		}
 		resources = got.Pool.ResourceNames() // sorted
 	}
-	var all [][]capacity.Usage
+	var all [][]api.Usage
 	for i, res := range resources {
 		pages, err := c.usagePages(ctx, o, res)
 		if err != nil {
@@ -90,14 +90,14 @@ func (c *cli) showPool(ctx context.Context, w io.Writer, o showOptions) error {
 
 // usagePages reads every pools.usage page of one resource, over one span
 // from o.From (default now): the pool-wide figures need them all.
-func (c *cli) usagePages(ctx context.Context, o showOptions, res string) ([]capacity.Usage, error) {
-	var pages []capacity.Usage
+func (c *cli) usagePages(ctx context.Context, o showOptions, res string) ([]api.Usage, error) {
+	var pages []api.Usage
 	from := o.From
 	if from.IsZero() {
 		from = c.now().UTC()
 	}
 	in := map[string]any{"tenantId": o.Tenant, "poolId": o.Pool, "resource": res, "hours": o.Hours, "from": from,
-		"limit": capacity.MaxUsageNodes}
+		"limit": api.MaxUsageNodes}
 	for {
 		var out api.PoolUsageResult
 		if err := c.callJSON(ctx, "pools.usage", in, &out); err != nil {
@@ -132,7 +132,7 @@ func (c *cli) callJSON(ctx context.Context, method string, in, out any) error {
 // and usage.
 var (
 	poolTable  = oneTable(func(w io.Writer, a api.PoolResult, _ time.Time) { printPool(w, a.Pool) })
-	poolsTable = listTable(func(a api.ListPoolsResult) []capacity.Pool { return a.Pools }, printPools)
+	poolsTable = listTable(func(a api.ListPoolsResult) []api.Pool { return a.Pools }, printPools)
 )
 
 // usageTable prints pools.usage a page at a time: each node's holds, one
@@ -162,24 +162,24 @@ func usageTable(w io.Writer, method string, pages [][]byte, _ time.Time) error {
 	return nil
 }
 
-func printPool(w io.Writer, p capacity.Pool) {
+func printPool(w io.Writer, p api.Pool) {
 	fmt.Fprintf(w, "pool\t%s\nowner\t%s\ncreated\t%s\n\n", p.PoolID, p.OwnerTenantID, stamp(p.CreatedAt))
 	fmt.Fprintln(w, "RESOURCE\tDEVICES\tNODE SIZE\tNODES")
 	for _, r := range p.ResourceNames() {
-		t := p.Topology(r)
+		t := capacity.Pool{Pool: p}.Topology(r) // the layout the counts imply
 		fmt.Fprintf(w, "%s\t%d\t%d\t%d\n", r, t.Devices, t.NodeSize, t.Nodes())
 	}
 }
 
 // printPools lists pools, one row each.
-func printPools(w io.Writer, ps []capacity.Pool, _ time.Time) {
+func printPools(w io.Writer, ps []api.Pool, _ time.Time) {
 	fmt.Fprintln(w, "POOL\tOWNER\tRESOURCES\tCREATED")
 	for _, p := range ps {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\n", p.PoolID, p.OwnerTenantID, resourceList(p), stamp(p.CreatedAt))
 	}
 }
 
-func resourceList(p capacity.Pool) string {
+func resourceList(p api.Pool) string {
 	var parts []string
 	for _, r := range p.ResourceNames() {
 		parts = append(parts, r+"×"+strconv.Itoa(p.Resources[r]))

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -31,7 +31,7 @@ var (
 // header's figures over every node of the pages, a row for each of the
 // first Rows nodes (the header says when there are more, or when the
 // pages hold fewer nodes than the resource has).
-func (v poolView) Draw(w io.Writer, pages []capacity.Usage) {
+func (v poolView) Draw(w io.Writer, pages []api.Usage) {
 	if len(pages) == 0 {
 		return
 	}

@@ -6,17 +6,16 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/capacity"
 )
 
 // reservationTable and reservationsTable print reservations.create, get
 // and release (one reservation), and reservations.list.
 var (
 	reservationTable  = oneTable(func(w io.Writer, a api.ReservationResult, _ time.Time) { printReservation(w, a.Reservation) })
-	reservationsTable = listTable(func(a api.ListReservationsResult) []capacity.Reservation { return a.Reservations }, printReservations)
+	reservationsTable = listTable(func(a api.ListReservationsResult) []api.Reservation { return a.Reservations }, printReservations)
 )
 
-func printReservation(w io.Writer, r capacity.Reservation) {
+func printReservation(w io.Writer, r api.Reservation) {
 	fmt.Fprintf(w, "reservation\t%s\nstate\t%s\n", r.ReservationID, stateWithReason(r))
 	if r.ReleasedBy != "" {
 		fmt.Fprintf(w, "released by\t%s\n", r.ReleasedBy)
@@ -30,7 +29,7 @@ func printReservation(w io.Writer, r capacity.Reservation) {
 }
 
 // printReservations lists reservations, one row each.
-func printReservations(w io.Writer, rs []capacity.Reservation, _ time.Time) {
+func printReservations(w io.Writer, rs []api.Reservation, _ time.Time) {
 	fmt.Fprintln(w, "RESERVATION\tSTATE\tPOOL\tRESOURCE\tCOUNT\tSTART\tEND\tNODES")
 	for _, r := range rs {
 		fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\n", r.ReservationID, stateWithReason(r), r.PoolID, r.Resource, r.Count,
@@ -39,7 +38,7 @@ func printReservations(w io.Writer, rs []capacity.Reservation, _ time.Time) {
 }
 
 // printTimeline prints a reservation's history: when it entered each state.
-func printTimeline(w io.Writer, h []capacity.Event) {
+func printTimeline(w io.Writer, h []api.Event) {
 	fmt.Fprintln(w, "\nSTATE\tAT\tREASON")
 	for _, e := range h {
 		fmt.Fprintf(w, "%s\t%s\t%s\n", e.State, stamp(e.At), dash(eventReason(e)))
@@ -48,14 +47,14 @@ func printTimeline(w io.Writer, h []capacity.Event) {
 
 // eventReason is a history entry's reason, with the rollout that caused a
 // disrupted entry: "disrupted by rollout 01J…" (bcctl rollouts get shows it).
-func eventReason(e capacity.Event) string {
+func eventReason(e api.Event) string {
 	if e.RolloutID != "" {
 		return e.Reason + " by rollout " + e.RolloutID
 	}
 	return e.Reason
 }
 
-func stateWithReason(r capacity.Reservation) string {
+func stateWithReason(r api.Reservation) string {
 	if r.Reason != "" {
 		return string(r.State) + " (" + r.Reason + ")"
 	}

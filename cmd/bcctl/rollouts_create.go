@@ -101,7 +101,7 @@ bcctl rollouts watch ID follows it.`,
 			cmd.Flags().Var(&listFlag{&pools, "POOL"}, f.flag, f.usage())
 		case f.Name == "waves":
 			cmd.Flags().Var(&listFlag{&waves, "N|P%"}, f.flag, "a cumulative node count (5) or percent of the rollout's nodes (10%), repeatable, in order; "+
-				"the last covers every node (100%); at most "+strconv.Itoa(rollout.MaxWaves)+"; required")
+				"the last covers every node (100%); at most "+strconv.Itoa(api.MaxWaves)+"; required")
 		case f.negated:
 			cmd.Flags().BoolVar(&noRollback, f.flag, false, "on abort, leave the nodes it updated on the version (sends rollbackOnAbort false; by default they are rolled back)")
 		default:
@@ -130,8 +130,8 @@ func (f *listFlag) Type() string       { return f.typ }
 // count ({"nodes": 5}), "10%" a cumulative percent ({"percent": 10}). It
 // refuses what rollout.CheckWaves refuses, before anything is sent, in
 // flag terms and saying which wave.
-func parseWaves(raw []string) ([]rollout.WaveSpec, error) {
-	out := make([]rollout.WaveSpec, len(raw))
+func parseWaves(raw []string) ([]api.WaveSpec, error) {
+	out := make([]api.WaveSpec, len(raw))
 	for i, s := range raw {
 		out[i] = parseWave(s)
 	}
@@ -140,7 +140,7 @@ func parseWaves(raw []string) ([]rollout.WaveSpec, error) {
 		return out, err
 	}
 	if e.Rule == rollout.WaveCount {
-		return nil, fmt.Errorf("--wave: %d waves, at most %d", len(raw), rollout.MaxWaves)
+		return nil, fmt.Errorf("--wave: %d waves, at most %d", len(raw), api.MaxWaves)
 	}
 	s, w := raw[e.Wave], out[e.Wave]
 	var why string
@@ -170,19 +170,19 @@ var wavePattern = regexp.MustCompile(`^([0-9]+)(%?)$`)
 
 // parseWave reads one --wave: "5" (nodes) or "10%" (percent); anything else
 // is neither, which rollout.CheckWaves refuses as a wave of no kind.
-func parseWave(s string) rollout.WaveSpec {
+func parseWave(s string) api.WaveSpec {
 	m := wavePattern.FindStringSubmatch(strings.TrimSpace(s))
 	if m == nil {
-		return rollout.WaveSpec{}
+		return api.WaveSpec{}
 	}
 	n, err := strconv.Atoi(m[1])
 	switch {
 	case err != nil:
-		return rollout.WaveSpec{}
+		return api.WaveSpec{}
 	case m[2] == "%":
-		return rollout.WaveSpec{Percent: &n}
+		return api.WaveSpec{Percent: &n}
 	}
-	return rollout.WaveSpec{Nodes: &n}
+	return api.WaveSpec{Nodes: &n}
 }
 
 // checkBounds refuses an integer (or a duration's seconds) outside the

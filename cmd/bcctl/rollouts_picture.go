@@ -7,6 +7,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -17,20 +18,20 @@ var glyphs = []struct {
 	unicode, ascii string
 	meaning        string
 }{
-	{string(rollout.Pending), "·", ".", "pending"},
-	{string(rollout.Draining), "~", "~", "draining"},
-	{string(rollout.Installing), "↓", "v", "installing"},
-	{string(rollout.Verifying), "?", "?", "verifying"},
-	{string(rollout.Updated), "✓", "+", "updated"},
-	{string(rollout.Failed), "✗", "x", "failed"},
-	{string(rollout.Skipped), "–", "-", "skipped"},
+	{string(api.Pending), "·", ".", "pending"},
+	{string(api.Draining), "~", "~", "draining"},
+	{string(api.Installing), "↓", "v", "installing"},
+	{string(api.Verifying), "?", "?", "verifying"},
+	{string(api.Updated), "✓", "+", "updated"},
+	{string(api.Failed), "✗", "x", "failed"},
+	{string(api.Skipped), "–", "-", "skipped"},
 	{"rollback:" + rollout.RollbackInstalling, "↺", "r", "rolling back"},
 	{"rollback:" + rollout.RollbackDone, "↩", "<", "rolled back"},
 	{"rollback:" + rollout.RollbackFailed, "!", "!", "rollback failed"},
 }
 
 // glyph is a node's cell: its rollback when it has one, else its step.
-func glyph(n rollout.NodeProgress, ascii bool) string {
+func glyph(n api.NodeProgress, ascii bool) string {
 	key := string(n.Step)
 	if n.Rollback != "" {
 		key = "rollback:" + n.Rollback
@@ -62,8 +63,8 @@ func legend(ascii bool) string {
 // rolloutPicture is what watch draws: a rollout (rollouts.get) and the
 // first of its nodes (rollouts.nodes, in its order).
 type rolloutPicture struct {
-	Rollout rollout.Rollout
-	Nodes   []rollout.NodeProgress
+	Rollout api.Rollout
+	Nodes   []api.NodeProgress
 	// Partial: more nodes than Nodes exist (watch reads at most --nodes).
 	Partial bool
 	ASCII   bool
@@ -96,15 +97,15 @@ func (p rolloutPicture) Draw(w io.Writer, now time.Time, timers bool) {
 		fmt.Fprintf(w, "waiting for: %s\n", s)
 	}
 	switch r.State {
-	case rollout.Completed:
+	case api.Completed:
 		fmt.Fprintf(w, "completed: %s\n", completedText(r, p.Nodes, p.Partial))
-	case rollout.RolledBack:
+	case api.RolledBack:
 		fmt.Fprintln(w, "rolled back: every node it updated was sent back to the release it ran before")
-	case rollout.Aborted:
+	case api.Aborted:
 		fmt.Fprintf(w, "aborted without rollback: the nodes it updated stay on %s\n", r.Version)
 	}
 
-	byWave := make([][]rollout.NodeProgress, len(r.Waves))
+	byWave := make([][]api.NodeProgress, len(r.Waves))
 	for i, n := range p.Nodes {
 		if w := waveOfPosition(r, i); w >= 0 {
 			byWave[w] = append(byWave[w], n)
@@ -157,10 +158,10 @@ func (p rolloutPicture) Draw(w io.Writer, now time.Time, timers bool) {
 	}
 	tw.Flush()
 
-	var failed []rollout.NodeProgress
+	var failed []api.NodeProgress
 	var failedWave []int
 	for i, n := range p.Nodes {
-		if n.Step == rollout.Failed || n.Rollback == rollout.RollbackFailed {
+		if n.Step == api.Failed || n.Rollback == rollout.RollbackFailed {
 			failed, failedWave = append(failed, n), append(failedWave, waveOfPosition(r, i))
 		}
 	}
@@ -197,7 +198,7 @@ func (p rolloutPicture) Draw(w io.Writer, now time.Time, timers bool) {
 
 // completedText is what a completed rollout's picture says of its reach:
 // the version becomes the baseline only of pools where it updated a node.
-func completedText(r rollout.Rollout, nodes []rollout.NodeProgress, partial bool) string {
+func completedText(r api.Rollout, nodes []api.NodeProgress, partial bool) string {
 	if r.Counts.Updated == 0 {
 		return fmt.Sprintf("no node was updated: %s runs on none of them and is no pool's baseline", r.Version)
 	}
@@ -206,7 +207,7 @@ func completedText(r rollout.Rollout, nodes []rollout.NodeProgress, partial bool
 	}
 	updated := map[string]bool{}
 	for _, n := range nodes {
-		if n.Step == rollout.Updated {
+		if n.Step == api.Updated {
 			updated[n.PoolID] = true
 		}
 	}
@@ -230,7 +231,7 @@ func completedText(r rollout.Rollout, nodes []rollout.NodeProgress, partial bool
 // draws by position, not by each node's wave field, because the API
 // answers wave 0 for every node until the reconciler has walked the order
 // to find the waves' bounds.
-func waveOfPosition(r rollout.Rollout, i int) int {
+func waveOfPosition(r api.Rollout, i int) int {
 	for w, wv := range r.Waves {
 		if i < wv.Size {
 			return w

@@ -14,13 +14,13 @@ import (
 // get, pause, resume and abort (one rollout), list, and nodes.
 var (
 	rolloutTable      = oneTable(func(w io.Writer, a api.RolloutResult, now time.Time) { printRollout(w, a.Rollout, now) })
-	rolloutsTable     = listTable(func(a api.ListRolloutsResult) []rollout.Rollout { return a.Rollouts }, printRollouts)
-	rolloutNodesTable = listTable(func(a api.RolloutNodesResult) []rollout.NodeProgress { return a.Nodes }, printRolloutNodes)
+	rolloutsTable     = listTable(func(a api.ListRolloutsResult) []api.Rollout { return a.Rollouts }, printRollouts)
+	rolloutNodesTable = listTable(func(a api.RolloutNodesResult) []api.NodeProgress { return a.Nodes }, printRolloutNodes)
 )
 
 // printRollout prints one rollout: where it is and what it waits for,
 // its settings, its waves and its timeline.
-func printRollout(w io.Writer, r rollout.Rollout, now time.Time) {
+func printRollout(w io.Writer, r api.Rollout, now time.Time) {
 	fmt.Fprintf(w, "rollout\t%s\nversion\t%s (sequence %d)\npools\t%s\nstate\t%s\n", r.RolloutID, r.Version, r.Sequence,
 		strings.Join(r.Pools, ", "), r.State)
 	if a := abortReason(r); a != "" {
@@ -52,7 +52,7 @@ func printRollout(w io.Writer, r rollout.Rollout, now time.Time) {
 }
 
 // printRollouts lists rollouts, one row each.
-func printRollouts(w io.Writer, rs []rollout.Rollout, now time.Time) {
+func printRollouts(w io.Writer, rs []api.Rollout, now time.Time) {
 	fmt.Fprintln(w, "ROLLOUT\tVERSION\tPOOLS\tSTATE\tWAVE\tUPDATED\tFAILED\tAGE")
 	for _, r := range rs {
 		state := string(r.State)
@@ -70,7 +70,7 @@ func printRollouts(w io.Writer, rs []rollout.Rollout, now time.Time) {
 }
 
 // stepText is a node's step with its rollback: "updated, rolling back".
-func stepText(n rollout.NodeProgress) string {
+func stepText(n api.NodeProgress) string {
 	switch n.Rollback {
 	case rollout.RollbackInstalling:
 		return string(n.Step) + ", rolling back"
@@ -84,7 +84,7 @@ func stepText(n rollout.NodeProgress) string {
 
 // printRolloutNodes lists a rollout's nodes in its order, one row each
 // (waves counted from 1, as everywhere bcctl prints them).
-func printRolloutNodes(w io.Writer, ns []rollout.NodeProgress, now time.Time) {
+func printRolloutNodes(w io.Writer, ns []api.NodeProgress, now time.Time) {
 	fmt.Fprintln(w, "NODE\tPOOL\tWAVE\tSTEP\tREASON\tSINCE")
 	for _, n := range ns {
 		at := n.UpdatedAt

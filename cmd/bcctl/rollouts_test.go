@@ -19,7 +19,6 @@ import (
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/conc"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/shared/strictjson"
@@ -35,10 +34,10 @@ type simAgent struct {
 	pool, node, platform string
 	key                  crypto.Signer
 	counter              int64
-	running              *fleet.Version
-	install              *fleet.Install
-	pending              *fleet.Version // installed, runs once a report said so
-	reported             bool           // a report said pending is installed
+	running              *api.Version
+	install              *api.Install
+	pending              *api.Version // installed, runs once a report said so
+	reported             bool         // a report said pending is installed
 	bindings             map[string]string
 	fail                 map[string]string // version → the install's failure reason
 }
@@ -57,18 +56,18 @@ func (f *rolloutFleet) beat(a *simAgent) {
 		a.running, a.pending, a.reported = a.pending, nil, false
 	}
 	a.counter++
-	var bs []fleet.ReportedBinding
+	var bs []api.ReportedBinding
 	for _, id := range sortedKeys(a.bindings) {
-		bs = append(bs, fleet.ReportedBinding{ReservationID: id, State: a.bindings[id]})
+		bs = append(bs, api.ReportedBinding{ReservationID: id, State: a.bindings[id]})
 	}
-	rep := fleet.Report{PoolID: a.pool, NodeID: a.node, Counter: a.counter, At: f.clock.Now(), Running: a.running, Install: a.install,
-		Health:   fleet.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []fleet.Check{{Name: "nvidia-smi", OK: true}}},
-		Bindings: append([]fleet.ReportedBinding{}, bs...)}
+	rep := api.Report{PoolID: a.pool, NodeID: a.node, Counter: a.counter, At: f.clock.Now(), Running: a.running, Install: a.install,
+		Health:   api.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []api.Check{{Name: "nvidia-smi", OK: true}}},
+		Bindings: append([]api.ReportedBinding{}, bs...)}
 	payload, err := json.Marshal(rep)
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	env, err := dsse.Sign(fleet.ReportPayloadType, payload, a.key)
+	env, err := dsse.Sign(api.ReportPayloadType, payload, a.key)
 	if err != nil {
 		f.t.Fatal(err)
 	}
@@ -80,18 +79,18 @@ func (f *rolloutFleet) beat(a *simAgent) {
 	a.reported = a.pending != nil
 	a.bindings = map[string]string{}
 	for _, b := range res.Desired.Bindings {
-		a.bindings[b.ReservationID] = map[string]string{fleet.ActionBind: fleet.BindBound, fleet.ActionUnbind: fleet.BindUnbound}[b.Action]
+		a.bindings[b.ReservationID] = map[string]string{api.ActionBind: api.BindBound, api.ActionUnbind: api.BindUnbound}[b.Action]
 	}
 	d := res.Desired.Release
 	if d == nil || (a.running != nil && a.running.Version == d.Version) || (a.install != nil && a.install.Version == d.Version) {
 		return
 	}
 	if reason, ok := a.fail[d.Version]; ok {
-		a.install = &fleet.Install{Version: d.Version, State: fleet.InstallFailed, Reason: &reason}
+		a.install = &api.Install{Version: d.Version, State: api.InstallFailed, Reason: &reason}
 		return
 	}
-	a.install = &fleet.Install{Version: d.Version, State: fleet.InstallInstalled}
-	a.pending = &fleet.Version{Version: d.Version, Sequence: d.Sequence}
+	a.install = &api.Install{Version: d.Version, State: api.InstallInstalled}
+	a.pending = &api.Version{Version: d.Version, Sequence: d.Sequence}
 }
 
 // round: the clock moves, every agent reports, a reconciler pass runs.
@@ -190,7 +189,7 @@ func TestRolloutsGolden(t *testing.T) {
 		pub, _ := dsse.MarshalPublicKeyPEM(k.Public())
 		setup.step(0, "nodes", "register", "--pool", n.pool, n.node, "--public-key-file", write(n.pool+"-"+n.node+".pub", pub), "--platform", n.platform)
 		f.agents = append(f.agents, &simAgent{pool: n.pool, node: n.node, platform: n.platform, key: k,
-			running: &fleet.Version{Version: "1.0.0", Sequence: 1}, fail: map[string]string{}})
+			running: &api.Version{Version: "1.0.0", Sequence: 1}, fail: map[string]string{}})
 	}
 	f.round(time.Minute) // every node ready
 
@@ -324,7 +323,7 @@ func TestRolloutsGolden(t *testing.T) {
 	if err := json.Unmarshal([]byte(raw), &got); err != nil {
 		t.Fatal(err)
 	}
-	if r := got.Rollout; r.RolloutID != first || r.State != rollout.Completed || r.Counts.Updated != 5 || r.Counts.Skipped != 1 || len(r.Waves) != 3 {
+	if r := got.Rollout; r.RolloutID != first || r.State != api.Completed || r.Counts.Updated != 5 || r.Counts.Skipped != 1 || len(r.Waves) != 3 {
 		t.Errorf("-o json rollouts get: %+v", r)
 	}
 	// watch -o json: one line per change, {"rollout", "nodes"}; an aborted
@@ -335,10 +334,10 @@ func TestRolloutsGolden(t *testing.T) {
 		t.Errorf("-o json rollouts watch: exit %d\n%s%s", code, o.String(), e.String())
 	}
 	var line struct {
-		Rollout rollout.Rollout
-		Nodes   []rollout.NodeProgress
+		Rollout api.Rollout
+		Nodes   []api.NodeProgress
 	}
-	if err := json.Unmarshal([]byte(o.String()), &line); err != nil || line.Rollout.State != rollout.Aborted || len(line.Nodes) != 4 {
+	if err := json.Unmarshal([]byte(o.String()), &line); err != nil || line.Rollout.State != api.Aborted || len(line.Nodes) != 4 {
 		t.Errorf("-o json rollouts watch: %v %+v", err, line)
 	}
 	raw = step(0, "-o", "json", "rollouts", "nodes", first, "--limit", "4", "--all")
@@ -352,17 +351,17 @@ func TestRolloutsGolden(t *testing.T) {
 }
 
 func TestParseWaves(t *testing.T) {
-	n := func(v int) rollout.WaveSpec { return rollout.WaveSpec{Nodes: &v} }
-	p := func(v int) rollout.WaveSpec { return rollout.WaveSpec{Percent: &v} }
+	n := func(v int) api.WaveSpec { return api.WaveSpec{Nodes: &v} }
+	p := func(v int) api.WaveSpec { return api.WaveSpec{Percent: &v} }
 	for _, c := range []struct {
 		in   []string
-		want []rollout.WaveSpec
+		want []api.WaveSpec
 		err  string
 	}{
-		{[]string{"100%"}, []rollout.WaveSpec{p(100)}, ""},
-		{[]string{"1", "10%", "100%"}, []rollout.WaveSpec{n(1), p(10), p(100)}, ""},
-		{[]string{"5", "5", "20"}, []rollout.WaveSpec{n(5), n(5), n(20)}, ""}, // counts: the API checks the last covers every node
-		{[]string{" 7 "}, []rollout.WaveSpec{n(7)}, ""},
+		{[]string{"100%"}, []api.WaveSpec{p(100)}, ""},
+		{[]string{"1", "10%", "100%"}, []api.WaveSpec{n(1), p(10), p(100)}, ""},
+		{[]string{"5", "5", "20"}, []api.WaveSpec{n(5), n(5), n(20)}, ""}, // counts: the API checks the last covers every node
+		{[]string{" 7 "}, []api.WaveSpec{n(7)}, ""},
 		{[]string{"0"}, nil, "--wave 0 (wave 1): a node count must be 1 to 1000000"},
 		{[]string{"0%"}, nil, "a percent must be 1% to 100%"},
 		{[]string{"101%"}, nil, "a percent must be 1% to 100%"},
@@ -441,21 +440,21 @@ func TestSpan(t *testing.T) {
 func TestRolloutPicture(t *testing.T) {
 	now := time.Date(2026, 12, 1, 10, 30, 0, 0, time.UTC)
 	at := func(d time.Duration) *time.Time { t := now.Add(-d); return &t }
-	pct := func(v int) rollout.WaveSpec { return rollout.WaveSpec{Percent: &v} }
+	pct := func(v int) api.WaveSpec { return api.WaveSpec{Percent: &v} }
 	one := 1
-	r := rollout.Rollout{RolloutID: "R1", Version: "2.0.0", Sequence: 2, Pools: []string{"p1", "p2"}, State: rollout.Aborting, Reason: rollout.ReasonFailures,
-		Waves:    []rollout.Wave{{Size: 1, StartedAt: at(20 * time.Minute), FinishedAt: at(18 * time.Minute)}, {Size: 6, StartedAt: at(10 * time.Minute)}, {Size: 12}},
-		Counts:   rollout.Counts{Nodes: 12, Pending: 6, Installing: 1, Updated: 3, Failed: 1, Skipped: 1},
-		Settings: rollout.Settings{Waves: []rollout.WaveSpec{{Nodes: &one}, pct(50), pct(100)}, BakeSeconds: 300, MaxUnavailable: 2, RollbackOnAbort: true},
-		History:  []rollout.RolloutEvent{{State: rollout.Progressing}, {State: rollout.Aborting, Reason: rollout.ReasonFailures}}}
-	node := func(i, wave int, step rollout.Step, rollback, reason string) rollout.NodeProgress {
-		return rollout.NodeProgress{PoolID: "p1", NodeID: fmt.Sprintf("gpu-node-%d", i), Wave: wave, Step: step, Rollback: rollback, Reason: reason}
+	r := api.Rollout{RolloutID: "R1", Version: "2.0.0", Sequence: 2, Pools: []string{"p1", "p2"}, State: api.Aborting, Reason: rollout.ReasonFailures,
+		Waves:    []api.Wave{{Size: 1, StartedAt: at(20 * time.Minute), FinishedAt: at(18 * time.Minute)}, {Size: 6, StartedAt: at(10 * time.Minute)}, {Size: 12}},
+		Counts:   api.Counts{Nodes: 12, Pending: 6, Installing: 1, Updated: 3, Failed: 1, Skipped: 1},
+		Settings: api.Settings{Waves: []api.WaveSpec{{Nodes: &one}, pct(50), pct(100)}, BakeSeconds: 300, MaxUnavailable: 2, RollbackOnAbort: true},
+		History:  []api.RolloutEvent{{State: api.Progressing}, {State: api.Aborting, Reason: rollout.ReasonFailures}}}
+	node := func(i, wave int, step api.RolloutStep, rollback, reason string) api.NodeProgress {
+		return api.NodeProgress{PoolID: "p1", NodeID: fmt.Sprintf("gpu-node-%d", i), Wave: wave, Step: step, Rollback: rollback, Reason: reason}
 	}
-	nodes := []rollout.NodeProgress{node(0, 0, rollout.Updated, rollout.RollbackDone, ""),
-		node(1, 1, rollout.Updated, rollout.RollbackInstalling, ""), node(2, 1, rollout.Failed, "", "install: sha256 mismatch"),
-		node(3, 1, rollout.Installing, "", ""), node(4, 1, rollout.Skipped, "", rollout.ReasonNoBinary), node(5, 1, rollout.Updated, "", "")}
+	nodes := []api.NodeProgress{node(0, 0, api.Updated, rollout.RollbackDone, ""),
+		node(1, 1, api.Updated, rollout.RollbackInstalling, ""), node(2, 1, api.Failed, "", "install: sha256 mismatch"),
+		node(3, 1, api.Installing, "", ""), node(4, 1, api.Skipped, "", api.ReasonNoBinary), node(5, 1, api.Updated, "", "")}
 	for i := 6; i < 12; i++ {
-		nodes = append(nodes, node(i, 2, rollout.Pending, "", ""))
+		nodes = append(nodes, node(i, 2, api.Pending, "", ""))
 	}
 	var b strings.Builder
 	rolloutPicture{Rollout: r, Nodes: nodes}.Draw(&b, now, true)
@@ -477,7 +476,7 @@ failed: gpu-node-2 (p1, wave 2): install: sha256 mismatch
 		t.Errorf("picture:\n%s\nwant:\n%s", b.String(), want)
 	}
 	// ASCII, the installing node done: the rollback's progress.
-	nodes[3].Step = rollout.Updated
+	nodes[3].Step = api.Updated
 	r.Counts.Installing, r.Counts.Updated = 0, 4
 	b.Reset()
 	rolloutPicture{Rollout: r, Nodes: nodes, ASCII: true}.Draw(&b, now, true)
@@ -490,15 +489,15 @@ failed: gpu-node-2 (p1, wave 2): install: sha256 mismatch
 
 	// Baking between waves 1 and 2, 120 nodes: groups of ten, five a line,
 	// the countdown only with the clock's parts.
-	r = rollout.Rollout{RolloutID: "R2", Version: "2.0.0", Sequence: 2, Pools: []string{"p1"}, State: rollout.Progressing,
-		Waves:    []rollout.Wave{{Size: 60, StartedAt: at(10 * time.Minute), FinishedAt: at(90 * time.Second)}, {Size: 120}},
-		Counts:   rollout.Counts{Nodes: 120, Updated: 60, Pending: 60},
-		Settings: rollout.Settings{BakeSeconds: 300, MaxUnavailable: 4, RollbackOnAbort: true}}
+	r = api.Rollout{RolloutID: "R2", Version: "2.0.0", Sequence: 2, Pools: []string{"p1"}, State: api.Progressing,
+		Waves:    []api.Wave{{Size: 60, StartedAt: at(10 * time.Minute), FinishedAt: at(90 * time.Second)}, {Size: 120}},
+		Counts:   api.Counts{Nodes: 120, Updated: 60, Pending: 60},
+		Settings: api.Settings{BakeSeconds: 300, MaxUnavailable: 4, RollbackOnAbort: true}}
 	nodes = nil
 	for i := range 120 {
-		st := rollout.Updated
+		st := api.Updated
 		if i >= 60 {
-			st = rollout.Pending
+			st = api.Pending
 		}
 		nodes = append(nodes, node(i, i/60, st, "", ""))
 	}
@@ -521,11 +520,11 @@ failed: gpu-node-2 (p1, wave 2): install: sha256 mismatch
 	// Before the reconciler walked the order, the API answers wave 0 for
 	// every node: the cells go by position (the waves are prefixes of the
 	// order), one in each wave, not both in wave 1.
-	unwalked := rollout.Rollout{RolloutID: "R3", Version: "1.1.0", Sequence: 2, Pools: []string{"sim-fleet"}, State: rollout.Progressing,
-		Waves: []rollout.Wave{{Size: 1}, {Size: 2}}, Counts: rollout.Counts{Nodes: 2, Pending: 2},
-		Settings: rollout.Settings{MaxUnavailable: 1, RollbackOnAbort: true}}
+	unwalked := api.Rollout{RolloutID: "R3", Version: "1.1.0", Sequence: 2, Pools: []string{"sim-fleet"}, State: api.Progressing,
+		Waves: []api.Wave{{Size: 1}, {Size: 2}}, Counts: api.Counts{Nodes: 2, Pending: 2},
+		Settings: api.Settings{MaxUnavailable: 1, RollbackOnAbort: true}}
 	b.Reset()
-	rolloutPicture{Rollout: unwalked, Nodes: []rollout.NodeProgress{node(0, 0, rollout.Pending, "", ""), node(1, 0, rollout.Pending, "", "")}}.Draw(&b, now, true)
+	rolloutPicture{Rollout: unwalked, Nodes: []api.NodeProgress{node(0, 0, api.Pending, "", ""), node(1, 0, api.Pending, "", "")}}.Draw(&b, now, true)
 	if s := b.String(); !strings.Contains(s, "1     1     next     ·\n2     1     pending  ·\n") {
 		t.Errorf("picture before the waves' bounds are known:\n%s", s)
 	}
@@ -570,38 +569,38 @@ func TestRolloutsHelp(t *testing.T) {
 // A completed rollout that left nodes behind says which and why, and
 // where the version runs; one that updated every node says nothing.
 func TestShortfall(t *testing.T) {
-	node := func(pool string, step rollout.Step, reason string) rollout.NodeProgress {
-		return rollout.NodeProgress{PoolID: pool, NodeID: "n", Step: step, Reason: reason}
+	node := func(pool string, step api.RolloutStep, reason string) api.NodeProgress {
+		return api.NodeProgress{PoolID: pool, NodeID: "n", Step: step, Reason: reason}
 	}
 	for _, c := range []struct {
-		counts  rollout.Counts
-		nodes   []rollout.NodeProgress
+		counts  api.Counts
+		nodes   []api.NodeProgress
 		partial bool
 		want    string
 	}{
-		{rollout.Counts{Nodes: 2, Updated: 2}, nil, false, ""},
-		{rollout.Counts{Nodes: 2, Skipped: 2}, []rollout.NodeProgress{node("p", rollout.Skipped, "no_binary"), node("p", rollout.Skipped, "no_binary")}, false,
+		{api.Counts{Nodes: 2, Updated: 2}, nil, false, ""},
+		{api.Counts{Nodes: 2, Skipped: 2}, []api.NodeProgress{node("p", api.Skipped, "no_binary"), node("p", api.Skipped, "no_binary")}, false,
 			"2 of 2 nodes skipped (no_binary): 1.1.0 runs on none of them"},
-		{rollout.Counts{Nodes: 6, Updated: 3, Skipped: 2, Failed: 1}, []rollout.NodeProgress{node("p", rollout.Skipped, "busy"),
-			node("p", rollout.Skipped, "not_started"), node("p", rollout.Failed, "install: sha256 mismatch"), node("p", rollout.Updated, "")}, false,
+		{api.Counts{Nodes: 6, Updated: 3, Skipped: 2, Failed: 1}, []api.NodeProgress{node("p", api.Skipped, "busy"),
+			node("p", api.Skipped, "not_started"), node("p", api.Failed, "install: sha256 mismatch"), node("p", api.Updated, "")}, false,
 			"2 of 6 nodes skipped (1 busy, 1 not_started) and 1 failed (install): 1.1.0 runs on 3 of them"},
-		{rollout.Counts{Nodes: 1500, Updated: 1499, Failed: 1}, nil, true, "1 of 1500 nodes failed: 1.1.0 runs on 1499 of them"},
-		{rollout.Counts{Nodes: 1500, Updated: 1498, Skipped: 2}, []rollout.NodeProgress{node("p", rollout.Skipped, "busy")}, true,
+		{api.Counts{Nodes: 1500, Updated: 1499, Failed: 1}, nil, true, "1 of 1500 nodes failed: 1.1.0 runs on 1499 of them"},
+		{api.Counts{Nodes: 1500, Updated: 1498, Skipped: 2}, []api.NodeProgress{node("p", api.Skipped, "busy")}, true,
 			"2 of 1500 nodes skipped (1 busy, of the nodes drawn): 1.1.0 runs on 1498 of them"},
 	} {
-		r := rollout.Rollout{Version: "1.1.0", State: rollout.Completed, Counts: c.counts}
+		r := api.Rollout{Version: "1.1.0", State: api.Completed, Counts: c.counts}
 		if got := shortfall(r, c.nodes, c.partial); got != c.want {
 			t.Errorf("shortfall(%+v) = %q, want %q", c.counts, got, c.want)
 		}
 	}
 	// The picture names the pools whose baseline moved: those with an
 	// updated node.
-	r := rollout.Rollout{Version: "1.1.0", Pools: []string{"a", "b"}, State: rollout.Completed, Counts: rollout.Counts{Nodes: 2, Updated: 1, Skipped: 1}}
-	if got, want := completedText(r, []rollout.NodeProgress{node("a", rollout.Updated, ""), node("b", rollout.Skipped, "busy")}, false),
+	r := api.Rollout{Version: "1.1.0", Pools: []string{"a", "b"}, State: api.Completed, Counts: api.Counts{Nodes: 2, Updated: 1, Skipped: 1}}
+	if got, want := completedText(r, []api.NodeProgress{node("a", api.Updated, ""), node("b", api.Skipped, "busy")}, false),
 		"1.1.0 is the baseline of a (not of b: no node updated there)"; got != want {
 		t.Errorf("completedText = %q, want %q", got, want)
 	}
-	r.Counts = rollout.Counts{Nodes: 2, Skipped: 2}
+	r.Counts = api.Counts{Nodes: 2, Skipped: 2}
 	if got, want := completedText(r, nil, false), "no node was updated: 1.1.0 runs on none of them and is no pool's baseline"; got != want {
 		t.Errorf("completedText = %q, want %q", got, want)
 	}
@@ -641,20 +640,20 @@ func TestReasonText(t *testing.T) {
 func TestUnchangedNote(t *testing.T) {
 	for _, c := range []struct {
 		method        string
-		before, after rollout.State
+		before, after api.RolloutState
 		reason, want  string
 	}{
-		{"rollouts.pause", rollout.Progressing, rollout.Paused, "x", ""},
-		{"rollouts.abort", rollout.Paused, rollout.Aborting, "", ""},
-		{"rollouts.abort", "", rollout.Aborting, "", ""}, // the state before unknown: taken as changed
-		{"rollouts.abort", rollout.Aborting, rollout.Aborting, "again", `bcctl: rollout R was already aborting: the abort changed nothing; its --reason "again" was not recorded` + "\n"},
-		{"rollouts.pause", rollout.Aborting, rollout.Aborting, "", "bcctl: rollout R is aborting: the pause changed nothing (it changes a progressing rollout only)\n"},
-		{"rollouts.resume", rollout.Aborted, rollout.Aborted, "", "bcctl: rollout R was already aborted, a finished rollout: the resume changed nothing\n"},
-		{"rollouts.get", rollout.Completed, rollout.Completed, "", ""},
+		{"rollouts.pause", api.Progressing, api.Paused, "x", ""},
+		{"rollouts.abort", api.Paused, api.Aborting, "", ""},
+		{"rollouts.abort", "", api.Aborting, "", ""}, // the state before unknown: taken as changed
+		{"rollouts.abort", api.Aborting, api.Aborting, "again", `bcctl: rollout R was already aborting: the abort changed nothing; its --reason "again" was not recorded` + "\n"},
+		{"rollouts.pause", api.Aborting, api.Aborting, "", "bcctl: rollout R is aborting: the pause changed nothing (it changes a progressing rollout only)\n"},
+		{"rollouts.resume", api.Aborted, api.Aborted, "", "bcctl: rollout R was already aborted, a finished rollout: the resume changed nothing\n"},
+		{"rollouts.get", api.Completed, api.Completed, "", ""},
 	} {
 		var e strings.Builder
 		c2 := &cli{errOut: &e}
-		answer, _ := json.Marshal(api.RolloutResult{Rollout: rollout.Rollout{RolloutID: "R", State: c.after}})
+		answer, _ := json.Marshal(api.RolloutResult{Rollout: api.Rollout{RolloutID: "R", State: c.after}})
 		c2.unchangedNote(c.method, c.before, answer, c.reason)
 		if e.String() != c.want {
 			t.Errorf("%s %s → %s: %q, want %q", c.method, c.before, c.after, e.String(), c.want)

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
@@ -15,17 +16,17 @@ import (
 // watch a picture (rollouts_picture.go). Here: the sentences they share.
 
 // inProgress is how many of the rollout's nodes are out of service for it.
-func inProgress(c rollout.Counts) int { return c.Draining + c.Installing + c.Verifying }
+func inProgress(c api.Counts) int { return c.Draining + c.Installing + c.Verifying }
 
 // countsText is the rollout's nodes by step in one line.
-func countsText(c rollout.Counts) string {
+func countsText(c api.Counts) string {
 	s := fmt.Sprintf("%s: %d updated, %d failed, %d skipped, %d in progress", strictjson.Plural(c.Nodes, "node"),
 		c.Updated, c.Failed, c.Skipped, inProgress(c))
 	var active []string
 	for _, p := range []struct {
 		n    int
-		step rollout.Step
-	}{{c.Draining, rollout.Draining}, {c.Installing, rollout.Installing}, {c.Verifying, rollout.Verifying}} {
+		step api.RolloutStep
+	}{{c.Draining, api.Draining}, {c.Installing, api.Installing}, {c.Verifying, api.Verifying}} {
 		if p.n > 0 {
 			active = append(active, fmt.Sprintf("%d %s", p.n, p.step))
 		}
@@ -38,7 +39,7 @@ func countsText(c rollout.Counts) string {
 
 // currentWave is the index of the rollout's first wave not finished, or
 // len(waves) when every wave is.
-func currentWave(r rollout.Rollout) int {
+func currentWave(r api.Rollout) int {
 	for i, w := range r.Waves {
 		if w.FinishedAt == nil {
 			return i
@@ -48,7 +49,7 @@ func currentWave(r rollout.Rollout) int {
 }
 
 // waveNodes is how many nodes wave i takes (the sizes are cumulative).
-func waveNodes(r rollout.Rollout, i int) int {
+func waveNodes(r api.Rollout, i int) int {
 	if i == 0 {
 		return r.Waves[0].Size
 	}
@@ -57,7 +58,7 @@ func waveNodes(r rollout.Rollout, i int) int {
 
 // waveText says where the rollout is among its waves: "2 of 3: nodes 2-3
 // of 6, started 3m ago".
-func waveText(r rollout.Rollout, now time.Time) string {
+func waveText(r api.Rollout, now time.Time) string {
 	n := len(r.Waves)
 	cur := currentWave(r)
 	switch {
@@ -88,9 +89,9 @@ func waveText(r rollout.Rollout, now time.Time) string {
 
 // bakeLeft is how long the bake before the current wave still runs (false
 // when the rollout is not baking).
-func bakeLeft(r rollout.Rollout, now time.Time) (time.Duration, bool) {
+func bakeLeft(r api.Rollout, now time.Time) (time.Duration, bool) {
 	cur := currentWave(r)
-	if r.State != rollout.Progressing || cur == 0 || cur == len(r.Waves) || r.Waves[cur].StartedAt != nil {
+	if r.State != api.Progressing || cur == 0 || cur == len(r.Waves) || r.Waves[cur].StartedAt != nil {
 		return 0, false
 	}
 	left := r.Waves[cur-1].FinishedAt.Add(time.Duration(r.Settings.BakeSeconds) * time.Second).Sub(now)
@@ -99,13 +100,13 @@ func bakeLeft(r rollout.Rollout, now time.Time) (time.Duration, bool) {
 
 // abortReason says why a rollout aborted ("" when it did not): failures
 // over the limit, or an operator's abort with the reason given.
-func abortReason(r rollout.Rollout) string {
-	if r.State != rollout.Aborting && r.State != rollout.Aborted && r.State != rollout.RolledBack {
+func abortReason(r api.Rollout) string {
+	if r.State != api.Aborting && r.State != api.Aborted && r.State != api.RolledBack {
 		return ""
 	}
 	given := ""
 	for _, e := range r.History {
-		if e.State == rollout.Aborting {
+		if e.State == api.Aborting {
 			given = e.Reason
 		}
 	}
@@ -124,16 +125,16 @@ func abortReason(r rollout.Rollout) string {
 // waitingFor says what the rollout waits for now ("" once it is terminal).
 // nodes, when known (watch), are its nodes: then the current wave's are
 // counted exactly; without them (get) the rollout's counts are used.
-func waitingFor(r rollout.Rollout, nodes []rollout.NodeProgress, now time.Time) string {
+func waitingFor(r api.Rollout, nodes []api.NodeProgress, now time.Time) string {
 	active := inProgress(r.Counts)
 	switch r.State {
-	case rollout.Paused:
+	case api.Paused:
 		s := "a resume: bcctl rollouts resume " + r.RolloutID
 		if active > 0 {
 			s += fmt.Sprintf(" (%s in progress finish meanwhile)", strictjson.Plural(active, "node"))
 		}
 		return s
-	case rollout.Aborting:
+	case api.Aborting:
 		if active > 0 {
 			s := fmt.Sprintf("%s in progress to finish (those draining go back at once)", strictjson.Plural(active, "node"))
 			if r.Settings.RollbackOnAbort {
@@ -150,14 +151,14 @@ func waitingFor(r rollout.Rollout, nodes []rollout.NodeProgress, now time.Time) 
 				switch {
 				case n.Rollback == rollout.RollbackInstalling:
 					rolling++
-				case n.Step == rollout.Updated && n.Rollback == "" && n.Reason != rollout.ReasonRunning:
+				case n.Step == api.Updated && n.Rollback == "" && n.Reason != rollout.ReasonRunning:
 					due++
 				}
 			}
 			return fmt.Sprintf("the rollback: %d rolling back, %d to go, each to report the release it ran before running", rolling, due)
 		}
 		return "the rollback: each node it updated to report the release it ran before running"
-	case rollout.Progressing:
+	case api.Progressing:
 	default:
 		return ""
 	}
@@ -176,19 +177,19 @@ func waitingFor(r rollout.Rollout, nodes []rollout.NodeProgress, now time.Time) 
 	c := r.Counts
 	pending := -1 // unknown
 	if nodes != nil {
-		c, pending = rollout.Counts{}, 0
+		c, pending = api.Counts{}, 0
 		for _, n := range nodes {
 			if n.Wave > cur {
 				continue
 			}
 			switch n.Step {
-			case rollout.Draining:
+			case api.Draining:
 				c.Draining++
-			case rollout.Installing:
+			case api.Installing:
 				c.Installing++
-			case rollout.Verifying:
+			case api.Verifying:
 				c.Verifying++
-			case rollout.Pending:
+			case api.Pending:
 				pending++
 			}
 		}
@@ -196,7 +197,7 @@ func waitingFor(r rollout.Rollout, nodes []rollout.NodeProgress, now time.Time) 
 	var parts []string
 	if c.Draining > 0 {
 		then := "skipped"
-		if r.Settings.Drain.OnTimeout == rollout.OnTimeoutForce {
+		if r.Settings.Drain.OnTimeout == api.OnTimeoutForce {
 			then = "forced"
 		}
 		parts = append(parts, fmt.Sprintf("%d draining (cordoned: installs once no reservation holds its devices, %s after %s)", c.Draining, then,
@@ -221,7 +222,7 @@ func waitingFor(r rollout.Rollout, nodes []rollout.NodeProgress, now time.Time) 
 }
 
 // settingsText is the create's options as applied, in flag terms.
-func settingsText(s rollout.Settings) string {
+func settingsText(s api.Settings) string {
 	rollback := "rollback on abort"
 	if !s.RollbackOnAbort {
 		rollback = "no rollback"
@@ -233,7 +234,7 @@ func settingsText(s rollout.Settings) string {
 }
 
 // askedText is a wave as asked: "5" or "10%".
-func askedText(w rollout.WaveSpec) string {
+func askedText(w api.WaveSpec) string {
 	switch {
 	case w.Nodes != nil:
 		return strconv.Itoa(*w.Nodes)

@@ -9,18 +9,17 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
 // rolloutVerbs are the verbs that change a rollout's state: the state each
 // moves a rollout to, from which states.
 var rolloutVerbs = map[string]struct {
-	to   rollout.State
-	from []rollout.State
+	to   api.RolloutState
+	from []api.RolloutState
 }{
-	"rollouts.pause":  {rollout.Paused, []rollout.State{rollout.Progressing}},
-	"rollouts.resume": {rollout.Progressing, []rollout.State{rollout.Paused}},
-	"rollouts.abort":  {rollout.Aborting, []rollout.State{rollout.Progressing, rollout.Paused}},
+	"rollouts.pause":  {api.Paused, []api.RolloutState{api.Progressing}},
+	"rollouts.resume": {api.Progressing, []api.RolloutState{api.Paused}},
+	"rollouts.abort":  {api.Aborting, []api.RolloutState{api.Progressing, api.Paused}},
 }
 
 // rolloutBefore is the state of the rollout a pause, resume or abort is
@@ -28,7 +27,7 @@ var rolloutVerbs = map[string]struct {
 // verb's own call reports why). The API answers a rollout it did not
 // change as it is, with no error, so only the state before tells a second
 // abort from the first.
-func (c *cli) rolloutBefore(cmd *cobra.Command, m *api.Method, body map[string]any) rollout.State {
+func (c *cli) rolloutBefore(cmd *cobra.Command, m *api.Method, body map[string]any) api.RolloutState {
 	if _, ok := rolloutVerbs[m.Name]; !ok {
 		return ""
 	}
@@ -43,7 +42,7 @@ func (c *cli) rolloutBefore(cmd *cobra.Command, m *api.Method, body map[string]a
 // changed nothing: the rollout was already in that state, or finished, or
 // in a state the verb does not leave. The exit code stays 0: the API
 // answers such a call with the rollout unchanged, no error (docs/rollouts.md).
-func (c *cli) unchangedNote(method string, before rollout.State, answer []byte, reason string) {
+func (c *cli) unchangedNote(method string, before api.RolloutState, answer []byte, reason string) {
 	verb, ok := rolloutVerbs[method]
 	var a api.RolloutResult
 	if !ok || json.Unmarshal(answer, &a) != nil {

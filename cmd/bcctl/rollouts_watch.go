@@ -12,7 +12,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -81,7 +80,7 @@ line; 3 the API could not be reached.`,
 				last = key.String()
 				r := p.Rollout
 				switch r.State {
-				case rollout.Completed:
+				case api.Completed:
 					// A completed rollout that left nodes behind is not a
 					// success: a script waiting on it must not go on as if
 					// every node ran the version.
@@ -91,7 +90,7 @@ line; 3 the API could not be reached.`,
 						return exitCode(exitAPIError)
 					}
 					return nil
-				case rollout.RolledBack, rollout.Aborted:
+				case api.RolledBack, api.Aborted:
 					fmt.Fprintf(c.errOut, "bcctl: rollout %s %s: %s\n", r.RolloutID, strings.ReplaceAll(string(r.State), "_", " "), abortReason(r))
 					return exitCode(exitAPIError)
 				}
@@ -114,7 +113,7 @@ func (c *cli) rolloutPicture(cmd *cobra.Command, tenant, id string, max int) (ro
 	if err := c.callJSON(ctx, "rollouts.get", map[string]any{"tenantId": tenant, "rolloutId": id}, &got); err != nil {
 		return rolloutPicture{}, err
 	}
-	p := rolloutPicture{Rollout: got.Rollout, Nodes: []rollout.NodeProgress{}}
+	p := rolloutPicture{Rollout: got.Rollout, Nodes: []api.NodeProgress{}}
 	in := map[string]any{"tenantId": tenant, "rolloutId": id}
 	for len(p.Nodes) < max {
 		in["limit"] = min(max-len(p.Nodes), maxPage)
@@ -146,7 +145,7 @@ func isTerminal(w io.Writer) bool {
 // and where the version runs ("" when it updated every node): "2 of 2
 // nodes skipped (no_binary): 1.1.0 runs on none of them". The reasons
 // come from the nodes read (partial: only the first of them).
-func shortfall(r rollout.Rollout, nodes []rollout.NodeProgress, partial bool) string {
+func shortfall(r api.Rollout, nodes []api.NodeProgress, partial bool) string {
 	c := r.Counts
 	if c.Updated >= c.Nodes {
 		return ""
@@ -161,8 +160,8 @@ func shortfall(r rollout.Rollout, nodes []rollout.NodeProgress, partial bool) st
 			parts = append(parts, fmt.Sprintf("%d %s", n, what))
 		}
 	}
-	add(c.Skipped, "skipped"+reasonKinds(nodes, rollout.Skipped, partial))
-	add(c.Failed, "failed"+reasonKinds(nodes, rollout.Failed, partial))
+	add(c.Skipped, "skipped"+reasonKinds(nodes, api.Skipped, partial))
+	add(c.Failed, "failed"+reasonKinds(nodes, api.Failed, partial))
 	if len(parts) == 0 { // counts of a pass that has not caught up
 		add(c.Nodes-c.Updated, "not updated")
 	}
@@ -174,16 +173,16 @@ func shortfall(r rollout.Rollout, nodes []rollout.NodeProgress, partial bool) st
 }
 
 // shortStep is the step to list for a completed rollout's shortfall.
-func shortStep(c rollout.Counts) rollout.Step {
+func shortStep(c api.Counts) api.RolloutStep {
 	if c.Skipped == 0 && c.Failed > 0 {
-		return rollout.Failed
+		return api.Failed
 	}
-	return rollout.Skipped
+	return api.Skipped
 }
 
 // reasonKinds is " (no_binary)" or " (1 no_binary, 1 busy)": the reasons of
 // the nodes read in step, each cut to its kind (install: … → install).
-func reasonKinds(nodes []rollout.NodeProgress, step rollout.Step, partial bool) string {
+func reasonKinds(nodes []api.NodeProgress, step api.RolloutStep, partial bool) string {
 	counts := map[string]int{}
 	var order []string
 	for _, n := range nodes {

@@ -8,7 +8,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/capacity"
 )
 
 // watchCommand is `bcctl reservations watch ID`: the reservation's timeline,
@@ -26,7 +25,7 @@ or the state given by --until. The exit code is 0 when it ended in the state wai
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if until != "" {
-				if _, ok := capacity.ParseState(until); !ok {
+				if _, ok := api.ParseReservationState(until); !ok {
 					return usageErr(fmt.Errorf("--until: %q is not a state (%v)", until, enumValues(api.StateEnum.Name)))
 				}
 			}
@@ -50,10 +49,10 @@ or the state given by --until. The exit code is 0 when it ended in the state wai
 					if e.Reason != "" {
 						line += " (" + eventReason(e) + ")"
 					}
-					if e.State == capacity.Placed && len(r.NodeIDs) > 0 {
+					if e.State == api.Placed && len(r.NodeIDs) > 0 {
 						line += fmt.Sprintf("  %d × %s on %s", r.Count, r.Resource, idRanges(r.NodeIDs))
 					}
-					if e.State == capacity.Released && r.ReleasedBy != "" {
+					if e.State == api.Released && r.ReleasedBy != "" {
 						line += "  by " + r.ReleasedBy
 					}
 					if c.output == "json" {
@@ -70,7 +69,7 @@ or the state given by --until. The exit code is 0 when it ended in the state wai
 				case r.State.Terminal():
 					fmt.Fprintf(c.errOut, "bcctl: %s is %s: it will not become %s\n", r.ReservationID, r.State, until)
 					return exitCode(exitAPIError)
-				case until != "" && passed(r.State, capacity.State(until)):
+				case until != "" && passed(r.State, api.ReservationState(until)):
 					fmt.Fprintf(c.errOut, "bcctl: %s is %s, past %s\n", r.ReservationID, r.State, until)
 					return exitCode(exitAPIError)
 				}
@@ -88,8 +87,8 @@ or the state given by --until. The exit code is 0 when it ended in the state wai
 
 // passed reports whether a live reservation in state cur can no longer
 // reach want (the life goes placed → binding → active).
-func passed(cur, want capacity.State) bool {
-	order := map[capacity.State]int{capacity.Draft: 0, capacity.Placed: 1, capacity.Binding: 2, capacity.Active: 3}
+func passed(cur, want api.ReservationState) bool {
+	order := map[api.ReservationState]int{api.Draft: 0, api.Placed: 1, api.Binding: 2, api.Active: 3}
 	c, ok1 := order[cur]
 	w, ok2 := order[want]
 	return ok1 && ok2 && c > w

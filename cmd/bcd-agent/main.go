@@ -32,10 +32,10 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/bettercompute/control-plane/shared/agent"
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/logfmt"
 	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/strictjson"
@@ -214,7 +214,7 @@ func (o *options) runCommand() *cobra.Command {
 
 // firstHeartbeat logs the outcome of run's first heartbeat: up and what it
 // was told, or why not (run keeps trying).
-func (o *options) firstHeartbeat(res fleet.HeartbeatResult, err error) {
+func (o *options) firstHeartbeat(res api.HeartbeatResult, err error) {
 	if err == nil {
 		running := "none"
 		if r := res.Node.Running; r != nil {

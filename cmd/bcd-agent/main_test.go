@@ -20,7 +20,6 @@ import (
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -126,11 +125,11 @@ func TestOnceAgainstTheStack(t *testing.T) {
 	if code != exitOK {
 		t.Fatalf("once: exit %d: %s", code, errOut)
 	}
-	var res fleet.HeartbeatResult
+	var res api.HeartbeatResult
 	if err := json.Unmarshal([]byte(out), &res); err != nil {
 		t.Fatalf("once printed %q: %v", out, err)
 	}
-	if res.Node.NodeID != "gpu.h100-node-1" || res.Node.State != fleet.Ready || res.NextHeartbeatSeconds <= 0 {
+	if res.Node.NodeID != "gpu.h100-node-1" || res.Node.State != api.Ready || res.NextHeartbeatSeconds <= 0 {
 		t.Errorf("answer: %+v", res)
 	}
 

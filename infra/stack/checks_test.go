@@ -167,7 +167,7 @@ func records(t *testing.T) map[string]metrics.Point {
 		Log(context.Background(), logger, "bc-table")
 	var ps fleet.PoolStats
 	at := time.Now().Add(-10 * time.Second)
-	ps.Add(fleet.Record{Node: fleet.Node{NodeID: "gpu-node-0", State: fleet.Ready, LastHeartbeatAt: &at}}, time.Now())
+	ps.Add(fleet.Record{Node: api.Node{NodeID: "gpu-node-0", State: api.Ready, LastHeartbeatAt: &at}}, time.Now())
 	ps.Emit(logger, "bc-table", "p1", time.Now())
 	// Stand-in for shared/rollout's transition record (metrics.go, another
 	// change): the shape that file writes, with the names the stack uses.

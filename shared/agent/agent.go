@@ -27,7 +27,6 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
@@ -70,7 +69,7 @@ type Config struct {
 	// heartbeat (after a replay's retry), so a program can say it is up
 	// rather than look hung for an interval; the library logs nothing of
 	// it (make run's simulated fleet runs hundreds of agents).
-	FirstHeartbeat func(res fleet.HeartbeatResult, err error)
+	FirstHeartbeat func(res api.HeartbeatResult, err error)
 }
 
 // StateDirError is a state dir the agent cannot make or write: it would
@@ -107,14 +106,14 @@ type Agent struct {
 	// held: what the driver bound and has not unbound; reported: the
 	// words an accepted report carried (an unlisted word is forgotten
 	// once one did).
-	words    map[string]fleet.ReportedBinding
+	words    map[string]api.ReportedBinding
 	held     map[string]bool
 	order    []string // the last answer's reservations, in its order
 	reported map[string]string
 
 	mu      sync.Mutex // guards what an install in progress writes
-	running *fleet.Version
-	install *fleet.Install
+	running *api.Version
+	install *api.Install
 	retryAt map[string]time.Time // release (version@digest) → not before
 	asked   string               // the release the last answer named
 	busy    chan struct{}        // closed when the install in progress ends
@@ -172,7 +171,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, err
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger.With("pool", cfg.PoolID, "node", cfg.NodeID),
-		words: map[string]fleet.ReportedBinding{}, held: map[string]bool{},
+		words: map[string]api.ReportedBinding{}, held: map[string]bool{},
 		reported: map[string]string{}, running: st.Running, retryAt: map[string]time.Time{}}
 	if st.Checkpoint != "" {
 		// Verified again at every start: a state file edited, or a log
@@ -198,7 +197,7 @@ func (a *Agent) Checkpoint() *release.Checkpoint {
 }
 
 // Running is the release the node runs (nil: none).
-func (a *Agent) Running() *fleet.Version {
+func (a *Agent) Running() *api.Version {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return a.running
@@ -209,15 +208,15 @@ func (a *Agent) Running() *fleet.Version {
 // then the release (an install runs in the background under ctx: see Wait).
 // A CONFLICT replay moves the counter past the server's, so the next Step
 // is accepted.
-func (a *Agent) Step(ctx context.Context) (fleet.HeartbeatResult, error) {
+func (a *Agent) Step(ctx context.Context) (api.HeartbeatResult, error) {
 	rep := a.report(ctx)
 	payload, err := json.Marshal(rep)
 	if err != nil {
-		return fleet.HeartbeatResult{}, err
+		return api.HeartbeatResult{}, err
 	}
-	env, err := dsse.Sign(fleet.ReportPayloadType, payload, a.cfg.Key)
+	env, err := dsse.Sign(api.ReportPayloadType, payload, a.cfg.Key)
 	if err != nil {
-		return fleet.HeartbeatResult{}, err
+		return api.HeartbeatResult{}, err
 	}
 	a.counter = rep.Counter
 	out, err := a.cfg.Client.NodesHeartbeat(ctx, &api.HeartbeatInput{Tenant: api.Tenant{TenantID: a.cfg.TenantID},
@@ -226,7 +225,7 @@ func (a *Agent) Step(ctx context.Context) (fleet.HeartbeatResult, error) {
 		if latest, ok := replayed(err); ok {
 			a.counter = max(a.counter, latest)
 		}
-		return fleet.HeartbeatResult{}, err
+		return api.HeartbeatResult{}, err
 	}
 	for _, b := range rep.Bindings {
 		a.reported[b.ReservationID] = b.State
@@ -238,24 +237,24 @@ func (a *Agent) Step(ctx context.Context) (fleet.HeartbeatResult, error) {
 
 // report is the report of now: counter = max(last+1, now in µs), so it
 // rises across restarts without state.
-func (a *Agent) report(ctx context.Context) fleet.Report {
+func (a *Agent) report(ctx context.Context) api.Report {
 	now := a.cfg.Now().UTC()
 	h := a.cfg.Driver.Health(ctx)
 	checks := h.Checks
-	if len(checks) > fleet.MaxChecks {
-		checks = checks[:fleet.MaxChecks]
+	if len(checks) > api.MaxChecks {
+		checks = checks[:api.MaxChecks]
 	}
 	if checks == nil {
-		checks = []fleet.Check{}
+		checks = []api.Check{}
 	}
 	a.mu.Lock()
 	running, install, cp := a.running, a.install, a.checkpoint
 	a.mu.Unlock()
-	rep := fleet.Report{PoolID: a.cfg.PoolID, NodeID: a.cfg.NodeID, Counter: max(a.counter+1, now.UnixMicro()), At: now,
+	rep := api.Report{PoolID: a.cfg.PoolID, NodeID: a.cfg.NodeID, Counter: max(a.counter+1, now.UnixMicro()), At: now,
 		Running: running, Install: install, Bindings: a.reportBindings(),
-		Health: fleet.Health{DevicesExpected: a.cfg.Devices, DevicesVisible: h.Visible, Checks: checks}}
+		Health: api.Health{DevicesExpected: a.cfg.Devices, DevicesVisible: h.Visible, Checks: checks}}
 	if cp != nil {
-		rep.Log = &fleet.LogReport{Size: cp.Size, Root: base64.StdEncoding.EncodeToString(cp.Root[:])}
+		rep.Log = &api.LogReport{Size: cp.Size, Root: base64.StdEncoding.EncodeToString(cp.Root[:])}
 	}
 	return rep
 }
@@ -263,7 +262,7 @@ func (a *Agent) report(ctx context.Context) fleet.Report {
 // replayed reads a CONFLICT replay's latestCounter.
 func replayed(err error) (int64, bool) {
 	var e *apierr.Error
-	if !errors.As(err, &e) || e.Code != apierr.Conflict || e.Details["reason"] != fleet.ReasonReplay {
+	if !errors.As(err, &e) || e.Code != apierr.Conflict || e.Details["reason"] != api.ReasonReplay {
 		return 0, false
 	}
 	switch v := e.Details["latestCounter"].(type) {

@@ -12,12 +12,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/client"
-	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
-func step(t *testing.T, a *Agent) fleet.HeartbeatResult {
+func step(t *testing.T, a *Agent) api.HeartbeatResult {
 	t.Helper()
 	res, err := a.Step(context.Background())
 	if err != nil {
@@ -31,10 +31,10 @@ func step(t *testing.T, a *Agent) fleet.HeartbeatResult {
 // health from the driver against the node's device count.
 func TestStepReport(t *testing.T) {
 	node := newKey(t)
-	api := newFakeAPI(t, node)
-	f := newFixture(t, api.srv.URL, node)
+	fake := newFakeAPI(t, node)
+	f := newFixture(t, fake.srv.URL, node)
 	step(t, f.agent)
-	rep := api.last()
+	rep := fake.last()
 	if rep.Counter != t0.UnixMicro() || !rep.At.Equal(t0) || rep.Running != nil || rep.Install != nil {
 		t.Errorf("first report: %+v", rep)
 	}
@@ -42,14 +42,14 @@ func TestStepReport(t *testing.T) {
 		t.Errorf("health: %+v", h)
 	}
 	step(t, f.agent) // the clock did not move
-	if got := api.last().Counter; got != t0.UnixMicro()+1 {
+	if got := fake.last().Counter; got != t0.UnixMicro()+1 {
 		t.Errorf("second counter %d, want %d", got, t0.UnixMicro()+1)
 	}
 	f.driver.SetVisible(6)
 	f.driver.SetCheck("nvlink", false, "link 3 down")
 	f.clock.Advance(time.Second)
 	step(t, f.agent)
-	rep = api.last()
+	rep = fake.last()
 	if rep.Counter != t0.Add(time.Second).UnixMicro() {
 		t.Errorf("counter after a second: %d", rep.Counter)
 	}
@@ -66,15 +66,15 @@ func TestStepReport(t *testing.T) {
 // unbound reservation no longer listed is forgotten, a bound one kept.
 func TestStepBindingsInOrder(t *testing.T) {
 	node := newKey(t)
-	api := newFakeAPI(t, node)
-	f := newFixture(t, api.srv.URL, node)
-	handover := []fleet.DesiredBinding{unbind("r0", "gpu-0", "gpu-1"), bind("r1", "gpu-1", "gpu-2"), bind("r2", "gpu-5")}
-	api.answers(
-		[]fleet.DesiredBinding{bind("r0", "gpu-0", "gpu-1")},
+	fake := newFakeAPI(t, node)
+	f := newFixture(t, fake.srv.URL, node)
+	handover := []api.DesiredBinding{unbind("r0", "gpu-0", "gpu-1"), bind("r1", "gpu-1", "gpu-2"), bind("r2", "gpu-5")}
+	fake.answers(
+		[]api.DesiredBinding{bind("r0", "gpu-0", "gpu-1")},
 		handover,
 		handover,
-		[]fleet.DesiredBinding{bind("r1", "gpu-1", "gpu-2"), bind("r2", "gpu-5")},
-		[]fleet.DesiredBinding{},
+		[]api.DesiredBinding{bind("r1", "gpu-1", "gpu-2"), bind("r2", "gpu-5")},
+		[]api.DesiredBinding{},
 	)
 	all := []string{"bind r0", "unbind r0", "bind r2", "bind r1"}
 	for i, w := range []struct {
@@ -91,7 +91,7 @@ func TestStepBindingsInOrder(t *testing.T) {
 		{[]string{"r1 bound", "r2 bound"}, all},               // no longer listed but held: still said
 	} {
 		step(t, f.agent)
-		if got := words(api.last()); !slices.Equal(got, w.report) {
+		if got := words(fake.last()); !slices.Equal(got, w.report) {
 			t.Fatalf("report %d: %v, want %v", i, got, w.report)
 		}
 		if got := ops(f.driver); !slices.Equal(got, w.driver) {
@@ -105,19 +105,19 @@ func TestStepBindingsInOrder(t *testing.T) {
 // may not have been accepted) binds nothing, the next accepted one does.
 func TestStepBindsTheNextHolderOnlyAfterAnAcceptedUnbound(t *testing.T) {
 	node := newKey(t)
-	api := newFakeAPI(t, node)
-	f := newFixture(t, api.srv.URL, node)
+	fake := newFakeAPI(t, node)
+	f := newFixture(t, fake.srv.URL, node)
 	n := 0
-	api.script(func(fleet.Report) (int, any) {
+	fake.script(func(api.Report) (int, any) {
 		n++
 		res := answer(5)
 		switch n {
 		case 1:
-			res.Desired.Bindings = []fleet.DesiredBinding{bind("r0", "gpu-0", "gpu-1")}
+			res.Desired.Bindings = []api.DesiredBinding{bind("r0", "gpu-0", "gpu-1")}
 		case 3:
 			return 503, apierr.New(apierr.Unavailable, "the answer was lost")
 		default:
-			res.Desired.Bindings = []fleet.DesiredBinding{unbind("r0", "gpu-0", "gpu-1"), bind("r1", "gpu-0", "gpu-1")}
+			res.Desired.Bindings = []api.DesiredBinding{unbind("r0", "gpu-0", "gpu-1"), bind("r1", "gpu-0", "gpu-1")}
 		}
 		return 200, res
 	})
@@ -129,21 +129,21 @@ func TestStepBindsTheNextHolderOnlyAfterAnAcceptedUnbound(t *testing.T) {
 	if _, err := f.agent.Step(context.Background()); apierr.CodeOf(err) != apierr.Unavailable {
 		t.Fatalf("step: %v, want the UNAVAILABLE", err)
 	}
-	if got, want := words(api.last()), []string{"r0 unbound"}; !slices.Equal(got, want) {
+	if got, want := words(fake.last()), []string{"r0 unbound"}; !slices.Equal(got, want) {
 		t.Fatalf("the lost step's report: %v, want %v", got, want)
 	}
 	if got, want := ops(f.driver), []string{"bind r0", "unbind r0"}; !slices.Equal(got, want) {
 		t.Fatalf("after a lost answer: %v, want %v", got, want)
 	}
 	step(t, f.agent)
-	if got, want := words(api.last()), []string{"r0 unbound"}; !slices.Equal(got, want) {
+	if got, want := words(fake.last()), []string{"r0 unbound"}; !slices.Equal(got, want) {
 		t.Fatalf("the accepted report: %v, want %v", got, want)
 	}
 	if got, want := ops(f.driver), []string{"bind r0", "unbind r0", "bind r1"}; !slices.Equal(got, want) {
 		t.Fatalf("after the accepted unbound: %v, want %v", got, want)
 	}
 	step(t, f.agent)
-	if got, want := words(api.last()), []string{"r0 unbound", "r1 bound"}; !slices.Equal(got, want) {
+	if got, want := words(fake.last()), []string{"r0 unbound", "r1 bound"}; !slices.Equal(got, want) {
 		t.Errorf("then: %v, want %v", got, want)
 	}
 }
@@ -155,9 +155,9 @@ func TestStepBindsTheNextHolderOnlyAfterAnAcceptedUnbound(t *testing.T) {
 // whatever the order the answer lists them in.
 func TestStepTombstonesAndUnbindsWin(t *testing.T) {
 	node := newKey(t)
-	api := newFakeAPI(t, node)
-	f := newFixture(t, api.srv.URL, node)
-	api.answers([]fleet.DesiredBinding{
+	fake := newFakeAPI(t, node)
+	f := newFixture(t, fake.srv.URL, node)
+	fake.answers([]api.DesiredBinding{
 		bind("r9", "gpu-6"), unbind("r9", "gpu-6"), // listed out of order: the unbind wins
 		unbind("r7", "gpu-3"), bind("r8", "gpu-3"), // r7: a tombstone
 	})
@@ -166,14 +166,14 @@ func TestStepTombstonesAndUnbindsWin(t *testing.T) {
 		t.Fatalf("first answer: driver %v, want %v", got, want)
 	}
 	step(t, f.agent)
-	if got, want := words(api.last()), []string{"r9 unbound", "r7 unbound"}; !slices.Equal(got, want) {
+	if got, want := words(fake.last()), []string{"r9 unbound", "r7 unbound"}; !slices.Equal(got, want) {
 		t.Fatalf("report: %v, want %v", got, want)
 	}
 	if got, want := ops(f.driver), []string{"unbind r9", "unbind r7", "bind r8"}; !slices.Equal(got, want) {
 		t.Fatalf("second answer: driver %v, want %v", got, want)
 	}
 	step(t, f.agent)
-	if got, want := words(api.last()), []string{"r9 unbound", "r7 unbound", "r8 bound"}; !slices.Equal(got, want) {
+	if got, want := words(fake.last()), []string{"r9 unbound", "r7 unbound", "r8 bound"}; !slices.Equal(got, want) {
 		t.Errorf("report: %v, want %v", got, want)
 	}
 	if got, want := ops(f.driver), []string{"unbind r9", "unbind r7", "bind r8"}; !slices.Equal(got, want) {
@@ -189,43 +189,43 @@ func TestStepTombstonesAndUnbindsWin(t *testing.T) {
 // failed with its reason and tried again.
 func TestStepPendingAndFailedBinds(t *testing.T) {
 	node := newKey(t)
-	api := newFakeAPI(t, node)
-	f := newFixture(t, api.srv.URL, node)
+	fake := newFakeAPI(t, node)
+	f := newFixture(t, fake.srv.URL, node)
 	// r0 holds gpu-1 from before (the agent restarted; the driver did not).
 	if err := f.driver.Bind(context.Background(), "r0", "acme", []string{"gpu-1"}); err != nil {
 		t.Fatal(err)
 	}
-	api.answers(
-		[]fleet.DesiredBinding{bind("r1", "gpu-1")},
-		[]fleet.DesiredBinding{unbind("r0", "gpu-1"), bind("r1", "gpu-1")},
+	fake.answers(
+		[]api.DesiredBinding{bind("r1", "gpu-1")},
+		[]api.DesiredBinding{unbind("r0", "gpu-1"), bind("r1", "gpu-1")},
 	)
 	step(t, f.agent) // r1 refused: gpu-1 is r0's
 	step(t, f.agent) // r0 unbound; r1 waits for that word to be accepted
-	if got := words(api.last()); len(got) != 0 {
+	if got := words(fake.last()); len(got) != 0 {
 		t.Fatalf("a pending bind was reported: %v", got)
 	}
 	step(t, f.agent)
-	if got, want := words(api.last()), []string{"r0 unbound"}; !slices.Equal(got, want) {
+	if got, want := words(fake.last()), []string{"r0 unbound"}; !slices.Equal(got, want) {
 		t.Fatalf("after the unbind: %v, want %v", got, want)
 	}
 	step(t, f.agent)
-	if got, want := words(api.last()), []string{"r0 unbound", "r1 bound"}; !slices.Equal(got, want) {
+	if got, want := words(fake.last()), []string{"r0 unbound", "r1 bound"}; !slices.Equal(got, want) {
 		t.Fatalf("after the unbound was accepted: %v, want %v", got, want)
 	}
 
 	f.driver.FailBinds(errors.New("nvidia-smi: device busy"))
-	api.answers([]fleet.DesiredBinding{bind("r2", "gpu-5")})
+	fake.answers([]api.DesiredBinding{bind("r2", "gpu-5")})
 	step(t, f.agent)
 	step(t, f.agent)
-	rep := api.last()
-	i := slices.IndexFunc(rep.Bindings, func(b fleet.ReportedBinding) bool { return b.ReservationID == "r2" })
-	if i < 0 || rep.Bindings[i].State != fleet.BindFailed || !strings.Contains(*rep.Bindings[i].Reason, "device busy") {
+	rep := fake.last()
+	i := slices.IndexFunc(rep.Bindings, func(b api.ReportedBinding) bool { return b.ReservationID == "r2" })
+	if i < 0 || rep.Bindings[i].State != api.BindFailed || !strings.Contains(*rep.Bindings[i].Reason, "device busy") {
 		t.Fatalf("failed bind: %+v", rep.Bindings)
 	}
 	f.driver.FailBinds(nil)
 	step(t, f.agent)
 	step(t, f.agent)
-	if got := words(api.last()); !slices.Contains(got, "r2 bound") {
+	if got := words(fake.last()); !slices.Contains(got, "r2 bound") {
 		t.Errorf("after the driver healed: %v", got)
 	}
 }
@@ -234,12 +234,12 @@ func TestStepPendingAndFailedBinds(t *testing.T) {
 // past the server's latest.
 func TestStepReplayMovesTheCounter(t *testing.T) {
 	node := newKey(t)
-	api := newFakeAPI(t, node)
-	f := newFixture(t, api.srv.URL, node)
+	fake := newFakeAPI(t, node)
+	f := newFixture(t, fake.srv.URL, node)
 	latest := t0.Add(time.Hour).UnixMicro() // another life's counter, with a clock ahead
-	api.script(func(rep fleet.Report) (int, any) {
+	fake.script(func(rep api.Report) (int, any) {
 		if rep.Counter <= latest {
-			return 409, apierr.New(apierr.Conflict, "replay").With("reason", fleet.ReasonReplay).With("latestCounter", latest)
+			return 409, apierr.New(apierr.Conflict, "replay").With("reason", api.ReasonReplay).With("latestCounter", latest)
 		}
 		return 200, answer(30)
 	})
@@ -248,7 +248,7 @@ func TestStepReplayMovesTheCounter(t *testing.T) {
 		t.Fatalf("step: %v, want the CONFLICT", err)
 	}
 	step(t, f.agent)
-	if got := api.last().Counter; got != latest+1 {
+	if got := fake.last().Counter; got != latest+1 {
 		t.Errorf("counter %d, want %d", got, latest+1)
 	}
 }
@@ -258,22 +258,22 @@ func TestStepReplayMovesTheCounter(t *testing.T) {
 // running; a refused release is reported failed and not tried again.
 func TestStepInstallsTheDesiredRelease(t *testing.T) {
 	node := newKey(t)
-	api := newFakeAPI(t, node)
+	fake := newFakeAPI(t, node)
 	site := newBinarySite(t)
-	f := newFixture(t, api.srv.URL, node, func(c *Config) { c.HTTP = site.srv.Client() })
+	f := newFixture(t, fake.srv.URL, node, func(c *Config) { c.HTTP = site.srv.Client() })
 	e := &installEnv{fixture: f, site: site}
 	st, _ := e.statement("1.1.0", 2)
 	rel := desired(t, st, f.release)
 	gate := make(chan struct{})
 	site.serve = func(w http.ResponseWriter, r *http.Request) bool { <-gate; return false }
-	api.script(func(rep fleet.Report) (int, any) {
+	fake.script(func(rep api.Report) (int, any) {
 		res := answer(5)
 		res.Desired.Release = f.told(t, rel, rep)
 		return 200, res
 	})
 	step(t, f.agent) // starts the install, held at the download
 	step(t, f.agent)
-	if in := api.last().Install; in == nil || in.State != fleet.InstallInstalling || in.Version != "1.1.0" {
+	if in := fake.last().Install; in == nil || in.State != api.InstallInstalling || in.Version != "1.1.0" {
 		t.Fatalf("during the install: %+v", in)
 	}
 	close(gate)
@@ -281,15 +281,15 @@ func TestStepInstallsTheDesiredRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 	step(t, f.agent)
-	rep := api.last()
-	if rep.Install == nil || rep.Install.State != fleet.InstallInstalled || rep.Running == nil || rep.Running.Version != "1.1.0" {
+	rep := fake.last()
+	if rep.Install == nil || rep.Install.State != api.InstallInstalled || rep.Running == nil || rep.Running.Version != "1.1.0" {
 		t.Fatalf("after the install: install %+v running %+v", rep.Install, rep.Running)
 	}
 
 	// A release signed by a key the node does not pin.
 	st2, _ := e.statement("1.2.0", 3)
 	bad := desired(t, st2, newKey(t))
-	api.script(func(rep fleet.Report) (int, any) {
+	fake.script(func(rep api.Report) (int, any) {
 		res := answer(5)
 		res.Desired.Release, res.Desired.FloorSequence = f.told(t, bad, rep), 2
 		return 200, res
@@ -303,8 +303,8 @@ func TestStepInstallsTheDesiredRelease(t *testing.T) {
 		step(t, f.agent)
 		f.clock.Advance(2 * RetryInstallAfter)
 	}
-	rep = api.last()
-	if rep.Install == nil || rep.Install.State != fleet.InstallFailed || !strings.Contains(*rep.Install.Reason, "unknown_key") ||
+	rep = fake.last()
+	if rep.Install == nil || rep.Install.State != api.InstallFailed || !strings.Contains(*rep.Install.Reason, "unknown_key") ||
 		rep.Running == nil || rep.Running.Version != "1.1.0" {
 		t.Fatalf("after the refusal: install %+v running %+v", rep.Install, rep.Running)
 	}
@@ -318,16 +318,16 @@ func TestStepInstallsTheDesiredRelease(t *testing.T) {
 // once an answer named another release in between.
 func TestStepInstallsAReleaseAskedAgain(t *testing.T) {
 	node := newKey(t)
-	api := newFakeAPI(t, node)
+	fake := newFakeAPI(t, node)
 	site := newBinarySite(t)
-	f := newFixture(t, api.srv.URL, node, func(c *Config) { c.HTTP = site.srv.Client() })
+	f := newFixture(t, fake.srv.URL, node, func(c *Config) { c.HTTP = site.srv.Client() })
 	e := &installEnv{fixture: f, site: site}
 	st1, _ := e.statement("1.1.0", 2)
 	st2, _ := e.statement("1.2.0", 3)
 	v1, v2 := desired(t, st1, f.release), desired(t, st2, f.release)
-	ask := func(rel fleet.DesiredRelease, floor int64) *fleet.Report {
+	ask := func(rel api.DesiredRelease, floor int64) *api.Report {
 		t.Helper()
-		api.script(func(rep fleet.Report) (int, any) {
+		fake.script(func(rep api.Report) (int, any) {
 			res := answer(5)
 			res.Desired.Release, res.Desired.FloorSequence = f.told(t, rel, rep), floor
 			return 200, res
@@ -337,11 +337,11 @@ func TestStepInstallsAReleaseAskedAgain(t *testing.T) {
 			t.Fatal(err)
 		}
 		step(t, f.agent)
-		rep := api.last()
+		rep := fake.last()
 		return &rep
 	}
 	for i, c := range []struct {
-		rel   fleet.DesiredRelease
+		rel   api.DesiredRelease
 		floor int64
 		want  string
 	}{{v1, 0, "1.1.0"}, {v2, 2, "1.2.0"}, {v1, 2, "1.1.0"}, {v2, 2, "1.2.0"}} {
@@ -353,7 +353,7 @@ func TestStepInstallsAReleaseAskedAgain(t *testing.T) {
 	// with a floor it meets: installed.
 	st3, _ := e.statement("1.3.0", 4)
 	v3 := desired(t, st3, f.release)
-	if rep := ask(v3, 5); rep.Install == nil || rep.Install.State != fleet.InstallFailed {
+	if rep := ask(v3, 5); rep.Install == nil || rep.Install.State != api.InstallFailed {
 		t.Fatalf("below the floor: %+v", rep.Install)
 	}
 	if rep := ask(v1, 2); rep.Running == nil || rep.Running.Version != "1.1.0" {

@@ -5,7 +5,7 @@ import (
 	"errors"
 	"slices"
 
-	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/api"
 )
 
 // bindings acts on an answer's bindings: every unbind first, whatever the
@@ -19,18 +19,18 @@ import (
 // to unbind is never bound. A bind the driver refuses because a device is
 // still held stays pending too; a failed bind or unbind is reported
 // failed, and tried again next step.
-func (a *Agent) bindings(ctx context.Context, list []fleet.DesiredBinding) {
+func (a *Agent) bindings(ctx context.Context, list []api.DesiredBinding) {
 	told := make(map[string]bool, len(list))
 	unbinds := map[string][]string{} // this answer's unbinds: reservation → its devices
 	for _, b := range list {
 		told[b.ReservationID] = true
-		if b.Action == fleet.ActionUnbind {
+		if b.Action == api.ActionUnbind {
 			unbinds[b.ReservationID] = b.DeviceIDs
 			a.unbind(ctx, b.ReservationID)
 		}
 	}
 	for _, b := range list {
-		if b.Action == fleet.ActionBind {
+		if b.Action == api.ActionBind {
 			a.bind(ctx, b, unbinds)
 		}
 	}
@@ -56,7 +56,7 @@ func (a *Agent) bindings(ctx context.Context, list []fleet.DesiredBinding) {
 // unbound, even of one it never bound (a tombstone: it was released before
 // this node bound it), unless it said so already and holds nothing of it.
 func (a *Agent) unbind(ctx context.Context, id string) {
-	if a.words[id].State == fleet.BindUnbound && !a.held[id] {
+	if a.words[id].State == api.BindUnbound && !a.held[id] {
 		return
 	}
 	if err := a.cfg.Driver.Unbind(ctx, id); err != nil {
@@ -65,24 +65,24 @@ func (a *Agent) unbind(ctx context.Context, id string) {
 		return
 	}
 	delete(a.held, id)
-	a.words[id] = fleet.ReportedBinding{ReservationID: id, State: fleet.BindUnbound}
+	a.words[id] = api.ReportedBinding{ReservationID: id, State: api.BindUnbound}
 	a.log.Info("unbound", "reservation", id)
 }
 
 // bind gives a reservation its devices through the driver, unless the same
 // answer says to unbind it, or a device of it belongs to an unbind of the
 // answer whose unbound no accepted report carried yet.
-func (a *Agent) bind(ctx context.Context, b fleet.DesiredBinding, unbinds map[string][]string) {
+func (a *Agent) bind(ctx context.Context, b api.DesiredBinding, unbinds map[string][]string) {
 	id := b.ReservationID
 	if _, ok := unbinds[id]; ok {
 		a.log.Warn("bind not done: the same answer says to unbind it", "reservation", id)
 		return
 	}
-	if a.held[id] && a.words[id].State == fleet.BindBound {
+	if a.held[id] && a.words[id].State == api.BindBound {
 		return
 	}
 	for prev, devices := range unbinds {
-		if a.reported[prev] == fleet.BindUnbound && a.words[prev].State == fleet.BindUnbound {
+		if a.reported[prev] == api.BindUnbound && a.words[prev].State == api.BindUnbound {
 			continue // scrubbed, and the control plane has its word
 		}
 		if i := slices.IndexFunc(b.DeviceIDs, func(d string) bool { return slices.Contains(devices, d) }); i >= 0 {
@@ -101,7 +101,7 @@ func (a *Agent) bind(ctx context.Context, b fleet.DesiredBinding, unbinds map[st
 		a.words[id] = failed(id, "bind: "+err.Error())
 	default:
 		a.held[id] = true
-		a.words[id] = fleet.ReportedBinding{ReservationID: id, State: fleet.BindBound}
+		a.words[id] = api.ReportedBinding{ReservationID: id, State: api.BindBound}
 		a.log.Info("bound", "reservation", id, "tenant", b.TenantID, "devices", len(b.DeviceIDs))
 	}
 }
@@ -120,8 +120,8 @@ func (a *Agent) unreported() bool {
 // reportBindings is its word on every reservation of the last answer, in
 // its order, then on the rest it still holds or has not reported yet (by
 // id); at most fleet.MaxBindings.
-func (a *Agent) reportBindings() []fleet.ReportedBinding {
-	out := make([]fleet.ReportedBinding, 0, len(a.words))
+func (a *Agent) reportBindings() []api.ReportedBinding {
+	out := make([]api.ReportedBinding, 0, len(a.words))
 	seen := make(map[string]bool, len(a.words))
 	for _, id := range a.order {
 		if w, ok := a.words[id]; ok && !seen[id] {
@@ -138,18 +138,18 @@ func (a *Agent) reportBindings() []fleet.ReportedBinding {
 	for _, id := range rest {
 		out = append(out, a.words[id])
 	}
-	if len(out) > fleet.MaxBindings {
-		a.log.Warn("more bindings than a report carries", "bindings", len(out), "max", fleet.MaxBindings)
-		out = out[:fleet.MaxBindings]
+	if len(out) > api.MaxBindings {
+		a.log.Warn("more bindings than a report carries", "bindings", len(out), "max", api.MaxBindings)
+		out = out[:api.MaxBindings]
 	}
 	return out
 }
 
 // failed is a failed binding's word, its reason cut to what a report
 // carries.
-func failed(id, reason string) fleet.ReportedBinding {
+func failed(id, reason string) api.ReportedBinding {
 	r := clip(reason)
-	return fleet.ReportedBinding{ReservationID: id, State: fleet.BindFailed, Reason: &r}
+	return api.ReportedBinding{ReservationID: id, State: api.BindFailed, Reason: &r}
 }
 
 // clip cuts a reason to the report's 256 characters.

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/api"
 )
 
 // Driver is what the agent needs of the node's devices. Unbind must be
@@ -34,7 +34,7 @@ type Driver interface {
 // DeviceHealth is a driver's view of the node's devices.
 type DeviceHealth struct {
 	Visible int
-	Checks  []fleet.Check
+	Checks  []api.Check
 }
 
 // BusyError: a bind asked for a device another reservation still holds.
@@ -67,7 +67,7 @@ type RecordingDriver struct {
 	mu      sync.Mutex
 	now     func() time.Time
 	visible int
-	checks  []fleet.Check
+	checks  []api.Check
 	bindErr error
 	holder  map[string]string   // device → reservation
 	devices map[string][]string // reservation → devices
@@ -79,7 +79,7 @@ type RecordingDriver struct {
 // passes its one check ("recording-driver").
 func NewRecordingDriver(devices int) *RecordingDriver {
 	return &RecordingDriver{now: time.Now, visible: devices,
-		checks: []fleet.Check{{Name: "recording-driver", OK: true}},
+		checks: []api.Check{{Name: "recording-driver", OK: true}},
 		holder: map[string]string{}, devices: map[string][]string{}}
 }
 
@@ -123,11 +123,11 @@ func (d *RecordingDriver) SetVisible(n int) { d.mu.Lock(); d.visible = n; d.mu.U
 func (d *RecordingDriver) SetCheck(name string, ok bool, detail string) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	c := fleet.Check{Name: name, OK: ok}
+	c := api.Check{Name: name, OK: ok}
 	if detail != "" {
 		c.Detail = &detail
 	}
-	if i := slices.IndexFunc(d.checks, func(c fleet.Check) bool { return c.Name == name }); i >= 0 {
+	if i := slices.IndexFunc(d.checks, func(c api.Check) bool { return c.Name == name }); i >= 0 {
 		d.checks[i] = c
 		return
 	}
@@ -173,7 +173,7 @@ func (d *RecordingDriver) Bind(_ context.Context, reservationID, tenantID string
 			return &BusyError{DeviceID: dev, HeldBy: h}
 		}
 	}
-	return d.record(Event{Op: fleet.ActionBind, ReservationID: reservationID, TenantID: tenantID, DeviceIDs: slices.Clone(deviceIDs)})
+	return d.record(Event{Op: api.ActionBind, ReservationID: reservationID, TenantID: tenantID, DeviceIDs: slices.Clone(deviceIDs)})
 }
 
 // Unbind implements Driver: it records every unbind, even of a reservation
@@ -181,7 +181,7 @@ func (d *RecordingDriver) Bind(_ context.Context, reservationID, tenantID string
 func (d *RecordingDriver) Unbind(_ context.Context, reservationID string) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.record(Event{Op: fleet.ActionUnbind, ReservationID: reservationID, DeviceIDs: slices.Clone(d.devices[reservationID])})
+	return d.record(Event{Op: api.ActionUnbind, ReservationID: reservationID, DeviceIDs: slices.Clone(d.devices[reservationID])})
 }
 
 // Health implements Driver.
@@ -215,12 +215,12 @@ func (d *RecordingDriver) record(ev Event) error {
 // apply updates what is held after ev.
 func (d *RecordingDriver) apply(ev Event) {
 	switch ev.Op {
-	case fleet.ActionBind:
+	case api.ActionBind:
 		d.devices[ev.ReservationID] = ev.DeviceIDs
 		for _, dev := range ev.DeviceIDs {
 			d.holder[dev] = ev.ReservationID
 		}
-	case fleet.ActionUnbind:
+	case api.ActionUnbind:
 		for _, dev := range d.devices[ev.ReservationID] {
 			if d.holder[dev] == ev.ReservationID {
 				delete(d.holder, dev)

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/dsse"
@@ -34,8 +35,8 @@ type fakeAPI struct {
 	pins *dsse.Pins
 
 	mu      sync.Mutex
-	reports []fleet.Report
-	answer  func(rep fleet.Report) (int, any) // status and body
+	reports []api.Report
+	answer  func(rep api.Report) (int, any) // status and body
 }
 
 func newFakeAPI(t *testing.T, node crypto.Signer) *fakeAPI {
@@ -44,7 +45,7 @@ func newFakeAPI(t *testing.T, node crypto.Signer) *fakeAPI {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f := &fakeAPI{t: t, pins: pins, answer: func(fleet.Report) (int, any) { return 200, answer(30) }}
+	f := &fakeAPI{t: t, pins: pins, answer: func(api.Report) (int, any) { return 200, answer(30) }}
 	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
 	t.Cleanup(f.srv.Close)
 	return f
@@ -66,7 +67,7 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, fmt.Sprintf("bad request %s: %v", body, err), http.StatusTeapot)
 		return
 	}
-	opened, err := f.pins.Open(in.Report, dsse.Want{PayloadType: fleet.ReportPayloadType, Field: "report"})
+	opened, err := f.pins.Open(in.Report, dsse.Want{PayloadType: api.ReportPayloadType, Field: "report"})
 	if err != nil {
 		http.Error(w, err.Error(), http.StatusTeapot)
 		return
@@ -89,7 +90,7 @@ func (f *fakeAPI) serve(w http.ResponseWriter, r *http.Request) {
 }
 
 // script sets the answer.
-func (f *fakeAPI) script(fn func(rep fleet.Report) (int, any)) {
+func (f *fakeAPI) script(fn func(rep api.Report) (int, any)) {
 	f.mu.Lock()
 	f.answer = fn
 	f.mu.Unlock()
@@ -97,9 +98,9 @@ func (f *fakeAPI) script(fn func(rep fleet.Report) (int, any)) {
 
 // answers answers each heartbeat with the desired bindings given, one per
 // heartbeat (the last one again once they run out).
-func (f *fakeAPI) answers(lists ...[]fleet.DesiredBinding) {
+func (f *fakeAPI) answers(lists ...[]api.DesiredBinding) {
 	n := 0
-	f.script(func(fleet.Report) (int, any) {
+	f.script(func(api.Report) (int, any) {
 		res := answer(5)
 		res.Desired.Bindings = lists[min(n, len(lists)-1)]
 		n++
@@ -108,7 +109,7 @@ func (f *fakeAPI) answers(lists ...[]fleet.DesiredBinding) {
 }
 
 // last is the last report received.
-func (f *fakeAPI) last() fleet.Report {
+func (f *fakeAPI) last() api.Report {
 	f.t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -118,20 +119,20 @@ func (f *fakeAPI) last() fleet.Report {
 	return f.reports[len(f.reports)-1]
 }
 
-func answer(next int) fleet.HeartbeatResult {
-	return fleet.HeartbeatResult{Desired: fleet.Desired{Bindings: []fleet.DesiredBinding{}}, NextHeartbeatSeconds: next}
+func answer(next int) api.HeartbeatResult {
+	return api.HeartbeatResult{Desired: api.Desired{Bindings: []api.DesiredBinding{}}, NextHeartbeatSeconds: next}
 }
 
-func bind(id string, devices ...string) fleet.DesiredBinding {
-	return fleet.DesiredBinding{ReservationID: id, TenantID: "acme", DeviceIDs: devices, Action: fleet.ActionBind}
+func bind(id string, devices ...string) api.DesiredBinding {
+	return api.DesiredBinding{ReservationID: id, TenantID: "acme", DeviceIDs: devices, Action: api.ActionBind}
 }
 
-func unbind(id string, devices ...string) fleet.DesiredBinding {
-	return fleet.DesiredBinding{ReservationID: id, TenantID: "acme", DeviceIDs: devices, Action: fleet.ActionUnbind}
+func unbind(id string, devices ...string) api.DesiredBinding {
+	return api.DesiredBinding{ReservationID: id, TenantID: "acme", DeviceIDs: devices, Action: api.ActionUnbind}
 }
 
 // words is a report's bindings as "id state" strings, in order.
-func words(rep fleet.Report) []string {
+func words(rep api.Report) []string {
 	out := []string{}
 	for _, b := range rep.Bindings {
 		out = append(out, b.ReservationID+" "+b.State)
@@ -203,7 +204,7 @@ type fakeStarter struct {
 	dir       string
 }
 
-func (s *fakeStarter) Start(_ context.Context, path string, v fleet.Version) error {
+func (s *fakeStarter) Start(_ context.Context, path string, v api.Version) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	rel, _ := filepath.Rel(s.dir, path)
@@ -260,7 +261,7 @@ func (s *binarySite) put(path, platform string, data []byte) release.Binary {
 }
 
 // desired signs a statement with signers and names it as an answer would.
-func desired(t *testing.T, st release.Statement, signers ...crypto.Signer) fleet.DesiredRelease {
+func desired(t *testing.T, st release.Statement, signers ...crypto.Signer) api.DesiredRelease {
 	t.Helper()
 	m := map[string]any{"version": st.Version, "sequence": st.Sequence, "binaries": st.Binaries}
 	if st.Expires != nil { // the statement has no null expiry: absent or a time
@@ -275,5 +276,5 @@ func desired(t *testing.T, st release.Statement, signers ...crypto.Signer) fleet
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256(payload)
-	return fleet.DesiredRelease{Version: st.Version, Sequence: st.Sequence, ManifestDigest: "sha256:" + hex.EncodeToString(sum[:]), Manifest: env}
+	return api.DesiredRelease{Version: st.Version, Sequence: st.Sequence, ManifestDigest: "sha256:" + hex.EncodeToString(sum[:]), Manifest: env}
 }

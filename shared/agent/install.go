@@ -16,9 +16,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/release"
 )
 
@@ -43,7 +43,7 @@ func refused(format string, args ...any) error {
 // Starter starts an installed binary and says whether it came up healthy
 // (nil) or not.
 type Starter interface {
-	Start(ctx context.Context, path string, v fleet.Version) error
+	Start(ctx context.Context, path string, v api.Version) error
 }
 
 // ExecStarter is the default Starter: a health probe that runs
@@ -53,7 +53,7 @@ type Starter interface {
 type ExecStarter struct{ Timeout time.Duration }
 
 // Start implements Starter.
-func (s ExecStarter) Start(ctx context.Context, path string, v fleet.Version) error {
+func (s ExecStarter) Start(ctx context.Context, path string, v api.Version) error {
 	timeout := s.Timeout
 	if timeout <= 0 {
 		timeout = 10 * time.Second
@@ -84,7 +84,7 @@ func clipBytes(b []byte) []byte { return b[:min(len(b), 120)] }
 // records it as running with the release it replaces as the previous one.
 // A binary that does not start healthy is refused and the previous one is
 // started again; the node runs what it ran.
-func (a *Agent) Install(ctx context.Context, d fleet.DesiredRelease, floor int64) error {
+func (a *Agent) Install(ctx context.Context, d api.DesiredRelease, floor int64) error {
 	if a.cfg.Pins == nil {
 		return refused("installs are disabled: the agent has no release pins")
 	}
@@ -116,7 +116,7 @@ func (a *Agent) Install(ctx context.Context, d fleet.DesiredRelease, floor int64
 			return err
 		}
 	}
-	next := fleet.Version{Version: st.Version, Sequence: st.Sequence}
+	next := api.Version{Version: st.Version, Sequence: st.Sequence}
 	prev := a.Running()
 	if err := a.cfg.Starter.Start(ctx, path, next); err != nil {
 		running := "none"
@@ -273,7 +273,7 @@ func (a *Agent) open(ctx context.Context, bin release.Binary) (io.ReadCloser, in
 
 // prune removes installed releases other than the one running and the one
 // before it.
-func (a *Agent) prune(running fleet.Version, prev *fleet.Version) {
+func (a *Agent) prune(running api.Version, prev *api.Version) {
 	entries, err := os.ReadDir(a.cfg.StateDir)
 	if err != nil {
 		return
@@ -296,7 +296,7 @@ func (a *Agent) prune(running fleet.Version, prev *fleet.Version) {
 // node runs, unless an install is in progress or this release was refused
 // (or failed less than RetryInstallAfter ago). The outcome is reported in
 // the next reports: installing, then installed or failed.
-func (a *Agent) release(ctx context.Context, d fleet.Desired) {
+func (a *Agent) release(ctx context.Context, d api.Desired) {
 	rel := d.Release
 	if rel == nil {
 		return
@@ -328,7 +328,7 @@ func (a *Agent) release(ctx context.Context, d fleet.Desired) {
 		return
 	}
 	a.retryAt[key] = forever
-	a.install = &fleet.Install{Version: rel.Version, State: fleet.InstallInstalling}
+	a.install = &api.Install{Version: rel.Version, State: api.InstallInstalling}
 	busy := make(chan struct{})
 	a.busy = busy
 	a.log.Info("installing", "version", rel.Version, "sequence", rel.Sequence, "floor", d.FloorSequence)
@@ -340,12 +340,12 @@ func (a *Agent) release(ctx context.Context, d fleet.Desired) {
 		a.busy = nil
 		if err == nil {
 			delete(a.retryAt, key) // installed: asked again later (a rollback to it), it installs again
-			a.install = &fleet.Install{Version: rel.Version, State: fleet.InstallInstalled}
+			a.install = &api.Install{Version: rel.Version, State: api.InstallInstalled}
 			a.log.Info("installed", "version", rel.Version)
 			return
 		}
 		reason := clip(err.Error())
-		a.install = &fleet.Install{Version: rel.Version, State: fleet.InstallFailed, Reason: &reason}
+		a.install = &api.Install{Version: rel.Version, State: api.InstallFailed, Reason: &reason}
 		a.log.Error("install failed", "version", rel.Version, "error", err.Error())
 		if !errors.Is(err, ErrRefused) || ctx.Err() != nil {
 			a.retryAt[key] = a.cfg.Now().Add(RetryInstallAfter)
@@ -378,7 +378,7 @@ func (a *Agent) Wait(ctx context.Context) error {
 // stored (release.VerifyEvidence: signature and origin, not older, consistent,
 // the entry included), then stores that checkpoint in its place. Every
 // failure is a refusal whose reason starts with "log:".
-func (a *Agent) verifyLog(d *fleet.DesiredLog, entry []byte) error {
+func (a *Agent) verifyLog(d *api.DesiredLog, entry []byte) error {
 	if a.cfg.LogKey == nil {
 		return refused("log: no release log key is pinned")
 	}
@@ -428,7 +428,7 @@ func (a *Agent) storeCheckpoint(c release.Checkpoint, note string) error {
 // when its checkpoint is new, and stores it: the node's reports follow
 // the log as it grows, so each heartbeat witnesses a recent checkpoint. A
 // refusal is logged and the stored checkpoint kept.
-func (a *Agent) witness(rel fleet.DesiredRelease) {
+func (a *Agent) witness(rel api.DesiredRelease) {
 	if rel.Log == nil || a.cfg.LogKey == nil {
 		return
 	}

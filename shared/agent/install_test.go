@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/release"
 )
 
@@ -50,7 +50,7 @@ func refusedWith(t *testing.T, err error, want string) {
 }
 
 // nothingInstalled asserts no binary was written and the node runs what it ran.
-func (e *installEnv) nothingInstalled(t *testing.T, version string, running *fleet.Version) {
+func (e *installEnv) nothingInstalled(t *testing.T, version string, running *api.Version) {
 	t.Helper()
 	if _, err := os.Stat(e.agent.binaryPath(version)); !os.IsNotExist(err) {
 		t.Errorf("%s was written (%v)", e.agent.binaryPath(version), err)
@@ -63,7 +63,7 @@ func (e *installEnv) nothingInstalled(t *testing.T, version string, running *fle
 	}
 }
 
-func equalVersion(a, b *fleet.Version) bool {
+func equalVersion(a, b *api.Version) bool {
 	return (a == nil && b == nil) || (a != nil && b != nil && *a == *b)
 }
 
@@ -72,52 +72,52 @@ func equalVersion(a, b *fleet.Version) bool {
 func TestInstallRefusals(t *testing.T) {
 	past := t0.Add(-time.Hour)
 	for name, tc := range map[string]struct {
-		desired func(e *installEnv) fleet.DesiredRelease
+		desired func(e *installEnv) api.DesiredRelease
 		floor   int64
 		want    string
 		fetched bool // the refusal comes after the download
 	}{
-		"signed by a key the node does not pin": {desired: func(e *installEnv) fleet.DesiredRelease {
+		"signed by a key the node does not pin": {desired: func(e *installEnv) api.DesiredRelease {
 			st, _ := e.statement("1.1.0", 2)
 			return desired(t, st, newKey(t))
 		}, want: "unknown_key"},
-		"a signature that does not verify": {desired: func(e *installEnv) fleet.DesiredRelease {
+		"a signature that does not verify": {desired: func(e *installEnv) api.DesiredRelease {
 			st, _ := e.statement("1.1.0", 2)
 			d := desired(t, st, e.release)
 			d.Manifest = bytes.Replace(d.Manifest, []byte(`"sig":"`), []byte(`"sig":"AAAA`), 1)
 			return d
 		}, want: "bad_signature"},
-		"expired": {desired: func(e *installEnv) fleet.DesiredRelease {
+		"expired": {desired: func(e *installEnv) api.DesiredRelease {
 			st, _ := e.statement("1.1.0", 2)
 			st.Expires = &past
 			return desired(t, st, e.release)
 		}, want: "expired"},
-		"sequence below the floor": {desired: func(e *installEnv) fleet.DesiredRelease {
+		"sequence below the floor": {desired: func(e *installEnv) api.DesiredRelease {
 			st, _ := e.statement("1.1.0", 2)
 			return desired(t, st, e.release)
 		}, floor: 3, want: "below the floor 3"},
-		"the answer names another release than the statement": {desired: func(e *installEnv) fleet.DesiredRelease {
+		"the answer names another release than the statement": {desired: func(e *installEnv) api.DesiredRelease {
 			st, _ := e.statement("1.1.0", 2)
 			d := desired(t, st, e.release)
 			d.Sequence = 9
 			return d
 		}, want: "the answer names 1.1.0 (sequence 9"},
-		"no binary for the platform": {desired: func(e *installEnv) fleet.DesiredRelease {
+		"no binary for the platform": {desired: func(e *installEnv) api.DesiredRelease {
 			st, _ := e.statement("1.1.0", 2)
 			st.Binaries = slices.DeleteFunc(st.Binaries, func(b release.Binary) bool { return b.Platform == "linux/amd64" })
 			return desired(t, st, e.release)
 		}, want: "no binary for platform linux/amd64"},
-		"wrong sha256": {desired: func(e *installEnv) fleet.DesiredRelease {
+		"wrong sha256": {desired: func(e *installEnv) api.DesiredRelease {
 			st, _ := e.statement("1.1.0", 2)
 			st.Binaries[1].SHA256 = strings.Repeat("0", 64)
 			return desired(t, st, e.release)
 		}, want: "sha256", fetched: true},
-		"larger than the manifest says (Content-Length)": {desired: func(e *installEnv) fleet.DesiredRelease {
+		"larger than the manifest says (Content-Length)": {desired: func(e *installEnv) api.DesiredRelease {
 			st, _ := e.statement("1.1.0", 2)
 			st.Binaries[1].Size--
 			return desired(t, st, e.release)
 		}, want: "bytes offered, the manifest says", fetched: true},
-		"shorter than the manifest says": {desired: func(e *installEnv) fleet.DesiredRelease {
+		"shorter than the manifest says": {desired: func(e *installEnv) api.DesiredRelease {
 			st, _ := e.statement("1.1.0", 2)
 			st.Binaries[1].Size++
 			return desired(t, st, e.release)
@@ -179,7 +179,7 @@ func TestInstallHealthyStartRunsTheNewRelease(t *testing.T) {
 	if err := e.install(t, desired(t, st2, e.release), 1); err != nil {
 		t.Fatal(err)
 	}
-	want := fleet.Version{Version: "1.1.0", Sequence: 2}
+	want := api.Version{Version: "1.1.0", Sequence: 2}
 	if got := e.agent.Running(); got == nil || *got != want {
 		t.Fatalf("running %+v", got)
 	}
@@ -211,7 +211,7 @@ func TestInstallHealthyStartRunsTheNewRelease(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := again.Running(); got == nil || *got != (fleet.Version{Version: "1.2.0", Sequence: 3}) {
+	if got := again.Running(); got == nil || *got != (api.Version{Version: "1.2.0", Sequence: 3}) {
 		t.Errorf("a restarted agent runs %+v", got)
 	}
 }
@@ -228,7 +228,7 @@ func TestInstallUnhealthyStartFallsBack(t *testing.T) {
 	st2, _ := e.statement("1.1.0", 2)
 	err := e.install(t, desired(t, st2, e.release), 1)
 	refusedWith(t, err, "1.1.0 did not start healthy (exit status 3); running 1.0.0")
-	if got := e.agent.Running(); got == nil || *got != (fleet.Version{Version: "1.0.0", Sequence: 1}) {
+	if got := e.agent.Running(); got == nil || *got != (api.Version{Version: "1.0.0", Sequence: 1}) {
 		t.Errorf("running %+v, want 1.0.0", got)
 	}
 	if want := []string{"1.0.0 1.0.0/bcd", "1.1.0 1.1.0/bcd", "1.0.0 1.0.0/bcd"}; !slices.Equal(e.starter.starts(), want) {
@@ -299,7 +299,7 @@ func TestExecStarter(t *testing.T) {
 		}
 		return p
 	}
-	v := fleet.Version{Version: "1.2.3", Sequence: 4}
+	v := api.Version{Version: "1.2.3", Sequence: 4}
 	for path, want := range map[string]string{
 		script("good", `[ "$1" = --version ] && echo "bcd 1.2.3"`): "",
 		script("fails", "exit 3"):                                  "exit status 3",

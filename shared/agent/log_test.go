@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/release"
 )
 
@@ -35,7 +35,7 @@ func TestInstallLogRefusals(t *testing.T) {
 	e.logged(t, desired(t, st2, e.release), 1) // logged, never installed
 	st3, _ := e.statement("1.3.0", 4)
 	truth := e.logged(t, desired(t, st3, e.release), 1) // size 3, consistency from 1
-	v1 := &fleet.Version{Version: "1.1.0", Sequence: 2}
+	v1 := &api.Version{Version: "1.1.0", Sequence: 2}
 	starts := len(e.starter.starts())
 	untouched := func(t *testing.T) {
 		t.Helper()
@@ -67,24 +67,24 @@ func TestInstallLogRefusals(t *testing.T) {
 
 	for _, c := range []struct {
 		name  string
-		alter func(d *fleet.DesiredLog)
+		alter func(d *api.DesiredLog)
 		want  string
 	}{
 		{"no evidence", nil, "log: the answer carries no release log evidence"},
-		{"forged checkpoint (another key)", func(d *fleet.DesiredLog) {
+		{"forged checkpoint (another key)", func(d *api.DesiredLog) {
 			d.Checkpoint = resign(t, otherSigner(t, testOrigin), d.Checkpoint)
 		}, "log: checkpoint signature"},
-		{"wrong origin", func(d *fleet.DesiredLog) {
+		{"wrong origin", func(d *api.DesiredLog) {
 			d.Checkpoint = resign(t, otherSigner(t, "elsewhere.example/releases"), strings.Replace(d.Checkpoint, testOrigin, "elsewhere.example/releases", 1))
 		}, "log: checkpoint signature"},
-		{"truncated log (a checkpoint of size 0, validly signed)", func(d *fleet.DesiredLog) {
+		{"truncated log (a checkpoint of size 0, validly signed)", func(d *api.DesiredLog) {
 			d.Checkpoint, d.Inclusion, d.Consistency = e.log.checkpoint(t, 0), nil, nil
 		}, "log: checkpoint older"},
-		{"forked log (the same key, another history)", func(d *fleet.DesiredLog) { *d = *forked }, "log: consistency"},
-		{"proof for another size (of size 4, with the checkpoint of size 3)", func(d *fleet.DesiredLog) { d.Inclusion = at4 }, "log: inclusion"},
-		{"another entry's index", func(d *fleet.DesiredLog) { d.Index = 1 }, "log: inclusion"},
-		{"consistency dropped", func(d *fleet.DesiredLog) { d.Consistency = []string{} }, "log: consistency"},
-		{"malformed proof hash", func(d *fleet.DesiredLog) { d.Inclusion = []string{"not base64"} }, "log: inclusion: malformed log evidence"},
+		{"forked log (the same key, another history)", func(d *api.DesiredLog) { *d = *forked }, "log: consistency"},
+		{"proof for another size (of size 4, with the checkpoint of size 3)", func(d *api.DesiredLog) { d.Inclusion = at4 }, "log: inclusion"},
+		{"another entry's index", func(d *api.DesiredLog) { d.Index = 1 }, "log: inclusion"},
+		{"consistency dropped", func(d *api.DesiredLog) { d.Consistency = []string{} }, "log: consistency"},
+		{"malformed proof hash", func(d *api.DesiredLog) { d.Inclusion = []string{"not base64"} }, "log: inclusion: malformed log evidence"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			d := truth
@@ -123,7 +123,7 @@ func TestInstallLogRefusals(t *testing.T) {
 		t.Fatalf("stored after the truth: %+v", c)
 	}
 	older := desired(t, st2, e.release)
-	older.Log = &fleet.DesiredLog{Index: 1, Checkpoint: e.log.checkpoint(t, 2), Inclusion: []string{}, Consistency: []string{}}
+	older.Log = &api.DesiredLog{Index: 1, Checkpoint: e.log.checkpoint(t, 2), Inclusion: []string{}, Consistency: []string{}}
 	refusedWith(t, e.agent.Install(context.Background(), older, 2), "log: checkpoint older")
 }
 
@@ -150,13 +150,13 @@ func resign(t *testing.T, s *release.LogSigner, note string) string {
 // node runs advances it.
 func TestCheckpointWitness(t *testing.T) {
 	node := newKey(t)
-	api := newFakeAPI(t, node)
+	fake := newFakeAPI(t, node)
 	site := newBinarySite(t)
-	f := newFixture(t, api.srv.URL, node, func(c *Config) { c.HTTP = site.srv.Client() })
+	f := newFixture(t, fake.srv.URL, node, func(c *Config) { c.HTTP = site.srv.Client() })
 	e := &installEnv{fixture: f, site: site}
 	st1, _ := e.statement("1.1.0", 2)
 	rel := desired(t, st1, f.release)
-	api.script(func(rep fleet.Report) (int, any) {
+	fake.script(func(rep api.Report) (int, any) {
 		res := answer(5)
 		res.Desired.Release = f.told(t, rel, rep)
 		return 200, res
@@ -166,7 +166,7 @@ func TestCheckpointWitness(t *testing.T) {
 		t.Fatal(err)
 	}
 	step(t, f.agent)
-	rep := api.last()
+	rep := fake.last()
 	cp := f.agent.Checkpoint()
 	if rep.Log == nil || cp == nil || rep.Log.Size != 1 || rep.Log.Root != base64.StdEncoding.EncodeToString(cp.Root[:]) {
 		t.Fatalf("report log %+v, stored %+v", rep.Log, cp)
@@ -179,7 +179,7 @@ func TestCheckpointWitness(t *testing.T) {
 	e.logged(t, desired(t, st3, f.release), 0)
 	step(t, f.agent)
 	step(t, f.agent)
-	if rep := api.last(); rep.Log == nil || rep.Log.Size != 3 {
+	if rep := fake.last(); rep.Log == nil || rep.Log.Size != 3 {
 		t.Fatalf("after the log grew: report log %+v", rep.Log)
 	}
 	if starts := f.starter.starts(); len(starts) != 1 {

@@ -6,10 +6,10 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/conc"
-	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
 // Pacing of Run.
@@ -91,7 +91,7 @@ func HeartbeatCall(tenant, pool, node string) client.Failed {
 // jittered is d (fleet.DefaultInterval when the answer gave none) ±Jitter.
 func (a *Agent) jittered(d time.Duration) time.Duration {
 	if d <= 0 {
-		d = fleet.DefaultInterval
+		d = api.DefaultInterval
 	}
 	return time.Duration(float64(d) * (1 - Jitter + 2*Jitter*a.cfg.Rand()))
 }

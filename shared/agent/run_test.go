@@ -11,9 +11,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/client"
-	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
 // Run's pacing, with the sleep injected: the answer's interval ±10%;
@@ -22,37 +22,37 @@ import (
 // success resets the backoff; ctx's end stops it.
 func TestRunPacing(t *testing.T) {
 	node := newKey(t)
-	api := newFakeAPI(t, node)
+	fake := newFakeAPI(t, node)
 	latest := t0.Add(time.Hour).UnixMicro()
 	// The server's answers, in order; a report's counter decides a replay.
-	script := []func(rep fleet.Report) (int, any){
-		func(fleet.Report) (int, any) { return 200, answer(5) },
-		func(fleet.Report) (int, any) { return 503, apierr.Dependency("dynamodb", errors.New("down")) },
-		func(fleet.Report) (int, any) { return 502, "bad gateway" }, // not the API's envelope: transport
-		func(fleet.Report) (int, any) { return 503, apierr.Dependency("dynamodb", errors.New("down")) },
-		func(fleet.Report) (int, any) {
-			return 409, apierr.New(apierr.Conflict, "replay").With("reason", fleet.ReasonReplay).With("latestCounter", latest)
+	script := []func(rep api.Report) (int, any){
+		func(api.Report) (int, any) { return 200, answer(5) },
+		func(api.Report) (int, any) { return 503, apierr.Dependency("dynamodb", errors.New("down")) },
+		func(api.Report) (int, any) { return 502, "bad gateway" }, // not the API's envelope: transport
+		func(api.Report) (int, any) { return 503, apierr.Dependency("dynamodb", errors.New("down")) },
+		func(api.Report) (int, any) {
+			return 409, apierr.New(apierr.Conflict, "replay").With("reason", api.ReasonReplay).With("latestCounter", latest)
 		},
-		func(rep fleet.Report) (int, any) { // the retry at once
+		func(rep api.Report) (int, any) { // the retry at once
 			if rep.Counter != latest+1 {
 				t.Errorf("retry after a replay: counter %d, want %d", rep.Counter, latest+1)
 			}
 			return 200, answer(0) // no interval given: the default
 		},
-		func(fleet.Report) (int, any) { return 503, apierr.Dependency("dynamodb", errors.New("down")) },
+		func(api.Report) (int, any) { return 503, apierr.Dependency("dynamodb", errors.New("down")) },
 	}
 	for range 10 { // a long outage: the ceiling
 		script = append(script, script[len(script)-1])
 	}
 	n := 0
-	api.script(func(rep fleet.Report) (int, any) {
+	fake.script(func(rep api.Report) (int, any) {
 		defer func() { n++ }()
 		return script[min(n, len(script)-1)](rep)
 	})
 	var slept []time.Duration
 	ctx, cancel := context.WithCancel(context.Background())
 	rnd := []float64{0, 0.5, 0.999, 0.5}
-	f := newFixture(t, api.srv.URL, node, func(c *Config) {
+	f := newFixture(t, fake.srv.URL, node, func(c *Config) {
 		c.Rand = func() float64 { return rnd[len(slept)%len(rnd)] }
 		c.Sleep = func(ctx context.Context, d time.Duration) error {
 			slept = append(slept, d)
@@ -97,14 +97,14 @@ func TestRunPacing(t *testing.T) {
 // loop of immediate retries).
 func TestRunReplayRetriedOnce(t *testing.T) {
 	node := newKey(t)
-	api := newFakeAPI(t, node)
+	fake := newFakeAPI(t, node)
 	calls := 0
-	api.script(func(rep fleet.Report) (int, any) {
+	fake.script(func(rep api.Report) (int, any) {
 		calls++
-		return 409, apierr.New(apierr.Conflict, "replay").With("reason", fleet.ReasonReplay).With("latestCounter", rep.Counter)
+		return 409, apierr.New(apierr.Conflict, "replay").With("reason", api.ReasonReplay).With("latestCounter", rep.Counter)
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	f := newFixture(t, api.srv.URL, node, func(c *Config) {
+	f := newFixture(t, fake.srv.URL, node, func(c *Config) {
 		c.Sleep = func(ctx context.Context, d time.Duration) error { cancel(); return ctx.Err() }
 	})
 	_ = f.agent.Run(ctx)
@@ -115,12 +115,12 @@ func TestRunReplayRetriedOnce(t *testing.T) {
 
 func TestRetryable(t *testing.T) {
 	for err, want := range map[error]bool{
-		errors.New("dial tcp: connection refused"):                    true,
-		apierr.Dependency("dynamodb", errors.New("x")):                true,
-		apierr.New(apierr.Internal, "bug"):                            true,
-		apierr.New(apierr.NotFound, "not registered"):                 false,
-		apierr.Invalid(fleet.ReasonStale, "report.payload.at", "old"): false,
-		apierr.New(apierr.PermissionDenied, "no"):                     false,
+		errors.New("dial tcp: connection refused"):                        true,
+		apierr.Dependency("dynamodb", errors.New("x")):                    true,
+		apierr.New(apierr.Internal, "bug"):                                true,
+		apierr.New(apierr.NotFound, "not registered"):                     false,
+		apierr.Invalid(api.ReasonReportStale, "report.payload.at", "old"): false,
+		apierr.New(apierr.PermissionDenied, "no"):                         false,
 	} {
 		if got := Retryable(err); got != want {
 			t.Errorf("Retryable(%v) = %v", err, got)
@@ -141,11 +141,11 @@ func TestJitterUpperBound(t *testing.T) {
 // again.
 func TestRunReportsABindAtOnce(t *testing.T) {
 	node := newKey(t)
-	api := newFakeAPI(t, node)
-	api.answers([]fleet.DesiredBinding{bind("r1", "gpu-0")})
+	fake := newFakeAPI(t, node)
+	fake.answers([]api.DesiredBinding{bind("r1", "gpu-0")})
 	var slept []time.Duration
 	ctx, cancel := context.WithCancel(context.Background())
-	f := newFixture(t, api.srv.URL, node, func(c *Config) {
+	f := newFixture(t, fake.srv.URL, node, func(c *Config) {
 		c.Rand = func() float64 { return 0.5 }
 		c.Sleep = func(ctx context.Context, d time.Duration) error {
 			slept = append(slept, d)
@@ -161,7 +161,7 @@ func TestRunReportsABindAtOnce(t *testing.T) {
 	if want := []time.Duration{0, 5 * time.Second, 5 * time.Second}; !slices.Equal(slept, want) {
 		t.Errorf("slept %v, want %v", slept, want)
 	}
-	if got := api.last().Bindings; len(got) != 1 || got[0].State != fleet.BindBound {
+	if got := fake.last().Bindings; len(got) != 1 || got[0].State != api.BindBound {
 		t.Errorf("last report's bindings: %+v", got)
 	}
 }
@@ -170,13 +170,13 @@ func TestRunReportsABindAtOnce(t *testing.T) {
 // a replay's retry at once, the retry's — and never again.
 func TestRunFirstHeartbeat(t *testing.T) {
 	node := newKey(t)
-	api := newFakeAPI(t, node)
+	fake := newFakeAPI(t, node)
 	n := 0
-	api.script(func(rep fleet.Report) (int, any) {
+	fake.script(func(rep api.Report) (int, any) {
 		n++
 		switch n {
 		case 1:
-			return 409, apierr.New(apierr.Conflict, "replay").With("reason", fleet.ReasonReplay).With("latestCounter", rep.Counter)
+			return 409, apierr.New(apierr.Conflict, "replay").With("reason", api.ReasonReplay).With("latestCounter", rep.Counter)
 		case 2:
 			return 404, apierr.New(apierr.NotFound, "node not found")
 		}
@@ -184,8 +184,8 @@ func TestRunFirstHeartbeat(t *testing.T) {
 	})
 	var told []string
 	ctx, cancel := context.WithCancel(context.Background())
-	f := newFixture(t, api.srv.URL, node, func(c *Config) {
-		c.FirstHeartbeat = func(res fleet.HeartbeatResult, err error) {
+	f := newFixture(t, fake.srv.URL, node, func(c *Config) {
+		c.FirstHeartbeat = func(res api.HeartbeatResult, err error) {
 			told = append(told, fmt.Sprint(res.NextHeartbeatSeconds, " ", err))
 		}
 		c.Sleep = func(ctx context.Context, d time.Duration) error {
@@ -205,13 +205,13 @@ func TestRunFirstHeartbeat(t *testing.T) {
 // to do, as bcctl prints them, with the program's words for its token.
 func TestRunLogsHint(t *testing.T) {
 	node := newKey(t)
-	api := newFakeAPI(t, node)
-	api.script(func(fleet.Report) (int, any) {
+	fake := newFakeAPI(t, node)
+	fake.script(func(api.Report) (int, any) {
 		return 401, apierr.New(apierr.Unauthenticated, "no valid token").With("reason", "token")
 	})
 	var logs strings.Builder
 	ctx, cancel := context.WithCancel(context.Background())
-	f := newFixture(t, api.srv.URL, node, func(c *Config) {
+	f := newFixture(t, fake.srv.URL, node, func(c *Config) {
 		c.Logger = slog.New(slog.NewJSONHandler(&logs, nil))
 		c.Words = client.Words{Token: "BC_AGENT_TOKEN (or --token)"}
 		c.Sleep = func(ctx context.Context, d time.Duration) error { cancel(); return ctx.Err() }

@@ -8,11 +8,9 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -56,7 +54,7 @@ func TestAgentAgainstTheStack(t *testing.T) {
 			t.Fatalf("pass: %+v, %v", res, err)
 		}
 	}
-	state := func(id string) capacity.State {
+	state := func(id string) api.ReservationState {
 		t.Helper()
 		r, err := admin.ReservationsGet(ctx, &api.GetReservationInput{Tenant: acme, ReservationID: id})
 		if err != nil {
@@ -65,34 +63,34 @@ func TestAgentAgainstTheStack(t *testing.T) {
 		return r.Reservation.State
 	}
 
-	if res := step(t, a); res.Node.State != fleet.Ready || res.NextHeartbeatSeconds != int(fleet.DefaultInterval/time.Second) {
+	if res := step(t, a); res.Node.State != api.Ready || res.NextHeartbeatSeconds != int(api.DefaultInterval/time.Second) {
 		t.Fatalf("first heartbeat: state %s, next %d", res.Node.State, res.NextHeartbeatSeconds)
 	}
 	pass() // the sweep makes the ready node placeable
 	start := clock.Now().Add(time.Minute)
 	r, err := admin.ReservationsCreate(ctx, &api.CreateReservationInput{Tenant: acme, PoolID: ref.PoolID, Resource: "gpu.h100", Count: 8,
-		Window: api.Window{Start: &start, End: start.Add(time.Hour)}})
+		Window: api.ReservationWindow{Start: &start, End: start.Add(time.Hour)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	id := r.Reservation.ReservationID
 	clock.Advance(time.Minute)
 	pass()
-	if s := state(id); s != capacity.Binding {
+	if s := state(id); s != api.Binding {
 		t.Fatalf("at window start: %s", s)
 	}
 	clock.Advance(time.Second)
-	if res := step(t, a); len(res.Desired.Bindings) != 1 || res.Desired.Bindings[0].Action != fleet.ActionBind {
+	if res := step(t, a); len(res.Desired.Bindings) != 1 || res.Desired.Bindings[0].Action != api.ActionBind {
 		t.Fatalf("told %+v", res.Desired.Bindings)
 	}
 	pass()
-	if s := state(id); s != capacity.Binding {
+	if s := state(id); s != api.Binding {
 		t.Fatalf("active before the agent reported bound: %s", s)
 	}
 	clock.Advance(time.Second)
 	step(t, a) // reports bound
 	pass()
-	if s := state(id); s != capacity.Active {
+	if s := state(id); s != api.Active {
 		t.Fatalf("after the agent's bind: %s", s)
 	}
 	if held := driver.Held()[id]; len(held) != 8 {
@@ -118,7 +116,7 @@ func TestAgentAgainstTheStack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(n.Node.Bindings) != 0 || n.Node.State != fleet.Ready {
+	if len(n.Node.Bindings) != 0 || n.Node.State != api.Ready {
 		t.Errorf("node after the unbind: %+v", n.Node)
 	}
 

@@ -8,7 +8,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/api"
 )
 
 // StateFile is the file under the state dir that says what the node runs,
@@ -17,8 +17,8 @@ const StateFile = "state.json"
 
 // state is what StateFile holds.
 type state struct {
-	Running  *fleet.Version `json:"running"`
-	Previous *fleet.Version `json:"previous"`
+	Running  *api.Version `json:"running"`
+	Previous *api.Version `json:"previous"`
 	// Checkpoint is the release log checkpoint verified last, as signed.
 	Checkpoint string `json:"checkpoint,omitempty"`
 }

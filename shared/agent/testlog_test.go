@@ -10,8 +10,8 @@ import (
 
 	"golang.org/x/mod/sumdb/tlog"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/release"
 )
 
@@ -88,7 +88,7 @@ func (l *testLog) checkpoint(t testing.TB, size int64) string {
 
 // evidence logs entry (if new) and proves it in the whole log, with the
 // consistency proof from size from.
-func (l *testLog) evidence(t testing.TB, entry []byte, from int64) *fleet.DesiredLog {
+func (l *testLog) evidence(t testing.TB, entry []byte, from int64) *api.DesiredLog {
 	t.Helper()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -103,7 +103,7 @@ func (l *testLog) evidence(t testing.TB, entry []byte, from int64) *fleet.Desire
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fleet.DesiredLog{Index: i, Checkpoint: l.checkpoint(t, n), Inclusion: release.EncodeHashes(incl),
+	return &api.DesiredLog{Index: i, Checkpoint: l.checkpoint(t, n), Inclusion: release.EncodeHashes(incl),
 		Consistency: release.EncodeHashes(cons)}
 }
 
@@ -118,7 +118,7 @@ func payloadOf(t testing.TB, manifest []byte) []byte {
 }
 
 // logged is d told with the fixture log's evidence, from size from.
-func (f *fixture) logged(t testing.TB, d fleet.DesiredRelease, from int64) fleet.DesiredRelease {
+func (f *fixture) logged(t testing.TB, d api.DesiredRelease, from int64) api.DesiredRelease {
 	t.Helper()
 	d.Log = f.log.evidence(t, payloadOf(t, d.Manifest), from)
 	return d
@@ -126,7 +126,7 @@ func (f *fixture) logged(t testing.TB, d fleet.DesiredRelease, from int64) fleet
 
 // told is d as the control plane tells it in the answer to rep: with the
 // log's evidence from the size rep witnessed.
-func (f *fixture) told(t testing.TB, d fleet.DesiredRelease, rep fleet.Report) *fleet.DesiredRelease {
+func (f *fixture) told(t testing.TB, d api.DesiredRelease, rep api.Report) *api.DesiredRelease {
 	t.Helper()
 	var from int64
 	if rep.Log != nil {
@@ -138,7 +138,7 @@ func (f *fixture) told(t testing.TB, d fleet.DesiredRelease, rep fleet.Report) *
 
 // install installs d told as the control plane would, from the checkpoint
 // the agent stored.
-func (e *installEnv) install(t testing.TB, d fleet.DesiredRelease, floor int64) error {
+func (e *installEnv) install(t testing.TB, d api.DesiredRelease, floor int64) error {
 	t.Helper()
 	var from int64
 	if c := e.agent.Checkpoint(); c != nil {

@@ -6,10 +6,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/release"
-	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
 // Kind says whether a method changes state.
@@ -168,7 +165,7 @@ var Catalog = []*Method{
 		Input: reflect.TypeFor[RegisterReleaseInput](), Output: reflect.TypeFor[RegisterResult](),
 		Errors: []ErrorCase{
 			{apierr.InvalidInput, "the manifest does not verify, in this order of precedence: the envelope is malformed, its payloadType is wrong, no signature is by a pinned key (`unknown_key`, which also carries `signerKeyIds` and `pinnedKeyIds`), a signature naming a pinned key does not verify, too few pinned keys signed, the statement is malformed or a field invalid, it expired, two binaries share a platform, no binary is for linux",
-				[]Detail{detail("field"), detail("reason", "malformed", release.ReasonPayloadType, release.ReasonUnknownKey, release.ReasonBadSignature, release.ReasonThreshold, release.ReasonInvalidField, rollout.ReasonExpired, release.ReasonDuplicatePlatform, release.ReasonNoLinuxBinary), detail("signerKeyIds"), detail("pinnedKeyIds")}},
+				[]Detail{detail("field"), detail("reason", "malformed", release.ReasonPayloadType, release.ReasonUnknownKey, release.ReasonBadSignature, release.ReasonThreshold, release.ReasonInvalidField, release.ReasonExpired, release.ReasonDuplicatePlatform, release.ReasonNoLinuxBinary), detail("signerKeyIds"), detail("pinnedKeyIds")}},
 			{apierr.InvalidInput, "the sequence is not above the latest registered one (a rollback of the release channel)",
 				[]Detail{detail("field", "manifest.payload.sequence"), detail("reason", "rollback"), detail("latestSequence")}},
 			{apierr.Conflict, "the version is already registered, or being registered, with another sequence",
@@ -236,14 +233,14 @@ var Catalog = []*Method{
 		Actions: []string{"dynamodb:GetItem"}},
 	{Name: "pools.list", Kind: Read, Permission: "compute:pools:read", Scope: tenantScope, Module: "capacity",
 		Summary: "Lists the pools owned by or offered to the tenant, by pool id.",
-		Notes:   []Note{{"Paging", "A page may end before `limit` pools once the pools listed so far list " + num(capacity.PoolPageDevices) + " devices (an answer stays far below Lambda's 6 MB response limit); `nextCursor` continues."}},
+		Notes:   []Note{{"Paging", "A page may end before `limit` pools once the pools listed so far list " + num(PoolPageDevices) + " devices (an answer stays far below Lambda's 6 MB response limit); `nextCursor` continues."}},
 		Input:   reflect.TypeFor[ListPoolsInput](), Output: reflect.TypeFor[ListPoolsResult](),
 		Actions: []string{"dynamodb:Query", ReadsCursorKey}, Indexes: []string{BaseTable}},
 	{Name: "pools.usage", Kind: Read, Permission: "compute:pools:read", Scope: tenantScope, Module: "capacity", Phase: "v0.5",
-		Summary: "Returns a page of one resource's nodes with what is placed on them over a span (default the next " + human(capacity.MaxUsageHours*time.Hour) + "): each node's busy device intervals, and the page's totals (devices held now, nodes wholly free now and for the whole span). What `bcctl pools show` draws.",
+		Summary: "Returns a page of one resource's nodes with what is placed on them over a span (default the next " + human(MaxUsageHours*time.Hour) + "): each node's busy device intervals, and the page's totals (devices held now, nodes wholly free now and for the whole span). What `bcctl pools show` draws.",
 		Notes: []Note{
 			{"Visibility", "Any tenant that can see the pool sees when devices are held; only the pool's owner sees by which reservation (`reservationId`)."},
-			{"Paging", "By node, at most " + num(capacity.MaxUsageNodes) + " nodes a page (default " + num(capacity.DefaultUsageNodes) + "); `nextCursor` continues with the next node. Its cost follows the page (one query per day of the span), not the pool."},
+			{"Paging", "By node, at most " + num(MaxUsageNodes) + " nodes a page (default " + num(DefaultUsageNodes) + "); `nextCursor` continues with the next node. Its cost follows the page (one query per day of the span), not the pool."},
 		},
 		Input: reflect.TypeFor[PoolUsageInput](), Output: reflect.TypeFor[PoolUsageResult](),
 		Errors: []ErrorCase{
@@ -277,10 +274,10 @@ var Catalog = []*Method{
 			{apierr.NotFound, "allowed, but the pool is not visible to the tenant: the reservation is `rejected` (`reason: invalid`)", []Detail{detail("reservationId")}},
 			{apierr.Conflict, "the `clientToken` was used for another request", []Detail{detail("field", "clientToken")}},
 			{apierr.CapacityExhausted, "no set of free devices fits the window (`capacity`), or they are free but not on few enough nodes (`topology`): the reservation is `rejected`, no quota left charged",
-				[]Detail{detail("reservationId"), detail("reason", capacity.ReasonCapacity, capacity.ReasonTopology), detail("poolDevices")}},
+				[]Detail{detail("reservationId"), detail("reason", ReasonCapacity, ReasonTopology), detail("poolDevices")}},
 			{apierr.QuotaExceeded, "`used + count` would pass the quota's `max`: the reservation is `rejected` (`reason: quota`)",
 				[]Detail{detail("reservationId"), detail("requested"), detail("used"), detail("max"), detail("poolDevices")}},
-			{apierr.Unavailable, "a dependency failed, the first request with this `clientToken` is still in flight, more than " + num(capacity.MaxInFlight) + " creates of one quota row are in flight at once, or placement stayed contended; retry (with the same `clientToken`, to get the same reservation)",
+			{apierr.Unavailable, "a dependency failed, the first request with this `clientToken` is still in flight, more than " + num(MaxInFlight) + " creates of one quota row are in flight at once, or placement stayed contended; retry (with the same `clientToken`, to get the same reservation)",
 				[]Detail{detail("dependency"), detail("reservationId")}},
 		},
 		Actions: []string{"dynamodb:Query", "dynamodb:BatchGetItem", "dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}, Indexes: []string{"fit", "cap", BaseTable}},
@@ -354,17 +351,17 @@ var Catalog = []*Method{
 	{Name: "nodes.heartbeat", Kind: Mutation, Permission: "compute:nodes:report", Scope: NodeScope, Module: "fleet", Phase: "v0.6",
 		Summary: "A node's signed report of its health, running release and bindings; the answer says what it should run and bind. `tenantId` is the pool's owner.",
 		Notes: []Note{
-			{"Report", "A DSSE envelope (the encoding of release manifests) with payloadType `" + fleet.ReportPayloadType + "`, signed by the node's registered key, whose payload is the report `{\"poolId\", \"nodeId\", \"counter\": 1..2^53-1, \"at\": RFC 3339, \"running\": {\"version\", \"sequence\"} | null, \"install\"?: {\"version\", \"state\": installing|installed|failed, \"reason\"?}, \"health\": {\"devicesExpected\", \"devicesVisible\", \"checks\": [{\"name\", \"ok\", \"detail\"?}] (at most " + num(fleet.MaxChecks) + ")}, \"bindings\": [{\"reservationId\", \"state\": bound|unbound|failed, \"reason\"?}] (at most " + num(fleet.MaxBindings) + "), \"log\"?: {\"size\", \"root\"}}`, decoded strictly (`log`: the release log checkpoint the node verified last, its root base64). The node's state follows: `unhealthy` when fewer devices are visible than expected or a check failed, else `ready`; `unreachable` after " + num(fleet.UnreachableAfter) + " idle intervals without an accepted heartbeat."},
-			{"Answer", "`desired.bindings` lists every unbind before any bind: a device's previous holder is scrubbed before the next is given it. `nextHeartbeatSeconds` is " + human(fleet.BusyInterval) + " while the node has a binding it has not reported done, the idle interval (" + human(fleet.DefaultInterval) + " by default) otherwise."},
-			{"Cost", "One conditional write; warm, no read (the node's key is cached for " + human(fleet.KeyCacheTTL) + " and the write is conditioned on it), cold one read of the node (and one of a release the node runs, once per function). The release log adds nothing in steady state: a node's reported checkpoint is checked against the log's root at that size once per function and size, and `desired.release.log` is computed once per checkpoint, entry and reported size and cached (the checkpoint is read again after " + human(fleet.CheckpointTTL) + ", or at once for a release or a reported size beyond it). A heartbeat refused because its node is not registered also reads the pool, to say which of the two is missing."},
+			{"Report", "A DSSE envelope (the encoding of release manifests) with payloadType `" + ReportPayloadType + "`, signed by the node's registered key, whose payload is the report `{\"poolId\", \"nodeId\", \"counter\": 1..2^53-1, \"at\": RFC 3339, \"running\": {\"version\", \"sequence\"} | null, \"install\"?: {\"version\", \"state\": installing|installed|failed, \"reason\"?}, \"health\": {\"devicesExpected\", \"devicesVisible\", \"checks\": [{\"name\", \"ok\", \"detail\"?}] (at most " + num(MaxChecks) + ")}, \"bindings\": [{\"reservationId\", \"state\": bound|unbound|failed, \"reason\"?}] (at most " + num(MaxBindings) + "), \"log\"?: {\"size\", \"root\"}}`, decoded strictly (`log`: the release log checkpoint the node verified last, its root base64). The node's state follows: `unhealthy` when fewer devices are visible than expected or a check failed, else `ready`; `unreachable` after " + num(UnreachableAfter) + " idle intervals without an accepted heartbeat."},
+			{"Answer", "`desired.bindings` lists every unbind before any bind: a device's previous holder is scrubbed before the next is given it. `nextHeartbeatSeconds` is " + human(BusyInterval) + " while the node has a binding it has not reported done, the idle interval (" + human(DefaultInterval) + " by default) otherwise."},
+			{"Cost", "One conditional write; warm, no read (the node's key is cached for " + human(KeyCacheTTL) + " and the write is conditioned on it), cold one read of the node (and one of a release the node runs, once per function). The release log adds nothing in steady state: a node's reported checkpoint is checked against the log's root at that size once per function and size, and `desired.release.log` is computed once per checkpoint, entry and reported size and cached (the checkpoint is read again after " + human(CheckpointTTL) + ", or at once for a release or a reported size beyond it). A heartbeat refused because its node is not registered also reads the pool, to say which of the two is missing."},
 			{"Witness", "A node that reports a `log` root the log never had at that size (or a size beyond the log) shows `log.consistent: false` with the first such report as `log.splitView`, counts in the sweep's `NodesSplitView` metric (alarmed), and is told no release (`desired.release: null`) until it is re-registered with a new key. A release is told only with `desired.release.log`, once a signed checkpoint covers its entry; the agent installs it only once that verifies (docs/releases.md)."},
 		},
 		Input: reflect.TypeFor[HeartbeatInput](), Output: reflect.TypeFor[HeartbeatResult](),
 		Errors: []ErrorCase{
-			{apierr.InvalidInput, "the report is refused: the envelope is malformed or of another payloadType, no signature verifies under the node's registered key (`bad_signature`), the payload is malformed or a field invalid, its `poolId`/`nodeId` are not the request's (`mismatch`), or its `at` is more than " + human(fleet.MaxSkew) + " from the server's clock (`stale`)",
-				[]Detail{detail("field"), detail("reason", fleet.ReasonMalformed, fleet.ReasonPayloadType, fleet.ReasonBadSignature, fleet.ReasonInvalidField, fleet.ReasonMismatch, fleet.ReasonStale), detail("keyId")}},
+			{apierr.InvalidInput, "the report is refused: the envelope is malformed or of another payloadType, no signature verifies under the node's registered key (`bad_signature`), the payload is malformed or a field invalid, its `poolId`/`nodeId` are not the request's (`mismatch`), or its `at` is more than " + human(MaxSkew) + " from the server's clock (`stale`)",
+				[]Detail{detail("field"), detail("reason", ReasonMalformed, ReasonPayloadType, ReasonBadSignature, ReasonInvalidField, ReasonMismatch, ReasonReportStale), detail("keyId")}},
 			{apierr.NotFound, "`tenantId` does not own the pool, or the pool does not exist (`field: poolId`: one answer for both, so a caller learns nothing of another tenant's pools), or the node is not registered in the tenant's pool (`field: nodeId`)", []Detail{detail("field", "poolId", "nodeId")}},
-			{apierr.Conflict, "the report's counter is not above the last accepted one (a replay)", []Detail{detail("field", "report.payload.counter"), detail("reason", fleet.ReasonReplay), detail("latestCounter")}},
+			{apierr.Conflict, "the report's counter is not above the last accepted one (a replay)", []Detail{detail("field", "report.payload.counter"), detail("reason", ReasonReplay), detail("latestCounter")}},
 		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:BatchGetItem"}},
 	{Name: "rollouts.create", Kind: Mutation, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout", Phase: "v0.6",
@@ -378,7 +375,7 @@ var Catalog = []*Method{
 		Input: reflect.TypeFor[CreateRolloutInput](), Output: reflect.TypeFor[RolloutResult](),
 		Errors: []ErrorCase{
 			{apierr.InvalidInput, "the release expired (`expired`), the pools have no managed node (`no_nodes`, field `pools`), no managed node of the pools has a binary for its platform in the release (`no_binary`, field `version`), a pool is named twice, a wave gives both or neither of `nodes` and `percent`, covers fewer nodes than the one before or (the last) not every node, or `drain.onTimeout` is neither `skip` nor `force`",
-				[]Detail{detail("field", "version", "pools", "waves[i]", "drain.onTimeout"), detail("reason", rollout.ReasonExpired, rollout.ReasonNoNodes, rollout.ReasonNoBinary, "constraint")}},
+				[]Detail{detail("field", "version", "pools", "waves[i]", "drain.onTimeout"), detail("reason", release.ReasonExpired, ReasonNoNodes, ReasonNoBinary, "constraint")}},
 			{apierr.NotFound, "the version is not registered, or a pool does not exist (`poolId`)", []Detail{detail("poolId")}},
 			{apierr.Conflict, "a pool is in another rollout that is not finished (`rolloutId`), or the `clientToken` was used for another request", []Detail{detail("rolloutId"), detail("field", "clientToken")}},
 			{apierr.Unavailable, "a dependency failed (`dependency`), or the create took longer than the reconciler's staleness limit and the reconciler abandoned it (no `dependency`); retry with the same `clientToken`", []Detail{detail("dependency")}},

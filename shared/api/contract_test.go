@@ -15,7 +15,6 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -65,24 +64,24 @@ func walkTags(t *testing.T, typ reflect.Type, seen map[reflect.Type]bool) {
 	}
 }
 
-// The state enum is capacity.States, each state documented.
+// The state enum is api.ReservationStates, each state documented.
 func TestStatesDocumented(t *testing.T) {
-	if got, want := api.StateEnum.Strings(), statesOf(capacity.States); !slices.Equal(got, want) {
-		t.Fatalf("state enum %v, capacity.States %v", got, want)
+	if got, want := api.StateEnum.Strings(), statesOf(api.ReservationStates); !slices.Equal(got, want) {
+		t.Fatalf("state enum %v, api.ReservationStates %v", got, want)
 	}
 	for _, v := range api.StateEnum.Values {
 		doc := strings.TrimPrefix(v.Doc, "terminal: ")
 		if strings.TrimSpace(doc) == "" {
 			t.Errorf("state %s has no meaning", v.Value)
 		}
-		st, _ := capacity.ParseState(v.Value)
+		st, _ := api.ParseReservationState(v.Value)
 		if st.Terminal() != strings.HasPrefix(v.Doc, "terminal: ") {
 			t.Errorf("state %s: terminal %v, doc %q", v.Value, st.Terminal(), v.Doc)
 		}
 	}
 }
 
-func statesOf(ss []capacity.State) []string {
+func statesOf(ss []api.ReservationState) []string {
 	out := make([]string, len(ss))
 	for i, s := range ss {
 		out[i] = string(s)
@@ -93,8 +92,9 @@ func statesOf(ss []capacity.State) []string {
 // source is what the scan of shared/ found: the string constants of each
 // package, and the calls that build API errors.
 type source struct {
-	consts map[string]map[string]string // package dir → name → value
-	calls  []errCall
+	consts     map[string]map[string]string // package dir → name → value
+	fileConsts map[string]map[string]string // file → name → value (of its own declarations)
+	calls      []errCall
 }
 
 // errCall is one apierr.Invalid / apierr.Dependency / .With / strictjson
@@ -126,9 +126,16 @@ func scanShared(t *testing.T) source {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A constant's value is a string literal, or another constant's (an
+	// alias: api.ReasonMalformed = dsse.ReasonMalformed,
+	// rollout.ReasonExpired = release.ReasonExpired), in its package or
+	// another one under shared/.
+	exprs := map[string]map[string]ast.Expr{}       // dir → name → value
+	declared := map[*ast.File]map[string]ast.Expr{} // what each file declares
 	for dir, fs := range files {
-		consts := map[string]string{}
+		exprs[dir] = map[string]ast.Expr{}
 		for _, f := range fs {
+			declared[f] = map[string]ast.Expr{}
 			for _, decl := range f.Decls {
 				gd, ok := decl.(*ast.GenDecl)
 				if !ok || gd.Tok != token.CONST {
@@ -138,23 +145,49 @@ func scanShared(t *testing.T) source {
 					vs := spec.(*ast.ValueSpec)
 					for i, n := range vs.Names {
 						if i < len(vs.Values) {
-							if s, ok := stringLit(vs.Values[i]); ok {
-								consts[n.Name] = s
-							}
+							exprs[dir][n.Name], declared[f][n.Name] = vs.Values[i], vs.Values[i]
 						}
 					}
 				}
 			}
 		}
+	}
+	var value func(dir string, e ast.Expr, depth int) (string, bool)
+	value = func(dir string, e ast.Expr, depth int) (string, bool) {
+		if s, ok := stringLit(e); ok || depth > 8 {
+			return s, ok
+		}
+		switch e := e.(type) {
+		case *ast.Ident:
+			if v, ok := exprs[dir][e.Name]; ok {
+				return value(dir, v, depth+1)
+			}
+		case *ast.SelectorExpr:
+			if pkg, ok := e.X.(*ast.Ident); ok {
+				other := filepath.Join("..", pkg.Name)
+				if v, ok := exprs[other][e.Sel.Name]; ok {
+					return value(other, v, depth+1)
+				}
+			}
+		}
+		return "", false
+	}
+	src.fileConsts = map[string]map[string]string{}
+	for dir, fs := range files {
+		consts := map[string]string{}
+		for _, f := range fs {
+			own := map[string]string{}
+			for name, e := range declared[f] {
+				if s, ok := value(dir, e, 0); ok {
+					consts[name], own[name] = s, s
+				}
+			}
+			src.fileConsts[fset.Position(f.Pos()).Filename] = own
+		}
 		src.consts[dir] = consts
 		resolve := func(e ast.Expr) string {
-			if s, ok := stringLit(e); ok {
-				return s
-			}
-			if id, ok := e.(*ast.Ident); ok {
-				return consts[id.Name]
-			}
-			return "" // computed: not a word the docs could list
+			s, _ := value(dir, e, 0)
+			return s // "" when computed: not a word the docs could list
 		}
 		for _, f := range fs {
 			ast.Inspect(f, func(n ast.Node) bool {
@@ -244,9 +277,10 @@ func TestErrorWordsMatchCode(t *testing.T) {
 			t.Errorf("INVALID_INPUT reason %q is documented but no code answers it", r)
 		}
 	}
-	// Reservation reasons and releasers are capacity's Reason*/ReleasedBy* constants.
+	// Reservation reasons and releasers are the Reason*/ReleasedBy*
+	// constants of the reservations' vocabulary (shared/api, types_capacity.go).
 	var reasons, releasers []string
-	for name, v := range src.consts[filepath.Join("..", "capacity")] {
+	for name, v := range src.fileConsts[filepath.Join("..", "api", "types_capacity.go")] {
 		switch {
 		case strings.HasPrefix(name, "Reason"):
 			reasons = append(reasons, v)
@@ -260,7 +294,7 @@ func TestErrorWordsMatchCode(t *testing.T) {
 	}{{api.ReasonEnum, reasons}, {api.ReleasedByEnum, releasers}} {
 		got, want := slices.Sorted(slices.Values(c.enum.Strings())), slices.Sorted(slices.Values(c.code))
 		if !slices.Equal(got, want) {
-			t.Errorf("enum %s documents %v; shared/capacity defines %v", c.enum.Name, got, want)
+			t.Errorf("enum %s documents %v; the reservations' vocabulary defines %v", c.enum.Name, got, want)
 		}
 	}
 }
@@ -340,16 +374,16 @@ func TestInputLimitsAreTheDomains(t *testing.T) {
 			t.Errorf("%s: tag %v, constant %d", what, got, want)
 		}
 	}
-	check("count max", field(reflect.TypeFor[api.CreateReservationInput](), "count").Max, capacity.MaxCount)
-	check("resources max", field(reflect.TypeFor[api.CreatePoolInput](), "resources").Max, capacity.MaxResources)
-	check("offer max", field(reflect.TypeFor[api.OfferPoolInput](), "max").Max, capacity.MaxQuota)
-	check("usage hours", field(reflect.TypeFor[api.PoolUsageInput](), "hours").Max, capacity.MaxUsageHours)
-	check("usage nodes", field(reflect.TypeFor[api.PoolUsageInput](), "limit").Max, capacity.MaxUsageNodes)
-	if lo, hi, _ := strictjson.ValueBounds(reflect.TypeFor[api.Resources]()); lo != 1 || hi != capacity.MaxDevicesPerResource {
-		t.Errorf("device counts %d..%d, want 1..%d", lo, hi, capacity.MaxDevicesPerResource)
+	check("count max", field(reflect.TypeFor[api.CreateReservationInput](), "count").Max, api.MaxCount)
+	check("resources max", field(reflect.TypeFor[api.CreatePoolInput](), "resources").Max, api.MaxResources)
+	check("offer max", field(reflect.TypeFor[api.OfferPoolInput](), "max").Max, api.MaxQuota)
+	check("usage hours", field(reflect.TypeFor[api.PoolUsageInput](), "hours").Max, api.MaxUsageHours)
+	check("usage nodes", field(reflect.TypeFor[api.PoolUsageInput](), "limit").Max, api.MaxUsageNodes)
+	if lo, hi, _ := strictjson.ValueBounds(reflect.TypeFor[api.Resources]()); lo != 1 || hi != api.MaxDevicesPerResource {
+		t.Errorf("device counts %d..%d, want 1..%d", lo, hi, api.MaxDevicesPerResource)
 	}
-	if lo, hi, _ := strictjson.ValueBounds(reflect.TypeFor[api.NodeSizes]()); lo != 1 || hi != capacity.MaxNodeSize {
-		t.Errorf("node sizes %d..%d, want 1..%d", lo, hi, capacity.MaxNodeSize)
+	if lo, hi, _ := strictjson.ValueBounds(reflect.TypeFor[api.NodeSizes]()); lo != 1 || hi != api.MaxNodeSize {
+		t.Errorf("node sizes %d..%d, want 1..%d", lo, hi, api.MaxNodeSize)
 	}
 }
 

@@ -7,18 +7,15 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/release"
-	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
 // Enum is a documented set of string values. A field of an input or output
 // type names one with an `enum:"<Name>"` tag; error details name them too.
-// The values are the domain's constants, so the docs cannot drift from what
-// the code writes (tests in this package check the constants against the
-// source of shared/capacity and shared/rollout).
+// The values are the contract's constants (types_*.go), which the domains
+// write, so the docs cannot drift from what the code writes (tests in this
+// package check the constants against the source under shared/).
 type Enum struct {
 	Name   string
 	Values []EnumValue
@@ -47,17 +44,17 @@ func (e *Enum) Doc(v string) string {
 }
 
 // stateDocs says what each reservation state means; terminal states are
-// marked from capacity.State.Terminal.
-var stateDocs = map[capacity.State]string{
-	capacity.Draft: "written by `reservations.create` before Better IAM decides; the create is charging quota and placing it. " +
-		"A draft with no outcome after " + human(capacity.StaleAfter) + " expires",
-	capacity.Denied:   "Better IAM denied the create; kept " + human(capacity.DeniedRetention) + " and listed only when `state: \"denied\"` is asked for",
-	capacity.Rejected: "allowed, but refused: `reason` says why; holds nothing; kept " + human(capacity.Retention),
-	capacity.Placed:   "quota charged and devices assigned (`deviceIds`, `nodeIds`); waiting for `window.start`",
-	capacity.Binding:  "the window started; the devices are being bound to the tenant",
-	capacity.Active:   "the devices are bound and in use until `window.end`",
-	capacity.Released: "ended by the tenant or at the window's end (`releasedBy`); its quota is credited and its devices freed; kept as history",
-	capacity.Expired:  "a draft that got no outcome within " + human(capacity.StaleAfter) + " (a create that crashed or was abandoned), fenced by the reconciler with `reason: \"stale\"`; kept " + human(capacity.Retention),
+// marked from ReservationState.Terminal.
+var stateDocs = map[ReservationState]string{
+	Draft: "written by `reservations.create` before Better IAM decides; the create is charging quota and placing it. " +
+		"A draft with no outcome after " + human(StaleAfter) + " expires",
+	Denied:   "Better IAM denied the create; kept " + human(DeniedRetention) + " and listed only when `state: \"denied\"` is asked for",
+	Rejected: "allowed, but refused: `reason` says why; holds nothing; kept " + human(Retention),
+	Placed:   "quota charged and devices assigned (`deviceIds`, `nodeIds`); waiting for `window.start`",
+	Binding:  "the window started; the devices are being bound to the tenant",
+	Active:   "the devices are bound and in use until `window.end`",
+	Released: "ended by the tenant or at the window's end (`releasedBy`); its quota is credited and its devices freed; kept as history",
+	Expired:  "a draft that got no outcome within " + human(StaleAfter) + " (a create that crashed or was abandoned), fenced by the reconciler with `reason: \"stale\"`; kept " + human(Retention),
 }
 
 // Enums of the API, by the name their tags use.
@@ -65,24 +62,24 @@ var (
 	StateEnum = &Enum{Name: "state", Values: stateValues()}
 
 	ReasonEnum = &Enum{Name: "reason", Values: []EnumValue{
-		{capacity.ReasonQuota, "the count did not fit the tenant's quota (`used + count > max`): the create answered `QUOTA_EXCEEDED`"},
-		{capacity.ReasonCapacity, "not enough devices of the resource are free for the whole window: `CAPACITY_EXHAUSTED`"},
-		{capacity.ReasonTopology, "enough devices are free, but not on few enough nodes for topology `node`: `CAPACITY_EXHAUSTED`"},
-		{capacity.ReasonInvalid, "the pool is not visible to the tenant (`NOT_FOUND`) or has no such resource (`INVALID_INPUT`)"},
-		{capacity.ReasonStale, "an expired draft: the create got no outcome within " + human(capacity.StaleAfter)},
-		{capacity.ReasonNodeUnreachable, "a history entry: a node holding its devices was not ready (unreachable, unhealthy, or it reported the bind failed) while it was binding"},
-		{capacity.ReasonReplaced, "a history entry: it was moved onto free ready devices of the same shape (new `deviceIds`, quota unchanged, the old devices freed)"},
-		{capacity.ReasonDisrupted, "a history entry: a rollout installed a release on one of its nodes while it held them (a forced drain)"},
+		{ReasonQuota, "the count did not fit the tenant's quota (`used + count > max`): the create answered `QUOTA_EXCEEDED`"},
+		{ReasonCapacity, "not enough devices of the resource are free for the whole window: `CAPACITY_EXHAUSTED`"},
+		{ReasonTopology, "enough devices are free, but not on few enough nodes for topology `node`: `CAPACITY_EXHAUSTED`"},
+		{ReasonInvalid, "the pool is not visible to the tenant (`NOT_FOUND`) or has no such resource (`INVALID_INPUT`)"},
+		{ReasonStale, "an expired draft: the create got no outcome within " + human(StaleAfter)},
+		{ReasonNodeUnreachable, "a history entry: a node holding its devices was not ready (unreachable, unhealthy, or it reported the bind failed) while it was binding"},
+		{ReasonReplaced, "a history entry: it was moved onto free ready devices of the same shape (new `deviceIds`, quota unchanged, the old devices freed)"},
+		{ReasonDisrupted, "a history entry: a rollout installed a release on one of its nodes while it held them (a forced drain)"},
 	}}
 
 	ReleasedByEnum = &Enum{Name: "releasedBy", Values: []EnumValue{
-		{capacity.ReleasedByTenant, "the tenant called `reservations.release`"},
-		{capacity.ReleasedByEnd, "the reconciler, once `window.end` had passed"},
+		{ReleasedByTenant, "the tenant called `reservations.release`"},
+		{ReleasedByEnd, "the reconciler, once `window.end` had passed"},
 	}}
 
 	TopologyEnum = &Enum{Name: "topology", Values: []EnumValue{
-		{capacity.OnNodes, "a count of at most the resource's node size on exactly one node, a larger count on ⌈count / nodeSize⌉ whole nodes (the default)"},
-		{capacity.AnyDevices, "any free devices, on any number of nodes"},
+		{OnNodes, "a count of at most the resource's node size on exactly one node, a larger count on ⌈count / nodeSize⌉ whole nodes (the default)"},
+		{AnyDevices, "any free devices, on any number of nodes"},
 	}}
 
 	// InvalidReasonEnum: details.reason of INVALID_INPUT.
@@ -102,25 +99,25 @@ var (
 		{release.ReasonBadSignature, "a signature names a pinned key but does not verify under it, and fewer than the threshold verified; for a node report: no signature verifies under the node's registered key"},
 		{release.ReasonThreshold, "fewer distinct pinned keys signed than the threshold requires"},
 		{release.ReasonInvalidField, "a field of the release statement (or the node report) is missing, of the wrong type or breaks its rule (`details.field` names it)"},
-		{rollout.ReasonNoNodes, "the rollout's pools have no managed node"},
-		{rollout.ReasonNoBinary, "no managed node of the rollout's pools has a binary for its platform in the release"},
-		{rollout.ReasonExpired, "the statement's `expires` has passed"},
+		{ReasonNoNodes, "the rollout's pools have no managed node"},
+		{ReasonNoBinary, "no managed node of the rollout's pools has a binary for its platform in the release"},
+		{release.ReasonExpired, "the statement's `expires` has passed"},
 		{release.ReasonDuplicatePlatform, "several binaries for one platform"},
 		{release.ReasonNoLinuxBinary, "no binary for os `linux`"},
 		{"rollback", "the sequence is not above the latest registered one (`details.latestSequence`)"},
-		{fleet.ReasonMismatch, "a node report's `poolId` or `nodeId` is not the request's"},
-		{fleet.ReasonStale, "a node report's `at` is more than " + human(fleet.MaxSkew) + " from the server's clock"},
+		{ReasonMismatch, "a node report's `poolId` or `nodeId` is not the request's"},
+		{ReasonReportStale, "a node report's `at` is more than " + human(MaxSkew) + " from the server's clock"},
 		{"method_not_allowed", "the local gateway was sent an HTTP method other than POST (status 405)"},
 		{"not_api_gateway_event", "a Lambda function was invoked with something other than an API Gateway HTTP API event (never through the API)"},
 	}}
 
 	// RuleEnum: details.rule of a refused reservation window.
 	RuleEnum = &Enum{Name: "rule", Values: []EnumValue{
-		{"start_in_past", "`window.start` is more than " + human(capacity.MaxStartSkew) + " in the past"},
-		{"start_too_far_ahead", "`window.start` is more than " + human(capacity.MaxLeadTime) + " ahead"},
+		{"start_in_past", "`window.start` is more than " + human(MaxStartSkew) + " in the past"},
+		{"start_too_far_ahead", "`window.start` is more than " + human(MaxLeadTime) + " ahead"},
 		{"end_in_past", "`window.start` was omitted (now) and `window.end` is not after now"},
 		{"end_before_start", "`window.end` is not after `window.start`"},
-		{"window_too_long", "the window lasts more than " + human(capacity.MaxWindow)},
+		{"window_too_long", "the window lasts more than " + human(MaxWindow)},
 	}}
 
 	// DependencyEnum: details.dependency of UNAVAILABLE.
@@ -134,53 +131,53 @@ var (
 // Enums of the fleet.
 var (
 	NodeStateEnum = &Enum{Name: "nodeState", Values: []EnumValue{
-		{string(fleet.Registered), "registered, no heartbeat yet: not placed on"},
-		{string(fleet.Ready), "its last report was healthy: placed on unless cordoned"},
-		{string(fleet.Unhealthy), "its last report saw fewer devices than expected, or a check failed: not placed on; reservations starting on it are moved"},
-		{string(fleet.Unreachable), "no accepted heartbeat for " + num(fleet.UnreachableAfter) + " idle intervals: not placed on; reservations starting on it are moved"},
+		{string(Registered), "registered, no heartbeat yet: not placed on"},
+		{string(Ready), "its last report was healthy: placed on unless cordoned"},
+		{string(Unhealthy), "its last report saw fewer devices than expected, or a check failed: not placed on; reservations starting on it are moved"},
+		{string(Unreachable), "no accepted heartbeat for " + num(UnreachableAfter) + " idle intervals: not placed on; reservations starting on it are moved"},
 	}}
 	CordonByEnum = &Enum{Name: "cordonBy", Values: []EnumValue{
-		{fleet.ByOperator, "`nodes.cordon`; `nodes.uncordon` lifts it"},
-		{fleet.ByRollout, "a rollout draining the node; the rollout lifts it"},
+		{ByOperator, "`nodes.cordon`; `nodes.uncordon` lifts it"},
+		{ByRollout, "a rollout draining the node; the rollout lifts it"},
 	}}
 	BindActionEnum = &Enum{Name: "bindAction", Values: []EnumValue{
-		{fleet.ActionBind, "give the reservation's tenant its devices (after the previous holder's unbind)"},
-		{fleet.ActionUnbind, "take them back and scrub them"},
+		{ActionBind, "give the reservation's tenant its devices (after the previous holder's unbind)"},
+		{ActionUnbind, "take them back and scrub them"},
 	}}
 	BindingStateEnum = &Enum{Name: "bindingState", Values: []EnumValue{
-		{fleet.BindBound, "the node gave the tenant the devices"},
-		{fleet.BindUnbound, "the node took them back and scrubbed them"},
-		{fleet.BindFailed, "the node could not bind them (the reservation is moved when it can be)"},
+		{BindBound, "the node gave the tenant the devices"},
+		{BindUnbound, "the node took them back and scrubbed them"},
+		{BindFailed, "the node could not bind them (the reservation is moved when it can be)"},
 	}}
 	InstallStateEnum = &Enum{Name: "installState", Values: []EnumValue{
-		{fleet.InstallInstalling, "downloading and verifying the release"},
-		{fleet.InstallInstalled, "running it"},
-		{fleet.InstallFailed, "it did not verify or did not start healthy: the node runs its previous release"},
+		{InstallInstalling, "downloading and verifying the release"},
+		{InstallInstalled, "running it"},
+		{InstallFailed, "it did not verify or did not start healthy: the node runs its previous release"},
 	}}
 )
 
 // Enums of rollouts.
 var (
 	RolloutStateEnum = &Enum{Name: "rolloutState", Values: []EnumValue{
-		{string(rollout.Progressing), "waves are running"},
-		{string(rollout.Paused), "no node starts; those in progress finish"},
-		{string(rollout.Completed), "terminal: every node updated, failed within the limit or skipped; the version is its pools' baseline"},
-		{string(rollout.Aborting), "aborted (by `rollouts.abort` or failures over `maxFailedNodes`): nodes not installing go back, then updated ones are rolled back"},
-		{string(rollout.Aborted), "terminal: aborted without rollback"},
-		{string(rollout.RolledBack), "terminal: every node it updated reported the release it ran before running (or failed to)"},
+		{string(Progressing), "waves are running"},
+		{string(Paused), "no node starts; those in progress finish"},
+		{string(Completed), "terminal: every node updated, failed within the limit or skipped; the version is its pools' baseline"},
+		{string(Aborting), "aborted (by `rollouts.abort` or failures over `maxFailedNodes`): nodes not installing go back, then updated ones are rolled back"},
+		{string(Aborted), "terminal: aborted without rollback"},
+		{string(RolledBack), "terminal: every node it updated reported the release it ran before running (or failed to)"},
 	}}
 	RolloutStepEnum = &Enum{Name: "rolloutStep", Values: []EnumValue{
-		{string(rollout.Pending), "not started"},
-		{string(rollout.Draining), "cordoned by the rollout, waiting for reservations on its devices"},
-		{string(rollout.Installing), "told the release: verifying it under its own pins, downloading, installing"},
-		{string(rollout.Verifying), "installed: waiting for a healthy report running it"},
-		{string(rollout.Updated), "running the version, healthy"},
-		{string(rollout.Failed), "the install failed, the node reported unhealthy, or it was silent past the deadline"},
-		{string(rollout.Skipped), "not installed: no binary for its platform, busy past the drain's wait, or the rollout ended first"},
+		{string(Pending), "not started"},
+		{string(Draining), "cordoned by the rollout, waiting for reservations on its devices"},
+		{string(Installing), "told the release: verifying it under its own pins, downloading, installing"},
+		{string(Verifying), "installed: waiting for a healthy report running it"},
+		{string(Updated), "running the version, healthy"},
+		{string(Failed), "the install failed, the node reported unhealthy, or it was silent past the deadline"},
+		{string(Skipped), "not installed: no binary for its platform, busy past the drain's wait, or the rollout ended first"},
 	}}
 	OnTimeoutEnum = &Enum{Name: "onTimeout", Values: []EnumValue{
-		{rollout.OnTimeoutSkip, "skip the node (`skipped`, reason `busy`)"},
-		{rollout.OnTimeoutForce, "install anyway; each overlapping reservation's history says `disrupted`"},
+		{OnTimeoutSkip, "skip the node (`skipped`, reason `busy`)"},
+		{OnTimeoutForce, "install anyway; each overlapping reservation's history says `disrupted`"},
 	}}
 )
 
@@ -199,8 +196,8 @@ func LookupEnum(name string) *Enum {
 }
 
 func stateValues() []EnumValue {
-	out := make([]EnumValue, 0, len(capacity.States))
-	for _, s := range capacity.States {
+	out := make([]EnumValue, 0, len(ReservationStates))
+	for _, s := range ReservationStates {
 		doc := stateDocs[s]
 		if s.Terminal() {
 			doc = "terminal: " + doc

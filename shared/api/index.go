@@ -6,7 +6,6 @@ import (
 	"strings"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/paging"
 	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/strictjson"
@@ -96,7 +95,7 @@ func Index(served func(*Method) bool) string {
 		"An answer with more to come carries `nextCursor`: send it back as `cursor`, with the same filters, for the next page; an answer without it is the last page.\n",
 		*page.Min, *page.Max, paging.DefaultLimit, num(*cur.Max))
 	p("- `releases.list` without `limit` returns every release. `pools.usage` pages by node: `limit` is %d..%d nodes (default %d).\n",
-		*usage.Min, *usage.Max, capacity.DefaultUsageNodes)
+		*usage.Min, *usage.Max, DefaultUsageNodes)
 	p("- A cursor is bound to the method, the caller's tenant and the filters (not to `limit`). One that was tampered with or belongs to another query is `INVALID_INPUT` with `details.field: cursor`; it never reveals another tenant's data.\n")
 	p("- The typed Go client follows cursors for you: `<Method>Pages` returns an iterator over the pages.\n")
 
@@ -110,23 +109,23 @@ func Index(served func(*Method) bool) string {
 
 	p("\n## Reservation states\n\n")
 	p("Every transition is a conditional write on the expected state; states only move forward. A reservation holds its quota charge and devices until it is terminal.\n\n")
-	p("```mermaid\nstateDiagram-v2\n    [*] --> %s\n", capacity.Draft)
-	for _, s := range capacity.States {
-		for _, t := range capacity.States {
+	p("```mermaid\nstateDiagram-v2\n    [*] --> %s\n", Draft)
+	for _, s := range ReservationStates {
+		for _, t := range ReservationStates {
 			if s.CanMoveTo(t) {
 				p("    %s --> %s\n", s, t)
 			}
 		}
 	}
-	for _, s := range capacity.States {
+	for _, s := range ReservationStates {
 		if s.Terminal() {
 			p("    %s --> [*]\n", s)
 		}
 	}
 	p("```\n\n| State | Terminal | Moves to | Meaning |\n|---|---|---|---|\n")
-	for _, s := range capacity.States {
+	for _, s := range ReservationStates {
 		var to []string
-		for _, t := range capacity.States {
+		for _, t := range ReservationStates {
 			if s.CanMoveTo(t) {
 				to = append(to, "`"+string(t)+"`")
 			}
@@ -135,7 +134,7 @@ func Index(served func(*Method) bool) string {
 	}
 	p("\nThe reconciler (every minute in AWS) moves `placed` → `binding` once `window.start` has come, `binding` → `active` once the devices are bound, "+
 		"`active` → `released` (`releasedBy: window_end`) once `window.end` has passed (straight from any live state if the whole window passed), and a draft older than %s → `expired`.\n",
-		human(capacity.StaleAfter))
+		human(StaleAfter))
 
 	p("\n## Limits\n\n| Limit | Value |\n|---|---|\n")
 	stmt := reflect.TypeFor[release.Statement]()
@@ -146,22 +145,22 @@ func Index(served func(*Method) bool) string {
 		{"`tenantId`", fmt.Sprintf("1..%d characters, `%s`", *tenant.Max, TenantIDPattern)},
 		{"`poolId`", fmt.Sprintf("`%s`", PoolIDPattern)},
 		{"resource name", fmt.Sprintf("`%s`", ResourcePattern)},
-		{"resources per pool", fmt.Sprintf("1..%d", capacity.MaxResources)},
-		{"devices per resource", fmt.Sprintf("1..%s", num(capacity.MaxDevicesPerResource))},
-		{"`nodeSize`", fmt.Sprintf("1..%d devices (default %d)", capacity.MaxNodeSize, capacity.DefaultNodeSize)},
-		{"devices a pool lists inline", fmt.Sprintf("%s in all (`devicesListed`)", num(capacity.InlineDevices))},
-		{"quota `max`", fmt.Sprintf("0..%s", num(capacity.MaxQuota))},
-		{"reservation `count`", fmt.Sprintf("1..%s", num(capacity.MaxCount))},
-		{"reservation window", "at most " + human(capacity.MaxWindow) + ", half-open `[start, end)`"},
-		{"`window.start`", fmt.Sprintf("at most %s ahead and at most %s in the past (default: now)", human(capacity.MaxLeadTime), human(capacity.MaxStartSkew))},
+		{"resources per pool", fmt.Sprintf("1..%d", MaxResources)},
+		{"devices per resource", fmt.Sprintf("1..%s", num(MaxDevicesPerResource))},
+		{"`nodeSize`", fmt.Sprintf("1..%d devices (default %d)", MaxNodeSize, DefaultNodeSize)},
+		{"devices a pool lists inline", fmt.Sprintf("%s in all (`devicesListed`)", num(InlineDevices))},
+		{"quota `max`", fmt.Sprintf("0..%s", num(MaxQuota))},
+		{"reservation `count`", fmt.Sprintf("1..%s", num(MaxCount))},
+		{"reservation window", "at most " + human(MaxWindow) + ", half-open `[start, end)`"},
+		{"`window.start`", fmt.Sprintf("at most %s ahead and at most %s in the past (default: now)", human(MaxLeadTime), human(MaxStartSkew))},
 		{"`clientToken`", fmt.Sprintf("1..%d characters", *token.Max)},
-		{"creates of one quota row in flight at once", fmt.Sprintf("%d (one more answers `UNAVAILABLE`; retry)", capacity.MaxInFlight)},
-		{"a draft without an outcome", "expires after " + human(capacity.StaleAfter)},
-		{"rejected and expired reservations", "kept " + human(capacity.Retention)},
-		{"denied reservations", "kept " + human(capacity.DeniedRetention) + ", listed only with `state: denied`"},
-		{"`pools.usage` span", fmt.Sprintf("1..%d hours (default %d), at most %d nodes a page", capacity.MaxUsageHours, capacity.MaxUsageHours, capacity.MaxUsageNodes)},
+		{"creates of one quota row in flight at once", fmt.Sprintf("%d (one more answers `UNAVAILABLE`; retry)", MaxInFlight)},
+		{"a draft without an outcome", "expires after " + human(StaleAfter)},
+		{"rejected and expired reservations", "kept " + human(Retention)},
+		{"denied reservations", "kept " + human(DeniedRetention) + ", listed only with `state: denied`"},
+		{"`pools.usage` span", fmt.Sprintf("1..%d hours (default %d), at most %d nodes a page", MaxUsageHours, MaxUsageHours, MaxUsageNodes)},
 		{"list `limit`", fmt.Sprintf("%d..%d (default %d)", *page.Min, *page.Max, paging.DefaultLimit)},
-		{"a `pools.list` page", fmt.Sprintf("ends early once its pools list %s devices", num(capacity.PoolPageDevices))},
+		{"a `pools.list` page", fmt.Sprintf("ends early once its pools list %s devices", num(PoolPageDevices))},
 		{"release `version`", fmt.Sprintf("SemVer 2.0, at most %d characters", *fieldOf(stmt, "version").Max)},
 		{"release `sequence`", fmt.Sprintf("%d..%s", *fieldOf(stmt, "sequence").Min, num(*fieldOf(stmt, "sequence").Max))},
 		{"release binaries", fmt.Sprintf("%d..%d, one per platform, at least one for linux; `url` https, at most %s characters", *fieldOf(stmt, "binaries").Min, *fieldOf(stmt, "binaries").Max, num(*fieldOf(bin, "url").Max))},

@@ -3,7 +3,6 @@ package api
 import (
 	"time"
 
-	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -116,19 +115,21 @@ type ListQuotasInput struct {
 
 // Reservations.
 
-type Window struct {
+// ReservationWindow is reservations.create's window (Window is the one
+// answered).
+type ReservationWindow struct {
 	Start *time.Time `json:"start,omitempty" bc:"doc=defaults to now; at most ${capacity.MaxStartSkew} in the past and ${capacity.MaxLeadTime} ahead"`
 	End   time.Time  `json:"end" bc:"required,doc=after start; at most ${capacity.MaxWindow} after it"`
 }
 
 type CreateReservationInput struct {
 	Tenant
-	PoolID      string  `json:"poolId" bc:"required,pattern=poolId"`
-	Resource    string  `json:"resource" bc:"required,pattern=resource"`
-	Count       int     `json:"count" bc:"required,min=1,max=capacity.MaxCount"`
-	Window      Window  `json:"window" bc:"required"`
-	Topology    *string `json:"topology,omitempty" enum:"topology" bc:"doc=how to spread the devices over nodes (default node)"`
-	ClientToken *string `json:"clientToken,omitempty" bc:"min=1,max=64,doc=idempotency token (per tenant and principal)"`
+	PoolID      string            `json:"poolId" bc:"required,pattern=poolId"`
+	Resource    string            `json:"resource" bc:"required,pattern=resource"`
+	Count       int               `json:"count" bc:"required,min=1,max=capacity.MaxCount"`
+	Window      ReservationWindow `json:"window" bc:"required"`
+	Topology    *string           `json:"topology,omitempty" enum:"topology" bc:"doc=how to spread the devices over nodes (default node)"`
+	ClientToken *string           `json:"clientToken,omitempty" bc:"min=1,max=64,doc=idempotency token (per tenant and principal)"`
 }
 
 type GetReservationInput struct {
@@ -208,16 +209,16 @@ type RolloutDrain struct {
 
 type CreateRolloutInput struct {
 	Tenant
-	Version                 string             `json:"version" bc:"required,min=1,max=128,doc=a registered release's version"`
-	Pools                   []string           `json:"pools" bc:"required,min=1,max=rollout.MaxPools,doc=the pools whose managed nodes it takes"`
-	Waves                   []rollout.WaveSpec `json:"waves" bc:"required,min=1,max=rollout.MaxWaves,doc=cumulative: each covers at least as many nodes as the one before; the last covers every node"`
-	BakeSeconds             *int               `json:"bakeSeconds,omitempty" bc:"min=0,max=86400,doc=the wait after a wave is done before the next starts (default 300)"`
-	MaxUnavailable          *int               `json:"maxUnavailable,omitempty" bc:"min=1,max=1000000,doc=nodes of its pools out of service at once (not ready or cordoned: those already out included; default 1)"`
-	MaxFailedNodes          *int               `json:"maxFailedNodes,omitempty" bc:"min=0,max=1000000,doc=it aborts once more nodes than this failed (default 0: at the first)"`
-	ProgressDeadlineSeconds *int               `json:"progressDeadlineSeconds,omitempty" bc:"min=60,max=86400,doc=how long a node may take from install to a healthy report of the target: silence is failure (default 900)"`
-	Drain                   *RolloutDrain      `json:"drain,omitempty" bc:"doc=draining around reservations"`
-	RollbackOnAbort         *bool              `json:"rollbackOnAbort,omitempty" bc:"doc=on abort send every updated node back to the release it ran before (default true)"`
-	ClientToken             *string            `json:"clientToken,omitempty" bc:"min=1,max=64,doc=idempotency token (per tenant and principal)"`
+	Version                 string        `json:"version" bc:"required,min=1,max=128,doc=a registered release's version"`
+	Pools                   []string      `json:"pools" bc:"required,min=1,max=rollout.MaxPools,doc=the pools whose managed nodes it takes"`
+	Waves                   []WaveSpec    `json:"waves" bc:"required,min=1,max=rollout.MaxWaves,doc=cumulative: each covers at least as many nodes as the one before; the last covers every node"`
+	BakeSeconds             *int          `json:"bakeSeconds,omitempty" bc:"min=0,max=86400,doc=the wait after a wave is done before the next starts (default 300)"`
+	MaxUnavailable          *int          `json:"maxUnavailable,omitempty" bc:"min=1,max=1000000,doc=nodes of its pools out of service at once (not ready or cordoned: those already out included; default 1)"`
+	MaxFailedNodes          *int          `json:"maxFailedNodes,omitempty" bc:"min=0,max=1000000,doc=it aborts once more nodes than this failed (default 0: at the first)"`
+	ProgressDeadlineSeconds *int          `json:"progressDeadlineSeconds,omitempty" bc:"min=60,max=86400,doc=how long a node may take from install to a healthy report of the target: silence is failure (default 900)"`
+	Drain                   *RolloutDrain `json:"drain,omitempty" bc:"doc=draining around reservations"`
+	RollbackOnAbort         *bool         `json:"rollbackOnAbort,omitempty" bc:"doc=on abort send every updated node back to the release it ran before (default true)"`
+	ClientToken             *string       `json:"clientToken,omitempty" bc:"min=1,max=64,doc=idempotency token (per tenant and principal)"`
 }
 
 type GetRolloutInput struct {

@@ -10,7 +10,6 @@ import (
 	"github.com/getkin/kin-openapi/openapi3"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
@@ -164,7 +163,7 @@ func TestOpenAPIFollowsTheCatalog(t *testing.T) {
 	// The constraints strict decoding enforces are the schema's.
 	create := doc.Components.Schemas["CreateReservationInput"].Value
 	count := create.Properties["count"].Value
-	if count.Min == nil || *count.Min != 1 || count.Max == nil || *count.Max != capacity.MaxCount {
+	if count.Min == nil || *count.Min != 1 || count.Max == nil || *count.Max != api.MaxCount {
 		t.Errorf("count %v..%v", count.Min, count.Max)
 	}
 	tenant := create.Properties["tenantId"].Value
@@ -178,8 +177,8 @@ func TestOpenAPIFollowsTheCatalog(t *testing.T) {
 		t.Errorf("topology enum %v", topo.Enum)
 	}
 	res := doc.Components.Schemas["CreatePoolInput"].Value.Properties["resources"].Value
-	if res.MaxProps == nil || *res.MaxProps != capacity.MaxResources || res.MinProps != 1 ||
-		res.AdditionalProperties.Schema == nil || *res.AdditionalProperties.Schema.Value.Max != capacity.MaxDevicesPerResource {
+	if res.MaxProps == nil || *res.MaxProps != api.MaxResources || res.MinProps != 1 ||
+		res.AdditionalProperties.Schema == nil || *res.AdditionalProperties.Schema.Value.Max != api.MaxDevicesPerResource {
 		t.Errorf("resources %+v", res)
 	}
 }

@@ -1,16 +1,15 @@
 package api
 
 import (
-	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/release"
-	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
 // The result objects of the methods: each method's Output in the
-// catalog. Their `doc` tags, and those of the domain types they carry
-// (shared/capacity, shared/rollout), are the reference's output tables and
-// the OpenAPI document's response schemas.
+// catalog. Their `doc` tags, and those of the types they carry (types_*.go,
+// and the release types of package release), are the reference's output
+// tables and the OpenAPI document's response schemas. nodes.heartbeat's
+// answer, HeartbeatResult, is in types_fleet.go with the rest of what the
+// node agent speaks.
 
 // Releases.
 
@@ -41,65 +40,62 @@ type ProveResult struct {
 // Pools and quotas.
 
 type PoolResult struct {
-	Pool capacity.Pool `json:"pool" doc:"the pool"`
+	Pool Pool `json:"pool" doc:"the pool"`
 }
 
 type ListPoolsResult struct {
-	Pools      []capacity.Pool `json:"pools" doc:"pools owned by or offered to the tenant, by pool id"`
-	NextCursor string          `json:"nextCursor,omitempty" doc:"present when more pools follow: send it as cursor for the next page"`
+	Pools      []Pool `json:"pools" doc:"pools owned by or offered to the tenant, by pool id"`
+	NextCursor string `json:"nextCursor,omitempty" doc:"present when more pools follow: send it as cursor for the next page"`
 }
 
 type PoolUsageResult struct {
-	Usage      capacity.Usage `json:"usage" doc:"a page of the resource's nodes and what is placed on them over the span"`
-	NextCursor string         `json:"nextCursor,omitempty" doc:"present when more nodes follow: send it as cursor (with the same poolId, resource, from and hours) for the next page"`
+	Usage      Usage  `json:"usage" doc:"a page of the resource's nodes and what is placed on them over the span"`
+	NextCursor string `json:"nextCursor,omitempty" doc:"present when more nodes follow: send it as cursor (with the same poolId, resource, from and hours) for the next page"`
 }
 
 type QuotaResult struct {
-	Quota capacity.Quota `json:"quota" doc:"the quota row (a missing row reads as max 0, used 0)"`
+	Quota Quota `json:"quota" doc:"the quota row (a missing row reads as max 0, used 0)"`
 }
 
 type ListQuotasResult struct {
-	Quotas     []capacity.Quota `json:"quotas" doc:"the tenant's quota rows, by pool and resource"`
-	NextCursor string           `json:"nextCursor,omitempty" doc:"present when more rows follow: send it as cursor (with the same poolId) for the next page"`
+	Quotas     []Quota `json:"quotas" doc:"the tenant's quota rows, by pool and resource"`
+	NextCursor string  `json:"nextCursor,omitempty" doc:"present when more rows follow: send it as cursor (with the same poolId) for the next page"`
 }
 
 // Reservations.
 
 type ReservationResult struct {
-	Reservation capacity.Reservation `json:"reservation" doc:"the reservation as it is now"`
+	Reservation Reservation `json:"reservation" doc:"the reservation as it is now"`
 }
 
 type ListReservationsResult struct {
-	Reservations []capacity.Reservation `json:"reservations" doc:"the tenant's reservations, newest first (createdAt descending, ties by id descending); denied ones only when state is denied"`
-	NextCursor   string                 `json:"nextCursor,omitempty" doc:"present when more reservations follow: send it as cursor (with the same poolId and state) for the next page"`
+	Reservations []Reservation `json:"reservations" doc:"the tenant's reservations, newest first (createdAt descending, ties by id descending); denied ones only when state is denied"`
+	NextCursor   string        `json:"nextCursor,omitempty" doc:"present when more reservations follow: send it as cursor (with the same poolId and state) for the next page"`
 }
 
 // Nodes.
 
 type NodeResult struct {
-	Node fleet.Node `json:"node" doc:"the node"`
+	Node Node `json:"node" doc:"the node"`
 }
 
 type ListNodesResult struct {
-	Nodes      []fleet.Node `json:"nodes" doc:"the pool's registered nodes, by resource and node index"`
-	NextCursor string       `json:"nextCursor,omitempty" doc:"present when more nodes follow: send it as cursor for the next page"`
+	Nodes      []Node `json:"nodes" doc:"the pool's registered nodes, by resource and node index"`
+	NextCursor string `json:"nextCursor,omitempty" doc:"present when more nodes follow: send it as cursor for the next page"`
 }
-
-// HeartbeatResult is nodes.heartbeat's answer (the fleet's own type).
-type HeartbeatResult = fleet.HeartbeatResult
 
 // Rollouts.
 
 type RolloutResult struct {
-	Rollout rollout.Rollout `json:"rollout" doc:"the rollout"`
+	Rollout Rollout `json:"rollout" doc:"the rollout"`
 }
 
 type ListRolloutsResult struct {
-	Rollouts   []rollout.Rollout `json:"rollouts" doc:"rollouts, newest first"`
-	NextCursor string            `json:"nextCursor,omitempty" doc:"present when more rollouts follow: send it as cursor for the next page"`
+	Rollouts   []Rollout `json:"rollouts" doc:"rollouts, newest first"`
+	NextCursor string    `json:"nextCursor,omitempty" doc:"present when more rollouts follow: send it as cursor for the next page"`
 }
 
 type RolloutNodesResult struct {
-	Nodes      []rollout.NodeProgress `json:"nodes" doc:"the rollout's nodes, in its order"`
-	NextCursor string                 `json:"nextCursor,omitempty" doc:"present when more nodes follow: send it as cursor for the next page"`
+	Nodes      []NodeProgress `json:"nodes" doc:"the rollout's nodes, in its order"`
+	NextCursor string         `json:"nextCursor,omitempty" doc:"present when more nodes follow: send it as cursor for the next page"`
 }

@@ -8,36 +8,40 @@ import (
 	"regexp"
 	"strings"
 
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
 // docConstants are the limits a `doc` tag may quote as ${name}: a tag is
 // text, so this is how it states a constant without repeating its value.
+// The names keep the resource each limit is of (capacity., fleet.); the
+// constants are this package's.
 var docConstants = map[string]string{
-	"capacity.InlineDevices":     num(capacity.InlineDevices),
-	"capacity.MaxQuota":          num(capacity.MaxQuota),
-	"capacity.MaxCount":          num(capacity.MaxCount),
-	"capacity.DefaultNodeSize":   num(capacity.DefaultNodeSize),
-	"capacity.MaxUsageHours":     num(capacity.MaxUsageHours),
-	"capacity.DefaultUsageNodes": num(capacity.DefaultUsageNodes),
-	"capacity.MaxStartSkew":      human(capacity.MaxStartSkew),
-	"capacity.MaxLeadTime":       human(capacity.MaxLeadTime),
-	"capacity.MaxWindow":         human(capacity.MaxWindow),
-	"fleet.MaxSkew":              human(fleet.MaxSkew),
-	"fleet.BusyInterval":         human(fleet.BusyInterval),
+	"capacity.InlineDevices":     num(InlineDevices),
+	"capacity.MaxQuota":          num(MaxQuota),
+	"capacity.MaxCount":          num(MaxCount),
+	"capacity.DefaultNodeSize":   num(DefaultNodeSize),
+	"capacity.MaxUsageHours":     num(MaxUsageHours),
+	"capacity.DefaultUsageNodes": num(DefaultUsageNodes),
+	"capacity.MaxStartSkew":      human(MaxStartSkew),
+	"capacity.MaxLeadTime":       human(MaxLeadTime),
+	"capacity.MaxWindow":         human(MaxWindow),
+	"fleet.MaxSkew":              human(MaxSkew),
+	"fleet.BusyInterval":         human(BusyInterval),
 }
 
-// The capacity limits the catalog's tags quote by name (max=capacity.MaxCount):
-// package capacity enforces them, the tags do not repeat their values.
+// The limits the tags quote by name (max=capacity.MaxCount): the domains
+// enforce these constants, the tags do not repeat their values.
 var _ = strictjson.RegisterLimits(map[string]int64{
-	"capacity.MaxResources":  capacity.MaxResources,
-	"capacity.MaxQuota":      capacity.MaxQuota,
-	"capacity.MaxUsageHours": capacity.MaxUsageHours,
-	"capacity.MaxUsageNodes": capacity.MaxUsageNodes,
-	"capacity.MaxCount":      capacity.MaxCount,
+	"capacity.MaxResources":  MaxResources,
+	"capacity.MaxQuota":      MaxQuota,
+	"capacity.MaxUsageHours": MaxUsageHours,
+	"capacity.MaxUsageNodes": MaxUsageNodes,
+	"capacity.MaxCount":      MaxCount,
+	"fleet.MaxChecks":        MaxChecks,
+	"fleet.MaxBindings":      MaxBindings,
+	"rollout.MaxPools":       MaxPools,
+	"rollout.MaxWaves":       MaxWaves,
 })
 
 var docConstant = regexp.MustCompile(`\$\{([A-Za-z.]+)\}`)
@@ -235,8 +239,8 @@ func (s *schemas) inputValue(t reflect.Type, f strictjson.Field) *object {
 		}
 		return obj("type", "object")
 	case isStruct(t) && t.PkgPath() != apiPackage:
-		// A domain type (a shape's parts): a component, which generated
-		// clients name after it.
+		// Another package's type (a shape's parts): a component, which
+		// generated clients name after it.
 		return s.input(t)
 	case isStruct(t):
 		return s.inputObject(t)
@@ -258,7 +262,13 @@ func (s *schemas) inputValue(t reflect.Type, f strictjson.Field) *object {
 	case reflect.Bool:
 		o = obj("type", "boolean")
 	case reflect.Slice:
-		o = obj("type", "array", "items", s.inputValue(deref(t.Elem()), strictjson.Field{}))
+		items := s.inputValue(deref(t.Elem()), strictjson.Field{})
+		if e := deref(t.Elem()); isStruct(e) {
+			// An array's objects (rollouts.create's waves): a component,
+			// which generated clients name after it.
+			items = s.input(e)
+		}
+		o = obj("type", "array", "items", items)
 		bound(o, "minItems", "maxItems", f.Min, f.Max)
 	case reflect.Map:
 		v := s.inputValue(deref(t.Elem()), strictjson.Field{})

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/logfmt"
 )
 
@@ -87,12 +87,12 @@ func ConfigFromEnv() (Config, error) {
 		return c, fmt.Errorf("BC_RECONCILE_INTERVAL must be a positive Go duration, got %q", os.Getenv("BC_RECONCILE_INTERVAL"))
 	}
 	if c.ProvisionHours, err = strconv.Atoi(envOr("BC_PROVISION_HOURS", strconv.Itoa(capacity.ProvisionHours))); err != nil ||
-		c.ProvisionHours < 1 || c.ProvisionHours > 24*capacity.MaxLeadDays {
-		return c, fmt.Errorf("BC_PROVISION_HOURS must be an integer 1..%d, got %q", 24*capacity.MaxLeadDays, os.Getenv("BC_PROVISION_HOURS"))
+		c.ProvisionHours < 1 || c.ProvisionHours > 24*api.MaxLeadDays {
+		return c, fmt.Errorf("BC_PROVISION_HOURS must be an integer 1..%d, got %q", 24*api.MaxLeadDays, os.Getenv("BC_PROVISION_HOURS"))
 	}
-	if c.HeartbeatInterval, err = time.ParseDuration(envOr("BC_HEARTBEAT_INTERVAL", fleet.DefaultInterval.String())); err != nil ||
-		c.HeartbeatInterval < fleet.BusyInterval || c.HeartbeatInterval%time.Second != 0 || c.HeartbeatInterval > time.Hour {
-		return c, fmt.Errorf("BC_HEARTBEAT_INTERVAL must be a Go duration of whole seconds from %s to 1h, got %q", fleet.BusyInterval, os.Getenv("BC_HEARTBEAT_INTERVAL"))
+	if c.HeartbeatInterval, err = time.ParseDuration(envOr("BC_HEARTBEAT_INTERVAL", api.DefaultInterval.String())); err != nil ||
+		c.HeartbeatInterval < api.BusyInterval || c.HeartbeatInterval%time.Second != 0 || c.HeartbeatInterval > time.Hour {
+		return c, fmt.Errorf("BC_HEARTBEAT_INTERVAL must be a Go duration of whole seconds from %s to 1h, got %q", api.BusyInterval, os.Getenv("BC_HEARTBEAT_INTERVAL"))
 	}
 	if c.LogLevel, err = logfmt.ParseLevel(envOr("BC_LOG_LEVEL", "info")); err != nil {
 		return c, err

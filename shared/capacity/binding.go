@@ -8,14 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
-)
 
-// History reasons of what happened to a reservation on its nodes
-// (docs/reference/reservations.md).
-const (
-	ReasonNodeUnreachable = "node_unreachable"
-	ReasonReplaced        = "replaced"
-	ReasonDisrupted       = "disrupted"
+	"github.com/bettercompute/control-plane/shared/api"
 )
 
 // MaxMoves bounds how often one reservation is moved off nodes that failed
@@ -98,7 +92,7 @@ func (n NodeState) Eligible() bool { return n.Ready && !n.Cordoned }
 type NodeBinding struct {
 	TenantID string
 	Mask     Mask
-	Window   Window
+	Window   api.Window
 	Moves    int // the reservation's move count when it was bound there
 }
 
@@ -263,7 +257,7 @@ func (s *Service) replace(ctx context.Context, r *Reservation, bad []int, now ti
 	if !r.NodeNoted {
 		to := *r
 		to.NodeNoted = true
-		to.History = append(slices.Clone(r.History), Event{State: Binding, At: now.UTC(), Reason: ReasonNodeUnreachable})
+		to.History = append(slices.Clone(r.History), api.Event{State: api.Binding, At: now.UTC(), Reason: api.ReasonNodeUnreachable})
 		cur, err := s.Store.Amend(ctx, *r, to)
 		if err != nil {
 			return amendErr(err)
@@ -304,7 +298,7 @@ func (s *Service) replace(ctx context.Context, r *Reservation, bad []int, now ti
 	if err := s.fault(FaultMovePlanned); err != nil {
 		return err
 	}
-	hours := r.Window.Hours()
+	hours := HoursOf(r.Window)
 	if !covers(state, p, hours) || !fits(state, p, req, hours) {
 		if state, err = s.placementHours(ctx, pr, p, hours); err != nil {
 			return err
@@ -335,7 +329,7 @@ func (s *Service) finishMove(ctx context.Context, r *Reservation, now time.Time)
 		pr := prOf(*r)
 		p := PlacementOf(pr.Topology, r.Move)
 		req := requestOf(*r)
-		hours := r.Window.Hours()
+		hours := HoursOf(r.Window)
 		state, err := s.placementHours(ctx, pr, p, hours)
 		if err != nil {
 			return err
@@ -351,7 +345,7 @@ func (s *Service) finishMove(ctx context.Context, r *Reservation, now time.Time)
 		to := *r
 		to.MovedFrom, to.Devices, to.Move = r.Devices, r.Move, nil
 		to.Moves, to.NodeNoted = r.Moves+1, false
-		to.History = append(slices.Clone(r.History), Event{State: Binding, At: now.UTC(), Reason: ReasonReplaced})
+		to.History = append(slices.Clone(r.History), api.Event{State: api.Binding, At: now.UTC(), Reason: api.ReasonReplaced})
 		cur, err := s.Store.Amend(ctx, *r, to.WithIDs())
 		if err != nil {
 			return amendErr(err)
@@ -448,8 +442,8 @@ func (s *Service) unbindHeld(ctx context.Context, r Reservation) error {
 	}
 	for _, nd := range r.Placement() {
 		ns, ok := states[nd.Node]
-		// StaleAfter: a register's write may land that long after its clock.
-		late := ns.Registered.After(r.Window.Start.Add(-StaleAfter))
+		// api.StaleAfter: a register's write may land that long after its clock.
+		late := ns.Registered.After(r.Window.Start.Add(-api.StaleAfter))
 		if !ok || ns.Entry != "" || ns.Adopted && !late {
 			continue // unmanaged, its entry unbound above, or managed when r was bound
 		}
@@ -498,7 +492,7 @@ func (s *Service) Adopt(ctx context.Context, t PoolResource, node int, at time.T
 			continue
 		case err != nil:
 			return unavailable(err)
-		case r.State != Active && !r.State.Terminal():
+		case r.State != api.Active && !r.State.Terminal():
 			continue
 		}
 		states, err := s.Nodes.NodeStates(ctx, t, []int{node}, id)

@@ -3,6 +3,8 @@ package capacity
 import (
 	"context"
 	"errors"
+
+	"github.com/bettercompute/control-plane/shared/api"
 )
 
 // candidateLimit is how many node-hours the fast path reads: the fullest
@@ -65,9 +67,9 @@ func stateOf(cands []Candidate) nodeHours {
 // queryHour is the hour of a window whose candidates the fast path reads:
 // the first one the window covers whole (free throughout it is then
 // necessary for a fit, not only sufficient), else its first.
-func queryHour(w Window) Hour {
-	for _, h := range w.Hours() {
-		if w.Covers(h) {
+func queryHour(w api.Window) Hour {
+	for _, h := range HoursOf(w) {
+		if h.CoveredBy(w) {
 			return h
 		}
 	}
@@ -80,11 +82,11 @@ func (s *Service) fastCandidates(ctx context.Context, r Reservation, req *Reques
 	pr := PoolResource{PoolID: r.PoolID, Topology: Topology{Resource: r.Resource}}
 	h := queryHour(r.Window)
 	minUntouched, from := req.Count, uint32(0)
-	if req.Topology == AnyDevices {
+	if req.Topology == api.AnyDevices {
 		minUntouched = 1
 	}
 	known, haveTopology := s.known(pr)
-	if haveTopology && req.Topology == OnNodes && req.Count > known.NodeSize {
+	if haveTopology && req.Topology == api.OnNodes && req.Count > known.NodeSize {
 		pr.Topology = known
 		first, err := s.wholeNodes(ctx, pr, req, h)
 		if err != nil {
@@ -94,12 +96,12 @@ func (s *Service) fastCandidates(ctx context.Context, r Reservation, req *Reques
 		return pr, cands, err
 	}
 	switch {
-	case haveTopology && req.Topology == OnNodes && req.Count >= known.NodeSize:
+	case haveTopology && req.Topology == api.OnNodes && req.Count >= known.NodeSize:
 		// Whole nodes: start the read at a point of the whole nodes' order
 		// that depends on the reservation, so racing creates read (and
 		// take) different ones.
 		minUntouched, from = known.NodeSize, spreadFrom(req)
-	case haveTopology && req.Topology == OnNodes && (req.Attempt > 0 || s.spreadNow(req.ID)):
+	case haveTopology && req.Topology == api.OnNodes && (req.Attempt > 0 || s.spreadNow(req.ID)):
 		// Lost a race, or racing creates are likely: read from a point of
 		// the order that depends on the reservation and take any node that
 		// fits; a fresh whole node when racing is likely (the fullest
@@ -109,17 +111,17 @@ func (s *Service) fastCandidates(ctx context.Context, r Reservation, req *Reques
 			minUntouched = known.NodeSize
 		}
 	}
-	first, _, err := s.Store.Candidates(ctx, pr, h, min(minUntouched, MaxNodeSize), candidateLimit, from)
+	first, _, err := s.Store.Candidates(ctx, pr, h, min(minUntouched, api.MaxNodeSize), candidateLimit, from)
 	if err != nil {
 		return pr, nil, unavailable(err)
 	}
 	if len(first) == 0 && from > 0 {
 		// Nothing from there on: read from the start.
-		if first, _, err = s.Store.Candidates(ctx, pr, h, min(req.Count, MaxNodeSize), candidateLimit, 0); err != nil {
+		if first, _, err = s.Store.Candidates(ctx, pr, h, min(req.Count, api.MaxNodeSize), candidateLimit, 0); err != nil {
 			return pr, nil, unavailable(err)
 		}
 	}
-	if len(first) == 0 && !haveTopology && req.Topology == OnNodes && req.Count > 1 {
+	if len(first) == 0 && !haveTopology && req.Topology == api.OnNodes && req.Count > 1 {
 		// The layout is not known yet and no node has count untouched
 		// devices: several whole nodes may still do; any node-hour tells.
 		if first, _, err = s.Store.Candidates(ctx, pr, h, 1, 1, 0); err != nil {
@@ -132,7 +134,7 @@ func (s *Service) fastCandidates(ctx context.Context, r Reservation, req *Reques
 	pr = first[0].Topology()
 	s.learn(pr)
 	keep := 1
-	if req.Topology == OnNodes && req.Count > pr.NodeSize {
+	if req.Topology == api.OnNodes && req.Count > pr.NodeSize {
 		if first, err = s.wholeNodes(ctx, pr, req, h); err != nil {
 			return pr, nil, err
 		}
@@ -166,8 +168,8 @@ func spreadFrom(req *Request) uint32 {
 // withHours joins the other hours of a window to node-hours of one of its
 // hours (an hour not stored is empty). A long window keeps fewer candidates
 // (at least keep), so the read stays one BatchGetItem of verifyKeys.
-func (s *Service) withHours(ctx context.Context, pr PoolResource, first []NodeHour, w Window, keep int) ([]Candidate, error) {
-	hours := w.Hours()
+func (s *Service) withHours(ctx context.Context, pr PoolResource, first []NodeHour, w api.Window, keep int) ([]Candidate, error) {
+	hours := HoursOf(w)
 	if others := len(hours) - 1; others > 0 {
 		first = first[:min(len(first), max(keep, verifyKeys/others, 1))]
 	}
@@ -248,12 +250,12 @@ const (
 func (s *Service) prove(ctx context.Context, pr PoolResource, req Request, complete map[Hour]bool) (*NoFit, error) {
 	want := 1
 	switch {
-	case req.Topology == AnyDevices:
+	case req.Topology == api.AnyDevices:
 		want = req.Count
 	case req.Count > pr.NodeSize:
 		want = pr.NodesFor(req.Count)
 	}
-	hours := req.Window.Hours()
+	hours := HoursOf(req.Window)
 	hours = hours[:min(len(hours), proofHoursMax)]
 	for start := 0; start < len(hours); start += proofHours {
 		batch := hours[start:min(start+proofHours, len(hours))]
@@ -276,9 +278,9 @@ func (s *Service) prove(ctx context.Context, pr PoolResource, req Request, compl
 			if top >= req.Count {
 				return nil
 			}
-			reason := ReasonTopology
+			reason := api.ReasonTopology
 			if all < req.Count && !scan.More {
-				reason = ReasonCapacity
+				reason = api.ReasonCapacity
 			}
 			found[i] = &NoFit{Reason: reason}
 			return nil
@@ -303,7 +305,7 @@ func (s *Service) allCandidates(ctx context.Context, pr PoolResource, req Reques
 	for k := range sums {
 		sums[k] = NewSummary(pr.Size(k))
 	}
-	for _, h := range req.Window.Hours() {
+	for _, h := range HoursOf(req.Window) {
 		err := s.Store.Hour(ctx, pr, h, func(nh NodeHour) error {
 			if nh.Node < len(sums) {
 				sums[nh.Node].Add(nh, req)

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+
+	"github.com/bettercompute/control-plane/shared/api"
 )
 
 // Violation is one broken invariant.
@@ -148,7 +150,7 @@ func CheckSnapshot(s Snapshot) []Violation {
 			continue
 		}
 		for _, nd := range r.Placement() {
-			for _, h := range r.Window.Hours() {
+			for _, h := range HoursOf(r.Window) {
 				if !seen[want{r.ReservationID, nd.Node, h}] {
 					add("missing_entry", r.PoolID+"/"+r.Resource, "reservation %s is %s but node %d holds nothing for it in hour %s", r.ReservationID, r.State, nd.Node, h)
 				}
@@ -206,7 +208,7 @@ func checkTopology(r Reservation, p Pool, subject string, add func(kind, subject
 	if len(r.Devices) != r.Count || slices.ContainsFunc(r.Devices, func(n int) bool { return n < 0 || (t.Devices > 0 && n >= t.Devices) }) {
 		add("device_count", subject, "holds %d devices %v for a count of %d", len(r.Devices), r.Devices, r.Count)
 	}
-	if r.Topology != OnNodes || t.NodeSize == 0 {
+	if r.Topology != api.OnNodes || t.NodeSize == 0 {
 		return
 	}
 	if nodes, want := len(r.Placement()), t.NodesFor(r.Count); nodes != want {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 )
 
@@ -43,7 +44,7 @@ const (
 	// LeaseHandBack: a flow that gave up lets a replay take over this soon.
 	LeaseHandBack = 2 * time.Second
 	// TakeOverUntil: …up to this age, so that its own deadline falls well
-	// before StaleAfter, when the reconciler may expire the draft.
+	// before api.StaleAfter, when the reconciler may expire the draft.
 	TakeOverUntil = 90 * time.Second
 	// InlinePlacement: a placement of at most this many nodes is recorded
 	// with the charge on the quota row; a larger one on the draft first.
@@ -87,15 +88,15 @@ var (
 // (settleLater), not by a write of this call.
 func (s *Service) CreateReservation(ctx context.Context, req CreateRequest, decide Decide) (Reservation, error) {
 	now := s.now()
-	if req.Count < 1 || req.Count > MaxCount {
-		return Reservation{}, apierr.Invalid("constraint", "count", "count must be 1..%d", MaxCount)
+	if req.Count < 1 || req.Count > api.MaxCount {
+		return Reservation{}, apierr.Invalid("constraint", "count", "count must be 1..%d", api.MaxCount)
 	}
 	switch req.Topology {
 	case "":
-		req.Topology = OnNodes
-	case OnNodes, AnyDevices:
+		req.Topology = api.OnNodes
+	case api.OnNodes, api.AnyDevices:
 	default:
-		return Reservation{}, apierr.Invalid("constraint", "topology", "topology must be %q or %q", OnNodes, AnyDevices)
+		return Reservation{}, apierr.Invalid("constraint", "topology", "topology must be %q or %q", api.OnNodes, api.AnyDevices)
 	}
 	start := now
 	if req.Start != nil {
@@ -103,18 +104,32 @@ func (s *Service) CreateReservation(ctx context.Context, req CreateRequest, deci
 	}
 	// Windows have millisecond precision, as node-hour entries store them:
 	// a window is exactly what its devices are held for.
-	window := Window{Start: start.Truncate(time.Millisecond), End: req.End.UTC().Truncate(time.Millisecond)}
+	window := api.Window{Start: start.Truncate(time.Millisecond), End: req.End.UTC().Truncate(time.Millisecond)}
 	if req.Start != nil { // what does not depend on the time is refused before any read
 		if err := windowShape(window); err != nil {
 			return Reservation{}, err
 		}
 	}
 	draft := Reservation{
-		TenantID: req.TenantID, PoolID: req.PoolID, Resource: req.Resource, Count: req.Count,
-		Window: window, Topology: req.Topology, State: Draft, DeviceIDs: []string{}, NodeIDs: []string{},
-		CreatedAt: now, UpdatedAt: now, History: []Event{{State: Draft, At: now}},
+		Reservation: api.Reservation{
+			TenantID:  req.TenantID,
+			PoolID:    req.PoolID,
+			Resource:  req.Resource,
+			Count:     req.Count,
+			Window:    window,
+			Topology:  req.Topology,
+			State:     api.Draft,
+			DeviceIDs: []string{},
+			NodeIDs:   []string{},
+			CreatedAt: now,
+			UpdatedAt: now,
+			History:   []api.Event{{State: api.Draft, At: now}},
+		},
 		Request:     Fingerprint(req.PoolID, req.Resource, req.Count, req.Topology, req.Start, req.End),
-		ClientToken: req.ClientToken, Principal: req.Principal, Due: now.Add(StaleAfter), Lease: now.Add(TakeOverAfter),
+		ClientToken: req.ClientToken,
+		Principal:   req.Principal,
+		Due:         now.Add(api.StaleAfter),
+		Lease:       now.Add(TakeOverAfter),
 	}
 	if req.ClientToken != "" {
 		draft.ReservationID = TokenID(req.TenantID, req.Principal, req.ClientToken)
@@ -191,12 +206,12 @@ func requestOf(r Reservation) Request {
 }
 
 // validateWindow applies the window rules of reservations.create at now.
-func validateWindow(startSent bool, w Window, now time.Time) error {
+func validateWindow(startSent bool, w api.Window, now time.Time) error {
 	switch {
-	case startSent && w.Start.Before(now.Add(-MaxStartSkew)):
-		return apierr.Invalid("constraint", "window.start", "window.start may be at most %v in the past", MaxStartSkew).
+	case startSent && w.Start.Before(now.Add(-api.MaxStartSkew)):
+		return apierr.Invalid("constraint", "window.start", "window.start may be at most %v in the past", api.MaxStartSkew).
 			With("rule", "start_in_past")
-	case w.Start.After(now.Add(MaxLeadTime)):
+	case w.Start.After(now.Add(api.MaxLeadTime)):
 		return apierr.Invalid("constraint", "window.start", "window.start may be at most 365 days ahead").
 			With("rule", "start_too_far_ahead")
 	case !startSent && !w.End.After(w.Start):
@@ -207,11 +222,11 @@ func validateWindow(startSent bool, w Window, now time.Time) error {
 }
 
 // windowShape: end after start, at most 90 days.
-func windowShape(w Window) error {
+func windowShape(w api.Window) error {
 	switch {
 	case !w.End.After(w.Start):
 		return apierr.Invalid("constraint", "window.end", "window.end must be after window.start").With("rule", "end_before_start")
-	case w.End.Sub(w.Start) > MaxWindow:
+	case w.End.Sub(w.Start) > api.MaxWindow:
 		return apierr.Invalid("constraint", "window.end", "a window lasts at most 90 days").With("rule", "window_too_long")
 	}
 	return nil
@@ -241,12 +256,12 @@ func (s *Service) replay(ctx context.Context, sent, stored Reservation, decide D
 	}
 	// This call is authorized like any other, on the stored request.
 	if err := decide(ctx, attributes(stored)); err != nil {
-		if stored.State == Denied {
+		if stored.State == api.Denied {
 			return Reservation{}, answer(stored)
 		}
 		return Reservation{}, err
 	}
-	if stored.State != Draft {
+	if stored.State != api.Draft {
 		return stored, answer(stored)
 	}
 	now := s.now()
@@ -256,7 +271,7 @@ func (s *Service) replay(ctx context.Context, sent, stored Reservation, decide D
 		if err != nil {
 			return Reservation{}, err
 		}
-		return s.fence(ctx, n, Draft, FaultExpired)
+		return s.fence(ctx, n, api.Draft, FaultExpired)
 	case now.Before(stored.Lease) || now.Sub(stored.CreatedAt) >= TakeOverUntil:
 		return Reservation{}, apierr.New(apierr.Unavailable, "the first request with this clientToken is still being processed; retry").
 			With("reservationId", stored.ReservationID)
@@ -276,15 +291,15 @@ func (s *Service) replay(ctx context.Context, sent, stored Reservation, decide D
 func answer(r Reservation) error {
 	var e *apierr.Error
 	switch {
-	case r.State == Denied:
+	case r.State == api.Denied:
 		e = apierr.New(apierr.PermissionDenied, "the reservation was denied")
-	case r.State == Rejected && r.Reason == ReasonQuota:
+	case r.State == api.Rejected && r.Reason == api.ReasonQuota:
 		e = apierr.New(apierr.QuotaExceeded, "the reservation does not fit the quota").With("requested", r.Count)
-	case r.State == Rejected && r.Reason == ReasonInvalid && r.Invalid == "resource":
+	case r.State == api.Rejected && r.Reason == api.ReasonInvalid && r.Invalid == "resource":
 		e = errNoResource(r.PoolID, r.Resource)
-	case r.State == Rejected && r.Reason == ReasonInvalid:
+	case r.State == api.Rejected && r.Reason == api.ReasonInvalid:
 		e = errPoolNotFound(r.PoolID)
-	case r.State == Rejected:
+	case r.State == api.Rejected:
 		e = apierr.New(apierr.CapacityExhausted, "%s", noFitMessage(r.Reason)).With("reason", r.Reason)
 	default:
 		return nil
@@ -304,7 +319,7 @@ func overPool(err error, r Reservation, pr PoolResource) error {
 }
 
 func noFitMessage(reason string) string {
-	if reason == ReasonTopology {
+	if reason == api.ReasonTopology {
 		return "devices are free, but not on few enough nodes for the topology; try topology \"any\" or another window"
 	}
 	return "no set of free devices fits the window"
@@ -326,7 +341,7 @@ func (s *Service) refused(ctx context.Context, r Reservation, decision error) (R
 	}
 	// Fenced denied, or already moved on by another writer: either way this
 	// caller was denied and learns nothing more.
-	if _, err := s.fence(ctx, d, Draft, FaultDenied); err != nil {
+	if _, err := s.fence(ctx, d, api.Draft, FaultDenied); err != nil {
 		return Reservation{}, err
 	}
 	return Reservation{}, e.With("reservationId", r.ReservationID)
@@ -393,7 +408,7 @@ func (s *Service) admit(ctx context.Context, r Reservation) (Reservation, error)
 		return Reservation{}, err
 	}
 	carried := false
-	if r.State == Draft && len(r.Plan) > 0 {
+	if r.State == api.Draft && len(r.Plan) > 0 {
 		// An earlier flow recorded a large placement on the draft and may
 		// have written part of it: carry that one on (it is what a repair
 		// would undo).
@@ -459,7 +474,7 @@ func (s *Service) admit(ctx context.Context, r Reservation) (Reservation, error)
 	if err != nil {
 		return Reservation{}, err
 	}
-	cur, won, err := s.fenceWon(ctx, placed, Draft, FaultPlaced, p)
+	cur, won, err := s.fenceWon(ctx, placed, api.Draft, FaultPlaced, p)
 	if err != nil {
 		return Reservation{}, err
 	}
@@ -502,13 +517,13 @@ func (s *Service) charge(ctx context.Context, k QuotaKey, r Reservation, p Place
 // it (a release, seen as its charge voided or its plan refused): what the
 // flow charged and wrote is undone, and the reservation answered as it is.
 func (s *Service) yield(ctx context.Context, r Reservation, own Placement) (Reservation, error) {
-	cur, err := s.lost(ctx, r, Draft, own, "create")
+	cur, err := s.lost(ctx, r, api.Draft, own, "create")
 	switch {
 	case errors.Is(err, errGone):
 		return Reservation{}, apierr.New(apierr.NotFound, "reservation %q not found", r.ReservationID)
 	case err != nil:
 		return Reservation{}, err
-	case cur.State == Draft:
+	case cur.State == api.Draft:
 		return Reservation{}, apierr.New(apierr.Unavailable, "reservation %q is changing; retry", r.ReservationID)
 	}
 	return cur, answer(cur)
@@ -521,7 +536,7 @@ func (s *Service) admitInvalid(ctx context.Context, r Reservation, why error) (R
 	if errors.Is(why, errInvalidRes) {
 		r.Invalid = "resource"
 	}
-	return s.reject(ctx, r, ReasonInvalid, FaultRejectedInvalid)
+	return s.reject(ctx, r, api.ReasonInvalid, FaultRejectedInvalid)
 }
 
 // inline is the part of a placement recorded on the quota row.
@@ -554,8 +569,8 @@ func isNoFit(err error) bool {
 }
 
 // rejectQuota refuses a draft over quota, with the numbers (docs/reference/README.md, errors).
-func (s *Service) rejectQuota(ctx context.Context, r Reservation, q Quota) (Reservation, error) {
-	cur, err := s.reject(ctx, r, ReasonQuota, FaultRejectedQuota)
+func (s *Service) rejectQuota(ctx context.Context, r Reservation, q api.Quota) (Reservation, error) {
+	cur, err := s.reject(ctx, r, api.ReasonQuota, FaultRejectedQuota)
 	if e := apierr.As(err); e != nil && e.Code == apierr.QuotaExceeded {
 		err = e.With("used", q.Used).With("max", q.Max)
 	}
@@ -569,7 +584,7 @@ func (s *Service) reject(ctx context.Context, r Reservation, reason, point strin
 	if err != nil {
 		return Reservation{}, err
 	}
-	cur, err := s.fence(ctx, n, Draft, point)
+	cur, err := s.fence(ctx, n, api.Draft, point)
 	if err != nil {
 		return Reservation{}, err
 	}

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/reconcile"
 )
@@ -18,8 +19,9 @@ import (
 var t0 = time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
 
 func draft() capacity.Reservation {
-	return capacity.Reservation{ReservationID: "r1", TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 1,
-		Window: capacity.Window{Start: t0.Add(time.Hour), End: t0.Add(2 * time.Hour)}, State: capacity.Draft, CreatedAt: t0}
+	return capacity.Reservation{Reservation: api.Reservation{ReservationID: "r1", TenantID: "acme", PoolID: "p1",
+		Resource: "gpu", Count: 1, Window: api.Window{Start: t0.Add(time.Hour), End: t0.Add(2 * time.Hour)}, State: api.Draft,
+		CreatedAt: t0}}
 }
 
 func TestStateMachine(t *testing.T) {
@@ -34,15 +36,15 @@ func TestStateMachine(t *testing.T) {
 		"release":  func(r capacity.Reservation) (capacity.Reservation, error) { return r.Release("tenant", t0) },
 	}
 	// allowed[from] = the steps that may run from that state.
-	allowed := map[capacity.State]string{
-		capacity.Draft:    "deny reject expire place release",
-		capacity.Placed:   "bind release",
-		capacity.Binding:  "activate release",
-		capacity.Active:   "release",
-		capacity.Denied:   "",
-		capacity.Rejected: "",
-		capacity.Expired:  "",
-		capacity.Released: "",
+	allowed := map[api.ReservationState]string{
+		api.Draft:    "deny reject expire place release",
+		api.Placed:   "bind release",
+		api.Binding:  "activate release",
+		api.Active:   "release",
+		api.Denied:   "",
+		api.Rejected: "",
+		api.Expired:  "",
+		api.Released: "",
 	}
 	for from, ok := range allowed {
 		for name, f := range steps {
@@ -77,7 +79,7 @@ func TestStateMachine(t *testing.T) {
 		t.Errorf("active due %v", a.Due)
 	}
 	rel, _ := a.Release("window_end", t0.Add(2*time.Hour))
-	if !rel.Due.Equal(t0.Add(2*time.Hour+capacity.StaleAfter)) || rel.ReleasedBy != "window_end" || !rel.ExpiresAt().Equal(t0.Add(2*time.Hour+90*24*time.Hour)) {
+	if !rel.Due.Equal(t0.Add(2*time.Hour+api.StaleAfter)) || rel.ReleasedBy != "window_end" || !rel.ExpiresAt().Equal(t0.Add(2*time.Hour+90*24*time.Hour)) {
 		t.Errorf("released %+v, expiring %v (90 days after it ended)", rel, rel.ExpiresAt())
 	}
 	if !a.ExpiresAt().IsZero() {
@@ -88,16 +90,16 @@ func TestStateMachine(t *testing.T) {
 		t.Errorf("rejected expires %v", rej.ExpiresAt())
 	}
 	// The timeline: one event per state entered, the reason with it.
-	if h := rel.History; len(h) != 4 || h[0].State != capacity.Placed || h[3].State != capacity.Released {
+	if h := rel.History; len(h) != 4 || h[0].State != api.Placed || h[3].State != api.Released {
 		t.Errorf("history %+v", h)
 	}
 	if h := rej.History; len(h) != 1 || h[0].Reason != "capacity" || !h[0].At.Equal(t0) {
 		t.Errorf("rejected history %+v", h)
 	}
-	if s, ok := capacity.ParseState("active"); !ok || s != capacity.Active {
+	if s, ok := api.ParseReservationState("active"); !ok || s != api.Active {
 		t.Error("ParseState(active)")
 	}
-	if _, ok := capacity.ParseState("ACTIVE"); ok {
+	if _, ok := api.ParseReservationState("ACTIVE"); ok {
 		t.Error("ParseState accepts ACTIVE")
 	}
 }
@@ -110,8 +112,8 @@ type alloc struct {
 	from, to int
 }
 
-func hours(from, to int) capacity.Window {
-	return capacity.Window{Start: t0.Add(time.Duration(from) * time.Hour), End: t0.Add(time.Duration(to) * time.Hour)}
+func hours(from, to int) api.Window {
+	return api.Window{Start: t0.Add(time.Duration(from) * time.Hour), End: t0.Add(time.Duration(to) * time.Hour)}
 }
 
 func node(k, size int, allocs ...alloc) capacity.Candidate {
@@ -137,18 +139,18 @@ func TestChoose(t *testing.T) {
 		name     string
 		count    int
 		topology string
-		window   capacity.Window
+		window   api.Window
 		want     string // "node:mask,…" or the NoFit reason
 	}{
-		{"fullest node that fits", 2, capacity.OnNodes, hours(1, 2), "0:11000000"},
-		{"next fullest when it does not, in a free aligned quad", 3, capacity.OnNodes, hours(1, 2), "1:1110000"},
-		{"whole node", 8, capacity.OnNodes, hours(1, 2), "3:11111111"},
-		{"several nodes: a whole one and the fullest for the rest", 10, capacity.OnNodes, hours(1, 2), "0:11000000,3:11111111"},
-		{"several nodes: the remainder on the fullest that holds it", 13, capacity.OnNodes, hours(1, 2), "1:1111100,3:11111111"},
-		{"too few devices on two nodes is topology", 16, capacity.OnNodes, hours(1, 2), "topology"},
-		{"any: fullest nodes first", 9, capacity.AnyDevices, hours(1, 2), "0:11000000,1:11111100,2:1000000"},
-		{"any: not enough devices", 24, capacity.AnyDevices, hours(1, 2), "capacity"},
-		{"a node used at other times before an unused one", 8, capacity.OnNodes, hours(5, 6), "0:11111111"},
+		{"fullest node that fits", 2, api.OnNodes, hours(1, 2), "0:11000000"},
+		{"next fullest when it does not, in a free aligned quad", 3, api.OnNodes, hours(1, 2), "1:1110000"},
+		{"whole node", 8, api.OnNodes, hours(1, 2), "3:11111111"},
+		{"several nodes: a whole one and the fullest for the rest", 10, api.OnNodes, hours(1, 2), "0:11000000,3:11111111"},
+		{"several nodes: the remainder on the fullest that holds it", 13, api.OnNodes, hours(1, 2), "1:1111100,3:11111111"},
+		{"too few devices on two nodes is topology", 16, api.OnNodes, hours(1, 2), "topology"},
+		{"any: fullest nodes first", 9, api.AnyDevices, hours(1, 2), "0:11000000,1:11111100,2:1000000"},
+		{"any: not enough devices", 24, api.AnyDevices, hours(1, 2), "capacity"},
+		{"a node used at other times before an unused one", 8, api.OnNodes, hours(5, 6), "0:11111111"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -173,16 +175,16 @@ func TestChoose(t *testing.T) {
 	}
 	// Within a node, devices some allocation of the hours uses come first,
 	// keeping untouched ones whole.
-	if p, _ := capacity.Choose(top, capacity.Request{ID: "n", Count: 2, Topology: capacity.OnNodes, Window: hours(3, 4)},
+	if p, _ := capacity.Choose(top, capacity.Request{ID: "n", Count: 2, Topology: api.OnNodes, Window: hours(3, 4)},
 		[]capacity.Candidate{node(1, 8, alloc{"b", 0b00000011, 1, 3})}); p[0].Mask != 0b11 {
 		t.Errorf("took %b, want the touched devices 0 and 1", p[0].Mask)
 	}
 	// Topology: free devices on too many nodes for the count.
 	spread := []capacity.Candidate{node(0, 8, alloc{"x", 0b11110000, 0, 4}), node(1, 8, alloc{"y", 0b11110000, 0, 4})}
-	if _, err := capacity.Choose(top, capacity.Request{ID: "n", Count: 8, Topology: capacity.OnNodes, Window: hours(0, 1)}, spread); err != (capacity.NoFit{Reason: capacity.ReasonTopology}) {
+	if _, err := capacity.Choose(top, capacity.Request{ID: "n", Count: 8, Topology: api.OnNodes, Window: hours(0, 1)}, spread); err != (capacity.NoFit{Reason: api.ReasonTopology}) {
 		t.Errorf("8 devices on two half-free nodes: %v, want topology", err)
 	}
-	if p, err := capacity.Choose(top, capacity.Request{ID: "n", Count: 8, Topology: capacity.AnyDevices, Window: hours(0, 1)}, spread); err != nil || p.Count() != 8 {
+	if p, err := capacity.Choose(top, capacity.Request{ID: "n", Count: 8, Topology: api.AnyDevices, Window: hours(0, 1)}, spread); err != nil || p.Count() != 8 {
 		t.Errorf("the same with any: %v %v", p, err)
 	}
 	// Equal nodes are taken in an order that depends on the reservation: the
@@ -191,8 +193,8 @@ func TestChoose(t *testing.T) {
 	seen := map[int]bool{}
 	for i := range 16 {
 		id := "r" + strconv.Itoa(i)
-		p1, _ := capacity.Choose(top, capacity.Request{ID: id, Count: 8, Topology: capacity.OnNodes, Window: hours(0, 1)}, whole)
-		p2, _ := capacity.Choose(top, capacity.Request{ID: id, Count: 8, Topology: capacity.OnNodes, Window: hours(0, 1)}, whole)
+		p1, _ := capacity.Choose(top, capacity.Request{ID: id, Count: 8, Topology: api.OnNodes, Window: hours(0, 1)}, whole)
+		p2, _ := capacity.Choose(top, capacity.Request{ID: id, Count: 8, Topology: api.OnNodes, Window: hours(0, 1)}, whole)
 		if p1[0] != p2[0] {
 			t.Fatalf("%s chose %v then %v", id, p1, p2)
 		}
@@ -207,20 +209,20 @@ func TestHours(t *testing.T) {
 	h := capacity.HourOf(t0)
 	next := h.End()
 	for _, c := range []struct {
-		w      capacity.Window
+		w      api.Window
 		want   int
 		covers int // hours the window holds whole
 	}{
-		{capacity.Window{Start: t0, End: t0.Add(time.Hour)}, 1, 1},
-		{capacity.Window{Start: t0, End: next}, 1, 1}, // half-open: ends where the next hour starts
-		{capacity.Window{Start: t0, End: next.Add(time.Nanosecond)}, 2, 1},
-		{capacity.Window{Start: t0.Add(30 * time.Minute), End: t0.Add(90 * time.Minute)}, 2, 0},
-		{capacity.Window{Start: t0.Add(-time.Minute), End: t0.Add(49 * time.Hour)}, 50, 49},
+		{api.Window{Start: t0, End: t0.Add(time.Hour)}, 1, 1},
+		{api.Window{Start: t0, End: next}, 1, 1}, // half-open: ends where the next hour starts
+		{api.Window{Start: t0, End: next.Add(time.Nanosecond)}, 2, 1},
+		{api.Window{Start: t0.Add(30 * time.Minute), End: t0.Add(90 * time.Minute)}, 2, 0},
+		{api.Window{Start: t0.Add(-time.Minute), End: t0.Add(49 * time.Hour)}, 50, 49},
 	} {
-		hs := c.w.Hours()
+		hs := capacity.HoursOf(c.w)
 		covered := 0
 		for _, x := range hs {
-			if c.w.Covers(x) {
+			if x.CoveredBy(c.w) {
 				covered++
 			}
 		}
@@ -235,11 +237,11 @@ func TestHours(t *testing.T) {
 
 // The checker must be able to fail: each broken invariant is reported.
 func TestCheckSnapshot(t *testing.T) {
-	w := capacity.Window{Start: t0, End: t0.Add(time.Hour)}
+	w := api.Window{Start: t0, End: t0.Add(time.Hour)}
 	placed := func(id string, devices ...int) capacity.Reservation {
 		r := draft()
-		r.ReservationID, r.State, r.Window, r.Devices, r.NodeSize, r.Topology = id, capacity.Placed, w, devices, 8, capacity.OnNodes
-		r.History = []capacity.Event{{State: capacity.Placed, At: t0}}
+		r.ReservationID, r.State, r.Window, r.Devices, r.NodeSize, r.Topology = id, api.Placed, w, devices, 8, api.OnNodes
+		r.History = []api.Event{{State: api.Placed, At: t0}}
 		return r
 	}
 	good := func() capacity.Snapshot {
@@ -249,7 +251,7 @@ func TestCheckSnapshot(t *testing.T) {
 		nd.Hours[0].Untouched, nd.Hours[0].TouchedMask = 6, 0b11
 		return capacity.Snapshot{
 			Pools: []capacity.Pool{capacity.NewPool("p1", "acme", map[string]int{"gpu": 16}, nil, t0)},
-			Quotas: []capacity.QuotaRow{{Quota: capacity.Quota{TenantID: "acme", PoolID: "p1", Resource: "gpu", Max: 4, Used: 2},
+			Quotas: []capacity.QuotaRow{{Quota: api.Quota{TenantID: "acme", PoolID: "p1", Resource: "gpu", Max: 4, Used: 2},
 				Free: 2, Charging: map[string]capacity.Charged{"r1": {Count: 1}}, Due: t0}},
 			Reservations: []capacity.Reservation{placed("r1", 0), placed("r2", 1)},
 			NodeHours:    nd.Hours,
@@ -279,14 +281,14 @@ func TestCheckSnapshot(t *testing.T) {
 		"double_booked": func(s *capacity.Snapshot) { s.NodeHours[0].Entries["r2"] = capacity.Entry{Mask: 0b11, Window: w} },
 		"untouched":     func(s *capacity.Snapshot) { s.NodeHours[0].Untouched = 8 },
 		"device_count":  func(s *capacity.Snapshot) { s.Reservations[0].Count = 2 },
-		"uncredited":    func(s *capacity.Snapshot) { s.Reservations[0].State = capacity.Released },
+		"uncredited":    func(s *capacity.Snapshot) { s.Reservations[0].State = api.Released },
 		"node_size":     func(s *capacity.Snapshot) { s.NodeHours[0].NodeSize = 4 },
 		"topology": func(s *capacity.Snapshot) {
 			s.Reservations[0].Count, s.Reservations[0].Devices = 2, []int{0, 8}
 			s.Quotas[0].Used, s.Quotas[0].Free, s.Quotas[0].Charging = 3, 1, nil
 		},
 		"entry_state": func(s *capacity.Snapshot) {
-			s.Reservations[1].State, s.Reservations[1].Credited = capacity.Expired, true
+			s.Reservations[1].State, s.Reservations[1].Credited = api.Expired, true
 			s.Quotas[0].Used, s.Quotas[0].Free = 1, 3
 		},
 		"charge_due":   func(s *capacity.Snapshot) { s.Quotas[0].Due = time.Time{} },

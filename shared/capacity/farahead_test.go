@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
@@ -35,11 +36,11 @@ func (s *scanCounter) Occupy(ctx context.Context, t capacity.PoolResource, h cap
 
 // farHour is an hour three days ahead: nothing provisions it (no
 // reconciler runs here, and it lies beyond the default 72-hour horizon).
-func (e *env) farHour() capacity.Window {
+func (e *env) farHour() api.Window {
 	return capacity.HourOf(e.clock.Now().Add(72 * time.Hour)).Window()
 }
 
-func (e *env) createIn(t *testing.T, w capacity.Window, count int) (capacity.Reservation, int64, error) {
+func (e *env) createIn(t *testing.T, w api.Window, count int) (capacity.Reservation, int64, error) {
 	t.Helper()
 	req := capacity.CreateRequest{TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: count, Start: &w.Start, End: w.End}
 	before := e.rt.Count()
@@ -81,8 +82,8 @@ func TestFarAheadFindsAVacantNode(t *testing.T) {
 	if n := scans.hours.Load(); n != 0 {
 		t.Errorf("%d exact reads of the hour", n)
 	}
-	occ := must(e.store.Occupancy(context.Background(), capacity.PoolResource{PoolID: "p1", Topology: capacity.Topology{Resource: "gpu"}}, w.Hours()))
-	if node := r.Devices[0]; !occ[w.Hours()[0]].Stored(nodeIndex(t, r.NodeIDs[0])) {
+	occ := must(e.store.Occupancy(context.Background(), capacity.PoolResource{PoolID: "p1", Topology: capacity.Topology{Resource: "gpu"}}, capacity.HoursOf(w)))
+	if node := r.Devices[0]; !occ[capacity.HoursOf(w)[0]].Stored(nodeIndex(t, r.NodeIDs[0])) {
 		t.Errorf("the map does not name %s (device %d)", r.NodeIDs[0], node)
 	}
 	for i := 61; i < 64; i++ {
@@ -118,7 +119,7 @@ func TestFarAheadMapRepairsItself(t *testing.T) {
 		t.Fatal(err)
 	}
 	scans.loseMaps.Store(false)
-	if occ := must(e.store.Occupancy(context.Background(), pr, w.Hours())); len(occ[w.Hours()[0]].Words) != 0 {
+	if occ := must(e.store.Occupancy(context.Background(), pr, capacity.HoursOf(w))); len(occ[capacity.HoursOf(w)[0]].Words) != 0 {
 		t.Fatalf("the lost write left %v", occ)
 	}
 	for i := 1; i < 4; i++ {
@@ -129,9 +130,9 @@ func TestFarAheadMapRepairsItself(t *testing.T) {
 	if _, _, err := e.createIn(t, w, 8); code(err) != apierr.CapacityExhausted {
 		t.Fatalf("the fifth whole-node create: %v", err)
 	}
-	occ := must(e.store.Occupancy(context.Background(), pr, w.Hours()))
-	if !occ[w.Hours()[0]].Complete(4) {
-		t.Errorf("the map is not complete: %v", occ[w.Hours()[0]].Words)
+	occ := must(e.store.Occupancy(context.Background(), pr, capacity.HoursOf(w)))
+	if !occ[capacity.HoursOf(w)[0]].Complete(4) {
+		t.Errorf("the map is not complete: %v", occ[capacity.HoursOf(w)[0]].Words)
 	}
 	e.check(t)
 }
@@ -147,7 +148,7 @@ func TestProvisionOverAMap(t *testing.T) {
 		t.Fatal(err)
 	}
 	pr := capacity.PoolResource{PoolID: "p1", Topology: capacity.Topology{Resource: "gpu", Devices: 32, NodeSize: 8}}
-	h := w.Hours()[0]
+	h := capacity.HoursOf(w)[0]
 	if made, err := e.store.Provision(context.Background(), pr, h); err != nil || !made {
 		t.Fatalf("provision: made %v, %v", made, err)
 	}
@@ -155,7 +156,7 @@ func TestProvisionOverAMap(t *testing.T) {
 	if err != nil || !scan.Provisioned {
 		t.Fatalf("after provisioning: %+v, %v", scan, err)
 	}
-	if occ := must(e.store.Occupancy(context.Background(), pr, w.Hours())); !occ[h].Provisioned || !occ[h].Complete(4) {
+	if occ := must(e.store.Occupancy(context.Background(), pr, capacity.HoursOf(w))); !occ[h].Provisioned || !occ[h].Complete(4) {
 		t.Errorf("the hour item reads %+v", occ[h])
 	}
 	e.check(t)

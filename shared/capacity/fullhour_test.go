@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 )
@@ -63,7 +64,7 @@ func TestFullNodeHourIsNotACandidate(t *testing.T) {
 		_, err := e.svc.CreateReservation(ctx, target(e, "p1"), allow)
 		calls := e.rt.Count() - before
 		t.Logf("create on a full node-hour: %v, %d calls, %v", err, calls, time.Since(start))
-		if code(err) != apierr.CapacityExhausted || detail(err, "reason") != capacity.ReasonCapacity {
+		if code(err) != apierr.CapacityExhausted || detail(err, "reason") != api.ReasonCapacity {
 			t.Errorf("create on the only node, its hour full: %v, want CAPACITY_EXHAUSTED (reason capacity)", err)
 		}
 		if calls > maxCalls {
@@ -89,7 +90,7 @@ func TestFullNodeHourIsNotACandidate(t *testing.T) {
 		r, err := e.svc.CreateReservation(ctx, target(e, "p2"), allow)
 		calls := e.rt.Count() - before
 		t.Logf("create beside a full node-hour: %v on %v, %d calls", err, r.NodeIDs, calls)
-		if err != nil || r.State != capacity.Placed || len(r.NodeIDs) != 1 || r.NodeIDs[0] != other {
+		if err != nil || r.State != api.Placed || len(r.NodeIDs) != 1 || r.NodeIDs[0] != other {
 			t.Errorf("create beside a full node-hour: %+v %v, want placed on %s", r, err, other)
 		}
 		if calls > maxCalls {

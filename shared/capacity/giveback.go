@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 )
 
@@ -21,7 +22,7 @@ const SettleAfter = 30 * time.Second
 // the stored one. The writer whose fence moved a reservation to a terminal
 // state gives back what it holds; a create flow that finds its draft
 // already terminal gives back what it wrote itself.
-func (s *Service) fence(ctx context.Context, to Reservation, from State, point string) (Reservation, error) {
+func (s *Service) fence(ctx context.Context, to Reservation, from api.ReservationState, point string) (Reservation, error) {
 	cur, _, err := s.fenceWon(ctx, to, from, point, nil)
 	if errors.Is(err, errGone) {
 		return Reservation{}, apierr.New(apierr.NotFound, "reservation %q not found", to.ReservationID)
@@ -32,7 +33,7 @@ func (s *Service) fence(ctx context.Context, to Reservation, from State, point s
 // fenceWon is fence that also says whether this call made the transition.
 // own is what the calling create flow wrote into the node-hours: freed if
 // it lost the draft to a writer that ended it.
-func (s *Service) fenceWon(ctx context.Context, to Reservation, from State, point string, own Placement) (Reservation, bool, error) {
+func (s *Service) fenceWon(ctx context.Context, to Reservation, from api.ReservationState, point string, own Placement) (Reservation, bool, error) {
 	flow := flowOf(point)
 	cur, err := s.Store.Transition(ctx, to, from)
 	if errors.Is(err, ErrStale) {
@@ -57,7 +58,7 @@ func (s *Service) fenceWon(ctx context.Context, to Reservation, from State, poin
 // A create (or replay) that finds its draft ended unplaced — released,
 // refused, expired — gives back what it charged and wrote itself
 // (idempotent; the sweep does it if this crashes).
-func (s *Service) lost(ctx context.Context, to Reservation, from State, own Placement, flow string) (Reservation, error) {
+func (s *Service) lost(ctx context.Context, to Reservation, from api.ReservationState, own Placement, flow string) (Reservation, error) {
 	cur, err := s.Store.GetReservation(ctx, to.TenantID, to.ReservationID)
 	if errors.Is(err, ErrNotFound) {
 		return Reservation{}, errGone
@@ -65,7 +66,7 @@ func (s *Service) lost(ctx context.Context, to Reservation, from State, own Plac
 	if err != nil {
 		return Reservation{}, unavailable(err)
 	}
-	if from == Draft && cur.State.Terminal() && !cur.WasPlaced() {
+	if from == api.Draft && cur.State.Terminal() && !cur.WasPlaced() {
 		if err := s.refund(ctx, cur, own, flow); err != nil {
 			return Reservation{}, err
 		}
@@ -74,7 +75,7 @@ func (s *Service) lost(ctx context.Context, to Reservation, from State, own Plac
 }
 
 // giveBack returns what a terminal reservation holds. Only the writer that
-// fenced it terminal calls it — or, after StaleAfter, the one sweep that
+// fenced it terminal calls it — or, after api.StaleAfter, the one sweep that
 // holds its due entry — so a placed reservation is credited exactly once:
 // a credit record on the quota row covers retries of the credit write, and
 // the reservation is marked credited before that record is forgotten.
@@ -200,7 +201,7 @@ func (s *Service) free(ctx context.Context, r Reservation, p Placement) error {
 	pr := PoolResource{PoolID: r.PoolID, Topology: Topology{Resource: r.Resource, NodeSize: r.Layout().NodeSize}}
 	var keys []NodeHourKey
 	for _, nd := range p {
-		for _, h := range r.Window.Hours() {
+		for _, h := range HoursOf(r.Window) {
 			keys = append(keys, NodeHourKey{Node: nd.Node, Hour: h})
 		}
 	}
@@ -263,7 +264,7 @@ func (s *Service) settled(k QuotaKey, ids []string) {
 
 // settleRow forgets the charge records of a quota row whose reservations
 // were placed (the count lives in them), and undoes those of reservations
-// that ended unplaced longer than StaleAfter ago (no create is writing for
+// that ended unplaced longer than api.StaleAfter ago (no create is writing for
 // them any more: a sweep that did not run) or are gone. Records of drafts
 // stay: in flight, or expired by the reconciler in time. It returns how many
 // records are left. The reconciler runs it on a due row; a charge on a row
@@ -296,7 +297,7 @@ func (s *Service) settleRow(ctx context.Context, k QuotaKey) (int, error) {
 			if err := s.Store.Refund(ctx, k, id, ch.Count); err != nil {
 				return 0, unavailable(err)
 			}
-		case r.State.Terminal() && now.Sub(r.UpdatedAt) > StaleAfter:
+		case r.State.Terminal() && now.Sub(r.UpdatedAt) > api.StaleAfter:
 			if err := s.refund(ctx, r, nil, "reconcile"); err != nil {
 				return 0, err
 			}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/paging"
@@ -33,7 +34,7 @@ func TestNodeHoursStoredOnFirstUse(t *testing.T) {
 	now := capacity.HourOf(e.clock.Now())
 	e.rt.Reset()
 	r := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 4, 0, 3*time.Hour), allow))
-	if r.State != capacity.Placed || len(r.NodeIDs) != 1 {
+	if r.State != api.Placed || len(r.NodeIDs) != 1 {
 		t.Fatalf("four devices in unprovisioned hours: %+v", r)
 	}
 	// Nothing stored to read candidates from: the pool is read, the hours
@@ -52,7 +53,7 @@ func TestNodeHoursStoredOnFirstUse(t *testing.T) {
 	// found by the ordered read: 5 round trips, no pool read, no scan.
 	e.rt.Reset()
 	one := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow))
-	if one.State != capacity.Placed || one.NodeIDs[0] != r.NodeIDs[0] {
+	if one.State != api.Placed || one.NodeIDs[0] != r.NodeIDs[0] {
 		t.Fatalf("%+v, want it on %s", one, r.NodeIDs[0])
 	}
 	if e.rt.Count() != 5 {
@@ -106,7 +107,7 @@ func TestReconcilerProvisionsHoursAhead(t *testing.T) {
 	}
 	// Provisioned hours keep what was placed before them.
 	r := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 8, time.Hour, 2*time.Hour), allow))
-	if r.State != capacity.Placed {
+	if r.State != api.Placed {
 		t.Fatalf("%+v", r)
 	}
 	e.check(t)
@@ -118,7 +119,7 @@ func TestChooseBlocks(t *testing.T) {
 	top := capacity.Topology{Resource: "gpu", Devices: 32, NodeSize: 8}
 	one := func(c capacity.Candidate, count int, id string) capacity.Mask {
 		t.Helper()
-		p, err := capacity.Choose(top, capacity.Request{ID: id, Count: count, Topology: capacity.OnNodes, Window: hours(1, 2)}, []capacity.Candidate{c})
+		p, err := capacity.Choose(top, capacity.Request{ID: id, Count: count, Topology: api.OnNodes, Window: hours(1, 2)}, []capacity.Candidate{c})
 		if err != nil || len(p) != 1 {
 			t.Fatalf("count %d: %v %v", count, p, err)
 		}
@@ -151,7 +152,7 @@ func TestChooseBlocks(t *testing.T) {
 	cands := []capacity.Candidate{node(0, 8, alloc{"a", 0b111111, 0, 3}), node(1, 8, alloc{"b", 0b1111, 0, 3}), node(2, 8), node(3, 8)}
 	best, spread := map[int]int{}, map[int]int{}
 	for i := range 64 {
-		req := capacity.Request{ID: "r" + strconv.Itoa(i), Count: 2, Topology: capacity.OnNodes, Window: hours(1, 2)}
+		req := capacity.Request{ID: "r" + strconv.Itoa(i), Count: 2, Topology: api.OnNodes, Window: hours(1, 2)}
 		p := must(capacity.Choose(top, req, cands))
 		best[p[0].Node]++
 		req.Spread = true
@@ -176,7 +177,7 @@ func TestPoolUsage(t *testing.T) {
 	now := e.clock.Now()
 	whole := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 8, 0, 2*time.Hour), allow))
 	later := must(e.svc.CreateReservation(ctx, e.req("globex", "p1", "gpu", 2, 3*time.Hour, 30*time.Hour), allow))
-	usage := func(tenant string, limit int, after map[string]string) (capacity.Usage, map[string]string) {
+	usage := func(tenant string, limit int, after map[string]string) (api.Usage, map[string]string) {
 		t.Helper()
 		u, next, err := e.svc.PoolUsage(ctx, capacity.UsageRequest{TenantID: tenant, PoolID: "p1", Resource: "gpu",
 			Page: paging.Page{Limit: limit, After: after}})
@@ -189,11 +190,11 @@ func TestPoolUsage(t *testing.T) {
 	if next != nil || len(u.Nodes) != 3 || u.NodeCount != 3 || !u.From.Equal(now) || !u.To.Equal(now.Add(24*time.Hour)) {
 		t.Fatalf("usage %+v next %v", u, next)
 	}
-	if u.Page != (capacity.UsageTotals{Nodes: 3, Devices: 20, BusyNow: 8, WholeFreeNow: 2, WholeFreeAll: 1,
+	if u.Page != (api.UsageTotals{Nodes: 3, Devices: 20, BusyNow: 8, WholeFreeNow: 2, WholeFreeAll: 1,
 		BusyDeviceSecs: 8*2*3600 + 2*21*3600}) {
 		t.Errorf("totals %+v", u.Page)
 	}
-	byID := map[string]capacity.Busy{}
+	byID := map[string]api.Busy{}
 	for _, n := range u.Nodes {
 		for _, b := range n.Busy {
 			byID[b.ReservationID] = b

@@ -1,6 +1,10 @@
 package capacity
 
-import "time"
+import (
+	"time"
+
+	"github.com/bettercompute/control-plane/shared/api"
+)
 
 // Hour is a UTC hour counted from the Unix epoch: the time bucket placement
 // state is kept in. A window reads and writes the node-hours of the hours
@@ -19,13 +23,13 @@ func (h Hour) Start() time.Time { return time.Unix(int64(h)*3600, 0).UTC() }
 func (h Hour) End() time.Time { return h.Start().Add(time.Hour) }
 
 // Window is the hour as a half-open window.
-func (h Hour) Window() Window { return Window{Start: h.Start(), End: h.End()} }
+func (h Hour) Window() api.Window { return api.Window{Start: h.Start(), End: h.End()} }
 
 // String is the hour as YYYYMMDDHH (UTC).
 func (h Hour) String() string { return h.Start().Format("2006010215") }
 
-// Hours lists the hours a half-open window overlaps.
-func (w Window) Hours() []Hour {
+// HoursOf lists the hours a half-open window overlaps.
+func HoursOf(w api.Window) []Hour {
 	first, last := HourOf(w.Start), HourOf(w.End.Add(-time.Nanosecond))
 	out := make([]Hour, 0, last-first+1)
 	for h := first; h <= last; h++ {
@@ -34,8 +38,10 @@ func (w Window) Hours() []Hour {
 	return out
 }
 
-// Covers reports whether the window holds all of hour h.
-func (w Window) Covers(h Hour) bool { return !w.Start.After(h.Start()) && !w.End.Before(h.End()) }
+// CoveredBy reports whether window w holds all of the hour.
+func (h Hour) CoveredBy(w api.Window) bool {
+	return !w.Start.After(h.Start()) && !w.End.Before(h.End())
+}
 
 // MaxEntriesPerNodeHour bounds the reservations one node's hour may hold
 // (what keeps its item small: see docs/capacity.md). An hour that is full
@@ -116,13 +122,13 @@ func (n NodeHour) Topology() PoolResource {
 // reservation).
 type Entry struct {
 	Mask   Mask
-	Window Window
+	Window api.Window
 	Tenant string
 }
 
 // Free is the mask of the node's devices no allocation other than id's
 // uses during w (of a Partial read: the untouched ones).
-func (n NodeHour) Free(w Window, id string) Mask {
+func (n NodeHour) Free(w api.Window, id string) Mask {
 	if n.Off {
 		return 0
 	}
@@ -171,7 +177,7 @@ func (n NodeHour) Touching(id string, mask Mask, remove bool) Mask {
 func (n NodeHour) Covered() Mask {
 	var m Mask
 	for _, e := range n.Entries {
-		if e.Window.Covers(n.Hour) {
+		if n.Hour.CoveredBy(e.Window) {
 			m |= e.Mask
 		}
 	}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sync/atomic"
 	"time"
+
+	"github.com/bettercompute/control-plane/shared/api"
 )
 
 // Occupancy is what an hour's index item says of the hour's nodes
@@ -67,7 +69,7 @@ const vacantNodes = 4
 // returns which hours are complete (provisioned, or every node stored):
 // prove may refuse on those. nil placement: no vacant node fits.
 func (s *Service) vacant(ctx context.Context, pr PoolResource, req Request) (Placement, nodeHours, map[Hour]bool, error) {
-	hours := req.Window.Hours()
+	hours := HoursOf(req.Window)
 	occ, err := s.Store.Occupancy(ctx, pr, hours)
 	if err != nil {
 		return nil, nil, nil, unavailable(err)
@@ -83,7 +85,7 @@ func (s *Service) vacant(ctx context.Context, pr PoolResource, req Request) (Pla
 		return nil, nil, complete, nil // no node of a complete hour is vacant
 	}
 	need := pr.NodesFor(req.Count)
-	if req.Topology == AnyDevices {
+	if req.Topology == api.AnyDevices {
 		need = (req.Count + pr.NodeSize - 1) / pr.NodeSize
 	}
 	need += vacantNodes

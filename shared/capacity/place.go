@@ -31,7 +31,7 @@ const placeReserve = time.Second
 // reservation whatever its devices say, so its node stops being a candidate
 // (as a full node) and the choice is made again without it.
 func (s *Service) allocate(ctx context.Context, r Reservation, req Request, pr PoolResource, p Placement, state nodeHours, carried bool) (Placement, error) {
-	hours := r.Window.Hours()
+	hours := HoursOf(r.Window)
 	for attempt := 1; ; attempt++ {
 		if err := s.mayRetry(ctx, r, attempt); err != nil {
 			return nil, err

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"sort"
 	"time"
+
+	"github.com/bettercompute/control-plane/shared/api"
 )
 
 // Candidate is one node and its state over a window: either its node-hours
@@ -62,7 +64,7 @@ type Request struct {
 	Tenant   string // who holds it (recorded with its entries)
 	Count    int
 	Topology string // OnNodes or AnyDevices
-	Window   Window
+	Window   api.Window
 	// Attempt counts placements this create already lost to racing
 	// creates; Spread asks for any node that fits rather than the fullest
 	// (after a lost race, or when racing creates are expected): see
@@ -116,7 +118,7 @@ func Choose(t Topology, req Request, cands []Candidate) (Placement, error) {
 		}
 	}
 	if total < req.Count {
-		return nil, NoFit{ReasonCapacity}
+		return nil, NoFit{api.ReasonCapacity}
 	}
 	// Fullest first; then those more used at other times of the window's
 	// hours (keeping wholly unused nodes for long reservations); ties
@@ -136,7 +138,7 @@ func Choose(t Topology, req Request, cands []Candidate) (Placement, error) {
 	}
 	var p Placement
 	switch {
-	case req.Topology == AnyDevices:
+	case req.Topology == api.AnyDevices:
 		left := req.Count
 		for _, n := range nodes {
 			if left == 0 {
@@ -148,7 +150,7 @@ func Choose(t Topology, req Request, cands []Candidate) (Placement, error) {
 	case req.Count <= t.NodeSize:
 		fits := slices.IndexFunc(nodes, func(n node) bool { return n.n >= req.Count })
 		if fits < 0 {
-			return nil, NoFit{ReasonTopology}
+			return nil, NoFit{api.ReasonTopology}
 		}
 		i := fits
 		if req.Spread {
@@ -186,7 +188,7 @@ func Choose(t Topology, req Request, cands []Candidate) (Placement, error) {
 		}
 		// Else: the want nodes with the most free devices, if they hold it.
 		if len(nodes) < want {
-			return nil, NoFit{ReasonTopology}
+			return nil, NoFit{api.ReasonTopology}
 		}
 		most := nodes[len(nodes)-want:]
 		sum := 0
@@ -194,7 +196,7 @@ func Choose(t Topology, req Request, cands []Candidate) (Placement, error) {
 			sum += n.n
 		}
 		if sum < req.Count {
-			return nil, NoFit{ReasonTopology}
+			return nil, NoFit{api.ReasonTopology}
 		}
 		left := req.Count
 		for i := len(most) - 1; i >= 0; i-- {

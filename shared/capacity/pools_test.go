@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/paging"
@@ -15,7 +16,7 @@ func TestCreatePool(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	p := e.pool(t, "acme", "p1", map[string]int{"gpu.h100": 2, "cpu": 1})
-	want := []capacity.Device{{"cpu-0", "cpu", "cpu-node-0"}, {"gpu.h100-0", "gpu.h100", "gpu.h100-node-0"}, {"gpu.h100-1", "gpu.h100", "gpu.h100-node-0"}}
+	want := []api.Device{{DeviceID: "cpu-0", Resource: "cpu", NodeID: "cpu-node-0"}, {DeviceID: "gpu.h100-0", Resource: "gpu.h100", NodeID: "gpu.h100-node-0"}, {DeviceID: "gpu.h100-1", Resource: "gpu.h100", NodeID: "gpu.h100-node-0"}}
 	if len(p.Devices) != len(want) {
 		t.Fatalf("devices %v", p.Devices)
 	}
@@ -165,7 +166,7 @@ func TestOfferAndQuotas(t *testing.T) {
 	if q.Max != 1 || q.Used != 3 {
 		t.Errorf("lowered = %+v", q)
 	}
-	if got := must(e.svc.GetReservation(ctx, "globex", r.ReservationID)); got.State != capacity.Placed {
+	if got := must(e.svc.GetReservation(ctx, "globex", r.ReservationID)); got.State != api.Placed {
 		t.Errorf("evicted: %+v", got)
 	}
 	_, err := e.svc.CreateReservation(ctx, e.req("globex", "p1", "gpu", 1, 0, time.Hour), allow)
@@ -207,7 +208,7 @@ func TestPoolTopology(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	p := must(e.svc.CreatePool(ctx, "acme", "topo", map[string]int{"gpu": 10, "cpu": 3}, map[string]int{"gpu": 4}))
-	if p.NodeSize["gpu"] != 4 || p.NodeSize["cpu"] != capacity.DefaultNodeSize || !p.DevicesListed || len(p.Devices) != 13 {
+	if p.NodeSize["gpu"] != 4 || p.NodeSize["cpu"] != api.DefaultNodeSize || !p.DevicesListed || len(p.Devices) != 13 {
 		t.Fatalf("pool %+v", p)
 	}
 	nodes := map[string]string{}
@@ -241,7 +242,7 @@ func TestPoolAndQuotaListsMatchGet(t *testing.T) {
 	ctx := context.Background()
 	must(e.svc.CreatePool(ctx, "acme", "a-two", map[string]int{"gpu.h100": 16, "cpu": 2}, map[string]int{"gpu.h100": 4}))
 	e.pool(t, "acme", "b-one", map[string]int{"gpu": 1})
-	e.pool(t, "acme", "c-big", map[string]int{"gpu": capacity.InlineDevices + 8})
+	e.pool(t, "acme", "c-big", map[string]int{"gpu": api.InlineDevices + 8})
 	e.pool(t, "globex", "d-offered", map[string]int{"tpu": 3})
 	e.offer(t, "globex", "d-offered", "acme", "tpu", 2)
 	e.offer(t, "acme", "b-one", "acme", "gpu", 1)
@@ -269,7 +270,7 @@ func TestPoolAndQuotaListsMatchGet(t *testing.T) {
 		}
 	}
 
-	var quotas []capacity.Quota
+	var quotas []api.Quota
 	for _, limit := range []int{1, 10} {
 		for page := (paging.Page{Limit: limit}); ; {
 			qs, next := must2(e.svc.ListQuotas(ctx, "acme", "", page))

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
@@ -21,7 +22,7 @@ import (
 func (e *env) provisioned(tb testing.TB, pr capacity.PoolResource, h capacity.Hour) (bool, int) {
 	tb.Helper()
 	// Above every node's fit: only the marker is in range.
-	_, scan, err := e.store.Candidates(context.Background(), pr, h, capacity.MaxNodeSize+1, 1, 0)
+	_, scan, err := e.store.Candidates(context.Background(), pr, h, api.MaxNodeSize+1, 1, 0)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -36,7 +37,7 @@ func TestProvisioningStopsBeforeTheDeadline(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	const nodes, horizon = 1500, 2
-	p := e.pool(t, "acme", "big", map[string]int{"gpu": nodes * capacity.DefaultNodeSize})
+	p := e.pool(t, "acme", "big", map[string]int{"gpu": nodes * api.DefaultNodeSize})
 	pr := capacity.PoolResource{PoolID: p.PoolID, Topology: p.Topology("gpu")}
 	first := capacity.HourOf(e.clock.Now())
 	rc := e.reconciler()
@@ -102,7 +103,7 @@ func TestProvisioningStopsBeforeTheDeadline(t *testing.T) {
 	}
 	// And a reservation placed meanwhile was left alone by provisioning.
 	e.offer(t, "acme", "big", "acme", "gpu", 1000)
-	if r := must(e.svc.CreateReservation(ctx, e.req("acme", "big", "gpu", 8, 0, time.Hour), allow)); r.State != capacity.Placed {
+	if r := must(e.svc.CreateReservation(ctx, e.req("acme", "big", "gpu", 8, 0, time.Hour), allow)); r.State != api.Placed {
 		t.Fatalf("%+v", r)
 	}
 	e.check(t)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
@@ -98,7 +99,7 @@ func TestRaceReleaseAndCreate(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			if rel, err := e.svc.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil || rel.State != capacity.Released {
+			if rel, err := e.svc.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil || rel.State != api.Released {
 				t.Errorf("release: %+v %v", rel, err)
 			}
 		}()
@@ -143,7 +144,7 @@ func TestRaceSameClientToken(t *testing.T) {
 	}
 	// Once the first flow is done, every retry gets its reservation.
 	again := must(e.svc.CreateReservation(context.Background(), req, allow))
-	if again.ReservationID != placed[0].ReservationID || again.State != capacity.Placed {
+	if again.ReservationID != placed[0].ReservationID || again.State != api.Placed {
 		t.Errorf("retry after the race: %+v", again)
 	}
 	if q := must(e.svc.GetQuota(context.Background(), req.Quota())); q.Used != 3 {
@@ -164,7 +165,7 @@ func TestLostRaceIsNotCapacityExhausted(t *testing.T) {
 		t.Errorf("outcomes %v", out)
 	}
 	t.Logf("8 creates, 1 attempt each: %v", out)
-	e.clock.Advance(capacity.StaleAfter + time.Second)
+	e.clock.Advance(api.StaleAfter + time.Second)
 	e.pass(t)
 	e.check(t)
 }
@@ -177,10 +178,10 @@ func TestLostRaceIsNotCapacityExhausted(t *testing.T) {
 func TestRechoiceTooLargeForTheChargeIsRepaired(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.pool(t, "acme", "p1", map[string]int{"gpu": 16 * capacity.DefaultNodeSize})
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 16 * api.DefaultNodeSize})
 	e.offer(t, "acme", "p1", "acme", "gpu", 1000)
 	req := e.req("acme", "p1", "gpu", 18, 0, time.Hour)
-	req.Topology = capacity.AnyDevices // first choice: 3 nodes (8 + 8 + 2)
+	req.Topology = api.AnyDevices // first choice: 3 nodes (8 + 8 + 2)
 
 	var filling, filled, crashed atomic.Bool
 	e.svc.Faults = func(point string) error {
@@ -189,7 +190,7 @@ func TestRechoiceTooLargeForTheChargeIsRepaired(t *testing.T) {
 			// After the charge, before the writes: leave every node 2 free
 			// devices, so the rechoice needs 9 nodes (more than the record's 8).
 			for range 16 {
-				must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", capacity.DefaultNodeSize-2, 0, time.Hour), allow))
+				must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", api.DefaultNodeSize-2, 0, time.Hour), allow))
 			}
 			filled.Store(true)
 		case point == capacity.FaultAllocated && filled.Load() && crashed.CompareAndSwap(false, true):
@@ -201,7 +202,7 @@ func TestRechoiceTooLargeForTheChargeIsRepaired(t *testing.T) {
 		t.Fatalf("create: %v, crashed %v (the fault did not fire)", err, crashed.Load())
 	}
 	e.svc.Faults = nil
-	e.clock.Advance(capacity.StaleAfter + time.Second)
+	e.clock.Advance(api.StaleAfter + time.Second)
 	e.pass(t)
 	e.pass(t)
 	e.check(t)
@@ -248,7 +249,7 @@ func TestLostRacesAreRetriedUntilPlaced(t *testing.T) {
 	req := e.req("acme", "p1", "gpu", 1, 0, time.Hour)
 	req.ClientToken, req.Principal = "unlucky", "alice"
 	r, err := svc.CreateReservation(context.Background(), req, allow)
-	if err != nil || r.State != capacity.Placed {
+	if err != nil || r.State != api.Placed {
 		t.Errorf("create after 40 lost races: %+v %v, want placed", r, err)
 	}
 	if store.lose != 0 || svc.PlaceRetries() < 40 {

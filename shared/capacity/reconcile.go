@@ -5,6 +5,8 @@ import (
 	"errors"
 	"sync/atomic"
 	"time"
+
+	"github.com/bettercompute/control-plane/shared/api"
 )
 
 // Binder binds a reservation's devices to its tenant when its window
@@ -59,7 +61,7 @@ func (rc *Steps) Pool(ctx context.Context, p Pool, due, now time.Time, lim Limit
 		return Step{}, nil
 	}
 	st := Step{Ahead: true}
-	if due.Equal(p.CreatedAt.Add(StaleAfter)) {
+	if due.Equal(p.CreatedAt.Add(api.StaleAfter)) {
 		// Still due from its claim: the create did not finish.
 		st.Ahead = false
 		if err := s.completePool(ctx, p, now); err != nil {
@@ -89,7 +91,7 @@ func (rc *Steps) Pool(ctx context.Context, p Pool, due, now time.Time, lim Limit
 	next := (HourOf(now) + 1).Start()
 	if !done {
 		next = now // the budget or the pass's time ran out: the next pass goes on
-		if next.Equal(p.CreatedAt.Add(StaleAfter)) {
+		if next.Equal(p.CreatedAt.Add(api.StaleAfter)) {
 			// That due time says "creation unfinished" (above): not it.
 			next = next.Add(time.Millisecond)
 		}
@@ -186,7 +188,7 @@ func (rc *Steps) Reservation(ctx context.Context, r Reservation, now time.Time) 
 		}
 	}
 	switch {
-	case r.State == Draft:
+	case r.State == api.Draft:
 		if !r.Stale(now) {
 			return st, nil
 		}
@@ -200,7 +202,7 @@ func (rc *Steps) Reservation(ctx context.Context, r Reservation, now time.Time) 
 		// finds nothing left, so it is counted apart from repairs. Sweeps take turns (overlapping passes): each first
 		// moves the due entry on, conditionally, and works from the item as
 		// that write returns it.
-		cur, err := s.Store.ClaimDue(ctx, r, now.Add(StaleAfter))
+		cur, err := s.Store.ClaimDue(ctx, r, now.Add(api.StaleAfter))
 		switch {
 		case errors.Is(err, ErrNotFound):
 			st.Gone = true
@@ -225,14 +227,14 @@ func (rc *Steps) Reservation(ctx context.Context, r Reservation, now time.Time) 
 		if err := s.releaseUnbind(ctx, r); err != nil {
 			return st, err
 		}
-		_, err := move(FaultReconcileReleased)(r.Release(ReleasedByEnd, now))
+		_, err := move(FaultReconcileReleased)(r.Release(api.ReleasedByEnd, now))
 		return st, err
-	case r.State == Placed && !now.Before(r.Window.Start):
+	case r.State == api.Placed && !now.Before(r.Window.Start):
 		if ok, err := move(FaultReconcileBinding)(r.StartBinding(now)); !ok {
 			return st, err
 		}
 		fallthrough
-	case r.State == Binding:
+	case r.State == api.Binding:
 		// Until every node bound it, it stays binding and due: the next
 		// pass goes on (a failed bind is retried, a failed node replaced).
 		done, err := rc.bind(ctx, &r, now, &st)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 )
 
@@ -33,9 +34,9 @@ func seedPlaced(b *testing.B, e *env, n int) {
 					return
 				}
 				start := now.Add(-time.Duration(i) * time.Minute / time.Duration(n))
-				r := capacity.Reservation{ReservationID: fmt.Sprintf("B%025d", i), TenantID: fmt.Sprintf("t%03d", i%100),
-					PoolID: "p1", Resource: "gpu", Count: 1, Window: capacity.Window{Start: start, End: start.Add(time.Hour)},
-					State: capacity.Placed, DeviceIDs: []string{"gpu-0"}, CreatedAt: now.Add(-time.Hour), UpdatedAt: now.Add(-time.Hour),
+				r := capacity.Reservation{Reservation: api.Reservation{ReservationID: fmt.Sprintf("B%025d", i), TenantID: fmt.Sprintf("t%03d",
+					i%100), PoolID: "p1", Resource: "gpu", Count: 1, Window: api.Window{Start: start, End: start.Add(time.Hour)},
+					State: api.Placed, DeviceIDs: []string{"gpu-0"}, CreatedAt: now.Add(-time.Hour), UpdatedAt: now.Add(-time.Hour)},
 					Due: start}
 				if _, err := e.store.PutDraft(context.Background(), r); err != nil {
 					failed.Store(err)

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/duedb"
 	"github.com/bettercompute/control-plane/shared/metrics"
@@ -80,7 +81,7 @@ func TestCrashMatrix(t *testing.T) {
 		setup: func(e *env) { last = placedIn(e, 0, time.Hour) },
 		crash: releaseLast,
 		after: func(t *testing.T, e *env) {
-			if r := e.state(t, "acme", last.ReservationID); r.State != capacity.Released || r.ReleasedBy != "tenant" {
+			if r := e.state(t, "acme", last.ReservationID); r.State != api.Released || r.ReleasedBy != "tenant" {
 				t.Errorf("released: %+v", r)
 			}
 		},
@@ -89,7 +90,7 @@ func TestCrashMatrix(t *testing.T) {
 		setup: func(e *env) { last = placedIn(e, 0, time.Hour); e.clock.Advance(time.Hour) },
 		crash: func(e *env) { _, _ = e.reconciler().Pass(ctx) },
 		after: func(t *testing.T, e *env) {
-			if r := e.state(t, "acme", last.ReservationID); r.State != capacity.Released || r.ReleasedBy != "window_end" {
+			if r := e.state(t, "acme", last.ReservationID); r.State != api.Released || r.ReleasedBy != "window_end" {
 				t.Errorf("at window end: %+v", r)
 			}
 		},
@@ -98,7 +99,7 @@ func TestCrashMatrix(t *testing.T) {
 		setup: func(e *env) { last = placedIn(e, time.Minute, time.Hour); e.clock.Advance(time.Minute) },
 		crash: func(e *env) { _, _ = e.reconciler().Pass(ctx) },
 		after: func(t *testing.T, e *env) {
-			if r := e.state(t, "acme", last.ReservationID); r.State != capacity.Active {
+			if r := e.state(t, "acme", last.ReservationID); r.State != api.Active {
 				t.Errorf("after start: %+v", r)
 			}
 		},
@@ -117,7 +118,7 @@ func TestCrashMatrix(t *testing.T) {
 			inFlight = true
 			snap := must(e.store.Snapshot(ctx))
 			for _, r := range snap.Reservations {
-				if r.State == capacity.Draft {
+				if r.State == api.Draft {
 					_, _ = e.svc.ReleaseReservation(ctx, r.TenantID, r.ReservationID)
 				}
 			}
@@ -209,12 +210,12 @@ func TestCrashMatrix(t *testing.T) {
 			if !fired {
 				t.Fatalf("the flow never reached %s", point)
 			}
-			e.clock.Advance(capacity.StaleAfter + time.Second)
+			e.clock.Advance(api.StaleAfter + time.Second)
 			e.pass(t)
 			e.check(t)
 			if snap := must(e.store.Snapshot(ctx)); true {
 				for _, r := range snap.Reservations {
-					if r.State == capacity.Draft {
+					if r.State == api.Draft {
 						t.Errorf("draft left after the pass: %+v", r)
 					}
 				}
@@ -241,11 +242,11 @@ func TestPassCountsRepairsApartFromSweeps(t *testing.T) {
 	_, _ = e.svc.CreatePool(ctx, "acme", "p2", map[string]int{"gpu": 1}, nil)
 	e.svc.Faults = nil
 
-	e.clock.Advance(capacity.StaleAfter + time.Second)
+	e.clock.Advance(api.StaleAfter + time.Second)
 	if res := e.pass(t); res.Repaired != 2 || res.Swept != 1 || res.Transitions["expired"] != 1 {
 		t.Errorf("first pass: %+v, want 2 repaired (the draft, the pool) and 1 swept (the release)", res)
 	}
-	e.clock.Advance(capacity.StaleAfter + time.Second)
+	e.clock.Advance(api.StaleAfter + time.Second)
 	if res := e.pass(t); res.Repaired != 0 || res.Swept != 1 {
 		t.Errorf("second pass: %+v, want the expired draft swept and nothing repaired", res)
 	}
@@ -276,21 +277,21 @@ func TestReservationLife(t *testing.T) {
 	if res.Transitions["binding"] != 1 || res.Transitions["active"] != 1 {
 		t.Errorf("at start: %+v", res)
 	}
-	if got := e.state(t, "acme", r.ReservationID); got.State != capacity.Active {
+	if got := e.state(t, "acme", r.ReservationID); got.State != api.Active {
 		t.Errorf("state %s", got.State)
 	}
 	e.check(t)
 	e.clock.Advance(2 * time.Minute)
 	res = e.pass(t)
 	got := e.state(t, "acme", r.ReservationID)
-	if res.Transitions["released"] != 1 || got.State != capacity.Released || got.ReleasedBy != "window_end" {
+	if res.Transitions["released"] != 1 || got.State != api.Released || got.ReleasedBy != "window_end" {
 		t.Errorf("at end: %+v %+v", res, got)
 	}
 	if q := must(e.svc.GetQuota(ctx, k)); q.Used != 0 {
 		t.Errorf("quota used %d after the window", q.Used)
 	}
 	e.check(t)
-	e.clock.Advance(capacity.StaleAfter)
+	e.clock.Advance(api.StaleAfter)
 	if res = e.pass(t); res.Swept != 1 || res.Repaired != 0 {
 		t.Errorf("sweep: %+v", res)
 	}
@@ -314,10 +315,10 @@ func TestReconcileCatchUpAndBindRetry(t *testing.T) {
 	if res.Transitions["released"] != 1 || res.Transitions["binding"] != 1 || res.Transitions["active"] != 0 || res.Errors != 1 {
 		t.Errorf("pass: %+v", res)
 	}
-	if r := e.state(t, "acme", missed.ReservationID); r.State != capacity.Released || r.ReleasedBy != "window_end" {
+	if r := e.state(t, "acme", missed.ReservationID); r.State != api.Released || r.ReleasedBy != "window_end" {
 		t.Errorf("missed window: %+v", r)
 	}
-	if r := e.state(t, "acme", later.ReservationID); r.State != capacity.Binding {
+	if r := e.state(t, "acme", later.ReservationID); r.State != api.Binding {
 		t.Errorf("bind failed: %+v", r)
 	}
 	e.check(t)
@@ -429,15 +430,16 @@ func TestReconcileSkipsGhostEntries(t *testing.T) {
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 2})
 	r := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, time.Minute, time.Hour), allow))
 	old := e.clock.Now().Add(-time.Hour)
-	ghost := func(id string, st capacity.State) reconcile.DueItem {
-		g := capacity.Reservation{ReservationID: id, TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 1,
-			Window: capacity.Window{Start: old, End: old.Add(2 * time.Hour)}, State: st, CreatedAt: old, UpdatedAt: old, Due: old}
+	ghost := func(id string, st api.ReservationState) reconcile.DueItem {
+		g := capacity.Reservation{Reservation: api.Reservation{ReservationID: id, TenantID: "acme", PoolID: "p1",
+			Resource: "gpu", Count: 1, Window: api.Window{Start: old, End: old.Add(2 * time.Hour)}, State: st, CreatedAt: old,
+			UpdatedAt: old}, Due: old}
 		return reconcile.DueItem{Due: old, Reservation: &g}
 	}
 	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.svc}, Due: laggingIndex{&duedb.Store{DB: e.store.DB, Table: e.store.Table}, []reconcile.DueItem{
-		ghost("GHOSTPLACED0000000000000000", capacity.Placed),
-		ghost("GHOSTRELEASED0000000000000", capacity.Released),
-		ghost("GHOSTDRAFT000000000000000", capacity.Draft),
+		ghost("GHOSTPLACED0000000000000000", api.Placed),
+		ghost("GHOSTRELEASED0000000000000", api.Released),
+		ghost("GHOSTDRAFT000000000000000", api.Draft),
 	}}}
 	e.clock.Advance(2 * time.Minute)
 	for pass := 0; pass < 2; pass++ {
@@ -452,7 +454,7 @@ func TestReconcileSkipsGhostEntries(t *testing.T) {
 			t.Errorf("pass %d: lag %s counts the ghosts (an hour old)", pass, res.Lag)
 		}
 	}
-	if got := e.state(t, "acme", r.ReservationID); got.State != capacity.Active {
+	if got := e.state(t, "acme", r.ReservationID); got.State != api.Active {
 		t.Errorf("the real reservation is %s, want active", got.State)
 	}
 	e.check(t)

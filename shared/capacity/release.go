@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/paging"
 )
@@ -15,7 +16,7 @@ const flowRelease = "release"
 // ReleaseTimeout bounds a release's writes: well within the mutation
 // function's own limit (FlowDeadline), so the release answers before the
 // function would be stopped. Its fence makes it the one that gives back;
-// the sweep after StaleAfter finishes what it could not.
+// the sweep after api.StaleAfter finishes what it could not.
 const ReleaseTimeout = FlowDeadline - 2*time.Second
 
 // ReleaseReservation moves a non-terminal reservation to released (by the
@@ -38,7 +39,7 @@ func (s *Service) ReleaseReservation(ctx context.Context, tenant, id string) (Re
 		if r.State.Terminal() {
 			return r, s.finishGiveBack(ctx, r)
 		}
-		n, err := r.Release(ReleasedByTenant, s.now())
+		n, err := r.Release(api.ReleasedByTenant, s.now())
 		if err != nil {
 			return Reservation{}, err
 		}
@@ -68,9 +69,9 @@ func (s *Service) ReleaseReservation(ctx context.Context, tenant, id string) (Re
 
 // fencerLife bounds how long the writer that fenced a reservation terminal
 // may still be giving back what it held (a release's timeout, a reconciler
-// pass's function timeout, with margin); well before the sweep, StaleAfter
+// pass's function timeout, with margin); well before the sweep, api.StaleAfter
 // after the fence.
-const fencerLife = StaleAfter / 2
+const fencerLife = api.StaleAfter / 2
 
 // finishGiveBack gives back what a terminal reservation may still hold,
 // without ever giving anything back twice: a draft's charge is voided
@@ -91,7 +92,7 @@ func (s *Service) finishGiveBack(ctx context.Context, r Reservation) error {
 	if s.now().Sub(r.UpdatedAt) < fencerLife {
 		return nil
 	}
-	cur, err := s.Store.ClaimDue(ctx, r, s.now().Add(StaleAfter))
+	cur, err := s.Store.ClaimDue(ctx, r, s.now().Add(api.StaleAfter))
 	switch {
 	case errors.Is(err, ErrStale), errors.Is(err, ErrNotFound):
 		return nil // a sweep has it
@@ -108,7 +109,7 @@ func (s *Service) finishGiveBack(ctx context.Context, r Reservation) error {
 // retried, or its window ends) while its nodes scrub — never the other way
 // round. The give-back after the fence tells them again (idempotent).
 func (s *Service) releaseUnbind(ctx context.Context, r Reservation) error {
-	if r.State != Binding && r.State != Active {
+	if r.State != api.Binding && r.State != api.Active {
 		return nil
 	}
 	return s.unbindHeld(ctx, r)

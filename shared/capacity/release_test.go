@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/devstack"
@@ -31,9 +32,9 @@ func TestReleaseRacingLargeCreate(t *testing.T) {
 		count    int
 		topology string
 	}{
-		{"nine nodes", "gpu", 72, capacity.OnNodes},
-		{"any", "gpu", 72, capacity.AnyDevices},
-		{"node size 1", "cpu", 12, capacity.OnNodes},
+		{"nine nodes", "gpu", 72, api.OnNodes},
+		{"any", "gpu", 72, api.AnyDevices},
+		{"node size 1", "cpu", 12, api.OnNodes},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
@@ -50,8 +51,8 @@ func TestReleaseRacingLargeCreate(t *testing.T) {
 				case capacity.FaultDraft: // 2. the release reads the draft
 					read = must(e.store.GetReservation(ctx, "acme", id))
 				case capacity.FaultAllocated: // 4. it fences what it read; 5. the create dies
-					n := must(read.Release(capacity.ReleasedByTenant, e.clock.Now()))
-					stored := must(e.store.Transition(ctx, n, capacity.Draft))
+					n := must(read.Release(api.ReleasedByTenant, e.clock.Now()))
+					stored := must(e.store.Transition(ctx, n, api.Draft))
 					if len(stored.Plan) != c.count {
 						t.Errorf("the release's fence left a plan of %d devices, want the create's %d", len(stored.Plan), c.count)
 					}
@@ -64,13 +65,13 @@ func TestReleaseRacingLargeCreate(t *testing.T) {
 			}
 			e.svc.Faults = nil
 			// The release answers (the give-back its first attempt would do).
-			if r := must(e.svc.ReleaseReservation(ctx, "acme", id)); r.State != capacity.Released || len(r.DeviceIDs) != 0 {
+			if r := must(e.svc.ReleaseReservation(ctx, "acme", id)); r.State != api.Released || len(r.DeviceIDs) != 0 {
 				t.Errorf("released draft %+v: it never held devices", r)
 			}
 			if q := must(e.svc.GetQuota(ctx, req.Quota())); q.Used != 0 {
 				t.Errorf("quota used %d right after the release, want 0 (given back at once)", q.Used)
 			}
-			e.clock.Advance(capacity.StaleAfter + time.Second)
+			e.clock.Advance(api.StaleAfter + time.Second)
 			e.pass(t) // 6. the sweep
 			e.check(t)
 		})
@@ -88,7 +89,7 @@ func TestReleaseOfDraftGivesBackAtOnce(t *testing.T) {
 	var released capacity.Reservation
 	e.svc.Faults = func(point string) error {
 		if point == capacity.FaultCharged && released.ReservationID == "" {
-			rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: capacity.Draft}, paging.Page{Limit: 1}))
+			rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: api.Draft}, paging.Page{Limit: 1}))
 			released = must(e.svc.ReleaseReservation(ctx, "acme", rs[0].ReservationID))
 			if q := must(e.svc.GetQuota(ctx, k)); q.Used != 0 {
 				t.Errorf("used %d as the release of the draft answers, want 0", q.Used)
@@ -98,7 +99,7 @@ func TestReleaseOfDraftGivesBackAtOnce(t *testing.T) {
 	}
 	r, err := e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 8, 0, time.Hour), allow)
 	e.svc.Faults = nil
-	if err != nil || r.State != capacity.Released || len(r.DeviceIDs) != 0 || len(released.DeviceIDs) != 0 {
+	if err != nil || r.State != api.Released || len(r.DeviceIDs) != 0 || len(released.DeviceIDs) != 0 {
 		t.Errorf("create %+v %v; release %+v: a released draft lists no devices", r, err, released)
 	}
 	// Nothing is left for the sweep: the create undid its writes, and its
@@ -121,7 +122,7 @@ func TestClientTokenAnswers(t *testing.T) {
 	e.clock.Advance(2 * time.Hour)
 	e.pass(t)
 	again, err := e.svc.CreateReservation(ctx, req, allow)
-	if err != nil || again.ReservationID != first.ReservationID || again.State != capacity.Released {
+	if err != nil || again.ReservationID != first.ReservationID || again.State != api.Released {
 		t.Errorf("replay after the window ended: %+v %v, want the reservation as it is now", again, err)
 	}
 	// In flight: the first request's flow died after its draft (its lease
@@ -140,7 +141,7 @@ func TestClientTokenAnswers(t *testing.T) {
 	if _, err := e.svc.CreateReservation(ctx, inflight, allow); code(err) != apierr.Unavailable {
 		t.Errorf("the same request while the first is in flight: %v, want UNAVAILABLE", err)
 	}
-	e.clock.Advance(capacity.StaleAfter + time.Second)
+	e.clock.Advance(api.StaleAfter + time.Second)
 	e.pass(t)
 	e.check(t)
 }
@@ -160,7 +161,7 @@ func TestStateListReadsOnlyThatState(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	for _, f := range []capacity.ListFilter{{State: capacity.Placed}, {}, {PoolID: "p1"}} {
+	for _, f := range []capacity.ListFilter{{State: api.Placed}, {}, {PoolID: "p1"}} {
 		before := m.Usage()
 		rs, _ := must2(store.ListReservations(ctx, "acme", f, paging.Page{Limit: 10}))
 		used := m.Usage()
@@ -169,7 +170,7 @@ func TestStateListReadsOnlyThatState(t *testing.T) {
 			t.Errorf("list %+v: %d reservations, %d calls, %.1f read units (60 rejected ones beside)", f, len(rs), used.Calls-before.Calls, used.RCU-before.RCU)
 		}
 	}
-	if rs, _ := must2(store.ListReservations(ctx, "acme", capacity.ListFilter{State: capacity.Rejected}, paging.Page{Limit: 100})); len(rs) != 60 {
+	if rs, _ := must2(store.ListReservations(ctx, "acme", capacity.ListFilter{State: api.Rejected}, paging.Page{Limit: 100})); len(rs) != 60 {
 		t.Errorf("%d rejected listed, want 60", len(rs))
 	}
 }
@@ -204,7 +205,7 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 				return
 			default:
 			}
-			rs, _, err := e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: capacity.Draft}, paging.Page{Limit: 20})
+			rs, _, err := e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: api.Draft}, paging.Page{Limit: 20})
 			if err != nil {
 				t.Error(err)
 				return
@@ -268,12 +269,12 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 	t.Logf("96 creates with a canceller: %v, %d drafts released, %d placement retries", out, released, e.svc.PlaceRetries())
 	for a, n := range out {
 		switch a {
-		case string(capacity.Placed), string(capacity.Released), string(apierr.CapacityExhausted), "UNAVAILABLE (deadline)":
+		case string(api.Placed), string(api.Released), string(apierr.CapacityExhausted), "UNAVAILABLE (deadline)":
 		default:
 			t.Errorf("%d creates answered %s", n, a)
 		}
 	}
-	if out[string(capacity.Placed)] == 0 {
+	if out[string(api.Placed)] == 0 {
 		t.Errorf("no create was placed under churn: %v", out)
 	}
 	row, _, _ := e.store.Row(ctx, k)
@@ -287,10 +288,10 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 	// saw UNAVAILABLE and would retry or release it); only without one must
 	// the whole pool be free at once.
 	if cutOff > 0 {
-		e.clock.Advance(capacity.StaleAfter + time.Second)
+		e.clock.Advance(api.StaleAfter + time.Second)
 		e.pass(t)
 	}
-	for _, st := range []capacity.State{capacity.Placed, capacity.Binding, capacity.Active} {
+	for _, st := range []api.ReservationState{api.Placed, api.Binding, api.Active} {
 		rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: st}, paging.Page{Limit: 100}))
 		if len(rs) > 0 && cutOff == 0 {
 			t.Errorf("%d reservations %s after the churn, none cut off", len(rs), st)
@@ -299,10 +300,10 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 			must(e.svc.ReleaseReservation(ctx, "acme", r.ReservationID))
 		}
 	}
-	if r, err := e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 24*8, 0, time.Hour), allow); err != nil || r.State != capacity.Placed {
+	if r, err := e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 24*8, 0, time.Hour), allow); err != nil || r.State != api.Placed {
 		t.Errorf("a whole-pool create after the churn: %+v %v", r, err)
 	}
-	e.clock.Advance(capacity.StaleAfter + time.Second)
+	e.clock.Advance(api.StaleAfter + time.Second)
 	e.pass(t)
 	e.check(t)
 }

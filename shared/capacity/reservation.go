@@ -7,128 +7,14 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/bettercompute/control-plane/shared/api"
 )
 
-// State is a reservation's place in its life (docs/reference/reservations.md):
-//
-//	draft → denied | rejected | placed | expired | released
-//	placed → binding | released
-//	binding → active | released
-//	active → released
-//
-// States only move forward; denied, rejected, expired and released are
-// terminal. draft → released is the tenant's release of a draft, which §9
-// allows ("it fences the in-flight create") and §4.4's release implies
-// ("from any non-terminal state"). The transition methods of Reservation are the only way to move
-// one, so an impossible transition cannot be written.
-type State string
-
-const (
-	Draft    State = "draft"
-	Denied   State = "denied"
-	Rejected State = "rejected"
-	Placed   State = "placed"
-	Binding  State = "binding"
-	Active   State = "active"
-	Released State = "released"
-	Expired  State = "expired"
-)
-
-// States lists every state in the order of a reservation's life.
-var States = []State{Draft, Denied, Rejected, Placed, Binding, Active, Released, Expired}
-
-var next = map[State][]State{
-	Draft:   {Denied, Rejected, Placed, Expired, Released},
-	Placed:  {Binding, Released},
-	Binding: {Active, Released},
-	Active:  {Released},
-}
-
-// ParseState accepts exactly the names of States.
-func ParseState(s string) (State, bool) {
-	for _, st := range States {
-		if string(st) == s {
-			return st, true
-		}
-	}
-	return "", false
-}
-
-// Terminal states hold no quota and no device.
-func (s State) Terminal() bool {
-	return s == Denied || s == Rejected || s == Expired || s == Released
-}
-
-// Holding states are the ones whose count is in the tenant's `used`.
-func (s State) Holding() bool { return s == Placed || s == Binding || s == Active }
-
-// CanMoveTo reports whether s → t is an edge of the state machine.
-func (s State) CanMoveTo(t State) bool {
-	for _, n := range next[s] {
-		if n == t {
-			return true
-		}
-	}
-	return false
-}
-
-// Reasons of a rejected or expired reservation, and who released one.
-const (
-	ReasonQuota      = "quota"
-	ReasonCapacity   = "capacity"
-	ReasonTopology   = "topology" // devices are free, but not on few enough nodes
-	ReasonInvalid    = "invalid"  // the pool or resource did not exist for the tenant
-	ReasonStale      = "stale"
-	ReleasedByTenant = "tenant"
-	ReleasedByEnd    = "window_end"
-)
-
-// Window is a half-open interval [Start, End).
-type Window struct {
-	Start time.Time `json:"start" doc:"the first instant held"`
-	End   time.Time `json:"end" doc:"the first instant no longer held"`
-}
-
-// Topology requests of reservations.create (docs/reference/reservations.md).
-const (
-	// OnNodes: a count that fits a node on exactly one node, a larger one
-	// on ⌈count / nodeSize⌉ nodes.
-	OnNodes = "node"
-	// AnyDevices: any free devices, wherever they are.
-	AnyDevices = "any"
-)
-
-// Event is one entry of a reservation's timeline: the state it entered,
-// when, and why (for rejected and expired ones).
-type Event struct {
-	State  State     `json:"state" enum:"state" doc:"the state entered"`
-	At     time.Time `json:"at" doc:"when"`
-	Reason string    `json:"reason,omitempty" enum:"reason" doc:"why: on a rejected or expired entry, and on entries of what happened on its nodes (node_unreachable, replaced, disrupted)"`
-	// RolloutID names the rollout of a disrupted entry.
-	RolloutID string `json:"rolloutId,omitempty" doc:"the rollout that installed a release on one of its nodes while it held them (reason disrupted)"`
-}
-
-// Overlaps reports whether two half-open windows share an instant.
-func (w Window) Overlaps(o Window) bool { return w.Start.Before(o.End) && o.Start.Before(w.End) }
-
-// Reservation is a tenant's claim on devices of one pool for a window.
+// Reservation is a tenant's claim on devices of one pool for a window: the
+// API's view, and what the API does not show.
 type Reservation struct {
-	ReservationID string    `json:"reservationId" doc:"the reservation's id: a ULID, or with a clientToken one derived from tenant, principal and token (26 characters either way)"`
-	TenantID      string    `json:"tenantId" doc:"the tenant that holds it"`
-	PoolID        string    `json:"poolId" doc:"the pool its devices are in"`
-	Resource      string    `json:"resource" doc:"the pool's resource"`
-	Count         int       `json:"count" doc:"how many devices (1..${capacity.MaxCount})"`
-	Window        Window    `json:"window" doc:"the half-open window [start, end) the devices are held for; start is the creation time when the request omitted it"`
-	Topology      string    `json:"topology" enum:"topology" doc:"how the devices were to be spread over nodes"`
-	State         State     `json:"state" enum:"state" doc:"where it is in its life (see the reservation states)"`
-	Reason        string    `json:"reason,omitempty" enum:"reason" doc:"why it was rejected or expired; absent otherwise"`
-	DeviceIDs     []string  `json:"deviceIds" doc:"the devices held (<resource>-<n>); empty until placed, kept once it ended"`
-	NodeIDs       []string  `json:"nodeIds" doc:"the nodes of those devices, each once"`
-	CreatedAt     time.Time `json:"createdAt" doc:"when the draft was written"`
-	UpdatedAt     time.Time `json:"updatedAt" doc:"when its state last changed"`
-	ReleasedBy    string    `json:"releasedBy,omitempty" enum:"releasedBy" doc:"who released it; only on released reservations"`
-	History       []Event   `json:"history" doc:"the timeline: one entry per state entered, oldest first (the first is draft)"`
-
+	api.Reservation
 	// Devices are the indexes n of "<resource>-<n>" it holds (set when it is
 	// placed, never before) and NodeSize the resource's node size: what
 	// DeviceIDs and NodeIDs are made from.
@@ -181,7 +67,7 @@ func (r Reservation) Quota() QuotaKey { return QuotaKey{r.TenantID, r.PoolID, r.
 
 // Layout is the reservation's resource topology as far as it knows it.
 func (r Reservation) Layout() Topology {
-	return Topology{Resource: r.Resource, NodeSize: max(r.NodeSize, 1), Devices: MaxDevicesPerResource}
+	return Topology{Resource: r.Resource, NodeSize: max(r.NodeSize, 1), Devices: api.MaxDevicesPerResource}
 }
 
 // Placement is where its devices are (empty until placed).
@@ -194,7 +80,7 @@ func (r Reservation) PlanPlacement() Placement { return PlacementOf(r.Layout(), 
 // charged for good, not only by a create in flight).
 func (r Reservation) WasPlaced() bool {
 	for _, e := range r.History {
-		if e.State == Placed {
+		if e.State == api.Placed {
 			return true
 		}
 	}
@@ -216,58 +102,58 @@ func (r Reservation) WithIDs() Reservation {
 
 // Stale reports whether a draft has waited for an outcome too long.
 func (r Reservation) Stale(now time.Time) bool {
-	return r.State == Draft && !now.Before(r.CreatedAt.Add(StaleAfter))
+	return r.State == api.Draft && !now.Before(r.CreatedAt.Add(api.StaleAfter))
 }
 
 // ExpiresAt is when storage may delete the reservation (zero: kept while
-// it is not terminal): denied ones after DeniedRetention, rejected and
-// expired ones after Retention, released ones after ReleasedRetention
+// it is not terminal): denied ones after api.DeniedRetention, rejected and
+// expired ones after api.Retention, released ones after api.ReleasedRetention
 // (docs/reference/reservations.md), each from when it became terminal.
 func (r Reservation) ExpiresAt() time.Time {
 	switch r.State {
-	case Denied:
-		return r.UpdatedAt.Add(DeniedRetention)
-	case Rejected, Expired:
-		return r.UpdatedAt.Add(Retention)
-	case Released:
-		return r.UpdatedAt.Add(ReleasedRetention)
+	case api.Denied:
+		return r.UpdatedAt.Add(api.DeniedRetention)
+	case api.Rejected, api.Expired:
+		return r.UpdatedAt.Add(api.Retention)
+	case api.Released:
+		return r.UpdatedAt.Add(api.ReleasedRetention)
 	}
 	return time.Time{}
 }
 
-func (r Reservation) move(to State, now time.Time) (Reservation, error) {
+func (r Reservation) move(to api.ReservationState, now time.Time) (Reservation, error) {
 	if r.State.Terminal() {
 		return r, ErrTerminal
 	}
 	if !r.State.CanMoveTo(to) {
-		if r.State != Draft && (to == Denied || to == Rejected || to == Expired) {
+		if r.State != api.Draft && (to == api.Denied || to == api.Rejected || to == api.Expired) {
 			return r, ErrNotDraft
 		}
 		return r, fmt.Errorf("%w: %s → %s", ErrTransition, r.State, to)
 	}
 	r.State, r.UpdatedAt = to, now.UTC()
-	r.History = append(append([]Event(nil), r.History...), Event{State: to, At: r.UpdatedAt})
+	r.History = append(append([]api.Event(nil), r.History...), api.Event{State: to, At: r.UpdatedAt})
 	switch to {
-	case Placed:
+	case api.Placed:
 		r.Due = r.Window.Start
-	case Binding:
+	case api.Binding:
 		r.Due = now
-	case Active:
+	case api.Active:
 		r.Due = r.Window.End
-	default: // terminal: one more look after StaleAfter, for in-flight writers
-		r.Due = now.Add(StaleAfter)
+	default: // terminal: one more look after api.StaleAfter, for in-flight writers
+		r.Due = now.Add(api.StaleAfter)
 	}
 	return r, nil
 }
 
 // Deny: Better IAM said no to the draft.
-func (r Reservation) Deny(now time.Time) (Reservation, error) { return r.move(Denied, now) }
+func (r Reservation) Deny(now time.Time) (Reservation, error) { return r.move(api.Denied, now) }
 
 // Reject: the quota (ReasonQuota) or the devices (ReasonCapacity,
 // ReasonTopology) did not fit, or the pool or resource was not there
 // (ReasonInvalid).
 func (r Reservation) Reject(reason string, now time.Time) (Reservation, error) {
-	n, err := r.move(Rejected, now)
+	n, err := r.move(api.Rejected, now)
 	if err == nil {
 		n.Reason, n.History[len(n.History)-1].Reason = reason, reason
 	}
@@ -276,9 +162,9 @@ func (r Reservation) Reject(reason string, now time.Time) (Reservation, error) {
 
 // Expire fences a draft that waited for an outcome too long.
 func (r Reservation) Expire(now time.Time) (Reservation, error) {
-	n, err := r.move(Expired, now)
+	n, err := r.move(api.Expired, now)
 	if err == nil {
-		n.Reason, n.History[len(n.History)-1].Reason = ReasonStale, ReasonStale
+		n.Reason, n.History[len(n.History)-1].Reason = api.ReasonStale, api.ReasonStale
 	}
 	return n, err
 }
@@ -286,7 +172,7 @@ func (r Reservation) Expire(now time.Time) (Reservation, error) {
 // Place records the devices (indexes, and the resource's node size) a
 // charged draft was placed on.
 func (r Reservation) Place(devices []int, nodeSize int, now time.Time) (Reservation, error) {
-	n, err := r.move(Placed, now)
+	n, err := r.move(api.Placed, now)
 	if err == nil {
 		n.Devices, n.NodeSize = devices, nodeSize
 		n = n.WithIDs()
@@ -296,15 +182,15 @@ func (r Reservation) Place(devices []int, nodeSize int, now time.Time) (Reservat
 
 // StartBinding: the window started; the devices are being bound.
 func (r Reservation) StartBinding(now time.Time) (Reservation, error) {
-	return r.move(Binding, now)
+	return r.move(api.Binding, now)
 }
 
 // Activate: the devices are bound.
-func (r Reservation) Activate(now time.Time) (Reservation, error) { return r.move(Active, now) }
+func (r Reservation) Activate(now time.Time) (Reservation, error) { return r.move(api.Active, now) }
 
 // Release ends a non-terminal reservation (by the tenant, or at window end).
 func (r Reservation) Release(by string, now time.Time) (Reservation, error) {
-	n, err := r.move(Released, now)
+	n, err := r.move(api.Released, now)
 	if err == nil {
 		n.ReleasedBy = by
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/duedb"
@@ -77,7 +78,7 @@ func TestCreateReservationValidation(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			r, err := createAsClient(ctx, e, capacity.CreateRequest{TenantID: "acme", PoolID: "p1", Resource: "gpu",
 				Count: 1, Start: c.start, End: c.end, ClientToken: fmt.Sprintf("ok-%d", i)})
-			if err != nil || r.State != capacity.Placed {
+			if err != nil || r.State != api.Placed {
 				t.Fatalf("got %+v %v", r, err)
 			}
 			if r.Window.End.Sub(r.Window.Start) < 90*day {
@@ -91,14 +92,14 @@ func TestCreateReservationValidation(t *testing.T) {
 	// refused after an allow leaves the draft rejected (invalid), listed
 	// only when rejected ones are asked for.
 	rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{}, paging.Page{Limit: 100}))
-	rejected, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: capacity.Rejected}, paging.Page{Limit: 100}))
+	rejected, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: api.Rejected}, paging.Page{Limit: 100}))
 	if len(rs) != len(ok) || len(rejected) != 3 {
 		t.Errorf("refused requests left %d listed and %d rejected reservations, want %d and 3", len(rs), len(rejected), len(ok))
 	}
 	rs = append(rs, rejected...)
 	for _, r := range rs {
-		if r.State == capacity.Rejected && r.Reason != capacity.ReasonInvalid {
-			t.Errorf("%s rejected for %q, want %q", r.ReservationID, r.Reason, capacity.ReasonInvalid)
+		if r.State == api.Rejected && r.Reason != api.ReasonInvalid {
+			t.Errorf("%s rejected for %q, want %q", r.ReservationID, r.Reason, api.ReasonInvalid)
 		}
 	}
 	if q := must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu"})); q.Used != 1 {
@@ -139,14 +140,14 @@ func TestCreateReservationRefusals(t *testing.T) {
 	if code(err) != apierr.QuotaExceeded {
 		t.Fatalf("over quota: %v", err)
 	}
-	if r := get(err); r.State != capacity.Rejected || r.Reason != "quota" || len(r.DeviceIDs) != 0 {
+	if r := get(err); r.State != api.Rejected || r.Reason != "quota" || len(r.DeviceIDs) != 0 {
 		t.Errorf("quota refusal left %+v", r)
 	}
 	_, err = e.svc.CreateReservation(ctx, e.req("globex", "p1", "gpu", 1, 0, time.Hour), deny)
 	if code(err) != apierr.PermissionDenied {
 		t.Fatalf("deny: %v", err)
 	}
-	if r := get(err); r.State != capacity.Denied {
+	if r := get(err); r.State != api.Denied {
 		t.Errorf("deny left %+v", r)
 	}
 	// Both devices busy for the owner; globex fits its quota, not the devices.
@@ -155,7 +156,7 @@ func TestCreateReservationRefusals(t *testing.T) {
 	if code(err) != apierr.CapacityExhausted {
 		t.Fatalf("no devices: %v", err)
 	}
-	if r := get(err); r.State != capacity.Rejected || r.Reason != "capacity" {
+	if r := get(err); r.State != api.Rejected || r.Reason != "capacity" {
 		t.Errorf("capacity refusal left %+v", r)
 	}
 	if q := must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: "globex", PoolID: "p1", Resource: "gpu"})); q.Used != 0 {
@@ -163,14 +164,14 @@ func TestCreateReservationRefusals(t *testing.T) {
 	}
 	// Half-open windows: [0,1h) and [1h,2h) do not overlap.
 	r := must(e.svc.CreateReservation(ctx, e.req("globex", "p1", "gpu", 1, time.Hour, 2*time.Hour), allow))
-	if r.State != capacity.Placed || len(r.DeviceIDs) != 1 {
+	if r.State != api.Placed || len(r.DeviceIDs) != 1 {
 		t.Errorf("adjacent window got %+v, want one device placed", r)
 	}
 	// Better IAM unreachable: UNAVAILABLE, the draft left for the reconciler.
 	_, err = e.svc.CreateReservation(ctx, e.req("globex", "p1", "gpu", 1, 3*time.Hour, 4*time.Hour), func(context.Context, map[string]any) error {
 		return apierr.Dependency("better-iam", errors.New("connection refused"))
 	})
-	if code(err) != apierr.Unavailable || get(err).State != capacity.Draft {
+	if code(err) != apierr.Unavailable || get(err).State != api.Draft {
 		t.Errorf("iam down: %v", err)
 	}
 }
@@ -180,7 +181,7 @@ func TestDecideSeesTheDraft(t *testing.T) {
 	ctx := context.Background()
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 2})
 	var seen map[string]any
-	var stateAtDecision capacity.State
+	var stateAtDecision api.ReservationState
 	r := must(e.svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 2,
 		End: e.clock.Now().Add(time.Hour), ClientToken: "tok"}, func(ctx context.Context, attrs map[string]any) error {
 		seen = attrs
@@ -188,7 +189,7 @@ func TestDecideSeesTheDraft(t *testing.T) {
 		stateAtDecision = d.State
 		return nil
 	}))
-	if stateAtDecision != capacity.Draft {
+	if stateAtDecision != api.Draft {
 		t.Errorf("decided on a reservation in state %q, want draft", stateAtDecision)
 	}
 	if seen["poolId"] != "p1" || seen["resource"] != "gpu" || seen["count"] != 2 || seen["clientToken"] != "tok" || seen["reservationId"] != r.ReservationID {
@@ -288,7 +289,7 @@ func TestClientTokenResumesDraft(t *testing.T) {
 	}
 	e.clock.Advance(capacity.LeaseHandBack)
 	r := must(e.svc.CreateReservation(ctx, req, allow))
-	if r.State != capacity.Placed {
+	if r.State != api.Placed {
 		t.Errorf("resumed %+v", r)
 	}
 	// A flow that crashed (no hand-back) is taken over once its lease ends.
@@ -300,7 +301,7 @@ func TestClientTokenResumesDraft(t *testing.T) {
 		t.Fatalf("retry within the crashed flow's lease: %v", err)
 	}
 	e.clock.Advance(capacity.TakeOverAfter)
-	if r := must(e.svc.CreateReservation(ctx, req, allow)); r.State != capacity.Placed {
+	if r := must(e.svc.CreateReservation(ctx, req, allow)); r.State != api.Placed {
 		t.Errorf("taken over %+v", r)
 	}
 	if q := must(e.svc.GetQuota(ctx, req.Quota())); q.Used != 2 {
@@ -319,12 +320,12 @@ func TestReleaseReservation(t *testing.T) {
 	}
 	e.clock.Advance(time.Second)
 	rel := must(e.svc.ReleaseReservation(ctx, "acme", r.ReservationID))
-	if rel.State != capacity.Released || rel.ReleasedBy != "tenant" || !rel.UpdatedAt.Equal(e.clock.Now()) {
+	if rel.State != api.Released || rel.ReleasedBy != "tenant" || !rel.UpdatedAt.Equal(e.clock.Now()) {
 		t.Errorf("released %+v", rel)
 	}
 	e.clock.Advance(time.Second)
 	again := must(e.svc.ReleaseReservation(ctx, "acme", r.ReservationID))
-	if !again.UpdatedAt.Equal(rel.UpdatedAt) || again.State != capacity.Released {
+	if !again.UpdatedAt.Equal(rel.UpdatedAt) || again.State != api.Released {
 		t.Errorf("a second release changed it: %+v", again)
 	}
 	// The devices are free again.
@@ -332,7 +333,7 @@ func TestReleaseReservation(t *testing.T) {
 	// A rejected reservation is returned unchanged.
 	_, err := e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow)
 	rej := must(e.svc.ReleaseReservation(ctx, "acme", detail(err, "reservationId").(string)))
-	if rej.State != capacity.Rejected || rej.ReleasedBy != "" {
+	if rej.State != api.Rejected || rej.ReleasedBy != "" {
 		t.Errorf("release of a rejected one: %+v", rej)
 	}
 	if _, err := e.svc.ReleaseReservation(ctx, "acme", "01NOPE"); code(err) != apierr.NotFound {
@@ -354,14 +355,14 @@ func TestReleaseFencesInFlightCreate(t *testing.T) {
 					// The tenant releases the draft while the create is here.
 					rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{}, paging.Page{Limit: 1}))
 					id = rs[0].ReservationID
-					if r := must(e.svc.ReleaseReservation(ctx, "acme", id)); r.State != capacity.Released {
+					if r := must(e.svc.ReleaseReservation(ctx, "acme", id)); r.State != api.Released {
 						t.Errorf("release of the draft: %+v", r)
 					}
 				}
 				return nil
 			}
 			r, err := e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow)
-			if err != nil || r.State != capacity.Released || r.ReservationID != id {
+			if err != nil || r.State != api.Released || r.ReservationID != id {
 				t.Errorf("create that lost the fence answered %+v %v", r, err)
 			}
 			e.svc.Faults = nil
@@ -450,10 +451,10 @@ func TestListReservations(t *testing.T) {
 	if rs := all(capacity.ListFilter{PoolID: "p1"}, 1); len(rs) != 3 {
 		t.Errorf("pool filter: %d", len(rs))
 	}
-	if rs := all(capacity.ListFilter{State: capacity.Released}, 2); len(rs) != 1 || rs[0].ReservationID != ids[0] {
+	if rs := all(capacity.ListFilter{State: api.Released}, 2); len(rs) != 1 || rs[0].ReservationID != ids[0] {
 		t.Errorf("state filter: %+v", rs)
 	}
-	if rs := all(capacity.ListFilter{PoolID: "p2", State: capacity.Placed}, 10); len(rs) != 3 {
+	if rs := all(capacity.ListFilter{PoolID: "p2", State: api.Placed}, 10); len(rs) != 3 {
 		t.Errorf("both filters: %d", len(rs))
 	}
 }
@@ -494,7 +495,7 @@ func TestListMatchesGet(t *testing.T) {
 		t.Fatal(err)
 	}
 	var listed []capacity.Reservation
-	for _, f := range []capacity.ListFilter{{}, {State: capacity.Denied}, {State: capacity.Rejected}, {State: capacity.Expired}} {
+	for _, f := range []capacity.ListFilter{{}, {State: api.Denied}, {State: api.Rejected}, {State: api.Expired}} {
 		page := paging.Page{Limit: 2}
 		for {
 			rs, next := must2(e.svc.ListReservations(ctx, "acme", f, page))
@@ -508,7 +509,7 @@ func TestListMatchesGet(t *testing.T) {
 	if len(listed) != len(ids) {
 		t.Fatalf("listed %d reservations, created %d", len(listed), len(ids))
 	}
-	states := map[capacity.State]bool{}
+	states := map[api.ReservationState]bool{}
 	for _, l := range listed {
 		g, err := e.svc.GetReservation(ctx, "acme", l.ReservationID)
 		if err != nil {
@@ -519,7 +520,7 @@ func TestListMatchesGet(t *testing.T) {
 		}
 		states[g.State] = true
 	}
-	for _, s := range []capacity.State{capacity.Released, capacity.Rejected, capacity.Denied, capacity.Active} {
+	for _, s := range []api.ReservationState{api.Released, api.Rejected, api.Denied, api.Active} {
 		if !states[s] {
 			t.Errorf("no %s reservation in the mix: %v", s, states)
 		}
@@ -544,7 +545,7 @@ func TestTokensCannotBeSquatted(t *testing.T) {
 	owner := req
 	owner.Principal = "alice"
 	r, err := e.svc.CreateReservation(ctx, owner, allow)
-	if err != nil || r.State != capacity.Placed {
+	if err != nil || r.State != api.Placed {
 		t.Fatalf("alice after mallory: %+v %v", r, err)
 	}
 	// The same principal retrying gets its reservation back.
@@ -582,12 +583,12 @@ func TestDeniedLearnsNothing(t *testing.T) {
 	if rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{PoolID: "p1"}, paging.Page{Limit: 100})); len(rs) != 0 {
 		t.Errorf("denied reservations in the pool's list: %d", len(rs))
 	}
-	denied, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: capacity.Denied}, paging.Page{Limit: 100}))
+	denied, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: api.Denied}, paging.Page{Limit: 100}))
 	if len(denied) != 3 {
 		t.Fatalf("state=denied lists %d, want 3", len(denied))
 	}
 	for _, r := range denied {
-		if r.State != capacity.Denied || !r.ExpiresAt().Equal(r.UpdatedAt.Add(24*time.Hour)) {
+		if r.State != api.Denied || !r.ExpiresAt().Equal(r.UpdatedAt.Add(24*time.Hour)) {
 			t.Errorf("%s: state %s, expires %s", r.ReservationID, r.State, r.ExpiresAt())
 		}
 	}

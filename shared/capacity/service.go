@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/conc"
 	"github.com/bettercompute/control-plane/shared/paging"
@@ -189,7 +190,7 @@ func unavailable(err error) *apierr.Error {
 // CreatePool creates a pool and its owner's quota rows (max = device
 // count). The same request again returns the stored pool; the id owned by
 // another tenant or defined otherwise is CONFLICT. nodeSize defaults to
-// DefaultNodeSize for a resource it does not name.
+// api.DefaultNodeSize for a resource it does not name.
 //
 // Protocol: (1) claim the global id with the pool item, marked due; (2) the
 // owner's quota rows, each created only if missing; (3) the owner's view;
@@ -202,12 +203,12 @@ func (s *Service) CreatePool(ctx context.Context, tenant, poolID string, resourc
 		if _, ok := resources[r]; !ok {
 			return Pool{}, apierr.Invalid("unknown_resource", "nodeSize."+r, "nodeSize names %q, which is not among the resources", r)
 		}
-		if n < 1 || n > MaxNodeSize {
-			return Pool{}, apierr.Invalid("constraint", "nodeSize."+r, "a node holds 1..%d devices", MaxNodeSize)
+		if n < 1 || n > api.MaxNodeSize {
+			return Pool{}, apierr.Invalid("constraint", "nodeSize."+r, "a node holds 1..%d devices", api.MaxNodeSize)
 		}
 	}
 	p := NewPool(poolID, tenant, resources, nodeSize, s.now())
-	stored, err := s.Store.ClaimPool(ctx, p, p.CreatedAt.Add(StaleAfter))
+	stored, err := s.Store.ClaimPool(ctx, p, p.CreatedAt.Add(api.StaleAfter))
 	switch {
 	case errors.Is(err, ErrExists):
 		if !stored.OwnedBy(tenant) {
@@ -283,26 +284,26 @@ func (s *Service) provisionPool(ctx context.Context, p Pool, now time.Time, hori
 // OfferPool sets toTenant's quota max on one resource of a pool tenant owns.
 // Protocol: (1) show the pool to toTenant, (2) set the row's max — a crash
 // between leaves the pool visible with a missing row, which grants 0.
-func (s *Service) OfferPool(ctx context.Context, tenant, poolID, toTenant, resource string, max int64) (Quota, error) {
+func (s *Service) OfferPool(ctx context.Context, tenant, poolID, toTenant, resource string, max int64) (api.Quota, error) {
 	p, err := s.Store.GetPool(ctx, poolID)
 	if errors.Is(err, ErrNotFound) || (err == nil && !p.OwnedBy(tenant)) {
-		return Quota{}, errPoolNotFound(poolID)
+		return api.Quota{}, errPoolNotFound(poolID)
 	}
 	if err != nil {
-		return Quota{}, unavailable(err)
+		return api.Quota{}, unavailable(err)
 	}
 	if _, ok := p.Resources[resource]; !ok {
-		return Quota{}, errNoResource(poolID, resource)
+		return api.Quota{}, errNoResource(poolID, resource)
 	}
-	if max < 0 || max > MaxQuota {
-		return Quota{}, apierr.Invalid("constraint", "max", "max must be 0..%d", MaxQuota)
+	if max < 0 || max > api.MaxQuota {
+		return api.Quota{}, apierr.Invalid("constraint", "max", "max must be 0..%d", api.MaxQuota)
 	}
 	if err := s.Store.ShowPool(ctx, toTenant, p); err != nil {
-		return Quota{}, unavailable(err)
+		return api.Quota{}, unavailable(err)
 	}
 	q, err := s.Store.SetQuotaMax(ctx, QuotaKey{toTenant, poolID, resource}, max, s.now())
 	if err != nil {
-		return Quota{}, unavailable(err)
+		return api.Quota{}, unavailable(err)
 	}
 	return q, nil
 }
@@ -332,16 +333,16 @@ func (s *Service) ListPools(ctx context.Context, tenant string, page paging.Page
 }
 
 // GetQuota returns a quota row; a missing row is max 0, used 0.
-func (s *Service) GetQuota(ctx context.Context, k QuotaKey) (Quota, error) {
+func (s *Service) GetQuota(ctx context.Context, k QuotaKey) (api.Quota, error) {
 	q, err := s.Store.GetQuota(ctx, k)
 	if err != nil {
-		return Quota{}, unavailable(err)
+		return api.Quota{}, unavailable(err)
 	}
 	return q, nil
 }
 
 // ListQuotas lists tenant's quota rows (of one pool when poolID != "").
-func (s *Service) ListQuotas(ctx context.Context, tenant, poolID string, page paging.Page) ([]Quota, map[string]string, error) {
+func (s *Service) ListQuotas(ctx context.Context, tenant, poolID string, page paging.Page) ([]api.Quota, map[string]string, error) {
 	qs, next, err := s.Store.ListQuotas(ctx, tenant, poolID, page)
 	if err != nil {
 		return nil, nil, unavailable(err)

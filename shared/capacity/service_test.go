@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 )
@@ -33,7 +34,7 @@ func TestCreateReservationHappyPath(t *testing.T) {
 	if row, _, _ := e.store.Row(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu.h100"}); len(row.Charging) != 1 || row.Due.IsZero() {
 		t.Errorf("after one create: %+v, want its charge record on the row (due, for the reconciler)", row)
 	}
-	if r.State != capacity.Placed || len(r.DeviceIDs) != 2 || len(r.NodeIDs) != 1 || r.NodeIDs[0] != "gpu.h100-node-0" {
+	if r.State != api.Placed || len(r.DeviceIDs) != 2 || len(r.NodeIDs) != 1 || r.NodeIDs[0] != "gpu.h100-node-0" {
 		t.Fatalf("got %+v", r)
 	}
 	q := must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu.h100"}))
@@ -41,7 +42,7 @@ func TestCreateReservationHappyPath(t *testing.T) {
 		t.Errorf("quota %+v", q)
 	}
 	got := must(e.svc.GetReservation(ctx, "acme", r.ReservationID))
-	if got.State != capacity.Placed || !got.Window.Start.Equal(r.Window.Start) {
+	if got.State != api.Placed || !got.Window.Start.Equal(r.Window.Start) {
 		t.Errorf("get %+v", got)
 	}
 	e.check(t)
@@ -52,7 +53,7 @@ func TestCreateReservationHappyPath(t *testing.T) {
 	}
 	must(e.svc.ReleaseReservation(ctx, "acme", next.ReservationID))
 	rel := must(e.svc.ReleaseReservation(ctx, "acme", r.ReservationID))
-	if rel.State != capacity.Released || rel.ReleasedBy != "tenant" {
+	if rel.State != api.Released || rel.ReleasedBy != "tenant" {
 		t.Errorf("release %+v", rel)
 	}
 	q = must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu.h100"}))
@@ -73,23 +74,23 @@ func TestCreateReservationHappyPath(t *testing.T) {
 func TestMultiNodeCreateRoundTrips(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.pool(t, "acme", "p1", map[string]int{"gpu": 8 * capacity.DefaultNodeSize})
+	e.pool(t, "acme", "p1", map[string]int{"gpu": 8 * api.DefaultNodeSize})
 	e.offer(t, "acme", "p1", "acme", "gpu", 1000)
 	e.pass(t) // provisions the pool's next hours: every node-hour is stored
-	warm := e.req("acme", "p1", "gpu", 2*capacity.DefaultNodeSize, 0, time.Hour)
+	warm := e.req("acme", "p1", "gpu", 2*api.DefaultNodeSize, 0, time.Hour)
 	warm.ClientToken, warm.Principal = "warm", "alice"
 	must(e.svc.CreateReservation(ctx, warm, allow))
 	// The read starts at a point that depends on the reservation id (racing
 	// creates spread out); a clientToken fixes the id, so the point — and
 	// whether whole nodes follow it — is the same every run. From a point
 	// with too few after it, a second Query reads from the start (7 trips).
-	req := e.req("acme", "p1", "gpu", 2*capacity.DefaultNodeSize, 0, time.Hour)
+	req := e.req("acme", "p1", "gpu", 2*api.DefaultNodeSize, 0, time.Hour)
 	req.ClientToken, req.Principal = "job-2", "alice"
 	e.rt.Reset()
 	e.rt.Latency = 25 * time.Millisecond
 	r := must(e.svc.CreateReservation(ctx, req, allow))
 	e.rt.Latency = 0
-	if r.State != capacity.Placed || len(r.NodeIDs) != 2 {
+	if r.State != api.Placed || len(r.NodeIDs) != 2 {
 		t.Fatalf("got %+v", r)
 	}
 	if got, depth := e.rt.Count(), e.rt.Depth(); got != 6 || depth != 4 {

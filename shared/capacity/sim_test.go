@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
@@ -90,7 +91,7 @@ type simulation struct {
 	// outcomes of the actors, checked against what is stored at the end
 	placed   map[string]bool // reservation ids a create answered placed
 	released map[string]bool // ids a release answered 200
-	windows  []capacity.Window
+	windows  []api.Window
 	// fleet: the pool's GPU nodes are managed (nil: unmanaged, as in
 	// v0.5); failed is the node that fails mid-run (-1: none).
 	fleet  *simFleet
@@ -255,7 +256,7 @@ func (sim *simulation) actors() []*actor {
 // a tenant, and mostly a clientToken.
 func (sim *simulation) createRequest(now time.Time, i int) capacity.CreateRequest {
 	r := sim.rng
-	req := capacity.CreateRequest{TenantID: "acme", PoolID: "sim", Resource: "gpu", Principal: "alice", Topology: capacity.OnNodes}
+	req := capacity.CreateRequest{TenantID: "acme", PoolID: "sim", Resource: "gpu", Principal: "alice", Topology: api.OnNodes}
 	if r.IntN(4) == 0 {
 		req.TenantID = "globex"
 	}
@@ -276,7 +277,7 @@ func (sim *simulation) createRequest(now time.Time, i int) capacity.CreateReques
 		req.Count = min(req.Count, 1+r.IntN(12)) // nine and more nodes of one device
 	}
 	if r.IntN(4) == 0 {
-		req.Topology = capacity.AnyDevices
+		req.Topology = api.AnyDevices
 	}
 	start := now.Truncate(time.Hour).Add(time.Duration(r.IntN(4)) * time.Hour)
 	if r.IntN(2) == 0 {
@@ -290,7 +291,7 @@ func (sim *simulation) createRequest(now time.Time, i int) capacity.CreateReques
 	}
 	req.Start = &start
 	req.End = start.Add(time.Duration(30+r.IntN(270)) * time.Minute)
-	sim.windows = append(sim.windows, capacity.Window{Start: start, End: req.End})
+	sim.windows = append(sim.windows, api.Window{Start: start, End: req.End})
 	if r.IntN(5) > 0 {
 		req.ClientToken = fmt.Sprintf("job-%d", i)
 	}
@@ -320,7 +321,7 @@ func (sim *simulation) decider() capacity.Decide {
 func (sim *simulation) create(req capacity.CreateRequest, decide capacity.Decide) func(ctx context.Context) {
 	return func(ctx context.Context) {
 		r, err := sim.svc.CreateReservation(ctx, req, decide)
-		if err == nil && r.State == capacity.Placed {
+		if err == nil && r.State == api.Placed {
 			sim.placed[r.ReservationID] = true
 		}
 		sim.answers[string(apierr.CodeOf(err))]++
@@ -484,7 +485,7 @@ func (sim *simulation) quiesce(ctx context.Context) {
 	}
 	settle := func(what string) {
 		for i := 0; ; i++ {
-			e.clock.Advance(capacity.StaleAfter + time.Second)
+			e.clock.Advance(api.StaleAfter + time.Second)
 			if sim.fleet != nil {
 				sim.fleet.everyNodeReports(ctx, sim.failed, sim.fleet.late)
 			}
@@ -701,13 +702,13 @@ func (w *simStore) VisiblePool(ctx context.Context, tenant, id string) (capacity
 func (w *simStore) ListPools(ctx context.Context, tenant string, page paging.Page) ([]capacity.Pool, map[string]string, error) {
 	return w.inner.ListPools(ctx, tenant, page)
 }
-func (w *simStore) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int64, now time.Time) (capacity.Quota, error) {
-	return simCall(w, ctx, "SetQuotaMax", func() (capacity.Quota, error) { return w.inner.SetQuotaMax(ctx, k, max, now) })
+func (w *simStore) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int64, now time.Time) (api.Quota, error) {
+	return simCall(w, ctx, "SetQuotaMax", func() (api.Quota, error) { return w.inner.SetQuotaMax(ctx, k, max, now) })
 }
-func (w *simStore) GetQuota(ctx context.Context, k capacity.QuotaKey) (capacity.Quota, error) {
-	return simCall(w, ctx, "GetQuota", func() (capacity.Quota, error) { return w.inner.GetQuota(ctx, k) })
+func (w *simStore) GetQuota(ctx context.Context, k capacity.QuotaKey) (api.Quota, error) {
+	return simCall(w, ctx, "GetQuota", func() (api.Quota, error) { return w.inner.GetQuota(ctx, k) })
 }
-func (w *simStore) ListQuotas(ctx context.Context, tenant, pool string, page paging.Page) ([]capacity.Quota, map[string]string, error) {
+func (w *simStore) ListQuotas(ctx context.Context, tenant, pool string, page paging.Page) ([]api.Quota, map[string]string, error) {
 	return w.inner.ListQuotas(ctx, tenant, pool, page)
 }
 func (w *simStore) Charge(ctx context.Context, k capacity.QuotaKey, id string, n int, p capacity.Placement, settle []string, due time.Time) (capacity.Charged, error) {
@@ -826,7 +827,7 @@ func (w *simStore) GetReservation(ctx context.Context, tenant, id string) (capac
 func (w *simStore) Reservations(ctx context.Context, tenant string, ids []string) (map[string]capacity.Reservation, error) {
 	return simCall(w, ctx, "Reservations", func() (map[string]capacity.Reservation, error) { return w.inner.Reservations(ctx, tenant, ids) })
 }
-func (w *simStore) Transition(ctx context.Context, to capacity.Reservation, from capacity.State) (capacity.Reservation, error) {
+func (w *simStore) Transition(ctx context.Context, to capacity.Reservation, from api.ReservationState) (capacity.Reservation, error) {
 	return simCall(w, ctx, fmt.Sprintf("Transition %s %s→%s", to.ReservationID, from, to.State), func() (capacity.Reservation, error) {
 		return w.inner.Transition(ctx, to, from)
 	})

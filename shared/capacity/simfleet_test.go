@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/dynamo/duedb"
@@ -83,21 +84,21 @@ func (f *simFleet) beat(ctx context.Context, svc *fleet.Service, k int, healthy 
 		return err
 	}
 	f.counters[k]++
-	rep := fleet.Report{PoolID: "sim", NodeID: id, Counter: f.counters[k], At: f.sim.e.clock.Now(),
-		Health:   fleet.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []fleet.Check{}},
-		Bindings: []fleet.ReportedBinding{}}
+	rep := api.Report{PoolID: "sim", NodeID: id, Counter: f.counters[k], At: f.sim.e.clock.Now(),
+		Health:   api.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []api.Check{}},
+		Bindings: []api.ReportedBinding{}}
 	if !healthy {
 		rep.Health.DevicesVisible = 6
 	}
 	for rid, en := range rec.Entries {
-		st := fleet.BindBound
-		if en.Action == fleet.ActionUnbind {
-			st = fleet.BindUnbound
+		st := api.BindBound
+		if en.Action == api.ActionUnbind {
+			st = api.BindUnbound
 		}
-		rep.Bindings = append(rep.Bindings, fleet.ReportedBinding{ReservationID: rid, State: st})
+		rep.Bindings = append(rep.Bindings, api.ReportedBinding{ReservationID: rid, State: st})
 	}
 	payload, _ := json.Marshal(rep)
-	envelope, err := dsse.Sign(fleet.ReportPayloadType, payload, f.keys[k])
+	envelope, err := dsse.Sign(api.ReportPayloadType, payload, f.keys[k])
 	if err != nil {
 		return err
 	}
@@ -148,13 +149,13 @@ func (f *simFleet) check(ctx context.Context, when string, allDone bool) {
 		}
 		if when == "once windows started" {
 			switch {
-			case r.State == capacity.Active:
+			case r.State == api.Active:
 				f.active++
-			case r.State == capacity.Binding:
+			case r.State == api.Binding:
 				f.waiting++
 			}
 			for _, ev := range r.History {
-				if ev.Reason == capacity.ReasonReplaced {
+				if ev.Reason == api.ReasonReplaced {
 					f.moved++
 				}
 			}
@@ -163,14 +164,14 @@ func (f *simFleet) check(ctx context.Context, when string, allDone bool) {
 			if f.off[nd.Node] {
 				sim.t.Errorf("seed %d: %s: %s was placed on node %d, ineligible all along", sim.seed, when, r.ReservationID, nd.Node)
 			}
-			if r.State == capacity.Active && nodes[nd.Node].Reported[r.ReservationID] != fleet.BindBound {
+			if r.State == api.Active && nodes[nd.Node].Reported[r.ReservationID] != api.BindBound {
 				sim.t.Errorf("seed %d: %s: %s is active, node %d reports %q", sim.seed, when, r.ReservationID, nd.Node, nodes[nd.Node].Reported[r.ReservationID])
 			}
 		}
 	}
 	if allDone {
 		for k, n := range nodes {
-			if len(n.Entries) > 0 && n.State == fleet.Ready {
+			if len(n.Entries) > 0 && n.State == api.Ready {
 				sim.t.Errorf("seed %d: %s: node %d still told %v", sim.seed, when, k, n.Entries)
 			}
 		}
@@ -219,16 +220,16 @@ func (w *simFleetStore) PutNode(ctx context.Context, r fleet.Record) (fleet.Reco
 func (w *simFleetStore) GetNode(ctx context.Context, pool, res string, k int) (fleet.Record, error) {
 	return simCall(w.s(), ctx, "GetNode", func() (fleet.Record, error) { return w.inner.GetNode(ctx, pool, res, k) })
 }
-func (w *simFleetStore) ListNodes(ctx context.Context, pool string, st fleet.State, page paging.Page) ([]fleet.Record, map[string]string, error) {
+func (w *simFleetStore) ListNodes(ctx context.Context, pool string, st api.NodeState, page paging.Page) ([]fleet.Record, map[string]string, error) {
 	return w.inner.ListNodes(ctx, pool, st, page)
 }
 func (w *simFleetStore) PoolNodes(ctx context.Context, pool string, fn func(fleet.Record) error) error {
 	return simDo(w.s(), ctx, "PoolNodes", func() error { return w.inner.PoolNodes(ctx, pool, fn) })
 }
-func (w *simFleetStore) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep fleet.Report, st fleet.State, split *fleet.LogSplit, now time.Time) (fleet.Record, error) {
+func (w *simFleetStore) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep api.Report, st api.NodeState, split *api.LogSplit, now time.Time) (fleet.Record, error) {
 	return simCall(w.s(), ctx, "Heartbeat "+r.NodeID, func() (fleet.Record, error) { return w.inner.Heartbeat(ctx, r, keyID, rep, st, split, now) })
 }
-func (w *simFleetStore) SetCordon(ctx context.Context, r fleet.Record, by string, c *fleet.Cordon) (fleet.Record, error) {
+func (w *simFleetStore) SetCordon(ctx context.Context, r fleet.Record, by string, c *api.Cordon) (fleet.Record, error) {
 	return simCall(w.s(), ctx, "SetCordon", func() (fleet.Record, error) { return w.inner.SetCordon(ctx, r, by, c) })
 }
 func (w *simFleetStore) ClaimFlags(ctx context.Context, r fleet.Record) (fleet.Record, error) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/paging"
 )
 
@@ -50,11 +51,11 @@ type PoolStore interface {
 // create wrote for a draft that ended unplaced is undone).
 type QuotaStore interface {
 	// SetQuotaMax sets max (creating the row with used 0) and returns the row.
-	SetQuotaMax(ctx context.Context, k QuotaKey, max int64, now time.Time) (Quota, error)
+	SetQuotaMax(ctx context.Context, k QuotaKey, max int64, now time.Time) (api.Quota, error)
 	// GetQuota reads a row; a missing row is max 0, used 0 (it grants 0).
-	GetQuota(ctx context.Context, k QuotaKey) (Quota, error)
+	GetQuota(ctx context.Context, k QuotaKey) (api.Quota, error)
 	// ListQuotas lists tenant's rows, of one pool if poolID is not "".
-	ListQuotas(ctx context.Context, tenant, poolID string, page paging.Page) ([]Quota, map[string]string, error)
+	ListQuotas(ctx context.Context, tenant, poolID string, page paging.Page) ([]api.Quota, map[string]string, error)
 	// Charge adds count for reservation id if free ≥ count, recording the
 	// placement it is for (nil when the draft records it), and forgets the
 	// charge records of settle (reservations seen placed since: their
@@ -63,7 +64,7 @@ type QuotaStore interface {
 	// no later charge does. A charge already recorded for id is not
 	// repeated: its record is returned (Fresh false). QuotaExceeded (with
 	// the row) when it does not fit or the row is missing; ErrBusy when
-	// MaxInFlight records are on the row.
+	// api.MaxInFlight records are on the row.
 	Charge(ctx context.Context, k QuotaKey, id string, count int, p Placement, settle []string, due time.Time) (Charged, error)
 	// Replace records another placement for id's charge in flight
 	// (ErrStale when it is no longer in flight: voided, refunded or settled).
@@ -94,7 +95,7 @@ type QuotaStore interface {
 
 // QuotaExceeded is ErrQuotaExceeded with the row that refused (max 0 when
 // missing), for the numbers a caller needs to act.
-type QuotaExceeded struct{ Quota Quota }
+type QuotaExceeded struct{ Quota api.Quota }
 
 func (e QuotaExceeded) Error() string { return ErrQuotaExceeded.Error() }
 func (e QuotaExceeded) Unwrap() error { return ErrQuotaExceeded }
@@ -199,7 +200,7 @@ type ReservationStore interface {
 	// its devices only when to is placed: a writer never overwrites a
 	// placement it did not make — if the stored state is still from, and
 	// returns the reservation as that write left it (ErrStale otherwise).
-	Transition(ctx context.Context, to Reservation, from State) (Reservation, error)
+	Transition(ctx context.Context, to Reservation, from api.ReservationState) (Reservation, error)
 	// Amend writes to's binding-time fields — Bound, Move, MovedFrom,
 	// Moves, NodeNoted, its devices and its history — if the stored
 	// reservation is still in r's state with r's move in flight (ErrStale
@@ -233,8 +234,8 @@ type ReservationStore interface {
 
 // ListFilter narrows reservations.list.
 type ListFilter struct {
-	PoolID string // "" for any
-	State  State  // "" for any
+	PoolID string               // "" for any
+	State  api.ReservationState // "" for any
 }
 
 // Snapshot is everything the invariant checker compares.
@@ -259,12 +260,15 @@ type HourMap struct {
 
 // QuotaRow is a stored quota row with what it holds in flight.
 type QuotaRow struct {
-	Quota
+	api.Quota
 	Free      int64
 	Charging  map[string]Charged // admissions charged (or voided), not yet settled or refunded
 	Crediting map[string]int     // credits given, not yet forgotten
 	Due       time.Time          // when the reconciler looks at its records (zero: not due)
 }
+
+// Key returns the row's key.
+func (q QuotaRow) Key() QuotaKey { return QuotaKeyOf(q.Quota) }
 
 // SnapshotReader reads a Snapshot (a full read of the table: an operator's
 // tool and the tests' oracle, never a request path).

@@ -10,7 +10,6 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/release"
 )
 
@@ -256,13 +255,13 @@ func nodeHint(e *apierr.Error, fc Failed) string {
 			"ask an admin (locally: localstack/policy.json).", pool, node)
 	}
 	switch detail(e, "reason") {
-	case fleet.ReasonReplay:
+	case api.ReasonReplay:
 		return fmt.Sprintf("The report's counter must rise: sign a new report with a counter above %v (details.latestCounter).", e.Details["latestCounter"])
-	case fleet.ReasonBadSignature:
+	case api.ReasonBadSignature:
 		return fmt.Sprintf("Sign the report with the key %s was registered with (keyid details.keyId; bcctl nodes get shows it).", node)
-	case fleet.ReasonStale:
-		return fmt.Sprintf("The report's at must be within %s of the server's clock: sign a fresh report, and check the node's clock.", fleet.MaxSkew)
-	case fleet.ReasonMismatch:
+	case api.ReasonReportStale:
+		return fmt.Sprintf("The report's at must be within %s of the server's clock: sign a fresh report, and check the node's clock.", api.MaxSkew)
+	case api.ReasonMismatch:
 		return "The signed report names another pool or node than the request (--pool, NODE): send it for the node that signed it."
 	}
 	return ""

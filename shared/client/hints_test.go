@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
 // Explain prints the code and status, the details and the hint; Words
@@ -44,8 +44,8 @@ func TestExplain(t *testing.T) {
 			"The pool has only 8 devices of this resource: ask for at most 8 (or use another pool)."},
 		{apierr.New(apierr.CapacityExhausted, "x").With("reason", "capacity"), Failed{Method: "reservations.create"}, Words{},
 			"No devices are free for that window: try another window or a smaller count (bcctl pools show POOL)."},
-		{apierr.Invalid(fleet.ReasonStale, "report.payload.at", "stale"), Failed{Method: "nodes.heartbeat"}, Words{},
-			"The report's at must be within " + fleet.MaxSkew.String() + " of the server's clock: sign a fresh report, and check the node's clock."},
+		{apierr.Invalid(api.ReasonReportStale, "report.payload.at", "stale"), Failed{Method: "nodes.heartbeat"}, Words{},
+			"The report's at must be within " + api.MaxSkew.String() + " of the server's clock: sign a fresh report, and check the node's clock."},
 	} {
 		if got := Hint(c.e, c.fc, c.words); got != c.want {
 			t.Errorf("Hint(%v) = %q, want %q", c.e, got, c.want)

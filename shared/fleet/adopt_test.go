@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
 // failingAdopter cuts a registration short after its node was written.
@@ -42,7 +42,7 @@ func TestAdoptedButNeverToldIsScrubbed(t *testing.T) {
 		t.Fatal(err)
 	}
 	ans := e.ready(t, "p1", nodeName(0))
-	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != fleet.ActionUnbind || ans.Desired.Bindings[0].ReservationID != r.ReservationID {
+	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != api.ActionUnbind || ans.Desired.Bindings[0].ReservationID != r.ReservationID {
 		t.Fatalf("first answer after the release: %+v, want unbind %s", ans.Desired.Bindings, r.ReservationID)
 	}
 	e.ready(t, "p1", nodeName(0), unbound(r.ReservationID))
@@ -68,7 +68,7 @@ func TestLateAdoptionScrubsWhatEnded(t *testing.T) {
 	e.clock.Advance(time.Minute)
 	e.pass(t) // the sweep finishes the adoption
 	ans := e.ready(t, "p1", nodeName(0))
-	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != fleet.ActionUnbind || ans.Desired.Bindings[0].ReservationID != r.ReservationID {
+	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != api.ActionUnbind || ans.Desired.Bindings[0].ReservationID != r.ReservationID {
 		t.Fatalf("first answer after a late adoption: %+v, want unbind %s", ans.Desired.Bindings, r.ReservationID)
 	}
 	e.ready(t, "p1", nodeName(0), unbound(r.ReservationID))
@@ -102,7 +102,7 @@ func TestBoundButNeverToldIsScrubbed(t *testing.T) {
 	e.clock.Advance(time.Minute)
 	e.pass(t)
 	ans := e.ready(t, "p1", nodeName(0))
-	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != fleet.ActionUnbind || ans.Desired.Bindings[0].ReservationID != r.ReservationID {
+	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != api.ActionUnbind || ans.Desired.Bindings[0].ReservationID != r.ReservationID {
 		t.Fatalf("first answer: %+v, want unbind %s", ans.Desired.Bindings, r.ReservationID)
 	}
 	e.check(t)
@@ -132,7 +132,7 @@ func (e *env) boundAtOnce(t *testing.T) capacity.Reservation {
 	}
 	e.clock.Advance(2 * time.Minute)
 	e.pass(t)
-	if got := e.get(t, r.ReservationID); got.State != capacity.Active {
+	if got := e.get(t, r.ReservationID); got.State != api.Active {
 		t.Fatalf("unmanaged: %s", got.State)
 	}
 	return r

@@ -9,18 +9,18 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
-	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
 // bound is the report of a binding.
-func bound(id string) fleet.ReportedBinding {
-	return fleet.ReportedBinding{ReservationID: id, State: fleet.BindBound}
+func bound(id string) api.ReportedBinding {
+	return api.ReportedBinding{ReservationID: id, State: api.BindBound}
 }
 
-func unbound(id string) fleet.ReportedBinding {
-	return fleet.ReportedBinding{ReservationID: id, State: fleet.BindUnbound}
+func unbound(id string) api.ReportedBinding {
+	return api.ReportedBinding{ReservationID: id, State: api.BindUnbound}
 }
 
 // A reservation on a managed node: binding at window start, bind in the
@@ -46,25 +46,25 @@ func TestBindingThroughNode(t *testing.T) {
 	}
 	e.clock.Advance(time.Minute)
 	e.pass(t)
-	if got := e.get(t, r.ReservationID); got.State != capacity.Binding {
+	if got := e.get(t, r.ReservationID); got.State != api.Binding {
 		t.Fatalf("at window start: %s", got.State)
 	}
 	ans := e.ready(t, "p1", "gpu-node-0")
-	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != fleet.ActionBind ||
+	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != api.ActionBind ||
 		ans.Desired.Bindings[0].ReservationID != r.ReservationID || len(ans.Desired.Bindings[0].DeviceIDs) != 8 ||
-		ans.NextHeartbeatSeconds != int(fleet.BusyInterval/time.Second) {
+		ans.NextHeartbeatSeconds != int(api.BusyInterval/time.Second) {
 		t.Fatalf("answer: %+v", ans)
 	}
 	// However many passes run, not active until the node says bound.
 	for range 3 {
 		e.pass(t)
-		if got := e.get(t, r.ReservationID); got.State != capacity.Binding {
+		if got := e.get(t, r.ReservationID); got.State != api.Binding {
 			t.Fatalf("active before the node reported bound: %s", got.State)
 		}
 	}
 	e.ready(t, "p1", "gpu-node-0", bound(r.ReservationID))
 	e.pass(t)
-	if got := e.get(t, r.ReservationID); got.State != capacity.Active {
+	if got := e.get(t, r.ReservationID); got.State != api.Active {
 		t.Fatalf("after the node reported bound: %s", got.State)
 	}
 	e.check(t)
@@ -76,7 +76,7 @@ func TestBindingThroughNode(t *testing.T) {
 	e.ready(t, "p1", "gpu-node-0", bound(r.ReservationID))
 	e.pass(t)
 	e.pass(t)
-	if got := e.get(t, r.ReservationID); got.State != capacity.Released {
+	if got := e.get(t, r.ReservationID); got.State != api.Released {
 		t.Fatalf("after the window: %s", got.State)
 	}
 	ans = e.ready(t, "p1", "gpu-node-0", bound(r.ReservationID))
@@ -89,7 +89,7 @@ func TestBindingThroughNode(t *testing.T) {
 	}
 	e.ready(t, "p1", "gpu-node-0", unbound(r.ReservationID), bound(next.ReservationID))
 	e.pass(t)
-	if got := e.get(t, next.ReservationID); got.State != capacity.Active {
+	if got := e.get(t, next.ReservationID); got.State != api.Active {
 		t.Errorf("next holder: %s", got.State)
 	}
 	n := e.node(t, "p1", "gpu-node-0")
@@ -101,7 +101,7 @@ func TestBindingThroughNode(t *testing.T) {
 	if _, err := e.cap.ReleaseReservation(context.Background(), "acme", next.ReservationID); err != nil {
 		t.Fatal(err)
 	}
-	if n := e.node(t, "p1", "gpu-node-0"); len(n.Bindings) != 1 || n.Bindings[0].Action != fleet.ActionUnbind {
+	if n := e.node(t, "p1", "gpu-node-0"); len(n.Bindings) != 1 || n.Bindings[0].Action != api.ActionUnbind {
 		t.Errorf("after release: %+v", n.Bindings)
 	}
 	e.check(t)
@@ -118,7 +118,7 @@ func TestUnmanagedBindsAtOnce(t *testing.T) {
 	}
 	e.clock.Advance(time.Minute)
 	e.pass(t)
-	if got := e.get(t, r.ReservationID); got.State != capacity.Active {
+	if got := e.get(t, r.ReservationID); got.State != api.Active {
 		t.Fatalf("unmanaged: %s", got.State)
 	}
 	e.check(t)
@@ -147,7 +147,7 @@ func TestPlacementHonoursFleet(t *testing.T) {
 		t.Fatal(err)
 	}
 	for range 4 { // node 3 silent past UnreachableAfter intervals; the others report
-		e.clock.Advance(fleet.DefaultInterval)
+		e.clock.Advance(api.DefaultInterval)
 		e.ready(t, "p1", nodeName(0))
 		e.ready(t, "p1", nodeName(1))
 		sick := e.report("p1", nodeName(2))
@@ -158,8 +158,8 @@ func TestPlacementHonoursFleet(t *testing.T) {
 	}
 	e.clock.Advance(time.Second)
 	e.pass(t)
-	want := map[string]fleet.State{nodeName(0): fleet.Ready, nodeName(1): fleet.Ready, nodeName(2): fleet.Unhealthy,
-		nodeName(3): fleet.Unreachable, nodeName(4): fleet.Registered}
+	want := map[string]api.NodeState{nodeName(0): api.Ready, nodeName(1): api.Ready, nodeName(2): api.Unhealthy,
+		nodeName(3): api.Unreachable, nodeName(4): api.Registered}
 	for id, st := range want {
 		if n := e.node(t, "p1", id); n.State != st {
 			t.Fatalf("%s: %s, want %s", id, n.State, st)
@@ -249,11 +249,11 @@ func TestReplacement(t *testing.T) {
 		}
 		e.pass(t)
 	}
-	if n := e.node(t, "p1", victim); n.State != fleet.Unreachable {
+	if n := e.node(t, "p1", victim); n.State != api.Unreachable {
 		t.Fatalf("victim: %s", n.State)
 	}
 	got := e.get(t, r.ReservationID)
-	if got.State != capacity.Binding || !hasReason(got, capacity.ReasonNodeUnreachable) || !hasReason(got, capacity.ReasonReplaced) {
+	if got.State != api.Binding || !hasReason(got, api.ReasonNodeUnreachable) || !hasReason(got, api.ReasonReplaced) {
 		t.Fatalf("after the window started: %s %+v", got.State, got.History)
 	}
 	if got.NodeIDs[0] == victim || got.NodeIDs[0] == other.NodeIDs[0] || len(got.DeviceIDs) != 8 {
@@ -267,12 +267,12 @@ func TestReplacement(t *testing.T) {
 	// there: active. A bound reported before it was told is no answer.
 	e.ready(t, "p1", got.NodeIDs[0], bound(r.ReservationID))
 	e.pass(t)
-	if got := e.get(t, r.ReservationID); got.State != capacity.Binding {
+	if got := e.get(t, r.ReservationID); got.State != api.Binding {
 		t.Errorf("active from a bound that answered no bind: %s", got.State)
 	}
 	e.ready(t, "p1", got.NodeIDs[0], bound(r.ReservationID))
 	e.pass(t)
-	if got := e.get(t, r.ReservationID); got.State != capacity.Active {
+	if got := e.get(t, r.ReservationID); got.State != api.Active {
 		t.Errorf("after binding on the new node: %s", got.State)
 	}
 	e.check(t)
@@ -292,7 +292,7 @@ func TestReplacement(t *testing.T) {
 	e2.pass(t)
 	e2.pass(t)
 	stuck := e2.get(t, a.ReservationID)
-	if stuck.State != capacity.Binding || stuck.NodeIDs[0] != a.NodeIDs[0] || hasReason(stuck, capacity.ReasonReplaced) {
+	if stuck.State != api.Binding || stuck.NodeIDs[0] != a.NodeIDs[0] || hasReason(stuck, api.ReasonReplaced) {
 		t.Errorf("with nowhere to go: %s on %v, %+v", stuck.State, stuck.NodeIDs, stuck.History)
 	}
 	e2.check(t)
@@ -329,7 +329,7 @@ func TestBindingCrashMatrix(t *testing.T) {
 			if strings.HasPrefix(point, "move.") {
 				victim = r.NodeIDs[0] // goes silent: the reservation moves
 			}
-			converge := func(rounds int, report func(k int) []fleet.ReportedBinding) {
+			converge := func(rounds int, report func(k int) []api.ReportedBinding) {
 				for range rounds {
 					e.clock.Advance(30 * time.Second)
 					for k := range 3 {
@@ -340,11 +340,11 @@ func TestBindingCrashMatrix(t *testing.T) {
 					_, _ = e.rc.Pass(context.Background()) // an injected crash fails one item
 				}
 			}
-			boundHere := func(k int) []fleet.ReportedBinding {
+			boundHere := func(k int) []api.ReportedBinding {
 				n := e.node(t, "p1", nodeName(k))
-				var out []fleet.ReportedBinding
+				var out []api.ReportedBinding
 				for _, b := range n.Bindings {
-					if b.Action == fleet.ActionBind {
+					if b.Action == api.ActionBind {
 						out = append(out, bound(b.ReservationID))
 					} else {
 						out = append(out, unbound(b.ReservationID))
@@ -354,13 +354,13 @@ func TestBindingCrashMatrix(t *testing.T) {
 			}
 			converge(16, boundHere)
 			got := e.get(t, r.ReservationID)
-			if got.State != capacity.Active || (victim != "" && got.NodeIDs[0] == victim) {
+			if got.State != api.Active || (victim != "" && got.NodeIDs[0] == victim) {
 				t.Fatalf("after the crash at %s: %s on %v (victim %q), history %+v", point, got.State, got.NodeIDs, victim, got.History)
 			}
 			if _, err := e.cap.ReleaseReservation(context.Background(), "acme", r.ReservationID); err != nil && !errors.Is(err, errCrash) {
 				t.Fatal(err)
 			}
-			e.clock.Advance(capacity.StaleAfter)
+			e.clock.Advance(api.StaleAfter)
 			converge(6, boundHere)
 			if !fired {
 				t.Errorf("the flow never reached %s", point)

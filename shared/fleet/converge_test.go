@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/duedb"
 	"github.com/bettercompute/control-plane/shared/fleet"
@@ -100,7 +101,7 @@ func TestOperatorCordonSurvivesARolloutsLift(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if rec, err = e.fleet.SetRolloutCordon(ctx, rec, &fleet.Cordon{By: fleet.ByRollout, RolloutID: "r1", Reason: "rollout", At: e.clock.Now()}); err != nil {
+	if rec, err = e.fleet.SetRolloutCordon(ctx, rec, &api.Cordon{By: api.ByRollout, RolloutID: "r1", Reason: "rollout", At: e.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	if off, _ := e.flagsOff(t, "p1", 0); off != e.hours {
@@ -144,7 +145,7 @@ func TestRolloutCordonSurvivesAnUncordon(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.fleet.SetRolloutCordon(ctx, rec, &fleet.Cordon{By: fleet.ByRollout, RolloutID: "r1", Reason: "rollout", At: e.clock.Now()}); err != nil {
+	if _, err := e.fleet.SetRolloutCordon(ctx, rec, &api.Cordon{By: api.ByRollout, RolloutID: "r1", Reason: "rollout", At: e.clock.Now()}); err != nil {
 		t.Fatal(err)
 	}
 	wait()
@@ -165,7 +166,7 @@ func TestReadyNodeIsUnflaggedByTheNextPass(t *testing.T) {
 	e.managed(t, "p1", 8, 1)
 	// Silent for 3 intervals: the sweep marks it unreachable and flags it,
 	// held at its first flag write while a healthy report lands.
-	e.clock.Advance(time.Duration(fleet.UnreachableAfter)*fleet.DefaultInterval + time.Second)
+	e.clock.Advance(time.Duration(api.UnreachableAfter)*api.DefaultInterval + time.Second)
 	h := newHold(e.store, func(off bool) bool { return off })
 	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: e.cap}, Due: &duedb.Store{DB: e.store.DB, Table: e.store.Table}, Fleet: &fleet.Service{Store: e.nodes, Pools: e.store, Calendar: h, Now: e.clock.Now, Logger: e.fleet.Logger}}
 	done := make(chan error, 1)
@@ -201,7 +202,7 @@ func TestUnhealthyReportTakesTheNodeOutAtOnce(t *testing.T) {
 	rep.Health.DevicesVisible = 7
 	// Counted out of service from the report's own write: while its flag
 	// writes are held, a rollout counting the pool already sees it.
-	var ans fleet.HeartbeatResult
+	var ans api.HeartbeatResult
 	wait := e.held(t, newHold(e.store, func(off bool) bool { return off }), func(s *fleet.Service) error {
 		var err error
 		ans, err = s.Heartbeat(ctx, "acme", "p1", nodeName(0), sign(t, rep, e.keys["p1/"+nodeName(0)]))
@@ -211,7 +212,7 @@ func TestUnhealthyReportTakesTheNodeOutAtOnce(t *testing.T) {
 		t.Errorf("out of service once the report was written: %d %v", n, err)
 	}
 	wait()
-	if ans.Node.State != fleet.Unhealthy {
+	if ans.Node.State != api.Unhealthy {
 		t.Fatalf("unhealthy report: %+v", ans.Node.State)
 	}
 	for range 2 {
@@ -247,13 +248,13 @@ func TestRegisteredNodeAdoptsWhatItHolds(t *testing.T) {
 	}
 	e.clock.Advance(2 * time.Minute)
 	e.pass(t)
-	if got := e.get(t, r.ReservationID); got.State != capacity.Active {
+	if got := e.get(t, r.ReservationID); got.State != api.Active {
 		t.Fatalf("unmanaged: %s", got.State)
 	}
 	e.register(t, "p1", nodeName(0))
 	ans := e.ready(t, "p1", nodeName(0))
 	e.pass(t) // the sweep lifts the ready node's flags
-	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != fleet.ActionBind || ans.Desired.Bindings[0].ReservationID != r.ReservationID {
+	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != api.ActionBind || ans.Desired.Bindings[0].ReservationID != r.ReservationID {
 		t.Fatalf("after registering: %+v", ans.Desired.Bindings)
 	}
 	e.ready(t, "p1", nodeName(0), bound(r.ReservationID))
@@ -325,7 +326,7 @@ func TestBindNeverCrossesTenants(t *testing.T) {
 	}
 	ans := e.ready(t, "p1", nodeName(0))
 	for _, b := range ans.Desired.Bindings {
-		if b.Action == fleet.ActionBind && b.ReservationID != next.ReservationID {
+		if b.Action == api.ActionBind && b.ReservationID != next.ReservationID {
 			t.Errorf("told to bind %s (%s) besides globex's %s: %+v", b.ReservationID, b.TenantID, next.ReservationID, ans.Desired.Bindings)
 		}
 	}
@@ -376,26 +377,26 @@ func TestActiveOnlyFromABoundThatAnswersABind(t *testing.T) {
 	for range 2 {
 		e.ready(t, "p1", x, bound(r.ReservationID))
 		e.pass(t)
-		if got := e.get(t, r.ReservationID); got.State == capacity.Active {
+		if got := e.get(t, r.ReservationID); got.State == api.Active {
 			t.Fatal("active from X's stale bound (its entry is an unbind)")
 		}
 	}
 	// Scrubbed: told to bind again — within two passes (the sweep forgetting
 	// the unbind and the bind step racing it: the loser goes again).
-	var ans fleet.HeartbeatResult
+	var ans api.HeartbeatResult
 	for range 2 {
 		e.ready(t, "p1", x, unbound(r.ReservationID))
 		e.pass(t)
-		if ans = e.ready(t, "p1", x); len(ans.Desired.Bindings) == 1 && ans.Desired.Bindings[0].Action == fleet.ActionBind {
+		if ans = e.ready(t, "p1", x); len(ans.Desired.Bindings) == 1 && ans.Desired.Bindings[0].Action == api.ActionBind {
 			break
 		}
 	}
-	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != fleet.ActionBind {
+	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].Action != api.ActionBind {
 		t.Fatalf("after the scrub: %+v", ans.Desired.Bindings)
 	}
 	e.ready(t, "p1", x, bound(r.ReservationID))
 	e.pass(t)
-	if got := e.get(t, r.ReservationID); got.State != capacity.Active {
+	if got := e.get(t, r.ReservationID); got.State != api.Active {
 		t.Errorf("after X bound it again: %s", got.State)
 	}
 	e.check(t)
@@ -411,7 +412,7 @@ func TestMassSilenceIsHeld(t *testing.T) {
 	ctx := context.Background()
 	e.managed(t, "p1", 48, 6)
 	unreachable := func() int { return e.unreachable(t, "p1", 6) }
-	silentFor := time.Duration(fleet.UnreachableAfter)*fleet.DefaultInterval + time.Second
+	silentFor := time.Duration(api.UnreachableAfter)*api.DefaultInterval + time.Second
 	e.clock.Advance(silentFor)
 	for _, k := range []int{4, 5} {
 		e.ready(t, "p1", nodeName(k))
@@ -469,7 +470,7 @@ func TestMassSilenceReturnsOneByOne(t *testing.T) {
 	ctx := context.Background()
 	e.managed(t, "p1", 48, 6)
 	unreachable := func() int { return e.unreachable(t, "p1", 6) }
-	silentFor := time.Duration(fleet.UnreachableAfter)*fleet.DefaultInterval + time.Second
+	silentFor := time.Duration(api.UnreachableAfter)*api.DefaultInterval + time.Second
 	e.clock.Advance(silentFor)
 	for _, k := range []int{4, 5} {
 		e.ready(t, "p1", nodeName(k))
@@ -478,7 +479,7 @@ func TestMassSilenceReturnsOneByOne(t *testing.T) {
 	if since, _ := e.nodes.Disrupted(ctx, "p1"); since == nil || unreachable() != 0 {
 		t.Fatalf("mass silence: disrupted since %v, %d unreachable", since, unreachable())
 	}
-	e.clock.Advance(fleet.DefaultInterval)
+	e.clock.Advance(api.DefaultInterval)
 	for _, k := range []int{2, 3, 4, 5} {
 		e.ready(t, "p1", nodeName(k))
 	}
@@ -486,7 +487,7 @@ func TestMassSilenceReturnsOneByOne(t *testing.T) {
 	if n := unreachable(); n != 0 {
 		t.Errorf("two of the silence's nodes back: %d marked unreachable, want 0 (their grace)", n)
 	}
-	e.clock.Advance(fleet.DefaultInterval)
+	e.clock.Advance(api.DefaultInterval)
 	for k := range 6 {
 		e.ready(t, "p1", nodeName(k))
 	}
@@ -516,7 +517,7 @@ func TestMassSilenceCountsOneMarkedJustBefore(t *testing.T) {
 	ctx := context.Background()
 	e.managed(t, "p1", 48, 4)
 	unreachable := func() int { return e.unreachable(t, "p1", 4) }
-	silent := time.Duration(fleet.UnreachableAfter) * fleet.DefaultInterval
+	silent := time.Duration(api.UnreachableAfter) * api.DefaultInterval
 	lead := 40 * time.Second // over an interval: node 0 is quiet before the others are late
 	e.clock.Advance(lead)    // node 0 stopped before this
 	for k := 1; k < 4; k++ {
@@ -563,7 +564,7 @@ func (e *env) unreachable(tb testing.TB, pool string, n int) int {
 		if err != nil {
 			tb.Fatal(err)
 		}
-		if r.State == fleet.Unreachable {
+		if r.State == api.Unreachable {
 			out++
 		}
 	}
@@ -592,7 +593,7 @@ func TestSweepLiftsWhatARolloutNoLongerHolds(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rec, err = e.fleet.SetRolloutCordon(ctx, rec, &fleet.Cordon{By: fleet.ByRollout, RolloutID: "r1", Reason: "rollout", At: e.clock.Now()}); err != nil {
+		if rec, err = e.fleet.SetRolloutCordon(ctx, rec, &api.Cordon{By: api.ByRollout, RolloutID: "r1", Reason: "rollout", At: e.clock.Now()}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := e.nodes.SetTarget(ctx, rec, "r1", &fleet.Target{Version: "2.0.0", Sequence: 2, RolloutID: "r1"}, 1); err != nil {

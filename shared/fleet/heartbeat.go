@@ -11,75 +11,62 @@ import (
 
 	"golang.org/x/mod/sumdb/tlog"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
-// Reasons of a refused heartbeat (docs/reference/nodes.md).
-const (
-	ReasonMalformed    = dsse.ReasonMalformed
-	ReasonPayloadType  = dsse.ReasonPayloadType
-	ReasonBadSignature = dsse.ReasonBadSignature
-	ReasonInvalidField = "invalid_field"
-	ReasonMismatch     = "mismatch"
-	ReasonStale        = "stale"
-	ReasonReplay       = "replay"
-)
-
 // report is what Open expects of a node report's envelope.
-var report = dsse.Want{PayloadType: ReportPayloadType, Field: "report", KeyNoun: "the node's registered key"}
-
-// The limits Report's tags quote by name (max=fleet.MaxChecks).
-var _ = strictjson.RegisterLimits(map[string]int64{"fleet.MaxChecks": MaxChecks, "fleet.MaxBindings": MaxBindings})
+var report = dsse.Want{PayloadType: api.ReportPayloadType, Field: "report", KeyNoun: "the node's registered key"}
 
 // Heartbeat verifies a node's signed report, records it (one conditional
 // write: the counter strictly rising, the key still the one verified
 // under) and answers what the node should do. Warm, it reads nothing: the
-// node's key is cached for KeyCacheTTL and release manifests for good
+// node's key is cached for api.KeyCacheTTL and release manifests for good
 // (they never change); cold, it reads the node once, and a release the
 // node is told once per function.
-func (s *Service) Heartbeat(ctx context.Context, tenant, poolID, nodeID string, envelope []byte) (HeartbeatResult, error) {
+func (s *Service) Heartbeat(ctx context.Context, tenant, poolID, nodeID string, envelope []byte) (api.HeartbeatResult, error) {
 	now := s.now()
 	var kept *cachedKey // the key as the lost write's store read it (a retry reads nothing more)
 	for attempt := 0; ; attempt++ {
 		k, err := s.nodeKey(ctx, poolID, nodeID, kept)
 		if errors.Is(err, ErrNotFound) {
-			return HeartbeatResult{}, s.missing(ctx, tenant, poolID, nodeID)
+			return api.HeartbeatResult{}, s.missing(ctx, tenant, poolID, nodeID)
 		} else if err != nil {
-			return HeartbeatResult{}, err
+			return api.HeartbeatResult{}, err
 		}
 		if k.owner != tenant {
 			// As for a pool the tenant does not own: whether it exists is
 			// not told.
-			return HeartbeatResult{}, poolNotFound(poolID)
+			return api.HeartbeatResult{}, poolNotFound(poolID)
 		}
 		rep, err := s.open(k, envelope, poolID, nodeID, now)
 		if err != nil {
-			return HeartbeatResult{}, err
+			return api.HeartbeatResult{}, err
 		}
 		split := s.witness(ctx, rep.Log, now)
 		rec, err := s.Store.Heartbeat(ctx, k.record, k.keyID, rep, StateOf(rep), split, now)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			s.keys.Delete(poolID + "/" + nodeID)
-			return HeartbeatResult{}, s.missing(ctx, tenant, poolID, nodeID)
+			return api.HeartbeatResult{}, s.missing(ctx, tenant, poolID, nodeID)
 		case errors.Is(err, ErrStale):
 			// rec is the node as it is now: a replay, or a key the cache
 			// did not have yet.
 			cur, gerr := s.cacheKey(rec, poolID, nodeID)
 			if gerr != nil {
-				return HeartbeatResult{}, gerr
+				return api.HeartbeatResult{}, gerr
 			}
 			if cur.keyID != k.keyID && attempt == 0 {
 				kept = &cur
 				continue // the cached key is not the node's: verify again under its key
 			}
-			return HeartbeatResult{}, apierr.New(apierr.Conflict,
+			return api.HeartbeatResult{}, apierr.New(apierr.Conflict,
 				"report.payload.counter: %d is not above the last accepted counter %d (a replay)", rep.Counter, cur.record.Counter).
-				With("reason", ReasonReplay).With("field", "report.payload.counter").With("latestCounter", cur.record.Counter)
+				With("reason", api.ReasonReplay).With("field", "report.payload.counter").With("latestCounter", cur.record.Counter)
 		case err != nil:
-			return HeartbeatResult{}, unavailable(err)
+			return api.HeartbeatResult{}, unavailable(err)
 		}
 		if !rec.Eligible() && !s.InSync(rec) {
 			// A report that takes the node out of ready: out of placement
@@ -88,10 +75,10 @@ func (s *Service) Heartbeat(ctx context.Context, tenant, poolID, nodeID string, 
 			// ready waits for the sweep.
 			p, err := s.Pools.GetPool(ctx, poolID)
 			if err != nil {
-				return HeartbeatResult{}, unavailable(err)
+				return api.HeartbeatResult{}, unavailable(err)
 			}
 			if rec, err = s.syncFlags(ctx, rec, p.Topology(rec.Resource)); err != nil {
-				return HeartbeatResult{}, err
+				return api.HeartbeatResult{}, err
 			}
 		}
 		if split != nil {
@@ -157,7 +144,7 @@ func (s *Service) cacheKey(rec Record, poolID, nodeID string) (cachedKey, error)
 	if err != nil {
 		return cachedKey{}, apierr.New(apierr.Internal, "node %s: stored key: %v", nodeID, err)
 	}
-	k := cachedKey{pins: pins, keyID: rec.KeyID, owner: rec.Owner, record: rec, expireAt: s.now().Add(KeyCacheTTL)}
+	k := cachedKey{pins: pins, keyID: rec.KeyID, owner: rec.Owner, record: rec, expireAt: s.now().Add(api.KeyCacheTTL)}
 	s.keys.Store(poolID+"/"+nodeID, k)
 	return k, nil
 }
@@ -165,14 +152,14 @@ func (s *Service) cacheKey(rec Record, poolID, nodeID string) (cachedKey, error)
 // open verifies the envelope under the node's key and decodes its report.
 // A signature that does not verify under that one key is bad_signature,
 // whatever its keyid says.
-func (s *Service) open(k cachedKey, envelope []byte, poolID, nodeID string, now time.Time) (Report, error) {
-	var rep Report
+func (s *Service) open(k cachedKey, envelope []byte, poolID, nodeID string, now time.Time) (api.Report, error) {
+	var rep api.Report
 	opened, err := k.pins.Open(envelope, report)
 	if err != nil {
 		if e := apierr.As(err); e != nil {
 			switch e.Details["reason"] {
 			case dsse.ReasonUnknownKey, dsse.ReasonThreshold, dsse.ReasonBadSignature:
-				return rep, apierr.Invalid(ReasonBadSignature, "report.signatures",
+				return rep, apierr.Invalid(api.ReasonBadSignature, "report.signatures",
 					"report.signatures: no signature verifies under the node's registered key (keyid %s)", k.keyID).
 					With("keyId", k.keyID)
 			}
@@ -185,12 +172,12 @@ func (s *Service) open(k cachedKey, envelope []byte, poolID, nodeID string, now 
 	}
 	switch {
 	case rep.PoolID != poolID:
-		return rep, apierr.Invalid(ReasonMismatch, "report.payload.poolId", "report.payload.poolId: %q, the request names %q", rep.PoolID, poolID)
+		return rep, apierr.Invalid(api.ReasonMismatch, "report.payload.poolId", "report.payload.poolId: %q, the request names %q", rep.PoolID, poolID)
 	case rep.NodeID != nodeID:
-		return rep, apierr.Invalid(ReasonMismatch, "report.payload.nodeId", "report.payload.nodeId: %q, the request names %q", rep.NodeID, nodeID)
-	case rep.At.Before(now.Add(-MaxSkew)) || rep.At.After(now.Add(MaxSkew)):
-		return rep, apierr.Invalid(ReasonStale, "report.payload.at",
-			"report.payload.at: %s is more than %s from the server's clock (%s)", rep.At.UTC().Format(time.RFC3339), MaxSkew, now.Format(time.RFC3339))
+		return rep, apierr.Invalid(api.ReasonMismatch, "report.payload.nodeId", "report.payload.nodeId: %q, the request names %q", rep.NodeID, nodeID)
+	case rep.At.Before(now.Add(-api.MaxSkew)) || rep.At.After(now.Add(api.MaxSkew)):
+		return rep, apierr.Invalid(api.ReasonReportStale, "report.payload.at",
+			"report.payload.at: %s is more than %s from the server's clock (%s)", rep.At.UTC().Format(time.RFC3339), api.MaxSkew, now.Format(time.RFC3339))
 	}
 	return rep, nil
 }
@@ -198,30 +185,30 @@ func (s *Service) open(k cachedKey, envelope []byte, poolID, nodeID string, now 
 // ParseReport decodes a node report strictly (errors under
 // report.payload): malformed for what is not a report-shaped JSON object,
 // invalid_field for a wrong type, a missing member or a broken constraint.
-func ParseReport(payload []byte) (Report, error) {
+func ParseReport(payload []byte) (api.Report, error) {
 	const root = "report.payload"
-	var rep Report
+	var rep api.Report
 	if err := strictjson.Decode(payload, &rep, root); err != nil {
 		var fe *strictjson.FieldError
-		reason := ReasonMalformed
+		reason := api.ReasonMalformed
 		if errors.As(err, &fe) && fe.Field != root && slices.Contains([]string{"type", "required", "constraint"}, fe.Kind) {
-			reason = ReasonInvalidField
+			reason = api.ReasonInvalidField
 		}
 		return rep, dsse.DecodeError(reason, err, root)
 	}
 	invalid := func(field, format string, args ...any) error {
-		return apierr.Invalid(ReasonInvalidField, field, field+": "+format, args...)
+		return apierr.Invalid(api.ReasonInvalidField, field, field+": "+format, args...)
 	}
 	if rep.Log != nil {
 		if b, err := base64.StdEncoding.Strict().DecodeString(rep.Log.Root); err != nil || len(b) != tlog.HashSize {
 			return rep, invalid(root+".log.root", "must be a base64 SHA-256 hash")
 		}
 	}
-	if rep.Install != nil && !slices.Contains([]string{InstallInstalling, InstallInstalled, InstallFailed}, rep.Install.State) {
+	if rep.Install != nil && !slices.Contains([]string{api.InstallInstalling, api.InstallInstalled, api.InstallFailed}, rep.Install.State) {
 		return rep, invalid(root+".install.state", "must be installing, installed or failed")
 	}
 	for i, b := range rep.Bindings {
-		if !slices.Contains([]string{BindBound, BindUnbound, BindFailed}, b.State) {
+		if !slices.Contains([]string{api.BindBound, api.BindUnbound, api.BindFailed}, b.State) {
 			return rep, invalid(root+".bindings["+strconv.Itoa(i)+"].state", "must be bound, unbound or failed")
 		}
 	}
@@ -229,8 +216,8 @@ func ParseReport(payload []byte) (Report, error) {
 }
 
 // answer is a heartbeat's result for the node as the write left it.
-func (s *Service) answer(ctx context.Context, rec Record) HeartbeatResult {
-	d := Desired{Bindings: rec.desiredBindings(), Cordoned: rec.Operator != nil || rec.Rollout != nil}
+func (s *Service) answer(ctx context.Context, rec Record) api.HeartbeatResult {
+	d := api.Desired{Bindings: rec.desiredBindings(), Cordoned: rec.Operator != nil || rec.Rollout != nil}
 	// A rollout's target while it has the node (the floor: what it ran
 	// when taken); else what it runs; a node that runs none, its pool's
 	// baseline. Outside rollouts a node is never moved.
@@ -240,7 +227,7 @@ func (s *Service) answer(ctx context.Context, rec Record) HeartbeatResult {
 	if rec.Log != nil {
 		from = rec.Log.Size
 	}
-	told := func(version string, seq int64) *DesiredRelease {
+	told := func(version string, seq int64) *api.DesiredRelease {
 		if rec.LogSplit != nil {
 			return nil
 		}
@@ -261,21 +248,21 @@ func (s *Service) answer(ctx context.Context, rec Record) HeartbeatResult {
 	next := s.interval()
 	installing := rec.Target != nil && (rec.Running == nil || rec.Running.Version != rec.Target.Version)
 	if rec.Busy() || installing {
-		next = min(next, BusyInterval)
+		next = min(next, api.BusyInterval)
 	}
-	return HeartbeatResult{Node: rec.View(), Desired: d, NextHeartbeatSeconds: int(next / time.Second)}
+	return api.HeartbeatResult{Node: rec.View(), Desired: d, NextHeartbeatSeconds: int(next / time.Second)}
 }
 
 // desired is the registered release version@sequence as a node is told
 // it, with the release log's evidence from the node's reported size from
 // (nil when it is not registered, or not with that sequence, or no signed
 // checkpoint covers it yet: no node is told a release before one does).
-func (s *Service) desired(ctx context.Context, version string, seq, from int64) *DesiredRelease {
+func (s *Service) desired(ctx context.Context, version string, seq, from int64) *api.DesiredRelease {
 	rel, ok := s.release(ctx, version)
 	if !ok || rel.Sequence != seq || rel.Manifest == nil {
 		return nil
 	}
-	d := &DesiredRelease{Version: rel.Version, Sequence: rel.Sequence, ManifestDigest: rel.Digest, Manifest: rel.Manifest}
+	d := &api.DesiredRelease{Version: rel.Version, Sequence: rel.Sequence, ManifestDigest: rel.Digest, Manifest: rel.Manifest}
 	if s.Log == nil {
 		return d
 	}

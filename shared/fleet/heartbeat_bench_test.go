@@ -5,7 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bettercompute/control-plane/shared/fleet"
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/meter"
 )
 
@@ -55,7 +55,7 @@ func BenchmarkHeartbeat(b *testing.B) {
 			rep.Health.DevicesVisible = 7
 			m := &meter.Meter{}
 			ans, err := e.fleet.Heartbeat(meter.With(context.Background(), m), "acme", "p1", nodeName(0), sign(b, rep, e.keys["p1/"+nodeName(0)]))
-			if err != nil || ans.Node.State != fleet.Unhealthy {
+			if err != nil || ans.Node.State != api.Unhealthy {
 				b.Fatal(ans.Node.State, err)
 			}
 			u := m.Usage()

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
 // One refusal per rule of a heartbeat, each leaving the node as it was.
@@ -24,12 +24,12 @@ func TestHeartbeatRefusals(t *testing.T) {
 	e.ready(t, "p1", "gpu-node-0")
 	first := e.ready(t, "p1", "gpu-node-0")
 	const stored = 2 // the last accepted counter
-	if first.Node.State != fleet.Ready || first.Node.LastHeartbeatAt == nil {
+	if first.Node.State != api.Ready || first.Node.LastHeartbeatAt == nil {
 		t.Fatalf("first heartbeat: %+v", first.Node)
 	}
 	stranger, _ := dsse.GenerateKey(dsse.AlgECDSAP256)
-	good := func() fleet.Report { return e.report("p1", "gpu-node-0") }
-	withCounter := func(c int64) fleet.Report { r := good(); r.Counter = c; return r }
+	good := func() api.Report { return e.report("p1", "gpu-node-0") }
+	withCounter := func(c int64) api.Report { r := good(); r.Counter = c; return r }
 	for _, tc := range []struct {
 		name   string
 		body   []byte
@@ -43,10 +43,10 @@ func TestHeartbeatRefusals(t *testing.T) {
 		{"another node's key", sign(t, good(), e.keys["p1/gpu-node-1"]), "p1", "gpu-node-0", apierr.InvalidInput, "bad_signature", "report.signatures"},
 		{"replayed counter", sign(t, withCounter(stored-1), e.keys["p1/gpu-node-0"]), "p1", "gpu-node-0", apierr.Conflict, "replay", "report.payload.counter"},
 		{"equal counter", sign(t, withCounter(stored), e.keys["p1/gpu-node-0"]), "p1", "gpu-node-0", apierr.Conflict, "replay", "report.payload.counter"},
-		{"stale at (past)", sign(t, func() fleet.Report { r := good(); r.At = e.clock.Now().Add(-6 * time.Minute); return r }(), e.keys["p1/gpu-node-0"]), "p1", "gpu-node-0", apierr.InvalidInput, "stale", "report.payload.at"},
-		{"stale at (future)", sign(t, func() fleet.Report { r := good(); r.At = e.clock.Now().Add(6 * time.Minute); return r }(), e.keys["p1/gpu-node-0"]), "p1", "gpu-node-0", apierr.InvalidInput, "stale", "report.payload.at"},
-		{"payload names another node", sign(t, func() fleet.Report { r := good(); r.NodeID = "gpu-node-1"; return r }(), e.keys["p1/gpu-node-0"]), "p1", "gpu-node-0", apierr.InvalidInput, "mismatch", "report.payload.nodeId"},
-		{"payload names another pool", sign(t, func() fleet.Report { r := good(); r.PoolID = "p2"; return r }(), e.keys["p1/gpu-node-0"]), "p1", "gpu-node-0", apierr.InvalidInput, "mismatch", "report.payload.poolId"},
+		{"stale at (past)", sign(t, func() api.Report { r := good(); r.At = e.clock.Now().Add(-6 * time.Minute); return r }(), e.keys["p1/gpu-node-0"]), "p1", "gpu-node-0", apierr.InvalidInput, "stale", "report.payload.at"},
+		{"stale at (future)", sign(t, func() api.Report { r := good(); r.At = e.clock.Now().Add(6 * time.Minute); return r }(), e.keys["p1/gpu-node-0"]), "p1", "gpu-node-0", apierr.InvalidInput, "stale", "report.payload.at"},
+		{"payload names another node", sign(t, func() api.Report { r := good(); r.NodeID = "gpu-node-1"; return r }(), e.keys["p1/gpu-node-0"]), "p1", "gpu-node-0", apierr.InvalidInput, "mismatch", "report.payload.nodeId"},
+		{"payload names another pool", sign(t, func() api.Report { r := good(); r.PoolID = "p2"; return r }(), e.keys["p1/gpu-node-0"]), "p1", "gpu-node-0", apierr.InvalidInput, "mismatch", "report.payload.poolId"},
 		{"unregistered node", sign(t, good(), e.keys["p1/gpu-node-0"]), "p1", "gpu-node-7", apierr.NotFound, "", "nodeId"},
 		{"no such pool", sign(t, good(), e.keys["p1/gpu-node-0"]), "p9", "gpu-node-0", apierr.NotFound, "", "poolId"},
 		{"other payload type", mustSign(t, "application/vnd.bettercompute.release.v1+json", good(), e), "p1", "gpu-node-0", apierr.InvalidInput, "payload_type", "report.payloadType"},
@@ -70,7 +70,7 @@ func TestHeartbeatRefusals(t *testing.T) {
 			if tc.code == apierr.Conflict && ae.Details["latestCounter"] != int64(stored) {
 				t.Errorf("latestCounter %v, want %d", ae.Details["latestCounter"], stored)
 			}
-			if n := e.node(t, "p1", "gpu-node-0"); !n.LastHeartbeatAt.Equal(*first.Node.LastHeartbeatAt) || n.State != fleet.Ready {
+			if n := e.node(t, "p1", "gpu-node-0"); !n.LastHeartbeatAt.Equal(*first.Node.LastHeartbeatAt) || n.State != api.Ready {
 				t.Errorf("a refused heartbeat changed the node: %+v", n)
 			}
 		})
@@ -136,7 +136,7 @@ func TestHeartbeatNotFoundSaysWhatIsMissing(t *testing.T) {
 	}
 }
 
-func mustSign(t *testing.T, payloadType string, rep fleet.Report, e *env) []byte {
+func mustSign(t *testing.T, payloadType string, rep api.Report, e *env) []byte {
 	payload, _ := json.Marshal(rep)
 	env, err := dsse.Sign(payloadType, payload, e.keys["p1/gpu-node-0"])
 	if err != nil {
@@ -146,7 +146,7 @@ func mustSign(t *testing.T, payloadType string, rep fleet.Report, e *env) []byte
 }
 
 func signRaw(t *testing.T, payload string, e *env) []byte {
-	env, err := dsse.Sign(fleet.ReportPayloadType, []byte(payload), e.keys["p1/gpu-node-0"])
+	env, err := dsse.Sign(api.ReportPayloadType, []byte(payload), e.keys["p1/gpu-node-0"])
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,9 +165,9 @@ func TestConcurrentHeartbeats(t *testing.T) {
 	for i := range bodies {
 		c := int64(i + 1)
 		detail := fmt.Sprintf("report %d", c)
-		rep := fleet.Report{PoolID: "p1", NodeID: "gpu-node-0", Counter: c, At: e.clock.Now(),
-			Health:   fleet.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []fleet.Check{{Name: "seq", OK: true, Detail: &detail}}},
-			Bindings: []fleet.ReportedBinding{{ReservationID: fmt.Sprintf("r%02d", c), State: fleet.BindBound}}}
+		rep := api.Report{PoolID: "p1", NodeID: "gpu-node-0", Counter: c, At: e.clock.Now(),
+			Health:   api.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []api.Check{{Name: "seq", OK: true, Detail: &detail}}},
+			Bindings: []api.ReportedBinding{{ReservationID: fmt.Sprintf("r%02d", c), State: api.BindBound}}}
 		bodies[i] = sign(t, rep, key)
 	}
 	var wg sync.WaitGroup
@@ -185,7 +185,7 @@ func TestConcurrentHeartbeats(t *testing.T) {
 		switch {
 		case err == nil:
 			accepted++
-		case apierr.CodeOf(err) != apierr.Conflict || reason(err) != fleet.ReasonReplay:
+		case apierr.CodeOf(err) != apierr.Conflict || reason(err) != api.ReasonReplay:
 			t.Errorf("heartbeat %d: %v", i+1, err)
 		}
 	}
@@ -197,7 +197,7 @@ func TestConcurrentHeartbeats(t *testing.T) {
 		t.Fatal(err)
 	}
 	if rec.Counter != 16 || rec.Health == nil || *rec.Health.Checks[0].Detail != "report 16" ||
-		len(rec.Reported) != 1 || rec.Reported["r16"] != fleet.BindBound {
+		len(rec.Reported) != 1 || rec.Reported["r16"] != api.BindBound {
 		t.Errorf("node after 16 racing heartbeats: counter %d, health %+v, reported %v", rec.Counter, rec.Health, rec.Reported)
 	}
 }
@@ -210,7 +210,7 @@ func TestRegister(t *testing.T) {
 	ctx := context.Background()
 	e.pool(t, "p1", 16)
 	n := e.register(t, "p1", "gpu-node-1")
-	if n.State != fleet.Registered || n.KeyID == "" || n.Cordon != nil || n.Running != nil {
+	if n.State != api.Registered || n.KeyID == "" || n.Cordon != nil || n.Running != nil {
 		t.Fatalf("registered: %+v", n)
 	}
 	pem, _ := dsse.MarshalPublicKeyPEM(e.keys["p1/gpu-node-1"].Public())
@@ -273,7 +273,7 @@ func TestHeartbeatCost(t *testing.T) {
 	count("cold: the node's key, the pool's baseline, the write", 3)
 	count("warm", 1)
 	count("warm again", 1)
-	e.clock.Advance(fleet.KeyCacheTTL + time.Second)
+	e.clock.Advance(api.KeyCacheTTL + time.Second)
 	count("both caches' minute past", 3)
 	count("warm", 1)
 

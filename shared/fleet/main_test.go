@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/devstack"
@@ -92,7 +93,7 @@ func (e *env) managed(tb testing.TB, pool string, devices, nodes int) {
 }
 
 // register registers a node with a new key.
-func (e *env) register(tb testing.TB, pool, node string) fleet.Node {
+func (e *env) register(tb testing.TB, pool, node string) api.Node {
 	tb.Helper()
 	n, err := e.fleet.Register(context.Background(), "acme", pool, node, e.newKey(tb, pool, node), "linux/amd64")
 	if err != nil {
@@ -119,13 +120,13 @@ func (e *env) newKey(tb testing.TB, pool, node string) string {
 
 // report is a healthy report of node at the clock's time, with the next
 // counter.
-func (e *env) report(pool, node string, bindings ...fleet.ReportedBinding) fleet.Report {
+func (e *env) report(pool, node string, bindings ...api.ReportedBinding) api.Report {
 	e.count[pool+"/"+node]++
 	if bindings == nil {
-		bindings = []fleet.ReportedBinding{}
+		bindings = []api.ReportedBinding{}
 	}
-	return fleet.Report{PoolID: pool, NodeID: node, Counter: e.count[pool+"/"+node], At: e.clock.Now(),
-		Health:   fleet.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []fleet.Check{{Name: "nvidia-smi", OK: true}}},
+	return api.Report{PoolID: pool, NodeID: node, Counter: e.count[pool+"/"+node], At: e.clock.Now(),
+		Health:   api.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []api.Check{{Name: "nvidia-smi", OK: true}}},
 		Bindings: bindings}
 }
 
@@ -136,7 +137,7 @@ func sign(tb testing.TB, rep any, key crypto.Signer) []byte {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	env, err := dsse.Sign(fleet.ReportPayloadType, payload, key)
+	env, err := dsse.Sign(api.ReportPayloadType, payload, key)
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -144,13 +145,13 @@ func sign(tb testing.TB, rep any, key crypto.Signer) []byte {
 }
 
 // beat sends rep signed by the node's key.
-func (e *env) beat(tb testing.TB, rep fleet.Report) (fleet.HeartbeatResult, error) {
+func (e *env) beat(tb testing.TB, rep api.Report) (api.HeartbeatResult, error) {
 	tb.Helper()
 	return e.fleet.Heartbeat(context.Background(), "acme", rep.PoolID, rep.NodeID, sign(tb, rep, e.keys[rep.PoolID+"/"+rep.NodeID]))
 }
 
 // ready sends a healthy heartbeat that must be accepted.
-func (e *env) ready(tb testing.TB, pool, node string, bindings ...fleet.ReportedBinding) fleet.HeartbeatResult {
+func (e *env) ready(tb testing.TB, pool, node string, bindings ...api.ReportedBinding) api.HeartbeatResult {
 	tb.Helper()
 	res, err := e.beat(tb, e.report(pool, node, bindings...))
 	if err != nil {
@@ -198,7 +199,7 @@ func (e *env) get(tb testing.TB, id string) capacity.Reservation {
 	return r
 }
 
-func (e *env) node(tb testing.TB, pool, node string) fleet.Node {
+func (e *env) node(tb testing.TB, pool, node string) api.Node {
 	tb.Helper()
 	n, err := e.fleet.Get(context.Background(), "acme", pool, node)
 	if err != nil {

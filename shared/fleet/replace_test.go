@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
 	"github.com/bettercompute/control-plane/shared/fleet"
@@ -33,7 +33,7 @@ func newKey(tb testing.TB) (crypto.Signer, string) {
 
 // replace hands the node to a new key (nodes.register with replace) and
 // makes it the env's key for the node, its counter restarted.
-func (e *env) replace(tb testing.TB, s *fleet.Service, pool, node string) (fleet.Node, crypto.Signer) {
+func (e *env) replace(tb testing.TB, s *fleet.Service, pool, node string) (api.Node, crypto.Signer) {
 	tb.Helper()
 	old := e.keys[pool+"/"+node]
 	k, pem := newKey(tb)
@@ -46,7 +46,7 @@ func (e *env) replace(tb testing.TB, s *fleet.Service, pool, node string) (fleet
 }
 
 // beatWith sends rep signed by key.
-func (e *env) beatWith(tb testing.TB, rep fleet.Report, key crypto.Signer) (fleet.HeartbeatResult, error) {
+func (e *env) beatWith(tb testing.TB, rep api.Report, key crypto.Signer) (api.HeartbeatResult, error) {
 	tb.Helper()
 	return e.fleet.Heartbeat(context.Background(), "acme", rep.PoolID, rep.NodeID, sign(tb, rep, key))
 }
@@ -68,7 +68,7 @@ func TestReplaceKey(t *testing.T) {
 	e.pass(t)
 	e.ready(t, "p1", node, bound(r.ReservationID))
 	e.pass(t)
-	if got := e.get(t, r.ReservationID); got.State != capacity.Active {
+	if got := e.get(t, r.ReservationID); got.State != api.Active {
 		t.Fatalf("before the replace: %s", got.State)
 	}
 	if _, err := e.fleet.Cordon(ctx, "acme", "p1", node, "re-image"); err != nil {
@@ -78,16 +78,16 @@ func TestReplaceKey(t *testing.T) {
 	oldCounter := e.count["p1/"+node]
 
 	n, oldKey := e.replace(t, e.fleet, "p1", node)
-	if n.State != fleet.Registered || n.KeyID == before.KeyID || n.Platform != "linux/arm64" || !n.CreatedAt.Equal(before.CreatedAt) {
+	if n.State != api.Registered || n.KeyID == before.KeyID || n.Platform != "linux/arm64" || !n.CreatedAt.Equal(before.CreatedAt) {
 		t.Errorf("replaced: state %s, keyid %s (was %s), platform %s", n.State, n.KeyID, before.KeyID, n.Platform)
 	}
-	if n.Cordon == nil || n.Cordon.By != fleet.ByOperator || n.Cordon.Reason != "re-image" {
+	if n.Cordon == nil || n.Cordon.By != api.ByOperator || n.Cordon.Reason != "re-image" {
 		t.Errorf("cordon after the replace: %+v", n.Cordon)
 	}
-	if len(n.Bindings) != 1 || n.Bindings[0].ReservationID != r.ReservationID || n.Bindings[0].Action != fleet.ActionBind {
+	if len(n.Bindings) != 1 || n.Bindings[0].ReservationID != r.ReservationID || n.Bindings[0].Action != api.ActionBind {
 		t.Errorf("bindings after the replace: %+v", n.Bindings)
 	}
-	if got := e.get(t, r.ReservationID); got.State != capacity.Active || !slices.Equal(got.DeviceIDs, r.DeviceIDs) {
+	if got := e.get(t, r.ReservationID); got.State != api.Active || !slices.Equal(got.DeviceIDs, r.DeviceIDs) {
 		t.Errorf("the reservation after the replace: %s on %v (was %v)", got.State, got.DeviceIDs, r.DeviceIDs)
 	}
 	if out, err := e.nodes.CountOut(ctx, "p1"); err != nil || out != 1 {
@@ -97,30 +97,30 @@ func TestReplaceKey(t *testing.T) {
 	// The old key: refused, whatever its counter.
 	old := e.report("p1", node)
 	old.Counter = oldCounter + 1
-	if _, err := e.beatWith(t, old, oldKey); reason(err) != fleet.ReasonBadSignature {
+	if _, err := e.beatWith(t, old, oldKey); reason(err) != api.ReasonBadSignature {
 		t.Errorf("the old key's heartbeat: %v", err)
 	}
 	e.pass(t)
-	if got := e.node(t, "p1", node); got.State != fleet.Registered {
+	if got := e.node(t, "p1", node); got.State != api.Registered {
 		t.Errorf("before the new key's first heartbeat: %s", got.State)
 	}
 
 	// The same replacement again (a retry) is a replay, also once the new
 	// key heartbeated: the counter is not restarted again.
 	pem, _ := dsse.MarshalPublicKeyPEM(e.keys["p1/"+node].Public())
-	if again, err := e.fleet.Replace(ctx, "acme", "p1", node, string(pem), "linux/arm64"); err != nil || again.KeyID != n.KeyID || again.State != fleet.Registered {
+	if again, err := e.fleet.Replace(ctx, "acme", "p1", node, string(pem), "linux/arm64"); err != nil || again.KeyID != n.KeyID || again.State != api.Registered {
 		t.Errorf("replace again: %+v, %v", again, err)
 	}
 	ans := e.ready(t, "p1", node, bound(r.ReservationID)) // counter 1
-	if ans.Node.State != fleet.Ready || !ans.Desired.Cordoned {
+	if ans.Node.State != api.Ready || !ans.Desired.Cordoned {
 		t.Errorf("the new key's first heartbeat: %s, cordoned %v", ans.Node.State, ans.Desired.Cordoned)
 	}
-	if again, err := e.fleet.Replace(ctx, "acme", "p1", node, string(pem), "linux/arm64"); err != nil || again.State != fleet.Ready {
+	if again, err := e.fleet.Replace(ctx, "acme", "p1", node, string(pem), "linux/arm64"); err != nil || again.State != api.Ready {
 		t.Errorf("replace again after a heartbeat: %+v, %v", again, err)
 	}
 	first := e.report("p1", node)
 	first.Counter = 1
-	if _, err := e.beat(t, first); apierr.CodeOf(err) != apierr.Conflict || reason(err) != fleet.ReasonReplay {
+	if _, err := e.beat(t, first); apierr.CodeOf(err) != apierr.Conflict || reason(err) != api.ReasonReplay {
 		t.Errorf("counter 1 again after a replayed replace: %v", err)
 	}
 	if _, err := e.fleet.Uncordon(ctx, "acme", "p1", node); err != nil {
@@ -177,7 +177,7 @@ func TestReplaceOrConflict(t *testing.T) {
 		t.Errorf("another platform without replace: %v", err)
 	}
 	fresh, err := e.fleet.Replace(ctx, "acme", "p1", nodeName(1), pem, "linux/amd64")
-	if err != nil || fresh.State != fleet.Registered || fresh.KeyID == "" {
+	if err != nil || fresh.State != api.Registered || fresh.KeyID == "" {
 		t.Errorf("replace of a node not registered: %+v, %v", fresh, err)
 	}
 	if _, err := e.fleet.Replace(ctx, "globex", "p1", nodeName(0), pem, "linux/amd64"); apierr.CodeOf(err) != apierr.NotFound {
@@ -216,7 +216,7 @@ func (h *heldStore) ReplaceKey(ctx context.Context, r fleet.Record, keyID, pub, 
 	return h.Store.ReplaceKey(ctx, r, keyID, pub, platform)
 }
 
-func (h *heldStore) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep fleet.Report, st fleet.State, split *fleet.LogSplit, now time.Time) (fleet.Record, error) {
+func (h *heldStore) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep api.Report, st api.NodeState, split *api.LogSplit, now time.Time) (fleet.Record, error) {
 	h.stop("Heartbeat")
 	return h.Store.Heartbeat(ctx, r, keyID, rep, st, split, now)
 }
@@ -251,16 +251,16 @@ func TestReplaceRacingAHeartbeat(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if rec.State != fleet.Registered || rec.Counter != 0 || !rec.Out || !e.fleet.InSync(rec) {
+		if rec.State != api.Registered || rec.Counter != 0 || !rec.Out || !e.fleet.InSync(rec) {
 			t.Errorf("after the race: state %s, counter %d, out %v, flags in sync %v", rec.State, rec.Counter, rec.Out, e.fleet.InSync(rec))
 		}
 		if off, on := e.flagsOff(t, "p1", 0); on != 0 {
 			t.Errorf("after the race: %d hours off, %d not", off, on)
 		}
-		if _, err := e.beatWith(t, e.report("p1", nodeName(0)), oldKey); reason(err) != fleet.ReasonBadSignature {
+		if _, err := e.beatWith(t, e.report("p1", nodeName(0)), oldKey); reason(err) != api.ReasonBadSignature {
 			t.Errorf("the old key after the race: %v", err)
 		}
-		if ans := e.ready(t, "p1", nodeName(0)); ans.Node.State != fleet.Ready {
+		if ans := e.ready(t, "p1", nodeName(0)); ans.Node.State != api.Ready {
 			t.Errorf("the new key's first heartbeat: %s", ans.Node.State)
 		}
 		e.check(t)
@@ -278,7 +278,7 @@ func TestReplaceRacingAHeartbeat(t *testing.T) {
 		wait := until(t, h, func() {
 			_, rerr = e.heldService(h).Replace(context.Background(), "acme", "p1", nodeName(0), pem, "linux/amd64")
 		})
-		if ans := e.ready(t, "p1", nodeName(0)); ans.Node.State != fleet.Ready {
+		if ans := e.ready(t, "p1", nodeName(0)); ans.Node.State != api.Ready {
 			t.Fatalf("the old key's heartbeat before the write: %s", ans.Node.State)
 		}
 		if _, err := e.fleet.Cordon(context.Background(), "acme", "p1", nodeName(0), "swap"); err != nil {
@@ -311,7 +311,7 @@ func TestReplaceRacingAHeartbeat(t *testing.T) {
 		})
 		e.replace(t, e.fleet, "p1", nodeName(0))
 		wait()
-		if reason(herr) != fleet.ReasonBadSignature {
+		if reason(herr) != api.ReasonBadSignature {
 			t.Errorf("the old key's heartbeat held across the replace: %v", herr)
 		}
 		settle(t, e, oldKey)
@@ -339,7 +339,7 @@ func TestReplaceRacingAHeartbeat(t *testing.T) {
 		e.replace(t, e.fleet, "p1", nodeName(0))
 		wg.Wait()
 		for i, err := range errs {
-			if err != nil && reason(err) != fleet.ReasonBadSignature && reason(err) != fleet.ReasonReplay {
+			if err != nil && reason(err) != api.ReasonBadSignature && reason(err) != api.ReasonReplay {
 				t.Errorf("old key heartbeat %d: %v", i, err)
 			}
 		}
@@ -364,7 +364,7 @@ func TestMarkUnreachableAfterAReplace(t *testing.T) {
 	if _, err := e.nodes.MarkUnreachable(ctx, read); !errors.Is(err, fleet.ErrStale) {
 		t.Errorf("mark from a read before the replace: %v", err)
 	}
-	if n := e.node(t, "p1", nodeName(0)); n.State != fleet.Ready {
+	if n := e.node(t, "p1", nodeName(0)); n.State != api.Ready {
 		t.Errorf("after the stale mark: %s", n.State)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/conc"
@@ -37,8 +38,8 @@ type Service struct {
 	Adopter Adopter
 	Now     func() time.Time
 	Logger  *slog.Logger
-	// Interval is the idle heartbeat interval (default DefaultInterval);
-	// a node is unreachable after UnreachableAfter of them.
+	// Interval is the idle heartbeat interval (default api.DefaultInterval);
+	// a node is unreachable after api.UnreachableAfter of them.
 	Interval time.Duration
 	// ProvisionHours is the capacity module's provisioned horizon (default
 	// capacity.ProvisionHours): an ineligible node's node-hours are flagged
@@ -76,7 +77,7 @@ func (s *Service) now() time.Time {
 
 func (s *Service) interval() time.Duration {
 	if s.Interval <= 0 {
-		return DefaultInterval
+		return api.DefaultInterval
 	}
 	return s.Interval
 }
@@ -152,7 +153,7 @@ func nodeOf(p capacity.Pool, id string) (capacity.Topology, int, error) {
 // Register records a node of a pool the tenant owns with its key and
 // platform; the same registration again returns the stored node, another
 // key or platform is CONFLICT.
-func (s *Service) Register(ctx context.Context, tenant, poolID, nodeID, publicKey, platform string) (Node, error) {
+func (s *Service) Register(ctx context.Context, tenant, poolID, nodeID, publicKey, platform string) (api.Node, error) {
 	return s.register(ctx, tenant, poolID, nodeID, publicKey, platform, false)
 }
 
@@ -160,58 +161,58 @@ func (s *Service) Register(ctx context.Context, tenant, poolID, nodeID, publicKe
 // platform are replaced (a host re-imaged, a key lost): it keeps its
 // reservations, bindings and cordon, its counter restarts, and it is
 // registered, out of placement, until a heartbeat under the new key.
-func (s *Service) Replace(ctx context.Context, tenant, poolID, nodeID, publicKey, platform string) (Node, error) {
+func (s *Service) Replace(ctx context.Context, tenant, poolID, nodeID, publicKey, platform string) (api.Node, error) {
 	return s.register(ctx, tenant, poolID, nodeID, publicKey, platform, true)
 }
 
-func (s *Service) register(ctx context.Context, tenant, poolID, nodeID, publicKey, platform string, replace bool) (Node, error) {
+func (s *Service) register(ctx context.Context, tenant, poolID, nodeID, publicKey, platform string, replace bool) (api.Node, error) {
 	p, err := s.ownedPool(ctx, tenant, poolID)
 	if err != nil {
-		return Node{}, err
+		return api.Node{}, err
 	}
 	t, k, err := nodeOf(p, nodeID)
 	if err != nil {
-		return Node{}, err
+		return api.Node{}, err
 	}
 	keys, err := dsse.ParsePEMBundle([]byte(publicKey))
 	if err != nil || len(keys) != 1 {
 		if err == nil {
 			err = fmt.Errorf("%d keys, want one", len(keys))
 		}
-		return Node{}, apierr.Invalid("constraint", "publicKey", "publicKey: a PEM PUBLIC KEY (ECDSA P-256 or Ed25519): %v", err)
+		return api.Node{}, apierr.Invalid("constraint", "publicKey", "publicKey: a PEM PUBLIC KEY (ECDSA P-256 or Ed25519): %v", err)
 	}
 	keyID, err := dsse.KeyID(keys[0])
 	if err != nil {
-		return Node{}, apierr.Invalid("constraint", "publicKey", "publicKey: %v", err)
+		return api.Node{}, apierr.Invalid("constraint", "publicKey", "publicKey: %v", err)
 	}
 	pem, _ := dsse.MarshalPublicKeyPEM(keys[0])
 	now := s.now()
 	// The sweep first: a crash after the put still gets the node swept.
 	if err := s.Store.EnsureSweep(ctx, poolID, now); err != nil {
-		return Node{}, unavailable(err)
+		return api.Node{}, unavailable(err)
 	}
-	rec := Record{Node: Node{PoolID: poolID, NodeID: nodeID, Resource: t.Resource, Platform: platform, KeyID: keyID,
-		State: Registered, CreatedAt: now.Truncate(time.Millisecond)}, Index: k, Owner: p.OwnerTenantID, PublicKey: string(pem), NodeSize: t.NodeSize}
+	rec := Record{Node: api.Node{PoolID: poolID, NodeID: nodeID, Resource: t.Resource, Platform: platform, KeyID: keyID,
+		State: api.Registered, CreatedAt: now.Truncate(time.Millisecond)}, Index: k, Owner: p.OwnerTenantID, PublicKey: string(pem), NodeSize: t.NodeSize}
 	stored, err := s.Store.PutNode(ctx, rec)
 	switch {
 	case errors.Is(err, ErrExists) && replace:
 		if rec, err = s.replaceKey(ctx, stored, keyID, string(pem), platform); err != nil {
-			return Node{}, err
+			return api.Node{}, err
 		}
 	case errors.Is(err, ErrExists):
 		if stored.KeyID != keyID {
-			return Node{}, apierr.New(apierr.Conflict, "node %q is registered with another key (%s); to hand it to this key, register it with replace: true "+
+			return api.Node{}, apierr.New(apierr.Conflict, "node %q is registered with another key (%s); to hand it to this key, register it with replace: true "+
 				"(bcctl nodes register --replace)", nodeID, stored.KeyID).
 				With("field", "publicKey").With("keyId", stored.KeyID)
 		}
 		if stored.Platform != platform {
-			return Node{}, apierr.New(apierr.Conflict, "node %q is registered with platform %s; to change it, register it with replace: true "+
+			return api.Node{}, apierr.New(apierr.Conflict, "node %q is registered with platform %s; to change it, register it with replace: true "+
 				"(bcctl nodes register --replace)", nodeID, stored.Platform).
 				With("field", "platform").With("platform", stored.Platform)
 		}
 		rec = stored
 	case err != nil:
-		return Node{}, unavailable(err)
+		return api.Node{}, unavailable(err)
 	default:
 		rec = stored
 	}
@@ -220,10 +221,10 @@ func (s *Service) register(ctx context.Context, tenant, poolID, nodeID, publicKe
 	// flagged before this answers, as a heartbeat that takes a node out of
 	// ready flags them.
 	if rec, err = s.syncFlags(ctx, rec, t); err != nil {
-		return Node{}, err
+		return api.Node{}, err
 	}
 	if rec, err = s.adopt(ctx, rec, t); err != nil {
-		return Node{}, err
+		return api.Node{}, err
 	}
 	return rec.View(), nil
 }
@@ -280,14 +281,14 @@ func (s *Service) adopt(ctx context.Context, rec Record, t capacity.Topology) (R
 }
 
 // Get returns one node of a pool the tenant owns.
-func (s *Service) Get(ctx context.Context, tenant, poolID, nodeID string) (Node, error) {
+func (s *Service) Get(ctx context.Context, tenant, poolID, nodeID string) (api.Node, error) {
 	p, err := s.ownedPool(ctx, tenant, poolID)
 	if err != nil {
-		return Node{}, err
+		return api.Node{}, err
 	}
 	rec, _, err := s.record(ctx, p, nodeID)
 	if err != nil {
-		return Node{}, err
+		return api.Node{}, err
 	}
 	return rec.View(), nil
 }
@@ -309,7 +310,7 @@ func (s *Service) record(ctx context.Context, p capacity.Pool, nodeID string) (R
 }
 
 // List lists a pool's registered nodes (of one state when state is not "").
-func (s *Service) List(ctx context.Context, tenant, poolID string, state State, page paging.Page) ([]Node, map[string]string, error) {
+func (s *Service) List(ctx context.Context, tenant, poolID string, state api.NodeState, page paging.Page) ([]api.Node, map[string]string, error) {
 	if _, err := s.ownedPool(ctx, tenant, poolID); err != nil {
 		return nil, nil, err
 	}
@@ -317,7 +318,7 @@ func (s *Service) List(ctx context.Context, tenant, poolID string, state State, 
 	if err != nil {
 		return nil, nil, unavailable(err)
 	}
-	out := make([]Node, len(recs))
+	out := make([]api.Node, len(recs))
 	for i, r := range recs {
 		out[i] = r.View()
 	}
@@ -326,27 +327,27 @@ func (s *Service) List(ctx context.Context, tenant, poolID string, state State, 
 
 // Cordon sets the operator's cordon (idempotent): no new reservation is
 // placed on the node once this answers; what it holds is untouched.
-func (s *Service) Cordon(ctx context.Context, tenant, poolID, nodeID, reason string) (Node, error) {
-	return s.setCordon(ctx, tenant, poolID, nodeID, ByOperator, &Cordon{By: ByOperator, Reason: reason})
+func (s *Service) Cordon(ctx context.Context, tenant, poolID, nodeID, reason string) (api.Node, error) {
+	return s.setCordon(ctx, tenant, poolID, nodeID, api.ByOperator, &api.Cordon{By: api.ByOperator, Reason: reason})
 }
 
 // Uncordon lifts the operator's cordon (never a rollout's); idempotent.
-func (s *Service) Uncordon(ctx context.Context, tenant, poolID, nodeID string) (Node, error) {
-	return s.setCordon(ctx, tenant, poolID, nodeID, ByOperator, nil)
+func (s *Service) Uncordon(ctx context.Context, tenant, poolID, nodeID string) (api.Node, error) {
+	return s.setCordon(ctx, tenant, poolID, nodeID, api.ByOperator, nil)
 }
 
-func (s *Service) setCordon(ctx context.Context, tenant, poolID, nodeID, by string, c *Cordon) (Node, error) {
+func (s *Service) setCordon(ctx context.Context, tenant, poolID, nodeID, by string, c *api.Cordon) (api.Node, error) {
 	p, err := s.ownedPool(ctx, tenant, poolID)
 	if err != nil {
-		return Node{}, err
+		return api.Node{}, err
 	}
 	for attempt := 0; ; attempt++ {
 		rec, t, err := s.record(ctx, p, nodeID)
 		if err != nil {
-			return Node{}, err
+			return api.Node{}, err
 		}
 		cur := rec.Operator
-		if by == ByRollout {
+		if by == api.ByRollout {
 			cur = rec.Rollout
 		}
 		if (cur == nil) != (c == nil) {
@@ -358,11 +359,11 @@ func (s *Service) setCordon(ctx context.Context, tenant, poolID, nodeID, by stri
 				continue
 			}
 			if err != nil {
-				return Node{}, unavailable(err)
+				return api.Node{}, unavailable(err)
 			}
 		}
 		if rec, err = s.syncFlags(ctx, rec, t); err != nil {
-			return Node{}, err
+			return api.Node{}, err
 		}
 		return rec.View(), nil
 	}
@@ -370,7 +371,7 @@ func (s *Service) setCordon(ctx context.Context, tenant, poolID, nodeID, by stri
 
 // SetRolloutCordon sets or lifts a rollout's cordon on a node (the
 // rollout reconciler's, issue-free of the tenant check).
-func (s *Service) SetRolloutCordon(ctx context.Context, rec Record, c *Cordon) (Record, error) {
+func (s *Service) SetRolloutCordon(ctx context.Context, rec Record, c *api.Cordon) (Record, error) {
 	p, err := s.Pools.GetPool(ctx, rec.PoolID)
 	if err != nil {
 		return rec, unavailable(err)
@@ -380,10 +381,10 @@ func (s *Service) SetRolloutCordon(ctx context.Context, rec Record, c *Cordon) (
 
 // SetRolloutCordonIn is SetRolloutCordon for a caller that holds the
 // node's topology (a rollout pass reads each pool once).
-func (s *Service) SetRolloutCordonIn(ctx context.Context, t capacity.Topology, rec Record, c *Cordon) (Record, error) {
+func (s *Service) SetRolloutCordonIn(ctx context.Context, t capacity.Topology, rec Record, c *api.Cordon) (Record, error) {
 	if (rec.Rollout == nil) != (c == nil) {
 		var err error
-		if rec, err = s.Store.SetCordon(ctx, rec, ByRollout, c); err != nil {
+		if rec, err = s.Store.SetCordon(ctx, rec, api.ByRollout, c); err != nil {
 			return rec, err
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/metrics"
 )
 
@@ -33,20 +34,20 @@ const (
 )
 
 // StateMetrics names the count metric of each node state.
-var StateMetrics = map[State]string{
-	Registered:  MetricNodesRegistered,
-	Ready:       MetricNodesReady,
-	Unhealthy:   MetricNodesUnhealthy,
-	Unreachable: MetricNodesUnreachable,
+var StateMetrics = map[api.NodeState]string{
+	api.Registered:  MetricNodesRegistered,
+	api.Ready:       MetricNodesReady,
+	api.Unhealthy:   MetricNodesUnhealthy,
+	api.Unreachable: MetricNodesUnreachable,
 }
 
 // PoolStats accumulates one pool's nodes during the fleet sweep: Add each
 // node record as read, set Silent, Held and Disrupted from the sweep's
 // verdict, then Emit once.
 type PoolStats struct {
-	States map[State]int   // nodes by state
-	Ages   []time.Duration // now − LastHeartbeatAt of the nodes that sent one
-	// Silent: nodes silent past the unreachable limit (UnreachableAfter
+	States map[api.NodeState]int // nodes by state
+	Ages   []time.Duration       // now − LastHeartbeatAt of the nodes that sent one
+	// Silent: nodes silent past the unreachable limit (api.UnreachableAfter
 	// intervals); Held: those of them the sweep did not mark unreachable
 	// because of a mass silence; Disrupted: the pool is in one.
 	Silent    int
@@ -58,7 +59,7 @@ type PoolStats struct {
 // Add counts one node record as it stands at now.
 func (ps *PoolStats) Add(rec Record, now time.Time) {
 	if ps.States == nil {
-		ps.States = map[State]int{}
+		ps.States = map[api.NodeState]int{}
 	}
 	ps.States[rec.State]++
 	if rec.LogSplit != nil {
@@ -113,7 +114,7 @@ func (ps PoolStats) Emit(logger *slog.Logger, table, poolID string, now time.Tim
 		slog.String(DimensionPool, poolID),
 		slog.Int("nodes", ps.Nodes()),
 	}
-	for _, st := range States {
+	for _, st := range api.NodeStates {
 		attrs = append(attrs, slog.Int(StateMetrics[st], ps.States[st]))
 	}
 	attrs = append(attrs,

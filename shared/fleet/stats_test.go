@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/metrics"
 )
@@ -51,8 +52,8 @@ func value(t *testing.T, pts map[string]metrics.Point, name, unit string, dims .
 func TestPoolStats(t *testing.T) {
 	now := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
 	var ps fleet.PoolStats
-	add := func(st fleet.State, age time.Duration) {
-		rec := fleet.Record{Node: fleet.Node{NodeID: fmt.Sprintf("n-%d", ps.Nodes()), State: st}}
+	add := func(st api.NodeState, age time.Duration) {
+		rec := fleet.Record{Node: api.Node{NodeID: fmt.Sprintf("n-%d", ps.Nodes()), State: st}}
 		if age >= 0 {
 			at := now.Add(-age)
 			rec.LastHeartbeatAt = &at
@@ -60,20 +61,20 @@ func TestPoolStats(t *testing.T) {
 		ps.Add(rec, now)
 	}
 	for i := 1; i <= 90; i++ {
-		add(fleet.Ready, time.Duration(i)*time.Second)
+		add(api.Ready, time.Duration(i)*time.Second)
 	}
 	for i := 91; i <= 95; i++ {
-		add(fleet.Unhealthy, time.Duration(i)*time.Second)
+		add(api.Unhealthy, time.Duration(i)*time.Second)
 	}
 	for range 3 {
-		add(fleet.Unreachable, 1000*time.Second)
+		add(api.Unreachable, 1000*time.Second)
 	}
-	add(fleet.Registered, -1)
-	add(fleet.Registered, -1)
+	add(api.Registered, -1)
+	add(api.Registered, -1)
 	ps.Silent, ps.Held, ps.Disrupted = 4, 4, true
 	// Two of the ready nodes reported a root the release log never had.
 	for range 2 {
-		ps.Add(fleet.Record{Node: fleet.Node{State: fleet.Ready}, LogSplit: &fleet.LogSplit{Size: 3, Root: "x"}}, now)
+		ps.Add(fleet.Record{Node: api.Node{State: api.Ready}, LogSplit: &api.LogSplit{Size: 3, Root: "x"}}, now)
 	}
 
 	if ps.Nodes() != 102 {
@@ -120,7 +121,7 @@ func TestPoolStatsWithoutHeartbeats(t *testing.T) {
 	now := time.Date(2026, 11, 29, 18, 0, 0, 0, time.UTC)
 	var ps fleet.PoolStats
 	for i := range 3 {
-		ps.Add(fleet.Record{Node: fleet.Node{NodeID: fmt.Sprint(i), State: fleet.Registered}}, now)
+		ps.Add(fleet.Record{Node: api.Node{NodeID: fmt.Sprint(i), State: api.Registered}}, now)
 	}
 	if _, ok := ps.AgePercentile(0.5); ok {
 		t.Errorf("an age percentile with no heartbeat")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/paging"
 )
@@ -19,7 +20,7 @@ type Store interface {
 	GetNode(ctx context.Context, poolID, resource string, index int) (Record, error)
 	// ListNodes lists a pool's nodes by resource and index, of one state
 	// when state is not "".
-	ListNodes(ctx context.Context, poolID string, state State, page paging.Page) ([]Record, map[string]string, error)
+	ListNodes(ctx context.Context, poolID string, state api.NodeState, page paging.Page) ([]Record, map[string]string, error)
 	// PoolNodes calls fn with every node of a pool, page by page.
 	PoolNodes(ctx context.Context, poolID string, fn func(Record) error) error
 	// Heartbeat records an accepted report: its counter, time, running
@@ -28,11 +29,11 @@ type Store interface {
 	// the key is still keyID. It returns the node as written; when the
 	// condition failed, ErrStale with the node as it is now (read once, to
 	// tell a replay or a new key from a node gone: ErrNotFound).
-	Heartbeat(ctx context.Context, r Record, keyID string, rep Report, state State, split *LogSplit, now time.Time) (Record, error)
+	Heartbeat(ctx context.Context, r Record, keyID string, rep api.Report, state api.NodeState, split *api.LogSplit, now time.Time) (Record, error)
 	// SetCordon sets (c not nil) or lifts one of the node's two cordons
 	// (by: ByOperator or ByRollout), if that cordon is still as r read it
 	// (ErrStale otherwise), and returns the node as written.
-	SetCordon(ctx context.Context, r Record, by string, c *Cordon) (Record, error)
+	SetCordon(ctx context.Context, r Record, by string, c *api.Cordon) (Record, error)
 	// ClaimFlags takes the next generation of the node's flags (one
 	// write) and returns the node as it left it (ErrNotFound when gone).
 	ClaimFlags(ctx context.Context, r Record) (Record, error)
@@ -95,7 +96,7 @@ type SweepState struct {
 	// that time and the sweep holds their marking (nil: no disruption).
 	DisruptedSince *time.Time
 	// ResumedAt: when the hold of that disruption ended; the nodes still
-	// silent get UnreachableAfter intervals from then before any is marked.
+	// silent get api.UnreachableAfter intervals from then before any is marked.
 	ResumedAt *time.Time
 }
 

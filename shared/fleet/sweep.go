@@ -5,6 +5,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 )
 
@@ -19,7 +20,7 @@ var (
 // Mass silence (docs/fleet.md, Silence caused by us): when, in one sweep,
 // at least DisruptionMin nodes and DisruptionShare of a pool's managed
 // nodes still in contact at the last sweep are found late together (not
-// heard from for UnreachableAfter-1 intervals), the
+// heard from for api.UnreachableAfter-1 intervals), the
 // control plane or the network failed, not the hosts — the way the
 // Kubernetes node lifecycle controller treats a disrupted zone. The sweep
 // then marks none of them unreachable (so no reservation is moved off
@@ -41,7 +42,7 @@ var (
 // (reconcile.FleetSweeper): it takes the pool's sweep (one pass at a time),
 // then looks at every node once, level-triggered — whatever any writer
 // left, it compares and repairs: a node whose reports stopped for
-// UnreachableAfter intervals becomes unreachable (unless the pool's
+// api.UnreachableAfter intervals becomes unreachable (unless the pool's
 // nodes went silent together, above); a node whose flags or
 // out-of-service entry are not what its record wants is brought in sync
 // (Record.FlagsInSync: never trusting what a writer said it applied);
@@ -60,7 +61,7 @@ var (
 // due again at next anyway, so what failed is retried.
 func (s *Service) Sweep(ctx context.Context, poolID string, due, now time.Time) error {
 	w := &sweep{s: s, poolID: poolID, now: now, next: now.Add(s.SweepEvery), budget: SweepFlagBudget,
-		silent: time.Duration(UnreachableAfter) * s.interval(), lateAfter: time.Duration(UnreachableAfter-1) * s.interval(),
+		silent: time.Duration(api.UnreachableAfter) * s.interval(), lateAfter: time.Duration(api.UnreachableAfter-1) * s.interval(),
 		holds: map[string]bool{}}
 	ok, err := w.claim(ctx, due)
 	if !ok || err != nil {
@@ -131,10 +132,10 @@ func (w *sweep) visit(ctx context.Context, rec Record) error {
 	// pool's reports are spread over an interval: when the first of them
 	// crosses the limit, the others of a silence that began together are
 	// late already.
-	if rec.State == Unreachable && rec.LastHeartbeatAt != nil {
+	if rec.State == api.Unreachable && rec.LastHeartbeatAt != nil {
 		w.markedLastSeen = append(w.markedLastSeen, *rec.LastHeartbeatAt)
 	}
-	inContact := rec.State == Ready || rec.State == Unhealthy
+	inContact := rec.State == api.Ready || rec.State == api.Unhealthy
 	if inContact {
 		w.inContact++
 		if rec.LastHeartbeatAt != nil && w.now.Sub(*rec.LastHeartbeatAt) > w.lateAfter {
@@ -153,7 +154,7 @@ func (w *sweep) visit(ctx context.Context, rec Record) error {
 		w.fail(err)
 	}
 	for id, e := range rec.Entries {
-		if e.Action == ActionUnbind && rec.Reported[id] == BindUnbound {
+		if e.Action == api.ActionUnbind && rec.Reported[id] == api.BindUnbound {
 			if err := w.s.Store.DropEntry(ctx, rec, id); err != nil && !errors.Is(err, ErrStale) {
 				w.fail(err)
 			}
@@ -207,7 +208,7 @@ func (w *sweep) markable(ctx context.Context) int {
 	case disrupted || st.DisruptedSince != nil:
 		// The hold is over (the silent are fewer than the threshold, or it
 		// lasted DisruptionHold). Nodes of a silence come back one by one:
-		// those still silent get a fresh UnreachableAfter intervals from
+		// those still silent get a fresh api.UnreachableAfter intervals from
 		// the hold's end — as Kubernetes' node lifecycle controller resets
 		// its nodes' probe times when a zone leaves full disruption — then
 		// ResumeShare of the nodes in contact are marked a sweep.

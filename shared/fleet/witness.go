@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/mod/sumdb/tlog"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/release"
 )
 
@@ -20,11 +21,6 @@ type Log interface {
 	release.LogHashes
 }
 
-// CheckpointTTL is how long a function tells nodes the checkpoint it read
-// last before it reads the latest again; a release beyond it, or a node
-// that reports a larger size, reads it at once.
-const CheckpointTTL = time.Minute
-
 // cachedCheckpoint is the latest checkpoint as a function read it, with the
 // evidence computed under it (one per entry and reported size).
 type cachedCheckpoint struct {
@@ -34,7 +30,7 @@ type cachedCheckpoint struct {
 	proofs   sync.Map // "index/from" → *DesiredLog
 }
 
-// checkpoint is the latest signed checkpoint: cached for CheckpointTTL,
+// checkpoint is the latest signed checkpoint: cached for api.CheckpointTTL,
 // read again when it is older or smaller than atLeast.
 func (s *Service) checkpoint(ctx context.Context, atLeast int64) (*cachedCheckpoint, error) {
 	if c := s.cp.Load(); c != nil && c.size >= atLeast && s.now().Before(c.expireAt) {
@@ -44,10 +40,10 @@ func (s *Service) checkpoint(ctx context.Context, atLeast int64) (*cachedCheckpo
 	if err != nil {
 		return nil, err
 	}
-	c := &cachedCheckpoint{note: note, size: size, expireAt: s.now().Add(CheckpointTTL)}
+	c := &cachedCheckpoint{note: note, size: size, expireAt: s.now().Add(api.CheckpointTTL)}
 	if old := s.cp.Load(); old != nil && old.note == note {
 		c = old // keep its proofs
-		c.expireAt = s.now().Add(CheckpointTTL)
+		c.expireAt = s.now().Add(api.CheckpointTTL)
 	}
 	s.cp.Store(c)
 	return c, nil
@@ -58,7 +54,7 @@ func (s *Service) checkpoint(ctx context.Context, atLeast int64) (*cachedCheckpo
 // is a split view (the evidence returned). Each size's root is read once
 // per function (the tree only grows); a report that cannot be checked
 // now (DynamoDB failed) is not evidence of anything.
-func (s *Service) witness(ctx context.Context, rep *LogReport, now time.Time) *LogSplit {
+func (s *Service) witness(ctx context.Context, rep *api.LogReport, now time.Time) *api.LogSplit {
 	if rep == nil || s.Log == nil {
 		return nil
 	}
@@ -70,7 +66,7 @@ func (s *Service) witness(ctx context.Context, rep *LogReport, now time.Time) *L
 	if root != nil && base64.StdEncoding.EncodeToString(root[:]) == rep.Root {
 		return nil
 	}
-	return &LogSplit{Size: rep.Size, Root: rep.Root, At: now}
+	return &api.LogSplit{Size: rep.Size, Root: rep.Root, At: now}
 }
 
 // rootAt is the log's root at size (nil: the log is smaller).
@@ -100,7 +96,7 @@ func (s *Service) rootAt(ctx context.Context, size int64) (*tlog.Hash, error) {
 // per checkpoint, index and from, then cached with the checkpoint. ok is
 // false when no signed checkpoint covers the entry (or the node's) yet:
 // then the node is told no release.
-func (s *Service) evidence(ctx context.Context, index, from int64) (*DesiredLog, error) {
+func (s *Service) evidence(ctx context.Context, index, from int64) (*api.DesiredLog, error) {
 	c, err := s.checkpoint(ctx, max(index+1, from))
 	if err != nil {
 		return nil, err
@@ -110,7 +106,7 @@ func (s *Service) evidence(ctx context.Context, index, from int64) (*DesiredLog,
 	}
 	key := fmt.Sprintf("%d/%d", index, from)
 	if v, ok := c.proofs.Load(key); ok {
-		return v.(*DesiredLog), nil
+		return v.(*api.DesiredLog), nil
 	}
 	incl, err := release.ProveInclusion(ctx, s.Log, c.size, index)
 	if err != nil {
@@ -120,7 +116,7 @@ func (s *Service) evidence(ctx context.Context, index, from int64) (*DesiredLog,
 	if err != nil {
 		return nil, err
 	}
-	d := &DesiredLog{Index: index, Checkpoint: c.note, Inclusion: release.EncodeHashes(incl),
+	d := &api.DesiredLog{Index: index, Checkpoint: c.note, Inclusion: release.EncodeHashes(incl),
 		Consistency: release.EncodeHashes(cons)}
 	c.proofs.Store(key, d)
 	return d, nil

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/rolloutdb"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
@@ -42,7 +42,7 @@ func (s *interleaved) GetRollout(ctx context.Context, id string) (rollout.Record
 // rollout that runs); a pass that read the create as stale but lost to
 // its final write leaves its claims alone.
 func TestCreateOutlivingStaleness(t *testing.T) {
-	waves := []rollout.WaveSpec{{Percent: ptr(100)}}
+	waves := []api.WaveSpec{{Percent: ptr(100)}}
 	by := rollout.Audit{TenantID: "platform", Principal: "admin"}
 	t.Run("abandoned first", func(t *testing.T) {
 		e := newFleetEnv(t)
@@ -57,7 +57,7 @@ func TestCreateOutlivingStaleness(t *testing.T) {
 		st.onClaim = func(_, id string) error {
 			if !once {
 				once = true
-				e.clock.Advance(capacity.StaleAfter + time.Second) // the create stalls past StaleAfter
+				e.clock.Advance(api.StaleAfter + time.Second) // the create stalls past StaleAfter
 				if err := e.rc.Advance(ctx, id); err != nil {
 					t.Error(err)
 				}
@@ -77,7 +77,7 @@ func TestCreateOutlivingStaleness(t *testing.T) {
 		if again, err := e.rollouts.Create(ctx, req); err != nil || again.RolloutID != r.RolloutID {
 			t.Errorf("a second retry: %s %v, want %s", again.RolloutID, err, r.RolloutID)
 		}
-		e.until(r.RolloutID, rollout.Completed, 100, nil)
+		e.until(r.RolloutID, api.Completed, 100, nil)
 	})
 	t.Run("listed first", func(t *testing.T) {
 		e := newFleetEnv(t)
@@ -95,12 +95,12 @@ func TestCreateOutlivingStaleness(t *testing.T) {
 			t.Fatal("the cut-off create answered")
 		}
 		st.onClaim = nil
-		e.clock.Advance(capacity.StaleAfter + time.Second)
+		e.clock.Advance(api.StaleAfter + time.Second)
 		// The pass reads the unlisted rollout; the retry lists it before
 		// the pass acts on what it read.
 		rst := &interleaved{Store: e.rstore}
 		e.rc.Store = rst
-		var r rollout.Rollout
+		var r api.Rollout
 		rst.onGet = func(rec rollout.Record) {
 			if rec.Listed || r.RolloutID != "" {
 				return
@@ -121,6 +121,6 @@ func TestCreateOutlivingStaleness(t *testing.T) {
 		if _, err := e.rollouts.Create(ctx, other); apierr.CodeOf(err) != apierr.Conflict {
 			t.Fatalf("another rollout of the pool: %v, want CONFLICT (the listed rollout keeps its claim)", err)
 		}
-		e.until(r.RolloutID, rollout.Completed, 100, nil)
+		e.until(r.RolloutID, api.Completed, 100, nil)
 	})
 }

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/metrics"
 )
 
@@ -23,15 +24,15 @@ var TransitionMetrics = metrics.Directive{
 }
 
 // reported: the states whose entry is a metric.
-func reported(s State) bool {
-	return s == Aborting || s == Aborted || s == RolledBack || s == Completed
+func reported(s api.RolloutState) bool {
+	return s == api.Aborting || s == api.Aborted || s == api.RolledBack || s == api.Completed
 }
 
 // logTransition writes one line when a rollout entered a reported state:
 // in JSON (the Lambda's format) a CloudWatch EMF record of
 // TransitionMetrics. Called after the write that made the change won, so
 // a transition is counted once whatever races it.
-func logTransition(ctx context.Context, logger *slog.Logger, table string, from State, r Rollout, at time.Time) {
+func logTransition(ctx context.Context, logger *slog.Logger, table string, from api.RolloutState, r api.Rollout, at time.Time) {
 	if logger == nil || from == r.State || !reported(r.State) {
 		return
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/metrics"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
@@ -37,14 +38,14 @@ func TestRolloutTransitionMetrics(t *testing.T) {
 	e.pool("a", 1, "1.0.0", 1)
 	e.pool("b", 1, "1.0.0", 1)
 	e.pass()
-	waves := []rollout.WaveSpec{{Percent: ptr(100)}}
+	waves := []api.WaveSpec{{Percent: ptr(100)}}
 	done := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"}, Waves: waves})
-	e.until(done.RolloutID, rollout.Completed, 100, nil)
+	e.until(done.RolloutID, api.Completed, 100, nil)
 	stopped := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"b"}, Waves: waves, BakeSeconds: ptr(0)})
 	if _, err := e.rollouts.Abort(context.Background(), stopped.RolloutID, "regression"); err != nil {
 		t.Fatal(err)
 	}
-	e.until(stopped.RolloutID, rollout.RolledBack, 100, nil)
+	e.until(stopped.RolloutID, api.RolledBack, 100, nil)
 	e.round(time.Second) // finished: no more lines
 
 	var got []string

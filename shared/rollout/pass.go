@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/fleet"
 )
@@ -44,7 +45,7 @@ type Nodes interface {
 type Cordons interface {
 	// SetRolloutCordonIn is SetRolloutCordon with the node's topology given
 	// (the pass holds its pools: the fleet need not read the pool again).
-	SetRolloutCordonIn(ctx context.Context, t capacity.Topology, rec fleet.Record, c *fleet.Cordon) (fleet.Record, error)
+	SetRolloutCordonIn(ctx context.Context, t capacity.Topology, rec fleet.Record, c *api.Cordon) (fleet.Record, error)
 }
 
 // Calendar is what draining reads and writes of the capacity module.
@@ -122,7 +123,7 @@ func (p *pass) run(ctx context.Context) error {
 	case !rec.Listed:
 		// A create that stopped before its claims were made and nobody
 		// retried: after a while, undo its claims.
-		if p.now.Sub(rec.CreatedAt) < capacity.StaleAfter {
+		if p.now.Sub(rec.CreatedAt) < api.StaleAfter {
 			return nil
 		}
 		return p.abandon(ctx)
@@ -141,7 +142,7 @@ func (p *pass) run(ctx context.Context) error {
 		return err
 	}
 	switch p.rec.State {
-	case Progressing:
+	case api.Progressing:
 		if counts.Failed > p.rec.Settings.MaxFailedNodes {
 			// Failures exceed the limit: maxFailedNodes 0 aborts at the first.
 			return p.decide(ctx, counts, func(r *Record) error {
@@ -149,7 +150,7 @@ func (p *pass) run(ctx context.Context) error {
 			})
 		}
 		return p.waves(ctx, counts)
-	case Aborting:
+	case api.Aborting:
 		return p.abort(ctx, counts)
 	}
 	return p.decide(ctx, counts, nil) // paused: counts only
@@ -158,7 +159,7 @@ func (p *pass) run(ctx context.Context) error {
 // decide writes the rollout with fresh counts and fn's change, a move of
 // its state (nothing if neither changed; a move the state machine has no
 // edge for fails the pass). A lost race (pause, abort, another pass) ends the pass.
-func (p *pass) decide(ctx context.Context, counts Counts, fn func(*Record) error) error {
+func (p *pass) decide(ctx context.Context, counts api.Counts, fn func(*Record) error) error {
 	next := p.rec
 	next.Counts = counts
 	if fn != nil {
@@ -182,27 +183,27 @@ func (p *pass) decide(ctx context.Context, counts Counts, fn func(*Record) error
 }
 
 // counts counts the rollout's nodes by step (index queries).
-func (p *pass) counts(ctx context.Context) (Counts, error) {
-	var c Counts
-	for _, st := range Steps {
+func (p *pass) counts(ctx context.Context) (api.Counts, error) {
+	var c api.Counts
+	for _, st := range api.RolloutSteps {
 		n, err := p.rc.Store.CountStep(ctx, p.rec.RolloutID, st)
 		if err != nil {
 			return c, err
 		}
 		switch st {
-		case Pending:
+		case api.Pending:
 			c.Pending = n
-		case Draining:
+		case api.Draining:
 			c.Draining = n
-		case Installing:
+		case api.Installing:
 			c.Installing = n
-		case Verifying:
+		case api.Verifying:
 			c.Verifying = n
-		case Updated:
+		case api.Updated:
 			c.Updated = n
-		case Failed:
+		case api.Failed:
 			c.Failed = n
-		case Skipped:
+		case api.Skipped:
 			c.Skipped = n
 		}
 		c.Nodes += n

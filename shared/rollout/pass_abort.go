@@ -7,19 +7,20 @@ import (
 	"errors"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
 // abort: draining nodes go back (advanceActive); installing and verifying
 // ones finish or time out; then, with rollbackOnAbort, every updated node
 // is sent back to the release it ran before, under maxUnavailable.
-func (p *pass) abort(ctx context.Context, counts Counts) error {
+func (p *pass) abort(ctx context.Context, counts api.Counts) error {
 	if counts.Draining+counts.Installing+counts.Verifying > 0 {
 		return p.decide(ctx, counts, nil)
 	}
 	if !p.rec.Settings.RollbackOnAbort {
 		return p.decide(ctx, counts, func(r *Record) error {
-			return r.move(Aborted, p.now, r.Reason)
+			return r.move(api.Aborted, p.now, r.Reason)
 		})
 	}
 	// Nodes it updated not yet sent back, by the rollout's order (nodes
@@ -34,7 +35,7 @@ func (p *pass) abort(ctx context.Context, counts Counts) error {
 	}
 	if len(due) == 0 && len(inFlight) == 0 {
 		return p.decide(ctx, counts, func(r *Record) error {
-			return r.move(RolledBack, p.now, r.Reason)
+			return r.move(api.RolledBack, p.now, r.Reason)
 		})
 	}
 	if err := p.start(ctx, -1, func(limit int) ([]Progress, error) {
@@ -50,7 +51,7 @@ func (p *pass) rollback(ctx context.Context, pr Progress) error {
 	next := pr
 	if pr.Previous == nil {
 		next.Rollback, next.Reason, next.UpdatedAt = RollbackDone, ReasonNoPrevious, p.now
-		err := p.rc.Store.UpdateProgress(ctx, next, Updated, RollbackDue)
+		err := p.rc.Store.UpdateProgress(ctx, next, api.Updated, RollbackDue)
 		if errors.Is(err, ErrStale) {
 			err = nil
 		}
@@ -58,7 +59,7 @@ func (p *pass) rollback(ctx context.Context, pr Progress) error {
 	}
 	next.Rollback, next.UpdatedAt = RollbackInstalling, p.now
 	next.Deadline = p.now.Add(time.Duration(p.rec.Settings.ProgressDeadlineSeconds) * time.Second)
-	if err := p.rc.Store.UpdateProgress(ctx, next, Updated, RollbackDue); err != nil {
+	if err := p.rc.Store.UpdateProgress(ctx, next, api.Updated, RollbackDue); err != nil {
 		if errors.Is(err, ErrStale) {
 			return nil
 		}
@@ -99,10 +100,10 @@ func (p *pass) verifyRollback(ctx context.Context, pr Progress) error {
 	runs := n.Running != nil && n.Running.Version == pr.Previous.Version
 	to := ""
 	switch {
-	case runs && n.State == fleet.Ready:
+	case runs && n.State == api.Ready:
 		to = RollbackDone
-	case n.Install != nil && n.Install.Version == pr.Previous.Version && n.Install.State == fleet.InstallFailed,
-		runs && n.State == fleet.Unhealthy:
+	case n.Install != nil && n.Install.Version == pr.Previous.Version && n.Install.State == api.InstallFailed,
+		runs && n.State == api.Unhealthy:
 		to = RollbackFailed
 	case !p.now.Before(pr.Deadline):
 		if held, err := p.silenceHeld(ctx, pr.PoolID); held || err != nil {
@@ -126,7 +127,7 @@ func (p *pass) verifyRollback(ctx context.Context, pr Progress) error {
 	if err := p.release(ctx, next, n); err != nil {
 		return err
 	}
-	if err := p.rc.Store.UpdateProgress(ctx, next, Updated, RollbackInstalling); err != nil {
+	if err := p.rc.Store.UpdateProgress(ctx, next, api.Updated, RollbackInstalling); err != nil {
 		if errors.Is(err, ErrStale) {
 			return nil
 		}

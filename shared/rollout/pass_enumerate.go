@@ -5,6 +5,8 @@ package rollout
 import (
 	"context"
 	"errors"
+
+	"github.com/bettercompute/control-plane/shared/api"
 )
 
 // enumerate writes a batch of the pools' nodes as pending (or updated
@@ -32,13 +34,13 @@ func (p *pass) enumerate(ctx context.Context) error {
 			if n.CreatedAt.After(rec.CreatedAt) {
 				continue // registered after the rollout was created
 			}
-			pr := Progress{NodeProgress: NodeProgress{PoolID: pool, NodeID: n.NodeID, Step: Pending, Previous: n.Running, UpdatedAt: p.now},
+			pr := Progress{NodeProgress: api.NodeProgress{PoolID: pool, NodeID: n.NodeID, Step: api.Pending, Previous: n.Running, UpdatedAt: p.now},
 				RolloutID: rec.RolloutID, Order: OrderKey(rec.RolloutID, pool, n.NodeID), Resource: n.Resource, Index: n.Index, Platform: n.Platform}
 			switch {
 			case n.Running != nil && n.Running.Version == rec.Version:
-				pr.Step, pr.Reason = Updated, ReasonRunning
+				pr.Step, pr.Reason = api.Updated, ReasonRunning
 			case !platforms[n.Platform]:
-				pr.Step, pr.Reason = Skipped, ReasonNoBinary
+				pr.Step, pr.Reason = api.Skipped, api.ReasonNoBinary
 			}
 			if err := p.rc.Store.PutProgress(ctx, pr); err != nil {
 				return err
@@ -69,7 +71,7 @@ func (p *pass) walk(ctx context.Context) error {
 	if rec.WalkCount == 0 && rec.WalkAfter == "" {
 		// Sizes over the nodes actually taken.
 		total := 0
-		for _, st := range Steps {
+		for _, st := range api.RolloutSteps {
 			n, err := p.rc.Store.CountStep(ctx, rec.RolloutID, st)
 			if err != nil {
 				return err

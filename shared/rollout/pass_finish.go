@@ -7,6 +7,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
@@ -15,7 +16,7 @@ import (
 // its pools' claims are released; it is due no more.
 func (p *pass) finish(ctx context.Context) error {
 	rec := p.rec
-	if rec.State == Completed {
+	if rec.State == api.Completed {
 		updated, err := p.rc.Store.PoolsUpdated(ctx, rec.RolloutID, rec.Pools)
 		if err != nil {
 			return err

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/fleet"
 )
@@ -46,12 +47,12 @@ func (p *pass) cordon(ctx context.Context, pr Progress, n *fleet.Record, on bool
 	if n == nil {
 		return nil, false, nil
 	}
-	var c *fleet.Cordon
+	var c *api.Cordon
 	if on {
 		if n.Rollout != nil && n.Rollout.RolloutID == p.rec.RolloutID {
 			return n, false, nil
 		}
-		c = &fleet.Cordon{By: fleet.ByRollout, Reason: "rollout " + p.rec.RolloutID + " to " + p.rec.Version,
+		c = &api.Cordon{By: api.ByRollout, Reason: "rollout " + p.rec.RolloutID + " to " + p.rec.Version,
 			RolloutID: p.rec.RolloutID, At: p.now.Truncate(time.Millisecond)}
 	} else if n.Rollout == nil || n.Rollout.RolloutID != p.rec.RolloutID {
 		return n, false, nil
@@ -86,14 +87,14 @@ func (p *pass) pool(ctx context.Context, id string) (capacity.Pool, error) {
 // their own reports (or silence past the deadline), rolling back ones
 // finish their rollback. Their number is bounded by maxUnavailable.
 func (p *pass) advanceActive(ctx context.Context) error {
-	for _, st := range []Step{Draining, Installing, Verifying} {
+	for _, st := range []api.RolloutStep{api.Draining, api.Installing, api.Verifying} {
 		ps, err := p.rc.Store.ProgressByStep(ctx, p.rec.RolloutID, st, p.visits(), "")
 		if err != nil {
 			return err
 		}
 		for _, pr := range ps {
 			var err error
-			if st == Draining {
+			if st == api.Draining {
 				err = p.drain(ctx, pr)
 			} else {
 				err = p.verify(ctx, pr)
@@ -121,7 +122,7 @@ func (p *pass) advanceActive(ctx context.Context) error {
 // reservation's history says disrupted.
 func (p *pass) drain(ctx context.Context, pr Progress) error {
 	deadline := time.Duration(p.rec.Settings.ProgressDeadlineSeconds) * time.Second
-	if p.rec.State == Aborting {
+	if p.rec.State == api.Aborting {
 		n, err := p.node(ctx, pr)
 		if err != nil {
 			return err
@@ -129,14 +130,14 @@ func (p *pass) drain(ctx context.Context, pr Progress) error {
 		if n != nil && p.told(*n) {
 			// Told the target (left by a pass of the order before v0.7's):
 			// it counts as installing, and finishes or times out.
-			return p.install(ctx, pr, Draining, deadline, n)
+			return p.install(ctx, pr, api.Draining, deadline, n)
 		}
 		// Not installing yet: back where it was. A pass installing it now
 		// wins the step (conclude's write is conditioned on draining), and
 		// verify restores what the lift took from it.
-		return p.conclude(ctx, pr, Draining, Skipped, ReasonNotStarted, n)
+		return p.conclude(ctx, pr, api.Draining, api.Skipped, ReasonNotStarted, n)
 	}
-	busy, err := p.overlapping(ctx, pr, capacity.Window{Start: p.now, End: p.now.Add(deadline)})
+	busy, err := p.overlapping(ctx, pr, api.Window{Start: p.now, End: p.now.Add(deadline)})
 	if err != nil {
 		return err
 	}
@@ -145,8 +146,8 @@ func (p *pass) drain(ctx context.Context, pr Progress) error {
 	if err != nil {
 		return err
 	}
-	if len(busy) > 0 && waited && p.rec.Settings.Drain.OnTimeout != OnTimeoutForce {
-		return p.conclude(ctx, pr, Draining, Skipped, ReasonBusy, n)
+	if len(busy) > 0 && waited && p.rec.Settings.Drain.OnTimeout != api.OnTimeoutForce {
+		return p.conclude(ctx, pr, api.Draining, api.Skipped, ReasonBusy, n)
 	}
 	// The cordon was set when the node started; this repairs a crash or a
 	// conclusion cut short. A cordon written now is checked against the
@@ -166,19 +167,19 @@ func (p *pass) drain(ctx context.Context, pr Progress) error {
 			}
 		}
 	}
-	return p.install(ctx, pr, Draining, deadline, n)
+	return p.install(ctx, pr, api.Draining, deadline, n)
 }
 
 // overlapping lists the reservations (id → tenant) holding the node's
 // devices in w: the entries of its node-hours of w's hours.
-func (p *pass) overlapping(ctx context.Context, pr Progress, w capacity.Window) (map[string]string, error) {
+func (p *pass) overlapping(ctx context.Context, pr Progress, w api.Window) (map[string]string, error) {
 	pool, err := p.pool(ctx, pr.PoolID)
 	if err != nil {
 		return nil, err
 	}
 	t := capacity.PoolResource{PoolID: pr.PoolID, Topology: pool.Topology(pr.Resource)}
 	var keys []capacity.NodeHourKey
-	for _, h := range w.Hours() {
+	for _, h := range capacity.HoursOf(w) {
 		keys = append(keys, capacity.NodeHourKey{Node: pr.Index, Hour: h})
 	}
 	got, err := p.rc.Calendar.NodeHours(ctx, t, keys)
@@ -206,9 +207,9 @@ func (p *pass) overlapping(ctx context.Context, pr Progress, w capacity.Window) 
 // and was never sent back.
 // n is the node as the caller last read or wrote it (a progress write does
 // not change it).
-func (p *pass) install(ctx context.Context, pr Progress, from Step, deadline time.Duration, n *fleet.Record) error {
+func (p *pass) install(ctx context.Context, pr Progress, from api.RolloutStep, deadline time.Duration, n *fleet.Record) error {
 	next := pr
-	next.Step, next.Deadline, next.UpdatedAt = Installing, p.now.Add(deadline), p.now
+	next.Step, next.Deadline, next.UpdatedAt = api.Installing, p.now.Add(deadline), p.now
 	if err := p.rc.Store.UpdateProgress(ctx, next, from, pr.Rollback); err != nil {
 		if errors.Is(err, ErrStale) {
 			return nil // another pass moved it on (installed or concluded): its step is that pass's
@@ -265,16 +266,16 @@ func (p *pass) verify(ctx context.Context, pr Progress) error {
 	n := &nr
 	runs := n.Running != nil && n.Running.Version == p.rec.Version
 	switch {
-	case n.Install != nil && n.Install.Version == p.rec.Version && n.Install.State == fleet.InstallFailed:
+	case n.Install != nil && n.Install.Version == p.rec.Version && n.Install.State == api.InstallFailed:
 		reason := ReasonInstall
 		if n.Install.Reason != nil {
 			reason += ": " + *n.Install.Reason
 		}
-		return p.conclude(ctx, pr, pr.Step, Failed, clipReason(reason), n)
-	case runs && n.State == fleet.Ready:
-		return p.conclude(ctx, pr, pr.Step, Updated, "", n)
-	case runs && n.State == fleet.Unhealthy:
-		return p.conclude(ctx, pr, pr.Step, Failed, ReasonUnhealthy, n)
+		return p.conclude(ctx, pr, pr.Step, api.Failed, clipReason(reason), n)
+	case runs && n.State == api.Ready:
+		return p.conclude(ctx, pr, pr.Step, api.Updated, "", n)
+	case runs && n.State == api.Unhealthy:
+		return p.conclude(ctx, pr, pr.Step, api.Failed, ReasonUnhealthy, n)
 	case !p.now.Before(pr.Deadline):
 		// Silence is failure — unless the pool's nodes went silent
 		// together: the control plane's or the network's fault, not the
@@ -282,7 +283,7 @@ func (p *pass) verify(ctx context.Context, pr Progress) error {
 		if held, err := p.silenceHeld(ctx, pr.PoolID); held || err != nil {
 			return err
 		}
-		return p.conclude(ctx, pr, pr.Step, Failed, ReasonDeadline, n)
+		return p.conclude(ctx, pr, pr.Step, api.Failed, ReasonDeadline, n)
 	case !p.told(*n) || n.Rollout == nil || n.Rollout.RolloutID != p.rec.RolloutID:
 		// A crash between the step and the target, or an aborting pass's
 		// lift racing the install: it counts as installing, so it is told
@@ -292,10 +293,10 @@ func (p *pass) verify(ctx context.Context, pr Progress) error {
 		}
 		_, _, err := p.cordon(ctx, pr, n, true)
 		return err
-	case pr.Step == Installing && (runs || (n.Install != nil && n.Install.Version == p.rec.Version && n.Install.State == fleet.InstallInstalled)):
+	case pr.Step == api.Installing && (runs || (n.Install != nil && n.Install.Version == p.rec.Version && n.Install.State == api.InstallInstalled)):
 		next := pr
-		next.Step, next.UpdatedAt = Verifying, p.now
-		if err := p.rc.Store.UpdateProgress(ctx, next, Installing, pr.Rollback); err != nil && !errors.Is(err, ErrStale) {
+		next.Step, next.UpdatedAt = api.Verifying, p.now
+		if err := p.rc.Store.UpdateProgress(ctx, next, api.Installing, pr.Rollback); err != nil && !errors.Is(err, ErrStale) {
 			return err
 		}
 		return p.rc.fault(FaultStepped)
@@ -337,10 +338,10 @@ func clipReason(s string) string {
 // which no pass visits again.
 //
 // n is the node as the caller read it (nil: gone).
-func (p *pass) conclude(ctx context.Context, pr Progress, from, to Step, reason string, n *fleet.Record) error {
+func (p *pass) conclude(ctx context.Context, pr Progress, from, to api.RolloutStep, reason string, n *fleet.Record) error {
 	next := pr
 	next.Step, next.Reason, next.UpdatedAt = to, reason, p.now
-	if to == Updated {
+	if to == api.Updated {
 		next.Rollback = RollbackDue
 	}
 	if err := p.release(ctx, next, n); err != nil {

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
@@ -30,12 +31,12 @@ func (r Record) inWave(k string, w int) bool {
 // waves starts the current wave (after the bake), starts its pending
 // nodes under maxUnavailable, finishes it when its nodes are done, and
 // completes the rollout after the last.
-func (p *pass) waves(ctx context.Context, counts Counts) error {
+func (p *pass) waves(ctx context.Context, counts api.Counts) error {
 	rec := p.rec
 	cur := rec.current()
 	if cur < 0 {
 		return p.decide(ctx, counts, func(r *Record) error {
-			return r.move(Completed, p.now, "")
+			return r.move(api.Completed, p.now, "")
 		})
 	}
 	w := rec.Waves[cur]
@@ -52,7 +53,7 @@ func (p *pass) waves(ctx context.Context, counts Counts) error {
 		rec = p.rec
 	}
 	if err := p.start(ctx, cur, func(limit int) ([]Progress, error) {
-		ps, err := p.rc.Store.ProgressByStep(ctx, rec.RolloutID, Pending, limit, "")
+		ps, err := p.rc.Store.ProgressByStep(ctx, rec.RolloutID, api.Pending, limit, "")
 		out := ps[:0]
 		for _, pr := range ps {
 			if rec.inWave(pr.Order, cur) {
@@ -87,7 +88,7 @@ func (r *Record) markWave(w int, done bool, at time.Time) {
 	} else {
 		r.Waves[w].StartedAt = &t
 	}
-	r.add(Progressing, at, waveEvent(w, done))
+	r.add(api.Progressing, at, waveEvent(w, done))
 }
 
 func waveEvent(w int, done bool) string {
@@ -107,7 +108,7 @@ func itoa(i int) string {
 
 // waveDone: no node of the wave (or one before it) is pending or active.
 func (p *pass) waveDone(ctx context.Context, w int) (bool, error) {
-	for _, st := range []Step{Pending, Draining, Installing, Verifying} {
+	for _, st := range []api.RolloutStep{api.Pending, api.Draining, api.Installing, api.Verifying} {
 		ps, err := p.rc.Store.ProgressByStep(ctx, p.rec.RolloutID, st, 1, "")
 		if err != nil {
 			return false, err
@@ -194,10 +195,10 @@ func (p *pass) startNode(ctx context.Context, pr Progress) error {
 			next.Previous = &running
 		}
 	}
-	next.Step, next.DrainedAt, next.UpdatedAt = Draining, p.now, p.now
+	next.Step, next.DrainedAt, next.UpdatedAt = api.Draining, p.now, p.now
 	at := p.now.Truncate(time.Millisecond)
 	next.StartedAt = &at
-	if err := p.rc.Store.UpdateProgress(ctx, next, Pending, ""); err != nil {
+	if err := p.rc.Store.UpdateProgress(ctx, next, api.Pending, ""); err != nil {
 		if errors.Is(err, ErrStale) {
 			return nil
 		}

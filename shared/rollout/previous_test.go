@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
@@ -20,7 +21,7 @@ func TestPreviousRecordedAtStart(t *testing.T) {
 	e.pool("a", 2, "", 0) // running nothing
 	e.pass()
 	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"},
-		Waves: []rollout.WaveSpec{{Nodes: ptr(1)}, {Percent: ptr(100)}}, BakeSeconds: ptr(3600)})
+		Waves: []api.WaveSpec{{Nodes: ptr(1)}, {Percent: ptr(100)}}, BakeSeconds: ptr(3600)})
 	e.waitNodes(r.RolloutID, 2) // enumerated while they ran nothing, none started yet
 	if err := e.nodes.SetBaseline(ctx, "a", fleet.Target{Version: "1.0.0", Sequence: 1, RolloutID: "earlier"}); err != nil {
 		t.Fatal(err)
@@ -44,13 +45,13 @@ func TestPreviousRecordedAtStart(t *testing.T) {
 	if _, err := e.rollouts.Abort(ctx, r.RolloutID, "regression"); err != nil {
 		t.Fatal(err)
 	}
-	e.until(r.RolloutID, rollout.RolledBack, 100, nil)
+	e.until(r.RolloutID, api.RolledBack, 100, nil)
 	for _, k := range e.order {
 		if n := e.node[k]; n.running == nil || n.running.Version != "1.0.0" {
 			t.Errorf("%s runs %+v after the rollback, want 1.0.0", k, n.running)
 		}
 	}
-	ns, _, _ := e.rollouts.Nodes(ctx, r.RolloutID, rollout.Updated, 10, "")
+	ns, _, _ := e.rollouts.Nodes(ctx, r.RolloutID, api.Updated, 10, "")
 	if len(ns) != 1 || ns[0].Rollback != rollout.RollbackDone || ns[0].Previous == nil || ns[0].Previous.Version != "1.0.0" {
 		t.Errorf("updated nodes %+v, want one rolled back to 1.0.0", ns)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/conc"
@@ -33,7 +34,7 @@ var (
 type CreateRequest struct {
 	Version                 string
 	Pools                   []string
-	Waves                   []WaveSpec
+	Waves                   []api.WaveSpec
 	BakeSeconds             *int
 	MaxUnavailable          *int
 	MaxFailedNodes          *int
@@ -74,22 +75,22 @@ func dependency(err error) error {
 
 // settings applies the defaults and checks the rules the input tags do
 // not state.
-func settingsOf(req CreateRequest) (Settings, error) {
+func settingsOf(req CreateRequest) (api.Settings, error) {
 	def := func(p *int, d int) int {
 		if p == nil {
 			return d
 		}
 		return *p
 	}
-	st := Settings{Waves: req.Waves, BakeSeconds: def(req.BakeSeconds, int(DefaultBake/time.Second)),
+	st := api.Settings{Waves: req.Waves, BakeSeconds: def(req.BakeSeconds, int(DefaultBake/time.Second)),
 		MaxUnavailable: def(req.MaxUnavailable, DefaultMaxUnavailable), MaxFailedNodes: def(req.MaxFailedNodes, 0),
 		ProgressDeadlineSeconds: def(req.ProgressDeadlineSeconds, int(DefaultProgressDeadline/time.Second)),
-		Drain:                   Drain{WaitSeconds: def(req.DrainWaitSeconds, int(DefaultDrainWait/time.Second)), OnTimeout: OnTimeoutSkip},
+		Drain:                   api.Drain{WaitSeconds: def(req.DrainWaitSeconds, int(DefaultDrainWait/time.Second)), OnTimeout: api.OnTimeoutSkip},
 		RollbackOnAbort:         req.RollbackOnAbort == nil || *req.RollbackOnAbort}
 	if req.DrainOnTimeout != nil {
 		st.Drain.OnTimeout = *req.DrainOnTimeout
 	}
-	if st.Drain.OnTimeout != OnTimeoutSkip && st.Drain.OnTimeout != OnTimeoutForce {
+	if st.Drain.OnTimeout != api.OnTimeoutSkip && st.Drain.OnTimeout != api.OnTimeoutForce {
 		return st, apierr.Invalid("constraint", "drain.onTimeout", "drain.onTimeout: must be skip or force")
 	}
 	for i, w := range req.Waves {
@@ -125,23 +126,23 @@ func tokenID(by Audit, token string, gen int) string {
 }
 
 // maxAbandoned bounds the abandoned creates a clientToken steps over (each
-// took more than StaleAfter).
+// took more than api.StaleAfter).
 const maxAbandoned = 8
 
 // Create validates a rollout, claims its pools and records it; its nodes
 // are taken by the reconciler (docs/rollouts.md, Create).
-func (s *Rollouts) Create(ctx context.Context, req CreateRequest) (Rollout, error) {
+func (s *Rollouts) Create(ctx context.Context, req CreateRequest) (api.Rollout, error) {
 	now := s.now()
 	st, err := settingsOf(req)
 	if err != nil {
-		return Rollout{}, err
+		return api.Rollout{}, err
 	}
 	pools := slices.Clone(req.Pools)
 	slices.Sort(pools)
 	if len(slices.Compact(slices.Clone(pools))) != len(pools) {
-		return Rollout{}, apierr.Invalid("constraint", "pools", "pools: a pool is named twice")
+		return api.Rollout{}, apierr.Invalid("constraint", "pools", "pools: a pool is named twice")
 	}
-	rec := Record{Rollout: Rollout{Version: req.Version, Pools: pools, State: Progressing, Settings: st, CreatedBy: req.By,
+	rec := Record{Rollout: api.Rollout{Version: req.Version, Pools: pools, State: api.Progressing, Settings: st, CreatedBy: req.By,
 		CreatedAt: now.Truncate(time.Millisecond), UpdatedAt: now.Truncate(time.Millisecond)},
 		Request: fingerprint(req), ClientToken: req.ClientToken, Due: now}
 	rec.RolloutID = ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
@@ -151,7 +152,7 @@ func (s *Rollouts) Create(ctx context.Context, req CreateRequest) (Rollout, erro
 		switch {
 		case errors.Is(err, ErrNotFound):
 		case err != nil:
-			return Rollout{}, dependency(err)
+			return api.Rollout{}, dependency(err)
 		case stored.Finished && !stored.Listed && stored.Reason == ReasonAbandoned && stored.Request == rec.Request && gen < maxAbandoned:
 			continue // this request, abandoned: the next id
 		default:
@@ -162,11 +163,11 @@ func (s *Rollouts) Create(ctx context.Context, req CreateRequest) (Rollout, erro
 	rel, err := s.Releases.Get(ctx, req.Version)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return Rollout{}, apierr.New(apierr.NotFound, "release %q is not registered", req.Version)
+		return api.Rollout{}, apierr.New(apierr.NotFound, "release %q is not registered", req.Version)
 	case err != nil:
-		return Rollout{}, dependency(err)
+		return api.Rollout{}, dependency(err)
 	case rel.Expires != nil && !rel.Expires.After(now):
-		return Rollout{}, apierr.Invalid(ReasonExpired, "version", "version: release %s expired at %s", req.Version, rel.Expires.Format(time.RFC3339))
+		return api.Rollout{}, apierr.Invalid(ReasonExpired, "version", "version: release %s expired at %s", req.Version, rel.Expires.Format(time.RFC3339))
 	}
 	rec.Sequence, rec.Digest = rel.Sequence, rel.ManifestDigest
 	platforms := map[string]bool{}
@@ -176,38 +177,38 @@ func (s *Rollouts) Create(ctx context.Context, req CreateRequest) (Rollout, erro
 	total, withBinary := 0, 0
 	for _, id := range pools {
 		if _, err := s.Pools.GetPool(ctx, id); errors.Is(err, capacity.ErrNotFound) {
-			return Rollout{}, apierr.New(apierr.NotFound, "pool %q not found", id).With("poolId", id)
+			return api.Rollout{}, apierr.New(apierr.NotFound, "pool %q not found", id).With("poolId", id)
 		} else if err != nil {
-			return Rollout{}, dependency(err)
+			return api.Rollout{}, dependency(err)
 		}
 		n, b, err := s.Store.CountPoolNodes(ctx, id, now, platforms)
 		if err != nil {
-			return Rollout{}, dependency(err)
+			return api.Rollout{}, dependency(err)
 		}
 		total, withBinary = total+n, withBinary+b
 	}
 	switch {
 	case total == 0:
-		return Rollout{}, apierr.Invalid(ReasonNoNodes, "pools", "pools: no managed node in the rollout's pools")
+		return api.Rollout{}, apierr.Invalid(api.ReasonNoNodes, "pools", "pools: no managed node in the rollout's pools")
 	case withBinary == 0:
-		return Rollout{}, apierr.Invalid(ReasonNoBinary, "version", "version: release %s has no binary for the platform of any managed node of the rollout's pools", req.Version)
+		return api.Rollout{}, apierr.Invalid(api.ReasonNoBinary, "version", "version: release %s has no binary for the platform of any managed node of the rollout's pools", req.Version)
 	}
 	sizes, bad, err := WaveSizes(req.Waves, total)
 	if err != nil {
 		field := fmt.Sprintf("waves[%d]", bad)
-		return Rollout{}, apierr.Invalid("constraint", field, "%s: %v (the rollout's pools have %d managed nodes)", field, err, total)
+		return api.Rollout{}, apierr.Invalid("constraint", field, "%s: %v (the rollout's pools have %d managed nodes)", field, err, total)
 	}
 	for _, size := range sizes {
-		rec.Waves = append(rec.Waves, Wave{Size: size})
+		rec.Waves = append(rec.Waves, api.Wave{Size: size})
 	}
 	rec.Counts.Nodes, rec.Counts.Pending = total, total
-	rec.History = []RolloutEvent{{State: Progressing, At: rec.CreatedAt}}
+	rec.History = []api.RolloutEvent{{State: api.Progressing, At: rec.CreatedAt}}
 	stored, err := s.Store.CreateRollout(ctx, rec)
 	switch {
 	case errors.Is(err, ErrExists):
 		return s.replay(ctx, stored, rec)
 	case err != nil:
-		return Rollout{}, dependency(err)
+		return api.Rollout{}, dependency(err)
 	}
 	return s.claim(ctx, stored)
 }
@@ -215,9 +216,9 @@ func (s *Rollouts) Create(ctx context.Context, req CreateRequest) (Rollout, erro
 // replay answers a create whose id exists: the same request gets the
 // rollout (finishing its claims if the first call stopped short), another
 // one CONFLICT.
-func (s *Rollouts) replay(ctx context.Context, stored, sent Record) (Rollout, error) {
+func (s *Rollouts) replay(ctx context.Context, stored, sent Record) (api.Rollout, error) {
 	if stored.Request != sent.Request {
-		return Rollout{}, apierr.New(apierr.Conflict, "clientToken %q was used for another rollout request", sent.ClientToken).
+		return api.Rollout{}, apierr.New(apierr.Conflict, "clientToken %q was used for another rollout request", sent.ClientToken).
 			With("field", "clientToken")
 	}
 	return s.claim(ctx, stored)
@@ -226,34 +227,34 @@ func (s *Rollouts) replay(ctx context.Context, stored, sent Record) (Rollout, er
 // claim claims the rollout's pools in order (a pool in another
 // non-terminal rollout: the claims made are released, CONFLICT with that
 // rollout's id) and makes it listed.
-func (s *Rollouts) claim(ctx context.Context, rec Record) (Rollout, error) {
+func (s *Rollouts) claim(ctx context.Context, rec Record) (api.Rollout, error) {
 	if rec.Listed {
 		return rec.Rollout, nil
 	}
 	if rec.Finished && rec.Reason == ReasonAbandoned {
-		return Rollout{}, retryCreate(rec.RolloutID) // the retry takes the token's next id
+		return api.Rollout{}, retryCreate(rec.RolloutID) // the retry takes the token's next id
 	}
 	if rec.Finished {
-		return Rollout{}, s.conflict(rec.Reason)
+		return api.Rollout{}, s.conflict(rec.Reason)
 	}
 	for i, pool := range rec.Pools {
 		holder, err := s.claimPool(ctx, pool, rec.RolloutID)
 		if err != nil {
-			return Rollout{}, dependency(err)
+			return api.Rollout{}, dependency(err)
 		}
 		if holder == "" {
 			continue
 		}
 		for _, p := range rec.Pools[:i] {
 			if err := s.Store.ReleasePool(ctx, p, rec.RolloutID); err != nil {
-				return Rollout{}, dependency(err)
+				return api.Rollout{}, dependency(err)
 			}
 		}
 		rec.Finished, rec.Reason, rec.Due = true, holder, time.Time{}
 		if _, err := s.Store.UpdateRollout(ctx, rec); err != nil && !errors.Is(err, ErrStale) {
-			return Rollout{}, dependency(err)
+			return api.Rollout{}, dependency(err)
 		}
-		return Rollout{}, s.conflict(holder)
+		return api.Rollout{}, s.conflict(holder)
 	}
 	// The commit, conditioned on Ver: it loses to the reconciler's abandon
 	// (which writes the rollout finished before it releases any claim), so a
@@ -268,24 +269,24 @@ func (s *Rollouts) claim(ctx context.Context, rec Record) (Rollout, error) {
 		case err == nil && cur.Finished: // abandoned meanwhile: the claims it made go too
 			for _, p := range rec.Pools {
 				if err := s.Store.ReleasePool(ctx, p, rec.RolloutID); err != nil {
-					return Rollout{}, dependency(err)
+					return api.Rollout{}, dependency(err)
 				}
 			}
-			return Rollout{}, retryCreate(rec.RolloutID)
+			return api.Rollout{}, retryCreate(rec.RolloutID)
 		case err == nil:
-			return Rollout{}, retryCreate(rec.RolloutID) // changed by a concurrent retry: retry
+			return api.Rollout{}, retryCreate(rec.RolloutID) // changed by a concurrent retry: retry
 		}
 	}
 	if err != nil {
-		return Rollout{}, dependency(err)
+		return api.Rollout{}, dependency(err)
 	}
 	return cur.Rollout, nil
 }
 
-// retryCreate: a create took longer than StaleAfter and the reconciler
+// retryCreate: a create took longer than api.StaleAfter and the reconciler
 // abandoned it; the same request with its clientToken starts it again.
 func retryCreate(id string) error {
-	return apierr.New(apierr.Unavailable, "rollout %s was abandoned while it was being created (the create took longer than %s); retry with the same clientToken", id, capacity.StaleAfter)
+	return apierr.New(apierr.Unavailable, "rollout %s was abandoned while it was being created (the create took longer than %s); retry with the same clientToken", id, api.StaleAfter)
 }
 
 func (s *Rollouts) conflict(holder string) error {
@@ -316,13 +317,13 @@ func (s *Rollouts) claimPool(ctx context.Context, pool, id string) (string, erro
 }
 
 // Get returns a rollout.
-func (s *Rollouts) Get(ctx context.Context, id string) (Rollout, error) {
+func (s *Rollouts) Get(ctx context.Context, id string) (api.Rollout, error) {
 	rec, err := s.Store.GetRollout(ctx, id)
 	switch {
 	case errors.Is(err, ErrNotFound) || (err == nil && !rec.Listed):
-		return Rollout{}, apierr.New(apierr.NotFound, "rollout %q not found", id)
+		return api.Rollout{}, apierr.New(apierr.NotFound, "rollout %q not found", id)
 	case err != nil:
-		return Rollout{}, dependency(err)
+		return api.Rollout{}, dependency(err)
 	}
 	return ended(rec.Rollout), nil
 }
@@ -330,7 +331,7 @@ func (s *Rollouts) Get(ctx context.Context, id string) (Rollout, error) {
 // ended is r as it reads: once r is terminal, the nodes it never started
 // count as skipped (not_started), not pending: nothing will start them.
 // They stay stored pending; reading them so costs no write per node.
-func ended(r Rollout) Rollout {
+func ended(r api.Rollout) api.Rollout {
 	if r.State.Terminal() {
 		r.Counts.Skipped += r.Counts.Pending
 		r.Counts.Pending = 0
@@ -351,7 +352,7 @@ const (
 func (s *Rollouts) endedSkipped(ctx context.Context, id string, limit int, after string) ([]Progress, string, error) {
 	var out []Progress
 	if after == "" || strings.HasPrefix(after, pendingPhase) {
-		ps, err := s.Store.ProgressByStep(ctx, id, Pending, limit+1, strings.TrimPrefix(after, pendingPhase))
+		ps, err := s.Store.ProgressByStep(ctx, id, api.Pending, limit+1, strings.TrimPrefix(after, pendingPhase))
 		if err != nil {
 			return nil, "", err
 		}
@@ -361,7 +362,7 @@ func (s *Rollouts) endedSkipped(ctx context.Context, id string, limit int, after
 		out, after = ps, ""
 	}
 	need := limit - len(out)
-	rest, err := s.Store.ProgressByStep(ctx, id, Skipped, need+1, strings.TrimPrefix(after, skippedPhase))
+	rest, err := s.Store.ProgressByStep(ctx, id, api.Skipped, need+1, strings.TrimPrefix(after, skippedPhase))
 	if err != nil {
 		return nil, "", err
 	}
@@ -376,12 +377,12 @@ func (s *Rollouts) endedSkipped(ctx context.Context, id string, limit int, after
 }
 
 // List lists rollouts newest first.
-func (s *Rollouts) List(ctx context.Context, state State, page paging.Page) ([]Rollout, map[string]string, error) {
+func (s *Rollouts) List(ctx context.Context, state api.RolloutState, page paging.Page) ([]api.Rollout, map[string]string, error) {
 	recs, next, err := s.Store.ListRollouts(ctx, state, page)
 	if err != nil {
 		return nil, nil, dependency(err)
 	}
-	out := make([]Rollout, len(recs))
+	out := make([]api.Rollout, len(recs))
 	for i, r := range recs {
 		out[i] = ended(r.Rollout)
 	}
@@ -390,7 +391,7 @@ func (s *Rollouts) List(ctx context.Context, state State, page paging.Page) ([]R
 
 // Nodes lists a rollout's nodes, in its order (of one step when step is
 // not "").
-func (s *Rollouts) Nodes(ctx context.Context, id string, step Step, limit int, after string) ([]NodeProgress, string, error) {
+func (s *Rollouts) Nodes(ctx context.Context, id string, step api.RolloutStep, limit int, after string) ([]api.NodeProgress, string, error) {
 	rec, err := s.Store.GetRollout(ctx, id)
 	switch {
 	case errors.Is(err, ErrNotFound) || (err == nil && !rec.Listed):
@@ -401,9 +402,9 @@ func (s *Rollouts) Nodes(ctx context.Context, id string, step Step, limit int, a
 	var ps []Progress
 	next := ""
 	switch {
-	case rec.State.Terminal() && step == Pending:
-		return []NodeProgress{}, "", nil // none is, once it ended
-	case rec.State.Terminal() && step == Skipped:
+	case rec.State.Terminal() && step == api.Pending:
+		return []api.NodeProgress{}, "", nil // none is, once it ended
+	case rec.State.Terminal() && step == api.Skipped:
 		ps, next, err = s.endedSkipped(ctx, id, limit, after)
 	case step != "":
 		if ps, err = s.Store.ProgressByStep(ctx, id, step, limit+1, after); err == nil && len(ps) > limit {
@@ -415,15 +416,15 @@ func (s *Rollouts) Nodes(ctx context.Context, id string, step Step, limit int, a
 	if err != nil {
 		return nil, "", dependency(err)
 	}
-	out := make([]NodeProgress, len(ps))
+	out := make([]api.NodeProgress, len(ps))
 	for i, p := range ps {
 		out[i] = p.NodeProgress
 		out[i].Wave = waveOfOrder(rec.Boundaries, p.Order)
 		if out[i].Rollback == RollbackDue {
 			out[i].Rollback = "" // not rolled back (yet)
 		}
-		if rec.State.Terminal() && out[i].Step == Pending {
-			out[i].Step, out[i].Reason = Skipped, ReasonNotStarted
+		if rec.State.Terminal() && out[i].Step == api.Pending {
+			out[i].Step, out[i].Reason = api.Skipped, ReasonNotStarted
 		}
 	}
 	return out, next, nil
@@ -441,21 +442,21 @@ func waveOfOrder(boundaries []string, order string) int {
 
 // Pause stops new nodes from starting; those in progress finish. It
 // answers once no pass is starting nodes, so no node starts after it.
-func (s *Rollouts) Pause(ctx context.Context, id, reason string) (Rollout, error) {
+func (s *Rollouts) Pause(ctx context.Context, id, reason string) (api.Rollout, error) {
 	return s.change(ctx, id, func(r *Record) bool {
-		return r.move(Paused, s.now(), reason) == nil
+		return r.move(api.Paused, s.now(), reason) == nil
 	}, true)
 }
 
 // Resume lets a paused rollout go on.
-func (s *Rollouts) Resume(ctx context.Context, id, reason string) (Rollout, error) {
+func (s *Rollouts) Resume(ctx context.Context, id, reason string) (api.Rollout, error) {
 	return s.change(ctx, id, func(r *Record) bool {
-		return r.move(Progressing, s.now(), reason) == nil
+		return r.move(api.Progressing, s.now(), reason) == nil
 	}, false)
 }
 
 // Abort moves a progressing or paused rollout to aborting.
-func (s *Rollouts) Abort(ctx context.Context, id, reason string) (Rollout, error) {
+func (s *Rollouts) Abort(ctx context.Context, id, reason string) (api.Rollout, error) {
 	return s.change(ctx, id, func(r *Record) bool {
 		return r.abort(ReasonAbortedBy, s.now(), firstNonEmpty(reason, ReasonAbortedBy)) == nil
 	}, false)
@@ -470,7 +471,7 @@ func firstNonEmpty(a, b string) string {
 
 // move takes the rollout to state to along an edge of the state machine,
 // with an event (note: its reason) on the timeline.
-func (r *Record) move(to State, at time.Time, note string) error {
+func (r *Record) move(to api.RolloutState, at time.Time, note string) error {
 	if !r.State.CanMoveTo(to) {
 		return fmt.Errorf("%w: %s → %s", ErrTransition, r.State, to)
 	}
@@ -481,7 +482,7 @@ func (r *Record) move(to State, at time.Time, note string) error {
 
 // abort moves it to aborting for reason (ReasonFailures, ReasonAbortedBy).
 func (r *Record) abort(reason string, at time.Time, note string) error {
-	if err := r.move(Aborting, at, note); err != nil {
+	if err := r.move(api.Aborting, at, note); err != nil {
 		return err
 	}
 	r.Reason = reason
@@ -490,8 +491,8 @@ func (r *Record) abort(reason string, at time.Time, note string) error {
 
 // add appends an event to the timeline (at most MaxHistory: later ones
 // replace the last), on a copy: the record it was copied from keeps its own.
-func (r *Record) add(st State, at time.Time, reason string) {
-	ev := RolloutEvent{State: st, At: at.Truncate(time.Millisecond), Reason: reason}
+func (r *Record) add(st api.RolloutState, at time.Time, reason string) {
+	ev := api.RolloutEvent{State: st, At: at.Truncate(time.Millisecond), Reason: reason}
 	r.UpdatedAt = ev.At
 	h := slices.Clone(r.History)
 	if len(h) >= MaxHistory {
@@ -502,7 +503,7 @@ func (r *Record) add(st State, at time.Time, reason string) {
 
 // change applies fn to the stored rollout (unchanged when fn says so) with
 // an optimistic write; waitIntent: first wait for a pass starting nodes.
-func (s *Rollouts) change(ctx context.Context, id string, fn func(*Record) bool, waitIntent bool) (Rollout, error) {
+func (s *Rollouts) change(ctx context.Context, id string, fn func(*Record) bool, waitIntent bool) (api.Rollout, error) {
 	wait := s.PauseWait
 	if wait <= 0 {
 		wait = 5 * time.Second
@@ -515,16 +516,16 @@ func (s *Rollouts) change(ctx context.Context, id string, fn func(*Record) bool,
 		rec, err := s.Store.GetRollout(ctx, id)
 		switch {
 		case errors.Is(err, ErrNotFound) || (err == nil && !rec.Listed):
-			return Rollout{}, apierr.New(apierr.NotFound, "rollout %q not found", id)
+			return api.Rollout{}, apierr.New(apierr.NotFound, "rollout %q not found", id)
 		case err != nil:
-			return Rollout{}, dependency(err)
+			return api.Rollout{}, dependency(err)
 		}
-		if waitIntent && rec.Intent != nil && s.now().Sub(rec.Intent.At) < IntentStale && rec.State == Progressing {
+		if waitIntent && rec.Intent != nil && s.now().Sub(rec.Intent.At) < IntentStale && rec.State == api.Progressing {
 			if s.now().After(deadline) {
-				return Rollout{}, apierr.New(apierr.Unavailable, "a reconciler pass is starting nodes of rollout %s; retry", id)
+				return api.Rollout{}, apierr.New(apierr.Unavailable, "a reconciler pass is starting nodes of rollout %s; retry", id)
 			}
 			if err := s.sleep(ctx, 50*time.Millisecond); err != nil {
-				return Rollout{}, err
+				return api.Rollout{}, err
 			}
 			continue
 		}
@@ -541,7 +542,7 @@ func (s *Rollouts) change(ctx context.Context, id string, fn func(*Record) bool,
 			continue
 		}
 		if err != nil {
-			return Rollout{}, dependency(err)
+			return api.Rollout{}, dependency(err)
 		}
 		logTransition(ctx, s.Logger, s.Table, from, cur.Rollout, s.now())
 		return cur.Rollout, nil

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
@@ -58,8 +59,8 @@ type simNode struct {
 	pool, id string
 	key      crypto.Signer
 	counter  int64
-	running  *fleet.Version
-	install  *fleet.Install
+	running  *api.Version
+	install  *api.Install
 	healthy  bool
 	silent   bool                          // sends nothing
 	onTold   func(v string) (bool, string) // install outcome (default: installed)
@@ -149,7 +150,7 @@ func (e *fleetEnv) pool(id string, nodes int, v string, seq int64) {
 		}
 		n := &simNode{pool: id, id: nodeID, key: key, healthy: true}
 		if v != "" {
-			n.running = &fleet.Version{Version: v, Sequence: seq}
+			n.running = &api.Version{Version: v, Sequence: seq}
 		}
 		e.node[id+"/"+nodeID] = n
 		e.order = append(e.order, id+"/"+nodeID)
@@ -170,13 +171,13 @@ func (e *fleetEnv) beat(n *simNode) {
 	if !n.healthy {
 		visible = 6
 	}
-	rep := fleet.Report{PoolID: n.pool, NodeID: n.id, Counter: n.counter, At: e.clock.Now(), Running: n.running, Install: n.install,
-		Health: fleet.Health{DevicesExpected: 8, DevicesVisible: visible, Checks: []fleet.Check{}}, Bindings: []fleet.ReportedBinding{}}
+	rep := api.Report{PoolID: n.pool, NodeID: n.id, Counter: n.counter, At: e.clock.Now(), Running: n.running, Install: n.install,
+		Health: api.Health{DevicesExpected: 8, DevicesVisible: visible, Checks: []api.Check{}}, Bindings: []api.ReportedBinding{}}
 	for _, id := range slices.Sorted(maps.Keys(n.bound)) {
-		rep.Bindings = append(rep.Bindings, fleet.ReportedBinding{ReservationID: id, State: n.bound[id]})
+		rep.Bindings = append(rep.Bindings, api.ReportedBinding{ReservationID: id, State: n.bound[id]})
 	}
 	payload, _ := json.Marshal(rep)
-	env, _ := dsse.Sign(fleet.ReportPayloadType, payload, n.key)
+	env, _ := dsse.Sign(api.ReportPayloadType, payload, n.key)
 	res, err := e.fleet.Heartbeat(context.Background(), "acme", n.pool, n.id, env)
 	if err != nil {
 		e.t.Fatalf("heartbeat %s: %v", n.id, err)
@@ -185,9 +186,9 @@ func (e *fleetEnv) beat(n *simNode) {
 	// next report; one the answer no longer lists is forgotten.
 	listed := map[string]string{}
 	for _, b := range res.Desired.Bindings {
-		listed[b.ReservationID] = fleet.BindBound
-		if b.Action == fleet.ActionUnbind {
-			listed[b.ReservationID] = fleet.BindUnbound
+		listed[b.ReservationID] = api.BindBound
+		if b.Action == api.ActionUnbind {
+			listed[b.ReservationID] = api.BindUnbound
 		}
 	}
 	n.bound = listed
@@ -207,10 +208,10 @@ func (e *fleetEnv) beat(n *simNode) {
 		ok, reason = n.onTold(d.Version)
 	}
 	if ok {
-		n.running = &fleet.Version{Version: d.Version, Sequence: d.Sequence}
-		n.install = &fleet.Install{Version: d.Version, State: fleet.InstallInstalled}
+		n.running = &api.Version{Version: d.Version, Sequence: d.Sequence}
+		n.install = &api.Install{Version: d.Version, State: api.InstallInstalled}
 	} else {
-		n.install = &fleet.Install{Version: d.Version, State: fleet.InstallFailed, Reason: &reason}
+		n.install = &api.Install{Version: d.Version, State: api.InstallFailed, Reason: &reason}
 	}
 }
 
@@ -239,7 +240,7 @@ func (e *fleetEnv) round(d time.Duration) {
 	e.pass()
 }
 
-func (e *fleetEnv) get(id string) rollout.Rollout {
+func (e *fleetEnv) get(id string) api.Rollout {
 	e.t.Helper()
 	r, err := e.rollouts.Get(context.Background(), id)
 	if err != nil {
@@ -249,7 +250,7 @@ func (e *fleetEnv) get(id string) rollout.Rollout {
 }
 
 // until runs rounds until the rollout is in state (at most n).
-func (e *fleetEnv) until(id string, state rollout.State, n int, each func()) rollout.Rollout {
+func (e *fleetEnv) until(id string, state api.RolloutState, n int, each func()) api.Rollout {
 	e.t.Helper()
 	for range n {
 		if r := e.get(id); r.State == state {
@@ -289,7 +290,7 @@ func (e *fleetEnv) unavailable(pools ...string) int {
 func ptr[T any](v T) *T { return &v }
 
 // create creates a rollout that must be accepted.
-func (e *fleetEnv) create(req rollout.CreateRequest) rollout.Rollout {
+func (e *fleetEnv) create(req rollout.CreateRequest) api.Rollout {
 	e.t.Helper()
 	if req.By.Principal == "" {
 		req.By = rollout.Audit{TenantID: "platform", Principal: "admin"}

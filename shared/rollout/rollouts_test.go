@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/fleet"
@@ -30,12 +31,12 @@ func TestRolloutCompletes(t *testing.T) {
 	e.pool("b", 4, "1.0.0", 1)
 	e.pass()
 	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a", "b"},
-		Waves: []rollout.WaveSpec{{Nodes: ptr(1)}, {Percent: ptr(50)}, {Percent: ptr(100)}}, MaxUnavailable: ptr(2)})
+		Waves: []api.WaveSpec{{Nodes: ptr(1)}, {Percent: ptr(50)}, {Percent: ptr(100)}}, MaxUnavailable: ptr(2)})
 	if r.Counts.Nodes != 10 || len(r.Waves) != 3 || r.Waves[0].Size != 1 || r.Waves[1].Size != 5 || r.Waves[2].Size != 10 {
 		t.Fatalf("created: %+v", r)
 	}
 	peak := 0
-	done := e.until(r.RolloutID, rollout.Completed, 200, func() { peak = max(peak, e.unavailable("a", "b")) })
+	done := e.until(r.RolloutID, api.Completed, 200, func() { peak = max(peak, e.unavailable("a", "b")) })
 	if peak > 2 || peak == 0 {
 		t.Errorf("%d nodes out of service at once, maxUnavailable 2", peak)
 	}
@@ -60,8 +61,8 @@ func TestRolloutCompletes(t *testing.T) {
 	e.beatAll()
 	// Another rollout over the pools is possible now (the claims released).
 	e.release("3.0.0", 3)
-	e.create(rollout.CreateRequest{Version: "3.0.0", Pools: []string{"a"}, Waves: []rollout.WaveSpec{{Percent: ptr(100)}}})
-	_ = fleet.Ready
+	e.create(rollout.CreateRequest{Version: "3.0.0", Pools: []string{"a"}, Waves: []api.WaveSpec{{Percent: ptr(100)}}})
+	_ = api.Ready
 	_ = time.Second
 }
 
@@ -79,7 +80,7 @@ func TestConcurrentCreates(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			r, err := e.rollouts.Create(context.Background(), rollout.CreateRequest{Version: "1.0.0", Pools: []string{"a"},
-				Waves: []rollout.WaveSpec{{Percent: ptr(100)}}, By: rollout.Audit{TenantID: "platform", Principal: "admin"}})
+				Waves: []api.WaveSpec{{Percent: ptr(100)}}, By: rollout.Audit{TenantID: "platform", Principal: "admin"}})
 			ids[i], errs[i] = r.RolloutID, err
 		}()
 	}
@@ -123,7 +124,7 @@ func TestCreateRefusals(t *testing.T) {
 	}
 	e.clock.Advance(2 * time.Hour)
 	by := rollout.Audit{TenantID: "platform", Principal: "admin"}
-	waves := []rollout.WaveSpec{{Percent: ptr(100)}}
+	waves := []api.WaveSpec{{Percent: ptr(100)}}
 	for _, tc := range []struct {
 		name  string
 		req   rollout.CreateRequest
@@ -134,9 +135,9 @@ func TestCreateRefusals(t *testing.T) {
 		{"expired release", rollout.CreateRequest{Version: "1.1.0", Pools: []string{"a"}, Waves: waves}, apierr.InvalidInput, "version"},
 		{"no such pool", rollout.CreateRequest{Version: "1.0.0", Pools: []string{"a", "zz"}, Waves: waves}, apierr.NotFound, ""},
 		{"a pool twice", rollout.CreateRequest{Version: "1.0.0", Pools: []string{"a", "a"}, Waves: waves}, apierr.InvalidInput, "pools"},
-		{"waves shrink", rollout.CreateRequest{Version: "1.0.0", Pools: []string{"a"}, Waves: []rollout.WaveSpec{{Nodes: ptr(3)}, {Nodes: ptr(2)}, {Percent: ptr(100)}}}, apierr.InvalidInput, "waves[1]"},
-		{"last wave short", rollout.CreateRequest{Version: "1.0.0", Pools: []string{"a"}, Waves: []rollout.WaveSpec{{Nodes: ptr(1)}, {Percent: ptr(50)}}}, apierr.InvalidInput, "waves[1]"},
-		{"nodes and percent", rollout.CreateRequest{Version: "1.0.0", Pools: []string{"a"}, Waves: []rollout.WaveSpec{{Nodes: ptr(1), Percent: ptr(100)}}}, apierr.InvalidInput, "waves[0]"},
+		{"waves shrink", rollout.CreateRequest{Version: "1.0.0", Pools: []string{"a"}, Waves: []api.WaveSpec{{Nodes: ptr(3)}, {Nodes: ptr(2)}, {Percent: ptr(100)}}}, apierr.InvalidInput, "waves[1]"},
+		{"last wave short", rollout.CreateRequest{Version: "1.0.0", Pools: []string{"a"}, Waves: []api.WaveSpec{{Nodes: ptr(1)}, {Percent: ptr(50)}}}, apierr.InvalidInput, "waves[1]"},
+		{"nodes and percent", rollout.CreateRequest{Version: "1.0.0", Pools: []string{"a"}, Waves: []api.WaveSpec{{Nodes: ptr(1), Percent: ptr(100)}}}, apierr.InvalidInput, "waves[0]"},
 		{"drain onTimeout", rollout.CreateRequest{Version: "1.0.0", Pools: []string{"a"}, Waves: waves, DrainOnTimeout: ptr("later")}, apierr.InvalidInput, "drain.onTimeout"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -158,8 +159,8 @@ func TestCreateRefusals(t *testing.T) {
 		name, reason, field string
 		req                 rollout.CreateRequest
 	}{
-		{"no managed node", rollout.ReasonNoNodes, "pools", rollout.CreateRequest{Version: "1.0.0", Pools: []string{"bare"}, Waves: waves, By: by}},
-		{"no binary for any node", rollout.ReasonNoBinary, "version", rollout.CreateRequest{Version: "3.0.0", Pools: []string{"a", "bare"}, Waves: waves, By: by}},
+		{"no managed node", api.ReasonNoNodes, "pools", rollout.CreateRequest{Version: "1.0.0", Pools: []string{"bare"}, Waves: waves, By: by}},
+		{"no binary for any node", api.ReasonNoBinary, "version", rollout.CreateRequest{Version: "3.0.0", Pools: []string{"a", "bare"}, Waves: waves, By: by}},
 	} {
 		_, err := e.rollouts.Create(ctx, tc.req)
 		if ae := apierr.As(err); ae == nil || ae.Code != apierr.InvalidInput || ae.Details["reason"] != tc.reason || ae.Details["field"] != tc.field {
@@ -201,7 +202,7 @@ func TestMaxFailedBoundary(t *testing.T) {
 			}
 			e.pass()
 			r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"},
-				Waves: []rollout.WaveSpec{{Percent: ptr(100)}}, MaxUnavailable: ptr(1), MaxFailedNodes: ptr(1)})
+				Waves: []api.WaveSpec{{Percent: ptr(100)}}, MaxUnavailable: ptr(1), MaxFailedNodes: ptr(1)})
 			// Only the first `failing` nodes of the order fail.
 			ns, _, err := e.rollouts.Nodes(context.Background(), r.RolloutID, "", 100, "")
 			for range 5 {
@@ -219,9 +220,9 @@ func TestMaxFailedBoundary(t *testing.T) {
 					e.node[n.PoolID+"/"+n.NodeID].onTold = nil
 				}
 			}
-			want := rollout.Completed
+			want := api.Completed
 			if failing == 2 {
-				want = rollout.RolledBack
+				want = api.RolledBack
 			}
 			got := e.until(r.RolloutID, want, 200, nil)
 			if got.Counts.Failed != failing {
@@ -254,7 +255,7 @@ func (e *fleetEnv) checkWaves(id string) {
 		e.t.Fatal(err)
 	}
 	for _, n := range ns {
-		if n.Step != rollout.Pending && n.Reason == "" && n.Wave > started {
+		if n.Step != api.Pending && n.Reason == "" && n.Wave > started {
 			e.t.Errorf("%s/%s is %s in wave %d, only waves ≤ %d started", n.PoolID, n.NodeID, n.Step, n.Wave, started)
 		}
 	}
@@ -270,9 +271,9 @@ func TestOverlappingPasses(t *testing.T) {
 	e.pool("a", 12, "1.0.0", 1)
 	e.pass()
 	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"},
-		Waves: []rollout.WaveSpec{{Nodes: ptr(2)}, {Percent: ptr(50)}, {Percent: ptr(100)}}, MaxUnavailable: ptr(3)})
+		Waves: []api.WaveSpec{{Nodes: ptr(2)}, {Percent: ptr(50)}, {Percent: ptr(100)}}, MaxUnavailable: ptr(3)})
 	for range 300 {
-		if e.get(r.RolloutID).State == rollout.Completed {
+		if e.get(r.RolloutID).State == api.Completed {
 			break
 		}
 		e.clock.Advance(time.Second)
@@ -290,7 +291,7 @@ func TestOverlappingPasses(t *testing.T) {
 		e.pass() // the fleet's sweep
 	}
 	got := e.get(r.RolloutID)
-	if got.State != rollout.Completed || got.Counts.Updated != 12 {
+	if got.State != api.Completed || got.Counts.Updated != 12 {
 		t.Fatalf("%s %+v", got.State, got.Counts)
 	}
 	starts := map[string]int{}
@@ -313,13 +314,13 @@ func TestPauseRacingPass(t *testing.T) {
 	e.pool("a", 8, "1.0.0", 1)
 	e.pass()
 	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"},
-		Waves: []rollout.WaveSpec{{Percent: ptr(100)}}, MaxUnavailable: ptr(4)})
+		Waves: []api.WaveSpec{{Percent: ptr(100)}}, MaxUnavailable: ptr(4)})
 	for range 5 {
 		e.round(time.Second) // enumerate, walk
 	}
 	paused := make(chan int, 1)
 	started := func() int {
-		ns, _, err := e.rollouts.Nodes(context.Background(), r.RolloutID, rollout.Pending, 100, "")
+		ns, _, err := e.rollouts.Nodes(context.Background(), r.RolloutID, api.Pending, 100, "")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -349,13 +350,13 @@ func TestPauseRacingPass(t *testing.T) {
 	if got := started(); got != atPause {
 		t.Errorf("%d nodes started when the pause answered, %d after more passes", atPause, got)
 	}
-	if got := e.get(r.RolloutID); got.State != rollout.Paused {
+	if got := e.get(r.RolloutID); got.State != api.Paused {
 		t.Errorf("state %s", got.State)
 	}
 	if _, err := e.rollouts.Resume(context.Background(), r.RolloutID, ""); err != nil {
 		t.Fatal(err)
 	}
-	e.until(r.RolloutID, rollout.Completed, 200, nil)
+	e.until(r.RolloutID, api.Completed, 200, nil)
 }
 
 // Abort mid-rollout: nodes not installing go back, updated ones are sent
@@ -367,7 +368,7 @@ func TestAbortRollsBack(t *testing.T) {
 	e.pool("a", 10, "1.0.0", 1)
 	e.pass()
 	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"},
-		Waves: []rollout.WaveSpec{{Nodes: ptr(3)}, {Percent: ptr(100)}}, MaxUnavailable: ptr(2), BakeSeconds: ptr(3600)})
+		Waves: []api.WaveSpec{{Nodes: ptr(3)}, {Percent: ptr(100)}}, MaxUnavailable: ptr(2), BakeSeconds: ptr(3600)})
 	for range 60 {
 		if got := e.get(r.RolloutID); len(got.Waves) > 0 && got.Waves[0].FinishedAt != nil {
 			break
@@ -381,7 +382,7 @@ func TestAbortRollsBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	peak := 0
-	done := e.until(r.RolloutID, rollout.RolledBack, 200, func() { peak = max(peak, e.unavailable("a")) })
+	done := e.until(r.RolloutID, api.RolledBack, 200, func() { peak = max(peak, e.unavailable("a")) })
 	if peak > 2 {
 		t.Errorf("%d out of service while rolling back", peak)
 	}
@@ -390,7 +391,7 @@ func TestAbortRollsBack(t *testing.T) {
 			t.Errorf("%s runs %+v after the rollback", k, n.running)
 		}
 	}
-	ns, _, _ := e.rollouts.Nodes(context.Background(), r.RolloutID, rollout.Updated, 100, "")
+	ns, _, _ := e.rollouts.Nodes(context.Background(), r.RolloutID, api.Updated, 100, "")
 	for _, n := range ns {
 		if n.Rollback != rollout.RollbackDone {
 			t.Errorf("%s rollback %q", n.NodeID, n.Rollback)
@@ -414,9 +415,9 @@ func TestSilenceIsFailure(t *testing.T) {
 	e.pass()
 	n := e.node[e.order[0]]
 	n.onTold = func(string) (bool, string) { n.silent = true; return false, "" }
-	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"}, Waves: []rollout.WaveSpec{{Percent: ptr(100)}},
+	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"}, Waves: []api.WaveSpec{{Percent: ptr(100)}},
 		ProgressDeadlineSeconds: ptr(60), MaxFailedNodes: ptr(1)})
-	got := e.until(r.RolloutID, rollout.Completed, 200, nil)
+	got := e.until(r.RolloutID, api.Completed, 200, nil)
 	ns, _, _ := e.rollouts.Nodes(context.Background(), r.RolloutID, "", 10, "")
 	if got.Counts.Failed != 1 || len(ns) != 1 || ns[0].Reason != rollout.ReasonDeadline {
 		t.Errorf("counts %+v, node %+v", got.Counts, ns)
@@ -434,7 +435,7 @@ func TestPassInsideAnotherPassesStart(t *testing.T) {
 	e.pool("a", 8, "1.0.0", 1)
 	e.pass()
 	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"},
-		Waves: []rollout.WaveSpec{{Percent: ptr(100)}}, MaxUnavailable: ptr(3)})
+		Waves: []api.WaveSpec{{Percent: ptr(100)}}, MaxUnavailable: ptr(3)})
 	for range 5 {
 		if rec, _ := e.rstore.GetRollout(context.Background(), r.RolloutID); rec.Walked {
 			break
@@ -473,7 +474,7 @@ func TestPassInsideAnotherPassesStart(t *testing.T) {
 		t.Fatal("no pass started nodes")
 	}
 	e.rc.Faults = nil
-	e.until(r.RolloutID, rollout.Completed, 200, func() {
+	e.until(r.RolloutID, api.Completed, 200, func() {
 		if n := e.unavailable("a"); n > 3 {
 			t.Fatalf("%d out of service, maxUnavailable 3", n)
 		}
@@ -520,7 +521,7 @@ func TestRolloutCrashMatrix(t *testing.T) {
 					return nil
 				}
 				r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"},
-					Waves: []rollout.WaveSpec{{Nodes: ptr(2)}, {Percent: ptr(100)}}, MaxUnavailable: ptr(2)})
+					Waves: []api.WaveSpec{{Nodes: ptr(2)}, {Percent: ptr(100)}}, MaxUnavailable: ptr(2)})
 				// The third node of the order fails its install: abort, roll back.
 				ns := e.waitNodes(r.RolloutID, 6)
 				bad := e.node[ns[2].PoolID+"/"+ns[2].NodeID]
@@ -541,7 +542,7 @@ func TestRolloutCrashMatrix(t *testing.T) {
 					e.checkWaves(r.RolloutID)
 				}
 				got := e.get(r.RolloutID)
-				if got.State != rollout.RolledBack {
+				if got.State != api.RolledBack {
 					t.Fatalf("ended %s (%s), counts %+v", got.State, got.Reason, got.Counts)
 				}
 				switch {
@@ -577,7 +578,7 @@ var errCrash = errors.New("injected crash")
 
 // waitNodes runs rounds until the rollout has taken n nodes, and returns
 // them in its order.
-func (e *fleetEnv) waitNodes(id string, n int) []rollout.NodeProgress {
+func (e *fleetEnv) waitNodes(id string, n int) []api.NodeProgress {
 	e.t.Helper()
 	for range 20 {
 		if rec, _ := e.rstore.GetRollout(context.Background(), id); rec.Walked {
@@ -624,7 +625,7 @@ func TestDrainAroundReservations(t *testing.T) {
 			t.Fatal(err)
 		}
 		for range 10 {
-			if got, _ := e.cap.GetReservation(ctx, "acme", r.ReservationID); got.State == capacity.Active {
+			if got, _ := e.cap.GetReservation(ctx, "acme", r.ReservationID); got.State == api.Active {
 				return got, e.node["a/"+got.NodeIDs[0]]
 			}
 			e.round(time.Second)
@@ -648,30 +649,30 @@ func TestDrainAroundReservations(t *testing.T) {
 		}
 		return got
 	}
-	drained := func(version string, wait int, onTimeout string) rollout.Rollout {
+	drained := func(version string, wait int, onTimeout string) api.Rollout {
 		t.Helper()
-		return e.create(rollout.CreateRequest{Version: version, Pools: []string{"a"}, Waves: []rollout.WaveSpec{{Percent: ptr(100)}},
+		return e.create(rollout.CreateRequest{Version: version, Pools: []string{"a"}, Waves: []api.WaveSpec{{Percent: ptr(100)}},
 			MaxUnavailable: ptr(2), ProgressDeadlineSeconds: ptr(60), DrainWaitSeconds: ptr(wait), DrainOnTimeout: ptr(onTimeout)})
 	}
 
 	// A wait longer than the reservation: installed after it ended.
 	r, busy := book(5 * time.Minute)
-	ro := drained("2.0.0", 1800, rollout.OnTimeoutSkip)
+	ro := drained("2.0.0", 1800, api.OnTimeoutSkip)
 	for range 400 {
-		if e.get(ro.RolloutID).State == rollout.Completed {
+		if e.get(ro.RolloutID).State == api.Completed {
 			break
 		}
 		if at, ok := toldAt(busy, "2.0.0"); ok && at.Before(r.Window.End) {
 			t.Fatalf("told to install at %s, inside its reservation's window %v", at, r.Window)
 		}
 		if e.clock.Now().Before(r.Window.End) {
-			if got := still(r); got.State != capacity.Active {
+			if got := still(r); got.State != api.Active {
 				t.Fatalf("the reservation is %s during the drain", got.State)
 			}
 		}
 		e.round(5 * time.Second)
 	}
-	if got := e.get(ro.RolloutID); got.State != rollout.Completed || got.Counts.Updated != 2 {
+	if got := e.get(ro.RolloutID); got.State != api.Completed || got.Counts.Updated != 2 {
 		t.Fatalf("rollout %s, counts %+v", got.State, got.Counts)
 	}
 	if _, ok := toldAt(busy, "2.0.0"); !ok {
@@ -680,8 +681,8 @@ func TestDrainAroundReservations(t *testing.T) {
 
 	// A wait shorter than the reservation: skipped busy, never told.
 	r, busy = book(2 * time.Hour)
-	ro = drained("3.0.0", 120, rollout.OnTimeoutSkip)
-	got := e.until(ro.RolloutID, rollout.Completed, 300, nil)
+	ro = drained("3.0.0", 120, api.OnTimeoutSkip)
+	got := e.until(ro.RolloutID, api.Completed, 300, nil)
 	if _, ok := toldAt(busy, "3.0.0"); ok {
 		t.Fatal("the busy node was told to install under its reservation")
 	}
@@ -690,9 +691,9 @@ func TestDrainAroundReservations(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, n := range ns {
-		want := rollout.Updated
+		want := api.Updated
 		if "a/"+n.NodeID == busy.pool+"/"+busy.id {
-			want = rollout.Skipped
+			want = api.Skipped
 			if n.Reason != rollout.ReasonBusy {
 				t.Errorf("skipped for %q", n.Reason)
 			}
@@ -701,24 +702,24 @@ func TestDrainAroundReservations(t *testing.T) {
 			t.Errorf("%s: %s, want %s", n.NodeID, n.Step, want)
 		}
 	}
-	if got.Counts.Skipped != 1 || still(r).State != capacity.Active {
+	if got.Counts.Skipped != 1 || still(r).State != api.Active {
 		t.Fatalf("counts %+v, reservation %s", got.Counts, still(r).State)
 	}
 	for _, h := range still(r).History {
-		if h.Reason == capacity.ReasonDisrupted {
+		if h.Reason == api.ReasonDisrupted {
 			t.Fatalf("disrupted without force: %+v", h)
 		}
 	}
 
 	// Forced: installs at once, the reservation's history says so.
-	ro = drained("4.0.0", 0, rollout.OnTimeoutForce)
-	e.until(ro.RolloutID, rollout.Completed, 100, nil)
+	ro = drained("4.0.0", 0, api.OnTimeoutForce)
+	e.until(ro.RolloutID, api.Completed, 100, nil)
 	if _, ok := toldAt(busy, "4.0.0"); !ok {
 		t.Fatal("forced, the busy node was not told to install")
 	}
-	var disrupted []capacity.Event
+	var disrupted []api.Event
 	for _, h := range still(r).History {
-		if h.Reason == capacity.ReasonDisrupted {
+		if h.Reason == api.ReasonDisrupted {
 			disrupted = append(disrupted, h)
 		}
 	}
@@ -744,7 +745,7 @@ func TestTargetedNodeCountsAsInstalling(t *testing.T) {
 				e.pool("a", 2, "1.0.0", 1)
 				e.pass()
 				r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"},
-					Waves: []rollout.WaveSpec{{Percent: ptr(100)}}, MaxUnavailable: ptr(1)})
+					Waves: []api.WaveSpec{{Percent: ptr(100)}}, MaxUnavailable: ptr(1)})
 				ctx := context.Background()
 				hit := false
 				e.rc.Faults = func(p string) error {
@@ -781,7 +782,7 @@ func TestTargetedNodeCountsAsInstalling(t *testing.T) {
 						t.Fatal(err)
 					}
 				}
-				got := e.until(r.RolloutID, rollout.RolledBack, 200, nil)
+				got := e.until(r.RolloutID, api.RolledBack, 200, nil)
 				e.pass() // finish
 				for _, k := range e.order {
 					if n := e.node[k]; n.running == nil || n.running.Version != "1.0.0" {
@@ -792,7 +793,7 @@ func TestTargetedNodeCountsAsInstalling(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if ns[0].Step != rollout.Updated || ns[0].Rollback != rollout.RollbackDone {
+				if ns[0].Step != api.Updated || ns[0].Rollback != rollout.RollbackDone {
 					t.Errorf("the first node: %+v, want updated and rolled back", ns[0])
 				}
 				if got.Counts.Skipped != 0 {
@@ -842,7 +843,7 @@ func TestPauseAfterLongWaitRetriesALostWrite(t *testing.T) {
 	e.release("2.0.0", 2)
 	e.pool("a", 2, "1.0.0", 1)
 	e.pass()
-	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"}, Waves: []rollout.WaveSpec{{Percent: ptr(100)}}})
+	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"}, Waves: []api.WaveSpec{{Percent: ptr(100)}}})
 	rec, err := e.rstore.GetRollout(ctx, r.RolloutID)
 	if err != nil {
 		t.Fatal(err)
@@ -868,7 +869,7 @@ func TestPauseAfterLongWaitRetriesALostWrite(t *testing.T) {
 			return nil
 		}}
 	got, err := rs.Pause(ctx, r.RolloutID, "after a long wait")
-	if err != nil || got.State != rollout.Paused {
+	if err != nil || got.State != api.Paused {
 		t.Fatalf("pause after %d polls: %s, %v", polls, got.State, err)
 	}
 	if polls != 20 {
@@ -886,7 +887,7 @@ func TestEndedRolloutHasNoPendingNode(t *testing.T) {
 	e.pool("a", 10, "1.0.0", 1)
 	e.pass()
 	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"},
-		Waves: []rollout.WaveSpec{{Nodes: ptr(3)}, {Percent: ptr(100)}}, MaxUnavailable: ptr(3), BakeSeconds: ptr(3600)})
+		Waves: []api.WaveSpec{{Nodes: ptr(3)}, {Percent: ptr(100)}}, MaxUnavailable: ptr(3), BakeSeconds: ptr(3600)})
 	for range 60 {
 		if got := e.get(r.RolloutID); len(got.Waves) > 0 && got.Waves[0].FinishedAt != nil {
 			break
@@ -900,7 +901,7 @@ func TestEndedRolloutHasNoPendingNode(t *testing.T) {
 	if _, err := e.rollouts.Abort(ctx, r.RolloutID, "regression"); err != nil {
 		t.Fatal(err)
 	}
-	e.until(r.RolloutID, rollout.RolledBack, 200, func() {})
+	e.until(r.RolloutID, api.RolledBack, 200, func() {})
 	got := e.get(r.RolloutID)
 	if got.Counts.Pending != 0 || got.Counts.Skipped != 7 || got.Counts.Updated != 3 {
 		t.Errorf("rolled back: counts %+v, want 0 pending, 7 skipped, 3 updated", got.Counts)
@@ -915,28 +916,28 @@ func TestEndedRolloutHasNoPendingNode(t *testing.T) {
 	}
 	skipped := 0
 	for _, n := range all {
-		if n.Step == rollout.Pending {
+		if n.Step == api.Pending {
 			t.Errorf("%s is pending in a rolled-back rollout", n.NodeID)
 		}
-		if n.Step == rollout.Skipped && n.Reason == rollout.ReasonNotStarted {
+		if n.Step == api.Skipped && n.Reason == rollout.ReasonNotStarted {
 			skipped++
 		}
 	}
 	if skipped != 7 {
 		t.Errorf("%d nodes skipped (not_started), want 7", skipped)
 	}
-	if ps, next, err := e.rollouts.Nodes(ctx, r.RolloutID, rollout.Pending, 100, ""); err != nil || len(ps) != 0 || next != "" {
+	if ps, next, err := e.rollouts.Nodes(ctx, r.RolloutID, api.Pending, 100, ""); err != nil || len(ps) != 0 || next != "" {
 		t.Errorf("--step pending of a finished rollout: %d nodes, next %q, %v", len(ps), next, err)
 	}
 	// --step skipped, three at a time, finds the 7 once each.
 	seen := map[string]bool{}
 	for after, pages := "", 0; ; pages++ {
-		ps, next, err := e.rollouts.Nodes(ctx, r.RolloutID, rollout.Skipped, 3, after)
+		ps, next, err := e.rollouts.Nodes(ctx, r.RolloutID, api.Skipped, 3, after)
 		if err != nil || pages > 5 {
 			t.Fatalf("page %d: %v", pages, err)
 		}
 		for _, n := range ps {
-			if n.Step != rollout.Skipped || seen[n.NodeID] {
+			if n.Step != api.Skipped || seen[n.NodeID] {
 				t.Errorf("page %d: %s %s (seen %v)", pages, n.NodeID, n.Step, seen[n.NodeID])
 			}
 			seen[n.NodeID] = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/paging"
 )
@@ -12,7 +13,7 @@ import (
 // got with it. Every write of it is conditioned on Ver (optimistic), so a
 // pass, a pause and an abort never interleave inside one decision.
 type Record struct {
-	Rollout
+	api.Rollout
 	Ver         int64
 	Digest      string // the release's manifest digest
 	Request     string // the fingerprint of the create as sent (clientToken replays)
@@ -46,7 +47,7 @@ type Intent struct {
 
 // Progress is one node of a rollout as stored.
 type Progress struct {
-	NodeProgress
+	api.NodeProgress
 	RolloutID string
 	Order     string // OrderKey
 	Resource  string
@@ -75,7 +76,7 @@ type RolloutStore interface {
 	UpdateRollout(ctx context.Context, r Record) (Record, error)
 	// ListRollouts lists listed rollouts newest first, of one state when
 	// state is not "".
-	ListRollouts(ctx context.Context, state State, page paging.Page) ([]Record, map[string]string, error)
+	ListRollouts(ctx context.Context, state api.RolloutState, page paging.Page) ([]Record, map[string]string, error)
 	// ClaimPool claims a pool for rollout id; holder is the other rollout
 	// holding it ("" when the claim is this one's).
 	ClaimPool(ctx context.Context, poolID, id string) (holder string, err error)
@@ -87,17 +88,17 @@ type RolloutStore interface {
 	PutProgress(ctx context.Context, p Progress) error
 	// UpdateProgress writes p if the stored step and rollback are still
 	// from and fromRollback (ErrStale otherwise).
-	UpdateProgress(ctx context.Context, p Progress, from Step, fromRollback string) error
+	UpdateProgress(ctx context.Context, p Progress, from api.RolloutStep, fromRollback string) error
 	// ProgressByStep lists a rollout's nodes in one step, in the rollout's
 	// order, after the key after, at most limit.
-	ProgressByStep(ctx context.Context, id string, step Step, limit int, after string) ([]Progress, error)
+	ProgressByStep(ctx context.Context, id string, step api.RolloutStep, limit int, after string) ([]Progress, error)
 	// ProgressByRollback lists the nodes in a rollback state.
 	ProgressByRollback(ctx context.Context, id, rollback string, limit int) ([]Progress, error)
 	// ProgressInOrder lists a rollout's nodes in its order, after the key
 	// after (the walk and rollouts.nodes).
 	ProgressInOrder(ctx context.Context, id string, limit int, after string) ([]Progress, string, error)
 	// CountStep counts a rollout's nodes in one step (an index query).
-	CountStep(ctx context.Context, id string, step Step) (int, error)
+	CountStep(ctx context.Context, id string, step api.RolloutStep) (int, error)
 	// PoolNodes lists a pool's nodes after the key after (enumeration).
 	PoolNodes(ctx context.Context, poolID string, limit int, after string) ([]fleet.Record, string, error)
 	// CountPoolNodes counts a pool's registered nodes created at or before

@@ -3,12 +3,13 @@ package rollout
 import (
 	"context"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/strictjson"
 )
 
 // The limits the catalog's tags quote by name.
-var _ = strictjson.RegisterLimits(map[string]int64{"rollout.MaxPools": MaxPools, "rollout.MaxWaves": MaxWaves})
+var _ = strictjson.RegisterLimits(map[string]int64{"rollout.MaxPools": api.MaxPools, "rollout.MaxWaves": api.MaxWaves})
 
 // Releases is what rollouts read of the release domain: a recorded release
 // with its manifest (nil when the registration stored none), ErrNotFound

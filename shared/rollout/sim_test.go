@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
@@ -53,7 +54,7 @@ func TestRolloutProtocolSimulation(t *testing.T) {
 
 type simStats struct {
 	passes, crashes, inner, pauses, resumes, aborts, beats, failing int
-	end                                                             rollout.State
+	end                                                             api.RolloutState
 }
 
 func simulateRollout(t *testing.T, seed uint64) simStats {
@@ -69,7 +70,7 @@ func simulateRollout(t *testing.T, seed uint64) simStats {
 	var st simStats
 	maxFailed := rng.IntN(3)
 	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a", "b"},
-		Waves: []rollout.WaveSpec{{Nodes: ptr(1)}, {Percent: ptr(50)}, {Percent: ptr(100)}}, MaxUnavailable: ptr(maxUnavailable),
+		Waves: []api.WaveSpec{{Nodes: ptr(1)}, {Percent: ptr(50)}, {Percent: ptr(100)}}, MaxUnavailable: ptr(maxUnavailable),
 		MaxFailedNodes: ptr(maxFailed), BakeSeconds: ptr(rng.IntN(3)), ProgressDeadlineSeconds: ptr(60)})
 	for _, i := range rng.Perm(len(e.order))[:rng.IntN(4)] { // 0–3 nodes fail the install
 		st.failing++
@@ -137,7 +138,7 @@ func simulateRollout(t *testing.T, seed uint64) simStats {
 		if i == faulty {
 			e.rc.Faults = nil
 		}
-		if got := e.get(r.RolloutID); got.State == rollout.Paused && (i >= faulty || rng.IntN(4) == 0) {
+		if got := e.get(r.RolloutID); got.State == api.Paused && (i >= faulty || rng.IntN(4) == 0) {
 			st.resumes++
 			if _, err := e.rollouts.Resume(ctx, r.RolloutID, "sim"); err != nil {
 				t.Fatal(err)
@@ -161,7 +162,7 @@ func simulateRollout(t *testing.T, seed uint64) simStats {
 	for _, n := range ns {
 		sn := e.node[n.PoolID+"/"+n.NodeID]
 		want := "1.0.0"
-		if got.State == rollout.Completed && n.Step == rollout.Updated {
+		if got.State == api.Completed && n.Step == api.Updated {
 			want = "2.0.0"
 		}
 		if sn.running == nil || sn.running.Version != want {
@@ -180,7 +181,7 @@ func simulateRollout(t *testing.T, seed uint64) simStats {
 	if c := got.Counts; c.Nodes != 8 || c.Pending+c.Draining+c.Installing+c.Verifying+c.Updated+c.Failed+c.Skipped != 8 {
 		t.Errorf("seed %d: counts %+v", seed, c)
 	}
-	if got.State == rollout.Completed && got.Counts.Failed > maxFailed {
+	if got.State == api.Completed && got.Counts.Failed > maxFailed {
 		t.Errorf("seed %d: completed with %d failed, maxFailedNodes %d", seed, got.Counts.Failed, maxFailed)
 	}
 	for _, p := range []string{"a", "b"} {

@@ -4,24 +4,26 @@ import (
 	"errors"
 	"testing"
 	"time"
+
+	"github.com/bettercompute/control-plane/shared/api"
 )
 
 // The state machine's edges are docs/rollouts.md's States, and nothing else.
 func TestStateMachine(t *testing.T) {
-	want := map[[2]State]bool{
-		{Progressing, Paused}: true, {Progressing, Completed}: true, {Progressing, Aborting}: true,
-		{Paused, Progressing}: true, {Paused, Aborting}: true,
-		{Aborting, Aborted}: true, {Aborting, RolledBack}: true,
+	want := map[[2]api.RolloutState]bool{
+		{api.Progressing, api.Paused}: true, {api.Progressing, api.Completed}: true, {api.Progressing, api.Aborting}: true,
+		{api.Paused, api.Progressing}: true, {api.Paused, api.Aborting}: true,
+		{api.Aborting, api.Aborted}: true, {api.Aborting, api.RolledBack}: true,
 	}
 	at := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
-	for _, from := range States {
-		for _, to := range States {
-			if got := from.CanMoveTo(to); got != want[[2]State{from, to}] {
+	for _, from := range api.RolloutStates {
+		for _, to := range api.RolloutStates {
+			if got := from.CanMoveTo(to); got != want[[2]api.RolloutState{from, to}] {
 				t.Errorf("%s → %s: CanMoveTo %v", from, to, got)
 			}
-			r := Record{Rollout: Rollout{State: from}}
+			r := Record{Rollout: api.Rollout{State: from}}
 			err := r.move(to, at, "why")
-			if want[[2]State{from, to}] {
+			if want[[2]api.RolloutState{from, to}] {
 				if err != nil || r.State != to || len(r.History) != 1 || r.History[0].State != to || r.History[0].Reason != "why" {
 					t.Errorf("%s → %s: err %v, state %s, history %+v", from, to, err, r.State, r.History)
 				}
@@ -33,8 +35,8 @@ func TestStateMachine(t *testing.T) {
 			}
 		}
 	}
-	r := Record{Rollout: Rollout{State: Paused}}
-	if err := r.abort(ReasonAbortedBy, at, "operator"); err != nil || r.State != Aborting || r.Reason != ReasonAbortedBy {
+	r := Record{Rollout: api.Rollout{State: api.Paused}}
+	if err := r.abort(ReasonAbortedBy, at, "operator"); err != nil || r.State != api.Aborting || r.Reason != ReasonAbortedBy {
 		t.Errorf("abort from paused: %v, %s, %q", err, r.State, r.Reason)
 	}
 }
@@ -43,9 +45,9 @@ func TestStateMachine(t *testing.T) {
 // own waves and timeline as they are until the write lands.
 func TestMarkWaveCopies(t *testing.T) {
 	at := time.Date(2026, 12, 2, 0, 0, 0, 0, time.UTC)
-	rec := Record{Rollout: Rollout{State: Progressing, Waves: make([]Wave, 2)}}
+	rec := Record{Rollout: api.Rollout{State: api.Progressing, Waves: make([]api.Wave, 2)}}
 	for range MaxHistory {
-		rec.add(Progressing, at, "x")
+		rec.add(api.Progressing, at, "x")
 	}
 	next := rec
 	next.markWave(1, false, at)

@@ -1,6 +1,10 @@
 package rollout
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/bettercompute/control-plane/shared/api"
+)
 
 // MaxWaveNodes bounds a wave's node count, as WaveSpec's tag states (a test
 // keeps the two equal).
@@ -10,7 +14,7 @@ const MaxWaveNodes = 1_000_000
 type WaveRule int
 
 const (
-	WaveCount   WaveRule = iota + 1 // 1 to MaxWaves waves
+	WaveCount   WaveRule = iota + 1 // 1 to api.MaxWaves waves
 	WaveKind                        // exactly one of nodes and percent
 	WaveRange                       // a count of 1 to MaxWaveNodes, a percent of 1 to 100
 	WaveShrinks                     // no fewer nodes, no smaller percent, than the wave of its kind before it
@@ -28,7 +32,7 @@ func (e *WaveError) Error() string {
 	field := fmt.Sprintf("waves[%d]", e.Wave)
 	switch e.Rule {
 	case WaveCount:
-		return fmt.Sprintf("waves: give 1 to %d waves", MaxWaves)
+		return fmt.Sprintf("waves: give 1 to %d waves", api.MaxWaves)
 	case WaveKind:
 		return field + ": give exactly one of nodes and percent"
 	case WaveRange:
@@ -46,8 +50,8 @@ func (e *WaveError) Error() string {
 // order, and answers the first rule broken as a *WaveError. A count is
 // compared with counts only, a percent with percents: which of 5 nodes and
 // 10% covers more depends on the node count.
-func CheckWaves(waves []WaveSpec) error {
-	if len(waves) < 1 || len(waves) > MaxWaves {
+func CheckWaves(waves []api.WaveSpec) error {
+	if len(waves) < 1 || len(waves) > api.MaxWaves {
 		return &WaveError{Wave: -1, Rule: WaveCount}
 	}
 	lastNodes, lastPercent := -1, -1

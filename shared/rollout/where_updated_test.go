@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -18,9 +19,9 @@ func TestBaselineOnlyWhereUpdated(t *testing.T) {
 	e.pool("b", 1, "1.0.0", 1)
 	e.pass()
 	e.node[e.order[2]].onTold = func(v string) (bool, string) { return v != "2.0.0", "does not start" }
-	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a", "b"}, Waves: []rollout.WaveSpec{{Percent: ptr(100)}},
+	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a", "b"}, Waves: []api.WaveSpec{{Percent: ptr(100)}},
 		MaxFailedNodes: ptr(1), MaxUnavailable: ptr(3)})
-	got := e.until(r.RolloutID, rollout.Completed, 100, nil)
+	got := e.until(r.RolloutID, api.Completed, 100, nil)
 	if got.Counts.Updated != 2 || got.Counts.Failed != 1 {
 		t.Fatalf("counts %+v", got.Counts)
 	}

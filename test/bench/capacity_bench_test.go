@@ -18,6 +18,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
@@ -100,10 +101,10 @@ func (s *scale) seed(b *testing.B, live, tenantLive int) {
 			tenant, acme = "acme", acme+1
 		}
 		id := fmt.Sprintf("SEED%06d", i)
-		r := capacity.Reservation{ReservationID: id, TenantID: tenant, PoolID: "scale", Resource: "gpu", Count: 1, Window: w,
-			Topology: capacity.OnNodes, State: capacity.Placed, CreatedAt: s.now, UpdatedAt: s.now,
-			History: []capacity.Event{{State: capacity.Draft, At: s.now}, {State: capacity.Placed, At: s.now}},
-			Devices: []int{node*scaleNodeSize + dev}, NodeSize: scaleNodeSize, Request: "seed", Due: w.Start}
+		r := capacity.Reservation{Reservation: api.Reservation{ReservationID: id, TenantID: tenant, PoolID: "scale",
+			Resource: "gpu", Count: 1, Window: w, Topology: api.OnNodes, State: api.Placed, CreatedAt: s.now, UpdatedAt: s.now,
+			History: []api.Event{{State: api.Draft, At: s.now}, {State: api.Placed, At: s.now}}}, Devices: []int{node*scaleNodeSize + dev},
+			NodeSize: scaleNodeSize, Request: "seed", Due: w.Start}
 		rs = append(rs, r)
 		nhs[capacity.NodeHourKey{Node: node, Hour: h}].Add(id, capacity.Entry{Mask: 1 << uint(dev), Window: w})
 	}
@@ -111,9 +112,9 @@ func (s *scale) seed(b *testing.B, live, tenantLive int) {
 	for _, nh := range nhs {
 		hours = append(hours, *nh)
 	}
-	quotas := []capacity.Quota{{TenantID: "acme", PoolID: "scale", Resource: "gpu", Max: 1_000_000, Used: int64(tenantLive)}}
+	quotas := []api.Quota{{TenantID: "acme", PoolID: "scale", Resource: "gpu", Max: 1_000_000, Used: int64(tenantLive)}}
 	if live > tenantLive {
-		quotas = append(quotas, capacity.Quota{TenantID: "others", PoolID: "scale", Resource: "gpu", Max: 1_000_000, Used: int64(live - tenantLive)})
+		quotas = append(quotas, api.Quota{TenantID: "others", PoolID: "scale", Resource: "gpu", Max: 1_000_000, Used: int64(live - tenantLive)})
 	}
 	if err := s.store.BulkLoad(ctx, rs, hours, quotas); err != nil {
 		b.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
@@ -31,18 +32,18 @@ import (
 
 // farWindow is 10:00–11:00 UTC four days from now; farFree is 15:00 of the
 // same day (nothing booked).
-func (s *scale) farWindow() capacity.Window {
+func (s *scale) farWindow() api.Window {
 	return capacity.HourOf(s.now.Truncate(24 * time.Hour).Add(4*24*time.Hour + 10*time.Hour)).Window()
 }
 
-func (s *scale) farFree() capacity.Window {
+func (s *scale) farFree() api.Window {
 	return capacity.HourOf(s.now.Truncate(24 * time.Hour).Add(4*24*time.Hour + 15*time.Hour)).Window()
 }
 
 // bookFar books pct percent of w's devices: whole nodes (one reservation
 // each) or single devices (eight a node), on a shuffled pct percent of the
 // nodes, and writes the hour's occupancy map as the creates would have.
-func (s *scale) bookFar(b *testing.B, w capacity.Window, pct int, single bool) {
+func (s *scale) bookFar(b *testing.B, w api.Window, pct int, single bool) {
 	b.Helper()
 	ctx := context.Background()
 	pr := capacity.PoolResource{PoolID: "scale", Topology: s.top}
@@ -57,7 +58,7 @@ func (s *scale) bookFar(b *testing.B, w capacity.Window, pct int, single bool) {
 			n++
 			ids = append(ids, fmt.Sprintf("BOOK%07d", n))
 		}
-		for _, h := range w.Hours() { // each booking holds the whole window
+		for _, h := range capacity.HoursOf(w) { // each booking holds the whole window
 			nh := capacity.EmptyNodeHour(pr, capacity.NodeHourKey{Node: k, Hour: h})
 			if single {
 				for d := range nh.Size {
@@ -69,11 +70,11 @@ func (s *scale) bookFar(b *testing.B, w capacity.Window, pct int, single bool) {
 			nhs = append(nhs, nh)
 		}
 	}
-	quotas := []capacity.Quota{{TenantID: "others", PoolID: "scale", Resource: "gpu", Max: 1_000_000, Used: int64(booked * scaleNodeSize)}}
+	quotas := []api.Quota{{TenantID: "others", PoolID: "scale", Resource: "gpu", Max: 1_000_000, Used: int64(booked * scaleNodeSize)}}
 	if err := s.store.BulkLoad(ctx, nil, nhs, quotas); err != nil {
 		b.Fatal(err)
 	}
-	for _, h := range w.Hours() {
+	for _, h := range capacity.HoursOf(w) {
 		if booked > 0 {
 			if err := s.store.Occupy(ctx, pr, h, order); err != nil {
 				b.Fatal(err)
@@ -85,7 +86,7 @@ func (s *scale) bookFar(b *testing.B, w capacity.Window, pct int, single bool) {
 // createsKept runs n creates of count into w over HTTP, none released,
 // and returns their latencies, the DynamoDB cost per create and how many
 // were refused.
-func (s *scale) createsKept(b *testing.B, n, count int, w capacity.Window) (lat []time.Duration, per meter.Usage, refused int) {
+func (s *scale) createsKept(b *testing.B, n, count int, w api.Window) (lat []time.Duration, per meter.Usage, refused int) {
 	b.Helper()
 	body, _ := json.Marshal(map[string]any{"tenantId": "acme", "poolId": "scale", "resource": "gpu", "count": count,
 		"window": map[string]any{"start": w.Start.Format(time.RFC3339), "end": w.End.Format(time.RFC3339)}})

@@ -10,12 +10,12 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/agent"
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/dynamo"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -50,7 +50,7 @@ func newLogFleet(b *testing.B, releases int) *logFleet {
 	body, _ := json.Marshal(map[string]any{"tenantId": "acme", "poolId": "bench-log", "nodeId": "gpu-node-0", "publicKey": string(pem), "platform": "linux/amd64"})
 	f.post(b, "nodes/register", body)
 	dir := b.TempDir()
-	state, _ := json.Marshal(map[string]any{"running": fleet.Version{Version: "1.0.1", Sequence: 1}})
+	state, _ := json.Marshal(map[string]any{"running": api.Version{Version: "1.0.1", Sequence: 1}})
 	if err := os.WriteFile(filepath.Join(dir, agent.StateFile), state, 0o600); err != nil {
 		b.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func newLogFleet(b *testing.B, releases int) *logFleet {
 
 // beat is one heartbeat through the agent; it fails unless the answer
 // tells the node its release with the log's evidence.
-func (f *logFleet) beat(b *testing.B) fleet.HeartbeatResult {
+func (f *logFleet) beat(b *testing.B) api.HeartbeatResult {
 	b.Helper()
 	res, err := f.agent.Step(context.Background())
 	if err != nil {
@@ -119,7 +119,7 @@ func BenchmarkHeartbeatReleaseLog(b *testing.B) {
 			b.StopTimer()
 			f.post(b, "releases/register", f.manifest(b, next))
 			next++
-			f.clock.Advance(fleet.CheckpointTTL + time.Second)
+			f.clock.Advance(api.CheckpointTTL + time.Second)
 			f.RT.Reset()
 			b.StartTimer()
 			start := time.Now()

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/meter"
 )
@@ -29,14 +30,14 @@ import (
 // reservations' own items are not written).
 
 // window is tomorrow 10:00–11:00 UTC.
-func (s *scale) window() capacity.Window {
+func (s *scale) window() api.Window {
 	h := capacity.HourOf(s.now.Truncate(24 * time.Hour).Add(24*time.Hour + 10*time.Hour))
 	return h.Window()
 }
 
 // book seeds the window booked to pct percent, and 06:00 of its day with a
 // device of every node.
-func (s *scale) book(b *testing.B, w capacity.Window, pct int) {
+func (s *scale) book(b *testing.B, w api.Window, pct int) {
 	b.Helper()
 	ctx := context.Background()
 	rng := rand.New(rand.NewPCG(uint64(pct), uint64(s.top.Devices)))
@@ -84,7 +85,7 @@ func (s *scale) book(b *testing.B, w capacity.Window, pct int) {
 		touch.Add(fmt.Sprintf("BOOK%07d", n), capacity.Entry{Mask: 1, Window: morning.Window()})
 		hours = append(hours, touch)
 	}
-	quotas := []capacity.Quota{
+	quotas := []api.Quota{
 		{TenantID: "acme", PoolID: "scale", Resource: "gpu", Max: 1_000_000},
 		{TenantID: "others", PoolID: "scale", Resource: "gpu", Max: 1_000_000, Used: int64(n)},
 	}
@@ -117,7 +118,7 @@ func (s *server) try(b *testing.B, method string, body []byte) (time.Duration, i
 // once (unmeasured: the pool stays at its level) and followed by one raw
 // conditional UpdateItem; it returns both latencies, the DynamoDB cost per
 // create, and how many were refused (CAPACITY_EXHAUSTED).
-func (s *scale) createsIn(b *testing.B, n, count int, w capacity.Window) (lat, raw []time.Duration, per meter.Usage, refused int) {
+func (s *scale) createsIn(b *testing.B, n, count int, w api.Window) (lat, raw []time.Duration, per meter.Usage, refused int) {
 	b.Helper()
 	body, _ := json.Marshal(map[string]any{"tenantId": "acme", "poolId": "scale", "resource": "gpu", "count": count,
 		"window": map[string]any{"start": w.Start.Format(time.RFC3339), "end": w.End.Format(time.RFC3339)}})
@@ -219,7 +220,7 @@ func pct50(lat []time.Duration) float64 { return pct(lat, 0.5) }
 // window is read (the documented worst case, which grows with the pool).
 func BenchmarkRefusal(b *testing.B) {
 	const n = 100
-	run := func(b *testing.B, s *scale, w capacity.Window) {
+	run := func(b *testing.B, s *scale, w api.Window) {
 		body, _ := json.Marshal(map[string]any{"tenantId": "acme", "poolId": "scale", "resource": "gpu", "count": 1,
 			"window": map[string]any{"start": w.Start.Format(time.RFC3339), "end": w.End.Format(time.RFC3339)}})
 		for range 10 {
@@ -276,11 +277,11 @@ func BenchmarkRefusal(b *testing.B) {
 
 // busyOneHourEach books every node whole for one hour of w (a different
 // hour from node to node) and provisions w's hours.
-func (s *scale) busyOneHourEach(b *testing.B, w capacity.Window) {
+func (s *scale) busyOneHourEach(b *testing.B, w api.Window) {
 	b.Helper()
 	pr := capacity.PoolResource{PoolID: "scale", Topology: s.top}
 	rng := rand.New(rand.NewPCG(7, 24))
-	hours := w.Hours()
+	hours := capacity.HoursOf(w)
 	var nhs []capacity.NodeHour
 	for k := range s.top.Nodes() {
 		busy := rng.IntN(len(hours))
@@ -293,7 +294,7 @@ func (s *scale) busyOneHourEach(b *testing.B, w capacity.Window) {
 		}
 	}
 	ctx := context.Background()
-	if err := s.store.BulkLoad(ctx, nil, nhs, []capacity.Quota{{TenantID: "acme", PoolID: "scale", Resource: "gpu", Max: 1_000_000}}); err != nil {
+	if err := s.store.BulkLoad(ctx, nil, nhs, []api.Quota{{TenantID: "acme", PoolID: "scale", Resource: "gpu", Max: 1_000_000}}); err != nil {
 		b.Fatal(err)
 	}
 	for _, h := range hours {

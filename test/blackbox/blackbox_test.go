@@ -33,7 +33,6 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
-	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/release"
@@ -195,7 +194,7 @@ func TestCapacityPath(t *testing.T) {
 	if _, err := c.PoolsCreate(ctx, &api.CreatePoolInput{Tenant: api.Tenant{TenantID: acme}, PoolID: pool, Resources: api.Resources{"gpu.h100": 4}}); err != nil {
 		t.Fatal(err)
 	}
-	getQuota := func(tenant string) capacity.Quota {
+	getQuota := func(tenant string) api.Quota {
 		out, err := c.QuotasGet(ctx, &api.GetQuotaInput{Tenant: api.Tenant{TenantID: tenant}, PoolID: pool, Resource: "gpu.h100"})
 		if err != nil {
 			t.Fatal(err)
@@ -207,13 +206,13 @@ func TestCapacityPath(t *testing.T) {
 	}
 	end := time.Now().UTC().Add(2 * time.Hour)
 	create := &api.CreateReservationInput{Tenant: api.Tenant{TenantID: acme}, PoolID: pool, Resource: "gpu.h100", Count: 3,
-		Window: api.Window{End: end}, ClientToken: ptr(unique("tok"))}
+		Window: api.ReservationWindow{End: end}, ClientToken: ptr(unique("tok"))}
 	created, err := c.ReservationsCreate(ctx, create)
 	if err != nil {
 		t.Fatal(err)
 	}
 	r := created.Reservation
-	if r.State != capacity.Placed || len(r.DeviceIDs) != 3 || len(r.History) != 2 || r.History[1].State != capacity.Placed {
+	if r.State != api.Placed || len(r.DeviceIDs) != 3 || len(r.History) != 2 || r.History[1].State != api.Placed {
 		t.Fatalf("reservation %+v", r)
 	}
 	if q := getQuota(acme); q.Used != 3 {
@@ -271,7 +270,7 @@ func TestCapacityPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if released.Reservation.State != capacity.Released || released.Reservation.ReleasedBy != capacity.ReleasedByTenant {
+	if released.Reservation.State != api.Released || released.Reservation.ReleasedBy != api.ReleasedByTenant {
 		t.Fatalf("released %+v", released.Reservation)
 	}
 	if q := getQuota(acme); q.Used != 0 {

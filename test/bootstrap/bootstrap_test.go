@@ -1,8 +1,8 @@
 // Package bootstrap_test checks what each Lambda's composition root links
 // (docs/architecture.md, Composition roots): every main names the module
 // its catalog method belongs to and nothing else, the bootstraps built as
-// `make build` builds them stay within their size budgets, and the node
-// agent links no AWS SDK.
+// `make build` builds them stay within their size budgets, the node
+// agent links no AWS SDK, and the API's contract links no domain.
 package bootstrap_test
 
 import (
@@ -231,6 +231,53 @@ func TestArrows(t *testing.T) {
 		for _, d := range deps(t, dir, "./shared/"+leaf) {
 			if strings.HasPrefix(d, "github.com/bettercompute/") && d != sh+leaf {
 				t.Errorf("shared/%s links %s", leaf, d)
+			}
+		}
+	}
+}
+
+// The API's contract is a leaf (docs/architecture.md, Rooms): shared/api
+// (the wire types, their vocabulary and limits, and the catalog) and the
+// client generated from it link no domain, store or wiring, so whatever
+// speaks the API — the node agent on GPU hosts, bcctl — need not link the
+// control plane. The agent's own packages import no domain for the wire
+// types either.
+func TestAPILinksNoDomain(t *testing.T) {
+	dir := root(t)
+	const sh = "github.com/bettercompute/control-plane/shared/"
+	domains := []string{"capacity", "fleet", "rollout", "release/registry", "dynamo", "kmssign", "app", "reconcile", "localgw", "devstack"}
+	bad := func(d string) bool {
+		for _, b := range domains {
+			if d == sh+b || strings.HasPrefix(d, sh+b+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	for _, pkg := range []string{"./shared/api", "./shared/client"} {
+		ds := deps(t, dir, pkg)
+		if !slices.Contains(ds, sh+"api") {
+			t.Fatalf("go list %s does not list shared/api: %v", pkg, ds)
+		}
+		for _, d := range ds {
+			if bad(d) {
+				t.Errorf("%s links %s", pkg, d)
+			}
+		}
+	}
+	allowed := map[string]bool{
+		sh + "rollout": true, // UNTIL THE MERGE of shared/release (the agent verifies releases with rollout.Pins): delete this line.
+	}
+	for _, pkg := range []string{"./shared/agent", "./cmd/bcd-agent"} {
+		cmd := exec.Command("go", "list", "-f", `{{join .Imports " "}}`, pkg)
+		cmd.Dir = dir
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("go list %s: %v", pkg, err)
+		}
+		for _, d := range strings.Fields(string(out)) {
+			if bad(d) && !allowed[d] {
+				t.Errorf("%s imports %s", pkg, d)
 			}
 		}
 	}

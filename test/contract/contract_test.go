@@ -35,7 +35,6 @@ import (
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/dynamo"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/test/teststack"
@@ -411,7 +410,7 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 			mutate(rep)
 		}
 		payload, _ := json.Marshal(rep)
-		env, err := dsse.Sign(fleet.ReportPayloadType, payload, signer)
+		env, err := dsse.Sign(api.ReportPayloadType, payload, signer)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -50,11 +51,11 @@ func TestReservationFullLife(t *testing.T) {
 	c.post(t, "alice", "reservations.create", map[string]any{"tenantId": "acme", "poolId": "life", "resource": "gpu.h100", "count": 2,
 		"window": map[string]any{"start": start.Format(time.RFC3339), "end": start.Add(time.Minute).Format(time.RFC3339)}}, &res)
 	id := res.Reservation.ReservationID
-	if res.Reservation.State != capacity.Placed || len(res.Reservation.DeviceIDs) != 2 {
+	if res.Reservation.State != api.Placed || len(res.Reservation.DeviceIDs) != 2 {
 		t.Fatalf("create: %+v", res.Reservation)
 	}
-	quota := func() capacity.Quota {
-		var q struct{ Quota capacity.Quota }
+	quota := func() api.Quota {
+		var q struct{ Quota api.Quota }
 		c.post(t, "alice", "quotas.get", map[string]any{"tenantId": "acme", "poolId": "life", "resource": "gpu.h100"}, &q)
 		return q.Quota
 	}
@@ -71,7 +72,7 @@ func TestReservationFullLife(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var states []capacity.State
+	var states []api.ReservationState
 	// One binder that holds the reservation in binding for one pass shows
 	// the binding state over the wire; then the default binds at once.
 	rc := c.App.Reconciler()
@@ -94,7 +95,7 @@ func TestReservationFullLife(t *testing.T) {
 	pass()
 	final := get()
 	states = append(states, final.State)
-	want := []capacity.State{capacity.Binding, capacity.Active, capacity.Released}
+	want := []api.ReservationState{api.Binding, api.Active, api.Released}
 	for i := range want {
 		if states[i] != want[i] {
 			t.Fatalf("states %v, want %v", states, want)

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
@@ -122,7 +123,7 @@ func TestFaults(t *testing.T) {
 	rc := st.App.Reconciler()
 	rc.Capacity.ProvisionHours = 2 // the windows' hours: provisioning the 72 ahead of 512 nodes is not what this tests
 	for pass := 0; ; pass++ {
-		clock.Advance(capacity.StaleAfter + time.Second)
+		clock.Advance(api.StaleAfter + time.Second)
 		res, err := rc.Pass(context.Background())
 		if err != nil {
 			t.Fatal(err)
@@ -156,15 +157,15 @@ func TestFaults(t *testing.T) {
 		switch {
 		case o.released:
 			released++
-			if r.State != capacity.Released {
+			if r.State != api.Released {
 				t.Errorf("%s: release answered 200, state %s", o.id, r.State)
 			}
 		case o.releasing:
 			// UNAVAILABLE: the release may or may not have been done.
-			if r.State != capacity.Released && r.State != capacity.Active {
+			if r.State != api.Released && r.State != api.Active {
 				t.Errorf("%s: release unanswered, state %s", o.id, r.State)
 			}
-		case r.State != capacity.Active:
+		case r.State != api.Active:
 			t.Errorf("%s: never released, state %s", o.id, r.State)
 		}
 	}

@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -36,15 +36,15 @@ func TestHeartbeatOverHTTP(t *testing.T) {
 		c.post(t, "admin", "nodes.register", map[string]any{"tenantId": "acme", "poolId": "fp", "nodeId": n, "publicKey": string(pem), "platform": "linux/amd64"}, &struct{}{})
 	}
 	counter := int64(0)
-	beat := func(principal, node string, bindings ...fleet.ReportedBinding) response {
+	beat := func(principal, node string, bindings ...api.ReportedBinding) response {
 		counter++
 		if bindings == nil {
-			bindings = []fleet.ReportedBinding{}
+			bindings = []api.ReportedBinding{}
 		}
-		rep := fleet.Report{PoolID: "fp", NodeID: node, Counter: counter, At: clock.Now(),
-			Health: fleet.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []fleet.Check{}}, Bindings: bindings}
+		rep := api.Report{PoolID: "fp", NodeID: node, Counter: counter, At: clock.Now(),
+			Health: api.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []api.Check{}}, Bindings: bindings}
 		payload, _ := json.Marshal(rep)
-		env, err := dsse.Sign(fleet.ReportPayloadType, payload, keys[node])
+		env, err := dsse.Sign(api.ReportPayloadType, payload, keys[node])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +70,7 @@ func TestHeartbeatOverHTTP(t *testing.T) {
 		t.Fatalf("placed on %v, want the ready node", got)
 	}
 	id := res.Reservation.ReservationID
-	state := func() capacity.State {
+	state := func() api.ReservationState {
 		var g struct{ Reservation capacity.Reservation }
 		c.post(t, "admin", "reservations.get", map[string]any{"tenantId": "acme", "reservationId": id}, &g)
 		return g.Reservation.State
@@ -78,17 +78,17 @@ func TestHeartbeatOverHTTP(t *testing.T) {
 	clock.Advance(time.Minute)
 	pass()
 	r := beat("agent-0", "gpu-node-0")
-	var hb fleet.HeartbeatResult
-	if err := json.Unmarshal(r.Body, &hb); err != nil || len(hb.Desired.Bindings) != 1 || hb.Desired.Bindings[0].Action != fleet.ActionBind {
+	var hb api.HeartbeatResult
+	if err := json.Unmarshal(r.Body, &hb); err != nil || len(hb.Desired.Bindings) != 1 || hb.Desired.Bindings[0].Action != api.ActionBind {
 		t.Fatalf("answer: %s", r.Body)
 	}
 	pass()
-	if s := state(); s != capacity.Binding {
+	if s := state(); s != api.Binding {
 		t.Fatalf("before the node reported bound: %s", s)
 	}
-	beat("agent-0", "gpu-node-0", fleet.ReportedBinding{ReservationID: id, State: fleet.BindBound})
+	beat("agent-0", "gpu-node-0", api.ReportedBinding{ReservationID: id, State: api.BindBound})
 	pass()
-	if s := state(); s != capacity.Active {
+	if s := state(); s != api.Active {
 		t.Fatalf("after the node reported bound: %s", s)
 	}
 }

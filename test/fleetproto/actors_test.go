@@ -10,10 +10,10 @@ import (
 	"slices"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
@@ -36,8 +36,8 @@ type node struct {
 	firstTold    time.Time // its first heartbeat answer
 	counter      int64
 	healthy      bool
-	running      *fleet.Version
-	install      *fleet.Install
+	running      *api.Version
+	install      *api.Install
 	// its ways: a version whose install fails; per mille of beats that
 	// flip its health, that start a silence; how many beats it goes on
 	// saying bound after an unbind (a slow scrub, a stale report); per
@@ -69,17 +69,17 @@ func (n *node) beat(ctx context.Context, w *world) error {
 	if !n.healthy {
 		visible = nodeSize - 1
 	}
-	rep := fleet.Report{PoolID: n.ref.pool, NodeID: n.id, Counter: n.counter, At: w.clock.Now(), Running: n.running, Install: n.install,
-		Health: fleet.Health{DevicesExpected: nodeSize, DevicesVisible: visible, Checks: []fleet.Check{}}, Bindings: []fleet.ReportedBinding{}}
+	rep := api.Report{PoolID: n.ref.pool, NodeID: n.id, Counter: n.counter, At: w.clock.Now(), Running: n.running, Install: n.install,
+		Health: api.Health{DevicesExpected: nodeSize, DevicesVisible: visible, Checks: []api.Check{}}, Bindings: []api.ReportedBinding{}}
 	words := map[string]word{}
 	for _, id := range slices.Sorted(maps.Keys(n.words)) {
 		wd := n.words[id]
 		words[id] = wd
-		rep.Bindings = append(rep.Bindings, fleet.ReportedBinding{ReservationID: id, State: wd.state})
+		rep.Bindings = append(rep.Bindings, api.ReportedBinding{ReservationID: id, State: wd.state})
 	}
 	n.sent[n.counter] = words
 	payload, _ := json.Marshal(rep)
-	env, err := dsse.Sign(fleet.ReportPayloadType, payload, n.key)
+	env, err := dsse.Sign(api.ReportPayloadType, payload, n.key)
 	if err != nil {
 		return err
 	}
@@ -96,7 +96,7 @@ func (n *node) beat(ctx context.Context, w *world) error {
 	return nil
 }
 
-func (n *node) act(w *world, res fleet.HeartbeatResult) {
+func (n *node) act(w *world, res api.HeartbeatResult) {
 	n.next = time.Duration(res.NextHeartbeatSeconds) * time.Second
 	if n.firstTold.IsZero() {
 		n.firstTold = w.clock.Now()
@@ -106,39 +106,39 @@ func (n *node) act(w *world, res fleet.HeartbeatResult) {
 	for _, b := range res.Desired.Bindings {
 		listed[b.ReservationID] = true
 		n.told[b.ReservationID+"/"+b.Action] = b.Action
-		if b.Action == fleet.ActionUnbind {
+		if b.Action == api.ActionUnbind {
 			unbinds[b.ReservationID] = b.DeviceIDs
 		}
 	}
 	for _, b := range res.Desired.Bindings {
-		if b.Action != fleet.ActionUnbind {
+		if b.Action != api.ActionUnbind {
 			continue
 		}
 		wd := n.words[b.ReservationID]
-		if wd.state == fleet.BindBound && wd.scrub < n.scrub {
+		if wd.state == api.BindBound && wd.scrub < n.scrub {
 			wd.scrub++
 			wd.honest = false
 			n.words[b.ReservationID] = wd
 			continue
 		}
-		n.words[b.ReservationID] = word{state: fleet.BindUnbound}
+		n.words[b.ReservationID] = word{state: api.BindUnbound}
 	}
 	for _, b := range res.Desired.Bindings {
-		if b.Action != fleet.ActionBind {
+		if b.Action != api.ActionBind {
 			continue
 		}
 		id := b.ReservationID
 		if _, also := unbinds[id]; also {
 			continue
 		}
-		if wd := n.words[id]; wd.state == fleet.BindBound {
+		if wd := n.words[id]; wd.state == api.BindBound {
 			wd.honest = true
 			n.words[id] = wd
 			continue
 		}
 		blocked := false
 		for prev, devices := range unbinds {
-			scrubbed := n.accepted[prev] == fleet.BindUnbound && n.words[prev].state == fleet.BindUnbound
+			scrubbed := n.accepted[prev] == api.BindUnbound && n.words[prev].state == api.BindUnbound
 			if !scrubbed && slices.ContainsFunc(b.DeviceIDs, func(d string) bool { return slices.Contains(devices, d) }) {
 				blocked = true
 			}
@@ -147,10 +147,10 @@ func (n *node) act(w *world, res fleet.HeartbeatResult) {
 			continue
 		}
 		if w.rng.IntN(1000) < n.failed {
-			n.words[id] = word{state: fleet.BindFailed}
+			n.words[id] = word{state: api.BindFailed}
 			continue
 		}
-		n.words[id] = word{state: fleet.BindBound, honest: true}
+		n.words[id] = word{state: api.BindBound, honest: true}
 		w.boundNow(n, id)
 	}
 	for id, wd := range n.words {
@@ -174,11 +174,11 @@ func (n *node) act(w *world, res fleet.HeartbeatResult) {
 	}
 	if n.failOn == d.Version {
 		reason := "sim: the release does not start"
-		n.install = &fleet.Install{Version: d.Version, State: fleet.InstallFailed, Reason: &reason}
+		n.install = &api.Install{Version: d.Version, State: api.InstallFailed, Reason: &reason}
 		return
 	}
-	n.running = &fleet.Version{Version: d.Version, Sequence: d.Sequence}
-	n.install = &fleet.Install{Version: d.Version, State: fleet.InstallInstalled}
+	n.running = &api.Version{Version: d.Version, Sequence: d.Sequence}
+	n.install = &api.Install{Version: d.Version, State: api.InstallInstalled}
 }
 
 // invoke runs one API call or pass of a long-lived actor as its own
@@ -227,7 +227,7 @@ func (w *world) agent(n *node) func(ctx context.Context) {
 			}
 			next := n.next
 			if next <= 0 {
-				next = fleet.BusyInterval
+				next = api.BusyInterval
 			}
 			w.s.sleep(ctx, next-time.Duration(w.rng.IntN(1000))*time.Millisecond)
 		}
@@ -310,7 +310,7 @@ func (w *world) createRequest(tenant string, i int) capacity.CreateRequest {
 	req := capacity.CreateRequest{TenantID: tenant, PoolID: pools[r.IntN(len(pools))], Resource: "gpu", Principal: "alice",
 		Count: []int{1, 2, 4, 4, 8}[r.IntN(5)], ClientToken: fmt.Sprintf("%s-%d", tenant, i)}
 	if r.IntN(4) == 0 {
-		req.Topology = capacity.AnyDevices
+		req.Topology = api.AnyDevices
 	}
 	start := w.clock.Now().Add(time.Duration(r.IntN(90)) * time.Second)
 	if w.fillHour != 0 && r.IntN(3) == 0 {
@@ -342,7 +342,7 @@ func (w *world) create(ctx context.Context, req capacity.CreateRequest, retry bo
 		}
 		return true
 	case err == nil:
-		if r.State == capacity.Placed {
+		if r.State == api.Placed {
 			w.stats.placed++
 			w.placedOn(r, start)
 		}
@@ -409,7 +409,7 @@ func (w *world) rolloutActor(ctx context.Context) {
 	}
 	req := w.rolloutRequest()
 	for attempt := 0; attempt < 10; attempt++ {
-		var r rollout.Rollout
+		var r api.Rollout
 		err, _, _ := w.invoke(ctx, 10*time.Second, func(ctx context.Context) error {
 			var err error
 			r, err = w.rollouts.Create(ctx, req)
@@ -479,7 +479,7 @@ func (w *world) rolloutRequest() rollout.CreateRequest {
 		bake, drain, onTimeout = 0, 20, "force"
 	}
 	return rollout.CreateRequest{Version: newVersion, Pools: pools,
-		Waves:       []rollout.WaveSpec{{Nodes: ptr(1)}, {Percent: ptr(50)}, {Percent: ptr(100)}},
+		Waves:       []api.WaveSpec{{Nodes: ptr(1)}, {Percent: ptr(50)}, {Percent: ptr(100)}},
 		BakeSeconds: ptr(bake), MaxUnavailable: ptr(w.maxUnavailable), MaxFailedNodes: ptr(r.IntN(3)),
 		ProgressDeadlineSeconds: ptr(60), DrainWaitSeconds: ptr(drain), DrainOnTimeout: &onTimeout,
 		RollbackOnAbort: &rollback, ClientToken: fmt.Sprintf("sim-%d", w.seed), By: rollout.Audit{TenantID: "platform", Principal: "admin"}}

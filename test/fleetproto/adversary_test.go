@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
 	"github.com/bettercompute/control-plane/shared/fleet"
@@ -167,7 +168,7 @@ func (n *watchedTargets) SetTarget(ctx context.Context, r fleet.Record, rolloutI
 		// pass's re-tell of a node whose target a lift took.
 		pr, err := w.rollI.GetProgress(context.Background(), rolloutID, r.PoolID, r.NodeID)
 		now := w.clock.Now()
-		race = err == nil && (pr.Step == rollout.Draining || pr.Step == rollout.Installing && now.Sub(pr.UpdatedAt) < time.Second) &&
+		race = err == nil && (pr.Step == api.Draining || pr.Step == api.Installing && now.Sub(pr.UpdatedAt) < time.Second) &&
 			w.rng.IntN(2) == 0
 	}
 	// Held before the write (three races in four): a pass that told the
@@ -231,7 +232,7 @@ func (w *world) sickenBefore(ctx context.Context, pool string) {
 		return
 	}
 	rec, err := w.rollI.GetRollout(context.Background(), w.rolloutID)
-	if err != nil || rec.State != rollout.Progressing || len(rec.Pools) == 0 || pool != rec.Pools[0] {
+	if err != nil || rec.State != api.Progressing || len(rec.Pools) == 0 || pool != rec.Pools[0] {
 		return // before the first pool's count only: a node sickened in a pool counted already is a race no count can see
 	}
 	now := w.clock.Now()
@@ -264,7 +265,7 @@ func (w *world) sickenBefore(ctx context.Context, pool string) {
 	for i := 0; i < 100; i++ {
 		answered := true
 		for _, n := range sick {
-			if r, ok := w.node(n.ref); !ok || r.State == fleet.Ready {
+			if r, ok := w.node(n.ref); !ok || r.State == api.Ready {
 				answered = false
 				w.wakeNode(n.ref)
 			}
@@ -337,7 +338,7 @@ func (w *world) mover(ctx context.Context) {
 	a := actorOf(ctx)
 	a.clean = true
 	var r capacity.Reservation
-	for i := 0; i < 5 && r.State != capacity.Placed; i++ {
+	for i := 0; i < 5 && r.State != api.Placed; i++ {
 		start := w.clock.Now().Add(5 * time.Second)
 		req := capacity.CreateRequest{TenantID: ownerTenant, PoolID: "p1", Resource: "gpu", Count: nodeSize, Principal: "mover",
 			ClientToken: fmt.Sprintf("move-back-%d", i), Start: &start, End: start.Add(150 * time.Second)}
@@ -347,11 +348,11 @@ func (w *world) mover(ctx context.Context) {
 			return err
 		})
 		w.note("adversary move back: create %s: %v %s", req.ClientToken, err, r.State)
-		if r.State != capacity.Placed {
+		if r.State != api.Placed {
 			w.s.sleep(ctx, 10*time.Second)
 		}
 	}
-	if r.State != capacity.Placed || len(r.Placement()) != 1 {
+	if r.State != api.Placed || len(r.Placement()) != 1 {
 		return
 	}
 	w.placedOn(r, w.s.steps)
@@ -476,7 +477,7 @@ func (c *atomicCalendar) Amend(ctx context.Context, r, to capacity.Reservation) 
 	if err == nil && to.Moves > r.Moves && w.adv.silencePool == r.PoolID {
 		for _, nd := range r.Placement() {
 			ref := nodeRef{r.PoolID, nd.Node}
-			if rec, ok := w.node(ref); ok && w.inSilence(ref) && rec.State != fleet.Unhealthy && !rec.Eligible() && !w.adv.alone[ref] {
+			if rec, ok := w.node(ref); ok && w.inSilence(ref) && rec.State != api.Unhealthy && !rec.Eligible() && !w.adv.alone[ref] {
 				w.fail("silence", w.s.steps, "%s moved off %s during the mass silence of %s (since %s)", r.ReservationID, ref, r.PoolID,
 					w.adv.silenceFrom.Format("15:04:05"))
 			}
@@ -493,7 +494,7 @@ func (w *world) silentFailed(p rollout.Progress) {
 		return
 	}
 	w.checked["silence"]++
-	if w.inSilence(ref) && (p.Step == rollout.Failed || p.Rollback == rollout.RollbackFailed) && p.Reason == rollout.ReasonDeadline {
+	if w.inSilence(ref) && (p.Step == api.Failed || p.Rollback == rollout.RollbackFailed) && p.Reason == rollout.ReasonDeadline {
 		w.fail("silence", w.s.steps, "rollout failed %s (%s) during the mass silence of %s (since %s)", ref, p.Reason, ref.pool,
 			w.adv.silenceFrom.Format("15:04:05"))
 	}

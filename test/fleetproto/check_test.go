@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/reconcile"
@@ -132,16 +133,16 @@ func (w *world) afterStep() {
 			// UnreachableAfter intervals, fewer than DisruptionMin of the
 			// pool's nodes were late — what the sweep counts.
 			alone := rec.LastHeartbeatAt != nil &&
-				w.lateAt(ref.pool, rec.LastHeartbeatAt.Add(time.Duration(fleet.UnreachableAfter)*interval)) < fleet.DisruptionMin
+				w.lateAt(ref.pool, rec.LastHeartbeatAt.Add(time.Duration(api.UnreachableAfter)*interval)) < fleet.DisruptionMin
 			switch {
-			case rec.State != fleet.Unreachable || prev.State == fleet.Unreachable:
+			case rec.State != api.Unreachable || prev.State == api.Unreachable:
 			case alone:
 				w.adv.alone[ref] = true // a move off it is not judged either
 			default:
 				w.fail("silence", w.s.steps, "%s marked unreachable during the mass silence of %s (since %s)", ref, ref.pool, w.adv.silenceFrom.Format("15:04:05"))
 			}
 		}
-		if rec.State == fleet.Unreachable && prev.State != fleet.Unreachable {
+		if rec.State == api.Unreachable && prev.State != api.Unreachable {
 			w.out[ref] = append(w.out[ref], w.s.steps)
 			w.outWhy[ref] = append(w.outWhy[ref], "marked unreachable")
 		}
@@ -154,7 +155,7 @@ func (w *world) lateAt(pool string, t time.Time) int {
 	n := 0
 	for ref := range w.adv.silenced {
 		if rec, ok := w.node(ref); ok && ref.pool == pool && rec.LastHeartbeatAt != nil &&
-			t.Sub(*rec.LastHeartbeatAt) > time.Duration(fleet.UnreachableAfter-1)*interval {
+			t.Sub(*rec.LastHeartbeatAt) > time.Duration(api.UnreachableAfter-1)*interval {
 			n++
 		}
 	}
@@ -184,15 +185,15 @@ func (w *world) outAllAlong(ref nodeRef, from, to int) (string, int, bool) {
 
 // answered checks one heartbeat answer (a): no two binds of overlapping
 // windows on one device, no bind of a reservation terminal now.
-func (w *world) answered(n *node, res fleet.HeartbeatResult) {
+func (w *world) answered(n *node, res api.HeartbeatResult) {
 	w.stats.answers++
-	if res.Node.State != fleet.Ready || res.Desired.Cordoned {
+	if res.Node.State != api.Ready || res.Desired.Cordoned {
 		w.wentOut(n.ref, "heartbeat answered "+string(res.Node.State)+cordonNote(res.Desired.Cordoned))
 	}
 	w.checked["a"]++
-	var binds []fleet.DesiredBinding
+	var binds []api.DesiredBinding
 	for _, b := range res.Desired.Bindings {
-		if b.Action == fleet.ActionBind {
+		if b.Action == api.ActionBind {
 			binds = append(binds, b)
 		}
 	}
@@ -281,9 +282,9 @@ func (w *world) checkActive(r capacity.Reservation, when string, since time.Time
 			w.checked["e-adopted"]++
 		case !has:
 			w.fail("e", w.s.steps, "%s active (%s), %s holds no entry for it", r.ReservationID, when, ref)
-		case e.Action != fleet.ActionBind:
+		case e.Action != api.ActionBind:
 			w.fail("e", w.s.steps, "%s active (%s), %s is told to %s it (its last report: %q)", r.ReservationID, when, ref, e.Action, rec.Reported[r.ReservationID])
-		case rec.Reported[r.ReservationID] != fleet.BindBound:
+		case rec.Reported[r.ReservationID] != api.BindBound:
 			w.fail("e", w.s.steps, "%s active (%s), %s last reported %q", r.ReservationID, when, ref, rec.Reported[r.ReservationID])
 		case !word.honest:
 			w.fail("e", w.s.steps, "%s active (%s) from a stale bound report of %s (report %d: the answer before did not list a bind of it)",
@@ -387,7 +388,7 @@ func (w *world) quiesce(ctx context.Context) {
 	// What a crash cut short is the reconciler's once it is StaleAfter old
 	// (a draft whose create was cut off, a release cut off after its fence):
 	// passes that move nothing before then do not make it quiet.
-	w.clock.Advance(capacity.StaleAfter + roundEvery)
+	w.clock.Advance(api.StaleAfter + roundEvery)
 	w.settle(ctx, "after the actors and StaleAfter")
 	w.checkQuiet(ctx, "after the actors")
 	for _, id := range w.filled {
@@ -425,7 +426,7 @@ func (w *world) settle(ctx context.Context, when string) {
 			return
 		}
 		if w.rolloutID != "" {
-			if r, err := w.rollouts.Get(ctx, w.rolloutID); err == nil && r.State == rollout.Paused {
+			if r, err := w.rollouts.Get(ctx, w.rolloutID); err == nil && r.State == api.Paused {
 				if _, err := w.rollouts.Resume(ctx, w.rolloutID, "sim: quiescence"); err != nil {
 					w.t.Fatalf("resume: %v", err)
 				}
@@ -485,13 +486,13 @@ func (w *world) checkQuiet(ctx context.Context, when string) {
 		w.t.Fatal(err)
 	}
 	for _, r := range snap.Reservations {
-		if r.State == capacity.Active {
+		if r.State == api.Active {
 			w.checkActive(r, when, time.Time{})
 			w.stats.active--
 		}
 		if when == "after the actors" {
 			for _, ev := range r.History {
-				if ev.Reason == capacity.ReasonReplaced {
+				if ev.Reason == api.ReasonReplaced {
 					w.stats.moves++
 				}
 			}
@@ -607,9 +608,9 @@ func (w *world) checkRollout(ctx context.Context) {
 		}
 		want := []string{prev}
 		switch {
-		case np.Step == rollout.Failed || np.Rollback == rollout.RollbackFailed:
+		case np.Step == api.Failed || np.Rollback == rollout.RollbackFailed:
 			want = []string{prev, newVersion}
-		case np.Step == rollout.Updated && np.Rollback != rollout.RollbackDone && r.State != rollout.RolledBack:
+		case np.Step == api.Updated && np.Rollback != rollout.RollbackDone && r.State != api.RolledBack:
 			want = []string{newVersion}
 		}
 		if got := version(n.running); !slices.Contains(want, got) {
@@ -630,7 +631,7 @@ func rollbackNote(rb string) string {
 	return ", rollback " + rb
 }
 
-func version(v *fleet.Version) string {
+func version(v *api.Version) string {
 	if v == nil {
 		return "none"
 	}
@@ -647,7 +648,7 @@ func capacityIndex(nodeID string) int {
 // to bind it and to unbind it (h).
 func (w *world) checkEnded(ctx context.Context) {
 	for _, ref := range w.order {
-		if rec, ok := w.node(ref); ok && rec.State == fleet.Ready && len(rec.Entries) > 0 {
+		if rec, ok := w.node(ref); ok && rec.State == api.Ready && len(rec.Entries) > 0 {
 			w.fail("quiescence", 0, "every window ended, %s still told %v", ref, rec.Entries)
 		}
 	}
@@ -667,12 +668,12 @@ func (w *world) checkEnded(ctx context.Context) {
 		started, ended := time.Time{}, time.Time{}
 		for _, ev := range r.History {
 			switch {
-			case (ev.State == capacity.Binding || ev.State == capacity.Active) && started.IsZero():
+			case (ev.State == api.Binding || ev.State == api.Active) && started.IsZero():
 				started = ev.At
 			case ev.State.Terminal():
 				ended = ev.At
 			}
-			if ev.Reason == capacity.ReasonReplaced {
+			if ev.Reason == api.ReasonReplaced {
 				started = time.Time{} // moved: where it was at registration is not known here
 				break
 			}
@@ -686,8 +687,8 @@ func (w *world) checkEnded(ctx context.Context) {
 				continue
 			}
 			w.checked["h"]++
-			for _, action := range []string{fleet.ActionBind, fleet.ActionUnbind} {
-				if action == fleet.ActionBind && (n.firstTold.IsZero() || !n.firstTold.Add(interval).Before(ended)) {
+			for _, action := range []string{api.ActionBind, api.ActionUnbind} {
+				if action == api.ActionBind && (n.firstTold.IsZero() || !n.firstTold.Add(interval).Before(ended)) {
 					// Over before the node heard anything, or within an
 					// interval of it (before a pass could bind it and the
 					// node hear it): only its unbind is owed.

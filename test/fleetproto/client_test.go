@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/smithy-go/middleware"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
 	"github.com/bettercompute/control-plane/shared/dynamo/rolloutdb"
@@ -161,9 +162,9 @@ func (c *atomicCalendar) Provision(ctx context.Context, t capacity.PoolResource,
 
 // Transition: a reservation that just became active is checked at once,
 // against the nodes as they are right after the write (check e).
-func (c *atomicCalendar) Transition(ctx context.Context, to capacity.Reservation, from capacity.State) (capacity.Reservation, error) {
+func (c *atomicCalendar) Transition(ctx context.Context, to capacity.Reservation, from api.ReservationState) (capacity.Reservation, error) {
 	cur, err := c.Store.Transition(ctx, to, from)
-	if err == nil && cur.State == capacity.Active && from != capacity.Active {
+	if err == nil && cur.State == api.Active && from != api.Active {
 		var since time.Time
 		if a := actorOf(ctx); a != nil {
 			since = a.started
@@ -181,11 +182,11 @@ type watchedProgress struct {
 	w *world
 }
 
-func (r *watchedProgress) UpdateProgress(ctx context.Context, p rollout.Progress, from rollout.Step, fromRollback string) error {
+func (r *watchedProgress) UpdateProgress(ctx context.Context, p rollout.Progress, from api.RolloutStep, fromRollback string) error {
 	err := r.Store.UpdateProgress(ctx, p, from, fromRollback)
 	if err == nil {
 		r.w.silentFailed(p)
-		starts := (from == rollout.Pending && p.Step.Active()) ||
+		starts := (from == api.Pending && p.Step.Active()) ||
 			(fromRollback == rollout.RollbackDue && p.Rollback == rollout.RollbackInstalling)
 		if starts {
 			r.w.checkStart(p)
@@ -201,7 +202,7 @@ type watchedCordons struct {
 	w   *world
 }
 
-func (c watchedCordons) SetRolloutCordonIn(ctx context.Context, t capacity.Topology, rec fleet.Record, cd *fleet.Cordon) (fleet.Record, error) {
+func (c watchedCordons) SetRolloutCordonIn(ctx context.Context, t capacity.Topology, rec fleet.Record, cd *api.Cordon) (fleet.Record, error) {
 	if cd != nil {
 		c.w.cordonRace(ctx, rec)
 	}

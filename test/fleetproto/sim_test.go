@@ -18,6 +18,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
@@ -271,7 +272,7 @@ func (w *world) newNode(ref nodeRef) *node {
 	key := ed25519.NewKeyFromSeed(seed[:])
 	pem, _ := dsse.MarshalPublicKeyPEM(key.Public())
 	return &node{ref: ref, id: capacity.NodeID("gpu", ref.k), key: key, pem: string(pem), healthy: true,
-		running: &fleet.Version{Version: oldVersion, Sequence: 1}, words: map[string]word{}, accepted: map[string]string{},
+		running: &api.Version{Version: oldVersion, Sequence: 1}, words: map[string]word{}, accepted: map[string]string{},
 		sent: map[int64]map[string]word{}, told: map[string]string{}}
 }
 

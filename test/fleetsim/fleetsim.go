@@ -195,7 +195,7 @@ type fleetNode struct {
 // createdReservation is a reservation the load placed.
 type createdReservation struct {
 	id, pool string
-	window   capacity.Window
+	window   api.Window
 }
 
 // startFleet starts the stack the fleet reports to.
@@ -376,7 +376,7 @@ func (sim *fleetRun) settle() {
 	// machine a flow cut at its deadline is the reconciler's to finish once
 	// it is stale (capacity.StaleAfter), so quiescence may take that long;
 	// a state no pass mends by then still fails the run.
-	deadline := time.Now().Add(capacity.StaleAfter + time.Minute)
+	deadline := time.Now().Add(api.StaleAfter + time.Minute)
 	for pass := 1; ; pass++ {
 		if err := sim.st.App.Reconcile(context.Background()); err != nil {
 			sim.tb.Fatal(err)
@@ -446,10 +446,10 @@ func (sim *fleetRun) binding(res *Result) {
 		active := false
 		for _, ev := range r.History {
 			switch {
-			case ev.State == capacity.Active:
+			case ev.State == api.Active:
 				active = true
 				bind = append(bind, ev.At.Sub(r.Window.Start))
-			case ev.Reason == capacity.ReasonReplaced:
+			case ev.Reason == api.ReasonReplaced:
 				res.Replaced++
 			}
 		}

@@ -17,20 +17,19 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/agent"
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/dynamo/releasedb"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/kmssign"
 	"github.com/bettercompute/control-plane/shared/release"
-	"github.com/bettercompute/control-plane/shared/rollout"
 )
 
 // tamperer is a proxy in front of the stack's gateway that rewrites the
 // release log evidence of the heartbeat answers naming version: a control
 // plane (or a table) lying to one node.
-func tamperer(tb testing.TB, upstream, version string, alter func(d *fleet.DesiredLog)) string {
+func tamperer(tb testing.TB, upstream, version string, alter func(d *api.DesiredLog)) string {
 	tb.Helper()
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
@@ -43,7 +42,7 @@ func tamperer(tb testing.TB, upstream, version string, alter func(d *fleet.Desir
 		}
 		defer resp.Body.Close()
 		out, _ := io.ReadAll(resp.Body)
-		var res fleet.HeartbeatResult
+		var res api.HeartbeatResult
 		if r.URL.Path == "/api/compute/nodes/heartbeat" && resp.StatusCode == 200 && json.Unmarshal(out, &res) == nil &&
 			res.Desired.Release != nil && res.Desired.Release.Version == version && res.Desired.Release.Log != nil {
 			alter(res.Desired.Release.Log)
@@ -81,23 +80,23 @@ func TestAgentsRefuseTamperedLogEvidence(t *testing.T) {
 	h.register(t, h.sign(t, h.statement("1.0.0", 1)))
 	h.register(t, h.sign(t, h.statement("1.0.1", 2)))
 	h.register(t, h.sign(t, h.statement("1.1.0", 3))) // entry 2 of 3
-	v1 := &fleet.Version{Version: "1.0.0", Sequence: 1}
+	v1 := &api.Version{Version: "1.0.0", Sequence: 1}
 	foreign := foreignSigner(t, devstack.DevReleaseLogOrigin)
 	otherKey := foreign.Key()
 	cases := []struct {
 		name, pool string
-		alter      func(d *fleet.DesiredLog)
+		alter      func(d *api.DesiredLog)
 		logKey     *release.LogKey
 		want       string // "" installs
 	}{
 		{"told the truth", "l-truth", nil, nil, ""},
-		{"forged checkpoint", "l-forged", func(d *fleet.DesiredLog) {
+		{"forged checkpoint", "l-forged", func(d *api.DesiredLog) {
 			c := release.Checkpoint{Origin: devstack.DevReleaseLogOrigin, Size: 3}
 			signed, _ := foreign.Sign(c)
 			d.Checkpoint = string(signed)
 		}, nil, "log: checkpoint signature"},
-		{"proof of another entry", "l-proof", func(d *fleet.DesiredLog) { d.Index = 1 }, nil, "log: inclusion"},
-		{"proof tampered", "l-hash", func(d *fleet.DesiredLog) {
+		{"proof of another entry", "l-proof", func(d *api.DesiredLog) { d.Index = 1 }, nil, "log: inclusion"},
+		{"proof tampered", "l-hash", func(d *api.DesiredLog) {
 			b, _ := base64.StdEncoding.DecodeString(d.Inclusion[0])
 			b[0] ^= 1
 			d.Inclusion[0] = base64.StdEncoding.EncodeToString(b)
@@ -119,7 +118,7 @@ func TestAgentsRefuseTamperedLogEvidence(t *testing.T) {
 	defer func() { stop(); <-reconciling }()
 	waitFor(t, 15*time.Second, func() bool {
 		for _, c := range cases {
-			if n := h.getNode(t, c.pool, "gpu-node-0"); n.Running == nil || n.State != fleet.Ready {
+			if n := h.getNode(t, c.pool, "gpu-node-0"); n.Running == nil || n.State != api.Ready {
 				return false
 			}
 		}
@@ -127,7 +126,7 @@ func TestAgentsRefuseTamperedLogEvidence(t *testing.T) {
 	})
 	ids := map[string]string{}
 	for _, c := range cases {
-		var out struct{ Rollout rollout.Rollout }
+		var out struct{ Rollout api.Rollout }
 		h.must(t, "rollouts.create", map[string]any{"tenantId": platformTenant, "version": "1.1.0", "pools": []string{c.pool},
 			"waves": []map[string]any{{"percent": 100}}, "maxUnavailable": 1, "maxFailedNodes": 0, "bakeSeconds": 0}, &out)
 		ids[c.pool] = out.Rollout.RolloutID
@@ -146,7 +145,7 @@ func TestAgentsRefuseTamperedLogEvidence(t *testing.T) {
 			n := h.getNode(t, c.pool, "gpu-node-0")
 			ps := h.rolloutNodes(t, ids[c.pool])
 			if c.want == "" {
-				if r.State != rollout.Completed || n.Running == nil || n.Running.Version != "1.1.0" {
+				if r.State != api.Completed || n.Running == nil || n.Running.Version != "1.1.0" {
 					t.Fatalf("rollout %s, node runs %+v", r.State, n.Running)
 				}
 				if n.Log == nil || !n.Log.Consistent || n.Log.Size != 3 {
@@ -154,10 +153,10 @@ func TestAgentsRefuseTamperedLogEvidence(t *testing.T) {
 				}
 				return
 			}
-			if n.Install == nil || n.Install.State != fleet.InstallFailed || !strings.Contains(*n.Install.Reason, c.want) {
+			if n.Install == nil || n.Install.State != api.InstallFailed || !strings.Contains(*n.Install.Reason, c.want) {
 				t.Fatalf("install %+v, want failed naming %q", n.Install, c.want)
 			}
-			if len(ps) != 1 || ps[0].Step != rollout.Failed || !strings.Contains(ps[0].Reason, c.want) || r.Counts.Failed != 1 {
+			if len(ps) != 1 || ps[0].Step != api.Failed || !strings.Contains(ps[0].Reason, c.want) || r.Counts.Failed != 1 {
 				t.Errorf("progress %+v, counts %+v", ps, r.Counts)
 			}
 			if n.Running == nil || n.Running.Version != "1.0.0" || len(nodes[c.pool].starter.log()) != 0 {
@@ -199,7 +198,7 @@ func TestForkedRootRaisesTheAlarm(t *testing.T) {
 	ctx := context.Background()
 	h.register(t, h.sign(t, h.statement("1.0.0", 1)))
 	h.register(t, h.sign(t, h.statement("1.1.0", 2)))
-	v1 := &fleet.Version{Version: "1.1.0", Sequence: 2}
+	v1 := &api.Version{Version: "1.1.0", Sequence: 2}
 
 	// The fork: size 2 with another root, under the dev log key.
 	ks, err := kmssign.NewSigner(ctx, devstack.Shared(t).KMS(), devstack.DevReleaseLogKeyID)
@@ -221,7 +220,7 @@ func TestForkedRootRaisesTheAlarm(t *testing.T) {
 	}
 
 	h.must(t, "pools.create", map[string]any{"tenantId": "acme", "poolId": "w-pool", "resources": map[string]any{"gpu": 16}}, nil)
-	step := func(n *simNode) fleet.HeartbeatResult {
+	step := func(n *simNode) api.HeartbeatResult {
 		t.Helper()
 		a, err := agent.New(agent.Config{Client: client.New(h.st.URL, "dev:fleet-agent"), TenantID: "acme", PoolID: n.pool, NodeID: n.id,
 			Key: n.key, Pins: n.pins, LogKey: devstack.DevLogKey(t), Platform: n.platform, Devices: 8, Driver: n.driver,

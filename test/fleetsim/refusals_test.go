@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/release"
 	"github.com/bettercompute/control-plane/shared/rollout"
 )
@@ -83,11 +83,11 @@ func TestAgentRefusals(t *testing.T) {
 	h.site.put(strings.TrimPrefix(size.Binaries[0].URL, h.site.srv.URL), append(binaryData("1.5.0"), "more"...))
 	h.register(t, h.sign(t, size))
 
-	v1 := &fleet.Version{Version: "1.0.0", Sequence: 1}
+	v1 := &api.Version{Version: "1.0.0", Sequence: 1}
 	type tc struct {
 		name, pool, version string
 		platform            string
-		running             *fleet.Version
+		running             *api.Version
 		pins                *release.Pins
 		want                string // in the agent's reason and the progress's
 		fetched             bool   // refused after downloading
@@ -100,11 +100,11 @@ func TestAgentRefusals(t *testing.T) {
 		{name: "bad signature", pool: "r-badsig", version: "1.2.0", pins: pinsQ, want: "bad_signature"},
 		{name: "unknown key", pool: "r-unknown", version: "1.1.0", pins: pinsQ2, want: "unknown_key"},
 		{name: "expired", pool: "r-expired", version: "1.3.0", want: "expired", paused: true},
-		{name: "below floor", pool: "r-floor", version: "1.1.0", running: &fleet.Version{Version: "9.0.0", Sequence: 1_000_000},
+		{name: "below floor", pool: "r-floor", version: "1.1.0", running: &api.Version{Version: "9.0.0", Sequence: 1_000_000},
 			want: "below the floor 1000000"},
 		{name: "digest mismatch", pool: "r-digest", version: "1.4.0", want: "sha256", fetched: true},
 		{name: "size mismatch", pool: "r-size", version: "1.5.0", want: "bytes offered, the manifest says", fetched: true},
-		{name: "no binary for the platform", pool: "r-platform", version: "1.1.0", platform: "linux/arm64", want: rollout.ReasonNoBinary, skipped: true},
+		{name: "no binary for the platform", pool: "r-platform", version: "1.1.0", platform: "linux/arm64", want: api.ReasonNoBinary, skipped: true},
 	}
 	for _, c := range cases {
 		h.must(t, "pools.create", map[string]any{"tenantId": "acme", "poolId": c.pool, "resources": map[string]any{"gpu": 8}}, nil)
@@ -120,7 +120,7 @@ func TestAgentRefusals(t *testing.T) {
 	// previous release and floor).
 	waitFor(t, 15*time.Second, func() bool {
 		for _, c := range cases {
-			if n := h.getNode(t, c.pool, c.node.id); n.Running == nil || n.State != fleet.Ready {
+			if n := h.getNode(t, c.pool, c.node.id); n.Running == nil || n.State != api.Ready {
 				return false
 			}
 		}
@@ -145,8 +145,8 @@ func TestAgentRefusals(t *testing.T) {
 		}
 		err := h.post(ctx, "rollouts.create", map[string]any{"tenantId": platformTenant, "version": c.version, "pools": []string{c.pool},
 			"waves": []map[string]any{{"percent": 100}}}, nil)
-		if err == nil || !strings.Contains(err.Error(), "HTTP 400") || !strings.Contains(err.Error(), `"reason":"`+rollout.ReasonNoBinary+`"`) {
-			t.Errorf("%s: rollouts.create: %v, want INVALID_INPUT %s", c.name, err, rollout.ReasonNoBinary)
+		if err == nil || !strings.Contains(err.Error(), "HTTP 400") || !strings.Contains(err.Error(), `"reason":"`+api.ReasonNoBinary+`"`) {
+			t.Errorf("%s: rollouts.create: %v, want INVALID_INPUT %s", c.name, err, api.ReasonNoBinary)
 		}
 		if n := h.getNode(t, c.pool, c.node.id); n.Install != nil || len(c.node.starter.log()) != 0 {
 			t.Errorf("%s: a node the release has no binary for was told to install it: install %+v", c.name, n.Install)
@@ -157,7 +157,7 @@ func TestAgentRefusals(t *testing.T) {
 		if c.rolloutID != "" {
 			continue // the expiring one's, created with its release
 		}
-		var out struct{ Rollout rollout.Rollout }
+		var out struct{ Rollout api.Rollout }
 		h.must(t, "rollouts.create", map[string]any{"tenantId": platformTenant, "version": c.version, "pools": []string{c.pool},
 			"waves": []map[string]any{{"percent": 100}}, "maxUnavailable": 1, "maxFailedNodes": 0, "bakeSeconds": 0}, &out)
 		c.rolloutID = out.Rollout.RolloutID
@@ -189,21 +189,21 @@ func TestAgentRefusals(t *testing.T) {
 			p := ps[0]
 			n := h.getNode(t, c.pool, c.node.id)
 			if c.skipped {
-				if p.Step != rollout.Skipped || p.Reason != rollout.ReasonNoBinary || r.Counts.Skipped != 1 || r.Counts.Failed != 0 || r.State != rollout.Completed {
+				if p.Step != api.Skipped || p.Reason != api.ReasonNoBinary || r.Counts.Skipped != 1 || r.Counts.Failed != 0 || r.State != api.Completed {
 					t.Errorf("progress %+v, rollout %s counts %+v", p, r.State, r.Counts)
 				}
 				if n.Install != nil || len(c.node.starter.log()) != 0 {
 					t.Errorf("a node the release has no binary for was told to install it: install %+v, starts %v", n.Install, c.node.starter.log())
 				}
 			} else {
-				if n.Install == nil || n.Install.State != fleet.InstallFailed || n.Install.Version != c.version ||
+				if n.Install == nil || n.Install.State != api.InstallFailed || n.Install.Version != c.version ||
 					n.Install.Reason == nil || !strings.Contains(*n.Install.Reason, c.want) {
 					t.Errorf("the node's report: install %s", show(n.Install))
 				}
-				if p.Step != rollout.Failed || !strings.HasPrefix(p.Reason, rollout.ReasonInstall+": ") || !strings.Contains(p.Reason, c.want) {
+				if p.Step != api.Failed || !strings.HasPrefix(p.Reason, rollout.ReasonInstall+": ") || !strings.Contains(p.Reason, c.want) {
 					t.Errorf("progress %s: %q, want failed naming %q", p.Step, p.Reason, c.want)
 				}
-				if r.Counts.Failed != 1 || r.State != rollout.RolledBack || r.Reason != rollout.ReasonFailures {
+				if r.Counts.Failed != 1 || r.State != api.RolledBack || r.Reason != rollout.ReasonFailures {
 					t.Errorf("rollout %s (%s), counts %+v", r.State, r.Reason, r.Counts)
 				}
 				t.Logf("%s: node reports %q; progress %s %q; rollout %s (%s), failed %d", c.name, *n.Install.Reason, p.Step, p.Reason, r.State, r.Reason, r.Counts.Failed)
@@ -233,7 +233,7 @@ func binaryURL(version string, h *rig) string {
 	return h.site.srv.URL + "/bcd-" + version + "-linux-amd64"
 }
 
-func show(i *fleet.Install) string {
+func show(i *api.Install) string {
 	if i == nil {
 		return "none"
 	}
@@ -266,7 +266,7 @@ func (h *rig) expiring(t *testing.T, ctx context.Context, pool string) (version,
 		st := h.statement(version, int64(7+attempt))
 		st.Expires = &expires
 		margin *= 2
-		var out struct{ Rollout rollout.Rollout }
+		var out struct{ Rollout api.Rollout }
 		err := h.post(ctx, "releases.register", map[string]any{"tenantId": platformTenant, "manifest": json.RawMessage(h.sign(t, st))}, nil)
 		if err == nil {
 			err = h.post(ctx, "rollouts.create", map[string]any{"tenantId": platformTenant, "version": version, "pools": []string{pool},

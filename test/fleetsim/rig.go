@@ -29,14 +29,13 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/agent"
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/release"
-	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -218,7 +217,7 @@ type start struct {
 	err     error
 }
 
-func (s *starter) Start(_ context.Context, path string, v fleet.Version) error {
+func (s *starter) Start(_ context.Context, path string, v api.Version) error {
 	data, err := os.ReadFile(path)
 	if err == nil && !bytes.HasPrefix(data, []byte("#!bcd "+v.Version+"\n")) {
 		err = fmt.Errorf("%s is not release %s", path, v.Version)
@@ -268,7 +267,7 @@ func (n *simNode) ref() string { return n.pool + "/" + n.id }
 // node registers node id in pool (platform, default linux/amd64) and
 // prepares its agent: a state dir saying it runs `running` (nil: none),
 // that release's binary installed, pins (nil: the rig's).
-func (h *rig) node(tb testing.TB, pool, id, platform string, running *fleet.Version, pins *release.Pins) *simNode {
+func (h *rig) node(tb testing.TB, pool, id, platform string, running *api.Version, pins *release.Pins) *simNode {
 	tb.Helper()
 	n, err := h.newNode(pool, id, platform, running, pins, tb.TempDir())
 	if err != nil {
@@ -279,7 +278,7 @@ func (h *rig) node(tb testing.TB, pool, id, platform string, running *fleet.Vers
 
 // newNode is node without tb (safe off the test's goroutine): dir is the
 // agent's state dir.
-func (h *rig) newNode(pool, id, platform string, running *fleet.Version, pins *release.Pins, dir string) (*simNode, error) {
+func (h *rig) newNode(pool, id, platform string, running *api.Version, pins *release.Pins, dir string) (*simNode, error) {
 	if platform == "" {
 		platform = "linux/amd64"
 	}
@@ -353,24 +352,24 @@ func (n *simNode) stop() {
 }
 
 // getNode is nodes.get's node.
-func (h *rig) getNode(tb testing.TB, pool, id string) fleet.Node {
+func (h *rig) getNode(tb testing.TB, pool, id string) api.Node {
 	tb.Helper()
-	var out struct{ Node fleet.Node }
+	var out struct{ Node api.Node }
 	h.must(tb, "nodes.get", map[string]any{"tenantId": "acme", "poolId": pool, "nodeId": id}, &out)
 	return out.Node
 }
 
 // getRollout is rollouts.get's rollout.
-func (h *rig) getRollout(ctx context.Context, id string) (rollout.Rollout, error) {
-	var out struct{ Rollout rollout.Rollout }
+func (h *rig) getRollout(ctx context.Context, id string) (api.Rollout, error) {
+	var out struct{ Rollout api.Rollout }
 	err := h.post(ctx, "rollouts.get", map[string]any{"tenantId": platformTenant, "rolloutId": id}, &out)
 	return out.Rollout, err
 }
 
 // rolloutNodes is every node of a rollout (rollouts.nodes, page by page).
-func (h *rig) rolloutNodes(tb testing.TB, id string) []rollout.NodeProgress {
+func (h *rig) rolloutNodes(tb testing.TB, id string) []api.NodeProgress {
 	tb.Helper()
-	var all []rollout.NodeProgress
+	var all []api.NodeProgress
 	cursor := ""
 	for {
 		in := map[string]any{"tenantId": platformTenant, "rolloutId": id, "limit": 1000}
@@ -378,7 +377,7 @@ func (h *rig) rolloutNodes(tb testing.TB, id string) []rollout.NodeProgress {
 			in["cursor"] = cursor
 		}
 		var out struct {
-			Nodes      []rollout.NodeProgress
+			Nodes      []api.NodeProgress
 			NextCursor string
 		}
 		h.must(tb, "rollouts.nodes", in, &out)

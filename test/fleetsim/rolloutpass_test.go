@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dsse"
-	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/meter"
 	"github.com/bettercompute/control-plane/shared/rollout"
 	"github.com/bettercompute/control-plane/test/teststack"
@@ -108,12 +108,12 @@ func runPass10k(b *testing.B) ([]benchPass, string) {
 			byRef[pool+"/"+n.id] = n
 		}
 	}
-	v1 := &fleet.Version{Version: "1.0.0", Sequence: 1}
-	beat := func(n *seeded, running *fleet.Version) error {
-		rep := fleet.Report{PoolID: n.pool, NodeID: n.id, Counter: n.counter.Add(1), At: time.Now().UTC(), Running: running,
-			Health: fleet.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []fleet.Check{}}, Bindings: []fleet.ReportedBinding{}}
+	v1 := &api.Version{Version: "1.0.0", Sequence: 1}
+	beat := func(n *seeded, running *api.Version) error {
+		rep := api.Report{PoolID: n.pool, NodeID: n.id, Counter: n.counter.Add(1), At: time.Now().UTC(), Running: running,
+			Health: api.Health{DevicesExpected: 8, DevicesVisible: 8, Checks: []api.Check{}}, Bindings: []api.ReportedBinding{}}
 		payload, _ := json.Marshal(rep)
-		env, err := dsse.Sign(fleet.ReportPayloadType, payload, n.key.signer)
+		env, err := dsse.Sign(api.ReportPayloadType, payload, n.key.signer)
 		if err != nil {
 			return err
 		}
@@ -166,7 +166,7 @@ func runPass10k(b *testing.B) ([]benchPass, string) {
 	pass("idle")
 	pass("idle")
 	seedTook := time.Since(seedStart)
-	var out struct{ Rollout rollout.Rollout }
+	var out struct{ Rollout api.Rollout }
 	poolIDs := make([]string, pools)
 	for p := range pools {
 		poolIDs[p] = fmt.Sprintf("big-%02d", p)
@@ -174,7 +174,7 @@ func runPass10k(b *testing.B) ([]benchPass, string) {
 	// Created through the service (the gateway's request timeout aside:
 	// create counts each pool's nodes).
 	created, err := h.st.App.Rollouts().Create(ctx, rollout.CreateRequest{Version: "2.0.0", Pools: poolIDs,
-		Waves:          []rollout.WaveSpec{{Nodes: ptr(1)}, {Percent: ptr(1)}, {Percent: ptr(10)}, {Percent: ptr(50)}, {Percent: ptr(100)}},
+		Waves:          []api.WaveSpec{{Nodes: ptr(1)}, {Percent: ptr(1)}, {Percent: ptr(10)}, {Percent: ptr(50)}, {Percent: ptr(100)}},
 		MaxUnavailable: ptr(pools * perPool * 5 / 100), MaxFailedNodes: ptr(2), BakeSeconds: ptr(0), DrainWaitSeconds: ptr(60),
 		By: rollout.Audit{TenantID: platformTenant, Principal: "admin"}})
 	if err != nil {
@@ -183,7 +183,7 @@ func runPass10k(b *testing.B) ([]benchPass, string) {
 	out.Rollout = created
 	id := out.Rollout.RolloutID
 	rstore := h.st.App.RolloutStore()
-	v2 := &fleet.Version{Version: "2.0.0", Sequence: 2}
+	v2 := &api.Version{Version: "2.0.0", Sequence: 2}
 	for i := 0; i < 60; i++ {
 		rec, err := rstore.GetRollout(ctx, id)
 		if err != nil {
@@ -196,7 +196,7 @@ func runPass10k(b *testing.B) ([]benchPass, string) {
 		pass(label)
 		// The nodes told to install report it done.
 		var told []*seeded
-		for _, st := range []rollout.Step{rollout.Installing, rollout.Verifying} {
+		for _, st := range []api.RolloutStep{api.Installing, api.Verifying} {
 			ps, err := rstore.ProgressByStep(ctx, id, st, 5000, "")
 			if err != nil {
 				b.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/fleet"
 	"github.com/bettercompute/control-plane/shared/meter"
 	"github.com/bettercompute/control-plane/shared/rollout"
@@ -136,7 +137,7 @@ func phase(rec rollout.Record) (string, int) {
 	switch {
 	case rec.State.Terminal():
 		return run + " " + string(rec.State), 0
-	case rec.State == rollout.Aborting:
+	case rec.State == api.Aborting:
 		return run + " aborting", 0
 	case !rec.Enumerated:
 		return run + " enumerate", 0

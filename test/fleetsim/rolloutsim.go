@@ -23,6 +23,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
@@ -51,9 +52,9 @@ type RolloutConfig struct {
 // RunStats is one rollout's outcome.
 type RunStats struct {
 	RolloutID       string
-	State           rollout.State
+	State           api.RolloutState
 	Reason          string
-	Counts          rollout.Counts
+	Counts          api.Counts
 	Waves           []int   // cumulative sizes
 	Seconds         float64 // create → terminal
 	UpdatedPerMin   float64 // nodes updated per minute, first wave's start → last wave's end (A)
@@ -215,7 +216,7 @@ func (sim *rolloutRun) startFleet() {
 	h.register(tb, h.sign(tb, h.statement("1.0.0", 1)))
 	h.register(tb, h.sign(tb, h.statement("2.0.0", 2)))
 	h.register(tb, h.sign(tb, h.statement("3.0.0", 3)))
-	v1 := &fleet.Version{Version: "1.0.0", Sequence: 1}
+	v1 := &api.Version{Version: "1.0.0", Sequence: 1}
 	for p := range cfg.Pools {
 		pool := fmt.Sprintf("ro-%02d", p)
 		sim.pools = append(sim.pools, pool)
@@ -232,7 +233,7 @@ func (sim *rolloutRun) startFleet() {
 }
 
 // registerNodes registers pool's nodes running v1, 8 at a time.
-func (sim *rolloutRun) registerNodes(pool string, v1 *fleet.Version) []*simNode {
+func (sim *rolloutRun) registerNodes(pool string, v1 *api.Version) []*simNode {
 	sim.tb.Helper()
 	cfg := sim.cfg
 	made := make([]*simNode, cfg.NodesPerPool)
@@ -276,7 +277,7 @@ func (sim *rolloutRun) awaitReady() {
 		ready := 0
 		for _, pool := range sim.pools {
 			_ = sim.fstore.PoolNodes(sim.ctx, pool, func(r fleet.Record) error {
-				if r.State == fleet.Ready && r.Running != nil {
+				if r.State == api.Ready && r.Running != nil {
 					ready++
 				}
 				return nil
@@ -322,9 +323,9 @@ func (sim *rolloutRun) reserve() {
 
 // create creates the rollout of version to every pool and makes it the
 // one the passes are labelled by.
-func (sim *rolloutRun) create(version string) rollout.Rollout {
+func (sim *rolloutRun) create(version string) api.Rollout {
 	sim.tb.Helper()
-	var out struct{ Rollout rollout.Rollout }
+	var out struct{ Rollout api.Rollout }
 	sim.h.must(sim.tb, "rollouts.create", map[string]any{"tenantId": platformTenant, "version": version, "pools": sim.pools,
 		"waves":          []map[string]any{{"nodes": 1}, {"percent": 1}, {"percent": 10}, {"percent": 50}, {"percent": 100}},
 		"maxUnavailable": sim.res.MaxUnavailable, "maxFailedNodes": 2, "bakeSeconds": sim.cfg.Bake, "progressDeadlineSeconds": 60,
@@ -336,7 +337,7 @@ func (sim *rolloutRun) create(version string) rollout.Rollout {
 }
 
 // await polls rollout id until its state is one want accepts.
-func (sim *rolloutRun) await(id string, want func(rollout.State) bool) (rollout.Rollout, time.Time) {
+func (sim *rolloutRun) await(id string, want func(api.RolloutState) bool) (api.Rollout, time.Time) {
 	sim.tb.Helper()
 	deadline := time.Now().Add(sim.cfg.Timeout)
 	for {
@@ -358,12 +359,12 @@ func (sim *rolloutRun) runA() {
 	res := &sim.res
 	sim.aFrom = time.Now()
 	ra := sim.create("2.0.0")
-	doneA, aTo := sim.await(ra.RolloutID, rollout.State.Terminal)
+	doneA, aTo := sim.await(ra.RolloutID, api.RolloutState.Terminal)
 	sim.aTo = aTo
 	res.A = stats(doneA, sim.aFrom, sim.aTo)
 	first, last, peak := sim.window(sim.aFrom, sim.aTo)
 	res.A.Passes, res.A.PeakUnavailable = last-first+1, peak
-	if doneA.State != rollout.Completed {
+	if doneA.State != api.Completed {
 		sim.violate("run A ended %s (%s), counts %+v", doneA.State, doneA.Reason, doneA.Counts)
 	}
 	if len(doneA.Waves) > 0 && doneA.Waves[0].StartedAt != nil && doneA.Waves[len(doneA.Waves)-1].FinishedAt != nil {
@@ -374,13 +375,13 @@ func (sim *rolloutRun) runA() {
 		k := p.PoolID + "/" + p.NodeID
 		r, busy := sim.reserved[k]
 		switch {
-		case busy && p.Step == rollout.Updated && !p.UpdatedAt.Before(r.end):
+		case busy && p.Step == api.Updated && !p.UpdatedAt.Before(r.end):
 			res.A.BusyUpdated++
-		case busy && p.Step == rollout.Skipped && p.Reason == rollout.ReasonBusy:
+		case busy && p.Step == api.Skipped && p.Reason == rollout.ReasonBusy:
 			res.A.BusySkipped++
 		case busy:
 			sim.violate("run A: %s reserved until %s: %s (%s) at %s", k, r.end.Format(time.TimeOnly), p.Step, p.Reason, p.UpdatedAt.Format(time.TimeOnly))
-		case p.Step != rollout.Updated:
+		case p.Step != api.Updated:
 			sim.violate("run A: %s not reserved: %s (%s)", k, p.Step, p.Reason)
 		}
 	}
@@ -394,19 +395,19 @@ func (sim *rolloutRun) runA() {
 // runB rolls out a release 30 % of wave 3's agents fail to start healthy:
 // it must abort and roll back. It returns the rollout at its end, the
 // failing nodes and the times their failures were marked, in order.
-func (sim *rolloutRun) runB() (rollout.Rollout, map[string]bool, []time.Time) {
+func (sim *rolloutRun) runB() (api.Rollout, map[string]bool, []time.Time) {
 	sim.tb.Helper()
 	res := &sim.res
 	sim.bFrom = time.Now()
 	rb := sim.create("3.0.0")
 	failing, inWaves13 := sim.failWave3(rb)
-	doneB, bTo := sim.await(rb.RolloutID, rollout.State.Terminal)
+	doneB, bTo := sim.await(rb.RolloutID, api.RolloutState.Terminal)
 	sim.bTo = bTo
 	res.B = stats(doneB, sim.bFrom, sim.bTo)
 	res.B.Failing = len(failing)
 	first, last, peak := sim.window(sim.bFrom, sim.bTo)
 	res.B.Passes, res.B.PeakUnavailable = last-first+1, peak
-	if doneB.State != rollout.RolledBack || doneB.Reason != rollout.ReasonFailures {
+	if doneB.State != api.RolledBack || doneB.Reason != rollout.ReasonFailures {
 		sim.violate("run B ended %s (%s), counts %+v", doneB.State, doneB.Reason, doneB.Counts)
 	}
 	progB := sim.h.rolloutNodes(sim.tb, rb.RolloutID)
@@ -417,7 +418,7 @@ func (sim *rolloutRun) runB() (rollout.Rollout, map[string]bool, []time.Time) {
 
 // failWave3 makes FailPct of rb's wave 3 (seed-picked) fail to start 3.0.0
 // healthy; it returns those nodes and every node of waves 1–3.
-func (sim *rolloutRun) failWave3(rb rollout.Rollout) (failing, inWaves13 map[string]bool) {
+func (sim *rolloutRun) failWave3(rb api.Rollout) (failing, inWaves13 map[string]bool) {
 	sizes := make([]int, len(rb.Waves))
 	for i, w := range rb.Waves {
 		sizes[i] = w.Size
@@ -443,18 +444,18 @@ func (sim *rolloutRun) failWave3(rb rollout.Rollout) (failing, inWaves13 map[str
 // checkProgressB checks run B's progress: only failing nodes failed, and
 // every updated one rolled back. It returns when the failures were marked,
 // in order.
-func (sim *rolloutRun) checkProgressB(progB []rollout.NodeProgress, failing map[string]bool) []time.Time {
+func (sim *rolloutRun) checkProgressB(progB []api.NodeProgress, failing map[string]bool) []time.Time {
 	res := &sim.res
 	var failedAt []time.Time
 	for _, p := range progB {
 		k := p.PoolID + "/" + p.NodeID
-		if p.Step == rollout.Failed {
+		if p.Step == api.Failed {
 			failedAt = append(failedAt, p.UpdatedAt)
 			if !failing[k] {
 				sim.violate("run B: %s failed (%s) without failing", k, p.Reason)
 			}
 		}
-		if p.Step == rollout.Updated {
+		if p.Step == api.Updated {
 			if p.Rollback == rollout.RollbackDone {
 				res.B.RolledBack++
 			} else {
@@ -468,8 +469,8 @@ func (sim *rolloutRun) checkProgressB(progB []rollout.NodeProgress, failing map[
 
 // checkNodesB checks the agents after run B: each runs what it ran when
 // run B took it, and none outside waves 1–3 was given 3.0.0.
-func (sim *rolloutRun) checkNodesB(progB []rollout.NodeProgress, inWaves13 map[string]bool) {
-	prevB := map[string]*fleet.Version{}
+func (sim *rolloutRun) checkNodesB(progB []api.NodeProgress, inWaves13 map[string]bool) {
+	prevB := map[string]*api.Version{}
 	for _, p := range progB {
 		prevB[p.PoolID+"/"+p.NodeID] = p.Previous
 	}
@@ -496,9 +497,9 @@ func (sim *rolloutRun) checkNodesB(progB []rollout.NodeProgress, inWaves13 map[s
 
 // timeAbort measures run B from the threshold-crossing failure to aborting
 // and to rolled_back, once every pass is recorded (after stopAll).
-func (sim *rolloutRun) timeAbort(doneB rollout.Rollout, failing map[string]bool, failedAt []time.Time) {
+func (sim *rolloutRun) timeAbort(doneB api.Rollout, failing map[string]bool, failedAt []time.Time) {
 	res := &sim.res
-	at := func(state rollout.State) time.Time {
+	at := func(state api.RolloutState) time.Time {
 		for _, ev := range doneB.History {
 			if ev.State == state {
 				return ev.At
@@ -507,7 +508,7 @@ func (sim *rolloutRun) timeAbort(doneB rollout.Rollout, failing map[string]bool,
 		return time.Time{}
 	}
 	if th := 2; len(failedAt) > th { // maxFailedNodes 2: the third failure crosses it
-		t3, tAbort, tBack := failedAt[th], at(rollout.Aborting), at(rollout.RolledBack)
+		t3, tAbort, tBack := failedAt[th], at(api.Aborting), at(api.RolledBack)
 		// The same pass marks the failure and aborts: the event's time is
 		// the pass's, truncated to the millisecond, the progress's is not.
 		res.B.ToAbort, res.B.ToRolledBack = max(0, tAbort.Sub(t3)), tBack.Sub(t3)
@@ -553,7 +554,7 @@ func (sim *rolloutRun) finish() {
 	res.Took = time.Since(sim.began)
 }
 
-func stats(r rollout.Rollout, from, to time.Time) RunStats {
+func stats(r api.Rollout, from, to time.Time) RunStats {
 	s := RunStats{RolloutID: r.RolloutID, State: r.State, Reason: r.Reason, Counts: r.Counts, Seconds: to.Sub(from).Seconds()}
 	for _, w := range r.Waves {
 		s.Waves = append(s.Waves, w.Size)

@@ -45,7 +45,7 @@ func (Module) PoolsCreate() app.Method {
 		svc := Service(a)
 		return api.Bind(api.Lookup("pools.create"), func(ctx context.Context, call *api.Call, in *api.CreatePoolInput) (api.PoolResult, error) {
 			p, err := svc.CreatePool(ctx, in.TenantID, in.PoolID, in.Resources, in.NodeSize)
-			return api.PoolResult{Pool: p}, err
+			return api.PoolResult{Pool: p.Pool}, err
 		}), nil
 	}}
 }
@@ -67,7 +67,7 @@ func (Module) PoolsGet() app.Method {
 		svc := Service(a)
 		return api.Bind(api.Lookup("pools.get"), func(ctx context.Context, call *api.Call, in *api.GetPoolInput) (api.PoolResult, error) {
 			p, err := svc.GetPool(ctx, in.TenantID, in.PoolID)
-			return api.PoolResult{Pool: p}, err
+			return api.PoolResult{Pool: p.Pool}, err
 		}), nil
 	}}
 }
@@ -80,7 +80,7 @@ func (Module) PoolsList() app.Method {
 			ps, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]capacity.Pool, map[string]string, error) {
 				return svc.ListPools(ctx, in.TenantID, pg)
 			})
-			return api.ListPoolsResult{Pools: ps, NextCursor: next}, err
+			return api.ListPoolsResult{Pools: wire(ps, func(p capacity.Pool) api.Pool { return p.Pool }), NextCursor: next}, err
 		}), nil
 	}}
 }
@@ -96,8 +96,8 @@ func (Module) PoolsUsage() app.Method {
 				q.From = *in.From
 				from = in.From.UTC().Format(time.RFC3339Nano)
 			}
-			var u capacity.Usage
-			_, next, err := app.List(a, call, api.Page{Limit: in.Limit, Cursor: in.Cursor}, capacity.DefaultUsageNodes, func(pg paging.Page) ([]capacity.Usage, map[string]string, error) {
+			var u api.Usage
+			_, next, err := app.List(a, call, api.Page{Limit: in.Limit, Cursor: in.Cursor}, api.DefaultUsageNodes, func(pg paging.Page) ([]api.Usage, map[string]string, error) {
 				q.Page = pg
 				var last map[string]string
 				var err error
@@ -129,7 +129,7 @@ func (Module) QuotasList() app.Method {
 		svc := Service(a)
 		return api.Bind(api.Lookup("quotas.list"), func(ctx context.Context, call *api.Call, in *api.ListQuotasInput) (api.ListQuotasResult, error) {
 			pool := app.Deref(in.PoolID)
-			qs, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]capacity.Quota, map[string]string, error) {
+			qs, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]api.Quota, map[string]string, error) {
 				return svc.ListQuotas(ctx, in.TenantID, pool, pg)
 			}, "poolId="+pool)
 			return api.ListQuotasResult{Quotas: qs, NextCursor: next}, err
@@ -147,7 +147,7 @@ func (Module) ReservationsCreate() app.Method {
 				Topology: app.Deref(in.Topology), Start: in.Window.Start, End: in.Window.End,
 				ClientToken: app.Deref(in.ClientToken), Principal: call.Principal,
 			}, call.Decide)
-			return api.ReservationResult{Reservation: r}, err
+			return api.ReservationResult{Reservation: r.Reservation}, err
 		}), nil
 	}}
 }
@@ -158,7 +158,7 @@ func (Module) ReservationsGet() app.Method {
 		svc := Service(a)
 		return api.Bind(api.Lookup("reservations.get"), func(ctx context.Context, call *api.Call, in *api.GetReservationInput) (api.ReservationResult, error) {
 			r, err := svc.GetReservation(ctx, in.TenantID, in.ReservationID)
-			return api.ReservationResult{Reservation: r}, err
+			return api.ReservationResult{Reservation: r.Reservation}, err
 		}), nil
 	}}
 }
@@ -168,7 +168,7 @@ func (Module) ReservationsList() app.Method {
 	return app.Method{Name: "reservations.list", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
 		svc := Service(a)
 		return api.Bind(api.Lookup("reservations.list"), func(ctx context.Context, call *api.Call, in *api.ListReservationsInput) (api.ListReservationsResult, error) {
-			st, err := app.Enum("state", in.State, capacity.ParseState, capacity.States)
+			st, err := app.Enum("state", in.State, api.ParseReservationState, api.ReservationStates)
 			if err != nil {
 				return api.ListReservationsResult{}, err
 			}
@@ -176,7 +176,7 @@ func (Module) ReservationsList() app.Method {
 			rs, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]capacity.Reservation, map[string]string, error) {
 				return svc.ListReservations(ctx, in.TenantID, f, pg)
 			}, "poolId="+f.PoolID, "state="+string(f.State))
-			return api.ListReservationsResult{Reservations: rs, NextCursor: next}, err
+			return api.ListReservationsResult{Reservations: wire(rs, func(r capacity.Reservation) api.Reservation { return r.Reservation }), NextCursor: next}, err
 		}), nil
 	}}
 }
@@ -187,7 +187,17 @@ func (Module) ReservationsRelease() app.Method {
 		svc := Service(a)
 		return api.Bind(api.Lookup("reservations.release"), func(ctx context.Context, call *api.Call, in *api.ReleaseReservationInput) (api.ReservationResult, error) {
 			r, err := svc.ReleaseReservation(ctx, in.TenantID, in.ReservationID)
-			return api.ReservationResult{Reservation: r}, err
+			return api.ReservationResult{Reservation: r.Reservation}, err
 		}), nil
 	}}
+}
+
+// wire is what the API answers of each stored value: the wire type a
+// domain type embeds.
+func wire[T, W any](xs []T, view func(T) W) []W {
+	out := make([]W, len(xs))
+	for i, x := range xs {
+		out[i] = view(x)
+	}
+	return out
 }

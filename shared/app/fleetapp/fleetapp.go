@@ -104,11 +104,11 @@ func (m *Module) NodesList() app.Method {
 	return app.Method{Name: "nodes.list", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
 		svc := m.Service(a)
 		return api.Bind(api.Lookup("nodes.list"), func(ctx context.Context, call *api.Call, in *api.ListNodesInput) (api.ListNodesResult, error) {
-			st, err := app.Enum("state", in.State, fleet.ParseState, fleet.States)
+			st, err := app.Enum("state", in.State, api.ParseNodeState, api.NodeStates)
 			if err != nil {
 				return api.ListNodesResult{}, err
 			}
-			ns, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]fleet.Node, map[string]string, error) {
+			ns, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]api.Node, map[string]string, error) {
 				return svc.List(ctx, in.TenantID, in.PoolID, st, pg)
 			}, "poolId="+in.PoolID, "state="+string(st))
 			return api.ListNodesResult{Nodes: ns, NextCursor: next}, err

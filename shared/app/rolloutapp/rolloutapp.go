@@ -202,7 +202,7 @@ func rolloutMethod(name string, bind func(a *app.App, svc *rollout.Rollouts) api
 }
 
 // change binds pause, resume or abort.
-func change(name string, do func(svc *rollout.Rollouts, ctx context.Context, id, reason string) (rollout.Rollout, error)) app.Method {
+func change(name string, do func(svc *rollout.Rollouts, ctx context.Context, id, reason string) (api.Rollout, error)) app.Method {
 	return rolloutMethod(name, func(_ *app.App, svc *rollout.Rollouts) api.Endpoint {
 		return api.Bind(api.Lookup(name), func(ctx context.Context, call *api.Call, in *api.ChangeRolloutInput) (api.RolloutResult, error) {
 			r, err := do(svc, ctx, in.RolloutID, app.Deref(in.Reason))
@@ -242,11 +242,11 @@ func (*Module) RolloutsGet() app.Method {
 func (*Module) RolloutsList() app.Method {
 	return rolloutMethod("rollouts.list", func(a *app.App, svc *rollout.Rollouts) api.Endpoint {
 		return api.Bind(api.Lookup("rollouts.list"), func(ctx context.Context, call *api.Call, in *api.ListRolloutsInput) (api.ListRolloutsResult, error) {
-			st, err := app.Enum("state", in.State, rollout.ParseState, rollout.States)
+			st, err := app.Enum("state", in.State, api.ParseRolloutState, api.RolloutStates)
 			if err != nil {
 				return api.ListRolloutsResult{}, err
 			}
-			rs, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]rollout.Rollout, map[string]string, error) {
+			rs, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]api.Rollout, map[string]string, error) {
 				return svc.List(ctx, st, pg)
 			}, "state="+string(st))
 			return api.ListRolloutsResult{Rollouts: rs, NextCursor: next}, err
@@ -258,11 +258,11 @@ func (*Module) RolloutsList() app.Method {
 func (*Module) RolloutsNodes() app.Method {
 	return rolloutMethod("rollouts.nodes", func(a *app.App, svc *rollout.Rollouts) api.Endpoint {
 		return api.Bind(api.Lookup("rollouts.nodes"), func(ctx context.Context, call *api.Call, in *api.RolloutNodesInput) (api.RolloutNodesResult, error) {
-			st, err := app.Enum("step", in.Step, rollout.ParseStep, rollout.Steps)
+			st, err := app.Enum("step", in.Step, api.ParseRolloutStep, api.RolloutSteps)
 			if err != nil {
 				return api.RolloutNodesResult{}, err
 			}
-			ns, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]rollout.NodeProgress, map[string]string, error) {
+			ns, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]api.NodeProgress, map[string]string, error) {
 				ns, next, err := svc.Nodes(ctx, in.RolloutID, st, pg.Limit, pg.After["k"])
 				if next == "" {
 					return ns, nil, err

@@ -8,6 +8,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/conc"
 	"github.com/bettercompute/control-plane/shared/dynamo"
@@ -20,7 +21,7 @@ import (
 // it requires that nothing else writes those items meanwhile and that the
 // reservations do not overlap. nodeHours are the node-hours to write (made
 // with their entries by NodeHour.Add); quotas the rows to write whole.
-func (s *Store) BulkLoad(ctx context.Context, reservations []capacity.Reservation, nodeHours []capacity.NodeHour, quotas []capacity.Quota) error {
+func (s *Store) BulkLoad(ctx context.Context, reservations []capacity.Reservation, nodeHours []capacity.NodeHour, quotas []api.Quota) error {
 	var reqs []types.WriteRequest
 	add := func(item any) error {
 		av, err := attributevalue.MarshalMap(item)
@@ -41,7 +42,7 @@ func (s *Store) BulkLoad(ctx context.Context, reservations []capacity.Reservatio
 		}
 	}
 	for _, q := range quotas {
-		if err := add(newQuotaItem(q.Key(), q.Max, q.Used)); err != nil {
+		if err := add(newQuotaItem(capacity.QuotaKeyOf(q), q.Max, q.Used)); err != nil {
 			return err
 		}
 	}

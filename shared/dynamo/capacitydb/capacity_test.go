@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo"
@@ -240,7 +241,7 @@ func TestCapacityNodeHours(t *testing.T) {
 	ctx := context.Background()
 	pr := capacity.PoolResource{PoolID: "p1", Topology: capacity.Topology{Resource: "gpu", Devices: 20, NodeSize: 8}}
 	hour := capacity.HourOf(capT0)
-	w := capacity.Window{Start: capT0, End: capT0.Add(time.Hour)}
+	w := api.Window{Start: capT0, End: capT0.Add(time.Hour)}
 	if nds, scan, err := s.Candidates(ctx, pr, hour, 1, 16, 0); err != nil || scan.Provisioned || len(nds) != 0 {
 		t.Fatalf("before anything is stored: %v %v %v", nds, scan, err)
 	}
@@ -363,7 +364,7 @@ func TestCapacityNodeHourFull(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		w := capacity.Window{Start: capT0.Add(time.Duration(i) * time.Second), End: capT0.Add(time.Duration(i+1) * time.Second)}
+		w := api.Window{Start: capT0.Add(time.Duration(i) * time.Second), End: capT0.Add(time.Duration(i+1) * time.Second)}
 		err = s.Allocate(ctx, nds[0], "r"+strconv.Itoa(i), capacity.Entry{Mask: 1, Window: w})
 		if err == nil {
 			continue
@@ -380,9 +381,9 @@ func TestCapacityDueIndex(t *testing.T) {
 	ctx := context.Background()
 	var want int
 	for i := 0; i < 40; i++ {
-		r := capacity.Reservation{ReservationID: "r" + string(rune('A'+i)), TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 1,
-			Window: capacity.Window{Start: capT0, End: capT0.Add(time.Hour)}, State: capacity.Draft, CreatedAt: capT0, UpdatedAt: capT0,
-			Due: capT0.Add(time.Duration(i) * time.Second)}
+		r := capacity.Reservation{Reservation: api.Reservation{ReservationID: "r" + string(rune('A'+i)), TenantID: "acme",
+			PoolID: "p1", Resource: "gpu", Count: 1, Window: api.Window{Start: capT0, End: capT0.Add(time.Hour)}, State: api.Draft,
+			CreatedAt: capT0, UpdatedAt: capT0}, Due: capT0.Add(time.Duration(i) * time.Second)}
 		if i%4 == 3 {
 			r.Due = time.Time{} // no pending work: not in the index
 		} else if i < 30 {
@@ -423,7 +424,7 @@ func TestCapacityCoverable(t *testing.T) {
 	pr := capacity.PoolResource{PoolID: "p1", Topology: capacity.Topology{Resource: "gpu", Devices: 20, NodeSize: 8}}
 	hour := capacity.HourOf(capT0)
 	whole := capacity.Entry{Mask: 0b1111, Window: hour.Window()}
-	half := capacity.Entry{Mask: 0xff, Window: capacity.Window{Start: capT0, End: capT0.Add(30 * time.Minute)}}
+	half := capacity.Entry{Mask: 0xff, Window: api.Window{Start: capT0, End: capT0.Add(30 * time.Minute)}}
 	if nodes, scan, err := s.Coverable(ctx, pr, hour, 1, 8); err != nil || len(nodes) != 0 || scan.Provisioned {
 		t.Fatalf("nothing stored: %v %+v %v", nodes, scan, err)
 	}
@@ -468,8 +469,9 @@ func TestCapacityCoverable(t *testing.T) {
 func TestAmendRefusesAStaleCopy(t *testing.T) {
 	s, _ := newCapacity(t)
 	ctx := context.Background()
-	r := capacity.Reservation{ReservationID: "R1", TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 1,
-		Window: capacity.Window{Start: capT0, End: capT0.Add(time.Hour)}, State: capacity.Draft, CreatedAt: capT0, UpdatedAt: capT0}
+	r := capacity.Reservation{Reservation: api.Reservation{ReservationID: "R1", TenantID: "acme", PoolID: "p1",
+		Resource: "gpu", Count: 1, Window: api.Window{Start: capT0, End: capT0.Add(time.Hour)}, State: api.Draft,
+		CreatedAt: capT0, UpdatedAt: capT0}}
 	if _, err := s.PutDraft(ctx, r); err != nil {
 		t.Fatal(err)
 	}

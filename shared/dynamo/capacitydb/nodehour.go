@@ -16,6 +16,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/conc"
 	"github.com/bettercompute/control-plane/shared/dynamo"
@@ -64,7 +65,7 @@ import (
 const (
 	offBias   = 1 << 30 // a multiple of 2^fitShift, above every fit and cap
 	fitShift  = capacity.SpreadBits
-	markerFit = (capacity.MaxNodeSize + 1) << fitShift
+	markerFit = (api.MaxNodeSize + 1) << fitShift
 	skHour    = "#HOUR"
 	// nodeHourRetention: how long an hour's items outlive it (TTL), for
 	// pools.usage and the checker to see the recent past.
@@ -127,7 +128,7 @@ func (it nodeHourItem) nodeHour() capacity.NodeHour {
 	}
 	for id, e := range it.Entries {
 		nh.Entries[id] = capacity.Entry{Mask: capacity.Mask(uint64(e.M)), Tenant: e.T,
-			Window: capacity.Window{Start: time.UnixMilli(e.S).UTC(), End: time.UnixMilli(e.E).UTC()}}
+			Window: api.Window{Start: time.UnixMilli(e.S).UTC(), End: time.UnixMilli(e.E).UTC()}}
 	}
 	return nh
 }
@@ -418,7 +419,7 @@ func versions(nh capacity.NodeHour, mask capacity.Mask, conds []expression.Condi
 // covers them, and no two entries ever cover one device (they would
 // overlap).
 func coverDelta(h capacity.Hour, e capacity.Entry, remove bool) int {
-	if !e.Window.Covers(h) {
+	if !h.CoveredBy(e.Window) {
 		return 0
 	}
 	if remove {

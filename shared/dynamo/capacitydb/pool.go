@@ -7,6 +7,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
@@ -40,8 +41,8 @@ type poolItem struct {
 }
 
 func (it poolItem) pool() capacity.Pool {
-	return capacity.Pool{PoolID: it.PoolID, OwnerTenantID: it.OwnerTenantID, Resources: it.Resources,
-		NodeSize: it.NodeSize, CreatedAt: dynamo.ParseTime(it.CreatedAt), ProvisionedTo: capacity.Hour(it.ProvTo)}
+	return capacity.Pool{Pool: api.Pool{PoolID: it.PoolID, OwnerTenantID: it.OwnerTenantID, Resources: it.Resources,
+		NodeSize: it.NodeSize, CreatedAt: dynamo.ParseTime(it.CreatedAt)}, ProvisionedTo: capacity.Hour(it.ProvTo)}
 }
 
 func newPoolItem(pk, sk, kind string, p capacity.Pool) poolItem {

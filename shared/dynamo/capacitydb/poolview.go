@@ -6,6 +6,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
@@ -40,10 +41,10 @@ func (s *Store) ListPools(ctx context.Context, tenant string, page paging.Page) 
 		}
 		p := it.pool()
 		out = append(out, p)
-		if n := p.DeviceCount(); n <= capacity.InlineDevices {
+		if n := p.DeviceCount(); n <= api.InlineDevices {
 			devices += n // what the answer lists (the service fills Devices)
 		}
-		return devices < capacity.PoolPageDevices, nil
+		return devices < api.PoolPageDevices, nil
 	})
 	return out, next, err
 }

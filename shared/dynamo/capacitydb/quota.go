@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
@@ -92,7 +93,7 @@ func (rec flightRecord) charged() capacity.Charged {
 }
 
 func (it quotaItem) row() capacity.QuotaRow {
-	r := capacity.QuotaRow{Quota: capacity.Quota{TenantID: it.TenantID, PoolID: it.PoolID, Resource: it.Resource, Max: it.Max, Used: it.Used},
+	r := capacity.QuotaRow{Quota: api.Quota{TenantID: it.TenantID, PoolID: it.PoolID, Resource: it.Resource, Max: it.Max, Used: it.Used},
 		Free: it.Free, Charging: map[string]capacity.Charged{}, Crediting: map[string]int{}}
 	for id, rec := range it.InFlight {
 		r.Charging[id] = rec.charged()
@@ -122,7 +123,7 @@ func (s *Store) EnsureQuota(ctx context.Context, k capacity.QuotaKey, max int64,
 
 // SetQuotaMax implements capacity.QuotaStore: max, and free = max − used,
 // in one write (a row that is missing is created with used 0).
-func (s *Store) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int64, now time.Time) (capacity.Quota, error) {
+func (s *Store) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int64, now time.Time) (api.Quota, error) {
 	used := expression.Name("used").IfNotExists(expression.Value(0))
 	upd := expression.Set(expression.Name("max"), expression.Value(max)).
 		Set(expression.Name("used"), used).
@@ -136,20 +137,20 @@ func (s *Store) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int64,
 		Set(expression.Name("updatedAt"), expression.Value(dynamo.FmtTime(now)))
 	av, err := s.update(ctx, quotaKey(k), upd, nil, types.ReturnValueAllNew)
 	if err != nil {
-		return capacity.Quota{}, err
+		return api.Quota{}, err
 	}
 	var it quotaItem
 	if err := attributevalue.UnmarshalMap(av, &it); err != nil {
-		return capacity.Quota{}, err
+		return api.Quota{}, err
 	}
 	return it.row().Quota, nil
 }
 
 // GetQuota implements capacity.QuotaStore.
-func (s *Store) GetQuota(ctx context.Context, k capacity.QuotaKey) (capacity.Quota, error) {
+func (s *Store) GetQuota(ctx context.Context, k capacity.QuotaKey) (api.Quota, error) {
 	it, ok, err := s.quotaRow(ctx, k)
 	if err != nil || !ok {
-		return capacity.Quota{TenantID: k.TenantID, PoolID: k.PoolID, Resource: k.Resource}, err
+		return api.Quota{TenantID: k.TenantID, PoolID: k.PoolID, Resource: k.Resource}, err
 	}
 	return it.row().Quota, nil
 }
@@ -170,12 +171,12 @@ func (s *Store) quotaRow(ctx context.Context, k capacity.QuotaKey) (quotaItem, b
 }
 
 // ListQuotas implements capacity.QuotaStore.
-func (s *Store) ListQuotas(ctx context.Context, tenant, poolID string, page paging.Page) ([]capacity.Quota, map[string]string, error) {
+func (s *Store) ListQuotas(ctx context.Context, tenant, poolID string, page paging.Page) ([]api.Quota, map[string]string, error) {
 	prefix := "QUOTA#"
 	if poolID != "" {
 		prefix += poolID + "#"
 	}
-	var out []capacity.Quota
+	var out []api.Quota
 	next, err := s.queryPartition(ctx, tenant, prefix, page, func(av map[string]types.AttributeValue) (bool, error) {
 		var it quotaItem
 		if err := attributevalue.UnmarshalMap(av, &it); err != nil {
@@ -210,7 +211,7 @@ func (s *Store) Charge(ctx context.Context, k capacity.QuotaKey, id string, coun
 		upd = upd.Remove(dynamo.Path("q", old))
 	}
 	c := dynamo.All([]expression.ConditionBuilder{expression.Name("free").GreaterThanEqual(n),
-		expression.AttributeNotExists(dynamo.Path("q", id)), expression.Name("q").Size().LessThan(expression.Value(capacity.MaxInFlight))})
+		expression.AttributeNotExists(dynamo.Path("q", id)), expression.Name("q").Size().LessThan(expression.Value(api.MaxInFlight))})
 	for {
 		_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
 		if err == nil {
@@ -224,7 +225,7 @@ func (s *Store) Charge(ctx context.Context, k capacity.QuotaKey, id string, coun
 		case err != nil:
 			return capacity.Charged{}, err
 		case !ok:
-			return capacity.Charged{}, capacity.QuotaExceeded{Quota: capacity.Quota{TenantID: k.TenantID, PoolID: k.PoolID, Resource: k.Resource}}
+			return capacity.Charged{}, capacity.QuotaExceeded{Quota: api.Quota{TenantID: k.TenantID, PoolID: k.PoolID, Resource: k.Resource}}
 		}
 		if prev, held := it.InFlight[id]; held {
 			// Charged by an earlier flow (or attempt) of the same reservation.
@@ -233,7 +234,7 @@ func (s *Store) Charge(ctx context.Context, k capacity.QuotaKey, id string, coun
 		switch {
 		case it.Free < int64(count):
 			return capacity.Charged{}, capacity.QuotaExceeded{Quota: it.row().Quota}
-		case len(it.InFlight) >= capacity.MaxInFlight:
+		case len(it.InFlight) >= api.MaxInFlight:
 			return capacity.Charged{}, capacity.ErrBusy
 		}
 		// The row moved between the write and the read (another charge,
@@ -318,7 +319,7 @@ func (s *Store) Credit(ctx context.Context, k capacity.QuotaKey, id string, coun
 		Set(dynamo.Path("cr", id), n).
 		Remove(dynamo.Path("q", id))
 	c := expression.And(rowExists, expression.AttributeNotExists(dynamo.Path("cr", id)),
-		expression.Name("cr").Size().LessThan(expression.Value(capacity.MaxInFlight)))
+		expression.Name("cr").Size().LessThan(expression.Value(api.MaxInFlight)))
 	_, err := s.update(ctx, quotaKey(k), upd, &c, types.ReturnValueNone)
 	if dynamo.ConditionFailed(err) {
 		it, ok, gerr := s.quotaRow(ctx, k)

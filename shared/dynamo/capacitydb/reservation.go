@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
@@ -96,8 +97,8 @@ type reservationItem struct {
 const lskListed = "RES#"
 
 // listed reports whether plain lists show a reservation in state st.
-func listed(st capacity.State) bool {
-	return st != capacity.Denied && st != capacity.Rejected && st != capacity.Expired
+func listed(st api.ReservationState) bool {
+	return st != api.Denied && st != api.Rejected && st != api.Expired
 }
 
 // listKeys are a reservation's lsk, ssk and psk ("" for none).
@@ -142,16 +143,38 @@ func toReservationItem(r capacity.Reservation) reservationItem {
 
 func (it reservationItem) reservation() capacity.Reservation {
 	r := capacity.Reservation{
-		ReservationID: it.ReservationID, TenantID: it.TenantID, PoolID: it.PoolID, Resource: it.Resource, Count: it.Count,
-		Window: capacity.Window{Start: dynamo.ParseTime(it.Start), End: dynamo.ParseTime(it.End)}, Topology: it.Topology,
-		State: capacity.State(it.State), Reason: it.Reason, Devices: it.Devices, Plan: it.Plan, NodeSize: it.NodeSize,
-		CreatedAt: dynamo.ParseTime(it.CreatedAt), UpdatedAt: dynamo.ParseTime(it.UpdatedAt), ReleasedBy: it.ReleasedBy,
-		Credited: it.Credited, Request: it.Request, ClientToken: it.ClientToken, Principal: it.Principal, Invalid: it.Invalid,
-		History: make([]capacity.Event, len(it.History)),
-		Bound:   it.Bound, Move: it.Move, MovedFrom: it.MovedFrom, Moves: it.Moves, NodeNoted: it.NodeNoted, Amended: it.Amended,
+		Reservation: api.Reservation{
+			ReservationID: it.ReservationID,
+			TenantID:      it.TenantID,
+			PoolID:        it.PoolID,
+			Resource:      it.Resource,
+			Count:         it.Count,
+			Window:        api.Window{Start: dynamo.ParseTime(it.Start), End: dynamo.ParseTime(it.End)},
+			Topology:      it.Topology,
+			State:         api.ReservationState(it.State),
+			Reason:        it.Reason,
+			CreatedAt:     dynamo.ParseTime(it.CreatedAt),
+			UpdatedAt:     dynamo.ParseTime(it.UpdatedAt),
+			ReleasedBy:    it.ReleasedBy,
+			History:       make([]api.Event, len(it.History)),
+		},
+		Devices:     it.Devices,
+		Plan:        it.Plan,
+		NodeSize:    it.NodeSize,
+		Credited:    it.Credited,
+		Request:     it.Request,
+		ClientToken: it.ClientToken,
+		Principal:   it.Principal,
+		Invalid:     it.Invalid,
+		Bound:       it.Bound,
+		Move:        it.Move,
+		MovedFrom:   it.MovedFrom,
+		Moves:       it.Moves,
+		NodeNoted:   it.NodeNoted,
+		Amended:     it.Amended,
 	}
 	for i, e := range it.History {
-		r.History[i] = capacity.Event{State: capacity.State(e.State), At: dynamo.ParseTime(e.At), Reason: e.Reason, RolloutID: e.Rollout}
+		r.History[i] = api.Event{State: api.ReservationState(e.State), At: dynamo.ParseTime(e.At), Reason: e.Reason, RolloutID: e.Rollout}
 	}
 	if it.Lease != "" {
 		r.Lease = dynamo.ParseTime(it.Lease)
@@ -189,7 +212,7 @@ func (s *Store) GetReservation(ctx context.Context, tenant, id string) (capacity
 // only on the transition that places them, so a writer that read the
 // reservation before its create placed it (a release of the draft) never
 // overwrites what the create recorded.
-func (s *Store) Transition(ctx context.Context, to capacity.Reservation, from capacity.State) (capacity.Reservation, error) {
+func (s *Store) Transition(ctx context.Context, to capacity.Reservation, from api.ReservationState) (capacity.Reservation, error) {
 	it := toReservationItem(to)
 	upd := expression.Set(expression.Name("state"), expression.Value(it.State)).
 		Set(expression.Name("updatedAt"), expression.Value(it.UpdatedAt)).
@@ -199,7 +222,7 @@ func (s *Store) Transition(ctx context.Context, to capacity.Reservation, from ca
 	if n := len(it.History); n > 0 {
 		upd = upd.Set(expression.Name("hist"), expression.ListAppend(expression.Name("hist"), expression.Value(it.History[n-1:])))
 	}
-	if to.State == capacity.Placed {
+	if to.State == api.Placed {
 		upd = upd.Set(expression.Name("dev"), expression.Value(it.Devices)).Set(expression.Name("ns"), expression.Value(it.NodeSize))
 	}
 	for name, v := range map[string]string{"reason": it.Reason, "releasedBy": it.ReleasedBy, "invalid": it.Invalid,
@@ -289,7 +312,7 @@ func (s *Store) Disrupt(ctx context.Context, tenant, id, rolloutID string, at ti
 	case r.State.Terminal():
 		return nil
 	}
-	ev := []eventItem{{State: string(r.State), At: dynamo.FmtTime(at), Reason: capacity.ReasonDisrupted, Rollout: rolloutID}}
+	ev := []eventItem{{State: string(r.State), At: dynamo.FmtTime(at), Reason: api.ReasonDisrupted, Rollout: rolloutID}}
 	upd := expression.Set(expression.Name("hist"), expression.ListAppend(expression.Name("hist"), expression.Value(ev))).
 		Set(expression.Name("dis"), expression.ListAppend(expression.IfNotExists(expression.Name("dis"), expression.Value([]string{})), expression.Value([]string{rolloutID})))
 	c := expression.And(expression.Name("state").Equal(expression.Value(string(r.State))),
@@ -302,7 +325,7 @@ func (s *Store) Disrupt(ctx context.Context, tenant, id, rolloutID string, at ti
 
 // SetPlan implements capacity.ReservationStore.
 func (s *Store) SetPlan(ctx context.Context, r capacity.Reservation, p capacity.Placement, nodeSize int) error {
-	c := expression.Name("state").Equal(expression.Value(string(capacity.Draft)))
+	c := expression.Name("state").Equal(expression.Value(string(api.Draft)))
 	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("plan"), expression.Value(p.Devices(nodeSize))).
 		Set(expression.Name("ns"), expression.Value(nodeSize)), &c, types.ReturnValueNone)
 	return dynamo.WhenConditionFails(err, capacity.ErrStale)
@@ -328,7 +351,7 @@ func (s *Store) Reservations(ctx context.Context, tenant string, ids []string) (
 
 // TakeOver implements capacity.ReservationStore.
 func (s *Store) TakeOver(ctx context.Context, r capacity.Reservation, old, lease time.Time) error {
-	c := expression.Name("state").Equal(expression.Value(string(capacity.Draft))).
+	c := expression.Name("state").Equal(expression.Value(string(api.Draft))).
 		And(expression.Name("lease").Equal(expression.Value(dynamo.FmtTime(old))))
 	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("lease"), expression.Value(dynamo.FmtTime(lease))), &c, types.ReturnValueNone)
 	return dynamo.WhenConditionFails(err, capacity.ErrStale)

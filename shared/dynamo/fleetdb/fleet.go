@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
@@ -76,7 +77,7 @@ func (s *Store) GetNode(ctx context.Context, pool, resource string, k int) (flee
 // ListNodes implements fleet.Store: a Query of the pool's partition by
 // sort key, or, for one state, of the keys-only `bystate` index, whose
 // page is then read with a consistent BatchGetItem.
-func (s *Store) ListNodes(ctx context.Context, pool string, st fleet.State, page paging.Page) ([]fleet.Record, map[string]string, error) {
+func (s *Store) ListNodes(ctx context.Context, pool string, st api.NodeState, page paging.Page) ([]fleet.Record, map[string]string, error) {
 	limit := page.Limit
 	if limit <= 0 {
 		limit = paging.DefaultLimit
@@ -104,7 +105,7 @@ func (s *Store) PoolNodes(ctx context.Context, pool string, fn func(fleet.Record
 }
 
 // Heartbeat implements fleet.Store: one conditional UpdateItem.
-func (s *Store) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep fleet.Report, st fleet.State, split *fleet.LogSplit, now time.Time) (fleet.Record, error) {
+func (s *Store) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep api.Report, st api.NodeState, split *api.LogSplit, now time.Time) (fleet.Record, error) {
 	reported := make(map[string]string, len(rep.Bindings))
 	for _, b := range rep.Bindings {
 		reported[b.ReservationID] = b.State
@@ -115,7 +116,7 @@ func (s *Store) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep
 		Set(expression.Name(schema.AttrState), expression.Value(nodeSSK(st, r.Resource, r.Index))).
 		Set(expression.Name("health"), expression.Value(toHealthItem(rep.Health))).
 		Set(expression.Name("rep"), expression.Value(reported))
-	if st != fleet.Ready {
+	if st != api.Ready {
 		// Out of service from the moment the report is accepted: a rollout
 		// counting the pool's out-of-service index sees it at once.
 		upd = upd.Set(expression.Name(schema.AttrPool), expression.Value(nodeOutPSK(r.Resource, r.Index)))
@@ -177,8 +178,8 @@ func (s *Store) ReplaceKey(ctx context.Context, r fleet.Record, keyID, pub, plat
 		Set(expression.Name("pub"), expression.Value(pub)).
 		Set(expression.Name("platform"), expression.Value(platform)).
 		Set(expression.Name("counter"), expression.Value(0)).
-		Set(expression.Name("state"), expression.Value(string(fleet.Registered))).
-		Set(expression.Name(schema.AttrState), expression.Value(nodeSSK(fleet.Registered, r.Resource, r.Index))).
+		Set(expression.Name("state"), expression.Value(string(api.Registered))).
+		Set(expression.Name(schema.AttrState), expression.Value(nodeSSK(api.Registered, r.Resource, r.Index))).
 		Set(expression.Name(schema.AttrPool), expression.Value(nodeOutPSK(r.Resource, r.Index))).
 		Remove(expression.Name("log")).Remove(expression.Name("lsv")) // a re-imaged host witnesses afresh
 	c := expression.And(expression.AttributeExists(expression.Name(schema.AttrPK)),
@@ -198,9 +199,9 @@ func (s *Store) updateNode(ctx context.Context, r fleet.Record, upd expression.U
 }
 
 // SetCordon implements fleet.Store.
-func (s *Store) SetCordon(ctx context.Context, r fleet.Record, by string, c *fleet.Cordon) (fleet.Record, error) {
+func (s *Store) SetCordon(ctx context.Context, r fleet.Record, by string, c *api.Cordon) (fleet.Record, error) {
 	attr := expression.Name("oc")
-	if by == fleet.ByRollout {
+	if by == api.ByRollout {
 		attr = expression.Name("rc")
 	}
 	var upd expression.UpdateBuilder
@@ -217,7 +218,7 @@ func (s *Store) SetCordon(ctx context.Context, r fleet.Record, by string, c *fle
 // eligibleNow conditions a write on the node being eligible: ready and
 // not cordoned.
 func eligibleNow() expression.ConditionBuilder {
-	return expression.And(expression.Name("state").Equal(expression.Value(string(fleet.Ready))),
+	return expression.And(expression.Name("state").Equal(expression.Value(string(api.Ready))),
 		expression.AttributeNotExists(expression.Name("oc")), expression.AttributeNotExists(expression.Name("rc")))
 }
 
@@ -248,8 +249,8 @@ func (s *Store) SetFlagged(ctx context.Context, r fleet.Record, gen int64, flagg
 
 // MarkUnreachable implements fleet.Store.
 func (s *Store) MarkUnreachable(ctx context.Context, r fleet.Record) (fleet.Record, error) {
-	upd := expression.Set(expression.Name("state"), expression.Value(string(fleet.Unreachable))).
-		Set(expression.Name(schema.AttrState), expression.Value(nodeSSK(fleet.Unreachable, r.Resource, r.Index))).
+	upd := expression.Set(expression.Name("state"), expression.Value(string(api.Unreachable))).
+		Set(expression.Name(schema.AttrState), expression.Value(nodeSSK(api.Unreachable, r.Resource, r.Index))).
 		Set(expression.Name(schema.AttrPool), expression.Value(nodeOutPSK(r.Resource, r.Index)))
 	// The key too: a replaced node restarts its counter, which could reach
 	// r's again under the new key.
@@ -261,8 +262,8 @@ func (s *Store) MarkUnreachable(ctx context.Context, r fleet.Record) (fleet.Reco
 // DropEntry implements fleet.Store.
 func (s *Store) DropEntry(ctx context.Context, r fleet.Record, id string) error {
 	upd := expression.Remove(dynamo.Path("b", id)).Add(expression.Name("nb"), expression.Value(-1)).Add(expression.Name("bv"), expression.Value(1))
-	c := expression.And(dynamo.Path("b", id).AppendName(expression.Name("a")).Equal(expression.Value(fleet.ActionUnbind)),
-		dynamo.Path("rep", id).Equal(expression.Value(fleet.BindUnbound)))
+	c := expression.And(dynamo.Path("b", id).AppendName(expression.Name("a")).Equal(expression.Value(api.ActionUnbind)),
+		dynamo.Path("rep", id).Equal(expression.Value(api.BindUnbound)))
 	_, err := s.table().Update(ctx, recKey(r), upd, &c, types.ReturnValueNone)
 	return dynamo.WhenConditionFails(err, fleet.ErrStale)
 }

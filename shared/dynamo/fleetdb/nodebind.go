@@ -8,10 +8,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
-	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
 // The bind/unbind entries on a node (capacity.NodeStore): what the
@@ -30,14 +30,14 @@ func (s *Store) NodeStates(ctx context.Context, t capacity.PoolResource, nodes [
 		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
 			return err
 		}
-		ns := capacity.NodeState{Ready: it.State == string(fleet.Ready), Cordoned: it.Operator != nil || it.Rollout != nil,
+		ns := capacity.NodeState{Ready: it.State == string(api.Ready), Cordoned: it.Operator != nil || it.Rollout != nil,
 			Reported: it.Reported[id], Holders: map[string]capacity.Mask{}, Version: it.BV, Adopted: it.Adopted,
 			Registered: dynamo.ParseTime(it.CreatedAt)}
 		for rid, e := range it.Entries {
 			switch {
 			case rid == id:
 				ns.Entry, ns.EntryMoves = e.A, e.MV
-			case e.A == fleet.ActionBind:
+			case e.A == api.ActionBind:
 				ns.Holders[rid] = capacity.Mask(uint64(e.M))
 			}
 		}
@@ -62,7 +62,7 @@ func atVersion(v int64) expression.ConditionBuilder {
 // it, and turns previous into unbinds.
 func (s *Store) Bind(ctx context.Context, t capacity.PoolResource, node int, id string, b capacity.NodeBinding, previous []string, seen capacity.NodeState) error {
 	k := nodeKey(t.PoolID, t.Resource, node)
-	upd := expression.Set(dynamo.Path("b", id), entryValue(b, fleet.ActionBind)).Add(expression.Name("bv"), expression.Value(1))
+	upd := expression.Set(dynamo.Path("b", id), entryValue(b, api.ActionBind)).Add(expression.Name("bv"), expression.Value(1))
 	if seen.Reported != "" {
 		// Its last word on an earlier bind is no answer to this one (the
 		// rep map exists then: a path into a missing map is invalid).
@@ -71,17 +71,17 @@ func (s *Store) Bind(ctx context.Context, t capacity.PoolResource, node int, id 
 	conds := []expression.ConditionBuilder{expression.AttributeExists(expression.Name(schema.AttrPK)), atVersion(seen.Version)}
 	if seen.Entry == "" {
 		upd = upd.Add(expression.Name("nb"), expression.Value(1))
-		conds = append(conds, expression.AttributeNotExists(dynamo.Path("b", id)), expression.Name("nb").LessThan(expression.Value(fleet.MaxBindings)))
+		conds = append(conds, expression.AttributeNotExists(dynamo.Path("b", id)), expression.Name("nb").LessThan(expression.Value(api.MaxBindings)))
 	} else {
-		conds = append(conds, dynamo.Path("b", id).AppendName(expression.Name("a")).Equal(expression.Value(fleet.ActionUnbind)),
-			dynamo.Path("rep", id).Equal(expression.Value(fleet.BindUnbound)),
+		conds = append(conds, dynamo.Path("b", id).AppendName(expression.Name("a")).Equal(expression.Value(api.ActionUnbind)),
+			dynamo.Path("rep", id).Equal(expression.Value(api.BindUnbound)),
 			dynamo.Path("b", id).AppendName(expression.Name("mv")).LessThan(expression.Value(b.Moves)))
 	}
 	for _, p := range previous {
-		upd = upd.Set(dynamo.Path("b", p).AppendName(expression.Name("a")), expression.Value(fleet.ActionUnbind))
+		upd = upd.Set(dynamo.Path("b", p).AppendName(expression.Name("a")), expression.Value(api.ActionUnbind))
 		conds = append(conds, expression.AttributeExists(dynamo.Path("b", p)))
 	}
-	return s.writeEntry(ctx, k, upd, dynamo.All(conds), id, seen.Entry == "", func(e bindItem) bool { return e.A == fleet.ActionBind })
+	return s.writeEntry(ctx, k, upd, dynamo.All(conds), id, seen.Entry == "", func(e bindItem) bool { return e.A == api.ActionBind })
 }
 
 // entryValue is the node's entry for a binding, as action.
@@ -111,7 +111,7 @@ func (s *Store) writeEntry(ctx context.Context, k map[string]types.AttributeValu
 	if e, held := cur.Entries[id]; held && done(e) {
 		return nil
 	}
-	if fresh && cur.NB >= fleet.MaxBindings {
+	if fresh && cur.NB >= api.MaxBindings {
 		return capacity.ErrCalendarFull
 	}
 	return capacity.ErrStale
@@ -121,13 +121,13 @@ func (s *Store) writeEntry(ctx context.Context, k map[string]types.AttributeValu
 // writes id's entry as an unbind where the node has none (and forgets its
 // last word on id, as Bind does), moving the entries' version.
 func (s *Store) Scrub(ctx context.Context, t capacity.PoolResource, node int, id string, b capacity.NodeBinding, seen capacity.NodeState) error {
-	upd := expression.Set(dynamo.Path("b", id), entryValue(b, fleet.ActionUnbind)).
+	upd := expression.Set(dynamo.Path("b", id), entryValue(b, api.ActionUnbind)).
 		Add(expression.Name("bv"), expression.Value(1)).Add(expression.Name("nb"), expression.Value(1))
 	if seen.Reported != "" {
 		upd = upd.Remove(dynamo.Path("rep", id))
 	}
 	c := dynamo.All([]expression.ConditionBuilder{expression.AttributeExists(expression.Name(schema.AttrPK)),
-		expression.AttributeNotExists(dynamo.Path("b", id)), expression.Name("nb").LessThan(expression.Value(fleet.MaxBindings))})
+		expression.AttributeNotExists(dynamo.Path("b", id)), expression.Name("nb").LessThan(expression.Value(api.MaxBindings))})
 	// An entry there already, bind or unbind, is the node told: a bind
 	// ends as an unbind.
 	return s.writeEntry(ctx, nodeKey(t.PoolID, t.Resource, node), upd, c, id, true, func(bindItem) bool { return true })
@@ -144,7 +144,7 @@ func (s *Store) Unbind(ctx context.Context, t capacity.PoolResource, node int, i
 	bv := func() expression.UpdateBuilder { return expression.Add(expression.Name("bv"), expression.Value(1)) }
 	for range 4 {
 		c := expression.AttributeExists(e)
-		_, err := s.table().Update(ctx, k, bv().Set(e.AppendName(expression.Name("a")), expression.Value(fleet.ActionUnbind)), &c, types.ReturnValueNone)
+		_, err := s.table().Update(ctx, k, bv().Set(e.AppendName(expression.Name("a")), expression.Value(api.ActionUnbind)), &c, types.ReturnValueNone)
 		if !dynamo.ConditionFailed(err) {
 			return err
 		}
@@ -172,7 +172,7 @@ func (s *Store) Ineligible(ctx context.Context, t capacity.PoolResource) (map[in
 	proj := expression.NamesList(expression.Name("idx"), expression.Name("state"), expression.Name("oc"), expression.Name("rc"))
 	out := map[int]bool{}
 	err := dynamo.QueryEach(ctx, s.table(), kc, &proj, func(it nodeItem) error {
-		if it.State != string(fleet.Ready) || it.Operator != nil || it.Rollout != nil {
+		if it.State != string(api.Ready) || it.Operator != nil || it.Rollout != nil {
 			out[it.Index] = true
 		}
 		return nil

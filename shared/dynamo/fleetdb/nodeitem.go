@@ -7,6 +7,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/fleet"
@@ -58,7 +59,7 @@ func nodeItemSK(resource string, k int) string {
 	return fmt.Sprintf("%s%s#%06d", NodePrefix, resource, k)
 }
 
-func nodeSSK(st fleet.State, resource string, k int) string {
+func nodeSSK(st api.NodeState, resource string, k int) string {
 	return fmt.Sprintf("%s%s#%s#%06d", NodePrefix, st, resource, k)
 }
 
@@ -176,21 +177,21 @@ func (t *targetItem) target() *fleet.Target {
 	return &fleet.Target{Version: t.V, Sequence: t.S, RolloutID: t.RID}
 }
 
-func toCordonItem(c *fleet.Cordon) *cordonItem {
+func toCordonItem(c *api.Cordon) *cordonItem {
 	if c == nil {
 		return nil
 	}
 	return &cordonItem{By: c.By, R: c.Reason, RID: c.RolloutID, At: dynamo.FmtTime(c.At)}
 }
 
-func (c *cordonItem) cordon() *fleet.Cordon {
+func (c *cordonItem) cordon() *api.Cordon {
 	if c == nil {
 		return nil
 	}
-	return &fleet.Cordon{By: c.By, Reason: c.R, RolloutID: c.RID, At: dynamo.ParseTime(c.At)}
+	return &api.Cordon{By: c.By, Reason: c.R, RolloutID: c.RID, At: dynamo.ParseTime(c.At)}
 }
 
-func toHealthItem(h fleet.Health) *healthItem {
+func toHealthItem(h api.Health) *healthItem {
 	it := &healthItem{E: h.DevicesExpected, V: h.DevicesVisible, C: make([]checkItem, len(h.Checks))}
 	for i, c := range h.Checks {
 		it.C[i] = checkItem{N: c.Name, OK: c.OK}
@@ -202,8 +203,8 @@ func toHealthItem(h fleet.Health) *healthItem {
 }
 
 func (it nodeItem) record() fleet.Record {
-	r := fleet.Record{Node: fleet.Node{PoolID: it.PoolID, NodeID: it.NodeID, Resource: it.Resource, Platform: it.Platform,
-		KeyID: it.KeyID, State: fleet.State(it.State), CreatedAt: dynamo.ParseTime(it.CreatedAt)},
+	r := fleet.Record{Node: api.Node{PoolID: it.PoolID, NodeID: it.NodeID, Resource: it.Resource, Platform: it.Platform,
+		KeyID: it.KeyID, State: api.NodeState(it.State), CreatedAt: dynamo.ParseTime(it.CreatedAt)},
 		Index: it.Index, Owner: it.Owner, PublicKey: it.Pub, Counter: it.Counter, NodeSize: it.NodeSize,
 		Operator: it.Operator.cordon(), Rollout: it.Rollout.cordon(), Entries: map[string]fleet.Entry{}, Reported: it.Reported,
 		Gen: it.Gen, FlagGen: it.FlagGen, Flagged: it.Flagged, FlaggedTo: capacity.Hour(it.FlaggedTo), Out: it.PSK != "",
@@ -216,28 +217,28 @@ func (it nodeItem) record() fleet.Record {
 		r.LastHeartbeatAt = &t
 	}
 	if it.Running != nil {
-		r.Running = &fleet.Version{Version: it.Running.V, Sequence: it.Running.S}
+		r.Running = &api.Version{Version: it.Running.V, Sequence: it.Running.S}
 	}
 	if it.Install != nil {
-		r.Install = &fleet.Install{Version: it.Install.V, State: it.Install.St}
+		r.Install = &api.Install{Version: it.Install.V, State: it.Install.St}
 		if it.Install.R != "" {
 			reason := it.Install.R
 			r.Install.Reason = &reason
 		}
 	}
 	if it.LogSplit != nil {
-		r.LogSplit = &fleet.LogSplit{Size: it.LogSplit.S, Root: it.LogSplit.R, At: dynamo.ParseTime(it.LogSplit.At)}
+		r.LogSplit = &api.LogSplit{Size: it.LogSplit.S, Root: it.LogSplit.R, At: dynamo.ParseTime(it.LogSplit.At)}
 	}
 	if it.Log != nil || it.LogSplit != nil {
-		r.Node.Log = &fleet.NodeLog{Consistent: r.LogSplit == nil, SplitView: r.LogSplit}
+		r.Node.Log = &api.NodeLog{Consistent: r.LogSplit == nil, SplitView: r.LogSplit}
 		if it.Log != nil {
 			r.Node.Log.Size, r.Node.Log.Root = it.Log.S, it.Log.R
 		}
 	}
 	if it.Health != nil {
-		h := fleet.Health{DevicesExpected: it.Health.E, DevicesVisible: it.Health.V, Checks: make([]fleet.Check, len(it.Health.C))}
+		h := api.Health{DevicesExpected: it.Health.E, DevicesVisible: it.Health.V, Checks: make([]api.Check, len(it.Health.C))}
 		for i, c := range it.Health.C {
-			h.Checks[i] = fleet.Check{Name: c.N, OK: c.OK}
+			h.Checks[i] = api.Check{Name: c.N, OK: c.OK}
 			if c.D != "" {
 				d := c.D
 				h.Checks[i].Detail = &d
@@ -247,7 +248,7 @@ func (it nodeItem) record() fleet.Record {
 	}
 	for id, e := range it.Entries {
 		r.Entries[id] = fleet.Entry{TenantID: e.T, Mask: capacity.Mask(uint64(e.M)), Action: e.A, Moves: e.MV,
-			Window: capacity.Window{Start: time.UnixMilli(e.S).UTC(), End: time.UnixMilli(e.E).UTC()}}
+			Window: api.Window{Start: time.UnixMilli(e.S).UTC(), End: time.UnixMilli(e.E).UTC()}}
 
 	}
 	return r

@@ -14,6 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
@@ -165,7 +166,7 @@ func (s *Store) UpdateRollout(ctx context.Context, r rollout.Record) (rollout.Re
 // ListRollouts implements rollout.RolloutStore: the `ordered` LSI (all
 // listed rollouts) or the keys-only `bystate` LSI and a BatchGetItem,
 // newest first.
-func (s *Store) ListRollouts(ctx context.Context, st rollout.State, page paging.Page) ([]rollout.Record, map[string]string, error) {
+func (s *Store) ListRollouts(ctx context.Context, st api.RolloutState, page paging.Page) ([]rollout.Record, map[string]string, error) {
 	limit := page.Limit
 	if limit <= 0 {
 		limit = paging.DefaultLimit
@@ -244,7 +245,7 @@ func progressFrom(av map[string]types.AttributeValue) (rollout.Progress, error) 
 
 // GetProgress implements rollout.RolloutStore: one consistent GetItem.
 func (s *Store) GetProgress(ctx context.Context, id, poolID, nodeID string) (rollout.Progress, error) {
-	k := rollout.Progress{NodeProgress: rollout.NodeProgress{PoolID: poolID, NodeID: nodeID}, Order: rollout.OrderKey(id, poolID, nodeID)}.Key()
+	k := rollout.Progress{NodeProgress: api.NodeProgress{PoolID: poolID, NodeID: nodeID}, Order: rollout.OrderKey(id, poolID, nodeID)}.Key()
 	raw, err := s.table().GetItem(ctx, dynamo.Key(progressPK(id), progressItemSK(k)))
 	if err != nil {
 		return rollout.Progress{}, err
@@ -266,7 +267,7 @@ func (s *Store) PutProgress(ctx context.Context, p rollout.Progress) error {
 
 // UpdateProgress implements rollout.RolloutStore: a PutItem conditioned on
 // the step and rollback as read.
-func (s *Store) UpdateProgress(ctx context.Context, p rollout.Progress, from rollout.Step, fromRollback string) error {
+func (s *Store) UpdateProgress(ctx context.Context, p rollout.Progress, from api.RolloutStep, fromRollback string) error {
 	av, err := progressItem(p)
 	if err != nil {
 		return err
@@ -298,7 +299,7 @@ func (s *Store) indexed(ctx context.Context, id, index, attr, prefix string, lim
 }
 
 // ProgressByStep implements rollout.RolloutStore (`bystate`).
-func (s *Store) ProgressByStep(ctx context.Context, id string, st rollout.Step, limit int, after string) ([]rollout.Progress, error) {
+func (s *Store) ProgressByStep(ctx context.Context, id string, st api.RolloutStep, limit int, after string) ([]rollout.Progress, error) {
 	ps, err := s.indexed(ctx, id, schema.IndexState, schema.AttrState, string(st)+"#", limit, after)
 	out := ps[:0]
 	for _, p := range ps {
@@ -341,7 +342,7 @@ func (s *Store) ProgressInOrder(ctx context.Context, id string, limit int, after
 }
 
 // CountStep implements rollout.RolloutStore: a COUNT query of `bystate`.
-func (s *Store) CountStep(ctx context.Context, id string, st rollout.Step) (int, error) {
+func (s *Store) CountStep(ctx context.Context, id string, st api.RolloutStep) (int, error) {
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(progressPK(id))).And(expression.Key(schema.AttrState).BeginsWith(string(st) + "#"))
 	return s.table().Count(ctx, schema.IndexState, kc, nil)
 }
@@ -364,7 +365,7 @@ func (s *Store) nodes() *fleetdb.Store { return &fleetdb.Store{DB: s.DB, Table: 
 // (`updated#<order>#<pool>#<node>`) name each one's pool; it stops once
 // every pool of want has been seen.
 func (s *Store) PoolsUpdated(ctx context.Context, id string, want []string) (map[string]bool, error) {
-	prefix := string(rollout.Updated) + "#"
+	prefix := string(api.Updated) + "#"
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(progressPK(id))).And(expression.Key(schema.AttrState).BeginsWith(prefix))
 	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
 	if err != nil {
