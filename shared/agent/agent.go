@@ -46,7 +46,7 @@ type Config struct {
 	// LogKey is the release log's key and origin the node trusts
 	// (release.ParseVerifierKey of the log's verifier key): it installs
 	// only a release whose checkpoint verifies under it, extends the
-	// checkpoint it stored and includes the release (SPEC §4.8). Required
+	// checkpoint it stored and includes the release. Required
 	// with Pins.
 	LogKey   *release.LogKey
 	Platform string // os/arch[/variant], as registered

@@ -307,7 +307,7 @@ func (a *Agent) release(ctx context.Context, d api.Desired) {
 	a.mu.Unlock()
 	if runs {
 		if idle {
-			a.witness(*rel)
+			a.advance(*rel)
 		}
 		return
 	}
@@ -424,11 +424,12 @@ func (a *Agent) storeCheckpoint(c release.Checkpoint, note string) error {
 	return nil
 }
 
-// witness verifies the log evidence told with the release the node runs,
-// when its checkpoint is new, and stores it: the node's reports follow
-// the log as it grows, so each heartbeat witnesses a recent checkpoint. A
-// refusal is logged and the stored checkpoint kept.
-func (a *Agent) witness(rel api.DesiredRelease) {
+// advance moves the stored checkpoint forward: it verifies the log
+// evidence told with the release the node runs, when its checkpoint is
+// new, and stores it, so the node's reports follow the log as it grows and
+// each heartbeat witnesses a recent checkpoint. A refusal is logged and
+// the stored checkpoint kept.
+func (a *Agent) advance(rel api.DesiredRelease) {
 	if rel.Log == nil || a.cfg.LogKey == nil {
 		return
 	}

@@ -15,7 +15,7 @@ import (
 // otherSigner is a log key of origin that the node does not pin.
 func otherSigner(t *testing.T, origin string) *release.LogSigner { return newLogSigner(t, origin) }
 
-// The agent's refusal table for the release log (SPEC §4.8): the node has
+// The agent's refusal table for the release log: the node has
 // installed 1.1.0 under a checkpoint of size 1; the log then grows by 1.2.0
 // and 1.3.0, and each case tells it 1.3.0 with evidence one way false. Each
 // is refused as "log: <reason>" before anything is downloaded, and the

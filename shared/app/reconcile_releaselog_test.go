@@ -125,7 +125,7 @@ func covered(t *testing.T, l *registry.Log, n int64) release.Checkpoint {
 // finished by the reconciler's pass once it is stale (not while it may
 // still be running): the release is logged, a signed checkpoint covers it,
 // it is recorded, and the pass counts it in LogFinished.
-func TestReconcilerSettlesACrashedRegistration(t *testing.T) {
+func TestReconcilerFinishesACrashedRegistration(t *testing.T) {
 	ctx := context.Background()
 	errCrash := errors.New("crash")
 	for _, point := range []string{registry.FaultReleaseClaimed, registry.FaultReleaseMarked,
@@ -169,7 +169,7 @@ func TestReconcilerSettlesACrashedRegistration(t *testing.T) {
 			if rels, _, err := rs.List(ctx, 0, nil); err != nil || len(rels) != 2 {
 				t.Errorf("listed %d releases (%v), want 2", len(rels), err)
 			}
-			// Nothing left to finish: the next pass settles nothing.
+			// Nothing left to finish: the next pass finishes nothing.
 			if res := pass(t, h); res.LogFinished != 0 || res.Errors != 0 || res.LogAuditFailed != 0 || res.LogSize != 2 {
 				t.Errorf("the pass after: %+v", res)
 			}
@@ -215,7 +215,7 @@ func TestReconcilerAuditCatchesATamperedHash(t *testing.T) {
 	signed := covered(t, rs.Log, 3)
 
 	// Entry 2 stored one hash, its leaf: the tree of size 3 is made of it
-	// (releaselog.go's item layout: RLOG / E#<index>, hs).
+	// (releasedb's item layout: RLOG / E#<index>, hs).
 	k := map[string]types.AttributeValue{schema.AttrPK: &types.AttributeValueMemberS{Value: "RLOG"},
 		schema.AttrSK: &types.AttributeValueMemberS{Value: fmt.Sprintf("E#%016d", 2)}}
 	item, err := h.app.DB.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(h.app.Config.Table), Key: k, ConsistentRead: aws.Bool(true)})

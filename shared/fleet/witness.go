@@ -13,8 +13,10 @@ import (
 	"github.com/bettercompute/control-plane/shared/release"
 )
 
-// Log reads the release log (SPEC §4.8): its latest signed checkpoint,
-// its size (the entries appended, signed or not) and its stored hashes.
+// Log reads the release log (shared/dynamo/releasedb.Log): its latest
+// signed checkpoint, its size (the entries appended, signed or not) and its
+// stored hashes. Nodes witness the log: each report carries the checkpoint
+// the node verified last, and witness checks it for a split view.
 type Log interface {
 	Checkpoint(ctx context.Context) (note string, size int64, err error)
 	Size(ctx context.Context) (int64, error)

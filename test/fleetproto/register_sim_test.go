@@ -20,12 +20,12 @@ import (
 
 // The registration simulation (issue 24): releases.register's whole
 // protocol — pending put, head claim, claimed mark, the log's append, the
-// checkpoint, the recorded mark — through dynamo.Releases itself, with
+// checkpoint, the recorded mark — through the release domain (registry.Service over releasedb) itself, with
 // racing registrations of distinct releases, clients retrying the same
 // one, a registration of a version already taken with another sequence,
-// and the reconciler's Settle, every DynamoDB request a scheduling point
+// and the reconciler's Finish, every DynamoDB request a scheduling point
 // with crashes, lost answers and stalls (as TestReleaseLogSimulation). After
-// the run the clock passes PendingStale and a clean Settle finishes what
+// the run the clock passes PendingStale and a clean Finish finishes what
 // crashes left. Checked:
 //
 //   - r1: an answered registration is the log's entry at the index it was
@@ -131,13 +131,13 @@ func runRegisterSim(t *testing.T, s *sched, rs, clean *registry.Service, seed ui
 	})
 	s.run()
 
-	// What crashes left, finished: past PendingStale, a clean settle (the
+	// What crashes left, finished: past PendingStale, a clean Finish (the
 	// reconciler's next pass), as many times as it has work.
 	s.clock.Advance(registry.PendingStale + time.Minute)
 	for range 8 {
 		more, err := clean.Finish(ctx)
 		if err != nil {
-			t.Fatalf("clean settle: %v", err)
+			t.Fatalf("clean finish: %v", err)
 		}
 		if !more {
 			break

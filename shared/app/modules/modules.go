@@ -102,8 +102,8 @@ func (a *App) RolloutReconciler() *rollout.Reconciler {
 
 // Reconciler builds the reconciler's pass over every domain's steps:
 // capacity.reservations (reservations, pools, quota rows), the fleet's
-// sweeps and fleet.rollouts, then the release log's settling and audit
-// (SPEC §4.8) when BC_RELEASE_LOG_KEY names the log key — a deployment
+// sweeps and fleet.rollouts, then the release log's finishing and audit
+// when BC_RELEASE_LOG_KEY names the log key — a deployment
 // from before the log has none, and its first pass says so once.
 func (a *App) Reconciler() *reconcile.Reconciler {
 	rc := &reconcile.Reconciler{

@@ -64,7 +64,7 @@ func finding(t *testing.T, err error) *registry.LogAuditError {
 	return f
 }
 
-// The audit holds the stored tree to the signed checkpoint (SPEC §4.8):
+// The audit holds the stored tree to the signed checkpoint:
 // an empty log gets its size-0 checkpoint; a stored hash changed under the
 // checkpoint, a validly signed checkpoint of another root, one of another
 // key and one past the head are findings (ErrLogAudit); a table that cannot

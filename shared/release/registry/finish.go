@@ -16,11 +16,7 @@ func (s *Service) Finish(ctx context.Context) (bool, error) {
 	if s.Log == nil {
 		return false, nil
 	}
-	h, err := s.Store.Head(ctx)
-	if err != nil {
-		return false, err
-	}
-	prev, err := s.unfinished(ctx, h)
+	_, prev, err := s.headUnfinished(ctx)
 	if err != nil {
 		return false, err
 	}

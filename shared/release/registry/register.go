@@ -223,11 +223,7 @@ func (s *Service) putEnvelope(ctx context.Context, r release.Release) error {
 // client's retry racing it) claimed the item first: then it is logged, not
 // refused, and retry says to answer what it becomes.
 func (s *Service) rollback(ctx context.Context, it Item) (retry bool, err error) {
-	h, err := s.Store.Head(ctx)
-	if err != nil {
-		return false, err
-	}
-	prev, err := s.unfinished(ctx, h)
+	h, prev, err := s.headUnfinished(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -256,6 +252,17 @@ func rollbackError(seq, latest int64) error {
 func conflict(version string, seq int64) error {
 	return apierr.New(apierr.Conflict, "version %s is already registered with sequence %d", version, seq).
 		With("version", version).With("sequence", seq)
+}
+
+// headUnfinished reads the channel head and the release it names, if that
+// is not finished yet.
+func (s *Service) headUnfinished(ctx context.Context) (Head, []Item, error) {
+	h, err := s.Store.Head(ctx)
+	if err != nil {
+		return Head{}, nil, err
+	}
+	prev, err := s.unfinished(ctx, h)
+	return h, prev, err
 }
 
 // unfinished is the release a head claim names, if it is not finished yet

@@ -386,7 +386,7 @@ func TestRegisterCrashPoints(t *testing.T) {
 			if _, err := s.Finish(ctx); err != nil {
 				t.Fatal(err)
 			}
-			// A claim counts as registered: the reconciler settles it.
+			// A claim counts as registered: the reconciler finishes it.
 			rs, _, _ := s.List(ctx, 0, nil)
 			if want := map[bool]int{true: 2, false: 1}[claimed]; len(rs) != want {
 				t.Fatalf("%d releases listed, want %d", len(rs), want)
@@ -435,7 +435,7 @@ func TestRegisterCrashPoints(t *testing.T) {
 	}
 }
 
-// checkReleasesLog holds the log to the releases: after the reconciler's Settle,
+// checkReleasesLog holds the log to the releases: after the reconciler's Finish,
 // every listed release is the log's entry at its index (the leaf of its
 // payload), the entries run in sequence order with no other entry, and the
 // signed checkpoint covers them all and is the tree's root.
@@ -443,7 +443,7 @@ func checkReleasesLog(t *testing.T, s *registry.Service) {
 	t.Helper()
 	ctx := context.Background()
 	if _, err := s.Finish(ctx); err != nil {
-		t.Fatalf("settle: %v", err)
+		t.Fatalf("finish: %v", err)
 	}
 	rs, _, err := s.List(ctx, 0, nil)
 	if err != nil {
