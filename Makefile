@@ -180,7 +180,7 @@ fleetproto-reverts: tools ## each fleet fix reverted alone: which of REVERT_SEED
 # of 100 reference agents and the 50-agent fleet simulation (make test: 30
 # agents) (build tag sims: not in make test). Without
 # -race; a failing seed prints its replay.
-sims: ## run the seeded simulations with many seeds (capacity 32, rollout 16 and the crash matrix's third visits, fleet protocol SEEDS) and the 100-agent rollout simulation
+sims: ## run the seeded simulations with many seeds (capacity 32, rollout 16 and the crash matrix's third visits, fleet protocol SEEDS) and the real-time 100-agent rollout and 50-agent fleet simulations
 	BC_SIM_SEEDS=32 $(GO) test ./shared/capacity -run FuzzCapacitySimulation -count=1 -timeout 0
 	BC_ROLLOUT_SEEDS=16 BC_CRASH_VISITS=1,3 $(GO) test ./shared/rollout -run 'TestRolloutProtocolSimulation|TestRolloutCrashMatrix' -count=1 -timeout 0
 	BC_LOGSIM_SEEDS=64 $(GO) test ./test/fleetproto -run TestReleaseLogSimulation -count=1 -timeout 0

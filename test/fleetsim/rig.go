@@ -74,7 +74,9 @@ func newRig(tb testing.TB, interval time.Duration, opts ...teststack.Option) *ri
 		teststack.WithPins(teststack.Pins{Keys: []crypto.PublicKey{relKey.Public()}}),
 		teststack.WithConfig(func(c *app.Config) { c.HeartbeatInterval = interval }),
 		teststack.WithAppOptions(app.WithLogger(slog.New(logs)))}, opts...)...)
-	return &rig{st: st, logs: logs, admin: client.New(st.URL, "dev:admin"), relKey: relKey, pins: pins, site: newSite(tb)}
+	admin := client.New(st.URL, "dev:admin")
+	admin.HTTP.Timeout = 2 * time.Minute // the test's own calls: a busy machine answers slowly, not wrongly
+	return &rig{st: st, logs: logs, admin: admin, relKey: relKey, pins: pins, site: newSite(tb)}
 }
 
 // post calls method as the admin; a non-200 answer is an error.
