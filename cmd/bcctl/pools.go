@@ -64,7 +64,7 @@ func (c *cli) showPool(ctx context.Context, w io.Writer, o showOptions) error {
 		if err := c.callJSON(ctx, "pools.get", map[string]any{"tenantId": o.Tenant, "poolId": o.Pool}, &got); err != nil {
 			return err
 		}
-		resources = got.Pool.ResourceNames() // sorted
+		resources = capacity.Pool{Pool: got.Pool}.ResourceNames() // sorted
 	}
 	var all [][]api.Usage
 	for i, res := range resources {
@@ -165,8 +165,9 @@ func usageTable(w io.Writer, method string, pages [][]byte, _ time.Time) error {
 func printPool(w io.Writer, p api.Pool) {
 	fmt.Fprintf(w, "pool\t%s\nowner\t%s\ncreated\t%s\n\n", p.PoolID, p.OwnerTenantID, stamp(p.CreatedAt))
 	fmt.Fprintln(w, "RESOURCE\tDEVICES\tNODE SIZE\tNODES")
-	for _, r := range p.ResourceNames() {
-		t := capacity.Pool{Pool: p}.Topology(r) // the layout the counts imply
+	pool := capacity.Pool{Pool: p} // the layout the counts imply
+	for _, r := range pool.ResourceNames() {
+		t := pool.Topology(r)
 		fmt.Fprintf(w, "%s\t%d\t%d\t%d\n", r, t.Devices, t.NodeSize, t.Nodes())
 	}
 }
@@ -181,7 +182,7 @@ func printPools(w io.Writer, ps []api.Pool, _ time.Time) {
 
 func resourceList(p api.Pool) string {
 	var parts []string
-	for _, r := range p.ResourceNames() {
+	for _, r := range (capacity.Pool{Pool: p}).ResourceNames() {
 		parts = append(parts, r+"×"+strconv.Itoa(p.Resources[r]))
 	}
 	return strings.Join(parts, ", ")

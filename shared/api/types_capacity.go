@@ -1,7 +1,7 @@
 package api
 
 import (
-	"sort"
+	"slices"
 	"time"
 )
 
@@ -91,11 +91,17 @@ const (
 // ReservationStates lists every state in the order of a reservation's life.
 var ReservationStates = []ReservationState{Draft, Denied, Rejected, Placed, Binding, Active, Released, Expired}
 
-var reservationNext = map[ReservationState][]ReservationState{
-	Draft:   {Denied, Rejected, Placed, Expired, Released},
-	Placed:  {Binding, Released},
-	Binding: {Active, Released},
-	Active:  {Released},
+// reservationNext is the state machine: the states each one may move to
+// (a list, not a map, so it is data every binary carries without code to
+// build it).
+var reservationNext = []struct {
+	from ReservationState
+	to   []ReservationState
+}{
+	{Draft, []ReservationState{Denied, Rejected, Placed, Expired, Released}},
+	{Placed, []ReservationState{Binding, Released}},
+	{Binding, []ReservationState{Active, Released}},
+	{Active, []ReservationState{Released}},
 }
 
 // ParseReservationState accepts exactly the names of ReservationStates.
@@ -120,9 +126,9 @@ func (s ReservationState) Holding() bool {
 
 // CanMoveTo reports whether s → t is an edge of the state machine.
 func (s ReservationState) CanMoveTo(t ReservationState) bool {
-	for _, n := range reservationNext[s] {
-		if n == t {
-			return true
+	for _, e := range reservationNext {
+		if e.from == s {
+			return slices.Contains(e.to, t)
 		}
 	}
 	return false
@@ -191,25 +197,6 @@ type Pool struct {
 	Devices       []Device  `json:"devices" doc:"every device of the pool, by resource name then index, when devicesListed; empty otherwise"`
 	DevicesListed bool      `json:"devicesListed" doc:"true when devices lists every device: pools of at most ${capacity.InlineDevices} devices in all. A larger pool answers devices empty (every id follows from resources and nodeSize); pools.usage reads its nodes a page at a time"`
 	CreatedAt     time.Time `json:"createdAt" doc:"when the pool was created"`
-}
-
-// ResourceNames returns the pool's resource names, sorted.
-func (p Pool) ResourceNames() []string {
-	names := make([]string, 0, len(p.Resources))
-	for r := range p.Resources {
-		names = append(names, r)
-	}
-	sort.Strings(names)
-	return names
-}
-
-// DeviceCount is the number of devices of every resource.
-func (p Pool) DeviceCount() int {
-	n := 0
-	for _, c := range p.Resources {
-		n += c
-	}
-	return n
 }
 
 // Device is one device of a pool: "<resource>-<n>", n from 0, on node

@@ -50,16 +50,27 @@ func (s RolloutState) Terminal() bool {
 	return s == Completed || s == Aborted || s == RolledBack
 }
 
-// next is the state machine (docs/rollouts.md, States): a rollout's state
-// changes only along these edges, through rollout.Record.move.
-var rolloutNext = map[RolloutState][]RolloutState{
-	Progressing: {Paused, Completed, Aborting},
-	Paused:      {Progressing, Aborting},
-	Aborting:    {Aborted, RolledBack},
+// rolloutNext is the state machine (docs/rollouts.md, States): a rollout's
+// state changes only along these edges, through rollout.Record.move (a
+// list, as reservationNext).
+var rolloutNext = []struct {
+	from RolloutState
+	to   []RolloutState
+}{
+	{Progressing, []RolloutState{Paused, Completed, Aborting}},
+	{Paused, []RolloutState{Progressing, Aborting}},
+	{Aborting, []RolloutState{Aborted, RolledBack}},
 }
 
 // CanMoveTo reports whether s → t is an edge of the state machine.
-func (s RolloutState) CanMoveTo(t RolloutState) bool { return slices.Contains(rolloutNext[s], t) }
+func (s RolloutState) CanMoveTo(t RolloutState) bool {
+	for _, e := range rolloutNext {
+		if e.from == s {
+			return slices.Contains(e.to, t)
+		}
+	}
+	return false
+}
 
 // RolloutStep is where one node of a rollout is.
 type RolloutStep string

@@ -14,6 +14,7 @@ package capacity
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/api"
@@ -72,6 +73,25 @@ func (p Pool) WithDevices() Pool {
 // Topology is one resource's layout in the pool.
 func (p Pool) Topology(resource string) Topology {
 	return Topology{Resource: resource, Devices: p.Resources[resource], NodeSize: p.NodeSize[resource]}
+}
+
+// ResourceNames returns the pool's resource names, sorted.
+func (p Pool) ResourceNames() []string {
+	names := make([]string, 0, len(p.Resources))
+	for r := range p.Resources {
+		names = append(names, r)
+	}
+	sort.Strings(names)
+	return names
+}
+
+// DeviceCount is the number of devices of every resource.
+func (p Pool) DeviceCount() int {
+	n := 0
+	for _, c := range p.Resources {
+		n += c
+	}
+	return n
 }
 
 // OwnedBy reports whether tenant owns the pool (tenants it was offered to
