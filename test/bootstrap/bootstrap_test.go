@@ -161,34 +161,25 @@ func TestBootstrapSizes(t *testing.T) {
 }
 
 // The node agent (bcd-agent) runs on GPU hosts and talks only HTTP: it
-// links no store (shared/dynamo and its packages), no AWS SDK, and neither
-// the release domain's service (shared/release/registry) nor the rollout
-// domain — it verifies releases with the leaf shared/release alone. Until
-// the rollouts' wire types leave shared/rollout, shared/api (the client's
-// wire types) is the one package of the agent's that may import it.
-func TestAgentLinksNoStoreNorDomainService(t *testing.T) {
+// links no store (shared/dynamo and its packages), no AWS SDK, no wiring
+// and no domain — neither capacity, fleet and rollout nor the release
+// domain's service (shared/release/registry): it speaks the API through
+// its contract (shared/api, shared/client) and verifies releases with the
+// leaf shared/release alone.
+func TestAgentLinksNoStoreNorDomain(t *testing.T) {
 	dir := root(t)
 	const sh = "github.com/bettercompute/control-plane/shared/"
-	cmd := exec.Command("go", "list", "-deps", "-f", "{{.ImportPath}} {{join .Imports \" \"}}", "./cmd/bcd-agent")
-	cmd.Dir, cmd.Env = dir, append(os.Environ(), "GOOS=linux", "GOARCH=arm64", "CGO_ENABLED=0")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("go list: %v", err)
-	}
 	linked := 0
-	for line := range strings.SplitSeq(strings.TrimSpace(string(out)), "\n") {
-		pkg, imports, _ := strings.Cut(line, " ")
+	for _, pkg := range deps(t, dir, "./cmd/bcd-agent") {
 		linked++
 		switch {
 		case pkg == sh+"dynamo" || strings.HasPrefix(pkg, sh+"dynamo/"):
 			t.Errorf("bcd-agent links the store %s", pkg)
 		case strings.HasPrefix(pkg, "github.com/aws/aws-sdk-go-v2") || strings.HasPrefix(pkg, "github.com/aws/smithy-go"):
 			t.Errorf("bcd-agent links the AWS SDK's %s", pkg)
-		case pkg == sh+"release/registry" || pkg == sh+"releaselog":
+		case slices.Contains([]string{sh + "capacity", sh + "fleet", sh + "rollout", sh + "release/registry", sh + "reconcile"}, pkg),
+			strings.HasPrefix(pkg, sh+"app"):
 			t.Errorf("bcd-agent links %s", pkg)
-		}
-		if pkg != sh+"api" && slices.Contains(strings.Fields(imports), sh+"rollout") {
-			t.Errorf("bcd-agent's %s imports shared/rollout: the agent verifies releases with shared/release", pkg)
 		}
 	}
 	if linked < 10 {
@@ -207,7 +198,14 @@ func TestArrows(t *testing.T) {
 		"capacity":  append([]string{"fleet", "rollout"}, adapters...),
 		"fleet":     append([]string{"rollout"}, adapters...),
 		"rollout":   append([]string{"release/registry"}, adapters...),
-		"reconcile": {"fleet", "rollout", "release", "dynamo", "kmssign", "app"},
+		"reconcile": {"fleet", "rollout", "release/registry", "dynamo", "kmssign", "app"},
+		// The stores: the core links no domain; each module's store links
+		// its own domain (and the domains that one builds on) only.
+		"dynamo":            {"capacity", "fleet", "rollout", "release", "app", "reconcile"},
+		"dynamo/capacitydb": {"fleet", "rollout", "release/registry", "app", "reconcile"},
+		"dynamo/fleetdb":    {"rollout", "release/registry", "app", "reconcile"},
+		"dynamo/rolloutdb":  {"release/registry", "app", "reconcile"},
+		"dynamo/releasedb":  {"capacity", "fleet", "rollout", "app", "reconcile"},
 		// The release domain's service: the leaf and the shared leaves only.
 		"release/registry": append([]string{"capacity", "fleet", "rollout", "api"}, adapters...),
 	}
@@ -240,8 +238,7 @@ func TestArrows(t *testing.T) {
 // (the wire types, their vocabulary and limits, and the catalog) and the
 // client generated from it link no domain, store or wiring, so whatever
 // speaks the API — the node agent on GPU hosts, bcctl — need not link the
-// control plane. The agent's own packages import no domain for the wire
-// types either.
+// control plane; nor does the agent.
 func TestAPILinksNoDomain(t *testing.T) {
 	dir := root(t)
 	const sh = "github.com/bettercompute/control-plane/shared/"
@@ -265,19 +262,10 @@ func TestAPILinksNoDomain(t *testing.T) {
 			}
 		}
 	}
-	allowed := map[string]bool{
-		sh + "rollout": true, // UNTIL THE MERGE of shared/release (the agent verifies releases with rollout.Pins): delete this line.
-	}
 	for _, pkg := range []string{"./shared/agent", "./cmd/bcd-agent"} {
-		cmd := exec.Command("go", "list", "-f", `{{join .Imports " "}}`, pkg)
-		cmd.Dir = dir
-		out, err := cmd.Output()
-		if err != nil {
-			t.Fatalf("go list %s: %v", pkg, err)
-		}
-		for _, d := range strings.Fields(string(out)) {
-			if bad(d) && !allowed[d] {
-				t.Errorf("%s imports %s", pkg, d)
+		for _, d := range deps(t, dir, pkg) {
+			if bad(d) {
+				t.Errorf("%s links %s", pkg, d)
 			}
 		}
 	}
