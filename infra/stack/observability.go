@@ -177,7 +177,7 @@ func (s *Stack) addObservability(cfg Config, fns []Function) {
 	lag := s.passMetric(MetricLag, "Maximum", five, awscloudwatch.Unit_MILLISECONDS)
 	alarm(AlarmReconcilerLag, "Due reservation work is more than 5 minutes overdue (metric BetterCompute/Lag from the reconciler's EMF logs)",
 		lag, reconcilerLagMillis, gte, quiet)
-	// The release log audits itself each pass (SPEC §4.8); a pass whose
+	// The release log audits itself each pass; a pass whose
 	// audit failed always publishes its point (it is never an idle one).
 	alarm(AlarmReleaseLogAudit, "The reconciler's audit of the release log failed: the stored tree's root at the last signed size is not the signed checkpoint's root, or the stored checkpoint does not open under the log key. The table was changed outside the control plane (or a bug): see the reconciler's 'release log audit failed' line (size, checkpointRoot, treeRoot) and stop registering releases until it is explained",
 		s.passMetric(MetricLogAuditFailed, "Maximum", five, awscloudwatch.Unit_COUNT), 1, gte, quiet)

@@ -34,7 +34,7 @@ type Stack struct {
 	Table      awsdynamodb.Table
 	TableKey   awskms.Key
 	SigningKey awskms.Key
-	LogKey     awskms.Key // signs the release log's checkpoints (SPEC §4.8)
+	LogKey     awskms.Key // signs the release log's checkpoints
 	CursorKey  awssecretsmanager.Secret
 	API        awsapigatewayv2.HttpApi
 	Stage      awsapigatewayv2.HttpStage
@@ -312,7 +312,7 @@ func (s *Stack) addFunction(f Function, cfg Config, arch awslambda.Architecture,
 	}
 	if f.Method == nil {
 		// EventBridge invokes asynchronously; the next tick is the retry, so
-		// Lambda does not retry a failed pass (passes are idempotent, §4.5).
+		// Lambda does not retry a failed pass (passes are idempotent).
 		props.RetryAttempts = jsii.Number(0)
 		props.MaxEventAge = awscdk.Duration_Seconds(jsii.Number(ReconcilerPeriod))
 		// One pass at a time: a tick that finds a pass still running waits

@@ -11,7 +11,7 @@ import (
 // bindings acts on an answer's bindings: every unbind first, whatever the
 // order listed, then the binds. A device's previous holder is not only
 // scrubbed before the next is given it: the next is given it only once a
-// report that said the previous holder unbound was accepted (SPEC §6), so
+// report that said the previous holder unbound was accepted, so
 // the control plane holds the scrub's word before the device changes
 // hands. A bind whose devices overlap an unbind of the same answer not
 // reported so stays pending (its word unchanged) until a later step; one

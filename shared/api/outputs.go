@@ -16,7 +16,7 @@ import (
 type RegisterResult struct {
 	Release  release.Release  `json:"release" doc:"the recorded release (the stored one on a replay)"`
 	Replayed bool             `json:"replayed" doc:"true when this version was already recorded with this sequence and the stored release is returned unchanged"`
-	Log      release.LogEntry `json:"log" doc:"the release's entry in the release log and a signed checkpoint covering it (SPEC §4.8)"`
+	Log      release.LogEntry `json:"log" doc:"the release's entry in the release log and a signed checkpoint covering it"`
 }
 
 type ListReleasesResult struct {

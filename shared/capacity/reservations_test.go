@@ -16,7 +16,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/reconcile"
 )
 
-// Every §4.4/§9 validation rule, and that a refused request changes nothing.
+// Every validation rule of a create, and that a refused request changes nothing.
 func TestCreateReservationValidation(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()

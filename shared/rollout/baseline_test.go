@@ -7,8 +7,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
-// A pool's baseline only ever moves to a higher sequence (SPEC §4.7,
-// v0.7): a completed rollout whose finish lags a newer one's, or any
+// A pool's baseline only ever moves to a higher sequence: a completed rollout whose finish lags a newer one's, or any
 // equal or lower one, leaves it as it is, without an error.
 func TestBaselineOnlyMovesUp(t *testing.T) {
 	e := newFleetEnv(t)

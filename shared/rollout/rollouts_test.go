@@ -728,8 +728,8 @@ func TestDrainAroundReservations(t *testing.T) {
 	}
 }
 
-// A node told the target counts as installing for every later decision
-// (SPEC §4.7, v0.7): at the install's target write and at its step write,
+// A node told the target counts as installing for every later decision:
+// at the install's target write and at its step write,
 // a crash (then the nodes report and the rollout is aborted) or an abort
 // racing a pass (the nodes report, the rollout is aborted and another pass
 // runs, all inside this pass's write) leaves the node installing — sent

@@ -81,7 +81,7 @@ func (f *logFleet) beat(b *testing.B) api.HeartbeatResult {
 }
 
 // BenchmarkHeartbeatReleaseLog is what the release log adds to a
-// heartbeat (SPEC §4.8: nothing in steady state), with a log of 1,000
+// heartbeat (nothing in steady state), with a log of 1,000
 // releases:
 //
 //   - steady: a warm node reporting the latest checkpoint, told its

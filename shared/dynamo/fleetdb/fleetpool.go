@@ -48,7 +48,7 @@ func (s *Store) Baseline(ctx context.Context, pool string) (*fleet.Target, error
 }
 
 // SetBaseline implements fleet.Store. A baseline only ever moves to a
-// higher sequence (SPEC §4.7, v0.7): a rollout whose finish lags a newer
+// higher sequence: a rollout whose finish lags a newer
 // one's leaves the newer baseline, and an equal or lower one is a no-op.
 func (s *Store) SetBaseline(ctx context.Context, pool string, t fleet.Target) error {
 	base := expression.Name("baseline")
