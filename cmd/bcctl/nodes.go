@@ -162,7 +162,8 @@ func printNode(w io.Writer, n fleet.Node, now time.Time) {
 		bindings = bindingCount(n.Bindings)
 	}
 	fmt.Fprintf(w, "node\t%s\npool\t%s\nstate\t%s\nplatform\t%s\nkeyid\t%s\nregistered\t%s\n", n.NodeID, n.PoolID, n.State, n.Platform, n.KeyID, stamp(n.CreatedAt))
-	fmt.Fprintf(w, "last heartbeat\t%s\nrunning\t%s\nhealth\t%s\ncordon\t%s\nbindings\t%s\n", last, running, healthText(n.Health), cordon, bindings)
+	fmt.Fprintf(w, "last heartbeat\t%s\nrunning\t%s\nhealth\t%s\nrelease log\t%s\ncordon\t%s\nbindings\t%s\n", last, running, healthText(n.Health),
+		witnessText(n.Log), cordon, bindings)
 	if len(n.Bindings) == 0 {
 		return
 	}
@@ -300,4 +301,20 @@ func shorten(s string, n int) string {
 		return s
 	}
 	return string(r[:n-1]) + "…"
+}
+
+// witnessText is a node's witness of the release log: the checkpoint it
+// verified last and whether the log ever had it (a split view quarantines
+// the node until it is re-registered).
+func witnessText(l *fleet.NodeLog) string {
+	switch {
+	case l == nil:
+		return "no checkpoint reported"
+	case !l.Consistent && l.SplitView != nil:
+		return fmt.Sprintf("SPLIT VIEW: reported size %d root %s, which the log never had (since %s); told no release until re-registered (nodes register --replace)",
+			l.SplitView.Size, shorten(l.SplitView.Root, 16), stamp(l.SplitView.At))
+	case !l.Consistent:
+		return fmt.Sprintf("SPLIT VIEW at size %d; told no release until re-registered (nodes register --replace)", l.Size)
+	}
+	return fmt.Sprintf("consistent (size %d, root %s)", l.Size, shorten(l.Root, 16))
 }

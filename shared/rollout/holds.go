@@ -25,3 +25,17 @@ func (h Holds) Holds(ctx context.Context, id string) (bool, error) {
 	}
 	return !r.Finished, nil
 }
+
+// Running reports whether rollout id may still tell a node a target (its
+// own or, rolling back, the node's previous release): not once it is
+// terminal, though a pass has yet to finish it.
+func (h Holds) Running(ctx context.Context, id string) (bool, error) {
+	r, err := h.Store.GetRollout(ctx, id)
+	switch {
+	case errors.Is(err, ErrNotFound):
+		return false, nil
+	case err != nil:
+		return false, err
+	}
+	return !r.Finished && !r.State.Terminal(), nil
+}

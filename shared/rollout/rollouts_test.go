@@ -948,3 +948,39 @@ func TestEndedRolloutHasNoPendingNode(t *testing.T) {
 		t.Errorf("--step skipped found %d nodes, want 7", len(seen))
 	}
 }
+
+// A node is told a rollout's target only while that rollout may start it:
+// a target an aborted rollout left on a node (a write of the rollout's
+// landing after the node was concluded; or, as an operator found it, a
+// quarantined node re-keyed once the rollout had ended) is not told before
+// the sweep lifts it — the node is told what it runs.
+func TestFinishedRolloutsTargetIsNotTold(t *testing.T) {
+	e := newFleetEnv(t)
+	e.release("1.0.0", 1)
+	e.release("2.0.0", 2)
+	e.pool("a", 2, "1.0.0", 1)
+	e.pass()
+	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"},
+		Waves: []rollout.WaveSpec{{Percent: ptr(100)}}, BakeSeconds: ptr(0)})
+	if _, err := e.rollouts.Abort(context.Background(), r.RolloutID, "regression"); err != nil {
+		t.Fatal(err)
+	}
+	e.until(r.RolloutID, rollout.RolledBack, 200, func() {})
+	ctx := context.Background()
+	n := e.node["a/"+capacity.NodeID("gpu", 0)]
+	rec, err := e.nodes.GetNode(ctx, "a", "gpu", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.nodes.SetTarget(ctx, rec, r.RolloutID, &fleet.Target{Version: "2.0.0", Sequence: 2, RolloutID: r.RolloutID}, 1); err != nil {
+		t.Fatal(err)
+	}
+	told := len(n.told)
+	e.beat(n)
+	if len(n.told) > told {
+		t.Errorf("%s was told %s, the target of rolled-back rollout %s", n.id, n.told[len(n.told)-1].version, r.RolloutID)
+	}
+	if n.running == nil || n.running.Version != "1.0.0" {
+		t.Errorf("%s runs %+v, want 1.0.0", n.id, n.running)
+	}
+}
