@@ -263,6 +263,7 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		body := map[string]any{}
+		fleetWide := false
 		for _, f := range fields {
 			var raw string
 			var set bool
@@ -278,6 +279,10 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 				set = len(*multi[f.flag]) > 0
 			default:
 				raw, set = *values[f.flag], cmd.Flags().Changed(f.flag)
+			}
+			if !set && m.Name == "nodes.list" && f.Name == "poolId" {
+				fleetWide = true // every pool the tenant owns
+				continue
 			}
 			if !set {
 				if f.Required {
@@ -296,7 +301,17 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 			}
 			setPath(body, f.Name, v)
 		}
+		if fleetWide {
+			return c.nodesListFleet(cmd.Context(), body, all)
+		}
 		return c.invoke(cmd, m, body, all)
+	}
+	if m.Name == "nodes.list" {
+		cmd.Long += "\n\nWithout --pool: the nodes of every pool the tenant owns, pool by pool, each read a page (--limit) at a time, " +
+			"in one table with a POOL column; the first --limit (default 100) unless --all."
+		if f := cmd.Flags().Lookup("pool"); f != nil {
+			f.Usage = strings.TrimSuffix(f.Usage, "; required") + "; without it, every pool the tenant owns"
+		}
 	}
 	return cmd
 }

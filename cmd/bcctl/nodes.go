@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"crypto"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -317,4 +320,96 @@ func witnessText(l *fleet.NodeLog) string {
 		return fmt.Sprintf("SPLIT VIEW at size %d; told no release until re-registered (nodes register --replace)", l.Size)
 	}
 	return fmt.Sprintf("consistent (size %d, root %s)", l.Size, shorten(l.Root, 16))
+}
+
+// nodesListFleet is `bcctl nodes list` without --pool: the nodes of every
+// pool the tenant owns (offered pools' nodes are their owners'), pool by
+// pool, each read page by page (--limit a page, default 100). Without
+// --all it stops after one page's worth of rows and says on stderr how to
+// see the rest.
+func (c *cli) nodesListFleet(ctx context.Context, body map[string]any, all bool) error {
+	tenant, _ := body["tenantId"].(string)
+	limit := 100
+	if n, ok := body["limit"].(int); ok {
+		limit = n
+	}
+	var owned []string
+	in := map[string]any{"tenantId": tenant, "limit": 1000}
+	for {
+		var page api.ListPoolsResult
+		if err := c.callJSON(ctx, "pools.list", in, &page); err != nil {
+			return err
+		}
+		for _, p := range page.Pools {
+			if p.OwnedBy(tenant) {
+				owned = append(owned, p.PoolID)
+			}
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		in["cursor"] = page.NextCursor
+	}
+	var nodes []fleet.Node
+	more := false
+pools:
+	for i, pool := range owned {
+		in := map[string]any{"tenantId": tenant, "poolId": pool, "limit": limit}
+		if st, ok := body["state"]; ok {
+			in["state"] = st
+		}
+		for {
+			var page api.ListNodesResult
+			if err := c.callJSON(ctx, "nodes.list", in, &page); err != nil {
+				return err
+			}
+			nodes = append(nodes, page.Nodes...)
+			if !all && len(nodes) >= limit {
+				more = page.NextCursor != "" || i < len(owned)-1
+				nodes = nodes[:min(len(nodes), limit)]
+				break pools
+			}
+			if page.NextCursor == "" {
+				break
+			}
+			in["cursor"] = page.NextCursor
+		}
+	}
+	if c.output == "json" {
+		if nodes == nil {
+			nodes = []fleet.Node{}
+		}
+		raw, err := json.Marshal(api.ListNodesResult{Nodes: nodes})
+		if err != nil {
+			return err
+		}
+		if err := writeJSON(c.out, raw); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+		printFleetNodes(tw, nodes, c.now())
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	switch {
+	case len(owned) == 0:
+		fmt.Fprintf(c.errOut, "bcctl: tenant %s owns no pool: no nodes to list\n", tenant)
+	case more:
+		fmt.Fprintf(c.errOut, "bcctl: %s of %s shown; more follow: --all prints every pool's, --pool POOL one pool's\n",
+			strictjson.Plural(len(nodes), "node"), strictjson.Plural(len(owned), "pool"))
+	}
+	return nil
+}
+
+// printFleetNodes is printNodes with each node's pool first.
+func printFleetNodes(w io.Writer, ns []fleet.Node, now time.Time) {
+	var b strings.Builder
+	printNodes(&b, ns, now)
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	fmt.Fprintln(w, "POOL\t"+lines[0])
+	for i, n := range ns {
+		fmt.Fprintln(w, n.PoolID+"\t"+lines[i+1])
+	}
 }

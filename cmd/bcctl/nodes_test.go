@@ -280,3 +280,52 @@ func TestNodeTableShowsWitness(t *testing.T) {
 		}
 	}
 }
+
+// nodes list without --pool lists the nodes of every pool the tenant owns
+// (not those of a pool it was offered), pool by pool and page by page: the
+// first --limit rows, saying more follow, or all of them with --all.
+func TestNodesListFleetWide(t *testing.T) {
+	st := teststack.Start(t)
+	env := map[string]string{"BC_API_URL": st.URL, "BC_TOKEN": "dev:admin", "BC_TENANT": "acme"}
+	must := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := bcctlRun(t, env, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", args, code, out, errOut)
+		}
+		return out
+	}
+	must("pools", "create", "p1", "--devices", "gpu=24", "--node-size", "gpu=8")
+	must("pools", "create", "p2", "--devices", "gpu=16", "--node-size", "gpu=8")
+	must("--tenant", "globex", "pools", "create", "g1", "--devices", "gpu=8")
+	must("--tenant", "globex", "pools", "offer", "g1", "--to", "acme", "--resource", "gpu", "--max", "8")
+	key := filepath.Join(t.TempDir(), "node.pem")
+	must("keygen", "--out", key)
+	for _, pn := range [][2]string{{"p1", "gpu-node-0"}, {"p1", "gpu-node-2"}, {"p2", "gpu-node-1"}} {
+		must("nodes", "register", "--pool", pn[0], pn[1], "--key", key)
+	}
+	must("--tenant", "globex", "nodes", "register", "--pool", "g1", "gpu-node-0", "--key", key)
+
+	out := must("nodes", "list", "--all")
+	rows := strings.Split(strings.TrimSpace(out), "\n")
+	if len(rows) != 4 || !strings.HasPrefix(rows[0], "POOL") {
+		t.Fatalf("nodes list --all: want a header and acme's 3 nodes:\n%s", out)
+	}
+	for i, want := range []string{"p1  gpu-node-0", "p1  gpu-node-2", "p2  gpu-node-1"} {
+		if !strings.HasPrefix(strings.Join(strings.Fields(rows[i+1])[:2], "  "), want) {
+			t.Errorf("row %d: %q, want %s", i+1, rows[i+1], want)
+		}
+	}
+	// Pages of 1: the first row alone, and a note; -o json merges the pages.
+	out, errOut, code := bcctlRun(t, env, "nodes", "list", "--limit", "1")
+	if code != 0 || strings.Count(out, "\n") != 2 || !strings.Contains(errOut, "1 node of 2 pools shown; more follow: --all") {
+		t.Errorf("nodes list --limit 1: exit %d\n%s%s", code, out, errOut)
+	}
+	var all api.ListNodesResult
+	if err := json.Unmarshal([]byte(must("-o", "json", "nodes", "list", "--limit", "1", "--all")), &all); err != nil || len(all.Nodes) != 3 {
+		t.Errorf("-o json --all --limit 1: %d nodes, %v", len(all.Nodes), err)
+	}
+	if _, errOut, code := bcctlRun(t, env, "--tenant", "initech", "nodes", "list"); code != 0 || !strings.Contains(errOut, "tenant initech owns no pool") {
+		t.Errorf("a tenant without pools: exit %d %q", code, errOut)
+	}
+}
