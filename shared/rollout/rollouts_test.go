@@ -357,9 +357,11 @@ func TestPauseRacingPass(t *testing.T) {
 	e.until(r.RolloutID, rollout.Completed, 200, nil)
 }
 
-// Abort mid-rollout: nodes not installing go back, updated ones are sent
-// back to the release each ran before; rolled_back once all reported it.
-func TestAbortRollsBack(t *testing.T) {
+// firstWaveBaked is a rollout of 2.0.0 onto 10 nodes running 1.0.0 in two
+// waves (3, then the rest; 2 at a time, an hour's bake), run until its
+// first wave is done.
+func firstWaveBaked(t *testing.T) (*fleetEnv, rollout.Rollout) {
+	t.Helper()
 	e := newFleetEnv(t)
 	e.release("1.0.0", 1)
 	e.release("2.0.0", 2)
@@ -373,6 +375,13 @@ func TestAbortRollsBack(t *testing.T) {
 		}
 		e.round(time.Second)
 	}
+	return e, r
+}
+
+// Abort mid-rollout: nodes not installing go back, updated ones are sent
+// back to the release each ran before; rolled_back once all reported it.
+func TestAbortRollsBack(t *testing.T) {
+	e, r := firstWaveBaked(t)
 	if got := e.get(r.RolloutID); got.Counts.Updated != 3 {
 		t.Fatalf("after wave 1: %+v", got.Counts)
 	}
@@ -879,19 +888,7 @@ func TestPauseAfterLongWaitRetriesALostWrite(t *testing.T) {
 // the nodes it never started read as skipped (not_started) in its counts,
 // in rollouts.nodes and under the step filters, paged.
 func TestEndedRolloutHasNoPendingNode(t *testing.T) {
-	e := newFleetEnv(t)
-	e.release("1.0.0", 1)
-	e.release("2.0.0", 2)
-	e.pool("a", 10, "1.0.0", 1)
-	e.pass()
-	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"},
-		Waves: []rollout.WaveSpec{{Nodes: ptr(3)}, {Percent: ptr(100)}}, MaxUnavailable: ptr(3), BakeSeconds: ptr(3600)})
-	for range 60 {
-		if got := e.get(r.RolloutID); len(got.Waves) > 0 && got.Waves[0].FinishedAt != nil {
-			break
-		}
-		e.round(time.Second)
-	}
+	e, r := firstWaveBaked(t)
 	ctx := context.Background()
 	if got := e.get(r.RolloutID); got.Counts.Updated != 3 || got.Counts.Pending != 7 {
 		t.Fatalf("after wave 1: %+v", got.Counts)
