@@ -34,7 +34,7 @@ type Stack struct {
 	Table      awsdynamodb.Table
 	TableKey   awskms.Key
 	SigningKey awskms.Key
-	LogKey     awskms.Key // signs the release log's checkpoints (SPEC §4.8)
+	LogKey     awskms.Key // signs the release log's checkpoints
 	CursorKey  awssecretsmanager.Secret
 	API        awsapigatewayv2.HttpApi
 	Stage      awsapigatewayv2.HttpStage

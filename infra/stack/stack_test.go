@@ -973,7 +973,7 @@ func TestOutputs(t *testing.T) {
 	}
 }
 
-// The release log key (SPEC §4.8): its own ECC key; only the functions
+// The release log key: its own ECC key; only the functions
 // that append to the log — releases.register, and the reconciler, which
 // finishes crashed registrations and signs the checkpoint it audits — may
 // sign with it, ECDSA_SHA_256 only; they are told the key and the log's

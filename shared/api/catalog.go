@@ -64,7 +64,7 @@ const ReadsCursorKey = "secretsmanager:GetSecretValue"
 const ReadsKMSKeys = "kms:GetPublicKey"
 
 // SignsReleaseLog is the action of the method that appends to the release
-// log and signs its checkpoints (SPEC §4.8), and of the reconciler, which
+// log and signs its checkpoints, and of the reconciler, which
 // finishes crashed appends and audits the log: kms:Sign on the log key
 // alone, never on the release signing key.
 const SignsReleaseLog = "kms:Sign"
@@ -121,7 +121,7 @@ const ReconcilerFunction = "reconciler"
 // settles and repairs quota rows, provisions and repairs calendars and
 // half-created pools, sweeps managed pools' nodes and tells them what to
 // bind (get, put, update; never delete); and it finishes registrations a
-// crash left half done and audits the release log (SPEC §4.8), appending
+// crash left half done and audits the release log, appending
 // and signing checkpoints with the log key (SignsReleaseLog).
 var ReconcilerActions = []string{"dynamodb:Query", "dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", SignsReleaseLog}
 

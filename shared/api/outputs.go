@@ -16,7 +16,7 @@ import (
 type RegisterResult struct {
 	Release  rollout.Release  `json:"release" doc:"the recorded release (the stored one on a replay)"`
 	Replayed bool             `json:"replayed" doc:"true when this version was already recorded with this sequence and the stored release is returned unchanged"`
-	Log      rollout.LogEntry `json:"log" doc:"the release's entry in the release log and a signed checkpoint covering it (SPEC §4.8)"`
+	Log      rollout.LogEntry `json:"log" doc:"the release's entry in the release log and a signed checkpoint covering it"`
 }
 
 type ListReleasesResult struct {

@@ -723,7 +723,7 @@ type RegisterReleaseInput struct {
 
 // RegisterResult defines model for RegisterResult.
 type RegisterResult struct {
-	// Log the release's entry in the release log and a signed checkpoint covering it (SPEC §4.8)
+	// Log the release's entry in the release log and a signed checkpoint covering it
 	Log LogEntry `json:"log"`
 
 	// Release the recorded release (the stored one on a replay)
