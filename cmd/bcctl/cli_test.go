@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -321,5 +322,41 @@ func TestNoRollbackHelp(t *testing.T) {
 		if !strings.Contains(l, "rollbackOnAbort false") {
 			t.Errorf("--no-rollback line does not say it sends rollbackOnAbort false: %q", l)
 		}
+	}
+}
+
+// bcctl version and --version print the same line: the build's version,
+// the Go release and the platform, without calling the API.
+func TestVersion(t *testing.T) {
+	env := map[string]string{"BC_API_URL": "not a url"} // neither needs the API
+	v, errOut, code := bcctlRun(t, env, "version")
+	if code != 0 || !strings.HasPrefix(v, "bcctl ") || !strings.Contains(v, runtime.Version()+" "+runtime.GOOS+"/"+runtime.GOARCH) {
+		t.Fatalf("bcctl version: exit %d %q %s", code, v, errOut)
+	}
+	if flag, errOut, code := bcctlRun(t, env, "--version"); code != 0 || flag != v {
+		t.Errorf("bcctl --version: exit %d %q %s, want %q", code, flag, errOut, v)
+	}
+}
+
+// An empty reservations list of a tenant that owns no pool and was
+// offered none says so; one of a tenant with a pool does not.
+func TestReservationsListOfATenantWithoutPools(t *testing.T) {
+	st := teststack.Start(t)
+	env := map[string]string{"BC_API_URL": st.URL, "BC_TOKEN": "dev:admin", "BC_TENANT": "acme"}
+	out, errOut, code := bcctlRun(t, env, "--tenant", "globex", "reservations", "list")
+	if code != 0 || !strings.Contains(errOut, "tenant globex owns no pool and was offered none") || !strings.HasPrefix(out, "RESERVATION") {
+		t.Errorf("globex, no pools: exit %d\n%s%s", code, out, errOut)
+	}
+	if _, errOut, code := bcctlRun(t, env, "pools", "create", "p1", "--devices", "gpu=8"); code != 0 {
+		t.Fatal(errOut)
+	}
+	if _, errOut, code := bcctlRun(t, env, "reservations", "list"); code != 0 || errOut != "" {
+		t.Errorf("acme owns p1: exit %d, stderr %q", code, errOut)
+	}
+	if _, errOut, code := bcctlRun(t, env, "pools", "offer", "p1", "--to", "globex", "--resource", "gpu", "--max", "1"); code != 0 {
+		t.Fatal(errOut)
+	}
+	if _, errOut, code := bcctlRun(t, env, "--tenant", "globex", "reservations", "list"); code != 0 || errOut != "" {
+		t.Errorf("globex, offered p1: exit %d, stderr %q", code, errOut)
 	}
 }

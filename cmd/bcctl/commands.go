@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -262,6 +263,7 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 	}
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		body := map[string]any{}
+		fleetWide := false
 		for _, f := range fields {
 			var raw string
 			var set bool
@@ -277,6 +279,10 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 				set = len(*multi[f.flag]) > 0
 			default:
 				raw, set = *values[f.flag], cmd.Flags().Changed(f.flag)
+			}
+			if !set && m.Name == "nodes.list" && f.Name == "poolId" {
+				fleetWide = true // every pool the tenant owns
+				continue
 			}
 			if !set {
 				if f.Required {
@@ -295,7 +301,17 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 			}
 			setPath(body, f.Name, v)
 		}
+		if fleetWide {
+			return c.nodesListFleet(cmd.Context(), body, all)
+		}
 		return c.invoke(cmd, m, body, all)
+	}
+	if m.Name == "nodes.list" {
+		cmd.Long += "\n\nWithout --pool: the nodes of every pool the tenant owns, pool by pool, each read a page (--limit) at a time, " +
+			"in one table with a POOL column; the first --limit (default 100) unless --all."
+		if f := cmd.Flags().Lookup("pool"); f != nil {
+			f.Usage = strings.TrimSuffix(f.Usage, "; required") + "; without it, every pool the tenant owns"
+		}
 	}
 	return cmd
 }
@@ -504,7 +520,31 @@ func (c *cli) invoke(cmd *cobra.Command, m *api.Method, body map[string]any, all
 		reason, _ := body["reason"].(string)
 		c.unchangedNote(m.Name, before, pages[0], reason)
 	}
+	if err == nil {
+		c.noPoolsNote(ctx, m.Name, body, pages)
+	}
 	return err
+}
+
+// noPoolsNote says on stderr why a tenant's reservations list is empty
+// when the tenant owns no pool and was offered none: an empty table
+// alone reads as "none yet" when the tenant cannot reserve at all (a
+// mistyped --tenant, a tenant nobody offered capacity).
+func (c *cli) noPoolsNote(ctx context.Context, method string, body map[string]any, pages [][]byte) {
+	if method != "reservations.list" || len(pages) != 1 {
+		return
+	}
+	var page struct{ Reservations []json.RawMessage }
+	if json.Unmarshal(pages[0], &page) != nil || len(page.Reservations) > 0 || body["cursor"] != nil {
+		return
+	}
+	tenant, _ := body["tenantId"].(string)
+	var pools struct{ Pools []json.RawMessage }
+	if c.callJSON(ctx, "pools.list", map[string]any{"tenantId": tenant, "limit": 1}, &pools) != nil || len(pools.Pools) > 0 {
+		return // not granted pools.list, or it has pools: the table says it all
+	}
+	fmt.Fprintf(c.errOut, "bcctl: tenant %s owns no pool and was offered none, so it has nothing to reserve on "+
+		"(bcctl pools create makes one; a pool's owner offers capacity with bcctl pools offer POOL --to %s)\n", tenant, tenant)
 }
 
 // moreNote says on stderr, after a list's first page, that more follow and

@@ -22,6 +22,8 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"runtime"
+	"runtime/debug"
 	"strings"
 	"time"
 
@@ -133,7 +135,9 @@ a missing table).`,
 		root.AddCommand(r)
 	}
 	root.AddCommand(c.callCommand(), c.methodsCommand(), c.checkCommand(),
-		c.keygenCommand(), c.pubkeyCommand(), c.signCommand())
+		c.keygenCommand(), c.pubkeyCommand(), c.signCommand(), c.versionCommand())
+	root.Version = buildVersion()
+	root.SetVersionTemplate("bcctl {{.Version}}\n")
 	root.CompletionOptions.HiddenDefaultCmd = false
 	return root
 }
@@ -312,5 +316,59 @@ func shortBody(b []byte) string {
 func fixed(values ...string) func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 	return func(*cobra.Command, []string, string) ([]string, cobra.ShellCompDirective) {
 		return values, cobra.ShellCompDirectiveNoFileComp
+	}
+}
+
+// buildVersion is what `bcctl version` and `--version` print: the module
+// version and the VCS revision the binary was built from, as the Go
+// toolchain stamped them (go install …@v1.2.3: the version; a build in a
+// checkout: the revision, "+dirty" with local changes).
+func buildVersion() string {
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(unknown: built without module information)"
+	}
+	v := bi.Main.Version
+	var rev, at string
+	dirty := false
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	out := v
+	if rev != "" {
+		if len(rev) > 12 {
+			rev = rev[:12]
+		}
+		if dirty {
+			rev += "+dirty"
+		}
+		out += " (" + rev
+		if at != "" {
+			out += ", " + at
+		}
+		out += ")"
+	}
+	return out + " " + bi.GoVersion + " " + runtime.GOOS + "/" + runtime.GOARCH
+}
+
+// versionCommand is `bcctl version`: the same line as --version.
+func (c *cli) versionCommand() *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print bcctl's version (as --version does)",
+		Args:  cobra.NoArgs,
+		// No API call: no --api-url check either.
+		PersistentPreRunE: func(*cobra.Command, []string) error { return nil },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			fmt.Fprintln(c.out, "bcctl "+buildVersion())
+			return nil
+		},
 	}
 }

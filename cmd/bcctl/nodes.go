@@ -1,13 +1,16 @@
 package main
 
 import (
+	"context"
 	"crypto"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strings"
+	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -161,7 +164,8 @@ func printNode(w io.Writer, n api.Node, now time.Time) {
 		bindings = bindingCount(n.Bindings)
 	}
 	fmt.Fprintf(w, "node\t%s\npool\t%s\nstate\t%s\nplatform\t%s\nkeyid\t%s\nregistered\t%s\n", n.NodeID, n.PoolID, n.State, n.Platform, n.KeyID, stamp(n.CreatedAt))
-	fmt.Fprintf(w, "last heartbeat\t%s\nrunning\t%s\nhealth\t%s\ncordon\t%s\nbindings\t%s\n", last, running, healthText(n.Health), cordon, bindings)
+	fmt.Fprintf(w, "last heartbeat\t%s\nrunning\t%s\nhealth\t%s\nrelease log\t%s\ncordon\t%s\nbindings\t%s\n", last, running, healthText(n.Health),
+		witnessText(n.Log), cordon, bindings)
 	if len(n.Bindings) == 0 {
 		return
 	}
@@ -299,4 +303,112 @@ func shorten(s string, n int) string {
 		return s
 	}
 	return string(r[:n-1]) + "…"
+}
+
+// witnessText is a node's witness of the release log: the checkpoint it
+// verified last and whether the log ever had it (a split view quarantines
+// the node until it is re-registered).
+func witnessText(l *api.NodeLog) string {
+	switch {
+	case l == nil:
+		return "no checkpoint reported"
+	case !l.Consistent && l.SplitView != nil:
+		return fmt.Sprintf("SPLIT VIEW: reported size %d root %s, which the log never had (since %s); told no release until re-registered (nodes register --replace)",
+			l.SplitView.Size, shorten(l.SplitView.Root, 16), stamp(l.SplitView.At))
+	case !l.Consistent:
+		return fmt.Sprintf("SPLIT VIEW at size %d; told no release until re-registered (nodes register --replace)", l.Size)
+	}
+	return fmt.Sprintf("consistent (size %d, root %s)", l.Size, shorten(l.Root, 16))
+}
+
+// nodesListFleet is `bcctl nodes list` without --pool: the nodes of every
+// pool the tenant owns (offered pools' nodes are their owners'), pool by
+// pool, each read page by page (--limit a page, default 100). Without
+// --all it stops after one page's worth of rows and says on stderr how to
+// see the rest.
+func (c *cli) nodesListFleet(ctx context.Context, body map[string]any, all bool) error {
+	tenant, _ := body["tenantId"].(string)
+	limit := 100
+	if n, ok := body["limit"].(int); ok {
+		limit = n
+	}
+	var owned []string
+	in := map[string]any{"tenantId": tenant, "limit": 1000}
+	for {
+		var page api.ListPoolsResult
+		if err := c.callJSON(ctx, "pools.list", in, &page); err != nil {
+			return err
+		}
+		for _, p := range page.Pools {
+			if p.OwnerTenantID == tenant {
+				owned = append(owned, p.PoolID)
+			}
+		}
+		if page.NextCursor == "" {
+			break
+		}
+		in["cursor"] = page.NextCursor
+	}
+	var nodes []api.Node
+	more := false
+pools:
+	for i, pool := range owned {
+		in := map[string]any{"tenantId": tenant, "poolId": pool, "limit": limit}
+		if st, ok := body["state"]; ok {
+			in["state"] = st
+		}
+		for {
+			var page api.ListNodesResult
+			if err := c.callJSON(ctx, "nodes.list", in, &page); err != nil {
+				return err
+			}
+			nodes = append(nodes, page.Nodes...)
+			if !all && len(nodes) >= limit {
+				more = page.NextCursor != "" || i < len(owned)-1
+				nodes = nodes[:min(len(nodes), limit)]
+				break pools
+			}
+			if page.NextCursor == "" {
+				break
+			}
+			in["cursor"] = page.NextCursor
+		}
+	}
+	if c.output == "json" {
+		if nodes == nil {
+			nodes = []api.Node{}
+		}
+		raw, err := json.Marshal(api.ListNodesResult{Nodes: nodes})
+		if err != nil {
+			return err
+		}
+		if err := writeJSON(c.out, raw); err != nil {
+			return err
+		}
+	} else {
+		tw := tabwriter.NewWriter(c.out, 0, 0, 2, ' ', 0)
+		printFleetNodes(tw, nodes, c.now())
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	switch {
+	case len(owned) == 0:
+		fmt.Fprintf(c.errOut, "bcctl: tenant %s owns no pool: no nodes to list\n", tenant)
+	case more:
+		fmt.Fprintf(c.errOut, "bcctl: %s of %s shown; more follow: --all prints every pool's, --pool POOL one pool's\n",
+			strictjson.Plural(len(nodes), "node"), strictjson.Plural(len(owned), "pool"))
+	}
+	return nil
+}
+
+// printFleetNodes is printNodes with each node's pool first.
+func printFleetNodes(w io.Writer, ns []api.Node, now time.Time) {
+	var b strings.Builder
+	printNodes(&b, ns, now)
+	lines := strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n")
+	fmt.Fprintln(w, "POOL\t"+lines[0])
+	for i, n := range ns {
+		fmt.Fprintln(w, n.PoolID+"\t"+lines[i+1])
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"text/tabwriter"
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/api"
@@ -252,5 +253,78 @@ func TestBindingCount(t *testing.T) {
 		if got := bindingCount(c.bs); got != c.want {
 			t.Errorf("bindingCount(%v) = %q, want %q", c.bs, got, c.want)
 		}
+	}
+}
+
+// nodes get's table shows the node's witness of the release log, not only
+// -o json: none yet, consistent, or the split view that quarantines it.
+func TestNodeTableShowsWitness(t *testing.T) {
+	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	root := "q9ZQ0GRUM1xXQeZ0xq4z4C3Ba0hIb3fH5m0HaA1c6kQ="
+	for _, c := range []struct {
+		log  *fleet.NodeLog
+		want string
+	}{
+		{nil, "release log     no checkpoint reported\n"},
+		{&fleet.NodeLog{Size: 3, Root: root, Consistent: true}, "release log     consistent (size 3, root q9ZQ0GRUM1xXQeZ…)\n"},
+		{&fleet.NodeLog{Size: 3, Root: root, SplitView: &fleet.LogSplit{Size: 3, Root: root, At: now}},
+			"release log     SPLIT VIEW: reported size 3 root q9ZQ0GRUM1xXQeZ…, which the log never had (since 2026-12-04 12:00:00Z); told no release until re-registered (nodes register --replace)\n"},
+	} {
+		var b strings.Builder
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		printNode(tw, fleet.Node{PoolID: "p1", NodeID: "gpu-node-0", State: fleet.Ready, CreatedAt: now, Log: c.log}, now)
+		tw.Flush()
+		if !strings.Contains(b.String(), c.want) {
+			t.Errorf("nodes get with log %+v:\n%s\nwant the line %q", c.log, b.String(), c.want)
+		}
+	}
+}
+
+// nodes list without --pool lists the nodes of every pool the tenant owns
+// (not those of a pool it was offered), pool by pool and page by page: the
+// first --limit rows, saying more follow, or all of them with --all.
+func TestNodesListFleetWide(t *testing.T) {
+	st := teststack.Start(t)
+	env := map[string]string{"BC_API_URL": st.URL, "BC_TOKEN": "dev:admin", "BC_TENANT": "acme"}
+	must := func(args ...string) string {
+		t.Helper()
+		out, errOut, code := bcctlRun(t, env, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d\n%s%s", args, code, out, errOut)
+		}
+		return out
+	}
+	must("pools", "create", "p1", "--devices", "gpu=24", "--node-size", "gpu=8")
+	must("pools", "create", "p2", "--devices", "gpu=16", "--node-size", "gpu=8")
+	must("--tenant", "globex", "pools", "create", "g1", "--devices", "gpu=8")
+	must("--tenant", "globex", "pools", "offer", "g1", "--to", "acme", "--resource", "gpu", "--max", "8")
+	key := filepath.Join(t.TempDir(), "node.pem")
+	must("keygen", "--out", key)
+	for _, pn := range [][2]string{{"p1", "gpu-node-0"}, {"p1", "gpu-node-2"}, {"p2", "gpu-node-1"}} {
+		must("nodes", "register", "--pool", pn[0], pn[1], "--key", key)
+	}
+	must("--tenant", "globex", "nodes", "register", "--pool", "g1", "gpu-node-0", "--key", key)
+
+	out := must("nodes", "list", "--all")
+	rows := strings.Split(strings.TrimSpace(out), "\n")
+	if len(rows) != 4 || !strings.HasPrefix(rows[0], "POOL") {
+		t.Fatalf("nodes list --all: want a header and acme's 3 nodes:\n%s", out)
+	}
+	for i, want := range []string{"p1  gpu-node-0", "p1  gpu-node-2", "p2  gpu-node-1"} {
+		if !strings.HasPrefix(strings.Join(strings.Fields(rows[i+1])[:2], "  "), want) {
+			t.Errorf("row %d: %q, want %s", i+1, rows[i+1], want)
+		}
+	}
+	// Pages of 1: the first row alone, and a note; -o json merges the pages.
+	out, errOut, code := bcctlRun(t, env, "nodes", "list", "--limit", "1")
+	if code != 0 || strings.Count(out, "\n") != 2 || !strings.Contains(errOut, "1 node of 2 pools shown; more follow: --all") {
+		t.Errorf("nodes list --limit 1: exit %d\n%s%s", code, out, errOut)
+	}
+	var all api.ListNodesResult
+	if err := json.Unmarshal([]byte(must("-o", "json", "nodes", "list", "--limit", "1", "--all")), &all); err != nil || len(all.Nodes) != 3 {
+		t.Errorf("-o json --all --limit 1: %d nodes, %v", len(all.Nodes), err)
+	}
+	if _, errOut, code := bcctlRun(t, env, "--tenant", "initech", "nodes", "list"); code != 0 || !strings.Contains(errOut, "tenant initech owns no pool") {
+		t.Errorf("a tenant without pools: exit %d %q", code, errOut)
 	}
 }

@@ -10,9 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
 	"github.com/bettercompute/control-plane/shared/devstack"
-	"github.com/bettercompute/control-plane/test/teststack"
 )
 
 // The release log is for auditors and tenants: alice, granted
@@ -23,16 +21,8 @@ import (
 // and verify keeps what it verified in the user's config directory, so the
 // next run proves consistency from it.
 func TestReleaseLogForAuditors(t *testing.T) {
-	st := teststack.Start(t) // the dev policy, as make run
-	root, err := devstack.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, root, logKey := logStack(t) // the dev policy, as make run
 	ctx := context.Background()
-	logKey, err := rolloutapp.LogKey(ctx, st.App.App)
-	if err != nil {
-		t.Fatal(err)
-	}
 	config := t.TempDir()
 	run := func(token string, args ...string) (string, string, int) {
 		env := map[string]string{"BC_API_URL": st.URL, "BC_TOKEN": token, "BC_TENANT": "acme", "XDG_CONFIG_HOME": config,

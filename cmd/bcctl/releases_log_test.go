@@ -31,16 +31,8 @@ import (
 // checkpoint, another origin, a changed entry, a proof for another size, a
 // forked log and a replayed older checkpoint.
 func TestReleasesVerify(t *testing.T) {
-	st := teststack.Start(t)
-	root, err := devstack.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, root, logKey := logStack(t)
 	ctx := context.Background()
-	logKey, err := rolloutapp.LogKey(ctx, st.App.App)
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := t.TempDir()
 	env := map[string]string{"BC_API_URL": st.URL, "BC_TOKEN": "dev:admin", "BC_RELEASE_LOG_VKEY": logKey.VerifierKey()}
 	run := func(args ...string) (string, string, int) {
@@ -209,4 +201,20 @@ func mustStored(t *testing.T, signed string, v note.Verifier) *tlogfmt.Checkpoin
 		t.Fatal(err)
 	}
 	return c
+}
+
+// logStack is a local stack as make run's (the dev pins and policy), the
+// repository root and the stack's release log key.
+func logStack(t *testing.T) (*teststack.Stack, string, api.releaselog.Key) {
+	t.Helper()
+	st := teststack.Start(t)
+	root, err := devstack.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	logKey, err := rolloutapp.LogKey(context.Background(), st.App.App)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st, root, logKey
 }

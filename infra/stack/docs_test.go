@@ -377,7 +377,7 @@ func TestREADMEDeployBlockAsPasted(t *testing.T) {
 	}
 	out, err = run("AWS_ACCESS_KEY_ID=AKIAFAKEFAKEFAKEFAKE", "AWS_SECRET_ACCESS_KEY=fake", "AWS_REGION=us-east-1",
 		"AWS_ENDPOINT_URL=http://127.0.0.1:9", "AWS_EC2_METADATA_DISABLED=true", "AWS_MAX_ATTEMPTS=1",
-		"MAKEFLAGS=-o build", "LAMBDA_OUT="+assets, "CDK_OUT="+cdkOut, "CDK_ENV=JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 CDK_DISABLE_CLI_TELEMETRY=true")
+		"MAKEFLAGS=-o build", "LAMBDA_OUT="+assets, "CDK_OUT="+cdkOut)
 	if err == nil {
 		t.Fatalf("deploy against an endpoint that refuses succeeded:\n%s", out)
 	}

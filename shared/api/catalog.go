@@ -71,7 +71,7 @@ const SignsReleaseLog = "kms:Sign"
 // key as a verifier key: kms:GetPublicKey on the log key alone, once, at
 // cold start. It is spelt apart from ReadsKMSKeys (the same AWS action on
 // the release keys) so the stack grants it on the right key.
-const ReadsReleaseLogKey = "kms:GetPublicKey#releaselog"
+const ReadsReleaseLogKey = "kms:GetPublicKey#log"
 
 // ReleasesRead is the permission of the release log's reads: granted to
 // auditors and tenants (read-only, on the platform's one log) as to fleet
@@ -182,7 +182,7 @@ var Catalog = []*Method{
 	{Name: "releases.log", Kind: Read, Permission: ReleasesRead, Scope: FleetScope, Module: "rollout", Phase: "v0.7",
 		Summary: "Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.",
 		Notes: []Note{
-			{"Checkpoint", "The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log)."},
+			{"Checkpoint", "A C2SP `tlog-checkpoint` (origin, size, base64 root), a C2SP `signed-note` (ECDSA P-256) by the log key, named by the origin. Pin `verifierKey` from the deployment's outputs; a monitor proves each checkpoint extends the last it verified (`releases.prove {fromSize}`; docs/releases.md)."},
 		},
 		Input: reflect.TypeFor[ReleaseLogInput](), Output: reflect.TypeFor[ReleaseLogResult](),
 		Errors: []ErrorCase{
@@ -392,7 +392,7 @@ var Catalog = []*Method{
 		Errors:  []ErrorCase{{apierr.InvalidInput, "`state` is not a rollout state", []Detail{detail("field", "state"), detail("reason", "constraint")}}},
 		Actions: []string{"dynamodb:Query", "dynamodb:BatchGetItem", ReadsCursorKey}, Indexes: []string{"ordered", "bystate"}},
 	{Name: "rollouts.nodes", Kind: Read, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout", Phase: "v0.6",
-		Summary: "Lists a rollout's nodes in its order, optionally of one step: each node's wave, step, reason, the release it ran when the rollout took it, and its rollback. Once the rollout is finished (completed, aborted, rolled_back), a node it never started reads as `skipped` (reason `not_started`), in its counts too: nothing will start it.",
+		Summary: "Lists a rollout's nodes in its order, optionally of one step: each node's wave, step, reason, the release it ran when the rollout took it, and its rollback. Once it ends, unstarted nodes are `skipped`.",
 		Input:   reflect.TypeFor[RolloutNodesInput](), Output: reflect.TypeFor[RolloutNodesResult](),
 		Errors: []ErrorCase{
 			{apierr.InvalidInput, "`step` is not a node step", []Detail{detail("field", "step"), detail("reason", "constraint")}},

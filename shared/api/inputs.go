@@ -48,7 +48,7 @@ type ReleaseLogInput struct {
 type ProveReleaseInput struct {
 	Tenant
 	Version  *string `json:"version,omitempty" bc:"min=1,max=128,doc=a release to prove"`
-	Size     *int64  `json:"size,omitempty" bc:"min=0,max=9007199254740991,strictint,doc=the tree size (default: the latest checkpoint's; 0 is the empty tree)"`
+	Size     *int64  `json:"size,omitempty" bc:"min=0,max=9007199254740991,strictint,doc=the tree size (default: the latest checkpoint's)"`
 	FromSize *int64  `json:"fromSize,omitempty" bc:"min=0,max=9007199254740991,strictint,doc=prove consistency from this size"`
 }
 

@@ -27,14 +27,14 @@ type ListReleasesResult struct {
 type ReleaseLogResult struct {
 	Checkpoint  string `json:"checkpoint" doc:"the latest signed checkpoint (C2SP tlog-checkpoint, signed note)"`
 	Size        int64  `json:"size" doc:"its tree size"`
-	VerifierKey string `json:"verifierKey" doc:"the log key as a C2SP signed-note verifier key (<name>+<hex key id>+<base64 of the signature type and public key>); pin the one the deployment's outputs name, not this answer (docs/releases.md)"`
+	VerifierKey string `json:"verifierKey" doc:"the log's C2SP verifier key"`
 }
 
 type ProveResult struct {
 	Checkpoint  string   `json:"checkpoint" doc:"the latest signed checkpoint"`
 	Index       *int64   `json:"index,omitempty" doc:"with version: its entry (from 0)"`
-	Inclusion   []string `json:"inclusion,omitzero" doc:"with version: its inclusion proof in the tree of size (base64 hashes; [] when it needs none)"`
-	Consistency []string `json:"consistency,omitzero" doc:"with fromSize: the consistency proof from fromSize to size (base64 hashes; [] when it needs none)"`
+	Inclusion   []string `json:"inclusion,omitzero" doc:"with version: its inclusion proof in the tree of size (base64 hashes)"`
+	Consistency []string `json:"consistency,omitzero" doc:"with fromSize: the consistency proof from fromSize to size (base64 hashes)"`
 }
 
 // Pools and quotas.

@@ -80,7 +80,7 @@ func DescribeOutput(t reflect.Type) []OutputField {
 			if prefix != "" {
 				name = prefix + "." + name
 			}
-			out = append(out, OutputField{Name: name, Type: strictjson.TypeName(f.Type), Always: !f.OmitEmpty,
+			out = append(out, OutputField{Name: name, Type: strictjson.TypeName(f.Type), Always: !optional(f),
 				Doc: ExpandDoc(f.Doc), Enum: LookupEnum(f.Tag.Get("enum"))})
 			switch e := deref(f.Type); {
 			case isStruct(e):
@@ -302,6 +302,13 @@ func (s *schemas) output(t reflect.Type) *object {
 	return s.ref(t, func() *object { return s.outputObject(t) })
 }
 
+// optional: encoding/json may leave the member out (omitempty, or
+// omitzero: a proof not asked for, while an empty one is []).
+func optional(f strictjson.Field) bool {
+	_, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
+	return f.OmitEmpty || strings.Contains(","+opts+",", ",omitzero,")
+}
+
 func (s *schemas) outputObject(t reflect.Type) *object {
 	props, req := obj(), []string{}
 	for _, f := range strictjson.Fields(t) {
@@ -310,7 +317,7 @@ func (s *schemas) outputObject(t reflect.Type) *object {
 		case objectShape(f) != nil:
 			// Kept as sent (a manifest exactly as registered): its shape.
 			p = obj("allOf", []any{s.input(objectShape(f))})
-		case f.Type.Kind() == reflect.Pointer && !f.OmitEmpty && isStruct(ft):
+		case f.Type.Kind() == reflect.Pointer && !optional(f) && isStruct(ft):
 			// Always present, null when there is none (a node's cordon).
 			p = obj("anyOf", []any{s.output(ft), obj("type", "null")})
 		default:
@@ -323,7 +330,7 @@ func (s *schemas) outputObject(t reflect.Type) *object {
 			p.set("description", ExpandDoc(f.Doc)+enumDoc(LookupEnum(f.Tag.Get("enum"))))
 		}
 		props.set(f.Name, p)
-		if !f.OmitEmpty {
+		if !optional(f) {
 			req = append(req, f.Name)
 		}
 	}

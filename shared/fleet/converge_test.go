@@ -575,7 +575,8 @@ func (e *env) unreachable(tb testing.TB, pool string, n int) int {
 // with held, every node).
 type holdsNone struct{ held bool }
 
-func (h holdsNone) Holds(context.Context, string) (bool, error) { return h.held, nil }
+func (h holdsNone) Holds(context.Context, string) (bool, error)   { return h.held, nil }
+func (h holdsNone) Running(context.Context, string) (bool, error) { return h.held, nil }
 
 // A rollout's cordon and target left on a node once the rollout finished
 // (a start's cordon landing after an abort concluded the node) are lifted

@@ -234,7 +234,7 @@ func (s *Service) answer(ctx context.Context, rec Record) api.HeartbeatResult {
 		return s.desired(ctx, version, seq, from)
 	}
 	switch {
-	case rec.Target != nil:
+	case rec.Target != nil && s.targetHeld(ctx, rec):
 		d.FloorSequence = rec.Floor
 		d.Release = told(rec.Target.Version, rec.Target.Sequence)
 	case rec.Running != nil:
@@ -251,6 +251,26 @@ func (s *Service) answer(ctx context.Context, rec Record) api.HeartbeatResult {
 		next = min(next, api.BusyInterval)
 	}
 	return api.HeartbeatResult{Node: rec.View(), Desired: d, NextHeartbeatSeconds: int(next / time.Second)}
+}
+
+// targetHeld reports whether the node may be told its target: only while
+// the rollout that set it may still start it (not terminal). An ended rollout's target
+// (left behind by a write that landed after the node was concluded, and
+// outlasting a quarantine until the node is re-keyed) waits for the sweep
+// to lift it, and is never told meanwhile. One read of the rollout, and
+// only for a node told to install a version it does not run (a rollout's
+// nodes in flight, at most its maxUnavailable); if the read fails the node
+// is told nothing new.
+func (s *Service) targetHeld(ctx context.Context, rec Record) bool {
+	if s.Rollouts == nil || (rec.Running != nil && rec.Running.Version == rec.Target.Version) {
+		return true
+	}
+	running, err := s.Rollouts.Running(ctx, rec.Target.RolloutID)
+	if err != nil {
+		s.logger().Warn("heartbeat: whether a node's rollout still runs", "rollout", rec.Target.RolloutID, "error", err.Error())
+		return false
+	}
+	return running
 }
 
 // desired is the registered release version@sequence as a node is told

@@ -111,6 +111,10 @@ type Adopter interface {
 // target from a node.
 type RolloutHolds interface {
 	Holds(ctx context.Context, rolloutID string) (bool, error)
+	// Running reports whether the rollout may still tell its nodes a
+	// target: it exists and is not terminal (a heartbeat tells a node its
+	// target only then).
+	Running(ctx context.Context, rolloutID string) (bool, error)
 }
 
 // Pools is what the fleet reads of the capacity module: the pools.

@@ -269,9 +269,33 @@ func TestQuickstart(t *testing.T) {
 		if err := api.DecodeInput([]byte(ex.Body), reflect.New(m.Input).Interface()); err != nil {
 			t.Errorf("%s: %s: %v", ex.Method, ex.Body, err)
 		}
-		if !strings.Contains(text, "http://127.0.0.1:8080"+m.Path()) || !strings.Contains(text, ex.Body) {
+		body, _ := ex.Printed(now)
+		if !strings.Contains(text, "http://127.0.0.1:8080"+m.Path()) || !strings.Contains(text, body) {
 			t.Errorf("quickstart text misses %s", ex.Method)
 		}
+	}
+}
+
+// The printed reservation ends an hour after the minute it is pasted in,
+// not a fixed time: no timestamp is printed, and the line that sets $END,
+// run in a shell, gives the next hour's minute.
+func TestQuickstartEndIsRelative(t *testing.T) {
+	before := time.Now().UTC()
+	text := Quickstart(testStack, before.Add(-3*time.Hour)) // a stack started three hours ago
+	if ts := regexp.MustCompile(`\d{4}-\d{2}-\d{2}T\d{2}:\d{2}`).FindString(text); ts != "" {
+		t.Errorf("the quickstart prints a fixed time %s:\n%s", ts, text)
+	}
+	if !strings.Contains(text, "\n"+EndLine+"\ncurl ") || !strings.Contains(text, `"window":{"end":"'"$END"'"}`) {
+		t.Fatalf("the reservation does not send $END:\n%s", text)
+	}
+	out, err := exec.Command("bash", "-c", EndLine+` && printf %s "$END"`).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	end, err := time.Parse(time.RFC3339, string(out))
+	after := time.Now().UTC()
+	if err != nil || end.Before(before.Add(time.Hour).Truncate(time.Minute)) || end.After(after.Add(time.Hour)) {
+		t.Errorf("$END = %q (%v), want an hour from now's minute", out, err)
 	}
 }
 
@@ -305,7 +329,9 @@ func TestExportsSetWhatTheCLIReads(t *testing.T) {
 	}
 	// What cmd/bcctl reads, from its source: a variable it starts reading
 	// must be exported too (or listed here with why not).
-	notExported := map[string]string{"AWS_ACCESS_KEY_ID": "unset, the CLI uses dummy credentials against local endpoints"}
+	notExported := map[string]string{"AWS_ACCESS_KEY_ID": "unset, the CLI uses dummy credentials against local endpoints",
+		"BC_RELEASE_LOG_CHECKPOINT": "optional: releases verify keeps its checkpoint in the user's config directory without it",
+		"XDG_CONFIG_HOME":           "the user's own: where releases verify keeps its checkpoint"}
 	files, _ := filepath.Glob("../../cmd/bcctl/*.go")
 	reads := regexp.MustCompile(`(?:[Gg]etenv|envOr)\("([A-Z0-9_]+)"`)
 	seen := 0

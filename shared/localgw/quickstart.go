@@ -20,7 +20,7 @@ type Example struct {
 // body strictly into its method's input and the end-to-end test runs them,
 // so the printed quickstart cannot drift from the API.
 func Examples(now time.Time) []Example {
-	end := now.UTC().Add(time.Hour).Truncate(time.Minute).Format(time.RFC3339)
+	end := exampleEnd(now)
 	return []Example{
 		// Releases are the platform's, not a tenant's.
 		{"List releases (platform admin)", "releases.list", "admin", `{"tenantId":"platform"}`},
@@ -31,6 +31,27 @@ func Examples(now time.Time) []Example {
 		{"Reserve 2 of them for the next hour", "reservations.create", "admin",
 			`{"tenantId":"acme","poolId":"gpu-pool-1","resource":"gpu.h100","count":2,"window":{"end":"` + end + `"}}`},
 	}
+}
+
+// exampleEnd is the reservation example's end: an hour from now's minute.
+func exampleEnd(now time.Time) string {
+	return now.UTC().Add(time.Hour).Truncate(time.Minute).Format(time.RFC3339)
+}
+
+// EndLine sets $END, as the printed quickstart's reservation sends it, to
+// an hour from the minute it is pasted in (GNU date, else BSD/macOS date),
+// not the minute make run started: a quickstart pasted an hour later
+// still reserves the next hour.
+const EndLine = `END=$(date -u -d '+1 hour' +%Y-%m-%dT%H:%M:00Z 2>/dev/null || date -u -v+1H +%Y-%m-%dT%H:%M:00Z)`
+
+// Printed is ex's body as the quickstart prints it: a time relative to
+// now is $END, set by EndLine (false: the body is printed as it is).
+func (ex Example) Printed(now time.Time) (string, bool) {
+	end := exampleEnd(now)
+	if !strings.Contains(ex.Body, `"`+end+`"`) {
+		return ex.Body, false
+	}
+	return strings.ReplaceAll(ex.Body, `"`+end+`"`, `"'"$END"'"`), true
 }
 
 // Stack is what the quickstart tells of a running local stack.
@@ -86,11 +107,16 @@ func shellQuote(s string) string {
 func Quickstart(s Stack, now time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Better Compute local stack: %s (health: %s%s)\n", s.URL, s.URL, HealthPath)
-	b.WriteString("Principals (localstack/policy.json): admin (everything), alice and ops (tenant acme), fleet-agent (node reports only: compute:nodes:report on node:*).\n")
+	b.WriteString("Principals (localstack/policy.json): admin (everything), alice and ops (tenant acme; alice also reads the release log), auditor (the release log only), fleet-agent (node reports only: compute:nodes:report on node:*).\n")
 	for _, ex := range Examples(now) {
 		m := api.Lookup(ex.Method)
-		fmt.Fprintf(&b, "\n# %s\ncurl -sS -X POST %s%s \\\n  -H 'Authorization: Bearer dev:%s' -H 'Content-Type: application/json' \\\n  -d '%s'\n",
-			ex.Title, s.URL, m.Path(), ex.Principal, ex.Body)
+		body, relative := ex.Printed(now)
+		fmt.Fprintf(&b, "\n# %s\n", ex.Title)
+		if relative {
+			b.WriteString(EndLine + "\n")
+		}
+		fmt.Fprintf(&b, "curl -sS -X POST %s%s \\\n  -H 'Authorization: Bearer dev:%s' -H 'Content-Type: application/json' \\\n  -d '%s'\n",
+			s.URL, m.Path(), ex.Principal, body)
 	}
 	fmt.Fprintf(&b, "\n# The bcctl CLI in another shell, as the README runs it: %s, then bin/bcctl …\n%s\n", CLIBuild, s.Exports())
 	b.WriteString("# These ports stay the same across restarts and make clean (they follow BC_STATE_DIR's path); a port another\n" +

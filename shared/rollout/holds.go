@@ -16,12 +16,26 @@ type Holds struct{ Store RolloutStore }
 
 // Holds reports whether rollout id is still running (holding its nodes).
 func (h Holds) Holds(ctx context.Context, id string) (bool, error) {
+	r, ok, err := h.get(ctx, id)
+	return ok && !r.Finished, err
+}
+
+// Running reports whether rollout id may still tell a node a target (its
+// own or, rolling back, the node's previous release): not once it is
+// terminal, though a pass has yet to finish it.
+func (h Holds) Running(ctx context.Context, id string) (bool, error) {
+	r, ok, err := h.get(ctx, id)
+	return ok && !r.Finished && !r.State.Terminal(), err
+}
+
+// get reads rollout id (ok false: there is none).
+func (h Holds) get(ctx context.Context, id string) (Record, bool, error) {
 	r, err := h.Store.GetRollout(ctx, id)
 	switch {
 	case errors.Is(err, ErrNotFound):
-		return false, nil
+		return Record{}, false, nil
 	case err != nil:
-		return false, err
+		return Record{}, false, err
 	}
-	return !r.Finished, nil
+	return r, true, nil
 }

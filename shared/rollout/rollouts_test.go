@@ -359,9 +359,11 @@ func TestPauseRacingPass(t *testing.T) {
 	e.until(r.RolloutID, api.Completed, 200, nil)
 }
 
-// Abort mid-rollout: nodes not installing go back, updated ones are sent
-// back to the release each ran before; rolled_back once all reported it.
-func TestAbortRollsBack(t *testing.T) {
+// firstWaveBaked is a rollout of 2.0.0 onto 10 nodes running 1.0.0 in two
+// waves (3, then the rest; 2 at a time, an hour's bake), run until its
+// first wave is done.
+func firstWaveBaked(t *testing.T) (*fleetEnv, api.Rollout) {
+	t.Helper()
 	e := newFleetEnv(t)
 	e.release("1.0.0", 1)
 	e.release("2.0.0", 2)
@@ -375,6 +377,13 @@ func TestAbortRollsBack(t *testing.T) {
 		}
 		e.round(time.Second)
 	}
+	return e, r
+}
+
+// Abort mid-rollout: nodes not installing go back, updated ones are sent
+// back to the release each ran before; rolled_back once all reported it.
+func TestAbortRollsBack(t *testing.T) {
+	e, r := firstWaveBaked(t)
 	if got := e.get(r.RolloutID); got.Counts.Updated != 3 {
 		t.Fatalf("after wave 1: %+v", got.Counts)
 	}
@@ -796,8 +805,11 @@ func TestTargetedNodeCountsAsInstalling(t *testing.T) {
 				if ns[0].Step != api.Updated || ns[0].Rollback != rollout.RollbackDone {
 					t.Errorf("the first node: %+v, want updated and rolled back", ns[0])
 				}
-				if got.Counts.Skipped != 0 {
-					t.Errorf("counts %+v: a node skipped", got.Counts)
+				// Skipped only as never started (the ended rollout's second node).
+				for _, n := range ns {
+					if n.Step == api.Skipped && n.Reason != rollout.ReasonNotStarted {
+						t.Errorf("counts %+v: %s skipped (%s)", got.Counts, n.NodeID, n.Reason)
+					}
 				}
 				err = e.nodes.PoolNodes(ctx, "a", func(n fleet.Record) error {
 					if n.Target != nil || n.Rollout != nil {
@@ -881,19 +893,7 @@ func TestPauseAfterLongWaitRetriesALostWrite(t *testing.T) {
 // the nodes it never started read as skipped (not_started) in its counts,
 // in rollouts.nodes and under the step filters, paged.
 func TestEndedRolloutHasNoPendingNode(t *testing.T) {
-	e := newFleetEnv(t)
-	e.release("1.0.0", 1)
-	e.release("2.0.0", 2)
-	e.pool("a", 10, "1.0.0", 1)
-	e.pass()
-	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"},
-		Waves: []api.WaveSpec{{Nodes: ptr(3)}, {Percent: ptr(100)}}, MaxUnavailable: ptr(3), BakeSeconds: ptr(3600)})
-	for range 60 {
-		if got := e.get(r.RolloutID); len(got.Waves) > 0 && got.Waves[0].FinishedAt != nil {
-			break
-		}
-		e.round(time.Second)
-	}
+	e, r := firstWaveBaked(t)
 	ctx := context.Background()
 	if got := e.get(r.RolloutID); got.Counts.Updated != 3 || got.Counts.Pending != 7 {
 		t.Fatalf("after wave 1: %+v", got.Counts)
@@ -948,5 +948,41 @@ func TestEndedRolloutHasNoPendingNode(t *testing.T) {
 	}
 	if len(seen) != 7 {
 		t.Errorf("--step skipped found %d nodes, want 7", len(seen))
+	}
+}
+
+// A node is told a rollout's target only while that rollout may start it:
+// a target an aborted rollout left on a node (a write of the rollout's
+// landing after the node was concluded; or, as an operator found it, a
+// quarantined node re-keyed once the rollout had ended) is not told before
+// the sweep lifts it — the node is told what it runs.
+func TestFinishedRolloutsTargetIsNotTold(t *testing.T) {
+	e := newFleetEnv(t)
+	e.release("1.0.0", 1)
+	e.release("2.0.0", 2)
+	e.pool("a", 2, "1.0.0", 1)
+	e.pass()
+	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"},
+		Waves: []api.WaveSpec{{Percent: ptr(100)}}, BakeSeconds: ptr(0)})
+	if _, err := e.rollouts.Abort(context.Background(), r.RolloutID, "regression"); err != nil {
+		t.Fatal(err)
+	}
+	e.until(r.RolloutID, api.RolledBack, 200, func() {})
+	ctx := context.Background()
+	n := e.node["a/"+capacity.NodeID("gpu", 0)]
+	rec, err := e.nodes.GetNode(ctx, "a", "gpu", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.nodes.SetTarget(ctx, rec, r.RolloutID, &fleet.Target{Version: "2.0.0", Sequence: 2, RolloutID: r.RolloutID}, 1); err != nil {
+		t.Fatal(err)
+	}
+	told := len(n.told)
+	e.beat(n)
+	if len(n.told) > told {
+		t.Errorf("%s was told %s, the target of rolled-back rollout %s", n.id, n.told[len(n.told)-1].version, r.RolloutID)
+	}
+	if n.running == nil || n.running.Version != "1.0.0" {
+		t.Errorf("%s runs %+v, want 1.0.0", n.id, n.running)
 	}
 }

@@ -128,7 +128,7 @@ type Field struct {
 	Name      string
 	Type      reflect.Type // as declared (a pointer marks an optional member)
 	Required  bool
-	OmitEmpty bool // the json tag says omitempty or omitzero (encoders may leave it out)
+	OmitEmpty bool // the json tag says omitempty (encoders leave it out when empty)
 	// Min and Max bound a string's length in characters, an integer's
 	// value, or an array's or map's entries; nil when unbounded.
 	Min, Max *int64
@@ -145,7 +145,7 @@ func Fields(t reflect.Type) []Field {
 	for _, f := range fields(t) {
 		sf := t.FieldByIndex(f.index)
 		_, jopts, _ := strings.Cut(sf.Tag.Get("json"), ",")
-		d := Field{Name: f.name, Type: f.typ, Required: f.opts.required, OmitEmpty: strings.Contains(","+jopts+",", ",omitempty,") || strings.Contains(","+jopts+",", ",omitzero,"),
+		d := Field{Name: f.name, Type: f.typ, Required: f.opts.required, OmitEmpty: strings.Contains(","+jopts+",", ",omitempty,"),
 			Doc: docOf(sf.Tag, f.opts), Tag: sf.Tag}
 		d.Min, d.Max = f.opts.bounds()
 		if f.opts.pattern != "" {

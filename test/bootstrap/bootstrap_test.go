@@ -60,11 +60,11 @@ func goName(method string) string {
 
 // Each method's main names its own method's wiring (so the linker keeps
 // that method's code only) and links its own module's wiring package; KMS
-// only where the method pins KMS keys, Secrets Manager only where it pages
+// only where the method reads KMS public keys (pins them, or answers the
+// release log's verifier key), Secrets Manager only where it pages
 // with cursors; the reconciler, which serves no method, no Secrets Manager,
 // and KMS exactly when its actions sign the release log (it finishes
-// crashed registrations and signs the checkpoint it audits the log
-// against).
+// crashed registrations and audits the log).
 func TestEachMainLinksItsModuleOnly(t *testing.T) {
 	dir := root(t)
 	for _, m := range api.Catalog {

@@ -691,7 +691,7 @@ type ProveReleaseInput struct {
 	// FromSize prove consistency from this size
 	FromSize *int `json:"fromSize,omitempty"`
 
-	// Size the tree size (default: the latest checkpoint's; 0 is the empty tree)
+	// Size the tree size (default: the latest checkpoint's)
 	Size     *int   `json:"size,omitempty"`
 	TenantId string `json:"tenantId"`
 
@@ -704,10 +704,10 @@ type ProveResult struct {
 	// Checkpoint the latest signed checkpoint
 	Checkpoint string `json:"checkpoint"`
 
-	// Consistency with fromSize: the consistency proof from fromSize to size (base64 hashes; [] when it needs none)
+	// Consistency with fromSize: the consistency proof from fromSize to size (base64 hashes)
 	Consistency *[]string `json:"consistency,omitempty"`
 
-	// Inclusion with version: its inclusion proof in the tree of size (base64 hashes; [] when it needs none)
+	// Inclusion with version: its inclusion proof in the tree of size (base64 hashes)
 	Inclusion *[]string `json:"inclusion,omitempty"`
 
 	// Index with version: its entry (from 0)
@@ -773,7 +773,7 @@ type ReleaseLogResult struct {
 	// Size its tree size
 	Size int `json:"size"`
 
-	// VerifierKey the log key as a C2SP signed-note verifier key (<name>+<hex key id>+<base64 of the signature type and public key>); pin the one the deployment's outputs name, not this answer (docs/releases.md)
+	// VerifierKey the log's C2SP verifier key
 	VerifierKey string `json:"verifierKey"`
 }
 
@@ -1158,7 +1158,7 @@ type ClientInterface interface {
 	//
 	// Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
 	//
-	// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
+	// **Checkpoint.** A C2SP `tlog-checkpoint` (origin, size, base64 root), a C2SP `signed-note` (ECDSA P-256) by the log key, named by the origin. Pin `verifierKey` from the deployment's outputs; a monitor proves each checkpoint extends the last it verified (`releases.prove {fromSize}`; docs/releases.md).
 	//
 	// Authorization: `compute:releases:read` @ `compute-fleet`
 	//
@@ -1171,7 +1171,7 @@ type ClientInterface interface {
 	//
 	// Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
 	//
-	// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
+	// **Checkpoint.** A C2SP `tlog-checkpoint` (origin, size, base64 root), a C2SP `signed-note` (ECDSA P-256) by the log key, named by the origin. Pin `verifierKey` from the deployment's outputs; a monitor proves each checkpoint extends the last it verified (`releases.prove {fromSize}`; docs/releases.md).
 	//
 	// Authorization: `compute:releases:read` @ `compute-fleet`
 	//
@@ -1291,7 +1291,7 @@ func (c *Client) ReleasesList(ctx context.Context, body ReleasesListJSONRequestB
 //
 // Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
 //
-// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
+// **Checkpoint.** A C2SP `tlog-checkpoint` (origin, size, base64 root), a C2SP `signed-note` (ECDSA P-256) by the log key, named by the origin. Pin `verifierKey` from the deployment's outputs; a monitor proves each checkpoint extends the last it verified (`releases.prove {fromSize}`; docs/releases.md).
 //
 // Authorization: `compute:releases:read` @ `compute-fleet`
 //
@@ -1314,7 +1314,7 @@ func (c *Client) ReleasesLogWithBody(ctx context.Context, contentType string, bo
 //
 // Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
 //
-// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
+// **Checkpoint.** A C2SP `tlog-checkpoint` (origin, size, base64 root), a C2SP `signed-note` (ECDSA P-256) by the log key, named by the origin. Pin `verifierKey` from the deployment's outputs; a monitor proves each checkpoint extends the last it verified (`releases.prove {fromSize}`; docs/releases.md).
 //
 // Authorization: `compute:releases:read` @ `compute-fleet`
 //
@@ -1667,7 +1667,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
 	//
-	// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
+	// **Checkpoint.** A C2SP `tlog-checkpoint` (origin, size, base64 root), a C2SP `signed-note` (ECDSA P-256) by the log key, named by the origin. Pin `verifierKey` from the deployment's outputs; a monitor proves each checkpoint extends the last it verified (`releases.prove {fromSize}`; docs/releases.md).
 	//
 	// Authorization: `compute:releases:read` @ `compute-fleet`
 	//
@@ -1680,7 +1680,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
 	//
-	// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
+	// **Checkpoint.** A C2SP `tlog-checkpoint` (origin, size, base64 root), a C2SP `signed-note` (ECDSA P-256) by the log key, named by the origin. Pin `verifierKey` from the deployment's outputs; a monitor proves each checkpoint extends the last it verified (`releases.prove {fromSize}`; docs/releases.md).
 	//
 	// Authorization: `compute:releases:read` @ `compute-fleet`
 	//
@@ -3046,7 +3046,7 @@ func (c *ClientWithResponses) ReleasesListWithResponse(ctx context.Context, body
 //
 // Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
 //
-// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
+// **Checkpoint.** A C2SP `tlog-checkpoint` (origin, size, base64 root), a C2SP `signed-note` (ECDSA P-256) by the log key, named by the origin. Pin `verifierKey` from the deployment's outputs; a monitor proves each checkpoint extends the last it verified (`releases.prove {fromSize}`; docs/releases.md).
 //
 // Authorization: `compute:releases:read` @ `compute-fleet`
 //
@@ -3065,7 +3065,7 @@ func (c *ClientWithResponses) ReleasesLogWithBodyWithResponse(ctx context.Contex
 //
 // Returns the release log's latest signed checkpoint: every registered release is an entry of one append-only Merkle log (RFC 9162 hashing), in registration order.
 //
-// **Checkpoint.** The C2SP `tlog-checkpoint` text (origin line, tree size, base64 root hash) signed as a C2SP `signed-note` by the release log key, whose key name is the log's origin: ECDSA P-256 (signature type 0x02) under KMS. An independent monitor keeps the last checkpoint it verified and asks `releases.prove {fromSize}` for the consistency proof to each newer one (docs/releases.md, Monitoring the log).
+// **Checkpoint.** A C2SP `tlog-checkpoint` (origin, size, base64 root), a C2SP `signed-note` (ECDSA P-256) by the log key, named by the origin. Pin `verifierKey` from the deployment's outputs; a monitor proves each checkpoint extends the last it verified (`releases.prove {fromSize}`; docs/releases.md).
 //
 // Authorization: `compute:releases:read` @ `compute-fleet`
 //
