@@ -262,17 +262,17 @@ func TestNodeTableShowsWitness(t *testing.T) {
 	now := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	root := "q9ZQ0GRUM1xXQeZ0xq4z4C3Ba0hIb3fH5m0HaA1c6kQ="
 	for _, c := range []struct {
-		log  *fleet.NodeLog
+		log  *api.NodeLog
 		want string
 	}{
 		{nil, "release log     no checkpoint reported\n"},
-		{&fleet.NodeLog{Size: 3, Root: root, Consistent: true}, "release log     consistent (size 3, root q9ZQ0GRUM1xXQeZ…)\n"},
-		{&fleet.NodeLog{Size: 3, Root: root, SplitView: &fleet.LogSplit{Size: 3, Root: root, At: now}},
+		{&api.NodeLog{Size: 3, Root: root, Consistent: true}, "release log     consistent (size 3, root q9ZQ0GRUM1xXQeZ…)\n"},
+		{&api.NodeLog{Size: 3, Root: root, SplitView: &api.LogSplit{Size: 3, Root: root, At: now}},
 			"release log     SPLIT VIEW: reported size 3 root q9ZQ0GRUM1xXQeZ…, which the log never had (since 2026-12-04 12:00:00Z); told no release until re-registered (nodes register --replace)\n"},
 	} {
 		var b strings.Builder
 		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
-		printNode(tw, fleet.Node{PoolID: "p1", NodeID: "gpu-node-0", State: fleet.Ready, CreatedAt: now, Log: c.log}, now)
+		printNode(tw, api.Node{PoolID: "p1", NodeID: "gpu-node-0", State: api.Ready, CreatedAt: now, Log: c.log}, now)
 		tw.Flush()
 		if !strings.Contains(b.String(), c.want) {
 			t.Errorf("nodes get with log %+v:\n%s\nwant the line %q", c.log, b.String(), c.want)

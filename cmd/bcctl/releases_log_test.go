@@ -205,7 +205,7 @@ func mustStored(t *testing.T, signed string, v note.Verifier) *tlogfmt.Checkpoin
 
 // logStack is a local stack as make run's (the dev pins and policy), the
 // repository root and the stack's release log key.
-func logStack(t *testing.T) (*teststack.Stack, string, api.releaselog.Key) {
+func logStack(t *testing.T) (*teststack.Stack, string, release.LogKey) {
 	t.Helper()
 	st := teststack.Start(t)
 	root, err := devstack.Root()
