@@ -32,9 +32,16 @@ TEST_TIMEOUT ?= 15m
 LAMBDA_GOARCH ?= arm64
 # Where make build puts <function>/bootstrap (make lambda-build: build/lambda-test).
 LAMBDA_OUT    ?= build
-# The race detector needs cgo and a C compiler; without them tests run without it.
+# The race detector needs cgo and a C compiler; without them the race
+# tests run without it. make test runs the whole suite without -race and the
+# tests that race goroutines on purpose (RACE_TESTS) under it: -race costs
+# the suite three times its CPU, most of it in the real-time simulations
+# whose concurrency is the agents' and dynalite's, not shared Go memory.
+# make race runs everything under it.
 RACE          = $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) env CC)" >/dev/null 2>&1 && echo -race)
-GOTESTFLAGS  ?= $(RACE)
+GOTESTFLAGS  ?=
+RACE_TESTS   := Race|Racing|Concurrent|Overlapping|Parallel
+RACE_PKGS    := ./shared/capacity ./shared/dynamo/capacitydb ./shared/fleet ./shared/release/registry ./shared/rollout
 GO_DIRS      := $(wildcard cmd functions shared test infra)
 FUNCTIONS    := $(notdir $(patsubst %/,%,$(wildcard functions/*/)))
 
@@ -42,7 +49,7 @@ FUNCTIONS    := $(notdir $(patsubst %/,%,$(wildcard functions/*/)))
 # `make test` runs beside the Go tests, e.g. INFRA_TEST_TARGETS += infra-test synth.
 INFRA_TEST_TARGETS :=
 
-.PHONY: help tools run test gotest fmt fmt-check vet build docs bench fuzz fleetproto fleetproto-reverts sims e2e clean distclean lambda-build lambda-test
+.PHONY: help tools run test gotest race race-tests fmt fmt-check vet build docs bench fuzz fleetproto fleetproto-reverts sims e2e clean distclean lambda-build lambda-test
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -81,15 +88,21 @@ run: tools ## run the control plane locally on BC_LISTEN (default 127.0.0.1:8080
 # ends with one summary of what failed (test/checks.sh; logs in
 # build/test/). docs/performance.md (Build and CI) has where the time goes.
 test: tools ## everything CI runs: format, vet, unit and integration tests, infra checks
-	@MAKE='$(MAKE)' test/checks.sh build/test gotest -- fmt-check vet $(INFRA_TEST_TARGETS)
+	@MAKE='$(MAKE)' test/checks.sh build/test gotest -- fmt-check vet race-tests $(INFRA_TEST_TARGETS)
 
 # The longest packages first (go test starts packages in the order given,
 # GOMAXPROCS at a time): the last to start is a short one.
 SLOW_PKGS := ./test/fleetsim ./cmd/bcctl ./shared/rollout ./shared/capacity ./test/fleetproto ./shared/fleet ./test/e2e
 
 gotest: tools
-	@[ -n "$(RACE)" ] || echo "note: no C compiler (or CGO_ENABLED=0): tests run without -race"
 	$(GO) test -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) $(SLOW_PKGS) $$($(GO) list ./... | grep -vxFf <($(GO) list $(SLOW_PKGS)))
+
+race-tests: tools
+	@[ -n "$(RACE)" ] || echo "note: no C compiler (or CGO_ENABLED=0): the race tests run without -race"
+	$(GO) test -count=1 $(RACE) -run '$(RACE_TESTS)' $(RACE_PKGS)
+
+race: tools ## every test under the race detector (slow: about three times make test's CPU)
+	$(GO) test -timeout 30m $(RACE) $(SLOW_PKGS) $$($(GO) list ./... | grep -vxFf <($(GO) list $(SLOW_PKGS)))
 
 fmt: ## gofmt every Go file
 	gofmt -w $(GO_DIRS)

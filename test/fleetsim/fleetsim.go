@@ -50,7 +50,14 @@ type Config struct {
 	// each pool's hours are provisioned by the first passes, and each node
 	// that dies or falls sick flags that many hours (and 4 more).
 	ProvisionHours int
-	Seed           uint64
+	// ReleaseWhenActive: the tenant releases the reservations once each is
+	// active (or its deadline passed) instead of waiting for their windows
+	// to end, which then last an hour. A stuck reservation is then one not
+	// active within the deadline, counted in passes and heartbeats rather
+	// than in a window's seconds, so a busy machine makes the run slower,
+	// never a reservation stuck.
+	ReleaseWhenActive bool
+	Seed              uint64
 }
 
 // Result is what a run measured.
@@ -61,7 +68,7 @@ type Result struct {
 	Created, Bound                    int            // reservations placed; those that reached active
 	BindP50, BindP99                  time.Duration  // window start → active
 	BindPassesP50, BindPassesP99      float64        // the same in reconciler passes
-	Replaced, Stuck                   int            // moved off a dead node; never active before their window ended
+	Replaced, Stuck                   int            // moved off a dead node; never active before their window ended (or the deadline, with ReleaseWhenActive)
 	Refused                           map[string]int // creates not placed, by answer
 	Violations                        []string
 	Passes                            int
@@ -189,8 +196,12 @@ type fleetNode struct {
 	pool, id string
 	agent    *agent.Agent
 	driver   *agent.RecordingDriver
+	actx     context.Context // the agent's: done once the load killed it
 	cancel   context.CancelFunc
 }
+
+// alive: the load did not kill the node's agent.
+func (n *fleetNode) alive() bool { return n.actx.Err() == nil }
 
 // createdReservation is a reservation the load placed.
 type createdReservation struct {
@@ -282,7 +293,7 @@ func (sim *fleetRun) reconcile(ctx context.Context) {
 func (sim *fleetRun) startAgents() {
 	for _, n := range sim.nodes {
 		actx, cancel := context.WithCancel(sim.ctx)
-		n.cancel = cancel
+		n.actx, n.cancel = actx, cancel
 		sim.agents.Add(1)
 		go func() { defer sim.agents.Done(); _ = n.agent.Run(actx) }()
 	}
@@ -344,10 +355,13 @@ func (sim *fleetRun) create(i int) {
 	pool := fmt.Sprintf("sim-%02d", rng.IntN(cfg.Pools))
 	start := time.Now().Add(cfg.Lead/2 + time.Duration(rng.Int64N(int64(cfg.Lead))))
 	count := []int{1, 2, 4, 8}[rng.IntN(4)]
+	end := start.Add(cfg.Length + time.Duration(rng.Int64N(int64(cfg.Length))))
+	if cfg.ReleaseWhenActive {
+		end = start.Add(time.Hour)
+	}
 	var out struct{ Reservation capacity.Reservation }
 	err := sim.post("reservations.create", map[string]any{"tenantId": "acme", "poolId": pool, "resource": "gpu", "count": count,
-		"window": map[string]any{"start": start.UTC().Format(time.RFC3339Nano),
-			"end": start.Add(cfg.Length + time.Duration(rng.Int64N(int64(cfg.Length)))).UTC().Format(time.RFC3339Nano)}}, &out)
+		"window": map[string]any{"start": start.UTC().Format(time.RFC3339Nano), "end": end.UTC().Format(time.RFC3339Nano)}}, &out)
 	if err == nil {
 		sim.created = append(sim.created, createdReservation{out.Reservation.ReservationID, pool, out.Reservation.Window})
 	} else {
@@ -358,16 +372,22 @@ func (sim *fleetRun) create(i int) {
 	}
 }
 
-// settle lets every window end, then stops the fleet and settles.
+// settle lets every window end (or, with ReleaseWhenActive, releases
+// every reservation once active and waits for the live agents to unbind
+// them), then stops the fleet and settles.
 func (sim *fleetRun) settle() {
 	sim.tb.Helper()
-	last := time.Time{}
-	for _, m := range sim.created {
-		if m.window.End.After(last) {
-			last = m.window.End
+	if sim.cfg.ReleaseWhenActive {
+		sim.releaseWhenActive()
+	} else {
+		last := time.Time{}
+		for _, m := range sim.created {
+			if m.window.End.After(last) {
+				last = m.window.End
+			}
 		}
+		time.Sleep(time.Until(last) + 3*time.Second) // real time passes for the windows: pacing, not synchronization
 	}
-	time.Sleep(time.Until(last) + 3*time.Second) // real time passes for the windows: pacing, not synchronization
 	sim.stop()
 	sim.agents.Wait()
 	<-sim.reconciling
@@ -390,6 +410,58 @@ func (sim *fleetRun) settle() {
 		}
 		time.Sleep(time.Second) // the reconciler's period: pacing, not synchronization
 	}
+}
+
+// releaseWhenActive waits until every reservation is active, for as many
+// passes and heartbeats as binding, a node's silence and a move take
+// (unreachable after 3 intervals, a move, a bind: 20 intervals and passes
+// at least, more on a busy machine, whose passes are slower); then the
+// tenant releases each one, and the live agents unbind what they held.
+func (sim *fleetRun) releaseWhenActive() {
+	sim.tb.Helper()
+	enough := func(since time.Time, passes int) bool {
+		sim.passMu.Lock()
+		defer sim.passMu.Unlock()
+		return sim.passes-passes >= 20 && time.Since(since) >= 20*sim.cfg.Interval
+	}
+	last := time.Time{}
+	for _, m := range sim.created {
+		if m.window.Start.After(last) {
+			last = m.window.Start
+		}
+	}
+	time.Sleep(time.Until(last)) // the last window's start: pacing, not synchronization
+	sim.passMu.Lock()
+	since, passes := time.Now(), sim.passes
+	sim.passMu.Unlock()
+	for !enough(since, passes) && !sim.allActive() {
+		time.Sleep(time.Second) // the reconciler's period: polling a state, with a bound in passes
+	}
+	for _, m := range sim.created {
+		if err := sim.post("reservations.release", map[string]any{"tenantId": "acme", "reservationId": m.id}, nil); err != nil {
+			sim.tb.Fatal(err)
+		}
+	}
+	waitFor(sim.tb, 3*sim.cfg.Interval, func() bool {
+		for _, n := range sim.nodes {
+			if sim.ctx.Err() == nil && n.alive() && len(n.driver.Held()) > 0 {
+				return false
+			}
+		}
+		return true
+	})
+}
+
+// allActive: every reservation the load placed is active.
+func (sim *fleetRun) allActive() bool {
+	for _, m := range sim.created {
+		var out struct{ Reservation capacity.Reservation }
+		if err := sim.post("reservations.get", map[string]any{"tenantId": "acme", "reservationId": m.id}, &out); err != nil ||
+			out.Reservation.State != api.Active {
+			return false
+		}
+	}
+	return true
 }
 
 // result is what the run measured, read once the fleet settled.

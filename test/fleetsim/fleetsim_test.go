@@ -10,21 +10,24 @@ import (
 func TestMain(m *testing.M) { devstack.Main(m) }
 
 // The fleet simulation in make test: 50 agents in 5 pools, 40
-// reservations starting and ending over a minute and a half, 10 % of the
-// agents killed and 4 % reporting a missing device a third of the way in.
-// It must end with the invariant checker clean, every heartbeat one write
-// and at most one read, and every reservation either bound through its
-// nodes or moved off a dead one (a stuck reservation is one whose node
-// died with nowhere to move it, which this fleet's spare capacity — 10
-// nodes a pool — rules out: a smaller fleet of 6 nodes a pool with 20 %
-// killed left one stuck when a pass was slow). Two hours provisioned
-// ahead, not 72: the windows lie within them, and the 72 hours' 3,600
-// node-hours and 76 flag writes per dead node made the passes, not the
-// fleet, the test's time (BenchmarkFleet keeps the default).
+// reservations created over half a minute, each starting 6–18 s after its
+// create, 10 % of the agents killed and 4 % reporting a missing device a
+// third of the way in; once every reservation is active the tenant
+// releases them all and the live agents unbind them. It must end with the
+// invariant checker clean, every heartbeat one write and at most one read,
+// and every reservation either bound through its nodes or moved off a dead
+// one and bound there (a stuck reservation is one not active after 20
+// passes and 20 heartbeat intervals from the last window's start: enough
+// for a node's silence, a move and a bind, however slow the machine's
+// passes; waiting for windows to end instead made a slow pass a stuck
+// reservation). Two hours provisioned ahead, not 72: the windows lie
+// within them, and the 72 hours' 3,600 node-hours and 76 flag writes per
+// dead node made the passes, not the fleet, the test's time
+// (BenchmarkFleet keeps the default, and its windows end on their own).
 func TestFleetSimulation(t *testing.T) {
 	t.Parallel() // its own tables: the real-time waits of the package overlap
 	checkFleet(t, Run(t, Config{Pools: 5, NodesPerPool: 10, Reservations: 40, Spread: 30 * time.Second, Lead: 12 * time.Second, Length: 20 * time.Second,
-		Interval: 5 * time.Second, KillPct: 10, SickPct: 4, ProvisionHours: 2, Seed: 1}))
+		Interval: 5 * time.Second, KillPct: 10, SickPct: 4, ProvisionHours: 2, ReleaseWhenActive: true, Seed: 1}))
 }
 
 // checkFleet is what every fleet simulation asserts of its result.
