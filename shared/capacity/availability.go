@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -31,6 +32,11 @@ type Availability struct {
 	// how far the fleet's eligibility flags reach into node-hours (default
 	// ProvisionHours).
 	ProvisionHours int
+	// PerHour is how many node-hours each hour's read takes (0: the nodes a
+	// placement needs and emptiestExtra more); OutOfServiceRead, how many
+	// out-of-service nodes are read (0: maxOutOfService). Tests shrink
+	// both to make the search undecided.
+	PerHour, OutOfServiceRead int
 }
 
 // AvailabilityStore is what the search reads: the pool as the tenant sees
@@ -171,7 +177,7 @@ func (a *Availability) Ask(ctx context.Context, q AvailabilityQuery) (api.Availa
 	go func() {
 		defer wg.Done()
 		if a.Nodes != nil {
-			out, outComplete, oErr = a.Nodes.OutOfService(ctx, pr, maxOutOfService)
+			out, outComplete, oErr = a.Nodes.OutOfService(ctx, pr, cmp.Or(a.OutOfServiceRead, maxOutOfService))
 		}
 	}()
 	if last >= first && s.possible() {
@@ -211,7 +217,7 @@ func (a *Availability) Ask(ctx context.Context, q AvailabilityQuery) (api.Availa
 func (a *Availability) readHours(ctx context.Context, pr PoolResource, s *availSearch, first, last Hour) ([]hourRead, error) {
 	reads := make([]hourRead, last-first+1)
 	err := conc.Each(ctx, len(reads), availWorkers, func(i int) error {
-		nodes, scan, err := a.Store.Emptiest(ctx, pr, first+Hour(i), s.need, s.readLimit())
+		nodes, scan, err := a.Store.Emptiest(ctx, pr, first+Hour(i), s.need, cmp.Or(a.PerHour, s.want+emptiestExtra))
 		reads[i] = hourRead{nodes: nodes, more: scan.More, provisioned: scan.Provisioned}
 		return err
 	})

@@ -74,9 +74,6 @@ func newAvailSearch(t Topology, count int, topology string, hours, limit int) *a
 	return s
 }
 
-// readLimit is how many node-hours each hour's read takes.
-func (s *availSearch) readLimit() int { return s.want + emptiestExtra }
-
 // possible reports whether the pool's shape admits the request at all
 // (else nothing is read: no start is ever offered, and that is decided).
 func (s *availSearch) possible() bool {
