@@ -229,6 +229,10 @@ func (c *cli) report(err error) int {
 			words = callWords(c.called)
 		}
 		client.Explain(c.errOut, ae, fc, words)
+		var more afterRefusal
+		if errors.As(err, &more) {
+			fmt.Fprint(c.errOut, more.text)
+		}
 		return exitAPIError
 	case errors.As(err, &ue), isCobraUsage(err):
 		msg := strings.TrimRight(err.Error(), "\n")
