@@ -126,7 +126,9 @@ func newAvailWorld(t *testing.T, seed uint64) *availWorld {
 	return w
 }
 
-func (w *availWorld) step(format string, args ...any) { w.steps = append(w.steps, fmt.Sprintf(format, args...)) }
+func (w *availWorld) step(format string, args ...any) {
+	w.steps = append(w.steps, fmt.Sprintf(format, args...))
+}
 
 // fail reports a broken property with what the seed did and how to replay it.
 func (w *availWorld) fail(format string, args ...any) {

@@ -141,7 +141,6 @@ func (bk availBooking) load(tb testing.TB, store *capacitydb.Store) float64 {
 	return busyHours / float64(nodes*bk.hours)
 }
 
-
 // availabilityAnswers asks n times over HTTP (after a warm-up) and returns
 // the latencies, the DynamoDB cost per answer and the last answer.
 func (s *scale) availabilityAnswers(b testing.TB, n, count, hours, days int) ([]time.Duration, meter.Usage, api.Availability) {
