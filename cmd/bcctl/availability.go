@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -107,11 +108,11 @@ func quotaSentence(av api.Availability) string {
 // bookCommand is the command that books an offering's first start: from
 // now (no --start) when that is the current hour, else from it, for the
 // hours asked; length, when not zero, is the window to book instead.
-func bookCommand(av api.Availability, o api.Offering, tenant string, length time.Duration, now time.Time) string {
+func bookCommand(prog string, av api.Availability, o api.Offering, tenant string, length time.Duration, now time.Time) string {
 	if length == 0 {
 		length = hoursOf(av)
 	}
-	parts := []string{"bcctl"}
+	parts := []string{cmp.Or(prog, "bcctl")}
 	if tenant != "" {
 		parts = append(parts, "--tenant", tenant)
 	}
@@ -135,7 +136,7 @@ func (c *cli) bookingNote(w io.Writer, page []byte, tenantFlag string) {
 	if err != nil || len(a.Availability.Offerings) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nTo book the first: %s\n", bookCommand(a.Availability, a.Availability.Offerings[0], tenantFlag, 0, c.now()))
+	fmt.Fprintf(w, "\nTo book the first: %s\n", bookCommand(c.prog, a.Availability, a.Availability.Offerings[0], tenantFlag, 0, c.now()))
 }
 
 // afterRefusal is a refused reservations create's error with what to do
@@ -192,7 +193,7 @@ func (c *cli) suggestWindow(ctx context.Context, err error, body map[string]any,
 	} else {
 		o := av.Offerings[0]
 		fmt.Fprintf(&b, "    The first window that fits (bcctl pools availability): %s\n", availabilitySentence(av, now))
-		fmt.Fprintf(&b, "    Book it: %s\n", bookCommand(av, o, tenantFlag, length.Round(time.Second), now))
+		fmt.Fprintf(&b, "    Book it: %s\n", bookCommand(c.prog, av, o, tenantFlag, length.Round(time.Second), now))
 	}
 	return afterRefusal{err, b.String()}
 }

@@ -122,7 +122,8 @@ func TestCLIGolden(t *testing.T) {
 	hour := func(n int) string { return base.Add(time.Duration(n) * time.Hour).UTC().Format(time.RFC3339) }
 	step(0, "pools", "create", "avail-demo", "--devices", "gpu.h100=16")
 	step(0, "pools", "offer", "avail-demo", "--to", "acme", "--resource", "gpu.h100", "--max", "48")
-	step(0, "reservations", "create", "--pool", "avail-demo", "--resource", "gpu.h100", "--count", "8", "--start", hour(0), "--end", hour(4))
+	step(0, "reservations", "create", "--pool", "avail-demo", "--resource", "gpu.h100", "--count", "8", "--start", hour(0), "--end", hour(4),
+		"--client-token", "avail-1") // a token's id: the node it takes is the same every run
 	step(1, "reservations", "create", "--pool", "avail-demo", "--resource", "gpu.h100", "--count", "16", "--start", hour(1), "--end", hour(3))
 	book := lastLine(t, transcript.String(), "    Book it: bcctl ")
 	step(0, "pools", "availability", "avail-demo", "--resource", "gpu.h100", "--count", "16", "--hours", "2", "--from", hour(0), "--to", hour(8))

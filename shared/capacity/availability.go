@@ -54,9 +54,9 @@ type AvailabilityStore interface {
 	// says whether more qualify and whether the hour is provisioned.
 	// Node-hours the fleet keeps placements off are not among them.
 	Emptiest(ctx context.Context, t PoolResource, h Hour, minFree, limit int) ([]NodeFree, Scan, error)
-	// Occupancy reads the occupancy maps of hours (consistently; a hour
+	// HourMaps reads the occupancy maps of hours (consistently; a hour
 	// with none has no node known stored).
-	Occupancy(ctx context.Context, t PoolResource, hours []Hour) (map[Hour]Occupancy, error)
+	HourMaps(ctx context.Context, t PoolResource, hours []Hour) (map[Hour]Occupancy, error)
 }
 
 // OutOfServiceStore lists the managed nodes of a resource that placement
@@ -233,16 +233,16 @@ func (a *Availability) readHours(ctx context.Context, pr PoolResource, s *availS
 	if len(maps) == 0 {
 		return reads, nil
 	}
-	occ, err := a.Store.Occupancy(ctx, pr, maps)
+	occ, err := a.Store.HourMaps(ctx, pr, maps)
 	if err != nil {
 		return nil, err
 	}
 	for _, h := range maps {
-		o := occ[h]
-		reads[h-first].occ = o
 		// A map can say provisioned where the query did not (the marker
 		// written in between): every node is stored then.
+		o := occ[h]
 		reads[h-first].provisioned = o.Provisioned
+		reads[h-first].stored = storedBits(o, pr.Nodes())
 	}
 	return reads, nil
 }

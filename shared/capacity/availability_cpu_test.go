@@ -17,7 +17,7 @@ func BenchmarkAvailabilitySweep(b *testing.B) {
 	for _, busy := range []bool{false, true} {
 		reads := make([]hourRead, starts+hours-1)
 		for i := range reads {
-			r := hourRead{occ: Occupancy{Words: map[int]uint64{}}}
+			r := hourRead{}
 			switch {
 			case i < 6:
 				r.provisioned, r.more = true, true
@@ -25,9 +25,11 @@ func BenchmarkAvailabilitySweep(b *testing.B) {
 					r.nodes = append(r.nodes, NodeFree{Node: k * 7, Free: Full(8)})
 				}
 			case busy && i%2 == 0:
+				occ := Occupancy{Words: map[int]uint64{}}
 				for j := range (top.Nodes() + OccWordBits - 1) / OccWordBits {
-					r.occ.Words[j] = 0x555555555555
+					occ.Words[j] = 0x555555555555
 				}
+				r.stored = storedBits(occ, top.Nodes())
 			}
 			reads[i] = r
 		}

@@ -37,7 +37,7 @@ import (
 // hourRead is what the search read of one hour of the span.
 type hourRead struct {
 	provisioned bool       // every node-hour of the hour is stored
-	occ         Occupancy  // not provisioned: the nodes with a node-hour stored
+	stored      nodeBits   // not provisioned: the nodes with a node-hour stored (nil: none)
 	nodes       []NodeFree // the emptiest stored node-hours, most untouched first
 	more        bool       // more qualified than were read
 	unsure      bool       // no node is known eligible (out-of-service list cut short)
@@ -93,6 +93,19 @@ func eachOf(a, b nodeBits, fn func(k int)) {
 			fn(j<<6 | bits.TrailingZeros64(w))
 		}
 	}
+}
+
+// storedBits is an occupancy map as a set of n nodes (nil when it names
+// none): what the search keeps of an hour's map.
+func storedBits(o Occupancy, n int) nodeBits {
+	if len(o.Words) == 0 {
+		return nil
+	}
+	b := make(nodeBits, (n+63)/64)
+	for j, w := range o.Words {
+		b.orOccWord(j, w)
+	}
+	return b
 }
 
 // orOccWord adds a map word (OccWordBits nodes from node j·OccWordBits).
@@ -195,11 +208,11 @@ func (s *availSearch) run(reads []hourRead, out map[int]bool, starts int) ([]ava
 				}
 			}
 			if !r.provisioned {
-				for j, w := range r.occ.Words {
-					vacant.orOccWord(j, w)
-				}
 				for j := range vacant {
-					vacant[j] = valid[j] &^ vacant[j]
+					vacant[j] = valid[j]
+					if r.stored != nil {
+						vacant[j] &^= r.stored[j]
+					}
 				}
 			}
 			for j := range K {
