@@ -39,6 +39,7 @@ type hourRead struct {
 	provisioned bool       // every node-hour of the hour is stored
 	stored      nodeBits   // not provisioned: the nodes with a node-hour stored (nil: none)
 	nodes       []NodeFree // the emptiest stored node-hours, most untouched first
+	floor       int        // the fewest untouched devices a node-hour read had to have
 	more        bool       // more qualified than were read
 	unsure      bool       // no node is known eligible (out-of-service list cut short)
 }
@@ -122,9 +123,9 @@ func (b nodeBits) orOccWord(j int, w uint64) {
 }
 
 // run searches starts starts (indexes 0..starts-1 of reads) and returns
-// the offerings, earliest first, at most s.limit, and whether a start
-// before the last of them (or before the end, with fewer) was undecided.
-func (s *availSearch) run(reads []hourRead, out map[int]bool, starts int) ([]availOffer, bool) {
+// the offerings, earliest first, at most s.limit, and the starts left
+// undecided before the last of them (or before the end, with fewer).
+func (s *availSearch) run(reads []hourRead, out map[int]bool, starts int) ([]availOffer, []int) {
 	n, size := s.t.Nodes(), s.t.NodeSize
 	words := (n + 63) / 64
 	valid := make(nodeBits, words)
@@ -220,7 +221,7 @@ func (s *availSearch) run(reads []hourRead, out map[int]bool, starts int) ([]ava
 					K[j] = (listed[j] | vacant[j]&^full[j]) &^ outBits[j]
 				}
 				dead := outBits[j] | full[j]
-				if !r.more {
+				if !r.more && r.floor <= s.need {
 					dead |= valid[j] &^ (listed[j] | vacant[j] | full[j])
 				}
 				ND[j] = valid[j] &^ dead
@@ -243,7 +244,8 @@ func (s *availSearch) run(reads []hourRead, out map[int]bool, starts int) ([]ava
 
 	counts := make([]int32, size+1)
 	var offers []availOffer
-	undecided, open, nodes := false, -1, 0
+	var undecided []int
+	open, nodes := -1, 0
 	var sum, potN int32
 	running := make([]int32, size+1)
 	for st := 0; st < starts; st++ {
@@ -262,7 +264,7 @@ func (s *availSearch) run(reads []hourRead, out map[int]bool, starts int) ([]ava
 			continue
 		}
 		if unknown := int(potN - sum); unknown > 0 && s.fits(counts, unknown) {
-			undecided = true
+			undecided = append(undecided, st)
 		}
 		if open >= 0 {
 			offers = append(offers, availOffer{open, st - 1, nodes})

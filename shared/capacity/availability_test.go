@@ -35,8 +35,9 @@ import (
 //     nodes the offering says;
 //   - complete: every whole-hour start in range that is not offered is
 //     refused CAPACITY_EXHAUSTED, unless the answer says partial — and
-//     with the default reads (these pools have fewer nodes than an hour's
-//     read takes) it never does;
+//     with the default reads, allowed to read every hour again down to
+//     the request's need, it never does (these pools have fewer nodes than
+//     an hour's read takes);
 //   - offerings are earliest first, apart (maximal), at most limit.
 //
 // Half the requests search with reads cut to one node-hour an hour and one
@@ -293,6 +294,8 @@ func (w *availWorld) ask(ctx context.Context) {
 	tight := rng.IntN(2) == 0
 	if tight {
 		av.PerHour, av.OutOfServiceRead = 1, 1
+	} else {
+		av.DeepenShare = 1 // every hour of an undecided start may be read again
 	}
 	ans, err := av.Ask(ctx, q)
 	if err != nil {
