@@ -9,8 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
+	"github.com/bettercompute/control-plane/shared/conc"
 	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
 	"github.com/bettercompute/control-plane/shared/meter"
 )
@@ -40,12 +44,13 @@ import (
 // items.
 const (
 	availProvisioned  = 6
-	availPartialShare = 0.05
+	availPartialShare = 0.02
 	availMargin       = 6 // hours of state past the longest search (the clock moves while it runs)
 )
 
 // availBooking is a pool's state over hours from its first hour.
 type availBooking struct {
+	pool        string
 	top         capacity.Topology
 	first       capacity.Hour
 	hours       int
@@ -60,7 +65,7 @@ type availBooking struct {
 func (bk availBooking) load(tb testing.TB, store *capacitydb.Store) float64 {
 	tb.Helper()
 	ctx := context.Background()
-	pr := capacity.PoolResource{PoolID: "scale", Topology: bk.top}
+	pr := capacity.PoolResource{PoolID: bk.pool, Topology: bk.top}
 	rng := rand.New(rand.NewPCG(bk.seed, uint64(bk.pct)))
 	nodes := bk.top.Nodes()
 	p := float64(bk.pct) / 100
@@ -143,9 +148,9 @@ func (bk availBooking) load(tb testing.TB, store *capacitydb.Store) float64 {
 
 // availabilityAnswers asks n times over HTTP (after a warm-up) and returns
 // the latencies, the DynamoDB cost per answer and the last answer.
-func (s *scale) availabilityAnswers(b testing.TB, n, count, hours, days int) ([]time.Duration, meter.Usage, api.Availability) {
+func (s *scale) availabilityAnswers(b testing.TB, pool string, n, count, hours, days int) ([]time.Duration, meter.Usage, api.Availability) {
 	b.Helper()
-	body, _ := json.Marshal(map[string]any{"tenantId": "acme", "poolId": "scale", "resource": "gpu", "count": count, "hours": hours,
+	body, _ := json.Marshal(map[string]any{"tenantId": "acme", "poolId": pool, "resource": "gpu", "count": count, "hours": hours,
 		"to": time.Now().UTC().Add(time.Duration(days) * 24 * time.Hour).Format(time.RFC3339)})
 	var ans api.PoolAvailabilityResult
 	for range 2 {
@@ -167,31 +172,39 @@ func (s *scale) availabilityAnswers(b testing.TB, n, count, hours, days int) ([]
 	return lat, meter.Usage{Calls: used.Calls / n, RCU: used.RCU / float64(n)}, ans.Availability
 }
 
-// BenchmarkAvailability: per pool and level, one state over 31 days and a
-// day; per search (7 or 31 days of starts, count, window) the p50 of its
-// answers, DynamoDB calls and read units per answer, against the empty
-// pool's (calls-vs-empty, units-vs-empty) and the 4,096-device pool's
-// (units-vs-4096), and what it answered: offerings, the starts they hold
-// (offered-h) and whether it was partial.
+// BenchmarkAvailability: per pool size one stack, and in it one pool per
+// level, each with its state over 31 days and a day; per search (7 or 31
+// days of starts, count, window) the p50 of its answers, DynamoDB calls
+// and read units per answer, against the empty pool's (calls-vs-empty,
+// units-vs-empty) and the 4,096-device pool's (units-vs-4096), and what it
+// answered: offerings, the starts they hold (offered-h) and whether it
+// was partial. The stack's table outlives the levels (a table dropped
+// after a large load keeps dynalite busy past the next one's creation)
+// and is dropped, and waited for, at the end.
 func BenchmarkAvailability(b *testing.B) {
 	type key struct{ devices, level, days, count, hours int }
 	seen := map[key]meter.Usage{}
 	for _, devices := range []int{4096, scaleDevices} {
+		s := newScale(b, devices)
+		dropWhenDone(b, s)
 		for _, level := range []int{0, 50, 95} {
-			b.Run(fmt.Sprintf("pool-%d/booked-%d", devices, level), func(b *testing.B) {
-				s := newScale(b, devices)
-				bk := availBooking{top: s.top, first: capacity.HourOf(s.now), hours: 31*24 + 24 + availMargin,
+			b.Run(fmt.Sprintf("pool-%d/booked-%d", devices, level), func(sb *testing.B) {
+				pool := fmt.Sprintf("avail-%d", level)
+				s.call(sb, "pools.create", map[string]any{"tenantId": "owner", "poolId": pool, "resources": map[string]any{"gpu": devices},
+					"nodeSize": map[string]any{"gpu": scaleNodeSize}})
+				s.call(sb, "pools.offer", map[string]any{"tenantId": "owner", "poolId": pool, "toTenantId": "acme", "resource": "gpu", "max": 1_000_000})
+				bk := availBooking{pool: pool, top: s.top, first: capacity.HourOf(time.Now()), hours: 31*24 + 24 + availMargin,
 					provisioned: availProvisioned, pct: level, seed: 41}
 				started := time.Now()
-				booked := bk.load(b, s.store)
-				b.Logf("pool-%d booked %.1f %% of its device-hours (asked %d %%), loaded in %s", devices, 100*booked, level, time.Since(started).Round(time.Second))
+				booked := bk.load(sb, s.store)
+				sb.Logf("pool-%d booked %.1f %% of its device-hours (asked %d %%), loaded in %s", devices, 100*booked, level, time.Since(started).Round(time.Second))
 				for _, days := range []int{7, 31} {
 					for _, count := range []int{1, 8, 64} {
 						for _, hours := range []int{1, 24} {
-							b.Run(fmt.Sprintf("%dd/count-%d/window-%dh", days, count, hours), func(b *testing.B) {
+							sb.Run(fmt.Sprintf("%dd/count-%d/window-%dh", days, count, hours), func(b *testing.B) {
 								n := map[int]int{7: 10, 31: 5}[days]
 								for b.Loop() {
-									lat, per, ans := s.availabilityAnswers(b, n, count, hours, days)
+									lat, per, ans := s.availabilityAnswers(b, pool, n, count, hours, days)
 									b.ReportMetric(pct50(lat), "p50-ms")
 									b.ReportMetric(float64(per.Calls), "ddb-calls/op")
 									b.ReportMetric(per.RCU, "rcu/op")
@@ -221,6 +234,29 @@ func BenchmarkAvailability(b *testing.B) {
 	}
 }
 
+// dropWhenDone drops s's table when tb ends and waits (up to 15 minutes)
+// until dynalite has deleted it, so the next benchmark's table is created
+// on an idle server.
+func dropWhenDone(tb testing.TB, s *scale) {
+	tb.Cleanup(func() {
+		db, table := s.store.DB, s.store.Table
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+		defer cancel()
+		if _, err := db.DeleteTable(ctx, &dynamodb.DeleteTableInput{TableName: aws.String(table)}); err != nil {
+			tb.Logf("drop %s: %v", table, err)
+			return
+		}
+		for ctx.Err() == nil {
+			if _, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(table)}); err != nil {
+				return // gone (or the server answers no more: nothing to wait for)
+			}
+			if conc.Sleep(ctx, time.Second) != nil { // polling the deletion: no event to wait on
+				return
+			}
+		}
+	})
+}
+
 // The benchmark's shortcut changes nothing the search sees: a pool booked
 // half over two days, written whole (every node-hour, busy ones included)
 // and as the benchmark writes it, answers every search alike, in the same
@@ -232,13 +268,13 @@ func TestAvailabilityBenchStateIsHonest(t *testing.T) {
 	}
 	run := func(full bool) []result {
 		s := newScale(t, 1024)
-		bk := availBooking{top: s.top, first: capacity.HourOf(s.now), hours: 2*24 + 24 + availMargin, provisioned: availProvisioned,
+		bk := availBooking{pool: "scale", top: s.top, first: capacity.HourOf(s.now), hours: 2*24 + 24 + availMargin, provisioned: availProvisioned,
 			pct: 50, full: full, seed: 7}
 		bk.load(t, s.store)
 		var out []result
 		for _, count := range []int{1, 8, 64} {
 			for _, hours := range []int{1, 24} {
-				_, per, ans := s.availabilityAnswers(t, 1, count, hours, 2)
+				_, per, ans := s.availabilityAnswers(t, "scale", 1, count, hours, 2)
 				ans.From, ans.To = time.Time{}, time.Time{} // the clock's, per stack
 				out = append(out, result{ans, per})
 			}
