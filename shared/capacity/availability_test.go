@@ -479,3 +479,44 @@ func TestAvailabilityAnswers(t *testing.T) {
 		}
 	}
 }
+
+// The calls of a search follow its span's hours: the view, the quota row
+// and the out-of-service nodes, one query per hour, one map read per 100
+// hours not provisioned — the same for a pool of 16 devices and one of
+// 100,000, empty or booked.
+func TestAvailabilityRoundTrips(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	nodes := &fleetdb.Store{DB: e.store.DB, Table: e.store.Table}
+	av := &capacity.Availability{Store: e.store, Nodes: nodes, Now: e.clock.Now}
+	e.pool(t, "owner", "small", map[string]int{"gpu": 16})
+	e.pool(t, "owner", "large", map[string]int{"gpu": 100_000})
+	for _, p := range []string{"small", "large"} {
+		e.offer(t, "owner", p, "acme", "gpu", 1_000_000)
+		if _, err := e.svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: p, Resource: "gpu", Count: 8,
+			Start: new(e.clock.Now().Add(2 * time.Hour)), End: e.clock.Now().Add(30 * time.Hour), Principal: "p"}, allow); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		pool         string
+		days, hours  int
+		count        int
+		wantSpanHour int
+	}{
+		{"small", 7, 1, 8, 7*24 + 1},
+		{"large", 7, 1, 8, 7*24 + 1},
+		{"small", 2, 24, 1, 2*24 + 1 + 23},
+		{"large", 2, 24, 64, 2*24 + 1 + 23},
+	} {
+		to := e.clock.Now().Add(time.Duration(c.days) * 24 * time.Hour)
+		e.rt.Reset()
+		if _, err := av.Ask(ctx, capacity.AvailabilityQuery{TenantID: "acme", PoolID: c.pool, Resource: "gpu", Count: c.count, Hours: c.hours, To: &to}); err != nil {
+			t.Fatal(err)
+		}
+		// Nothing is provisioned here: every hour's map is read.
+		if want := int64(3 + c.wantSpanHour + (c.wantSpanHour+99)/100); e.rt.Count() != want {
+			t.Errorf("%+v: %d round trips, want %d", c, e.rt.Count(), want)
+		}
+	}
+}
