@@ -106,42 +106,9 @@ const (
 // Ask answers one request.
 func (a *Availability) Ask(ctx context.Context, q AvailabilityQuery) (api.Availability, error) {
 	now := a.now()
-	topo := q.Topology
-	switch topo {
-	case "":
-		topo = api.OnNodes
-	case api.OnNodes, api.AnyDevices:
-	default:
-		return api.Availability{}, apierr.Invalid("constraint", "topology", "topology must be %q or %q", api.OnNodes, api.AnyDevices)
-	}
-	switch {
-	case q.Count < 1 || q.Count > api.MaxCount:
-		return api.Availability{}, apierr.Invalid("constraint", "count", "count must be 1..%d", api.MaxCount)
-	case q.Hours < 1 || q.Hours > api.MaxAvailabilityHours:
-		return api.Availability{}, apierr.Invalid("constraint", "hours", "hours must be 1..%d", api.MaxAvailabilityHours)
-	case q.Limit < 0 || q.Limit > api.MaxOfferings:
-		return api.Availability{}, apierr.Invalid("constraint", "limit", "limit must be 1..%d", api.MaxOfferings)
-	}
-	limit := q.Limit
-	if limit == 0 {
-		limit = api.DefaultOfferings
-	}
-	from := now
-	if q.From != nil && q.From.After(now) {
-		from = q.From.UTC()
-	}
-	if from.After(now.Add(api.MaxLeadTime)) {
-		return api.Availability{}, apierr.Invalid("constraint", "from", "from may be at most %d days ahead (a window starts at most that far ahead)", api.MaxLeadDays)
-	}
-	to := from.Add(api.DefaultAvailabilitySpan)
-	if q.To != nil {
-		to = q.To.UTC()
-	}
-	switch {
-	case to.Before(from):
-		return api.Availability{}, apierr.Invalid("constraint", "to", "to is before from")
-	case to.Sub(from) > api.MaxAvailabilitySpan:
-		return api.Availability{}, apierr.Invalid("constraint", "to", "to may be at most %d days after from", int(api.MaxAvailabilitySpan/(24*time.Hour)))
+	topo, limit, from, to, err := parseAvailability(q, now)
+	if err != nil {
+		return api.Availability{}, err
 	}
 	p, err := a.Store.VisiblePool(ctx, q.TenantID, q.PoolID)
 	switch {
@@ -307,6 +274,42 @@ func (a *Availability) deepen(ctx context.Context, pr PoolResource, s *availSear
 		return a.readHour(ctx, pr, s, first+Hour(i), s.need, &reads[i])
 	})
 	return len(hours), err
+}
+
+// parseAvailability checks q's shape and fills its defaults: the topology,
+// the limit, and the starts' bounds (from: now or later).
+func parseAvailability(q AvailabilityQuery, now time.Time) (topo string, limit int, from, to time.Time, err error) {
+	topo = cmp.Or(q.Topology, api.OnNodes)
+	switch {
+	case topo != api.OnNodes && topo != api.AnyDevices:
+		err = apierr.Invalid("constraint", "topology", "topology must be %q or %q", api.OnNodes, api.AnyDevices)
+	case q.Count < 1 || q.Count > api.MaxCount:
+		err = apierr.Invalid("constraint", "count", "count must be 1..%d", api.MaxCount)
+	case q.Hours < 1 || q.Hours > api.MaxAvailabilityHours:
+		err = apierr.Invalid("constraint", "hours", "hours must be 1..%d", api.MaxAvailabilityHours)
+	case q.Limit < 0 || q.Limit > api.MaxOfferings:
+		err = apierr.Invalid("constraint", "limit", "limit must be 1..%d", api.MaxOfferings)
+	}
+	if err != nil {
+		return
+	}
+	limit, from = cmp.Or(q.Limit, api.DefaultOfferings), now
+	if q.From != nil && q.From.After(now) {
+		from = q.From.UTC()
+	}
+	to = from.Add(api.DefaultAvailabilitySpan)
+	if q.To != nil {
+		to = q.To.UTC()
+	}
+	switch {
+	case from.After(now.Add(api.MaxLeadTime)):
+		err = apierr.Invalid("constraint", "from", "from may be at most %d days ahead (a window starts at most that far ahead)", api.MaxLeadDays)
+	case to.Before(from):
+		err = apierr.Invalid("constraint", "to", "to is before from (a from in the past counts as now)")
+	case to.Sub(from) > api.MaxAvailabilitySpan:
+		err = apierr.Invalid("constraint", "to", "to may be at most %d days after from", int(api.MaxAvailabilitySpan/(24*time.Hour)))
+	}
+	return
 }
 
 func (a *Availability) now() time.Time {
