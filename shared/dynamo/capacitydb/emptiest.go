@@ -7,6 +7,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
@@ -21,32 +22,14 @@ import (
 // fleet flagged off sits below every count asked for. Its cost is the
 // items returned (~200 B each in the index), whatever the pool holds.
 func (s *Store) Emptiest(ctx context.Context, t capacity.PoolResource, h capacity.Hour, minFree, limit int) ([]capacity.NodeFree, capacity.Scan, error) {
-	kc := expression.Key(schema.AttrPK).Equal(expression.Value(calPK(t.PoolID, t.Resource, h))).
-		And(expression.Key(schema.AttrFit).Between(expression.Value(max(minFree, 1)<<fitShift), expression.Value(markerFit)))
 	proj := expression.NamesList(expression.Name(schema.AttrSK), expression.Name("node"), expression.Name("size"),
 		expression.Name("tm"), expression.Name("n"))
-	e, err := expression.NewBuilder().WithKeyCondition(kc).WithProjection(proj).Build()
+	items, scan, err := s.fromTop(ctx, t, h, schema.IndexFit, schema.AttrFit, max(minFree, 1), limit, &proj)
 	if err != nil {
-		return nil, capacity.Scan{}, err
+		return nil, scan, err
 	}
-	res, err := s.DB.Query(ctx, &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(schema.IndexFit),
-		KeyConditionExpression: e.KeyCondition(), ProjectionExpression: e.Projection(),
-		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-		ConsistentRead: aws.Bool(true), ScanIndexForward: aws.Bool(false), Limit: aws.Int32(int32(limit + 2))})
-	if err != nil {
-		return nil, capacity.Scan{}, err
-	}
-	out := make([]capacity.NodeFree, 0, min(limit, len(res.Items)))
-	var scan capacity.Scan
-	for _, item := range res.Items {
-		if isMarker(item) {
-			scan.Provisioned = true
-			continue
-		}
-		if len(out) == limit {
-			scan.More = true
-			break
-		}
+	out := make([]capacity.NodeFree, 0, len(items))
+	for _, item := range items {
 		var it struct {
 			Node int   `dynamodbav:"node"`
 			Size int   `dynamodbav:"size"`
@@ -58,6 +41,43 @@ func (s *Store) Emptiest(ctx context.Context, t capacity.PoolResource, h capacit
 		}
 		out = append(out, capacity.NodeFree{Node: it.Node, Free: capacity.Full(it.Size) &^ capacity.Mask(uint64(it.TM)),
 			Full: it.N >= capacity.MaxEntriesPerNodeHour})
+	}
+	return out, scan, nil
+}
+
+// fromTop reads an hour's order (the `fit` or `cap` index: attr is its
+// key) from the top down to count min, at most limit node-hours: one
+// consistent Query of limit + 2 items — the hour's marker, first when the
+// hour is provisioned, and one more than asked for, to tell More.
+func (s *Store) fromTop(ctx context.Context, t capacity.PoolResource, h capacity.Hour, index, attr string, min, limit int, proj *expression.ProjectionBuilder) ([]map[string]types.AttributeValue, capacity.Scan, error) {
+	kc := expression.Key(schema.AttrPK).Equal(expression.Value(calPK(t.PoolID, t.Resource, h))).
+		And(expression.Key(attr).Between(expression.Value(min<<fitShift), expression.Value(markerFit)))
+	b := expression.NewBuilder().WithKeyCondition(kc)
+	if proj != nil {
+		b = b.WithProjection(*proj)
+	}
+	e, err := b.Build()
+	if err != nil {
+		return nil, capacity.Scan{}, err
+	}
+	res, err := s.DB.Query(ctx, &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(index),
+		KeyConditionExpression: e.KeyCondition(), ProjectionExpression: e.Projection(),
+		ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
+		ConsistentRead: aws.Bool(true), ScanIndexForward: aws.Bool(false), Limit: aws.Int32(int32(limit + 2))})
+	if err != nil {
+		return nil, capacity.Scan{}, err
+	}
+	var out []map[string]types.AttributeValue
+	var scan capacity.Scan
+	for _, item := range res.Items {
+		switch {
+		case isMarker(item):
+			scan.Provisioned = true
+		case len(out) == limit:
+			scan.More = true
+		default:
+			out = append(out, item)
+		}
 	}
 	if res.LastEvaluatedKey != nil && len(out) == limit {
 		scan.More = true
