@@ -149,8 +149,11 @@ func (a *Availability) Ask(ctx context.Context, q AvailabilityQuery) (api.Availa
 			out, outComplete, oErr = a.Nodes.OutOfService(ctx, pr, cmp.Or(a.OutOfServiceRead, maxOutOfService))
 		}
 	}()
+	// The provisioned horizon: past it nothing free is stored, and the
+	// fleet's eligibility flags need not reach.
+	horizon := HourOf(now) + Hour(a.provisionHours())
 	if last >= first && s.possible() {
-		reads, err = a.readHours(ctx, pr, s, first, last+Hour(q.Hours)-1, HourOf(now)+Hour(a.provisionHours()))
+		reads, err = a.readHours(ctx, pr, s, first, last+Hour(q.Hours)-1, horizon)
 	}
 	wg.Wait()
 	for _, e := range []error{qErr, oErr, err} {
@@ -166,9 +169,8 @@ func (a *Availability) Ask(ctx context.Context, q AvailabilityQuery) (api.Availa
 	// out-of-service list keeps skipped nodes out: incomplete, no node
 	// there is known eligible.
 	if !outComplete {
-		flagged := HourOf(now) + Hour(a.provisionHours())
 		for i := range reads {
-			reads[i].unsure = first+Hour(i) >= flagged
+			reads[i].unsure = first+Hour(i) >= horizon
 		}
 	}
 	starts := int(last-first) + 1
@@ -178,7 +180,8 @@ func (a *Availability) Ask(ctx context.Context, q AvailabilityQuery) (api.Availa
 	// and the starts decided again — until none is left to read or the
 	// budget (a share of the span's hours) is spent. Deciding one may move
 	// the last offering, and with it the starts that count.
-	budget := (len(reads) + cmp.Or(a.DeepenShare, deepenShare) - 1) / cmp.Or(a.DeepenShare, deepenShare)
+	share := cmp.Or(a.DeepenShare, deepenShare)
+	budget := (len(reads) + share - 1) / share
 	for len(undecided) > 0 && budget > 0 {
 		n, err := a.deepen(ctx, pr, s, first, reads, undecided, budget)
 		if err != nil {
