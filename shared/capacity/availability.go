@@ -149,11 +149,8 @@ func (a *Availability) Ask(ctx context.Context, q AvailabilityQuery) (api.Availa
 			out, outComplete, oErr = a.Nodes.OutOfService(ctx, pr, cmp.Or(a.OutOfServiceRead, maxOutOfService))
 		}
 	}()
-	// The provisioned horizon: past it nothing free is stored, and the
-	// fleet's eligibility flags need not reach.
-	horizon := HourOf(now) + Hour(a.provisionHours())
 	if last >= first && s.possible() {
-		reads, err = a.readHours(ctx, pr, s, first, last+Hour(q.Hours)-1, horizon)
+		reads, err = a.readHours(ctx, pr, s, first, last+Hour(q.Hours)-1)
 	}
 	wg.Wait()
 	for _, e := range []error{qErr, oErr, err} {
@@ -169,8 +166,9 @@ func (a *Availability) Ask(ctx context.Context, q AvailabilityQuery) (api.Availa
 	// out-of-service list keeps skipped nodes out: incomplete, no node
 	// there is known eligible.
 	if !outComplete {
+		flagged := HourOf(now) + Hour(a.provisionHours())
 		for i := range reads {
-			reads[i].unsure = first+Hour(i) >= horizon
+			reads[i].unsure = first+Hour(i) >= flagged
 		}
 	}
 	starts := int(last-first) + 1
@@ -201,47 +199,34 @@ func (a *Availability) Ask(ctx context.Context, q AvailabilityQuery) (api.Availa
 	return ans, nil
 }
 
-// readHours reads hours first..last: each hour's emptiest node-hours, at
-// most availWorkers queries at once, then the occupancy maps of those not
-// provisioned (100 to a BatchGetItem). Hours from far on (past the
-// provisioned horizon, where nothing is stored that nothing was placed on)
-// are read for whole free nodes only: there the free nodes are the ones
-// the maps leave out, and the stored ones partly booked — what a busy pool
-// holds and an empty one does not — are read only if a start needs them
-// (deepen).
-func (a *Availability) readHours(ctx context.Context, pr PoolResource, s *availSearch, first, last, far Hour) ([]hourRead, error) {
-	reads := make([]hourRead, last-first+1)
-	err := conc.Each(ctx, len(reads), availWorkers, func(i int) error {
+// readHours reads hours first..last: their occupancy maps (100 to a
+// BatchGetItem: provisioned, or which nodes are stored), then each hour's
+// emptiest node-hours, at most availWorkers queries at once. A provisioned
+// hour is read down to the request's need; one that is not, for whole free
+// nodes only: there the free nodes are the ones its map leaves out, and
+// the stored ones partly booked — what a busy pool holds and an empty one
+// does not — are read only if a start needs them (deepen).
+func (a *Availability) readHours(ctx context.Context, pr PoolResource, s *availSearch, first, last Hour) ([]hourRead, error) {
+	hours := make([]Hour, last-first+1)
+	for i := range hours {
+		hours[i] = first + Hour(i)
+	}
+	occ, err := a.Store.HourMaps(ctx, pr, hours)
+	if err != nil {
+		return nil, err
+	}
+	reads := make([]hourRead, len(hours))
+	for i, h := range hours {
+		reads[i] = hourRead{provisioned: occ[h].Provisioned, stored: storedBits(occ[h], pr.Nodes())}
+	}
+	err = conc.Each(ctx, len(reads), availWorkers, func(i int) error {
 		floor := s.need
-		if first+Hour(i) >= far {
+		if !reads[i].provisioned {
 			floor = max(s.need, pr.NodeSize)
 		}
-		return a.readHour(ctx, pr, s, first+Hour(i), floor, &reads[i])
+		return a.readHour(ctx, pr, s, hours[i], floor, &reads[i])
 	})
-	if err != nil {
-		return nil, err
-	}
-	var maps []Hour
-	for i, r := range reads {
-		if !r.provisioned {
-			maps = append(maps, first+Hour(i))
-		}
-	}
-	if len(maps) == 0 {
-		return reads, nil
-	}
-	occ, err := a.Store.HourMaps(ctx, pr, maps)
-	if err != nil {
-		return nil, err
-	}
-	for _, h := range maps {
-		// A map can say provisioned where the query did not (the marker
-		// written in between): every node is stored then.
-		o := occ[h]
-		reads[h-first].provisioned = o.Provisioned
-		reads[h-first].stored = storedBits(o, pr.Nodes())
-	}
-	return reads, nil
+	return reads, err
 }
 
 // readHour reads one hour's emptiest node-hours with at least floor

@@ -514,7 +514,7 @@ func TestAvailabilityRoundTrips(t *testing.T) {
 		if _, err := av.Ask(ctx, capacity.AvailabilityQuery{TenantID: "acme", PoolID: c.pool, Resource: "gpu", Count: c.count, Hours: c.hours, To: &to}); err != nil {
 			t.Fatal(err)
 		}
-		// Nothing is provisioned here: every hour's map is read.
+		// Every hour's map is read, 100 to a call.
 		if want := int64(3 + c.wantSpanHour + (c.wantSpanHour+99)/100); e.rt.Count() != want {
 			t.Errorf("%+v: %d round trips, want %d", c, e.rt.Count(), want)
 		}
