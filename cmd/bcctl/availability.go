@@ -26,8 +26,8 @@ var availabilityTable = oneTable(func(w io.Writer, a api.PoolAvailabilityResult,
 	fmt.Fprintln(w, availabilitySentence(av, now))
 	fmt.Fprintln(w, quotaSentence(av))
 	if av.Partial {
-		fmt.Fprintln(w, "Partial: some starts were left out undecided — the pool has more free nodes than the search reads an hour, "+
-			"none of those it read free for the whole window; a create there may still be placed.")
+		fmt.Fprintln(w, "Partial: some starts were left out undecided (the search reads a bounded share of each hour's nodes); "+
+			"a create there may still be placed, and a narrower --from/--to decides more of them.")
 	}
 	if len(av.Offerings) == 0 {
 		return
