@@ -313,8 +313,12 @@ func (s *Store) Disrupt(ctx context.Context, tenant, id, rolloutID string, at ti
 		return nil
 	}
 	ev := []eventItem{{State: string(r.State), At: dynamo.FmtTime(at), Reason: api.ReasonDisrupted, Rollout: rolloutID}}
+	// The entry counts as an amend (ag): an Amend from a copy read before
+	// it would write the history back without it, so that Amend is
+	// refused and its writer reads again — no write replaces an entry.
 	upd := expression.Set(expression.Name("hist"), expression.ListAppend(expression.Name("hist"), expression.Value(ev))).
-		Set(expression.Name("dis"), expression.ListAppend(expression.IfNotExists(expression.Name("dis"), expression.Value([]string{})), expression.Value([]string{rolloutID})))
+		Set(expression.Name("dis"), expression.ListAppend(expression.IfNotExists(expression.Name("dis"), expression.Value([]string{})), expression.Value([]string{rolloutID}))).
+		Add(expression.Name("ag"), expression.Value(1))
 	c := expression.And(expression.Name("state").Equal(expression.Value(string(r.State))),
 		expression.Or(expression.AttributeNotExists(expression.Name("dis")),
 			expression.And(expression.Not(expression.Contains(expression.Name("dis"), rolloutID)),
