@@ -56,7 +56,7 @@ var ErrProvisionCut = errors.New("provisioning stopped before the deadline")
 // (st.Ahead), which the pass's Lag does not count (docs/capacity.md,
 // "Provisioning big pools"); an unfinished creation does.
 func (rc *Steps) Pool(ctx context.Context, p Pool, due, now time.Time, lim Limits) (Step, error) {
-	s := rc.Service
+	store := rc.store()
 	if now.Before(due) {
 		return Step{}, nil
 	}
@@ -64,7 +64,7 @@ func (rc *Steps) Pool(ctx context.Context, p Pool, due, now time.Time, lim Limit
 	if due.Equal(p.CreatedAt.Add(api.StaleAfter)) {
 		// Still due from its claim: the create did not finish.
 		st.Ahead = false
-		if err := s.completePool(ctx, p, now); err != nil {
+		if err := rc.Service.Pools().complete(ctx, p, now); err != nil {
 			return st, err
 		}
 		st.Repaired = true
@@ -79,7 +79,7 @@ func (rc *Steps) Pool(ctx context.Context, p Pool, due, now time.Time, lim Limit
 		pctx, cancel = context.WithDeadline(ctx, lim.StopAt)
 		defer cancel()
 	}
-	hours, through, done, err := s.provisionPool(pctx, p, now, horizon, lim.Budget)
+	hours, through, done, err := provision(pctx, store, p, now, horizon, lim.Budget)
 	st.Provisioned = hours
 	switch {
 	case err != nil && errors.Is(err, ErrProvisionCut) && ctx.Err() == nil:
@@ -96,7 +96,7 @@ func (rc *Steps) Pool(ctx context.Context, p Pool, due, now time.Time, lim Limit
 			next = next.Add(time.Millisecond)
 		}
 	}
-	if err := s.Store.PoolDue(ctx, p.PoolID, next, through); err != nil {
+	if err := store.PoolDue(ctx, p.PoolID, next, through); err != nil {
 		return st, unavailable(err)
 	}
 	return st, nil
@@ -105,12 +105,11 @@ func (rc *Steps) Pool(ctx context.Context, p Pool, due, now time.Time, lim Limit
 // Quota settles a due quota row's charge records (settleRow) and moves its
 // due marker: again in SettleAfter while records are left, none otherwise.
 func (rc *Steps) Quota(ctx context.Context, q QuotaRow, now time.Time) (Step, error) {
-	s := rc.Service
-	left, err := s.settleRow(ctx, q.Key())
+	left, err := rc.Service.charges(rc.fence()).settleRow(ctx, q.Key())
 	if err != nil {
 		return Step{}, err
 	}
-	if err := s.Store.QuotaDue(ctx, q.Key(), now.Add(SettleAfter), left == 0); err != nil {
+	if err := rc.store().QuotaDue(ctx, q.Key(), now.Add(SettleAfter), left == 0); err != nil {
 		return Step{}, unavailable(err)
 	}
 	return Step{Settled: true}, nil
@@ -128,6 +127,48 @@ type Steps struct {
 	// (default ProvisionHours).
 	ProvisionHours int
 }
+
+// StepStore is what the steps write besides the flows they go through:
+// the due markers of reservations, pools and quota rows, and the
+// node-hours a pool's hours ahead are provisioned with.
+type StepStore interface {
+	// ClaimDue moves a reservation's due marker from r.Due to until if the
+	// stored state and due are still r's, and returns the stored item as
+	// that write left it (ErrStale otherwise, ErrNotFound if it is gone):
+	// how one reconciler pass at a time takes a due reservation (as
+	// ReservationStore's).
+	ClaimDue(ctx context.Context, r Reservation, until time.Time) (Reservation, error)
+	// ClearDue removes the due marker if the stored state and due are
+	// still r's (ErrStale otherwise).
+	ClearDue(ctx context.Context, r Reservation) error
+	// PoolDue moves the pool's due marker to next (as PoolStore's) and,
+	// when provisioned is not zero, records that every hour before it is
+	// provisioned.
+	PoolDue(ctx context.Context, poolID string, next time.Time, provisioned Hour) error
+	// QuotaDue makes the row due at next — or, with clear, not due any more
+	// if no charge record is left on it (due at next if one is).
+	QuotaDue(ctx context.Context, k QuotaKey, next time.Time, clear bool) error
+	// Provision stores every missing node-hour of h, then marks the hour
+	// provisioned (idempotent); made is false if it already was.
+	Provision(ctx context.Context, t PoolResource, h Hour) (made bool, err error)
+}
+
+// store is the part of the service's store the steps write themselves.
+func (rc *Steps) store() StepStore { return rc.Service.Store }
+
+// fence builds the fence and the bindings a reservation's step goes
+// through (unmanaged nodes bind through rc.Binder).
+func (rc *Steps) fence() *Fence {
+	f := rc.Service.fence()
+	f.bindings.binder = rc.Binder
+	return f
+}
+
+// ProvisionHours is how many hours, the current one first, the reconciler
+// keeps provisioned for every pool: every node-hour stored, so candidate
+// reads find whole nodes too (docs/capacity.md). Hours further ahead are
+// stored node by node as reservations are placed on them.
+const ProvisionHours = 72
 
 // DefaultProvisionBudget: node-hours one pass provisions at most (about
 // 15 s of writes at 16 at once on DynamoDB; an hour of the largest
@@ -166,7 +207,7 @@ type Limits struct {
 
 // Reservation moves one due reservation forward as far as it can go now.
 func (rc *Steps) Reservation(ctx context.Context, r Reservation, now time.Time) (Step, error) {
-	s := rc.Service
+	store, f := rc.store(), rc.fence()
 	var st Step
 	// move makes one conditional transition; ok is false when it was not
 	// this pass's to make (another pass, a release or a create got there).
@@ -175,7 +216,7 @@ func (rc *Steps) Reservation(ctx context.Context, r Reservation, now time.Time) 
 			if err != nil {
 				return false, err
 			}
-			_, won, err := s.fenceWon(ctx, to, r.State, point, nil)
+			_, won, err := f.moveWon(ctx, to, r.State, point, nil)
 			if errors.Is(err, errGone) {
 				st.Gone = true
 				return false, nil
@@ -202,7 +243,7 @@ func (rc *Steps) Reservation(ctx context.Context, r Reservation, now time.Time) 
 		// finds nothing left, so it is counted apart from repairs. Sweeps take turns (overlapping passes): each first
 		// moves the due entry on, conditionally, and works from the item as
 		// that write returns it.
-		cur, err := s.Store.ClaimDue(ctx, r, now.Add(api.StaleAfter))
+		cur, err := store.ClaimDue(ctx, r, now.Add(api.StaleAfter))
 		switch {
 		case errors.Is(err, ErrNotFound):
 			st.Gone = true
@@ -212,19 +253,19 @@ func (rc *Steps) Reservation(ctx context.Context, r Reservation, now time.Time) 
 		case err != nil:
 			return st, unavailable(err)
 		}
-		if err := s.giveBack(ctx, cur, "reconcile"); err != nil {
+		if err := f.giveBack(ctx, cur, "reconcile"); err != nil {
 			return st, err
 		}
-		if err := s.Store.ClearDue(ctx, cur); err != nil && !errors.Is(err, ErrStale) {
+		if err := store.ClearDue(ctx, cur); err != nil && !errors.Is(err, ErrStale) {
 			return st, unavailable(err)
 		}
 		st.Swept = true
-		return st, s.fault(FaultReconcileSwept)
+		return st, f.fault(FaultReconcileSwept)
 	case !now.Before(r.Window.End):
 		// The window is over — also when it passed entirely while the
 		// reconciler was down: straight to released. Its nodes are told to
 		// unbind first (releaseUnbind).
-		if err := s.releaseUnbind(ctx, r); err != nil {
+		if err := f.bindings.releaseUnbind(ctx, r); err != nil {
 			return st, err
 		}
 		_, err := move(FaultReconcileReleased)(r.Release(api.ReleasedByEnd, now))
@@ -237,7 +278,7 @@ func (rc *Steps) Reservation(ctx context.Context, r Reservation, now time.Time) 
 	case r.State == api.Binding:
 		// Until every node bound it, it stays binding and due: the next
 		// pass goes on (a failed bind is retried, a failed node replaced).
-		done, err := rc.bind(ctx, &r, now, &st)
+		done, err := f.bindings.bind(ctx, &r, now, &st)
 		if errors.Is(err, errMoved) {
 			return st, nil
 		}
@@ -252,4 +293,29 @@ func (rc *Steps) Reservation(ctx context.Context, r Reservation, now time.Time) 
 
 // Now is the pass's clock: the service's (a test's or a simulation's
 // injected clock).
-func (rc *Steps) Now() time.Time { return rc.Service.now() }
+func (rc *Steps) Now() time.Time { return rc.Service.hooks().now() }
+
+// provision provisions the hours ahead of p from now's hour while the
+// pass's budget of node-hours lasts (an hour is started only with budget
+// left); through is the first hour not provisioned yet, done false when
+// the budget ran out first (the pool stays due, for the next pass).
+func provision(ctx context.Context, store StepStore, p Pool, now time.Time, horizon int, budget *atomic.Int64) (hours int, through Hour, done bool, err error) {
+	from, to := max(p.ProvisionedTo, HourOf(now)), HourOf(now)+Hour(horizon)
+	for h := from; h < to; h++ {
+		for _, name := range p.ResourceNames() {
+			if budget.Load() <= 0 {
+				return hours, h, false, nil
+			}
+			pr := PoolResource{PoolID: p.PoolID, Topology: p.Topology(name)}
+			made, err := store.Provision(ctx, pr, h)
+			if err != nil {
+				return hours, h, false, unavailable(err)
+			}
+			if made {
+				hours++
+				budget.Add(-int64(pr.Nodes()))
+			}
+		}
+	}
+	return hours, max(from, to), true, nil
+}

@@ -91,7 +91,7 @@ func TestHeartbeatNotFoundSaysWhatIsMissing(t *testing.T) {
 	e.pool(t, "p1", 16)
 	e.register(t, "p1", "gpu-node-0")
 	e.ready(t, "p1", "gpu-node-0")
-	if _, err := e.cap.OfferPool(ctx, "acme", "p1", "initech", "gpu", 8); err != nil {
+	if _, err := e.cap.Pools().Offer(ctx, "acme", "p1", "initech", "gpu", 8); err != nil {
 		t.Fatal(err)
 	}
 	key := e.keys["p1/gpu-node-0"]

@@ -329,7 +329,7 @@ func (w *world) create(ctx context.Context, req capacity.CreateRequest, retry bo
 	var r capacity.Reservation
 	err, crashed, faulted := w.invoke(ctx, capacity.FlowDeadline, func(ctx context.Context) error {
 		var err error
-		r, err = w.cap.CreateReservation(ctx, req, allow)
+		r, err = w.cap.Admission().Create(ctx, req, allow)
 		return err
 	})
 	w.stats.creates++
@@ -382,7 +382,7 @@ func (w *world) releaser(tenant, id string, wait time.Duration) func(ctx context
 			var r capacity.Reservation
 			err, crashed, _ := w.invoke(ctx, capacity.ReleaseTimeout, func(ctx context.Context) error {
 				var err error
-				r, err = w.cap.ReleaseReservation(ctx, tenant, id)
+				r, err = w.cap.Reservations().Release(ctx, tenant, id)
 				return err
 			})
 			w.noInternal("release", err)

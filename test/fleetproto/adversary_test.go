@@ -344,7 +344,7 @@ func (w *world) mover(ctx context.Context) {
 			ClientToken: fmt.Sprintf("move-back-%d", i), Start: &start, End: start.Add(150 * time.Second)}
 		err, _, _ := w.invoke(ctx, capacity.FlowDeadline, func(ctx context.Context) error {
 			var err error
-			r, err = w.cap.CreateReservation(ctx, req, allow)
+			r, err = w.cap.Admission().Create(ctx, req, allow)
 			return err
 		})
 		w.note("adversary move back: create %s: %v %s", req.ClientToken, err, r.State)

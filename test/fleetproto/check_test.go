@@ -392,7 +392,7 @@ func (w *world) quiesce(ctx context.Context) {
 	w.settle(ctx, "after the actors and StaleAfter")
 	w.checkQuiet(ctx, "after the actors")
 	for _, id := range w.filled {
-		if _, err := w.cap.ReleaseReservation(ctx, filler, id); err != nil {
+		if _, err := w.cap.Reservations().Release(ctx, filler, id); err != nil {
 			w.t.Fatalf("releasing %s: %v", id, err)
 		}
 	}

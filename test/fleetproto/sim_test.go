@@ -212,16 +212,16 @@ func (w *world) run() {
 func (w *world) setUp(ctx context.Context) {
 	t := w.t
 	for _, p := range pools {
-		if _, err := w.cap.CreatePool(ctx, ownerTenant, p, map[string]int{"gpu": poolNodes * nodeSize}, map[string]int{"gpu": nodeSize}); err != nil {
+		if _, err := w.cap.Pools().Create(ctx, ownerTenant, p, map[string]int{"gpu": poolNodes * nodeSize}, map[string]int{"gpu": nodeSize}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.cap.OfferPool(ctx, ownerTenant, p, "globex", "gpu", 12); err != nil {
+		if _, err := w.cap.Pools().Offer(ctx, ownerTenant, p, "globex", "gpu", 12); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.cap.OfferPool(ctx, ownerTenant, p, "initech", "gpu", 8); err != nil {
+		if _, err := w.cap.Pools().Offer(ctx, ownerTenant, p, "initech", "gpu", 8); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := w.cap.OfferPool(ctx, ownerTenant, p, filler, "gpu", capacity.MaxEntriesPerNodeHour); err != nil {
+		if _, err := w.cap.Pools().Offer(ctx, ownerTenant, p, filler, "gpu", capacity.MaxEntriesPerNodeHour); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -293,18 +293,18 @@ func (w *world) fill(ctx context.Context) {
 	// A pool of one node of its own: on 4-device nodes shared with the
 	// tenants, best fit spreads the fillers (a node whose devices were all
 	// touched in the hour leaves the fast path) and no node-hour fills.
-	if _, err := w.cap.CreatePool(ctx, ownerTenant, fillPool, map[string]int{"gpu": nodeSize}, map[string]int{"gpu": nodeSize}); err != nil {
+	if _, err := w.cap.Pools().Create(ctx, ownerTenant, fillPool, map[string]int{"gpu": nodeSize}, map[string]int{"gpu": nodeSize}); err != nil {
 		w.t.Fatal(err)
 	}
 	for _, tn := range []string{filler, "initech"} {
-		if _, err := w.cap.OfferPool(ctx, ownerTenant, fillPool, tn, "gpu", capacity.MaxEntriesPerNodeHour); err != nil {
+		if _, err := w.cap.Pools().Offer(ctx, ownerTenant, fillPool, tn, "gpu", capacity.MaxEntriesPerNodeHour); err != nil {
 			w.t.Fatal(err)
 		}
 	}
 	h := capacity.HourOf(t0) + 2
 	for i := range capacity.MaxEntriesPerNodeHour {
 		s := h.Start().Add(time.Duration(i) * 50 * time.Second)
-		r, err := w.cap.CreateReservation(ctx, capacity.CreateRequest{TenantID: filler, PoolID: fillPool, Resource: "gpu", Count: 1,
+		r, err := w.cap.Admission().Create(ctx, capacity.CreateRequest{TenantID: filler, PoolID: fillPool, Resource: "gpu", Count: 1,
 			Start: &s, End: s.Add(100 * time.Second), Principal: "filler", ClientToken: fmt.Sprintf("fill-%d", i)}, allow)
 		if err != nil {
 			w.t.Fatalf("fill %d: %v", i, err)
