@@ -117,9 +117,13 @@ func (rc *Steps) Quota(ctx context.Context, q QuotaRow, now time.Time) (Step, er
 
 // Steps is capacity.reservations' part of a reconciler pass (package
 // reconcile owns the pass: the due index, workers, budgets, the deadline):
-// it moves one due reservation, pool or quota row forward with
-// conditional writes on the state it read, so overlapping and repeated
-// passes are harmless (docs/capacity.md, "The reconciler").
+// it moves one due reservation (Reservation: expire, sweep, end, start),
+// pool (Pool: finish its creation, provision its hours ahead) or quota row
+// (Quota: settle its charge records) forward with conditional writes on
+// the state it read, so overlapping and repeated passes are harmless
+// (docs/capacity.md, "The reconciler"). It goes through the flows the
+// service builds (Fence, Bindings, Charges, Pools) and writes the due
+// markers itself (StepStore).
 type Steps struct {
 	Service *Service
 	Binder  Binder // unmanaged nodes' binding (nil: BindAtOnce)
@@ -205,90 +209,126 @@ type Limits struct {
 	StopAt time.Time
 }
 
-// Reservation moves one due reservation forward as far as it can go now.
+// Reservation moves one due reservation forward as far as it can go now,
+// by its state: a draft past api.StaleAfter expires (expire), a terminal
+// one is swept (sweep), one whose window is over is released (end), and
+// one whose window started is bound through its nodes, then active
+// (start). Each step is a conditional write on the state this pass read.
 func (rc *Steps) Reservation(ctx context.Context, r Reservation, now time.Time) (Step, error) {
-	store, f := rc.store(), rc.fence()
-	var st Step
-	// move makes one conditional transition; ok is false when it was not
-	// this pass's to make (another pass, a release or a create got there).
-	move := func(point string) func(Reservation, error) (bool, error) {
-		return func(to Reservation, err error) (bool, error) {
-			if err != nil {
-				return false, err
-			}
-			_, won, err := f.moveWon(ctx, to, r.State, point, nil)
-			if errors.Is(err, errGone) {
-				st.Gone = true
-				return false, nil
-			}
-			if won {
-				st.Moved = append(st.Moved, string(to.State))
-				r = to
-			}
-			return won && err == nil, err
-		}
-	}
+	rs := &reservationStep{store: rc.store(), fence: rc.fence(), r: r}
+	var err error
 	switch {
 	case r.State == api.Draft:
-		if !r.Stale(now) {
-			return st, nil
-		}
-		// A draft this old is a create that died: a repair.
-		ok, err := move(FaultReconcileExpired)(r.Expire(now))
-		st.Repaired = ok
-		return st, err
+		err = rs.expire(ctx, now)
 	case r.State.Terminal():
-		// One sweep after the fence finishes the give-back a crash may have
-		// cut short. Every terminal reservation gets one and it normally
-		// finds nothing left, so it is counted apart from repairs. Sweeps take turns (overlapping passes): each first
-		// moves the due entry on, conditionally, and works from the item as
-		// that write returns it.
-		cur, err := store.ClaimDue(ctx, r, now.Add(api.StaleAfter))
-		switch {
-		case errors.Is(err, ErrNotFound):
-			st.Gone = true
-			return st, nil
-		case errors.Is(err, ErrStale):
-			return st, nil // another pass has it, or it moved on
-		case err != nil:
-			return st, unavailable(err)
-		}
-		if err := f.giveBack(ctx, cur, "reconcile"); err != nil {
-			return st, err
-		}
-		if err := store.ClearDue(ctx, cur); err != nil && !errors.Is(err, ErrStale) {
-			return st, unavailable(err)
-		}
-		st.Swept = true
-		return st, f.fault(FaultReconcileSwept)
+		err = rs.sweep(ctx, now)
 	case !now.Before(r.Window.End):
-		// The window is over — also when it passed entirely while the
-		// reconciler was down: straight to released. Its nodes are told to
-		// unbind first (releaseUnbind).
-		if err := f.bindings.releaseUnbind(ctx, r); err != nil {
-			return st, err
-		}
-		_, err := move(FaultReconcileReleased)(r.Release(api.ReleasedByEnd, now))
-		return st, err
-	case r.State == api.Placed && !now.Before(r.Window.Start):
-		if ok, err := move(FaultReconcileBinding)(r.StartBinding(now)); !ok {
-			return st, err
-		}
-		fallthrough
-	case r.State == api.Binding:
-		// Until every node bound it, it stays binding and due: the next
-		// pass goes on (a failed bind is retried, a failed node replaced).
-		done, err := f.bindings.bind(ctx, &r, now, &st)
-		if errors.Is(err, errMoved) {
-			return st, nil
-		}
-		if err != nil || !done {
-			return st, err
-		}
-		_, err = move(FaultReconcileActive)(r.Activate(now))
-		return st, err
+		err = rs.end(ctx, now)
+	case r.State == api.Placed && !now.Before(r.Window.Start), r.State == api.Binding:
+		err = rs.start(ctx, now)
 	}
-	return st, nil
+	return rs.st, err
+}
+
+// reservationStep is one pass's step of a due reservation: what it writes
+// through, the reservation as its last transition left it, and what it did.
+type reservationStep struct {
+	store StepStore
+	fence *Fence
+	r     Reservation
+	st    Step
+}
+
+// move makes one conditional transition from the state the step holds to
+// to (as a state-machine method built it, or refused: err); ok is false
+// when it was not this pass's to make (another pass, a release or a
+// create got there).
+func (rs *reservationStep) move(ctx context.Context, point string, to Reservation, err error) (ok bool, _ error) {
+	if err != nil {
+		return false, err
+	}
+	_, won, err := rs.fence.moveWon(ctx, to, rs.r.State, point, nil)
+	if errors.Is(err, errGone) {
+		rs.st.Gone = true
+		return false, nil
+	}
+	if won {
+		rs.st.Moved = append(rs.st.Moved, string(to.State))
+		rs.r = to
+	}
+	return won && err == nil, err
+}
+
+// expire ends a draft this old: a create that died (a repair).
+func (rs *reservationStep) expire(ctx context.Context, now time.Time) error {
+	if !rs.r.Stale(now) {
+		return nil
+	}
+	to, err := rs.r.Expire(now)
+	ok, err := rs.move(ctx, FaultReconcileExpired, to, err)
+	rs.st.Repaired = ok
+	return err
+}
+
+// sweep finishes, once after the fence, the give-back a crash may have
+// cut short. Every terminal reservation gets one and it normally finds
+// nothing left, so it is counted apart from repairs. Sweeps take turns
+// (overlapping passes): each first moves the due entry on, conditionally,
+// and works from the item as that write returns it.
+func (rs *reservationStep) sweep(ctx context.Context, now time.Time) error {
+	cur, err := rs.store.ClaimDue(ctx, rs.r, now.Add(api.StaleAfter))
+	switch {
+	case errors.Is(err, ErrNotFound):
+		rs.st.Gone = true
+		return nil
+	case errors.Is(err, ErrStale):
+		return nil // another pass has it, or it moved on
+	case err != nil:
+		return unavailable(err)
+	}
+	if err := rs.fence.giveBack(ctx, cur, "reconcile"); err != nil {
+		return err
+	}
+	if err := rs.store.ClearDue(ctx, cur); err != nil && !errors.Is(err, ErrStale) {
+		return unavailable(err)
+	}
+	rs.st.Swept = true
+	return rs.fence.fault(FaultReconcileSwept)
+}
+
+// end releases a reservation whose window is over — also when it passed
+// entirely while the reconciler was down. Its nodes are told to unbind
+// first (releaseUnbind).
+func (rs *reservationStep) end(ctx context.Context, now time.Time) error {
+	if err := rs.fence.bindings.releaseUnbind(ctx, rs.r); err != nil {
+		return err
+	}
+	to, err := rs.r.Release(api.ReleasedByEnd, now)
+	_, err = rs.move(ctx, FaultReconcileReleased, to, err)
+	return err
+}
+
+// start moves a placed reservation whose window started to binding, binds
+// it through its nodes (Bindings.bind) and, once every node bound it, makes
+// it active. Until then it stays binding and due: the next pass goes on (a
+// failed bind is retried, a failed node replaced).
+func (rs *reservationStep) start(ctx context.Context, now time.Time) error {
+	if rs.r.State == api.Placed {
+		to, err := rs.r.StartBinding(now)
+		if ok, err := rs.move(ctx, FaultReconcileBinding, to, err); !ok {
+			return err
+		}
+	}
+	done, err := rs.fence.bindings.bind(ctx, &rs.r, now, &rs.st)
+	if errors.Is(err, errMoved) {
+		return nil
+	}
+	if err != nil || !done {
+		return err
+	}
+	to, err := rs.r.Activate(now)
+	_, err = rs.move(ctx, FaultReconcileActive, to, err)
+	return err
 }
 
 // Now is the pass's clock: the service's (a test's or a simulation's
