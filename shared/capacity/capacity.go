@@ -1,9 +1,9 @@
 // Package capacity is the domain of pools, quotas and reservations
 // (docs/capacity.md; the contract is docs/reference): who may hold how
 // many devices of a pool (quotas), which devices of which nodes a tenant
-// holds for which half-open window
-// (reservations), the reservation state machine, the placement choice, the
-// invariant checker and the reconciler's steps. Its flows are types of
+// holds for which half-open window (reservations), the reservation state
+// machine, the placement choice, the invariant checker and the
+// reconciler's steps. Its flows are types of
 // their own, built on a Service (service.go lists them): Pools and Quotas,
 // Admission (reservations.create), Reservations (get, list, release),
 // Bindings (through the fleet's nodes) and Steps (the reconciler's), over
