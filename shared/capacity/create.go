@@ -115,9 +115,9 @@ var (
 // Create is reservations.create (docs/reference/reservations.md):
 // validate → draft → decide once on the draft → choose devices (Placer) →
 // charge quota, recording the choice (Charges) → write the choice into the
-// node-hours (allocate, place.go) → placed (the fence). Nothing that depends on the pool
-// happens before the decision, so a denied caller learns nothing about the
-// tenant's pools. Every refusal after the draft leaves the reservation
+// node-hours (allocate, place.go) → placed (the fence). Nothing that
+// depends on the pool happens before the decision, so a denied caller
+// learns nothing about the tenant's pools. Every refusal after the draft leaves the reservation
 // terminal and carries details.reservationId.
 //
 // One flow at a time drives a draft: the one that wrote it, until its

@@ -52,9 +52,9 @@ type FenceStore interface {
 	CreditDone(ctx context.Context, k QuotaKey, id string) error
 }
 
-// move writes to if the stored state is still from: the fence. It returns the
-// reservation as it now is: to, or — when another writer moved it first —
-// the stored one. The writer whose fence moved a reservation to a terminal
+// move writes to if the stored state is still from: the fence. It
+// returns the reservation as it now is: to, or — when another writer moved
+// it first — the stored one. The writer whose fence moved a reservation to a terminal
 // state gives back what it holds; a create flow that finds its draft
 // already terminal gives back what it wrote itself.
 func (f *Fence) move(ctx context.Context, to Reservation, from api.ReservationState, point string) (Reservation, error) {

@@ -45,9 +45,9 @@ const flowRelease = "release"
 // the sweep after api.StaleAfter finishes what it could not.
 const ReleaseTimeout = FlowDeadline - 2*time.Second
 
-// Release is reservations.release: it moves a non-terminal reservation to released (by the
-// tenant) — the fence — then frees its devices and credits its quota
-// before answering. Releasing a draft gives its quota back at once too and
+// Release is reservations.release: it moves a non-terminal reservation
+// to released (by the tenant) — the fence — then frees its devices and
+// credits its quota before answering. Releasing a draft gives its quota back at once too and
 // frees what its create recorded; that create, finding the fence, undoes
 // what it writes after. A terminal reservation is returned unchanged, once
 // what a give-back cut short left is finished (finishGiveBack): its devices
