@@ -64,8 +64,9 @@ type BindingStore interface {
 
 // NodeStore is the fleet as binding and placement see it (package fleet
 // keeps the nodes; shared/dynamo/fleetdb implements both on the same node
-// items; placement reads only its Eligibility). A node that never registered is absent: unmanaged, it
-// binds at once and is always eligible, as in v0.5.
+// items; placement reads only its Eligibility). A node that never
+// registered is absent: unmanaged, it binds at once and is always
+// eligible, as in v0.5.
 type NodeStore interface {
 	// NodeStates reads the managed nodes among nodes of t, with what each
 	// holds and reported for reservation id ("" for none).
@@ -501,7 +502,7 @@ func (b *Bindings) releaseUnbind(ctx context.Context, r Reservation) error {
 	return b.unbindHeld(ctx, r)
 }
 
-// Adopt tells a node that registered at `at`// Adopt tells a node that registered at `at` while it held reservations
+// Adopt tells a node that registered at `at` while it held reservations
 // — bound at once while it was unmanaged — to bind those active now, and
 // records it on each (Bound) first, so its release or end tells the node
 // to unbind it (docs/fleet.md, Binding); those that ended since (an
