@@ -170,12 +170,12 @@ func (w *world) wire(db *dynamodb.Client) {
 			return nil
 		},
 		NewID: func(time.Time) string { w.ids++; return fmt.Sprintf("SIM%05dX%017d", w.ids, w.seed) }}
-	w.fleet = &fleet.Service{Store: nodes, Pools: capS, Calendar: capS, Releases: releaseReader{releases},
+	w.fleet = &fleet.Service{Store: &watchedFleet{nodes, w}, Pools: capS, Calendar: capS, Releases: releaseReader{releases},
 		Rollouts: rollout.Holds{Store: progress}, // as the app wires it: the sweep lifts a finished rollout's cordon and target
 		Now:      w.clock.Now, Logger: log, Interval: interval, ProvisionHours: provision, Serial: true}
 	w.releases = releases
 	w.rc = &rollout.Reconciler{Store: progress, Releases: releases, Nodes: &watchedTargets{nodes, w}, Cordons: watchedCordons{w.fleet, w}, Calendar: capS,
-		Now: w.clock.Now, Logger: log}
+		Now: w.clock.Now, Logger: log, Serial: true}
 	w.rollouts = &rollout.Rollouts{Store: progress, Releases: releases, Pools: capS, Now: w.clock.Now,
 		Sleep: func(ctx context.Context, d time.Duration) error { w.pause(ctx, d); return nil }}
 	w.crc = &reconcile.Reconciler{Capacity: &capacity.Steps{Service: w.cap, ProvisionHours: provision}, Due: &duedb.Store{DB: db, Table: w.table}, Fleet: w.fleet, Rollouts: w.rc, Serial: true}
@@ -208,8 +208,8 @@ func (w *world) run() {
 // and initech; two releases; every node of p1 and four of p2 registered,
 // running the old release and healthy (p2's last two stay unmanaged, and
 // in most seeds an operator registers them mid-run while they hold
-// reservations); in half the seeds, one node-hour an hour ahead filled to
-// its 64 entries.
+// reservations), the old release the pools' baseline; in half the seeds,
+// one node-hour an hour ahead filled to its 64 entries.
 func (w *world) setUp(ctx context.Context) {
 	t := w.t
 	for _, p := range pools {
@@ -246,6 +246,14 @@ func (w *world) setUp(ctx context.Context) {
 	}
 	if _, err := w.crc.Pass(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// The pools' baseline is the old release (an earlier rollout's): a
+	// node that runs nothing is told it until the rollout completes.
+	for _, p := range pools {
+		if err := w.fleetI.SetBaseline(ctx, p, fleet.Target{Version: oldVersion, Sequence: 1, RolloutID: "earlier"}); err != nil {
+			t.Fatal(err)
+		}
+		w.baselineStored(p)
 	}
 	if w.rng.IntN(2) == 0 {
 		w.fill(ctx)
@@ -340,9 +348,14 @@ func (w *world) report(took time.Duration) {
 	for _, k := range slices.Sorted(maps.Keys(w.checked)) {
 		judged = append(judged, fmt.Sprintf("%s %d", k, w.checked[k]))
 	}
-	t.Logf("seed %d: adversaries %s (bind fences %d, cordon races %d, abort race %v, move back %q, fill: at most %d entries in a node-hour (node %d), mass silence %q %s–%s); judged: %s", w.seed,
+	blank := "none"
+	if w.adv.blank != nil {
+		blank = w.adv.blank.ref.String()
+	}
+	t.Logf("seed %d: adversaries %s (bind fences %d, cordon races %d, abort race %v, move back %q, fill: at most %d entries in a node-hour (node %d), mass silence %q %s–%s, sickened %d before a read, budget races %d after an intent and %d between starts, blank host %s); judged: %s", w.seed,
 		w.advNames(), w.adv.fenced, w.adv.cordonRaced, w.adv.abortRaced, w.adv.moveID, w.fillMost, w.fillNode, w.adv.silencePool,
-		w.adv.silenceFrom.Format("15:04:05"), w.adv.silenceTo.Format("15:04:05"), strings.Join(judged, ", "))
+		w.adv.silenceFrom.Format("15:04:05"), w.adv.silenceTo.Format("15:04:05"), w.adv.sickened, w.adv.intentRaced, w.adv.startRaced, blank,
+		strings.Join(judged, ", "))
 	var sum []string
 	for _, k := range keys {
 		sum = append(sum, fmt.Sprintf("%s×%d", k, len(w.violations[k])))
