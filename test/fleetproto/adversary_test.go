@@ -266,7 +266,7 @@ func (w *world) sickenBefore(ctx context.Context, pool string) {
 // next node over maxUnavailable (check d).
 func (w *world) sickenBetweenStarts(ctx context.Context) {
 	a := &w.adv
-	if !a.sicken || a.startRaced >= 3 || !inPass(ctx) || !w.clock.Now().Before(w.end) || w.rng.IntN(2) != 0 {
+	if !a.sicken || a.startRaced >= 3 || !inPass(ctx) || !w.clock.Now().Before(w.end) {
 		return
 	}
 	rec, err := w.rollI.GetRollout(context.Background(), w.rolloutID)
@@ -341,7 +341,7 @@ func (w *world) outAndReady(rec rollout.Record) (int, []*node) {
 // (check d).
 func (w *world) cordonAfterIntent(ctx context.Context, rec rollout.Record) {
 	a := &w.adv
-	if !a.sicken || a.intentRaced >= 2 || !inPass(ctx) || !w.clock.Now().Before(w.end) || rec.State.Terminal() || w.rng.IntN(2) != 0 {
+	if !a.sicken || a.intentRaced >= 2 || !inPass(ctx) || !w.clock.Now().Before(w.end) || rec.State.Terminal() {
 		return
 	}
 	out, ready := w.outAndReady(rec)
