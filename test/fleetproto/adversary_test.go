@@ -248,41 +248,51 @@ func (n *watchedTargets) OutOfService(ctx context.Context, pool string, limit in
 // moves) lets the pass start a node over maxUnavailable (check d).
 func (w *world) sickenBefore(ctx context.Context, pool string) {
 	a := &w.adv
-	if !a.sicken || a.sickened >= 3 || !inPass(ctx) || !w.clock.Now().Before(w.end) || w.rng.IntN(2) != 0 {
+	if !a.sicken || a.sickened >= 3 || !inPass(ctx) || !w.clock.Now().Before(w.end) {
 		return
 	}
 	rec, err := w.rollI.GetRollout(context.Background(), w.rolloutID)
-	if err != nil || rec.State != api.Progressing || len(rec.Pools) == 0 || pool != rec.Pools[0] || rec.Intent != nil {
+	if err != nil || rec.Intent != nil || w.rng.IntN(2) != 0 {
+		return // a start's read: the budget race's
+	}
+	if rec.State != api.Progressing || len(rec.Pools) == 0 || pool != rec.Pools[0] {
 		return // before the first pool's read only: a node sickened in a pool read already is a race no read can see
 	}
-	if w.sicken(ctx, rec, "before the pass reads") {
+	if w.sicken(ctx, rec, "before the pass reads", 30*time.Second) {
 		a.sickened++
 	}
 }
 
-// sickenBetweenStarts (the budget race): once a pass set the cordon of a
-// node it started, before its next start, ready nodes report unhealthy as
-// sickenBefore's do. A pass that read the budget once a step starts its
-// next node over maxUnavailable (check d).
+// sickenBetweenStarts (the budget race): once a pass past the first wave
+// set the cordon of a node it started, before its next start, ready nodes
+// report unhealthy as sickenBefore's do (once: healthy again at their next
+// report). A pass that read the budget once a step starts its next node
+// over maxUnavailable (check d).
 func (w *world) sickenBetweenStarts(ctx context.Context) {
 	a := &w.adv
-	if !a.sicken || a.startRaced >= 3 || !inPass(ctx) || !w.clock.Now().Before(w.end) {
+	if !a.sicken || a.startRaced >= 2 || !inPass(ctx) || !w.clock.Now().Before(w.end) {
 		return
 	}
 	rec, err := w.rollI.GetRollout(context.Background(), w.rolloutID)
-	if err != nil || rec.State.Terminal() {
+	if err != nil || rec.State.Terminal() || !pastFirstWave(rec) {
 		return
 	}
-	if w.sicken(ctx, rec, "between two starts") {
+	if w.sicken(ctx, rec, "between two starts", time.Second) {
 		a.startRaced++
 	}
 }
 
-// sicken makes ready nodes of rec's pools report unhealthy — as many as
-// bring the count of out-of-service node records to maxUnavailable, at
-// most 3 — and waits (the caller's actor sleeping) until their reports
-// were answered. It says whether it did.
-func (w *world) sicken(ctx context.Context, rec rollout.Record, when string) bool {
+// pastFirstWave: the rollout started its second wave (the first is one
+// node: a step of several starts comes after).
+func pastFirstWave(rec rollout.Record) bool {
+	return len(rec.Waves) > 1 && rec.Waves[1].StartedAt != nil
+}
+
+// sicken makes ready nodes of rec's pools report unhealthy for d — as
+// many as bring the count of out-of-service node records to
+// maxUnavailable, at most 3 — and waits (the caller's actor sleeping)
+// until their reports were answered. It says whether it did.
+func (w *world) sicken(ctx context.Context, rec rollout.Record, when string, d time.Duration) bool {
 	out, ready := w.outAndReady(rec)
 	need := rec.Settings.MaxUnavailable - out
 	if need <= 0 || need > len(ready) || need > 3 {
@@ -292,7 +302,7 @@ func (w *world) sicken(ctx context.Context, rec rollout.Record, when string) boo
 	sick := ready[:need]
 	now := w.clock.Now()
 	for _, n := range sick {
-		n.healthy, n.sickUntil = false, now.Add(30*time.Second)
+		n.healthy, n.sickUntil = false, now.Add(d)
 		w.note("adversary sicken: %s reports unhealthy %s (%d out, maxUnavailable %d)", n.ref, when, out, rec.Settings.MaxUnavailable)
 	}
 	for i := 0; i < 100; i++ {
@@ -334,14 +344,14 @@ func (w *world) outAndReady(rec rollout.Record) (int, []*node) {
 }
 
 // cordonAfterIntent (the budget race): once a pass recorded its intent
-// to start nodes, an operator cordons ready nodes of the rollout's pools
-// — as many as bring the count to maxUnavailable, at most 3 — before the
-// pass's first start, and lifts the cordons 20–40 s later. A pass that
-// read the budget before its intent starts nodes over maxUnavailable
-// (check d).
+// to start nodes of a wave after the first, an operator cordons ready
+// nodes of the rollout's pools — as many as bring the count to
+// maxUnavailable, at most 3 — before the pass's first start, and lifts
+// the cordons once that pass cleared its intent. A pass that read the
+// budget before its intent starts nodes over maxUnavailable (check d).
 func (w *world) cordonAfterIntent(ctx context.Context, rec rollout.Record) {
 	a := &w.adv
-	if !a.sicken || a.intentRaced >= 2 || !inPass(ctx) || !w.clock.Now().Before(w.end) || rec.State.Terminal() {
+	if !a.sicken || a.intentRaced >= 1 || !inPass(ctx) || !w.clock.Now().Before(w.end) || rec.State.Terminal() || !pastFirstWave(rec) {
 		return
 	}
 	out, ready := w.outAndReady(rec)
@@ -362,8 +372,14 @@ func (w *world) cordonAfterIntent(ctx context.Context, rec rollout.Record) {
 		w.note("adversary budget race: an operator cordons %s after the pass's intent (%d out, maxUnavailable %d)", n.ref, out,
 			rec.Settings.MaxUnavailable)
 	}
+	at := rec.Intent.At
 	w.s.spawnClean(ctx, "adversary budget race uncordon", 0, func(ctx context.Context) {
-		w.s.sleep(ctx, time.Duration(20+w.rng.IntN(21))*time.Second)
+		for i := 0; i < 60; i++ {
+			w.s.sleep(ctx, time.Second)
+			if cur, err := w.rollI.GetRollout(context.Background(), w.rolloutID); err != nil || cur.Intent == nil || !cur.Intent.At.Equal(at) {
+				break
+			}
+		}
 		for _, n := range cordoned {
 			err, _, _ := w.invoke(ctx, 10*time.Second, func(ctx context.Context) error {
 				_, err := w.fleet.Uncordon(ctx, ownerTenant, n.ref.pool, n.id)
