@@ -40,11 +40,11 @@ import (
 //   - sicken: just before a rollout pass first reads its pools' nodes out
 //     of service for a step, ready nodes of those pools report unhealthy —
 //     as many as bring the count to maxUnavailable — and their reports are
-//     answered before the read (check d); and, the budget race, the same
-//     between two starts of one step (once a start's cordon is set), and
-//     an operator's cordons once a pass recorded its intent to start
-//     nodes, before its first start (check d: a budget read once a step
-//     misses them);
+//     answered before the read (check d); and, the budget race (from the
+//     rollout's second wave), the same between two starts of one step
+//     (once a start's cordon is set), and an operator's cordons once a
+//     pass recorded its intent to start nodes, before its first start
+//     (check d: a budget read once a step misses them);
 //   - blank host: around a completed rollout's baseline write, an updated
 //     node of that pool is re-imaged — it runs nothing, and goes on
 //     installing what it is told — and reports just before the write and
