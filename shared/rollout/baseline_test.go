@@ -71,10 +71,18 @@ func TestNewNodeIsToldTheBaselineStoredBeforeItReported(t *testing.T) {
 	e.clock.Advance(5 * time.Second)
 	e.beat(second)
 	if second.running == nil || second.running.Version != "2.0.0" {
-		t.Errorf("the second new host, reporting 5 s after 2.0.0 became the baseline, runs %+v (told %+v)", second.running, second.told)
+		t.Errorf("the second new host, reporting 5 s after 2.0.0 became the baseline, runs %+v (told %v)", second.running, versions(second.told))
 	}
 	e.beat(first) // runs 1.0.0: told what it runs, never moved outside a rollout
 	if first.running.Version != "1.0.0" || len(first.told) != 1 {
-		t.Errorf("the first new host runs %+v, told %+v", first.running, first.told)
+		t.Errorf("the first new host runs %+v, told %v", first.running, versions(first.told))
 	}
+}
+
+func versions(told []toldAt) []string {
+	var out []string
+	for _, t := range told {
+		out = append(out, t.version)
+	}
+	return out
 }

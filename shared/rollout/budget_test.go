@@ -2,6 +2,7 @@ package rollout_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -52,6 +53,26 @@ func (e *fleetEnv) started(id string) int {
 	return len(e.order) - len(ns)
 }
 
+// afterPass checks what the pass left: started nodes, and out of service.
+func (e *fleetEnv) afterPass(id string, started, out int, want string) {
+	e.t.Helper()
+	if s, o := e.started(id), e.unavailable("a"); s != started || o != out {
+		e.t.Errorf("after the pass: %d started, %d out of service; want %s", s, o, want)
+	}
+}
+
+// completes runs the rollout to its end, each start checked, never more
+// than max nodes out of service.
+func (e *fleetEnv) completes(t *testing.T, id string, max int) {
+	t.Helper()
+	e.rc.Faults = e.startsChecked(t, max, nil)
+	e.until(id, api.Completed, 200, func() {
+		if n := e.unavailable("a"); n > max {
+			t.Fatalf("%d out of service, maxUnavailable %d", n, max)
+		}
+	})
+}
+
 // startsChecked is a fault hook that checks each start (a node just left
 // pending, not yet cordoned) against the cap — fewer than maxUnavailable
 // other nodes out of service, as the node records say — and then runs
@@ -77,65 +98,55 @@ func (e *fleetEnv) startsChecked(t *testing.T, max int, more func(point string))
 // nodes it would have started next. Each start is checked against the
 // node records at its write.
 func TestBudgetAtEachStart(t *testing.T) {
-	t.Run("reports between two starts", func(t *testing.T) {
-		e, r := budgetEnv(t)
-		sick := e.lastPending(r.RolloutID, 2)
-		sickened := false
-		e.rc.Faults = e.startsChecked(t, 3, func(point string) {
-			if point == rollout.FaultCordoned && !sickened { // the first start is out
-				sickened = true
-				for _, n := range sick {
-					n.healthy = false
-					e.beat(n)
-				}
+	cordon := func(e *fleetEnv, n *simNode, on bool) {
+		var err error
+		if on {
+			_, err = e.fleet.Cordon(context.Background(), "acme", n.pool, n.id, "maintenance")
+		} else {
+			_, err = e.fleet.Uncordon(context.Background(), "acme", n.pool, n.id)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, c := range []struct {
+		name    string
+		at      string // the fault point after which the nodes go out (once)
+		nodes   int    // how many: with the started ones, maxUnavailable
+		out     func(e *fleetEnv, n *simNode, out bool)
+		started int
+	}{
+		{"reports between two starts", rollout.FaultCordoned, 2, func(e *fleetEnv, n *simNode, out bool) {
+			n.healthy = !out
+			if out {
+				e.beat(n) // out at once; back in service after its next report
 			}
-		})
-		e.pass()
-		if !sickened {
-			t.Fatal("the pass started no node")
-		}
-		if started, out := e.started(r.RolloutID), e.unavailable("a"); started != 1 || out != 3 {
-			t.Errorf("after the pass: %d started, %d out of service; want one started, two unhealthy", started, out)
-		}
-		e.rc.Faults = e.startsChecked(t, 3, nil)
-		for _, n := range sick {
-			n.healthy = true
-		}
-		e.until(r.RolloutID, api.Completed, 200, func() {
-			if n := e.unavailable("a"); n > 3 {
-				t.Fatalf("%d out of service, maxUnavailable 3", n)
-			}
-		})
-	})
-	t.Run("operator cordons after the intent", func(t *testing.T) {
-		e, r := budgetEnv(t)
-		cordoned := e.lastPending(r.RolloutID, 3)
-		intended := false
-		e.rc.Faults = e.startsChecked(t, 3, func(point string) {
-			if point == rollout.FaultIntent && !intended {
-				intended = true
-				for _, n := range cordoned {
-					if _, err := e.fleet.Cordon(context.Background(), "acme", n.pool, n.id, "maintenance"); err != nil {
-						t.Fatal(err)
+		}, 1},
+		{"operator cordons after the intent", rollout.FaultIntent, 3, cordon, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			e, r := budgetEnv(t)
+			nodes := e.lastPending(r.RolloutID, c.nodes)
+			went := false
+			e.rc.Faults = e.startsChecked(t, 3, func(point string) {
+				if point == c.at && !went {
+					went = true
+					for _, n := range nodes {
+						c.out(e, n, true)
 					}
 				}
+			})
+			e.pass()
+			if !went {
+				t.Fatalf("the pass never reached %s", c.at)
 			}
+			e.afterPass(r.RolloutID, c.started, 3, fmt.Sprintf("%d started, 3 out of service (%d taken out)", c.started, c.nodes))
+			for _, n := range nodes {
+				c.out(e, n, false)
+			}
+			e.completes(t, r.RolloutID, 3)
 		})
-		e.pass()
-		if !intended {
-			t.Fatal("the pass recorded no intent")
-		}
-		if started, out := e.started(r.RolloutID), e.unavailable("a"); started != 0 || out != 3 {
-			t.Errorf("after the pass: %d started, %d out of service; want none started, the 3 cordoned out", started, out)
-		}
-		for _, n := range cordoned {
-			if _, err := e.fleet.Uncordon(context.Background(), "acme", n.pool, n.id); err != nil {
-				t.Fatal(err)
-			}
-		}
-		e.rc.Faults = e.startsChecked(t, 3, nil)
-		e.until(r.RolloutID, api.Completed, 200, nil)
-	})
+	}
 }
 
 // Concurrent passes start nodes one at a time (the intent), and even a
@@ -170,14 +181,7 @@ func TestConcurrentPassesStartWithinTheBudget(t *testing.T) {
 	if !inner || !sickened {
 		t.Fatalf("the inner pass ran %v, started a node %v", inner, sickened)
 	}
-	if started, out := e.started(r.RolloutID), e.unavailable("a"); started != 2 || out != 3 {
-		t.Errorf("after both passes: %d started, %d out of service; want one started by each, and the unhealthy one out", started, out)
-	}
-	e.rc.Faults = e.startsChecked(t, 3, nil)
+	e.afterPass(r.RolloutID, 2, 3, "one started by each pass, and the unhealthy one out")
 	sick.healthy = true
-	e.until(r.RolloutID, api.Completed, 200, func() {
-		if n := e.unavailable("a"); n > 3 {
-			t.Fatalf("%d out of service, maxUnavailable 3", n)
-		}
-	})
+	e.completes(t, r.RolloutID, 3)
 }
