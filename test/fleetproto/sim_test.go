@@ -43,10 +43,10 @@ import (
 // that replays it and the steps before each check's first violation;
 // BC_FLEETPROTO_TRACE=dir writes every seed's whole trace there.
 func TestFleetProtocolSimulation(t *testing.T) {
-	// make test's seeds: each fix of docs/fleet.md's revert table that a
-	// seed of 1–8 catches fails one of these (1: F06–F09, F13; 3: F01,
-	// F02; 6: F03, F05) but F11 and F15, which only seed 5 catches now (the
-	// table says so: open); make fleetproto runs 1..SEEDS.
+	// make test's seeds (docs/fleet.md's revert table): 1 catches F06,
+	// F07, F09, F13, F17; 3 F01, F02, F04, F07, F08, F17, F18; 6 F03, F07,
+	// F09, F13 (F11 and F15 only seed 5: open). make fleetproto runs
+	// 1..SEEDS.
 	seeds := []uint64{1, 3, 6}
 	if v, err := strconv.Atoi(os.Getenv("BC_FLEETPROTO_SEEDS")); err == nil && v > 0 {
 		seeds = seeds[:0]
