@@ -159,7 +159,7 @@ docs: ## regenerate from the method catalog: docs/reference, docs/openapi.json, 
 # FUZZTIME, and what it finds lands in the package's testdata/fuzz to commit.
 FUZZTIME     ?= 30s
 FUZZ_TARGETS := shared/api:FuzzDecodeInput shared/release:FuzzVerify shared/cursor:FuzzDecode shared/iam:FuzzParsePolicy \
-                shared/capacity:FuzzCapacitySimulation shared/releaselog:FuzzOpen
+                shared/capacity:FuzzCapacitySimulation shared/release:FuzzOpen
 
 fuzz: ## fuzz every target for FUZZTIME each (e.g. make fuzz FUZZTIME=5m); findings go to testdata/fuzz
 	@for t in $(FUZZ_TARGETS); do pkg=$${t%%:*}; fn=$${t##*:}; \

@@ -91,9 +91,26 @@ const (
 )
 
 // ConfigFrom reads Config through get (a CDK node's TryGetContext, or a map
-// in tests). Values given with -c arrive as strings; cdk.json gives JSON types.
+// in tests). Values given with -c arrive as strings; cdk.json gives JSON
+// types. Each concern reads and checks its own keys; every problem is
+// reported at once, values that cannot be read first (in the order the keys
+// are read), then values out of range.
 func ConfigFrom(get func(key string) any) (Config, error) {
-	c := Config{
+	c := defaultConfig()
+	r := &contextReader{get: get}
+	r.str(CtxStackName, &c.StackName)
+	c.readIdentity(r)
+	c.readRelease(r)
+	c.readFunctions(r)
+	c.readLimits(r)
+	r.str(CtxAlarmEmail, &c.AlarmEmail)
+	c.readRemoval(r)
+	return c, r.err()
+}
+
+// defaultConfig is the built-in defaults (cdk.json lists the same).
+func defaultConfig() Config {
+	return Config{
 		StackName:        "BetterCompute",
 		ReleaseThreshold: 1,
 		AssetRoot:        "build",
@@ -107,163 +124,225 @@ func ConfigFrom(get func(key string) any) (Config, error) {
 		HeartbeatRateLimit:           DefaultHeartbeatRateLimit,
 		HeartbeatBurstLimit:          DefaultHeartbeatBurstLimit,
 	}
-	var errs []string
-	fail := func(key, format string, args ...any) {
-		errs = append(errs, fmt.Sprintf("context %s: "+format, append([]any{key}, args...)...))
-	}
-	str := func(key string, dst *string) {
-		switch v := get(key).(type) {
-		case nil:
-		case string:
-			if v = strings.TrimSpace(v); v != "" {
-				*dst = v
-			}
-		default:
-			fail(key, "want a string, got %T", v)
-		}
-	}
-	num := func(key string, dst *float64) {
-		switch v := get(key).(type) {
-		case nil:
-		case float64:
-			*dst = v
-		case int:
-			*dst = float64(v)
-		case string:
-			f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
-			if err != nil {
-				fail(key, "want a number, got %q", v)
-				return
-			}
-			*dst = f
-		default:
-			fail(key, "want a number, got %T", v)
-		}
-	}
-	integer := func(key string, dst *int) {
-		f := float64(*dst)
-		num(key, &f)
-		if f != float64(int(f)) {
-			fail(key, "want an integer, got %v", f)
-			return
-		}
-		*dst = int(f)
-	}
+}
 
-	str(CtxStackName, &c.StackName)
-	str(CtxJWTIssuer, &c.JWTIssuer)
-	switch v := get(CtxJWTAudience).(type) {
-	case nil:
-	case string:
-		c.JWTAudience = splitList(v)
-	case []any:
-		for _, a := range v {
-			s, ok := a.(string)
-			if !ok {
-				fail(CtxJWTAudience, "want strings, got %T", a)
-				continue
-			}
-			c.JWTAudience = append(c.JWTAudience, splitList(s)...)
-		}
-	case []string:
-		for _, s := range v {
-			c.JWTAudience = append(c.JWTAudience, splitList(s)...)
-		}
-	default:
-		fail(CtxJWTAudience, "want a string or a list of strings, got %T", v)
+// readIdentity: who signs the callers' tokens (an https issuer, at least
+// one audience) and which Better IAM decides (a service or, for local use,
+// an embedded policy file: exactly one).
+func (c *Config) readIdentity(r *contextReader) {
+	r.str(CtxJWTIssuer, &c.JWTIssuer)
+	r.list(CtxJWTAudience, &c.JWTAudience)
+	r.str(CtxIAMURL, &c.IAMURL)
+	r.str(CtxPolicyFile, &c.PolicyFile)
+
+	if u, err := url.Parse(c.JWTIssuer); c.JWTIssuer == "" || err != nil || u.Scheme != "https" || u.Host == "" {
+		r.invalid(CtxJWTIssuer, "want the https URL of the token issuer, got %q", c.JWTIssuer)
 	}
-	str(CtxIAMURL, &c.IAMURL)
-	str(CtxPolicyFile, &c.PolicyFile)
-	str(CtxReleasePins, &c.ReleasePins)
+	if len(c.JWTAudience) == 0 {
+		r.invalid(CtxJWTAudience, "want at least one audience")
+	}
+	if (c.IAMURL == "") == (c.PolicyFile == "") {
+		r.invalid(CtxIAMURL, "set exactly one of %s (Better IAM service) and %s (embedded policy, local use)", CtxIAMURL, CtxPolicyFile)
+	}
+}
+
+// readRelease: the release pins (inline, or a PEM file read now: not
+// both), how many of them must sign, and the IAM roles the signing key's
+// policy names.
+func (c *Config) readRelease(r *contextReader) {
+	r.str(CtxReleasePins, &c.ReleasePins)
 	var pinsFile string
-	str(CtxReleasePinsFile, &pinsFile)
+	r.str(CtxReleasePinsFile, &pinsFile)
 	if pinsFile != "" {
 		if b, err := os.ReadFile(pinsFile); err != nil {
-			fail(CtxReleasePinsFile, "%v", err)
+			r.fail(CtxReleasePinsFile, "%v", err)
 		} else if c.ReleasePins != "" {
-			fail(CtxReleasePinsFile, "set %s or %s, not both", CtxReleasePins, CtxReleasePinsFile)
+			r.fail(CtxReleasePinsFile, "set %s or %s, not both", CtxReleasePins, CtxReleasePinsFile)
 		} else {
 			c.ReleasePins = strings.TrimSpace(string(b))
 		}
 	}
-	integer(CtxReleaseThreshold, &c.ReleaseThreshold)
-	str(CtxReleaseSignerRole, &c.ReleaseSignerRole)
-	str(CtxReleaseKeyAdmin, &c.ReleaseKeyAdminRole)
-	str(CtxAssetRoot, &c.AssetRoot)
-	switch v := get(CtxPlaceholders).(type) {
-	case nil, bool:
-		c.Placeholders = v == true
-	case string:
-		switch strings.TrimSpace(v) {
-		case "", "no", "false":
-		case "auto", "true":
-			c.Placeholders = true
-		default:
-			fail(CtxPlaceholders, "want auto or no, got %q", v)
-		}
-	default:
-		fail(CtxPlaceholders, "want auto or no, got %T", v)
-	}
-	str(CtxArchitecture, &c.Architecture)
-	integer(CtxLogRetentionDays, &c.LogRetentionDays)
-	str(CtxLogLevel, &c.LogLevel)
-	num(CtxThrottleRate, &c.ThrottleRate)
-	num(CtxThrottleBurst, &c.ThrottleBurst)
-	integer(CtxHeartbeatReserved, &c.HeartbeatReservedConcurrency)
-	num(CtxHeartbeatRate, &c.HeartbeatRateLimit)
-	integer(CtxHeartbeatBurst, &c.HeartbeatBurstLimit)
-	str(CtxAlarmEmail, &c.AlarmEmail)
-	removal := "retain"
-	str(CtxRemovalPolicy, &removal)
+	r.integer(CtxReleaseThreshold, &c.ReleaseThreshold)
+	r.str(CtxReleaseSignerRole, &c.ReleaseSignerRole)
+	r.str(CtxReleaseKeyAdmin, &c.ReleaseKeyAdminRole)
 
-	if u, err := url.Parse(c.JWTIssuer); c.JWTIssuer == "" || err != nil || u.Scheme != "https" || u.Host == "" {
-		fail(CtxJWTIssuer, "want the https URL of the token issuer, got %q", c.JWTIssuer)
-	}
-	if len(c.JWTAudience) == 0 {
-		fail(CtxJWTAudience, "want at least one audience")
-	}
-	if (c.IAMURL == "") == (c.PolicyFile == "") {
-		fail(CtxIAMURL, "set exactly one of %s (Better IAM service) and %s (embedded policy, local use)", CtxIAMURL, CtxPolicyFile)
-	}
 	if c.ReleaseThreshold < 1 {
-		fail(CtxReleaseThreshold, "want an integer ≥ 1, got %d", c.ReleaseThreshold)
+		r.invalid(CtxReleaseThreshold, "want an integer ≥ 1, got %d", c.ReleaseThreshold)
 	}
 	for key, arn := range map[string]string{CtxReleaseSignerRole: c.ReleaseSignerRole, CtxReleaseKeyAdmin: c.ReleaseKeyAdminRole} {
 		if arn != "" && !roleARN.MatchString(arn) {
-			fail(key, "want an IAM role ARN (arn:aws:iam::<account>:role/<name>), got %q", arn)
+			r.invalid(key, "want an IAM role ARN (arn:aws:iam::<account>:role/<name>), got %q", arn)
 		}
 	}
+}
+
+// readFunctions: how the functions are built (their bootstraps, the
+// architecture) and how they log (the level, the retention).
+func (c *Config) readFunctions(r *contextReader) {
+	r.str(CtxAssetRoot, &c.AssetRoot)
+	r.autoOrNo(CtxPlaceholders, &c.Placeholders)
+	r.str(CtxArchitecture, &c.Architecture)
+	r.integer(CtxLogRetentionDays, &c.LogRetentionDays)
+	r.str(CtxLogLevel, &c.LogLevel)
+
 	if _, ok := applicationLogLevels[c.LogLevel]; !ok {
 		// warn or error would drop the per-request line, which is also the
 		// request's metrics record (EMF).
-		fail(CtxLogLevel, "want debug or info (each request's log line carries its metrics), got %q", c.LogLevel)
+		r.invalid(CtxLogLevel, "want debug or info (each request's log line carries its metrics), got %q", c.LogLevel)
 	}
 	if c.Architecture != ArchARM64 && c.Architecture != ArchX86 {
-		fail(CtxArchitecture, "want %s or %s, got %q", ArchARM64, ArchX86, c.Architecture)
+		r.invalid(CtxArchitecture, "want %s or %s, got %q", ArchARM64, ArchX86, c.Architecture)
 	}
 	if _, ok := retentionDays[c.LogRetentionDays]; !ok {
-		fail(CtxLogRetentionDays, "want one of CloudWatch's retention periods (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, …), got %d", c.LogRetentionDays)
+		r.invalid(CtxLogRetentionDays, "want one of CloudWatch's retention periods (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, …), got %d", c.LogRetentionDays)
 	}
+}
+
+// readLimits: the routes' throttling, and the heartbeat's own route and
+// reserved concurrency (docs/infrastructure.md, Heartbeat capacity).
+func (c *Config) readLimits(r *contextReader) {
+	r.num(CtxThrottleRate, &c.ThrottleRate)
+	r.num(CtxThrottleBurst, &c.ThrottleBurst)
+	r.integer(CtxHeartbeatReserved, &c.HeartbeatReservedConcurrency)
+	r.num(CtxHeartbeatRate, &c.HeartbeatRateLimit)
+	r.integer(CtxHeartbeatBurst, &c.HeartbeatBurstLimit)
+
 	if c.ThrottleRate <= 0 || c.ThrottleBurst <= 0 {
-		fail(CtxThrottleRate, "stage throttling wants positive rate and burst limits, got %v and %v", c.ThrottleRate, c.ThrottleBurst)
+		r.invalid(CtxThrottleRate, "stage throttling wants positive rate and burst limits, got %v and %v", c.ThrottleRate, c.ThrottleBurst)
 	}
 	if c.HeartbeatReservedConcurrency < 0 {
-		fail(CtxHeartbeatReserved, "want an integer ≥ 0 (0: none reserved), got %d", c.HeartbeatReservedConcurrency)
+		r.invalid(CtxHeartbeatReserved, "want an integer ≥ 0 (0: none reserved), got %d", c.HeartbeatReservedConcurrency)
 	}
 	if c.HeartbeatRateLimit <= 0 || c.HeartbeatBurstLimit <= 0 {
-		fail(CtxHeartbeatRate, "the heartbeat route wants positive rate and burst limits, got %v and %d", c.HeartbeatRateLimit, c.HeartbeatBurstLimit)
+		r.invalid(CtxHeartbeatRate, "the heartbeat route wants positive rate and burst limits, got %v and %d", c.HeartbeatRateLimit, c.HeartbeatBurstLimit)
 	}
+}
+
+// readRemoval: whether the table and keys go with the stack (destroy) or
+// stay (retain, the default).
+func (c *Config) readRemoval(r *contextReader) {
+	removal := "retain"
+	r.str(CtxRemovalPolicy, &removal)
 	switch removal {
 	case "retain":
 	case "destroy":
 		c.Destroy = true
 	default:
-		fail(CtxRemovalPolicy, "want retain or destroy, got %q", removal)
+		r.invalid(CtxRemovalPolicy, "want retain or destroy, got %q", removal)
 	}
-	if len(errs) > 0 {
-		return c, fmt.Errorf("stack configuration:\n  %s", strings.Join(errs, "\n  "))
+}
+
+// contextReader reads context values of the types CDK hands them in
+// (strings from -c, JSON types from cdk.json) and collects what is wrong:
+// values that cannot be read (unread), then values read but not allowed
+// (invalid), each "context <key>: …".
+type contextReader struct {
+	get              func(key string) any
+	unread, rejected []string
+}
+
+// fail records a value that cannot be read.
+func (r *contextReader) fail(key, format string, args ...any) {
+	r.unread = append(r.unread, fmt.Sprintf("context %s: "+format, append([]any{key}, args...)...))
+}
+
+// invalid records a value read but not allowed.
+func (r *contextReader) invalid(key, format string, args ...any) {
+	r.rejected = append(r.rejected, fmt.Sprintf("context %s: "+format, append([]any{key}, args...)...))
+}
+
+// err is every problem, or nil.
+func (r *contextReader) err() error {
+	if errs := append(r.unread, r.rejected...); len(errs) > 0 {
+		return fmt.Errorf("stack configuration:\n  %s", strings.Join(errs, "\n  "))
 	}
-	return c, nil
+	return nil
+}
+
+// str sets *dst to a non-blank string (trimmed); absent or blank leaves it.
+func (r *contextReader) str(key string, dst *string) {
+	switch v := r.get(key).(type) {
+	case nil:
+	case string:
+		if v = strings.TrimSpace(v); v != "" {
+			*dst = v
+		}
+	default:
+		r.fail(key, "want a string, got %T", v)
+	}
+}
+
+// num sets *dst to a number, or a string that parses as one.
+func (r *contextReader) num(key string, dst *float64) {
+	switch v := r.get(key).(type) {
+	case nil:
+	case float64:
+		*dst = v
+	case int:
+		*dst = float64(v)
+	case string:
+		f, err := strconv.ParseFloat(strings.TrimSpace(v), 64)
+		if err != nil {
+			r.fail(key, "want a number, got %q", v)
+			return
+		}
+		*dst = f
+	default:
+		r.fail(key, "want a number, got %T", v)
+	}
+}
+
+// integer is num for a whole number.
+func (r *contextReader) integer(key string, dst *int) {
+	f := float64(*dst)
+	r.num(key, &f)
+	if f != float64(int(f)) {
+		r.fail(key, "want an integer, got %v", f)
+		return
+	}
+	*dst = int(f)
+}
+
+// list appends a comma-separated string, or a list of them, to *dst.
+func (r *contextReader) list(key string, dst *[]string) {
+	switch v := r.get(key).(type) {
+	case nil:
+	case string:
+		*dst = splitList(v)
+	case []any:
+		for _, a := range v {
+			s, ok := a.(string)
+			if !ok {
+				r.fail(key, "want strings, got %T", a)
+				continue
+			}
+			*dst = append(*dst, splitList(s)...)
+		}
+	case []string:
+		for _, s := range v {
+			*dst = append(*dst, splitList(s)...)
+		}
+	default:
+		r.fail(key, "want a string or a list of strings, got %T", v)
+	}
+}
+
+// autoOrNo sets *dst from auto/true or no/false (a string or a JSON bool).
+func (r *contextReader) autoOrNo(key string, dst *bool) {
+	switch v := r.get(key).(type) {
+	case nil, bool:
+		*dst = v == true
+	case string:
+		switch strings.TrimSpace(v) {
+		case "", "no", "false":
+		case "auto", "true":
+			*dst = true
+		default:
+			r.fail(key, "want auto or no, got %q", v)
+		}
+	default:
+		r.fail(key, "want auto or no, got %T", v)
+	}
 }
 
 // Heartbeat sizing defaults (docs/infrastructure.md, Heartbeat capacity):

@@ -69,7 +69,7 @@ type AvailabilityStore interface {
 type OutOfServiceStore interface {
 	// OutOfService reads at most limit of them; complete is false when
 	// more are out than were read.
-	OutOfService(ctx context.Context, t PoolResource, limit int) (out map[int]bool, complete bool, err error)
+	OutOfServiceNodes(ctx context.Context, t PoolResource, limit int) (out map[int]bool, complete bool, err error)
 }
 
 // NodeFree is one stored node-hour as the search reads it: the devices no
@@ -146,7 +146,7 @@ func (a *Availability) Ask(ctx context.Context, q AvailabilityQuery) (api.Availa
 	go func() {
 		defer wg.Done()
 		if a.Nodes != nil {
-			out, outComplete, oErr = a.Nodes.OutOfService(ctx, pr, cmp.Or(a.OutOfServiceRead, maxOutOfService))
+			out, outComplete, oErr = a.Nodes.OutOfServiceNodes(ctx, pr, cmp.Or(a.OutOfServiceRead, maxOutOfService))
 		}
 	}()
 	if last >= first && s.possible() {

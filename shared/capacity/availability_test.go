@@ -149,7 +149,7 @@ func (w *availWorld) run() {
 	devices := nodes*size - rng.IntN(size)
 	w.top = capacity.Topology{Resource: "gpu", Devices: devices, NodeSize: size}
 	w.step("now %s; pool of %d devices on %d nodes of %d; provisioned horizon %d h", w.e.clock.Now().Format(time.RFC3339), devices, nodes, size, w.hours)
-	if _, err := w.e.svc.CreatePool(ctx, "owner", availPool, map[string]int{"gpu": devices}, map[string]int{"gpu": size}); err != nil {
+	if _, err := w.e.svc.Pools().Create(ctx, "owner", availPool, map[string]int{"gpu": devices}, map[string]int{"gpu": size}); err != nil {
 		w.fail("create pool: %v", err)
 	}
 	for _, tenant := range []string{"acme", "others"} {
@@ -239,7 +239,7 @@ func (w *availWorld) book(ctx context.Context, n int) {
 		if rng.IntN(4) == 0 {
 			length = time.Duration(15+rng.IntN(45)) * time.Minute
 		}
-		r, err := w.e.svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "others", PoolID: availPool, Resource: "gpu",
+		r, err := w.e.svc.Admission().Create(ctx, capacity.CreateRequest{TenantID: "others", PoolID: availPool, Resource: "gpu",
 			Count: count, Topology: topo, Start: &start, End: start.Add(length), Principal: "p"}, allow)
 		w.stats.bookings++
 		switch {
@@ -254,7 +254,7 @@ func (w *availWorld) book(ctx context.Context, n int) {
 	}
 	for _, id := range placed {
 		if rng.IntN(4) == 0 {
-			if _, err := w.e.svc.ReleaseReservation(ctx, "others", id); err != nil {
+			if _, err := w.e.svc.Reservations().Release(ctx, "others", id); err != nil {
 				w.fail("release: %v", err)
 			}
 			w.step("released %s", id)
@@ -375,11 +375,11 @@ func (w *availWorld) create(ctx context.Context, q capacity.AvailabilityQuery, h
 	if start := h.Start(); start.After(w.e.clock.Now()) || start.Equal(w.e.clock.Now()) {
 		req.Start = &start
 	}
-	r, err := w.e.svc.CreateReservation(ctx, req, allow)
+	r, err := w.e.svc.Admission().Create(ctx, req, allow)
 	if err != nil {
 		return r, err
 	}
-	if _, err := w.e.svc.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil {
+	if _, err := w.e.svc.Reservations().Release(ctx, "acme", r.ReservationID); err != nil {
 		w.fail("release: %v", err)
 	}
 	return r, nil
@@ -427,7 +427,7 @@ func TestAvailabilityAnswers(t *testing.T) {
 	}
 	// Both nodes held 19:00–21:00: two hours of both nodes fit from 21:00
 	// (18:00–20:00 crosses 19:00).
-	if _, err := e.svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "others", PoolID: "p1", Resource: "gpu", Count: 16,
+	if _, err := e.svc.Admission().Create(ctx, capacity.CreateRequest{TenantID: "others", PoolID: "p1", Resource: "gpu", Count: 16,
 		Start: new(hour(time.Hour)), End: hour(3 * time.Hour), Principal: "p"}, allow); err != nil {
 		t.Fatal(err)
 	}
@@ -493,7 +493,7 @@ func TestAvailabilityRoundTrips(t *testing.T) {
 	e.pool(t, "owner", "large", map[string]int{"gpu": 100_000})
 	for _, p := range []string{"small", "large"} {
 		e.offer(t, "owner", p, "acme", "gpu", 1_000_000)
-		if _, err := e.svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: p, Resource: "gpu", Count: 8,
+		if _, err := e.svc.Admission().Create(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: p, Resource: "gpu", Count: 8,
 			Start: new(e.clock.Now().Add(2 * time.Hour)), End: e.clock.Now().Add(30 * time.Hour), Principal: "p"}, allow); err != nil {
 			t.Fatal(err)
 		}

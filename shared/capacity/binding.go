@@ -3,7 +3,6 @@ package capacity
 import (
 	"context"
 	"errors"
-	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -33,10 +32,41 @@ const (
 var BindFaultPoints = []string{FaultBindRecorded, FaultBindTold, FaultMoveNoted, FaultMovePlanned,
 	FaultMoveWritten, FaultMoveCompleted, FaultMoveFreed, FaultUnbound}
 
-// NodeStore is the fleet as placement and the reservation reconciler see
-// it (package fleet keeps the nodes; shared/dynamo implements both on the
-// same node items). A node that never registered is absent: unmanaged, it
-// binds at once and is always eligible, as in v0.5.
+// Bindings is binding a reservation through the fleet's nodes: the
+// reconciler's binding step (bind: record the nodes on the reservation,
+// then tell each to bind), the move of a binding reservation off nodes
+// that failed it (replace, finishMove), telling nodes to unbind it when it
+// ends (unbindHeld), and a registering node's adoption of what it held
+// unmanaged (Adopt).
+type Bindings struct {
+	hooks
+	store    BindingStore
+	nodes    NodeStore // nil: every node unmanaged
+	binder   Binder    // unmanaged nodes' binding (nil: BindAtOnce)
+	placer   *Placer
+	calendar *Calendar
+}
+
+// BindingStore is what binding reads and writes of a reservation besides
+// its nodes: its binding-time fields, and the node-hours a node adopts.
+type BindingStore interface {
+	// Amend writes to's binding-time fields — Bound, Move, MovedFrom,
+	// Moves, NodeNoted, its devices and its history — if the stored
+	// reservation is still in r's state with r's move in flight (ErrStale
+	// otherwise), and returns it as written.
+	Amend(ctx context.Context, r, to Reservation) (Reservation, error)
+	// GetReservation reads one of tenant's reservations (ErrNotFound).
+	GetReservation(ctx context.Context, tenant, id string) (Reservation, error)
+	// NodeHours reads node-hours by key, consistently; missing ones are
+	// absent from the map (as CalendarStore's).
+	NodeHours(ctx context.Context, t PoolResource, keys []NodeHourKey) (map[NodeHourKey]NodeHour, error)
+}
+
+// NodeStore is the fleet as binding and placement see it (package fleet
+// keeps the nodes; shared/dynamo/fleetdb implements both on the same node
+// items; placement reads only its Eligibility). A node that never
+// registered is absent: unmanaged, it binds at once and is always
+// eligible, as in v0.5.
 type NodeStore interface {
 	// NodeStates reads the managed nodes among nodes of t, with what each
 	// holds and reported for reservation id ("" for none).
@@ -117,25 +147,24 @@ func prOf(r Reservation) PoolResource {
 // reported the bind failed, makes it move onto free ready devices when
 // they exist (replace), else wait. Every step is a conditional write on
 // the reservation or one node, repeated harmlessly by the next pass.
-func (rc *Steps) bind(ctx context.Context, r *Reservation, now time.Time, st *Step) (bool, error) {
-	s := rc.Service
-	if s.Nodes == nil {
-		return true, rc.bindAtOnce(ctx, *r)
+func (b *Bindings) bind(ctx context.Context, r *Reservation, now time.Time, st *Step) (bool, error) {
+	if b.nodes == nil {
+		return true, b.bindAtOnce(ctx, *r)
 	}
 	if r.Move != nil || r.MovedFrom != nil {
 		// A move a crash (or an overlapping pass) left half done: finish it;
 		// the next pass binds where it landed.
 		st.Told++
-		return false, s.finishMove(ctx, r, now)
+		return false, b.finishMove(ctx, r, now)
 	}
 	pr := prOf(*r)
 	p := r.Placement()
-	states, err := s.Nodes.NodeStates(ctx, pr, nodesOf(p), r.ReservationID)
+	states, err := b.nodes.NodeStates(ctx, pr, nodesOf(p), r.ReservationID)
 	if err != nil {
 		return false, unavailable(err)
 	}
 	if len(states) == 0 {
-		return true, rc.bindAtOnce(ctx, *r)
+		return true, b.bindAtOnce(ctx, *r)
 	}
 	var bad []int
 	for n, ns := range states {
@@ -146,7 +175,7 @@ func (rc *Steps) bind(ctx context.Context, r *Reservation, now time.Time, st *St
 	if len(bad) > 0 {
 		slices.Sort(bad)
 		moves := r.Moves
-		err := s.replace(ctx, r, bad, now)
+		err := b.replace(ctx, r, bad, now)
 		if r.Moves > moves {
 			st.Told++
 			st.NodesMoved++
@@ -169,12 +198,12 @@ func (rc *Steps) bind(ctx context.Context, r *Reservation, now time.Time, st *St
 		// read, fail. No node is ever told to bind a terminal reservation.
 		to := *r
 		to.Bound = managed
-		cur, err := s.Store.Amend(ctx, *r, to)
+		cur, err := b.store.Amend(ctx, *r, to)
 		if err != nil {
 			return false, amendErr(err)
 		}
 		*r = cur
-		if err := s.fault(FaultBindRecorded); err != nil {
+		if err := b.fault(FaultBindRecorded); err != nil {
 			return false, err
 		}
 	}
@@ -185,7 +214,7 @@ func (rc *Steps) bind(ctx context.Context, r *Reservation, now time.Time, st *St
 			continue
 		}
 		if ns.Entry == "" || rebind(ns, r.Moves) {
-			err := s.Nodes.Bind(ctx, pr, nd.Node, r.ReservationID, NodeBinding{TenantID: r.TenantID, Mask: nd.Mask, Window: r.Window,
+			err := b.nodes.Bind(ctx, pr, nd.Node, r.ReservationID, NodeBinding{TenantID: r.TenantID, Mask: nd.Mask, Window: r.Window,
 				Moves: r.Moves}, previousHolders(ns, nd.Mask), ns)
 			switch {
 			case errors.Is(err, ErrStale), errors.Is(err, ErrCalendarFull):
@@ -196,7 +225,7 @@ func (rc *Steps) bind(ctx context.Context, r *Reservation, now time.Time, st *St
 			default:
 				st.Told++
 			}
-			if err := s.fault(FaultBindTold); err != nil {
+			if err := b.fault(FaultBindTold); err != nil {
 				return false, err
 			}
 		}
@@ -226,12 +255,12 @@ func previousHolders(ns NodeState, mask Mask) []string {
 }
 
 // bindAtOnce binds on unmanaged nodes (the Binder; default at once).
-func (rc *Steps) bindAtOnce(ctx context.Context, r Reservation) error {
-	b := rc.Binder
-	if b == nil {
-		b = BindAtOnce{}
+func (b *Bindings) bindAtOnce(ctx context.Context, r Reservation) error {
+	binder := b.binder
+	if binder == nil {
+		binder = BindAtOnce{}
 	}
-	return b.Bind(ctx, r)
+	return binder.Bind(ctx, r)
 }
 
 // amendErr maps a refused Amend: another writer moved the reservation
@@ -253,17 +282,17 @@ var errMoved = errors.New("capacity: the reservation changed under the binding s
 // replaced, quota unchanged), the old ones freed and their nodes told to
 // unbind. Without a fit it waits (the next pass tries again) for its nodes
 // or its window's end.
-func (s *Service) replace(ctx context.Context, r *Reservation, bad []int, now time.Time) error {
+func (b *Bindings) replace(ctx context.Context, r *Reservation, bad []int, now time.Time) error {
 	if !r.NodeNoted {
 		to := *r
 		to.NodeNoted = true
 		to.History = append(slices.Clone(r.History), api.Event{State: api.Binding, At: now.UTC(), Reason: api.ReasonNodeUnreachable})
-		cur, err := s.Store.Amend(ctx, *r, to)
+		cur, err := b.store.Amend(ctx, *r, to)
 		if err != nil {
 			return amendErr(err)
 		}
 		*r = cur
-		if err := s.fault(FaultMoveNoted); err != nil {
+		if err := b.fault(FaultMoveNoted); err != nil {
 			return err
 		}
 	}
@@ -276,47 +305,47 @@ func (s *Service) replace(ctx context.Context, r *Reservation, bad []int, now ti
 	for _, n := range nodesOf(r.Placement()) {
 		req.Exclude[n] = true
 	}
-	pr, p, state, err := s.choose(ctx, *r, req)
+	pr, p, state, err := b.placer.choose(ctx, *r, req)
 	switch {
 	case isNoFit(err):
 		return nil // nothing fits: wait
 	case err != nil:
 		return err
 	}
-	if p, state, err = s.eligiblePlacement(ctx, *r, req, pr, p, state); isNoFit(err) {
+	if p, state, err = b.placer.eligible(ctx, *r, req, pr, p, state); isNoFit(err) {
 		return nil
 	} else if err != nil {
 		return err
 	}
 	to := *r
 	to.Move = p.Devices(pr.NodeSize)
-	cur, err := s.Store.Amend(ctx, *r, to)
+	cur, err := b.store.Amend(ctx, *r, to)
 	if err != nil {
 		return amendErr(err)
 	}
 	*r = cur
-	if err := s.fault(FaultMovePlanned); err != nil {
+	if err := b.fault(FaultMovePlanned); err != nil {
 		return err
 	}
 	hours := HoursOf(r.Window)
 	if !covers(state, p, hours) || !fits(state, p, req, hours) {
-		if state, err = s.placementHours(ctx, pr, p, hours); err != nil {
+		if state, err = b.calendar.placementHours(ctx, pr, p, hours); err != nil {
 			return err
 		}
 	}
 	if fits(state, p, req, hours) {
-		lost, err := s.write(ctx, state, p, req, hours)
+		lost, err := b.calendar.write(ctx, state, p, req, hours)
 		if err != nil {
 			return err
 		}
 		if !lost {
-			if err := s.fault(FaultMoveWritten); err != nil {
+			if err := b.fault(FaultMoveWritten); err != nil {
 				return err
 			}
-			return s.finishMove(ctx, r, now)
+			return b.finishMove(ctx, r, now)
 		}
 	}
-	return s.abandonMove(ctx, r)
+	return b.abandonMove(ctx, r)
 }
 
 // finishMove completes a move recorded on r: its new devices' entries
@@ -324,53 +353,53 @@ func (s *Service) replace(ctx context.Context, r *Reservation, bad []int, now ti
 // create may have taken one, and then the move is abandoned), made the
 // reservation's devices, then the old ones are freed and the nodes that
 // were told to bind them told to unbind.
-func (s *Service) finishMove(ctx context.Context, r *Reservation, now time.Time) error {
+func (b *Bindings) finishMove(ctx context.Context, r *Reservation, now time.Time) error {
 	if r.Move != nil {
 		pr := prOf(*r)
 		p := PlacementOf(pr.Topology, r.Move)
 		req := requestOf(*r)
 		hours := HoursOf(r.Window)
-		state, err := s.placementHours(ctx, pr, p, hours)
+		state, err := b.calendar.placementHours(ctx, pr, p, hours)
 		if err != nil {
 			return err
 		}
 		if !fits(state, p, req, hours) {
-			return s.abandonMove(ctx, r)
+			return b.abandonMove(ctx, r)
 		}
-		if lost, err := s.write(ctx, state, p, req, hours); err != nil {
+		if lost, err := b.calendar.write(ctx, state, p, req, hours); err != nil {
 			return err
 		} else if lost {
-			return s.abandonMove(ctx, r)
+			return b.abandonMove(ctx, r)
 		}
 		to := *r
 		to.MovedFrom, to.Devices, to.Move = r.Devices, r.Move, nil
 		to.Moves, to.NodeNoted = r.Moves+1, false
 		to.History = append(slices.Clone(r.History), api.Event{State: api.Binding, At: now.UTC(), Reason: api.ReasonReplaced})
-		cur, err := s.Store.Amend(ctx, *r, to.WithIDs())
+		cur, err := b.store.Amend(ctx, *r, to.WithIDs())
 		if err != nil {
 			return amendErr(err)
 		}
 		*r = cur
-		if err := s.fault(FaultMoveCompleted); err != nil {
+		if err := b.fault(FaultMoveCompleted); err != nil {
 			return err
 		}
 	}
 	if r.MovedFrom != nil {
 		old := PlacementOf(r.Layout(), r.MovedFrom)
-		if err := s.free(ctx, *r, old); err != nil {
+		if err := b.calendar.free(ctx, *r, old); err != nil {
 			return err
 		}
-		if err := s.unbind(ctx, *r, r.Bound); err != nil {
+		if err := b.unbind(ctx, *r, r.Bound); err != nil {
 			return err
 		}
 		to := *r
 		to.MovedFrom, to.Bound = nil, nil
-		cur, err := s.Store.Amend(ctx, *r, to)
+		cur, err := b.store.Amend(ctx, *r, to)
 		if err != nil {
 			return amendErr(err)
 		}
 		*r = cur
-		if err := s.fault(FaultMoveFreed); err != nil {
+		if err := b.fault(FaultMoveFreed); err != nil {
 			return err
 		}
 	}
@@ -379,13 +408,13 @@ func (s *Service) finishMove(ctx context.Context, r *Reservation, now time.Time)
 
 // abandonMove undoes a move that lost its devices to a racing create: what
 // it wrote is freed and the record dropped; the next pass tries again.
-func (s *Service) abandonMove(ctx context.Context, r *Reservation) error {
-	if err := s.free(ctx, *r, PlacementOf(r.Layout(), r.Move)); err != nil {
+func (b *Bindings) abandonMove(ctx context.Context, r *Reservation) error {
+	if err := b.calendar.free(ctx, *r, PlacementOf(r.Layout(), r.Move)); err != nil {
 		return err
 	}
 	to := *r
 	to.Move = nil
-	cur, err := s.Store.Amend(ctx, *r, to)
+	cur, err := b.store.Amend(ctx, *r, to)
 	if err != nil {
 		return amendErr(err)
 	}
@@ -394,13 +423,13 @@ func (s *Service) abandonMove(ctx context.Context, r *Reservation) error {
 }
 
 // unbind tells nodes to unbind r (those it recorded telling to bind).
-func (s *Service) unbind(ctx context.Context, r Reservation, nodes []int) error {
-	if s.Nodes == nil || len(nodes) == 0 {
+func (b *Bindings) unbind(ctx context.Context, r Reservation, nodes []int) error {
+	if b.nodes == nil || len(nodes) == 0 {
 		return nil
 	}
 	pr := prOf(r)
-	err := s.each(ctx, len(nodes), func(i int) error {
-		if err := s.Nodes.Unbind(ctx, pr, nodes[i], r.ReservationID); err != nil {
+	err := b.each(ctx, len(nodes), func(i int) error {
+		if err := b.nodes.Unbind(ctx, pr, nodes[i], r.ReservationID); err != nil {
 			return unavailable(err)
 		}
 		return nil
@@ -408,7 +437,7 @@ func (s *Service) unbind(ctx context.Context, r Reservation, nodes []int) error 
 	if err != nil {
 		return err
 	}
-	return s.fault(FaultUnbound)
+	return b.fault(FaultUnbound)
 }
 
 // unbindHeld tells every node r was bound through (Bound) to unbind it,
@@ -424,8 +453,8 @@ func (s *Service) unbind(ctx context.Context, r Reservation, nodes []int) error 
 // entry. Releases and window ends call it before the fence and again in the
 // give-back after: a node managed before the fence is caught by one of
 // them; one managed after held a reservation already over.
-func (s *Service) unbindHeld(ctx context.Context, r Reservation) error {
-	if err := s.unbind(ctx, r, r.Bound); err != nil || s.Nodes == nil {
+func (b *Bindings) unbindHeld(ctx context.Context, r Reservation) error {
+	if err := b.unbind(ctx, r, r.Bound); err != nil || b.nodes == nil {
 		return err
 	}
 	// Bound ones too: a pass that recorded the node on r (Bound) and was
@@ -436,7 +465,7 @@ func (s *Service) unbindHeld(ctx context.Context, r Reservation) error {
 		return nil
 	}
 	pr := prOf(r)
-	states, err := s.Nodes.NodeStates(ctx, pr, nodes, r.ReservationID)
+	states, err := b.nodes.NodeStates(ctx, pr, nodes, r.ReservationID)
 	if err != nil {
 		return unavailable(err)
 	}
@@ -447,12 +476,12 @@ func (s *Service) unbindHeld(ctx context.Context, r Reservation) error {
 		if !ok || ns.Entry != "" || ns.Adopted && !late {
 			continue // unmanaged, its entry unbound above, or managed when r was bound
 		}
-		b := NodeBinding{TenantID: r.TenantID, Mask: nd.Mask, Window: r.Window, Moves: r.Moves}
-		switch err := s.Nodes.Scrub(ctx, pr, nd.Node, r.ReservationID, b, ns); {
+		nb := NodeBinding{TenantID: r.TenantID, Mask: nd.Mask, Window: r.Window, Moves: r.Moves}
+		switch err := b.nodes.Scrub(ctx, pr, nd.Node, r.ReservationID, nb, ns); {
 		case errors.Is(err, ErrCalendarFull), errors.Is(err, ErrStale):
 			// Not a reason to refuse the release: the node's adoption,
 			// still due, tells it while r's entries last.
-			s.logger().Warn("scrub not written", "reservation", r.ReservationID, "node", nd.Node, "error", err.Error())
+			b.logger().Warn("scrub not written", "reservation", r.ReservationID, "node", nd.Node, "error", err.Error())
 		case err != nil:
 			return unavailable(err)
 		}
@@ -460,7 +489,20 @@ func (s *Service) unbindHeld(ctx context.Context, r Reservation) error {
 	return nil
 }
 
-// Adopt tells a node that registered at `at`// Adopt tells a node that registered at `at` while it held reservations
+// releaseUnbind tells the nodes a binding or active reservation was bound
+// through to unbind it before the fence makes it terminal, so no node is
+// ever told to bind a terminal reservation, whatever a crash cuts short:
+// cut between the two, the reservation stays what it was (the release is
+// retried, or its window ends) while its nodes scrub — never the other way
+// round. The give-back after the fence tells them again (idempotent).
+func (b *Bindings) releaseUnbind(ctx context.Context, r Reservation) error {
+	if r.State != api.Binding && r.State != api.Active {
+		return nil
+	}
+	return b.unbindHeld(ctx, r)
+}
+
+// Adopt tells a node that registered at `at` while it held reservations
 // — bound at once while it was unmanaged — to bind those active now, and
 // records it on each (Bound) first, so its release or end tells the node
 // to unbind it (docs/fleet.md, Binding); those that ended since (an
@@ -468,12 +510,12 @@ func (s *Service) unbindHeld(ctx context.Context, r Reservation) error {
 // unbind at once: the node may hold their devices still. Reservations
 // still binding are the binding step's. Idempotent: the fleet calls it
 // until it succeeds.
-func (s *Service) Adopt(ctx context.Context, t PoolResource, node int, at time.Time) error {
-	if s.Nodes == nil {
+func (b *Bindings) Adopt(ctx context.Context, t PoolResource, node int, at time.Time) error {
+	if b.nodes == nil {
 		return nil
 	}
 	k := NodeHourKey{Node: node, Hour: HourOf(at)}
-	got, err := s.Store.NodeHours(ctx, t, []NodeHourKey{k})
+	got, err := b.store.NodeHours(ctx, t, []NodeHourKey{k})
 	if err != nil {
 		return unavailable(err)
 	}
@@ -486,7 +528,7 @@ func (s *Service) Adopt(ctx context.Context, t PoolResource, node int, at time.T
 	slices.Sort(ids)
 	for _, id := range ids {
 		e := got[k].Entries[id]
-		r, err := s.Store.GetReservation(ctx, e.Tenant, id)
+		r, err := b.store.GetReservation(ctx, e.Tenant, id)
 		switch {
 		case errors.Is(err, ErrNotFound):
 			continue
@@ -495,7 +537,7 @@ func (s *Service) Adopt(ctx context.Context, t PoolResource, node int, at time.T
 		case r.State != api.Active && !r.State.Terminal():
 			continue
 		}
-		states, err := s.Nodes.NodeStates(ctx, t, []int{node}, id)
+		states, err := b.nodes.NodeStates(ctx, t, []int{node}, id)
 		if err != nil {
 			return unavailable(err)
 		}
@@ -504,8 +546,8 @@ func (s *Service) Adopt(ctx context.Context, t PoolResource, node int, at time.T
 			continue
 		}
 		if r.State.Terminal() {
-			b := NodeBinding{TenantID: r.TenantID, Mask: e.Mask, Window: r.Window, Moves: r.Moves}
-			if err := s.Nodes.Scrub(ctx, t, node, id, b, ns); errors.Is(err, ErrStale) {
+			nb := NodeBinding{TenantID: r.TenantID, Mask: e.Mask, Window: r.Window, Moves: r.Moves}
+			if err := b.nodes.Scrub(ctx, t, node, id, nb, ns); errors.Is(err, ErrStale) {
 				return errMoved
 			} else if err != nil {
 				return unavailable(err)
@@ -518,11 +560,11 @@ func (s *Service) Adopt(ctx context.Context, t PoolResource, node int, at time.T
 			to.Bound = append(slices.Clone(r.Bound), node)
 			slices.Sort(to.Bound)
 		}
-		if r, err = s.Store.Amend(ctx, r, to); err != nil {
+		if r, err = b.store.Amend(ctx, r, to); err != nil {
 			return amendErr(err)
 		}
-		b := NodeBinding{TenantID: r.TenantID, Mask: e.Mask, Window: r.Window, Moves: r.Moves}
-		if err := s.Nodes.Bind(ctx, t, node, id, b, previousHolders(ns, e.Mask), ns); err != nil {
+		nb := NodeBinding{TenantID: r.TenantID, Mask: e.Mask, Window: r.Window, Moves: r.Moves}
+		if err := b.nodes.Bind(ctx, t, node, id, nb, previousHolders(ns, e.Mask), ns); err != nil {
 			if errors.Is(err, ErrStale) {
 				return errMoved
 			}
@@ -530,57 +572,6 @@ func (s *Service) Adopt(ctx context.Context, t PoolResource, node int, at time.T
 		}
 	}
 	return nil
-}
-
-// eligiblePlacement makes sure a placement whose window reaches past the
-// hours the fleet's eligibility flags cover lands on eligible nodes only:
-// it reads the chosen nodes (one BatchGetItem) and, when one is managed
-// and not eligible, reads which of the resource's managed nodes are not
-// (once) and chooses again without them. Within the flags' horizon the
-// node-hours themselves keep ineligible nodes out (docs/fleet.md,
-// Placement): nothing is read.
-func (s *Service) eligiblePlacement(ctx context.Context, r Reservation, req Request, pr PoolResource, p Placement, state nodeHours) (Placement, nodeHours, error) {
-	if s.Nodes == nil || !r.Window.End.After(s.flagHorizon().Start()) {
-		return p, state, nil
-	}
-	states, err := s.Nodes.NodeStates(ctx, pr, nodesOf(p), "")
-	if err != nil {
-		return nil, nil, unavailable(err)
-	}
-	bad := false
-	for _, ns := range states {
-		bad = bad || !ns.Eligible()
-	}
-	if !bad {
-		return p, state, nil
-	}
-	off, err := s.Nodes.Ineligible(ctx, pr)
-	if err != nil {
-		return nil, nil, unavailable(err)
-	}
-	exclude := maps.Clone(req.Exclude)
-	if exclude == nil {
-		exclude = map[int]bool{}
-	}
-	for n := range off {
-		exclude[n] = true
-	}
-	req.Exclude = exclude
-	req.Attempt++
-	if _, p, state, err = s.choose(ctx, r, req); err != nil {
-		return nil, nil, err
-	}
-	return p, state, nil
-}
-
-// flagHorizon is the first hour the fleet's eligibility flags may not
-// cover: the provisioned horizon from now.
-func (s *Service) flagHorizon() Hour {
-	h := s.ProvisionHours
-	if h <= 0 {
-		h = ProvisionHours
-	}
-	return HourOf(s.now()) + Hour(h)
 }
 
 // MoveToken names a move in flight: what Amend conditions on.

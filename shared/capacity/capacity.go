@@ -1,14 +1,20 @@
-// Package capacity is the domain of pools, quotas and reservations (docs/capacity.md;
-// the contract is docs/reference): who may hold how many devices of a pool (quotas), which
-// devices of which nodes a tenant holds for which half-open window
-// (reservations), the reservation state machine, the placement choice, the
-// invariant checker and the reconciler pass. It knows nothing of Lambda or
-// DynamoDB: it states what it needs from storage as the Store interface
-// (shared/dynamo implements it with single-item conditional writes, each
-// item of bounded size) and asks Better IAM through a Decide function
-// handed in by the transport. The contract it enforces — the answered
-// types, the states and reasons, the limits — is shared/api's
-// (types_capacity.go): Pool and Reservation embed the API's view of each.
+// Package capacity is the domain of pools, quotas and reservations
+// (docs/capacity.md; the contract is docs/reference): who may hold how
+// many devices of a pool (quotas), which devices of which nodes a tenant
+// holds for which half-open window (reservations), the reservation state
+// machine, the placement choice, the invariant checker and the
+// reconciler's steps. Its flows are types of
+// their own, built on a Service (service.go lists them): Pools and Quotas,
+// Admission (reservations.create), Reservations (get, list, release),
+// Bindings (through the fleet's nodes) and Steps (the reconciler's), over
+// Placer, Calendar, Fence and Charges. It knows nothing of Lambda or
+// DynamoDB: each flow states what it needs from storage as a narrow store
+// interface beside it (Store is their union; shared/dynamo/capacitydb
+// implements it with single-item conditional writes, each item of bounded
+// size) and asks Better IAM through a Decide function handed in by the
+// transport. The contract it enforces — the answered types, the states
+// and reasons, the limits — is shared/api's (types_capacity.go): Pool and
+// Reservation embed the API's view of each.
 package capacity
 
 import (

@@ -12,6 +12,52 @@ import (
 	"github.com/bettercompute/control-plane/shared/apierr"
 )
 
+// Admission is reservations.create's flow: a protocol of named steps —
+// draft, decide, charge, place, fence — each a call on a narrow store
+// (Create, then admit). A crash between two steps leaves what the next
+// replay of the request or the reconciler finishes or undoes.
+type Admission struct {
+	hooks
+	store    AdmissionStore
+	placer   *Placer
+	calendar *Calendar
+	fence    *Fence
+	charges  *Charges
+	placing  *placing
+	attempts int                        // Service.PlaceAttempts
+	newID    func(now time.Time) string // Service.NewID
+}
+
+// AdmissionStore is what admission writes besides the charge, the
+// node-hours and the fence: the draft and its lease, a large placement
+// recorded on it, and the quota row's record of a charge in flight.
+type AdmissionStore interface {
+	// PutDraft writes a new draft; if the id exists it returns the stored
+	// reservation and ErrExists (the clientToken idempotency check).
+	PutDraft(ctx context.Context, r Reservation) (Reservation, error)
+	// GetReservation reads one of tenant's reservations (ErrNotFound).
+	GetReservation(ctx context.Context, tenant, id string) (Reservation, error)
+	// TakeOver moves a draft's lease from old to lease (ErrStale if another
+	// flow took it or it is no longer a draft).
+	TakeOver(ctx context.Context, r Reservation, old, lease time.Time) error
+	// SetPlan records on a draft the placement its create is about to
+	// charge and write, when it is too large for the charge's record, if it
+	// is still a draft (ErrStale otherwise).
+	SetPlan(ctx context.Context, r Reservation, p Placement, nodeSize int) error
+	// GetQuota reads a row; a missing row is max 0, used 0 (as QuotaStore's).
+	GetQuota(ctx context.Context, k QuotaKey) (api.Quota, error)
+	// Replace records another placement for id's charge in flight
+	// (ErrStale when it is no longer in flight: voided, refunded or settled).
+	Replace(ctx context.Context, k QuotaKey, id string, p Placement) error
+	// Refund forgets id's charge record, giving back its count unless it
+	// was voided, once (as ChargeStore's).
+	Refund(ctx context.Context, k QuotaKey, id string, count int) error
+}
+
+// PlaceRetries is how many placement writes lost a race since start (in
+// this process: every flow built on the same Service).
+func (a *Admission) PlaceRetries() int64 { return a.placing.retries.Load() }
+
 // CreateRequest is a parsed reservations.create input.
 type CreateRequest struct {
 	TenantID    string
@@ -32,7 +78,7 @@ func (r CreateRequest) Quota() QuotaKey { return QuotaKey{r.TenantID, r.PoolID, 
 // nil (allow), PERMISSION_DENIED, or UNAVAILABLE.
 type Decide func(ctx context.Context, attributes map[string]any) error
 
-// The life of a create's flow (see CreateReservation).
+// The life of a create's flow (see Admission.Create).
 const (
 	// FlowDeadline: the flow that wrote a draft stops writing for it this
 	// long after (its context ends then).
@@ -66,11 +112,12 @@ var (
 	errInvalidRes  = errors.New("capacity: resource not in the pool")
 )
 
-// CreateReservation runs docs/reference/reservations.md's create: validate → draft → decide once on the
-// draft → choose devices → charge quota (recording the choice) → write the
-// choice into the node-hours → placed. Nothing that depends on the pool
-// happens before the decision, so a denied caller learns nothing about the
-// tenant's pools. Every refusal after the draft leaves the reservation
+// Create is reservations.create (docs/reference/reservations.md):
+// validate → draft → decide once on the draft → choose devices (Placer) →
+// charge quota, recording the choice (Charges) → write the choice into the
+// node-hours (allocate, place.go) → placed (the fence). Nothing that
+// depends on the pool happens before the decision, so a denied caller
+// learns nothing about the tenant's pools. Every refusal after the draft leaves the reservation
 // terminal and carries details.reservationId.
 //
 // One flow at a time drives a draft: the one that wrote it, until its
@@ -86,8 +133,8 @@ var (
 // anything the caller could learn about the pool), the charge, the
 // node-hour write and the fence. The charge record is forgotten later
 // (settleLater), not by a write of this call.
-func (s *Service) CreateReservation(ctx context.Context, req CreateRequest, decide Decide) (Reservation, error) {
-	now := s.now()
+func (a *Admission) Create(ctx context.Context, req CreateRequest, decide Decide) (Reservation, error) {
+	now := a.now()
 	if req.Count < 1 || req.Count > api.MaxCount {
 		return Reservation{}, apierr.Invalid("constraint", "count", "count must be 1..%d", api.MaxCount)
 	}
@@ -133,8 +180,8 @@ func (s *Service) CreateReservation(ctx context.Context, req CreateRequest, deci
 	}
 	if req.ClientToken != "" {
 		draft.ReservationID = TokenID(req.TenantID, req.Principal, req.ClientToken)
-	} else if s.NewID != nil {
-		draft.ReservationID = s.NewID(now)
+	} else if a.newID != nil {
+		draft.ReservationID = a.newID(now)
 	} else {
 		draft.ReservationID = ulid.MustNew(ulid.Timestamp(now), ulid.DefaultEntropy()).String()
 	}
@@ -143,30 +190,30 @@ func (s *Service) CreateReservation(ctx context.Context, req CreateRequest, deci
 			return Reservation{}, err
 		}
 		// A late retry of an earlier request: the first answer wins.
-		stored, gerr := s.Store.GetReservation(ctx, req.TenantID, draft.ReservationID)
+		stored, gerr := a.store.GetReservation(ctx, req.TenantID, draft.ReservationID)
 		if errors.Is(gerr, ErrNotFound) {
 			return Reservation{}, err
 		}
 		if gerr != nil {
 			return Reservation{}, unavailable(gerr)
 		}
-		return s.replay(ctx, draft, stored, decide)
+		return a.replay(ctx, draft, stored, decide)
 	}
-	ahead := s.readAhead(ctx, draft)
-	stored, err := s.Store.PutDraft(ctx, draft)
+	ahead := a.readAhead(ctx, draft)
+	stored, err := a.store.PutDraft(ctx, draft)
 	if errors.Is(err, ErrExists) {
-		return s.replay(ctx, draft, stored, decide)
+		return a.replay(ctx, draft, stored, decide)
 	}
 	if err != nil {
 		return Reservation{}, unavailable(err)
 	}
-	if err := s.fault(FaultDraft); err != nil {
+	if err := a.fault(FaultDraft); err != nil {
 		return Reservation{}, err
 	}
 	if err := decide(ctx, attributes(draft)); err != nil {
-		return s.refused(ctx, draft, err)
+		return a.refused(ctx, draft, err)
 	}
-	return s.drive(context.WithValue(ctx, aheadKey{}, ahead), draft)
+	return a.drive(context.WithValue(ctx, aheadKey{}, ahead), draft)
 }
 
 // ahead is a candidate read started beside the draft's write.
@@ -182,22 +229,22 @@ type aheadKey struct{}
 
 // readAhead starts the fast path's candidate read for a new draft (Serial:
 // reads it now).
-func (s *Service) readAhead(ctx context.Context, r Reservation) *ahead {
-	a := &ahead{done: make(chan struct{}), req: requestOf(r)}
-	if s.Serial {
-		a.pr, a.cands, a.err = s.fastCandidates(ctx, r, &a.req)
-		close(a.done)
-		return a
+func (a *Admission) readAhead(ctx context.Context, r Reservation) *ahead {
+	read := &ahead{done: make(chan struct{}), req: requestOf(r)}
+	if a.serial {
+		read.pr, read.cands, read.err = a.placer.fastCandidates(ctx, r, &read.req)
+		close(read.done)
+		return read
 	}
 	// Not cancelled with the request: a refused or replayed request leaves
 	// it to finish (one read) rather than abort it half sent.
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), FlowDeadline)
 	go func() {
-		defer close(a.done)
+		defer close(read.done)
 		defer cancel()
-		a.pr, a.cands, a.err = s.fastCandidates(rctx, r, &a.req)
+		read.pr, read.cands, read.err = a.placer.fastCandidates(rctx, r, &read.req)
 	}()
-	return a
+	return read
 }
 
 // requestOf is the placement request of a draft.
@@ -250,7 +297,7 @@ func attributes(r Reservation) map[string]any {
 // still driven by its flow answers UNAVAILABLE; one whose flow is past its
 // deadline is taken over and driven on by this call; a stale one is
 // expired.
-func (s *Service) replay(ctx context.Context, sent, stored Reservation, decide Decide) (Reservation, error) {
+func (a *Admission) replay(ctx context.Context, sent, stored Reservation, decide Decide) (Reservation, error) {
 	if stored.Request != sent.Request {
 		return Reservation{}, apierr.New(apierr.Conflict, "clientToken was used for another request").With("field", "clientToken")
 	}
@@ -264,27 +311,27 @@ func (s *Service) replay(ctx context.Context, sent, stored Reservation, decide D
 	if stored.State != api.Draft {
 		return stored, answer(stored)
 	}
-	now := s.now()
+	now := a.now()
 	switch {
 	case stored.Stale(now):
 		n, err := stored.Expire(now)
 		if err != nil {
 			return Reservation{}, err
 		}
-		return s.fence(ctx, n, api.Draft, FaultExpired)
+		return a.fence.move(ctx, n, api.Draft, FaultExpired)
 	case now.Before(stored.Lease) || now.Sub(stored.CreatedAt) >= TakeOverUntil:
 		return Reservation{}, apierr.New(apierr.Unavailable, "the first request with this clientToken is still being processed; retry").
 			With("reservationId", stored.ReservationID)
 	}
 	lease := now.Add(TakeOverAfter)
-	if err := s.Store.TakeOver(ctx, stored, stored.Lease, lease); errors.Is(err, ErrStale) {
+	if err := a.store.TakeOver(ctx, stored, stored.Lease, lease); errors.Is(err, ErrStale) {
 		return Reservation{}, apierr.New(apierr.Unavailable, "the reservation is being processed; retry").
 			With("reservationId", stored.ReservationID)
 	} else if err != nil {
 		return Reservation{}, unavailable(err).With("reservationId", stored.ReservationID)
 	}
 	stored.Lease = lease
-	return s.drive(ctx, stored)
+	return a.drive(ctx, stored)
 }
 
 // answer is the API outcome of a stored reservation: its refusal, or nil.
@@ -326,22 +373,22 @@ func noFitMessage(reason string) string {
 }
 
 // refused handles a decision that was not allow.
-func (s *Service) refused(ctx context.Context, r Reservation, decision error) (Reservation, error) {
+func (a *Admission) refused(ctx context.Context, r Reservation, decision error) (Reservation, error) {
 	e := apierr.As(decision)
 	if e == nil || e.Code != apierr.PermissionDenied {
 		if e == nil {
 			e = apierr.Dependency("better-iam", decision)
 		}
-		s.handBack(ctx, r)
+		a.handBack(ctx, r)
 		return Reservation{}, e.With("reservationId", r.ReservationID)
 	}
-	d, err := r.Deny(s.now())
+	d, err := r.Deny(a.now())
 	if err != nil {
 		return Reservation{}, err
 	}
 	// Fenced denied, or already moved on by another writer: either way this
 	// caller was denied and learns nothing more.
-	if _, err := s.fence(ctx, d, api.Draft, FaultDenied); err != nil {
+	if _, err := a.fence.move(ctx, d, api.Draft, FaultDenied); err != nil {
 		return Reservation{}, err
 	}
 	return Reservation{}, e.With("reservationId", r.ReservationID)
@@ -351,10 +398,10 @@ func (s *Service) refused(ctx context.Context, r Reservation, decision error) (R
 // fails half way (a dependency) hands its lease back on the way out, so
 // the client's retry with the same token can take the draft over at once
 // instead of after the lease.
-func (s *Service) drive(ctx context.Context, r Reservation) (Reservation, error) {
-	dctx, cancel := context.WithTimeout(ctx, r.Lease.Add(FlowDeadline-TakeOverAfter).Sub(s.now()))
+func (a *Admission) drive(ctx context.Context, r Reservation) (Reservation, error) {
+	dctx, cancel := context.WithTimeout(ctx, r.Lease.Add(FlowDeadline-TakeOverAfter).Sub(a.now()))
 	defer cancel()
-	res, err := s.admit(dctx, r)
+	res, err := a.admit(dctx, r)
 	if err == nil {
 		return res, nil
 	}
@@ -363,7 +410,7 @@ func (s *Service) drive(ctx context.Context, r Reservation) (Reservation, error)
 		e = apierr.Dependency("dynamodb", err)
 	}
 	if e.Code == apierr.Unavailable {
-		s.handBack(ctx, r)
+		a.handBack(ctx, r)
 	}
 	if _, ok := e.Details["reservationId"]; !ok {
 		e = e.With("reservationId", r.ReservationID)
@@ -372,11 +419,11 @@ func (s *Service) drive(ctx context.Context, r Reservation) (Reservation, error)
 }
 
 // handBack lets a replay take over r's draft soon: this flow is done.
-func (s *Service) handBack(ctx context.Context, r Reservation) {
+func (a *Admission) handBack(ctx context.Context, r Reservation) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
 	defer cancel()
-	if err := s.Store.TakeOver(ctx, r, r.Lease, s.now().Add(LeaseHandBack)); err != nil && !errors.Is(err, ErrStale) {
-		s.logger().Warn("hand back lease", "reservation", r.ReservationID, "error", err.Error())
+	if err := a.store.TakeOver(ctx, r, r.Lease, a.now().Add(LeaseHandBack)); err != nil && !errors.Is(err, ErrStale) {
+		a.logger().Warn("hand back lease", "reservation", r.ReservationID, "error", err.Error())
 	}
 }
 
@@ -385,25 +432,25 @@ func (s *Service) handBack(ctx context.Context, r Reservation) {
 // write and the fence. The charge record (or, for a placement of more than
 // InlinePlacement nodes, the draft) names the placement before anything of
 // it is written, so whoever undoes the reservation knows what to free.
-func (s *Service) admit(ctx context.Context, r Reservation) (Reservation, error) {
+func (a *Admission) admit(ctx context.Context, r Reservation) (Reservation, error) {
 	k := r.Quota()
 	req := requestOf(r)
-	pr, p, state, err := s.choose(ctx, r, req)
+	pr, p, state, err := a.placer.choose(ctx, r, req)
 	over := func(res Reservation, err error) (Reservation, error) { return res, overPool(err, r, pr) }
 	switch {
 	case errors.Is(err, errInvalidPool), errors.Is(err, errInvalidRes):
-		return s.admitInvalid(ctx, r, err)
+		return a.admitInvalid(ctx, r, err)
 	case isNoFit(err):
 		// Quota is checked before capacity (docs/reference/reservations.md): a request that fits
 		// neither is QUOTA_EXCEEDED.
-		q, qerr := s.Store.GetQuota(ctx, k)
+		q, qerr := a.store.GetQuota(ctx, k)
 		if qerr != nil {
 			return Reservation{}, unavailable(qerr)
 		}
 		if q.Used+int64(r.Count) > q.Max {
-			return over(s.rejectQuota(ctx, r, q))
+			return over(a.rejectQuota(ctx, r, q))
 		}
-		return over(s.reject(ctx, r, err.(NoFit).Reason, FaultRejectedCap))
+		return over(a.reject(ctx, r, err.(NoFit).Reason, FaultRejectedCap))
 	case err != nil:
 		return Reservation{}, err
 	}
@@ -413,52 +460,52 @@ func (s *Service) admit(ctx context.Context, r Reservation) (Reservation, error)
 		// have written part of it: carry that one on (it is what a repair
 		// would undo).
 		p, state, carried = r.PlanPlacement(), nil, true
-	} else if err := s.record(ctx, r, pr, p); errors.Is(err, errReleased) {
-		return s.yield(ctx, r, nil)
+	} else if err := a.record(ctx, r, pr, p); errors.Is(err, errReleased) {
+		return a.yield(ctx, r, nil)
 	} else if err != nil {
 		return Reservation{}, err
 	}
-	ch, err := s.charge(ctx, k, r, inline(p))
+	ch, err := a.charges.charge(ctx, k, r, inline(p))
 	var qe QuotaExceeded
 	switch {
 	case errors.As(err, &qe):
 		// A missing row also refuses: tell a pool the tenant cannot see
 		// (or a resource it lacks) from a quota that does not fit.
-		switch verr := s.visible(ctx, r); {
+		switch verr := a.placer.visible(ctx, r); {
 		case errors.Is(verr, errInvalidPool), errors.Is(verr, errInvalidRes):
-			return s.admitInvalid(ctx, r, verr)
+			return a.admitInvalid(ctx, r, verr)
 		case verr != nil:
 			return Reservation{}, verr
 		}
-		return over(s.rejectQuota(ctx, r, qe.Quota))
+		return over(a.rejectQuota(ctx, r, qe.Quota))
 	case err != nil:
 		return Reservation{}, err
 	}
 	if ch.Voided {
 		// Released while this flow was on its way here.
-		return s.yield(ctx, r, nil)
+		return a.yield(ctx, r, nil)
 	}
 	if !ch.Fresh && len(ch.Placement) > 0 {
 		// An earlier flow of this reservation charged for a placement of its
 		// own: carry that one on (it is what a repair would undo).
 		p, state, carried = ch.Placement, nil, true
 	}
-	if err := s.fault(FaultCharged); err != nil {
+	if err := a.fault(FaultCharged); err != nil {
 		return Reservation{}, err
 	}
-	p, err = s.allocate(ctx, r, req, pr, p, state, carried)
+	p, err = a.allocate(ctx, r, req, pr, p, state, carried)
 	switch {
 	case isNoFit(err):
-		return over(s.reject(ctx, r, err.(NoFit).Reason, FaultRejectedCap))
+		return over(a.reject(ctx, r, err.(NoFit).Reason, FaultRejectedCap))
 	case errors.Is(err, errReleased):
 		// The draft was released (its charge voided) while this flow placed.
-		return s.yield(ctx, r, nil)
+		return a.yield(ctx, r, nil)
 	case errors.Is(err, errContended):
 		// Lost races until the flow's deadline. Nothing of this attempt is
 		// left written: give the charge back so the row's slot is free, and
 		// let the client retry.
-		if rerr := s.Store.Refund(ctx, k, r.ReservationID, r.Count); rerr != nil {
-			s.logger().Warn("refund after contention", "reservation", r.ReservationID, "error", rerr.Error())
+		if rerr := a.store.Refund(ctx, k, r.ReservationID, r.Count); rerr != nil {
+			a.logger().Warn("refund after contention", "reservation", r.ReservationID, "error", rerr.Error())
 		}
 		e := apierr.New(apierr.Unavailable, "placement stayed contended until the request's deadline; retry the request").
 			With("dependency", "dynamodb")
@@ -467,14 +514,14 @@ func (s *Service) admit(ctx context.Context, r Reservation) (Reservation, error)
 	case err != nil:
 		return Reservation{}, err
 	}
-	if err := s.fault(FaultAllocated); err != nil {
+	if err := a.fault(FaultAllocated); err != nil {
 		return Reservation{}, err
 	}
-	placed, err := r.Place(p.Devices(pr.NodeSize), pr.NodeSize, s.now())
+	placed, err := r.Place(p.Devices(pr.NodeSize), pr.NodeSize, a.now())
 	if err != nil {
 		return Reservation{}, err
 	}
-	cur, won, err := s.fenceWon(ctx, placed, api.Draft, FaultPlaced, p)
+	cur, won, err := a.fence.moveWon(ctx, placed, api.Draft, FaultPlaced, p)
 	if err != nil {
 		return Reservation{}, err
 	}
@@ -482,42 +529,16 @@ func (s *Service) admit(ctx context.Context, r Reservation) (Reservation, error)
 		// The count now lives in the reservation: its charge record is
 		// forgotten by this process's next charge on the row, or by the
 		// reconciler (the row is due) — not by a write of its own here.
-		s.settleLater(k, r.ReservationID)
+		a.charges.settleLater(k, r.ReservationID)
 	}
 	return cur, answer(cur)
-}
-
-// charge is Store.Charge, settling what this process saw placed on the
-// row. A row full of records in flight is cleaned up once (what it holds
-// for reservations already placed is settled) before the charge answers
-// UNAVAILABLE.
-func (s *Service) charge(ctx context.Context, k QuotaKey, r Reservation, p Placement) (Charged, error) {
-	for attempt := 0; ; attempt++ {
-		settle := s.pendingSettles(k)
-		ch, err := s.Store.Charge(ctx, k, r.ReservationID, r.Count, p, settle, s.now().Add(SettleAfter))
-		switch {
-		case err == nil:
-			s.settled(k, settle)
-			return ch, nil
-		case errors.Is(err, ErrBusy) && attempt == 0:
-			if _, cerr := s.settleRow(ctx, k); cerr != nil {
-				return Charged{}, cerr
-			}
-		case errors.Is(err, ErrBusy):
-			return Charged{}, apierr.New(apierr.Unavailable, "too many reservations of this quota are being admitted at once; retry")
-		case apierr.As(err) != nil, errors.As(err, new(QuotaExceeded)):
-			return Charged{}, err
-		default:
-			return Charged{}, unavailable(err)
-		}
-	}
 }
 
 // yield answers for a draft another writer ended while this flow admitted
 // it (a release, seen as its charge voided or its plan refused): what the
 // flow charged and wrote is undone, and the reservation answered as it is.
-func (s *Service) yield(ctx context.Context, r Reservation, own Placement) (Reservation, error) {
-	cur, err := s.lost(ctx, r, api.Draft, own, "create")
+func (a *Admission) yield(ctx context.Context, r Reservation, own Placement) (Reservation, error) {
+	cur, err := a.fence.lost(ctx, r, api.Draft, own, "create")
 	switch {
 	case errors.Is(err, errGone):
 		return Reservation{}, apierr.New(apierr.NotFound, "reservation %q not found", r.ReservationID)
@@ -531,12 +552,12 @@ func (s *Service) yield(ctx context.Context, r Reservation, own Placement) (Rese
 
 // admitInvalid rejects a draft whose pool the tenant cannot see
 // (NOT_FOUND) or whose resource the pool lacks (INVALID_INPUT).
-func (s *Service) admitInvalid(ctx context.Context, r Reservation, why error) (Reservation, error) {
+func (a *Admission) admitInvalid(ctx context.Context, r Reservation, why error) (Reservation, error) {
 	r.Invalid = "poolId"
 	if errors.Is(why, errInvalidRes) {
 		r.Invalid = "resource"
 	}
-	return s.reject(ctx, r, api.ReasonInvalid, FaultRejectedInvalid)
+	return a.reject(ctx, r, api.ReasonInvalid, FaultRejectedInvalid)
 }
 
 // inline is the part of a placement recorded on the quota row.
@@ -550,11 +571,11 @@ func inline(p Placement) Placement {
 // record makes a placement too large for the quota row's record durable on
 // the draft, before anything is charged or written for it. ErrStale (the
 // draft moved on: released, expired) answers as the stored reservation.
-func (s *Service) record(ctx context.Context, r Reservation, pr PoolResource, p Placement) error {
+func (a *Admission) record(ctx context.Context, r Reservation, pr PoolResource, p Placement) error {
 	if len(p) <= InlinePlacement {
 		return nil
 	}
-	switch err := s.Store.SetPlan(ctx, r, p, pr.NodeSize); {
+	switch err := a.store.SetPlan(ctx, r, p, pr.NodeSize); {
 	case errors.Is(err, ErrStale):
 		return errReleased
 	case err != nil:
@@ -569,8 +590,8 @@ func isNoFit(err error) bool {
 }
 
 // rejectQuota refuses a draft over quota, with the numbers (docs/reference/README.md, errors).
-func (s *Service) rejectQuota(ctx context.Context, r Reservation, q api.Quota) (Reservation, error) {
-	cur, err := s.reject(ctx, r, api.ReasonQuota, FaultRejectedQuota)
+func (a *Admission) rejectQuota(ctx context.Context, r Reservation, q api.Quota) (Reservation, error) {
+	cur, err := a.reject(ctx, r, api.ReasonQuota, FaultRejectedQuota)
 	if e := apierr.As(err); e != nil && e.Code == apierr.QuotaExceeded {
 		err = e.With("used", q.Used).With("max", q.Max)
 	}
@@ -579,12 +600,12 @@ func (s *Service) rejectQuota(ctx context.Context, r Reservation, q api.Quota) (
 
 // reject fences a draft rejected for reason; the fence gives back whatever
 // its charge recorded.
-func (s *Service) reject(ctx context.Context, r Reservation, reason, point string) (Reservation, error) {
-	n, err := r.Reject(reason, s.now())
+func (a *Admission) reject(ctx context.Context, r Reservation, reason, point string) (Reservation, error) {
+	n, err := r.Reject(reason, a.now())
 	if err != nil {
 		return Reservation{}, err
 	}
-	cur, err := s.fence(ctx, n, api.Draft, point)
+	cur, err := a.fence.move(ctx, n, api.Draft, point)
 	if err != nil {
 		return Reservation{}, err
 	}

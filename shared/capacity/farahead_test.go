@@ -44,7 +44,7 @@ func (e *env) createIn(t *testing.T, w api.Window, count int) (capacity.Reservat
 	t.Helper()
 	req := capacity.CreateRequest{TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: count, Start: &w.Start, End: w.End}
 	before := e.rt.Count()
-	r, err := e.svc.CreateReservation(context.Background(), req, allow)
+	r, err := e.svc.Admission().Create(context.Background(), req, allow)
 	return r, e.rt.Count() - before, err
 }
 

@@ -20,7 +20,7 @@ func fillNodeHour(t *testing.T, e *env, pool string) (node string) {
 	ctx := context.Background()
 	for i := range capacity.MaxEntriesPerNodeHour {
 		from := time.Hour + time.Duration(i)*50*time.Second
-		r, err := e.svc.CreateReservation(ctx, e.req("acme", pool, "gpu", 1, from, from+400*time.Second), allow)
+		r, err := e.svc.Admission().Create(ctx, e.req("acme", pool, "gpu", 1, from, from+400*time.Second), allow)
 		if err != nil {
 			t.Fatalf("filling entry %d: %v", i, err)
 		}
@@ -61,7 +61,7 @@ func TestFullNodeHourIsNotACandidate(t *testing.T) {
 		e.offer(t, "acme", "p1", "acme", "gpu", 1000)
 		fillNodeHour(t, e, "p1")
 		before, start := e.rt.Count(), time.Now()
-		_, err := e.svc.CreateReservation(ctx, target(e, "p1"), allow)
+		_, err := e.svc.Admission().Create(ctx, target(e, "p1"), allow)
 		calls := e.rt.Count() - before
 		t.Logf("create on a full node-hour: %v, %d calls, %v", err, calls, time.Since(start))
 		if code(err) != apierr.CapacityExhausted || detail(err, "reason") != api.ReasonCapacity {
@@ -81,13 +81,13 @@ func TestFullNodeHourIsNotACandidate(t *testing.T) {
 		// A whole node early in the hour: every device of it touched (no
 		// fast-path candidate), busy while the first entries are placed,
 		// free at the target's time.
-		other := must(e.svc.CreateReservation(ctx, e.req("acme", "p2", "gpu", 8, time.Hour, time.Hour+400*time.Second), allow)).NodeIDs[0]
+		other := must(e.svc.Admission().Create(ctx, e.req("acme", "p2", "gpu", 8, time.Hour, time.Hour+400*time.Second), allow)).NodeIDs[0]
 		full := fillNodeHour(t, e, "p2")
 		if full == other {
 			t.Fatalf("the entries went to %s, the node held whole", full)
 		}
 		before := e.rt.Count()
-		r, err := e.svc.CreateReservation(ctx, target(e, "p2"), allow)
+		r, err := e.svc.Admission().Create(ctx, target(e, "p2"), allow)
 		calls := e.rt.Count() - before
 		t.Logf("create beside a full node-hour: %v on %v, %d calls", err, r.NodeIDs, calls)
 		if err != nil || r.State != api.Placed || len(r.NodeIDs) != 1 || r.NodeIDs[0] != other {

@@ -33,7 +33,7 @@ func TestNodeHoursStoredOnFirstUse(t *testing.T) {
 	top := p.Topology("gpu")
 	now := capacity.HourOf(e.clock.Now())
 	e.rt.Reset()
-	r := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 4, 0, 3*time.Hour), allow))
+	r := must(e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 4, 0, 3*time.Hour), allow))
 	if r.State != api.Placed || len(r.NodeIDs) != 1 {
 		t.Fatalf("four devices in unprovisioned hours: %+v", r)
 	}
@@ -52,7 +52,7 @@ func TestNodeHoursStoredOnFirstUse(t *testing.T) {
 	// The next single device goes to the node already used (best fit),
 	// found by the ordered read: 5 round trips, no pool read, no scan.
 	e.rt.Reset()
-	one := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow))
+	one := must(e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow))
 	if one.State != api.Placed || one.NodeIDs[0] != r.NodeIDs[0] {
 		t.Fatalf("%+v, want it on %s", one, r.NodeIDs[0])
 	}
@@ -106,7 +106,7 @@ func TestReconcilerProvisionsHoursAhead(t *testing.T) {
 		t.Errorf("next hour's pass provisioned %d hours, want 2", res.Provisioned)
 	}
 	// Provisioned hours keep what was placed before them.
-	r := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 8, time.Hour, 2*time.Hour), allow))
+	r := must(e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 8, time.Hour, 2*time.Hour), allow))
 	if r.State != api.Placed {
 		t.Fatalf("%+v", r)
 	}
@@ -175,11 +175,11 @@ func TestPoolUsage(t *testing.T) {
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 20}) // nodes of 8, 8, 4
 	e.offer(t, "acme", "p1", "globex", "gpu", 20)
 	now := e.clock.Now()
-	whole := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 8, 0, 2*time.Hour), allow))
-	later := must(e.svc.CreateReservation(ctx, e.req("globex", "p1", "gpu", 2, 3*time.Hour, 30*time.Hour), allow))
+	whole := must(e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 8, 0, 2*time.Hour), allow))
+	later := must(e.svc.Admission().Create(ctx, e.req("globex", "p1", "gpu", 2, 3*time.Hour, 30*time.Hour), allow))
 	usage := func(tenant string, limit int, after map[string]string) (api.Usage, map[string]string) {
 		t.Helper()
-		u, next, err := e.svc.PoolUsage(ctx, capacity.UsageRequest{TenantID: tenant, PoolID: "p1", Resource: "gpu",
+		u, next, err := e.svc.Pools().Usage(ctx, capacity.UsageRequest{TenantID: tenant, PoolID: "p1", Resource: "gpu",
 			Page: paging.Page{Limit: limit, After: after}})
 		if err != nil {
 			t.Fatal(err)
@@ -225,10 +225,10 @@ func TestPoolUsage(t *testing.T) {
 	if len(p1.Nodes) != 2 || next["node"] != "2" || len(p2.Nodes) != 1 || p2.Nodes[0].NodeID != "gpu-node-2" || last != nil {
 		t.Errorf("pages: %d nodes then %v, %d nodes then %v", len(p1.Nodes), next, len(p2.Nodes), last)
 	}
-	if _, _, err := e.svc.PoolUsage(ctx, capacity.UsageRequest{TenantID: "initech", PoolID: "p1", Resource: "gpu"}); code(err) != apierr.NotFound {
+	if _, _, err := e.svc.Pools().Usage(ctx, capacity.UsageRequest{TenantID: "initech", PoolID: "p1", Resource: "gpu"}); code(err) != apierr.NotFound {
 		t.Errorf("a tenant that cannot see the pool: %v", err)
 	}
-	if _, _, err := e.svc.PoolUsage(ctx, capacity.UsageRequest{TenantID: "acme", PoolID: "p1", Resource: "tpu"}); code(err) != apierr.InvalidInput {
+	if _, _, err := e.svc.Pools().Usage(ctx, capacity.UsageRequest{TenantID: "acme", PoolID: "p1", Resource: "tpu"}); code(err) != apierr.InvalidInput {
 		t.Errorf("a resource not in the pool: %v", err)
 	}
 }
@@ -242,7 +242,7 @@ func TestWindowsAreMilliseconds(t *testing.T) {
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 8})
 	e.clock.Advance(123456789 * time.Nanosecond)
 	end := e.clock.Now().Add(time.Hour + 987654321*time.Nanosecond)
-	r := must(e.svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 1, End: end}, allow))
+	r := must(e.svc.Admission().Create(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 1, End: end}, allow))
 	if r.Window.Start.Nanosecond()%int(time.Millisecond) != 0 || r.Window.End.Nanosecond()%int(time.Millisecond) != 0 {
 		t.Errorf("window %v kept sub-millisecond time", r.Window)
 	}

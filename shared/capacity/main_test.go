@@ -71,7 +71,7 @@ func (e *env) check(tb testing.TB) {
 
 func (e *env) pool(tb testing.TB, tenant, id string, res map[string]int) capacity.Pool {
 	tb.Helper()
-	p, err := e.svc.CreatePool(context.Background(), tenant, id, res, nil)
+	p, err := e.svc.Pools().Create(context.Background(), tenant, id, res, nil)
 	if err != nil {
 		tb.Fatalf("create pool: %v", err)
 	}
@@ -80,7 +80,7 @@ func (e *env) pool(tb testing.TB, tenant, id string, res map[string]int) capacit
 
 func (e *env) offer(tb testing.TB, owner, pool, to, res string, max int64) {
 	tb.Helper()
-	if _, err := e.svc.OfferPool(context.Background(), owner, pool, to, res, max); err != nil {
+	if _, err := e.svc.Pools().Offer(context.Background(), owner, pool, to, res, max); err != nil {
 		tb.Fatalf("offer: %v", err)
 	}
 }

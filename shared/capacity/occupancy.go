@@ -68,9 +68,9 @@ const vacantNodes = 4
 // whole free nodes, found by one read however busy the hour is. It also
 // returns which hours are complete (provisioned, or every node stored):
 // prove may refuse on those. nil placement: no vacant node fits.
-func (s *Service) vacant(ctx context.Context, pr PoolResource, req Request) (Placement, nodeHours, map[Hour]bool, error) {
+func (pl *Placer) vacant(ctx context.Context, pr PoolResource, req Request) (Placement, nodeHours, map[Hour]bool, error) {
 	hours := HoursOf(req.Window)
-	occ, err := s.Store.Occupancy(ctx, pr, hours)
+	occ, err := pl.store.Occupancy(ctx, pr, hours)
 	if err != nil {
 		return nil, nil, nil, unavailable(err)
 	}
@@ -121,13 +121,13 @@ func (s *Service) vacant(ctx context.Context, pr PoolResource, req Request) (Pla
 // here). A map write that keeps losing is left: the next create that
 // takes the node as vacant finds it stored and sets the bit then.
 //
-// The hours' maps are written as the node-hours were, at once (s.each).
+// The hours' maps are written as the node-hours were, at once (c.each).
 // They never cost a create its answer: once less than occupyReserve is
 // left before the flow's deadline (a window of weeks on a slow local
 // server: a 90-day window puts 2,160 node-hours), the remaining hours'
 // maps are left behind, for the creates that find those nodes stored to
 // repair.
-func (s *Service) occupy(ctx context.Context, pr PoolResource, stored map[Hour][]int) {
+func (c *Calendar) occupy(ctx context.Context, pr PoolResource, stored map[Hour][]int) {
 	hours := make([]Hour, 0, len(stored))
 	for h := range stored {
 		hours = append(hours, h)
@@ -135,20 +135,20 @@ func (s *Service) occupy(ctx context.Context, pr PoolResource, stored map[Hour][
 	slices.Sort(hours) // a seeded simulation replays the same order
 	deadline, bounded := ctx.Deadline()
 	var skipped atomic.Int64
-	_ = s.each(ctx, len(hours), func(i int) error {
+	_ = c.each(ctx, len(hours), func(i int) error {
 		h := hours[i]
 		if bounded && time.Until(deadline) < occupyReserve {
 			skipped.Add(1)
 			return nil
 		}
-		if err := s.Store.Occupy(ctx, pr, h, stored[h]); err != nil {
-			s.logger().Warn("occupancy map not written: the next create that finds the node stored repairs it",
+		if err := c.store.Occupy(ctx, pr, h, stored[h]); err != nil {
+			c.logger().Warn("occupancy map not written: the next create that finds the node stored repairs it",
 				"pool", pr.PoolID, "resource", pr.Resource, "hour", h.String(), "nodes", len(stored[h]), "error", err)
 		}
 		return nil
 	})
 	if n := skipped.Load(); n > 0 {
-		s.logger().Warn("occupancy maps left behind near the flow's deadline: the creates that find those nodes stored repair them",
+		c.logger().Warn("occupancy maps left behind near the flow's deadline: the creates that find those nodes stored repair them",
 			"pool", pr.PoolID, "resource", pr.Resource, "hours", n)
 	}
 }

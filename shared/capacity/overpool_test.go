@@ -32,7 +32,7 @@ func TestCountLargerThanThePool(t *testing.T) {
 		{"globex", "p8", 9, 8, apierr.CapacityExhausted},  // idem, within the offer
 	}
 	for _, c := range cases {
-		_, err := e.svc.CreateReservation(ctx, e.req(c.tenant, c.pool, "gpu", c.count, 0, time.Hour), allow)
+		_, err := e.svc.Admission().Create(ctx, e.req(c.tenant, c.pool, "gpu", c.count, 0, time.Hour), allow)
 		if code(err) != c.code {
 			t.Fatalf("%d on %s: %v, want %s", c.count, c.pool, err, c.code)
 		}
@@ -44,8 +44,8 @@ func TestCountLargerThanThePool(t *testing.T) {
 		}
 	}
 	// Fits the pool, not the moment: no size.
-	must(e.svc.CreateReservation(ctx, e.req("acme", "p8", "gpu", 8, 0, time.Hour), allow))
-	_, err := e.svc.CreateReservation(ctx, e.req("globex", "p8", "gpu", 4, 0, time.Hour), allow)
+	must(e.svc.Admission().Create(ctx, e.req("acme", "p8", "gpu", 8, 0, time.Hour), allow))
+	_, err := e.svc.Admission().Create(ctx, e.req("globex", "p8", "gpu", 4, 0, time.Hour), allow)
 	if code(err) != apierr.CapacityExhausted || detail(err, "poolDevices") != nil {
 		t.Errorf("4 on a busy 8-device pool: %v, poolDevices %v", err, detail(err, "poolDevices"))
 	}

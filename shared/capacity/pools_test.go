@@ -29,13 +29,13 @@ func TestCreatePool(t *testing.T) {
 		t.Errorf("pool %+v", p)
 	}
 	for r, n := range map[string]int64{"gpu.h100": 2, "cpu": 1} {
-		q := must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: r}))
+		q := must(e.svc.Quotas().Get(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: r}))
 		if q.Max != n || q.Used != 0 {
 			t.Errorf("owner quota %s = %+v", r, q)
 		}
 	}
 	e.clock.Advance(time.Minute)
-	again := must(e.svc.CreatePool(ctx, "acme", "p1", map[string]int{"cpu": 1, "gpu.h100": 2}, nil))
+	again := must(e.svc.Pools().Create(ctx, "acme", "p1", map[string]int{"cpu": 1, "gpu.h100": 2}, nil))
 	if !again.CreatedAt.Equal(p.CreatedAt) || len(again.Devices) != 3 {
 		t.Errorf("replay returned %+v", again)
 	}
@@ -51,32 +51,32 @@ func TestCreatePool(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if _, err := e.svc.CreatePool(ctx, c.tenant, "p1", c.res, nil); code(err) != c.code {
+			if _, err := e.svc.Pools().Create(ctx, c.tenant, "p1", c.res, nil); code(err) != c.code {
 				t.Errorf("got %v, want %s", err, c.code)
 			}
 		})
 	}
 	t.Run("another node size is another definition", func(t *testing.T) {
-		_, err := e.svc.CreatePool(ctx, "acme", "p1", map[string]int{"gpu.h100": 2, "cpu": 1}, map[string]int{"gpu.h100": 2})
+		_, err := e.svc.Pools().Create(ctx, "acme", "p1", map[string]int{"gpu.h100": 2, "cpu": 1}, map[string]int{"gpu.h100": 2})
 		if code(err) != apierr.Conflict {
 			t.Errorf("got %v", err)
 		}
 	})
 	t.Run("node size of a resource the pool lacks", func(t *testing.T) {
-		_, err := e.svc.CreatePool(ctx, "acme", "p9", map[string]int{"gpu": 2}, map[string]int{"tpu": 2})
+		_, err := e.svc.Pools().Create(ctx, "acme", "p9", map[string]int{"gpu": 2}, map[string]int{"tpu": 2})
 		if code(err) != apierr.InvalidInput || detail(err, "field") != "nodeSize.tpu" {
 			t.Errorf("got %v", err)
 		}
 	})
 	// Owner sees it, a tenant it was offered to sees it, others do not.
-	if _, err := e.svc.GetPool(ctx, "globex", "p1"); code(err) != apierr.NotFound {
+	if _, err := e.svc.Pools().Get(ctx, "globex", "p1"); code(err) != apierr.NotFound {
 		t.Errorf("globex sees p1 before an offer: %v", err)
 	}
 	e.offer(t, "acme", "p1", "globex", "cpu", 0)
-	if got := must(e.svc.GetPool(ctx, "globex", "p1")); got.PoolID != "p1" || len(got.Devices) != 3 {
+	if got := must(e.svc.Pools().Get(ctx, "globex", "p1")); got.PoolID != "p1" || len(got.Devices) != 3 {
 		t.Errorf("globex get %+v", got)
 	}
-	if _, err := e.svc.GetPool(ctx, "initech", "p1"); code(err) != apierr.NotFound {
+	if _, err := e.svc.Pools().Get(ctx, "initech", "p1"); code(err) != apierr.NotFound {
 		t.Errorf("initech sees p1: %v", err)
 	}
 	e.check(t)
@@ -92,7 +92,7 @@ func TestListPoolsPages(t *testing.T) {
 	var ids []string
 	page := paging.Page{Limit: 3}
 	for i := 0; ; i++ {
-		ps, next := must2(e.svc.ListPools(ctx, "acme", page))
+		ps, next := must2(e.svc.Pools().List(ctx, "acme", page))
 		for _, p := range ps {
 			ids = append(ids, p.PoolID)
 		}
@@ -109,7 +109,7 @@ func TestListPoolsPages(t *testing.T) {
 		page := paging.Page{Limit: limit}
 		pages := 0
 		for {
-			_, next := must2(e.svc.ListPools(ctx, "acme", page))
+			_, next := must2(e.svc.Pools().List(ctx, "acme", page))
 			pages++
 			if next == nil {
 				break
@@ -120,11 +120,11 @@ func TestListPoolsPages(t *testing.T) {
 			t.Errorf("limit %d: %d pages, want %d", limit, pages, 4/limit)
 		}
 	}
-	rs, next := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{}, paging.Page{Limit: 1}))
+	rs, next := must2(e.svc.Reservations().List(ctx, "acme", capacity.ListFilter{}, paging.Page{Limit: 1}))
 	if len(rs) != 0 || next != nil {
 		t.Errorf("empty list: %v %v", rs, next)
 	}
-	ps, _ := must2(e.svc.ListPools(ctx, "initech", paging.Page{Limit: 10}))
+	ps, _ := must2(e.svc.Pools().List(ctx, "initech", paging.Page{Limit: 10}))
 	if len(ps) != 0 {
 		t.Errorf("initech lists %v", ps)
 	}
@@ -146,48 +146,48 @@ func TestOfferAndQuotas(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := e.svc.OfferPool(ctx, c.tenant, c.pool, "globex", c.res, c.max)
+			_, err := e.svc.Pools().Offer(ctx, c.tenant, c.pool, "globex", c.res, c.max)
 			if code(err) != c.code || detail(err, "field") != c.field {
 				t.Errorf("got %v", err)
 			}
 		})
 	}
 	k := capacity.QuotaKey{TenantID: "globex", PoolID: "p1", Resource: "gpu"}
-	if q := must(e.svc.GetQuota(ctx, k)); q.Max != 0 || q.Used != 0 || q.TenantID != "globex" {
+	if q := must(e.svc.Quotas().Get(ctx, k)); q.Max != 0 || q.Used != 0 || q.TenantID != "globex" {
 		t.Errorf("missing row = %+v, want max 0 used 0", q)
 	}
-	q := must(e.svc.OfferPool(ctx, "acme", "p1", "globex", "gpu", 10)) // max may exceed the devices
+	q := must(e.svc.Pools().Offer(ctx, "acme", "p1", "globex", "gpu", 10)) // max may exceed the devices
 	if q.Max != 10 || q.Used != 0 || q.TenantID != "globex" || q.Resource != "gpu" {
 		t.Errorf("offer = %+v", q)
 	}
-	r := must(e.svc.CreateReservation(ctx, e.req("globex", "p1", "gpu", 3, 0, time.Hour), allow))
+	r := must(e.svc.Admission().Create(ctx, e.req("globex", "p1", "gpu", 3, 0, time.Hour), allow))
 	// Lowering max below used evicts nothing; no new admission fits.
-	q = must(e.svc.OfferPool(ctx, "acme", "p1", "globex", "gpu", 1))
+	q = must(e.svc.Pools().Offer(ctx, "acme", "p1", "globex", "gpu", 1))
 	if q.Max != 1 || q.Used != 3 {
 		t.Errorf("lowered = %+v", q)
 	}
-	if got := must(e.svc.GetReservation(ctx, "globex", r.ReservationID)); got.State != api.Placed {
+	if got := must(e.svc.Reservations().Get(ctx, "globex", r.ReservationID)); got.State != api.Placed {
 		t.Errorf("evicted: %+v", got)
 	}
-	_, err := e.svc.CreateReservation(ctx, e.req("globex", "p1", "gpu", 1, 0, time.Hour), allow)
+	_, err := e.svc.Admission().Create(ctx, e.req("globex", "p1", "gpu", 1, 0, time.Hour), allow)
 	if code(err) != apierr.QuotaExceeded {
 		t.Errorf("admitted over a lowered max: %v", err)
 	}
-	must(e.svc.ReleaseReservation(ctx, "globex", r.ReservationID))
-	must(e.svc.CreateReservation(ctx, e.req("globex", "p1", "gpu", 1, 0, time.Hour), allow))
+	must(e.svc.Reservations().Release(ctx, "globex", r.ReservationID))
+	must(e.svc.Admission().Create(ctx, e.req("globex", "p1", "gpu", 1, 0, time.Hour), allow))
 	// An owner may offer to itself; a max-0 row is still listed.
-	must(e.svc.OfferPool(ctx, "acme", "p1", "acme", "gpu", 7))
-	must(e.svc.OfferPool(ctx, "acme", "p1", "globex", "cpu", 0))
-	qs, _ := must2(e.svc.ListQuotas(ctx, "acme", "p1", paging.Page{Limit: 10}))
+	must(e.svc.Pools().Offer(ctx, "acme", "p1", "acme", "gpu", 7))
+	must(e.svc.Pools().Offer(ctx, "acme", "p1", "globex", "cpu", 0))
+	qs, _ := must2(e.svc.Quotas().List(ctx, "acme", "p1", paging.Page{Limit: 10}))
 	if len(qs) != 2 || qs[0].Resource != "cpu" || qs[1].Resource != "gpu" || qs[1].Max != 7 {
 		t.Errorf("acme quotas %+v", qs)
 	}
-	qs, _ = must2(e.svc.ListQuotas(ctx, "globex", "", paging.Page{Limit: 10}))
+	qs, _ = must2(e.svc.Quotas().List(ctx, "globex", "", paging.Page{Limit: 10}))
 	if len(qs) != 2 || qs[0].Max != 0 || qs[1].Used != 1 {
 		t.Errorf("globex quotas %+v", qs)
 	}
 	e.pool(t, "acme", "p10", map[string]int{"gpu": 1})
-	qs, _ = must2(e.svc.ListQuotas(ctx, "acme", "p1", paging.Page{Limit: 10}))
+	qs, _ = must2(e.svc.Quotas().List(ctx, "acme", "p1", paging.Page{Limit: 10}))
 	if len(qs) != 2 {
 		t.Errorf("pool filter p1 matched p10: %+v", qs)
 	}
@@ -207,7 +207,7 @@ func must2[A, B any](a A, b B, err error) (A, B) {
 func TestPoolTopology(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	p := must(e.svc.CreatePool(ctx, "acme", "topo", map[string]int{"gpu": 10, "cpu": 3}, map[string]int{"gpu": 4}))
+	p := must(e.svc.Pools().Create(ctx, "acme", "topo", map[string]int{"gpu": 10, "cpu": 3}, map[string]int{"gpu": 4}))
 	if p.NodeSize["gpu"] != 4 || p.NodeSize["cpu"] != api.DefaultNodeSize || !p.DevicesListed || len(p.Devices) != 13 {
 		t.Fatalf("pool %+v", p)
 	}
@@ -223,11 +223,11 @@ func TestPoolTopology(t *testing.T) {
 	if top := p.Topology("gpu"); top.Nodes() != 3 || top.Size(2) != 2 {
 		t.Errorf("topology %+v: %d nodes, last of %d", top, top.Nodes(), top.Size(2))
 	}
-	big := must(e.svc.CreatePool(ctx, "acme", "big", map[string]int{"gpu": 100_000}, nil))
+	big := must(e.svc.Pools().Create(ctx, "acme", "big", map[string]int{"gpu": 100_000}, nil))
 	if big.DevicesListed || len(big.Devices) != 0 || big.Resources["gpu"] != 100_000 {
 		t.Errorf("a 100,000-device pool listed %d devices (listed %v)", len(big.Devices), big.DevicesListed)
 	}
-	if got := must(e.svc.GetPool(ctx, "acme", "big")); got.DevicesListed || got.NodeSize["gpu"] != 8 {
+	if got := must(e.svc.Pools().Get(ctx, "acme", "big")); got.DevicesListed || got.NodeSize["gpu"] != 8 {
 		t.Errorf("get big %+v", got)
 	}
 	e.check(t)
@@ -240,20 +240,20 @@ func TestPoolTopology(t *testing.T) {
 func TestPoolAndQuotaListsMatchGet(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	must(e.svc.CreatePool(ctx, "acme", "a-two", map[string]int{"gpu.h100": 16, "cpu": 2}, map[string]int{"gpu.h100": 4}))
+	must(e.svc.Pools().Create(ctx, "acme", "a-two", map[string]int{"gpu.h100": 16, "cpu": 2}, map[string]int{"gpu.h100": 4}))
 	e.pool(t, "acme", "b-one", map[string]int{"gpu": 1})
 	e.pool(t, "acme", "c-big", map[string]int{"gpu": api.InlineDevices + 8})
 	e.pool(t, "globex", "d-offered", map[string]int{"tpu": 3})
 	e.offer(t, "globex", "d-offered", "acme", "tpu", 2)
 	e.offer(t, "acme", "b-one", "acme", "gpu", 1)
-	must(e.svc.CreateReservation(ctx, e.req("acme", "b-one", "gpu", 1, 0, time.Hour), allow))
+	must(e.svc.Admission().Create(ctx, e.req("acme", "b-one", "gpu", 1, 0, time.Hour), allow))
 
 	// Pages of one and one page of all: a decoder sharing state across
 	// rows shows only when a page holds several.
 	var pools []capacity.Pool
 	for _, limit := range []int{1, 10} {
 		for page := (paging.Page{Limit: limit}); ; {
-			ps, next := must2(e.svc.ListPools(ctx, "acme", page))
+			ps, next := must2(e.svc.Pools().List(ctx, "acme", page))
 			pools = append(pools, ps...)
 			if next == nil {
 				break
@@ -265,7 +265,7 @@ func TestPoolAndQuotaListsMatchGet(t *testing.T) {
 		t.Fatalf("listed %d pools, want 4 twice", len(pools))
 	}
 	for _, l := range pools {
-		if g := must(e.svc.GetPool(ctx, "acme", l.PoolID)); !reflect.DeepEqual(l, g) {
+		if g := must(e.svc.Pools().Get(ctx, "acme", l.PoolID)); !reflect.DeepEqual(l, g) {
 			t.Errorf("pool %s: list and get differ:\nlist %+v\nget  %+v", l.PoolID, l, g)
 		}
 	}
@@ -273,7 +273,7 @@ func TestPoolAndQuotaListsMatchGet(t *testing.T) {
 	var quotas []api.Quota
 	for _, limit := range []int{1, 10} {
 		for page := (paging.Page{Limit: limit}); ; {
-			qs, next := must2(e.svc.ListQuotas(ctx, "acme", "", page))
+			qs, next := must2(e.svc.Quotas().List(ctx, "acme", "", page))
 			quotas = append(quotas, qs...)
 			if next == nil {
 				break
@@ -286,7 +286,7 @@ func TestPoolAndQuotaListsMatchGet(t *testing.T) {
 	}
 	used := false
 	for _, l := range quotas {
-		g := must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: l.TenantID, PoolID: l.PoolID, Resource: l.Resource}))
+		g := must(e.svc.Quotas().Get(ctx, capacity.QuotaKey{TenantID: l.TenantID, PoolID: l.PoolID, Resource: l.Resource}))
 		if l != g {
 			t.Errorf("quota %s/%s: list %+v, get %+v", l.PoolID, l.Resource, l, g)
 		}

@@ -103,7 +103,7 @@ func TestProvisioningStopsBeforeTheDeadline(t *testing.T) {
 	}
 	// And a reservation placed meanwhile was left alone by provisioning.
 	e.offer(t, "acme", "big", "acme", "gpu", 1000)
-	if r := must(e.svc.CreateReservation(ctx, e.req("acme", "big", "gpu", 8, 0, time.Hour), allow)); r.State != api.Placed {
+	if r := must(e.svc.Admission().Create(ctx, e.req("acme", "big", "gpu", 8, 0, time.Hour), allow)); r.State != api.Placed {
 		t.Fatalf("%+v", r)
 	}
 	e.check(t)
@@ -159,7 +159,7 @@ func BenchmarkProvisionBigPool(b *testing.B) {
 			if passes%3 == 1 { // a create between passes, in the hour being provisioned
 				m := &meter.Meter{}
 				t0 := time.Now()
-				if _, err := metered.CreateReservation(meter.With(ctx, m), e.req("acme", "big", "gpu", 8, 0, 30*time.Minute), allow); err != nil {
+				if _, err := metered.Admission().Create(meter.With(ctx, m), e.req("acme", "big", "gpu", 8, 0, 30*time.Minute), allow); err != nil {
 					b.Fatalf("create: %v", err)
 				}
 				creates = append(creates, time.Since(t0))

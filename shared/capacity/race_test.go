@@ -26,7 +26,7 @@ func race(e *env, n int, req func(i int) capacity.CreateRequest) (map[apierr.Cod
 		go func() {
 			defer wg.Done()
 			<-start
-			r, err := e.svc.CreateReservation(context.Background(), req(i), allow)
+			r, err := e.svc.Admission().Create(context.Background(), req(i), allow)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -50,7 +50,7 @@ func TestRaceQuota(t *testing.T) {
 	if out["placed"] != 10 || out[apierr.QuotaExceeded] != 30 || len(out) != 2 {
 		t.Errorf("outcomes %v, want 10 placed and 30 QUOTA_EXCEEDED", out)
 	}
-	q := must(e.svc.GetQuota(context.Background(), capacity.QuotaKey{TenantID: "globex", PoolID: "p1", Resource: "gpu"}))
+	q := must(e.svc.Quotas().Get(context.Background(), capacity.QuotaKey{TenantID: "globex", PoolID: "p1", Resource: "gpu"}))
 	if q.Used != 10 {
 		t.Errorf("used %d", q.Used)
 	}
@@ -61,7 +61,7 @@ func TestRaceCapacity(t *testing.T) {
 	e := newEnv(t)
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 8})
 	e.offer(t, "acme", "p1", "acme", "gpu", 1000)
-	before := e.svc.PlaceRetries()
+	before := e.svc.Admission().PlaceRetries()
 	out, placed := race(e, 24, func(int) capacity.CreateRequest { return e.req("acme", "p1", "gpu", 1, 0, time.Hour) })
 	if out["placed"] != 8 || out[apierr.CapacityExhausted] != 16 || len(out) != 2 {
 		t.Errorf("outcomes %v, want 8 placed and 16 CAPACITY_EXHAUSTED", out)
@@ -75,7 +75,7 @@ func TestRaceCapacity(t *testing.T) {
 			seen[d] = true
 		}
 	}
-	t.Logf("24-way race on 8 devices: %d placement retries", e.svc.PlaceRetries()-before)
+	t.Logf("24-way race on 8 devices: %d placement retries", e.svc.Admission().PlaceRetries()-before)
 	e.check(t)
 }
 
@@ -88,7 +88,7 @@ func TestRaceReleaseAndCreate(t *testing.T) {
 	e.offer(t, "acme", "p1", "acme", "gpu", 1000)
 	var held []capacity.Reservation
 	for i := 0; i < 4; i++ {
-		held = append(held, must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow)))
+		held = append(held, must(e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow)))
 	}
 	var wg sync.WaitGroup
 	start := make(chan struct{})
@@ -99,7 +99,7 @@ func TestRaceReleaseAndCreate(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			if rel, err := e.svc.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil || rel.State != api.Released {
+			if rel, err := e.svc.Reservations().Release(ctx, "acme", r.ReservationID); err != nil || rel.State != api.Released {
 				t.Errorf("release: %+v %v", rel, err)
 			}
 		}()
@@ -109,7 +109,7 @@ func TestRaceReleaseAndCreate(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			<-start
-			_, err := e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow)
+			_, err := e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow)
 			mu.Lock()
 			out[apierr.CodeOf(err)]++
 			mu.Unlock()
@@ -120,7 +120,7 @@ func TestRaceReleaseAndCreate(t *testing.T) {
 	if out[""] > 4 || out[""]+out[apierr.CapacityExhausted] != 12 {
 		t.Errorf("outcomes %v", out)
 	}
-	q := must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu"}))
+	q := must(e.svc.Quotas().Get(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu"}))
 	if q.Used != int64(out[""]) {
 		t.Errorf("used %d, placed %d", q.Used, out[""])
 	}
@@ -143,11 +143,11 @@ func TestRaceSameClientToken(t *testing.T) {
 		}
 	}
 	// Once the first flow is done, every retry gets its reservation.
-	again := must(e.svc.CreateReservation(context.Background(), req, allow))
+	again := must(e.svc.Admission().Create(context.Background(), req, allow))
 	if again.ReservationID != placed[0].ReservationID || again.State != api.Placed {
 		t.Errorf("retry after the race: %+v", again)
 	}
-	if q := must(e.svc.GetQuota(context.Background(), req.Quota())); q.Used != 3 {
+	if q := must(e.svc.Quotas().Get(context.Background(), req.Quota())); q.Used != 3 {
 		t.Errorf("used %d, want 3", q.Used)
 	}
 	e.check(t)
@@ -190,7 +190,7 @@ func TestRechoiceTooLargeForTheChargeIsRepaired(t *testing.T) {
 			// After the charge, before the writes: leave every node 2 free
 			// devices, so the rechoice needs 9 nodes (more than the record's 8).
 			for range 16 {
-				must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", api.DefaultNodeSize-2, 0, time.Hour), allow))
+				must(e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", api.DefaultNodeSize-2, 0, time.Hour), allow))
 			}
 			filled.Store(true)
 		case point == capacity.FaultAllocated && filled.Load() && crashed.CompareAndSwap(false, true):
@@ -198,7 +198,7 @@ func TestRechoiceTooLargeForTheChargeIsRepaired(t *testing.T) {
 		}
 		return nil
 	}
-	if _, err := e.svc.CreateReservation(ctx, req, allow); err == nil || !crashed.Load() {
+	if _, err := e.svc.Admission().Create(ctx, req, allow); err == nil || !crashed.Load() {
 		t.Fatalf("create: %v, crashed %v (the fault did not fire)", err, crashed.Load())
 	}
 	e.svc.Faults = nil
@@ -248,12 +248,12 @@ func TestLostRacesAreRetriedUntilPlaced(t *testing.T) {
 	svc := &capacity.Service{Store: store, Now: e.clock.Now, Logger: e.svc.Logger, Sleep: func(context.Context, time.Duration) error { return nil }}
 	req := e.req("acme", "p1", "gpu", 1, 0, time.Hour)
 	req.ClientToken, req.Principal = "unlucky", "alice"
-	r, err := svc.CreateReservation(context.Background(), req, allow)
+	r, err := svc.Admission().Create(context.Background(), req, allow)
 	if err != nil || r.State != api.Placed {
 		t.Errorf("create after 40 lost races: %+v %v, want placed", r, err)
 	}
-	if store.lose != 0 || svc.PlaceRetries() < 40 {
-		t.Errorf("%d of 40 races not run, %d placement retries", store.lose, svc.PlaceRetries())
+	if store.lose != 0 || svc.Admission().PlaceRetries() < 40 {
+		t.Errorf("%d of 40 races not run, %d placement retries", store.lose, svc.Admission().PlaceRetries())
 	}
 	e.check(t)
 }

@@ -33,7 +33,7 @@ func (e *env) pass(tb testing.TB) reconcile.PassResult {
 
 func (e *env) state(tb testing.TB, tenant, id string) capacity.Reservation {
 	tb.Helper()
-	r, err := e.svc.GetReservation(context.Background(), tenant, id)
+	r, err := e.svc.Reservations().Get(context.Background(), tenant, id)
 	if err != nil {
 		tb.Fatalf("get %s: %v", id, err)
 	}
@@ -56,14 +56,14 @@ func TestCrashMatrix(t *testing.T) {
 		hook func(e *env, point string)
 	}
 	placedIn := func(e *env, from, to time.Duration) capacity.Reservation {
-		return must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, from, to), allow))
+		return must(e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 1, from, to), allow))
 	}
 	create := func(d capacity.Decide) func(e *env) {
-		return func(e *env) { _, _ = e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), d) }
+		return func(e *env) { _, _ = e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), d) }
 	}
 	var last capacity.Reservation
 	var staleReq capacity.CreateRequest
-	releaseLast := func(e *env) { _, _ = e.svc.ReleaseReservation(ctx, "acme", last.ReservationID) }
+	releaseLast := func(e *env) { _, _ = e.svc.Reservations().Release(ctx, "acme", last.ReservationID) }
 	fits := scenario{crash: create(allow)}
 	overQuota := scenario{
 		setup: func(e *env) { e.offer(t, "acme", "p1", "acme", "gpu", 0) },
@@ -119,7 +119,7 @@ func TestCrashMatrix(t *testing.T) {
 			snap := must(e.store.Snapshot(ctx))
 			for _, r := range snap.Reservations {
 				if r.State == api.Draft {
-					_, _ = e.svc.ReleaseReservation(ctx, r.TenantID, r.ReservationID)
+					_, _ = e.svc.Reservations().Release(ctx, r.TenantID, r.ReservationID)
 				}
 			}
 		},
@@ -132,7 +132,7 @@ func TestCrashMatrix(t *testing.T) {
 		capacity.FaultDenied:        {crash: create(deny)},
 		capacity.FaultRejectedQuota: overQuota,
 		capacity.FaultRejectedInvalid: {crash: func(e *env) {
-			_, _ = e.svc.CreateReservation(ctx, e.req("acme", "nope", "gpu", 1, 0, time.Hour), allow)
+			_, _ = e.svc.Admission().Create(ctx, e.req("acme", "nope", "gpu", 1, 0, time.Hour), allow)
 		}},
 		capacity.FaultRejectedCap: noDevices,
 		"create.unplaced":         releasedInFlight,
@@ -147,12 +147,12 @@ func TestCrashMatrix(t *testing.T) {
 					}
 					return nil
 				}
-				_, _ = e.svc.CreateReservation(ctx, staleReq, allow)
+				_, _ = e.svc.Admission().Create(ctx, staleReq, allow)
 				e.svc.Faults = nil
 				e.clock.Advance(3 * time.Minute)
 			},
 			// The client retries after 3 minutes: the replay fences its own stale draft.
-			crash: func(e *env) { _, _ = e.svc.CreateReservation(ctx, staleReq, allow) },
+			crash: func(e *env) { _, _ = e.svc.Admission().Create(ctx, staleReq, allow) },
 		},
 		capacity.FaultFenced: release,
 		"release.credited":   release,
@@ -170,12 +170,12 @@ func TestCrashMatrix(t *testing.T) {
 		"reconcile.unplaced":            windowEnd,
 		capacity.FaultReconcileSwept:    {setup: func(e *env) { last = placedIn(e, 0, time.Hour); releaseLast(e); e.clock.Advance(3 * time.Minute) }, crash: func(e *env) { _, _ = e.reconciler().Pass(ctx) }},
 		capacity.FaultPoolClaimed: {
-			crash: func(e *env) { _, _ = e.svc.CreatePool(ctx, "acme", "p2", map[string]int{"gpu": 2, "cpu": 1}, nil) },
+			crash: func(e *env) { _, _ = e.svc.Pools().Create(ctx, "acme", "p2", map[string]int{"gpu": 2, "cpu": 1}, nil) },
 			after: func(t *testing.T, e *env) {
-				if _, err := e.svc.GetPool(ctx, "acme", "p2"); err != nil {
+				if _, err := e.svc.Pools().Get(ctx, "acme", "p2"); err != nil {
 					t.Errorf("pool not completed: %v", err)
 				}
-				if q := must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p2", Resource: "cpu"})); q.Max != 1 {
+				if q := must(e.svc.Quotas().Get(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p2", Resource: "cpu"})); q.Max != 1 {
 					t.Errorf("owner quota not created: %+v", q)
 				}
 			},
@@ -234,12 +234,12 @@ func TestPassCountsRepairsApartFromSweeps(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 2})
-	released := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow))
-	must(e.svc.ReleaseReservation(ctx, "acme", released.ReservationID))
+	released := must(e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow))
+	must(e.svc.Reservations().Release(ctx, "acme", released.ReservationID))
 	e.svc.Faults = crashAt(capacity.FaultCharged)
-	_, _ = e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow)
+	_, _ = e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow)
 	e.svc.Faults = crashAt(capacity.FaultPoolClaimed)
-	_, _ = e.svc.CreatePool(ctx, "acme", "p2", map[string]int{"gpu": 1}, nil)
+	_, _ = e.svc.Pools().Create(ctx, "acme", "p2", map[string]int{"gpu": 1}, nil)
 	e.svc.Faults = nil
 
 	e.clock.Advance(api.StaleAfter + time.Second)
@@ -267,7 +267,7 @@ func TestReservationLife(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 2})
-	r := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 2, time.Minute, 3*time.Minute), allow))
+	r := must(e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 2, time.Minute, 3*time.Minute), allow))
 	k := r.Quota()
 	if res := e.pass(t); res.TransitionCount() != 0 {
 		t.Errorf("nothing is due yet: %+v", res)
@@ -287,7 +287,7 @@ func TestReservationLife(t *testing.T) {
 	if res.Transitions["released"] != 1 || got.State != api.Released || got.ReleasedBy != "window_end" {
 		t.Errorf("at end: %+v %+v", res, got)
 	}
-	if q := must(e.svc.GetQuota(ctx, k)); q.Used != 0 {
+	if q := must(e.svc.Quotas().Get(ctx, k)); q.Used != 0 {
 		t.Errorf("quota used %d after the window", q.Used)
 	}
 	e.check(t)
@@ -306,8 +306,8 @@ func TestReconcileCatchUpAndBindRetry(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 4})
-	missed := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, time.Minute, 2*time.Minute), allow))
-	later := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 5*time.Minute, time.Hour), allow))
+	missed := must(e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 1, time.Minute, 2*time.Minute), allow))
+	later := must(e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 1, 5*time.Minute, time.Hour), allow))
 	e.clock.Advance(6 * time.Minute)
 	rc := e.reconciler()
 	rc.Capacity.Binder = binderFunc(func(context.Context, capacity.Reservation) error { return errors.New("node unreachable") })
@@ -339,12 +339,12 @@ func TestConcurrentPasses(t *testing.T) {
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 64})
 	const n = 60
 	for i := 0; i < n; i++ {
-		must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, time.Minute, time.Hour), allow))
+		must(e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 1, time.Minute, time.Hour), allow))
 	}
 	// a few stale drafts too
 	e.svc.Faults = crashAt(capacity.FaultAllocated)
 	for i := 0; i < 4; i++ {
-		_, _ = e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, time.Minute, time.Hour), allow)
+		_, _ = e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 1, time.Minute, time.Hour), allow)
 	}
 	e.svc.Faults = nil
 	both := func() map[string]int {
@@ -378,7 +378,7 @@ func TestConcurrentPasses(t *testing.T) {
 		t.Errorf("end: transitions %v, want %d released", got, n)
 	}
 	e.check(t)
-	if q := must(e.svc.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu"})); q.Used != 0 {
+	if q := must(e.svc.Quotas().Get(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu"})); q.Used != 0 {
 		t.Errorf("used %d", q.Used)
 	}
 }
@@ -387,7 +387,7 @@ func TestPassStopsBeforeDeadline(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 4})
-	must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow))
+	must(e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow))
 	e.clock.Advance(time.Minute)
 	dctx, cancel := context.WithTimeout(ctx, time.Second)
 	defer cancel()
@@ -428,7 +428,7 @@ func TestReconcileSkipsGhostEntries(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 2})
-	r := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, time.Minute, time.Hour), allow))
+	r := must(e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 1, time.Minute, time.Hour), allow))
 	old := e.clock.Now().Add(-time.Hour)
 	ghost := func(id string, st api.ReservationState) reconcile.DueItem {
 		g := capacity.Reservation{Reservation: api.Reservation{ReservationID: id, TenantID: "acme", PoolID: "p1",

@@ -10,6 +10,32 @@ import (
 	"github.com/bettercompute/control-plane/shared/paging"
 )
 
+// Reservations is a reservation's life after its create, as its tenant
+// sees it: reservations.get, reservations.list and reservations.release
+// (the fence to released, then the give-back). Its reconciler steps —
+// binding, active, the window's end, the sweep — are Steps.Reservation's.
+type Reservations struct {
+	hooks
+	store    ReservationStore
+	fence    *Fence
+	calendar *Calendar
+	bindings *Bindings
+}
+
+// ReservationStore is what the reservations' reads and release read and
+// claim: reservations under their tenant's partition.
+type ReservationStore interface {
+	// GetReservation reads one of tenant's reservations (ErrNotFound).
+	GetReservation(ctx context.Context, tenant, id string) (Reservation, error)
+	// ListReservations lists tenant's reservations, newest first.
+	ListReservations(ctx context.Context, tenant string, f ListFilter, page paging.Page) ([]Reservation, map[string]string, error)
+	// ClaimDue moves a reservation's due marker from r.Due to until if the
+	// stored state and due are still r's, and returns the stored item as
+	// that write left it (ErrStale otherwise, ErrNotFound if it is gone):
+	// how one writer at a time takes a due reservation.
+	ClaimDue(ctx context.Context, r Reservation, until time.Time) (Reservation, error)
+}
+
 // flowRelease is the release flow's name in fault points ("release.fenced").
 const flowRelease = "release"
 
@@ -19,34 +45,34 @@ const flowRelease = "release"
 // the sweep after api.StaleAfter finishes what it could not.
 const ReleaseTimeout = FlowDeadline - 2*time.Second
 
-// ReleaseReservation moves a non-terminal reservation to released (by the
-// tenant) — the fence — then frees its devices and credits its quota
-// before answering. Releasing a draft gives its quota back at once too and
+// Release is reservations.release: it moves a non-terminal reservation
+// to released (by the tenant) — the fence — then frees its devices and
+// credits its quota before answering. Releasing a draft gives its quota back at once too and
 // frees what its create recorded; that create, finding the fence, undoes
 // what it writes after. A terminal reservation is returned unchanged, once
 // what a give-back cut short left is finished (finishGiveBack): its devices
 // are free when the retry answers, and its quota too — unless the writer
 // that fenced it is still crediting it (for seconds), or, that writer
 // gone, the sweep holds it.
-func (s *Service) ReleaseReservation(ctx context.Context, tenant, id string) (Reservation, error) {
+func (rs *Reservations) Release(ctx context.Context, tenant, id string) (Reservation, error) {
 	ctx, cancel := context.WithTimeout(ctx, ReleaseTimeout)
 	defer cancel()
 	for attempt := 0; attempt < 8; attempt++ {
-		r, err := s.GetReservation(ctx, tenant, id)
+		r, err := rs.Get(ctx, tenant, id)
 		if err != nil {
 			return Reservation{}, err
 		}
 		if r.State.Terminal() {
-			return r, s.finishGiveBack(ctx, r)
+			return r, rs.finishGiveBack(ctx, r)
 		}
-		n, err := r.Release(api.ReleasedByTenant, s.now())
+		n, err := r.Release(api.ReleasedByTenant, rs.now())
 		if err != nil {
 			return Reservation{}, err
 		}
-		if err := s.releaseUnbind(ctx, r); err != nil {
+		if err := rs.bindings.releaseUnbind(ctx, r); err != nil {
 			return Reservation{}, err
 		}
-		cur, won, err := s.fenceWon(ctx, n, r.State, FaultFenced, nil)
+		cur, won, err := rs.fence.moveWon(ctx, n, r.State, FaultFenced, nil)
 		if errors.Is(err, errGone) {
 			return Reservation{}, apierr.New(apierr.NotFound, "reservation %q not found", id)
 		}
@@ -58,7 +84,7 @@ func (s *Service) ReleaseReservation(ctx context.Context, tenant, id string) (Re
 				// Another writer ended it first (the reconciler at window
 				// end): its give-back may still be running; finishing it is
 				// idempotent.
-				return cur, s.finishGiveBack(ctx, cur)
+				return cur, rs.finishGiveBack(ctx, cur)
 			}
 			return cur, nil
 		}
@@ -79,45 +105,32 @@ const fencerLife = api.StaleAfter / 2
 // placed reservation's quota is credited by the writer that fenced it — so
 // while that writer may still be running, not here — and after that by
 // whoever holds its due entry, as the sweep does.
-func (s *Service) finishGiveBack(ctx context.Context, r Reservation) error {
+func (rs *Reservations) finishGiveBack(ctx context.Context, r Reservation) error {
 	if !r.WasPlaced() {
-		return s.void(ctx, r, flowRelease)
+		return rs.fence.void(ctx, r, flowRelease)
 	}
 	if r.Credited {
 		return nil // its devices were freed before the credit
 	}
-	if err := s.free(ctx, r, r.Placement()); err != nil {
+	if err := rs.calendar.free(ctx, r, r.Placement()); err != nil {
 		return err
 	}
-	if s.now().Sub(r.UpdatedAt) < fencerLife {
+	if rs.now().Sub(r.UpdatedAt) < fencerLife {
 		return nil
 	}
-	cur, err := s.Store.ClaimDue(ctx, r, s.now().Add(api.StaleAfter))
+	cur, err := rs.store.ClaimDue(ctx, r, rs.now().Add(api.StaleAfter))
 	switch {
 	case errors.Is(err, ErrStale), errors.Is(err, ErrNotFound):
 		return nil // a sweep has it
 	case err != nil:
 		return unavailable(err)
 	}
-	return s.giveBack(ctx, cur, flowRelease)
+	return rs.fence.giveBack(ctx, cur, flowRelease)
 }
 
-// releaseUnbind tells the nodes a binding or active reservation was bound
-// through to unbind it before the fence makes it terminal, so no node is
-// ever told to bind a terminal reservation, whatever a crash cuts short:
-// cut between the two, the reservation stays what it was (the release is
-// retried, or its window ends) while its nodes scrub — never the other way
-// round. The give-back after the fence tells them again (idempotent).
-func (s *Service) releaseUnbind(ctx context.Context, r Reservation) error {
-	if r.State != api.Binding && r.State != api.Active {
-		return nil
-	}
-	return s.unbindHeld(ctx, r)
-}
-
-// GetReservation returns one of tenant's reservations.
-func (s *Service) GetReservation(ctx context.Context, tenant, id string) (Reservation, error) {
-	r, err := s.Store.GetReservation(ctx, tenant, id)
+// Get is reservations.get: one of tenant's reservations.
+func (rs *Reservations) Get(ctx context.Context, tenant, id string) (Reservation, error) {
+	r, err := rs.store.GetReservation(ctx, tenant, id)
 	if errors.Is(err, ErrNotFound) {
 		return Reservation{}, apierr.New(apierr.NotFound, "reservation %q not found", id)
 	}
@@ -127,11 +140,11 @@ func (s *Service) GetReservation(ctx context.Context, tenant, id string) (Reserv
 	return r, nil
 }
 
-// ListReservations lists tenant's reservations, newest first.
-func (s *Service) ListReservations(ctx context.Context, tenant string, f ListFilter, page paging.Page) ([]Reservation, map[string]string, error) {
-	rs, next, err := s.Store.ListReservations(ctx, tenant, f, page)
+// List is reservations.list: tenant's reservations, newest first.
+func (rs *Reservations) List(ctx context.Context, tenant string, f ListFilter, page paging.Page) ([]Reservation, map[string]string, error) {
+	list, next, err := rs.store.ListReservations(ctx, tenant, f, page)
 	if err != nil {
 		return nil, nil, unavailable(err)
 	}
-	return rs, next, nil
+	return list, next, nil
 }

@@ -39,7 +39,7 @@ func TestReleaseRacingLargeCreate(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			e := newEnv(t)
 			ctx := context.Background()
-			if _, err := e.svc.CreatePool(ctx, "acme", "p1", map[string]int{"gpu": 96, "cpu": 16}, map[string]int{"cpu": 1}); err != nil {
+			if _, err := e.svc.Pools().Create(ctx, "acme", "p1", map[string]int{"gpu": 96, "cpu": 16}, map[string]int{"cpu": 1}); err != nil {
 				t.Fatal(err)
 			}
 			req := e.req("acme", "p1", c.res, c.count, 0, time.Hour)
@@ -60,15 +60,15 @@ func TestReleaseRacingLargeCreate(t *testing.T) {
 				}
 				return nil
 			}
-			if _, err := e.svc.CreateReservation(ctx, req, allow); err == nil {
+			if _, err := e.svc.Admission().Create(ctx, req, allow); err == nil {
 				t.Fatal("the create should have died")
 			}
 			e.svc.Faults = nil
 			// The release answers (the give-back its first attempt would do).
-			if r := must(e.svc.ReleaseReservation(ctx, "acme", id)); r.State != api.Released || len(r.DeviceIDs) != 0 {
+			if r := must(e.svc.Reservations().Release(ctx, "acme", id)); r.State != api.Released || len(r.DeviceIDs) != 0 {
 				t.Errorf("released draft %+v: it never held devices", r)
 			}
-			if q := must(e.svc.GetQuota(ctx, req.Quota())); q.Used != 0 {
+			if q := must(e.svc.Quotas().Get(ctx, req.Quota())); q.Used != 0 {
 				t.Errorf("quota used %d right after the release, want 0 (given back at once)", q.Used)
 			}
 			e.clock.Advance(api.StaleAfter + time.Second)
@@ -89,15 +89,15 @@ func TestReleaseOfDraftGivesBackAtOnce(t *testing.T) {
 	var released capacity.Reservation
 	e.svc.Faults = func(point string) error {
 		if point == capacity.FaultCharged && released.ReservationID == "" {
-			rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: api.Draft}, paging.Page{Limit: 1}))
-			released = must(e.svc.ReleaseReservation(ctx, "acme", rs[0].ReservationID))
-			if q := must(e.svc.GetQuota(ctx, k)); q.Used != 0 {
+			rs, _ := must2(e.svc.Reservations().List(ctx, "acme", capacity.ListFilter{State: api.Draft}, paging.Page{Limit: 1}))
+			released = must(e.svc.Reservations().Release(ctx, "acme", rs[0].ReservationID))
+			if q := must(e.svc.Quotas().Get(ctx, k)); q.Used != 0 {
 				t.Errorf("used %d as the release of the draft answers, want 0", q.Used)
 			}
 		}
 		return nil
 	}
-	r, err := e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 8, 0, time.Hour), allow)
+	r, err := e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 8, 0, time.Hour), allow)
 	e.svc.Faults = nil
 	if err != nil || r.State != api.Released || len(r.DeviceIDs) != 0 || len(released.DeviceIDs) != 0 {
 		t.Errorf("create %+v %v; release %+v: a released draft lists no devices", r, err, released)
@@ -118,10 +118,10 @@ func TestClientTokenAnswers(t *testing.T) {
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 4})
 	req := capacity.CreateRequest{TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 1, End: e.clock.Now().Add(time.Hour),
 		ClientToken: "late", Principal: "alice"}
-	first := must(e.svc.CreateReservation(ctx, req, allow))
+	first := must(e.svc.Admission().Create(ctx, req, allow))
 	e.clock.Advance(2 * time.Hour)
 	e.pass(t)
-	again, err := e.svc.CreateReservation(ctx, req, allow)
+	again, err := e.svc.Admission().Create(ctx, req, allow)
 	if err != nil || again.ReservationID != first.ReservationID || again.State != api.Released {
 		t.Errorf("replay after the window ended: %+v %v, want the reservation as it is now", again, err)
 	}
@@ -131,14 +131,14 @@ func TestClientTokenAnswers(t *testing.T) {
 	e.svc.Faults = crashAt(capacity.FaultDraft)
 	inflight := capacity.CreateRequest{TenantID: "acme", PoolID: "p1", Resource: "gpu", Count: 1, End: e.clock.Now().Add(time.Hour),
 		ClientToken: "busy", Principal: "alice"}
-	_, _ = e.svc.CreateReservation(ctx, inflight, allow)
+	_, _ = e.svc.Admission().Create(ctx, inflight, allow)
 	e.svc.Faults = nil
 	other := inflight
 	other.Count = 2
-	if _, err := e.svc.CreateReservation(ctx, other, allow); code(err) != apierr.Conflict {
+	if _, err := e.svc.Admission().Create(ctx, other, allow); code(err) != apierr.Conflict {
 		t.Errorf("another request while the first is in flight: %v, want CONFLICT", err)
 	}
-	if _, err := e.svc.CreateReservation(ctx, inflight, allow); code(err) != apierr.Unavailable {
+	if _, err := e.svc.Admission().Create(ctx, inflight, allow); code(err) != apierr.Unavailable {
 		t.Errorf("the same request while the first is in flight: %v, want UNAVAILABLE", err)
 	}
 	e.clock.Advance(api.StaleAfter + time.Second)
@@ -155,9 +155,9 @@ func TestStateListReadsOnlyThatState(t *testing.T) {
 	store := &capacitydb.Store{DB: devstackClient(t, e, dynamo.MeterAll(m)), Table: e.store.Table}
 	e.pool(t, "acme", "p1", map[string]int{"gpu": 2})
 	e.offer(t, "acme", "p1", "acme", "gpu", 1000)
-	placed := must(e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 2, 0, time.Hour), allow))
+	placed := must(e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 2, 0, time.Hour), allow))
 	for range 60 { // refused: the pool is full
-		if _, err := e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow); code(err) != apierr.CapacityExhausted {
+		if _, err := e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 1, 0, time.Hour), allow); code(err) != apierr.CapacityExhausted {
 			t.Fatal(err)
 		}
 	}
@@ -205,13 +205,13 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 				return
 			default:
 			}
-			rs, _, err := e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: api.Draft}, paging.Page{Limit: 20})
+			rs, _, err := e.svc.Reservations().List(ctx, "acme", capacity.ListFilter{State: api.Draft}, paging.Page{Limit: 20})
 			if err != nil {
 				t.Error(err)
 				return
 			}
 			for _, r := range rs {
-				_, err := e.svc.ReleaseReservation(ctx, "acme", r.ReservationID)
+				_, err := e.svc.Reservations().Release(ctx, "acme", r.ReservationID)
 				mu.Lock()
 				switch {
 				case err == nil:
@@ -233,7 +233,7 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 			defer creators.Done()
 			for range 6 {
 				begun := time.Now()
-				r, err := e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 72, 0, time.Hour), allow)
+				r, err := e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 72, 0, time.Hour), allow)
 				took := time.Since(begun)
 				mu.Lock()
 				switch c := apierr.CodeOf(err); {
@@ -250,7 +250,7 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 				}
 				mu.Unlock()
 				if err == nil && r.State.Holding() {
-					if _, err := e.svc.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil {
+					if _, err := e.svc.Reservations().Release(ctx, "acme", r.ReservationID); err != nil {
 						mu.Lock()
 						if errors.Is(err, context.DeadlineExceeded) {
 							cutOff++ // its give-back is the sweep's
@@ -266,7 +266,7 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 	creators.Wait()
 	close(stop)
 	wg.Wait()
-	t.Logf("96 creates with a canceller: %v, %d drafts released, %d placement retries", out, released, e.svc.PlaceRetries())
+	t.Logf("96 creates with a canceller: %v, %d drafts released, %d placement retries", out, released, e.svc.Admission().PlaceRetries())
 	for a, n := range out {
 		switch a {
 		case string(api.Placed), string(api.Released), string(apierr.CapacityExhausted), "UNAVAILABLE (deadline)":
@@ -292,15 +292,15 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 		e.pass(t)
 	}
 	for _, st := range []api.ReservationState{api.Placed, api.Binding, api.Active} {
-		rs, _ := must2(e.svc.ListReservations(ctx, "acme", capacity.ListFilter{State: st}, paging.Page{Limit: 100}))
+		rs, _ := must2(e.svc.Reservations().List(ctx, "acme", capacity.ListFilter{State: st}, paging.Page{Limit: 100}))
 		if len(rs) > 0 && cutOff == 0 {
 			t.Errorf("%d reservations %s after the churn, none cut off", len(rs), st)
 		}
 		for _, r := range rs {
-			must(e.svc.ReleaseReservation(ctx, "acme", r.ReservationID))
+			must(e.svc.Reservations().Release(ctx, "acme", r.ReservationID))
 		}
 	}
-	if r, err := e.svc.CreateReservation(ctx, e.req("acme", "p1", "gpu", 24*8, 0, time.Hour), allow); err != nil || r.State != api.Placed {
+	if r, err := e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 24*8, 0, time.Hour), allow); err != nil || r.State != api.Placed {
 		t.Errorf("a whole-pool create after the churn: %+v %v", r, err)
 	}
 	e.clock.Advance(api.StaleAfter + time.Second)

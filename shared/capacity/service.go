@@ -2,22 +2,39 @@ package capacity
 
 import (
 	"context"
-	"errors"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
-	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/conc"
-	"github.com/bettercompute/control-plane/shared/paging"
 )
 
-// Service is the capacity API's behaviour: pools, quotas and reservations.
+// Service is the capacity module as a caller builds it: the store, the
+// fleet, the clock and the hooks every flow shares. It holds no flow of
+// its own: each is a type over the narrow part of the store it uses, built
+// on the service by the method of its name —
+//
+//   - Pools (pools.create, pools.offer, pools.get, pools.list, pools.usage)
+//     and Quotas (quotas.get, quotas.list);
+//   - Admission (reservations.create: draft, decide, charge, place, fence);
+//   - Reservations (reservations.get, reservations.list,
+//     reservations.release);
+//   - Bindings (binding a reservation through the fleet's nodes, moving it
+//     off nodes that failed it, a node's adoption);
+//
+// and, under them, Placer (choosing devices), Calendar (writing and freeing
+// node-hour entries), Fence (a reservation's transitions and what ending it
+// gives back) and Charges (the quota rows' admissions in flight). Steps
+// (reconcile.go) is the reconciler's part, built on a service too.
+//
+// The flows are built anew on each call, from the fields as they are then
+// (a test may set Faults or Nodes between calls); what one process learns
+// while it serves — contention, the resources' layouts, the charge records
+// it may forget — lives here and is shared by all of them.
 type Service struct {
 	Store Store
 	Now   func() time.Time
@@ -27,7 +44,8 @@ type Service struct {
 	// write of the create, release and reconcile flows with the point's
 	// name; an error stops the flow there as a crash would.
 	Faults func(point string) error
-	// PlaceAttempts bounds the optimistic placement retries (default 16).
+	// PlaceAttempts, when set, bounds a placement's attempts (0: it retries
+	// lost races until the flow's deadline).
 	PlaceAttempts int
 	// Nodes is the fleet (nil: every node unmanaged, as in v0.5).
 	Nodes NodeStore
@@ -45,15 +63,72 @@ type Service struct {
 	Sleep  func(ctx context.Context, d time.Duration) error
 	NewID  func(now time.Time) string
 
-	placeRetries atomic.Int64
-	// contention is a moving average of placement writes lost to racing
-	// creates (float64 bits); topologies caches resource layouts seen
-	// (immutable once a pool exists): both steer candidate reads only.
+	placing placing
+	// settles are charge records this process may forget on its next
+	// charge of the same row (Charges.settleLater).
+	settles settles
+}
+
+// Pools builds the pools' methods.
+func (s *Service) Pools() *Pools { return &Pools{hooks: s.hooks(), store: s.Store} }
+
+// Quotas builds the quotas' reads.
+func (s *Service) Quotas() *Quotas { return &Quotas{store: s.Store} }
+
+// Admission builds reservations.create's flow.
+func (s *Service) Admission() *Admission {
+	f := s.fence()
+	return &Admission{hooks: s.hooks(), store: s.Store, placer: f.bindings.placer, calendar: f.calendar, fence: f,
+		charges: s.charges(f), placing: &s.placing, attempts: s.PlaceAttempts, newID: s.NewID}
+}
+
+// Reservations builds the reservations' reads and their release.
+func (s *Service) Reservations() *Reservations {
+	f := s.fence()
+	return &Reservations{hooks: s.hooks(), store: s.Store, fence: f, calendar: f.calendar, bindings: f.bindings}
+}
+
+// Bindings builds binding through the fleet's nodes (unmanaged nodes bind
+// at once; Steps names their Binder).
+func (s *Service) Bindings() *Bindings {
+	cal := &Calendar{hooks: s.hooks(), store: s.Store}
+	return &Bindings{hooks: s.hooks(), store: s.Store, nodes: s.Nodes, calendar: cal,
+		placer: &Placer{hooks: s.hooks(), store: s.Store, nodes: s.Nodes, calendar: cal, placing: &s.placing, horizon: s.ProvisionHours}}
+}
+
+// fence builds the fence on the bindings it unbinds through.
+func (s *Service) fence() *Fence {
+	b := s.Bindings()
+	return &Fence{hooks: s.hooks(), store: s.Store, calendar: b.calendar, bindings: b}
+}
+
+// charges builds the quota rows' admissions in flight on fence.
+func (s *Service) charges(f *Fence) *Charges {
+	return &Charges{hooks: s.hooks(), store: s.Store, fence: f, settles: &s.settles}
+}
+
+// hooks are what every flow shares: the clock, the logger, and the hooks
+// of the tests and the simulation (Service's fields as a flow is built).
+type hooks struct {
+	clock  func() time.Time
+	log    *slog.Logger
+	faults func(point string) error
+	serial bool
+	sleep  func(ctx context.Context, d time.Duration) error
+}
+
+func (s *Service) hooks() hooks {
+	return hooks{clock: s.Now, log: s.Logger, faults: s.Faults, serial: s.Serial, sleep: s.Sleep}
+}
+
+// placing is what one process learns as it places: how many placement
+// writes lost a race, a moving average of them (contention: float64 bits)
+// and the resources' layouts seen (immutable once a pool exists) — the
+// last two steer candidate reads only.
+type placing struct {
+	retries    atomic.Int64
 	contention atomic.Uint64
 	topologies sync.Map // pool + "/" + resource → Topology
-	// settles are charge records this process may forget on its next
-	// charge of the same row (settleLater).
-	settles settles
 }
 
 // Fault points (see Service.Faults and docs/capacity.md). A terminal
@@ -88,84 +163,43 @@ func flowOf(point string) string {
 }
 
 // each runs fn(0..n-1), 16 at a time, and joins their errors.
-// (one at a time when Serial).
-func (s *Service) each(ctx context.Context, n int, fn func(i int) error) error {
+// (one at a time when serial).
+func (h hooks) each(ctx context.Context, n int, fn func(i int) error) error {
 	limit := 16
-	if s.Serial {
+	if h.serial {
 		limit = 1
 	}
 	return conc.Each(ctx, n, limit, fn)
 }
 
-func (s *Service) fault(point string) error {
-	if s.Faults == nil {
+func (h hooks) fault(point string) error {
+	if h.faults == nil {
 		return nil
 	}
-	return s.Faults(point)
+	return h.faults(point)
 }
 
-func (s *Service) now() time.Time {
-	if s.Now == nil {
+func (h hooks) now() time.Time {
+	if h.clock == nil {
 		return time.Now().UTC()
 	}
-	return s.Now().UTC()
+	return h.clock().UTC()
 }
 
-func (s *Service) logger() *slog.Logger {
-	if s.Logger == nil {
+func (h hooks) logger() *slog.Logger {
+	if h.log == nil {
 		return slog.Default()
 	}
-	return s.Logger
+	return h.log
 }
 
-// PlaceRetries is how many placement writes lost a race since start.
-func (s *Service) PlaceRetries() int64 { return s.placeRetries.Load() }
-
-// Contention tuning (docs/capacity.md, "Placement under contention"): the
-// moving average of lost placement writes weighs the last ~32 writes;
-// a create reads from a fresh whole node instead of the fullest ones with
-// probability spreadGain × that average, at most spreadMax.
-const (
-	contentionWindow = 32
-	spreadGain       = 8
-	spreadMax        = 0.75
-)
-
-// contended feeds one placement write's outcome into the moving average.
-func (s *Service) contended(lost bool) {
-	x := 0.0
-	if lost {
-		x = 1
+// pause waits the jittered backoff before placement attempt n (not a
+// synchronization: racers that lost spread out before reading again).
+func (h hooks) pause(ctx context.Context, attempt int) error {
+	if h.sleep != nil {
+		return h.sleep(ctx, backoff(attempt, rand.Int64N))
 	}
-	for {
-		old := s.contention.Load()
-		avg := math.Float64frombits(old)
-		if s.contention.CompareAndSwap(old, math.Float64bits(avg+(x-avg)/contentionWindow)) {
-			return
-		}
-	}
-}
-
-// spreadNow reports whether a create (by its id's hash) should place away
-// from the fullest nodes because this process has been losing races.
-func (s *Service) spreadNow(id string) bool {
-	p := min(spreadMax, spreadGain*math.Float64frombits(s.contention.Load()))
-	return p > 0 && float64(tiebreak(id, 0, -2))/(1<<32) < p
-}
-
-// learn remembers a resource's layout; known recalls it.
-func (s *Service) learn(pr PoolResource) {
-	if pr.NodeSize > 0 && pr.Devices > 0 {
-		s.topologies.Store(pr.PoolID+"/"+pr.Resource, pr.Topology)
-	}
-}
-
-func (s *Service) known(pr PoolResource) (Topology, bool) {
-	t, ok := s.topologies.Load(pr.PoolID + "/" + pr.Resource)
-	if !ok {
-		return Topology{}, false
-	}
-	return t.(Topology), true
+	return conc.Sleep(ctx, backoff(attempt, rand.Int64N))
 }
 
 // errPoolNotFound answers for a pool the tenant cannot see (or that does
@@ -185,176 +219,4 @@ func unavailable(err error) *apierr.Error {
 		return e
 	}
 	return apierr.Dependency("dynamodb", err)
-}
-
-// CreatePool creates a pool and its owner's quota rows (max = device
-// count). The same request again returns the stored pool; the id owned by
-// another tenant or defined otherwise is CONFLICT. nodeSize defaults to
-// api.DefaultNodeSize for a resource it does not name.
-//
-// Protocol: (1) claim the global id with the pool item, marked due; (2) the
-// owner's quota rows, each created only if missing; (3) the owner's view;
-// (4) move the due mark to now. A crash anywhere leaves the pool due: a
-// retry of the request or the reconciler runs 2–4 again. The pool stays in
-// the due index for good: the reconciler provisions its hours ahead
-// (ProvisionHours) and marks it due again at the next hour.
-func (s *Service) CreatePool(ctx context.Context, tenant, poolID string, resources, nodeSize map[string]int) (Pool, error) {
-	for r, n := range nodeSize {
-		if _, ok := resources[r]; !ok {
-			return Pool{}, apierr.Invalid("unknown_resource", "nodeSize."+r, "nodeSize names %q, which is not among the resources", r)
-		}
-		if n < 1 || n > api.MaxNodeSize {
-			return Pool{}, apierr.Invalid("constraint", "nodeSize."+r, "a node holds 1..%d devices", api.MaxNodeSize)
-		}
-	}
-	p := NewPool(poolID, tenant, resources, nodeSize, s.now())
-	stored, err := s.Store.ClaimPool(ctx, p, p.CreatedAt.Add(api.StaleAfter))
-	switch {
-	case errors.Is(err, ErrExists):
-		if !stored.OwnedBy(tenant) {
-			return Pool{}, apierr.New(apierr.Conflict, "pool id %q is taken", poolID).With("field", "poolId")
-		}
-		if !stored.SameDefinition(p) {
-			return Pool{}, apierr.New(apierr.Conflict, "pool %q exists with another definition", poolID).With("field", "resources")
-		}
-		p = stored
-	case err != nil:
-		return Pool{}, unavailable(err)
-	}
-	if err := s.fault(FaultPoolClaimed); err != nil {
-		return Pool{}, err
-	}
-	if err := s.completePool(ctx, p, s.now()); err != nil {
-		return Pool{}, err
-	}
-	return p.WithDevices(), nil
-}
-
-// completePool runs steps 2–4 of CreatePool, leaving the pool due at next;
-// every step is idempotent.
-func (s *Service) completePool(ctx context.Context, p Pool, next time.Time) error {
-	names := p.ResourceNames()
-	err := s.each(ctx, len(names), func(i int) error {
-		r := names[i]
-		return s.Store.EnsureQuota(ctx, QuotaKey{p.OwnerTenantID, p.PoolID, r}, int64(p.Resources[r]), p.CreatedAt)
-	})
-	if err != nil {
-		return unavailable(err)
-	}
-	if err := s.Store.ShowPool(ctx, p.OwnerTenantID, p); err != nil {
-		return unavailable(err)
-	}
-	if err := s.Store.PoolDue(ctx, p.PoolID, next, 0); err != nil {
-		return unavailable(err)
-	}
-	return nil
-}
-
-// ProvisionHours is how many hours, the current one first, the reconciler
-// keeps provisioned for every pool: every node-hour stored, so candidate
-// reads find whole nodes too (docs/capacity.md). Hours further ahead are
-// stored node by node as reservations are placed on them.
-const ProvisionHours = 72
-
-// provisionPool provisions the hours ahead of p from now's hour while the
-// pass's budget of node-hours lasts (an hour is started only with budget
-// left); through is the first hour not provisioned yet, done false when
-// the budget ran out first (the pool stays due, for the next pass).
-func (s *Service) provisionPool(ctx context.Context, p Pool, now time.Time, horizon int, budget *atomic.Int64) (hours int, through Hour, done bool, err error) {
-	from, to := max(p.ProvisionedTo, HourOf(now)), HourOf(now)+Hour(horizon)
-	for h := from; h < to; h++ {
-		for _, name := range p.ResourceNames() {
-			if budget.Load() <= 0 {
-				return hours, h, false, nil
-			}
-			pr := PoolResource{PoolID: p.PoolID, Topology: p.Topology(name)}
-			made, err := s.Store.Provision(ctx, pr, h)
-			if err != nil {
-				return hours, h, false, unavailable(err)
-			}
-			if made {
-				hours++
-				budget.Add(-int64(pr.Nodes()))
-			}
-		}
-	}
-	return hours, max(from, to), true, nil
-}
-
-// OfferPool sets toTenant's quota max on one resource of a pool tenant owns.
-// Protocol: (1) show the pool to toTenant, (2) set the row's max — a crash
-// between leaves the pool visible with a missing row, which grants 0.
-func (s *Service) OfferPool(ctx context.Context, tenant, poolID, toTenant, resource string, max int64) (api.Quota, error) {
-	p, err := s.Store.GetPool(ctx, poolID)
-	if errors.Is(err, ErrNotFound) || (err == nil && !p.OwnedBy(tenant)) {
-		return api.Quota{}, errPoolNotFound(poolID)
-	}
-	if err != nil {
-		return api.Quota{}, unavailable(err)
-	}
-	if _, ok := p.Resources[resource]; !ok {
-		return api.Quota{}, errNoResource(poolID, resource)
-	}
-	if max < 0 || max > api.MaxQuota {
-		return api.Quota{}, apierr.Invalid("constraint", "max", "max must be 0..%d", api.MaxQuota)
-	}
-	if err := s.Store.ShowPool(ctx, toTenant, p); err != nil {
-		return api.Quota{}, unavailable(err)
-	}
-	q, err := s.Store.SetQuotaMax(ctx, QuotaKey{toTenant, poolID, resource}, max, s.now())
-	if err != nil {
-		return api.Quota{}, unavailable(err)
-	}
-	return q, nil
-}
-
-// GetPool returns a pool owned by or offered to tenant.
-func (s *Service) GetPool(ctx context.Context, tenant, poolID string) (Pool, error) {
-	p, err := s.Store.VisiblePool(ctx, tenant, poolID)
-	if errors.Is(err, ErrNotFound) {
-		return Pool{}, errPoolNotFound(poolID)
-	}
-	if err != nil {
-		return Pool{}, unavailable(err)
-	}
-	return p.WithDevices(), nil
-}
-
-// ListPools lists the pools owned by or offered to tenant, by id.
-func (s *Service) ListPools(ctx context.Context, tenant string, page paging.Page) ([]Pool, map[string]string, error) {
-	ps, next, err := s.Store.ListPools(ctx, tenant, page)
-	if err != nil {
-		return nil, nil, unavailable(err)
-	}
-	for i := range ps {
-		ps[i] = ps[i].WithDevices()
-	}
-	return ps, next, nil
-}
-
-// GetQuota returns a quota row; a missing row is max 0, used 0.
-func (s *Service) GetQuota(ctx context.Context, k QuotaKey) (api.Quota, error) {
-	q, err := s.Store.GetQuota(ctx, k)
-	if err != nil {
-		return api.Quota{}, unavailable(err)
-	}
-	return q, nil
-}
-
-// ListQuotas lists tenant's quota rows (of one pool when poolID != "").
-func (s *Service) ListQuotas(ctx context.Context, tenant, poolID string, page paging.Page) ([]api.Quota, map[string]string, error) {
-	qs, next, err := s.Store.ListQuotas(ctx, tenant, poolID, page)
-	if err != nil {
-		return nil, nil, unavailable(err)
-	}
-	return qs, next, nil
-}
-
-// pause waits the jittered backoff before placement attempt n (not a
-// synchronization: racers that lost spread out before reading again).
-func (s *Service) pause(ctx context.Context, attempt int) error {
-	if s.Sleep != nil {
-		return s.Sleep(ctx, backoff(attempt, rand.Int64N))
-	}
-	return conc.Sleep(ctx, backoff(attempt, rand.Int64N))
 }

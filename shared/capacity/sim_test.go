@@ -159,7 +159,7 @@ func runSimulation(t *testing.T, seed uint64) *simulation {
 	// A pool of 20 nodes of 8 GPUs and 16 CPUs of one device each (a
 	// placement of more than InlinePlacement nodes on either), owned by
 	// acme, offered in part to globex.
-	if _, err := e.svc.CreatePool(ctx, "acme", "sim", map[string]int{"gpu": 160, "cpu": 16}, map[string]int{"gpu": 8, "cpu": 1}); err != nil {
+	if _, err := e.svc.Pools().Create(ctx, "acme", "sim", map[string]int{"gpu": 160, "cpu": 16}, map[string]int{"gpu": 8, "cpu": 1}); err != nil {
 		t.Fatal(err)
 	}
 	e.offer(t, "acme", "sim", "globex", "gpu", 40)
@@ -320,7 +320,7 @@ func (sim *simulation) decider() capacity.Decide {
 
 func (sim *simulation) create(req capacity.CreateRequest, decide capacity.Decide) func(ctx context.Context) {
 	return func(ctx context.Context) {
-		r, err := sim.svc.CreateReservation(ctx, req, decide)
+		r, err := sim.svc.Admission().Create(ctx, req, decide)
 		if err == nil && r.State == api.Placed {
 			sim.placed[r.ReservationID] = true
 		}
@@ -337,7 +337,7 @@ func (sim *simulation) release(tenant, id string, wait int) func(ctx context.Con
 		for range wait {
 			sim.yield(ctx, "wait")
 		}
-		r, err := sim.svc.ReleaseReservation(ctx, tenant, id)
+		r, err := sim.svc.Reservations().Release(ctx, tenant, id)
 		sim.answers["release "+string(apierr.CodeOf(err))]++
 		if err == nil {
 			if !r.State.Terminal() {
@@ -522,7 +522,7 @@ func (sim *simulation) quiesce(ctx context.Context) {
 		// bind through their nodes or move.
 		for i := range 6 {
 			s := e.clock.Now().Add(time.Minute)
-			r, err := e.svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "sim", Resource: "gpu", Count: 8,
+			r, err := e.svc.Admission().Create(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "sim", Resource: "gpu", Count: 8,
 				Start: &s, End: s.Add(time.Hour), ClientToken: fmt.Sprintf("late-%d", i), Principal: "alice"}, allow)
 			if err == nil {
 				sim.windows = append(sim.windows, r.Window)
@@ -837,9 +837,6 @@ func (w *simStore) Amend(ctx context.Context, r, to capacity.Reservation) (capac
 }
 func (w *simStore) Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool, gen int64) error {
 	return simDo(w, ctx, "Flag", func() error { return w.inner.Flag(ctx, t, node, h, off, gen) })
-}
-func (w *simStore) Disrupt(ctx context.Context, tenant, id, rid string, at time.Time) error {
-	return simDo(w, ctx, "Disrupt "+id, func() error { return w.inner.Disrupt(ctx, tenant, id, rid, at) })
 }
 func (w *simStore) SetPlan(ctx context.Context, r capacity.Reservation, p capacity.Placement, ns int) error {
 	return simDo(w, ctx, "SetPlan "+r.ReservationID, func() error { return w.inner.SetPlan(ctx, r, p, ns) })

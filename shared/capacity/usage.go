@@ -25,12 +25,12 @@ type UsageRequest struct {
 	Page                       paging.Page // After: {"node": "<k>"}
 }
 
-// PoolUsage reads a page of nodes of one resource of a pool the tenant can
-// see, with their reservations over [from, from+hours). It reads only the
-// page's node-hours (one Query per hour of the span): its cost follows the
-// page and the span, not the pool.
-func (s *Service) PoolUsage(ctx context.Context, q UsageRequest) (api.Usage, map[string]string, error) {
-	p, err := s.Store.VisiblePool(ctx, q.TenantID, q.PoolID)
+// Usage is pools.usage: it reads a page of nodes of one resource of a
+// pool the tenant can see, with their reservations over [from,
+// from+hours). It reads only the page's node-hours (one Query per hour of
+// the span): its cost follows the page and the span, not the pool.
+func (ps *Pools) Usage(ctx context.Context, q UsageRequest) (api.Usage, map[string]string, error) {
+	p, err := ps.store.VisiblePool(ctx, q.TenantID, q.PoolID)
 	switch {
 	case errors.Is(err, ErrNotFound):
 		return api.Usage{}, nil, errPoolNotFound(q.PoolID)
@@ -42,7 +42,7 @@ func (s *Service) PoolUsage(ctx context.Context, q UsageRequest) (api.Usage, map
 	}
 	from := q.From
 	if from.IsZero() {
-		from = s.now()
+		from = ps.now()
 	}
 	from = from.UTC()
 	hours := q.Hours
@@ -72,7 +72,7 @@ func (s *Service) PoolUsage(ctx context.Context, q UsageRequest) (api.Usage, map
 	}
 	byNode := map[int]map[string]held{}
 	for _, h := range HoursOf(span) {
-		err := s.Store.NodeRange(ctx, pr, h, first, last, func(nd NodeHour) error {
+		err := ps.store.NodeRange(ctx, pr, h, first, last, func(nd NodeHour) error {
 			for id, e := range nd.Entries {
 				if !e.Window.Overlaps(span) {
 					continue

@@ -37,8 +37,8 @@ func TestAdoptedButNeverToldIsScrubbed(t *testing.T) {
 	if _, err := e.fleet.Register(ctx, "acme", "p1", nodeName(0), e.newKey(t, "p1", nodeName(0)), "linux/amd64"); err != nil {
 		t.Fatal(err)
 	}
-	e.fleet.Adopter = e.cap
-	if _, err := e.cap.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil {
+	e.fleet.Adopter = e.cap.Bindings()
+	if _, err := e.cap.Reservations().Release(ctx, "acme", r.ReservationID); err != nil {
 		t.Fatal(err)
 	}
 	ans := e.ready(t, "p1", nodeName(0))
@@ -61,10 +61,10 @@ func TestLateAdoptionScrubsWhatEnded(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	r := e.registeredCutShort(t)
-	if _, err := e.cap.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil {
+	if _, err := e.cap.Reservations().Release(ctx, "acme", r.ReservationID); err != nil {
 		t.Fatal(err)
 	}
-	e.fleet.Adopter = e.cap
+	e.fleet.Adopter = e.cap.Bindings()
 	e.clock.Advance(time.Minute)
 	e.pass(t) // the sweep finishes the adoption
 	ans := e.ready(t, "p1", nodeName(0))
@@ -95,10 +95,10 @@ func TestBoundButNeverToldIsScrubbed(t *testing.T) {
 	if _, err := e.store.Amend(ctx, cur, to); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.cap.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil {
+	if _, err := e.cap.Reservations().Release(ctx, "acme", r.ReservationID); err != nil {
 		t.Fatal(err)
 	}
-	e.fleet.Adopter = e.cap
+	e.fleet.Adopter = e.cap.Bindings()
 	e.clock.Advance(time.Minute)
 	e.pass(t)
 	ans := e.ready(t, "p1", nodeName(0))

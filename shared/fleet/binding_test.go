@@ -33,7 +33,7 @@ func TestBindingThroughNode(t *testing.T) {
 	e.register(t, "p1", "gpu-node-0")
 	e.ready(t, "p1", "gpu-node-0")
 	e.pass(t) // the sweep lifts the new node's flags: it is ready
-	if _, err := e.cap.OfferPool(context.Background(), "acme", "p1", "acme", "gpu", 16); err != nil {
+	if _, err := e.cap.Pools().Offer(context.Background(), "acme", "p1", "acme", "gpu", 16); err != nil {
 		t.Fatal(err)
 	}
 	r, err := e.create(t, "p1", 8, time.Minute, time.Hour)
@@ -98,7 +98,7 @@ func TestBindingThroughNode(t *testing.T) {
 	}
 	e.check(t)
 	// Released by the tenant: unbind at once.
-	if _, err := e.cap.ReleaseReservation(context.Background(), "acme", next.ReservationID); err != nil {
+	if _, err := e.cap.Reservations().Release(context.Background(), "acme", next.ReservationID); err != nil {
 		t.Fatal(err)
 	}
 	if n := e.node(t, "p1", "gpu-node-0"); len(n.Bindings) != 1 || n.Bindings[0].Action != api.ActionUnbind {
@@ -238,7 +238,7 @@ func TestReplacement(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	q0, _ := e.cap.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu"})
+	q0, _ := e.cap.Quotas().Get(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu"})
 	// The victim goes silent; the others keep reporting.
 	for step := time.Duration(0); step < 10*time.Minute; step += 30 * time.Second {
 		e.clock.Advance(30 * time.Second)
@@ -259,7 +259,7 @@ func TestReplacement(t *testing.T) {
 	if got.NodeIDs[0] == victim || got.NodeIDs[0] == other.NodeIDs[0] || len(got.DeviceIDs) != 8 {
 		t.Fatalf("moved onto %v (victim %s, other %v)", got.NodeIDs, victim, other.NodeIDs)
 	}
-	if q, _ := e.cap.GetQuota(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu"}); q.Used != q0.Used {
+	if q, _ := e.cap.Quotas().Get(ctx, capacity.QuotaKey{TenantID: "acme", PoolID: "p1", Resource: "gpu"}); q.Used != q0.Used {
 		t.Errorf("quota moved: %d → %d", q0.Used, q.Used)
 	}
 	e.check(t)
@@ -357,7 +357,7 @@ func TestBindingCrashMatrix(t *testing.T) {
 			if got.State != api.Active || (victim != "" && got.NodeIDs[0] == victim) {
 				t.Fatalf("after the crash at %s: %s on %v (victim %q), history %+v", point, got.State, got.NodeIDs, victim, got.History)
 			}
-			if _, err := e.cap.ReleaseReservation(context.Background(), "acme", r.ReservationID); err != nil && !errors.Is(err, errCrash) {
+			if _, err := e.cap.Reservations().Release(context.Background(), "acme", r.ReservationID); err != nil && !errors.Is(err, errCrash) {
 				t.Fatal(err)
 			}
 			e.clock.Advance(api.StaleAfter)

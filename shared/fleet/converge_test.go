@@ -240,7 +240,7 @@ func TestUnhealthyReportTakesTheNodeOutAtOnce(t *testing.T) {
 func TestRegisteredNodeAdoptsWhatItHolds(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
-	e.fleet.Adopter = e.cap
+	e.fleet.Adopter = e.cap.Bindings()
 	e.pool(t, "p1", 8)
 	r, err := e.create(t, "p1", 8, time.Minute, time.Hour)
 	if err != nil {
@@ -258,7 +258,7 @@ func TestRegisteredNodeAdoptsWhatItHolds(t *testing.T) {
 		t.Fatalf("after registering: %+v", ans.Desired.Bindings)
 	}
 	e.ready(t, "p1", nodeName(0), bound(r.ReservationID))
-	if _, err := e.cap.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil {
+	if _, err := e.cap.Reservations().Release(ctx, "acme", r.ReservationID); err != nil {
 		t.Fatal(err)
 	}
 	next, err := e.create(t, "p1", 8, 0, time.Hour)
@@ -285,7 +285,7 @@ func TestBindNeverCrossesTenants(t *testing.T) {
 	e := newEnv(t)
 	ctx := context.Background()
 	e.pool(t, "p1", 8)
-	if _, err := e.cap.OfferPool(ctx, "acme", "p1", "globex", "gpu", 8); err != nil {
+	if _, err := e.cap.Pools().Offer(ctx, "acme", "p1", "globex", "gpu", 8); err != nil {
 		t.Fatal(err)
 	}
 	e.register(t, "p1", nodeName(0))
@@ -308,11 +308,11 @@ func TestBindNeverCrossesTenants(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, err := e.rc.Pass(ctx); done <- err }()
 	<-stopped
-	if _, err := e.cap.ReleaseReservation(ctx, "acme", r.ReservationID); err != nil {
+	if _, err := e.cap.Reservations().Release(ctx, "acme", r.ReservationID); err != nil {
 		t.Fatal(err)
 	}
 	s, end := e.clock.Now(), e.clock.Now().Add(time.Hour)
-	next, err := e.cap.CreateReservation(ctx, capacity.CreateRequest{TenantID: "globex", PoolID: "p1", Resource: "gpu", Count: 8, Start: &s, End: end}, allow)
+	next, err := e.cap.Admission().Create(ctx, capacity.CreateRequest{TenantID: "globex", PoolID: "p1", Resource: "gpu", Count: 8, Start: &s, End: end}, allow)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@
 // which release to run and which reservations to bind or unbind. It knows
 // nothing of Lambda or DynamoDB: it states what it needs from storage as
 // the Store interface, and works with the capacity module through the
-// node-hours' eligibility flags (capacity.CalendarStore.Flag) and the
+// node-hours' eligibility flags (Calendar.Flag) and the
 // bindings the reservation reconciler writes (capacity.NodeStore). The
 // node agent's report and answer, the node states and the limits are the
 // API's (shared/api, types_fleet.go): Record embeds the API's Node.

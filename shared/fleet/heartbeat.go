@@ -298,26 +298,31 @@ func (s *Service) desired(ctx context.Context, version string, seq, from int64) 
 	return d
 }
 
-// baselineTTL is how long a function keeps a pool's baseline (it changes
-// when a rollout completes; only nodes that run no release ask for it).
+// baselineTTL is how long a function takes a pool to have no baseline
+// once it read none (a baseline appears when a rollout completes; only
+// nodes that run no release ask for it).
 const baselineTTL = time.Minute
 
-type cachedBaseline struct {
-	t        *Target
-	expireAt time.Time
-}
-
-// baseline is the pool's baseline release, cached for baselineTTL.
+// baseline is the pool's baseline release, for a node that runs none. A
+// baseline is read after the node's report was accepted, each time one
+// is told, so a node is never told an older one than the control plane
+// stored before it reported: a baseline cached for a minute told a new
+// node 1.0.0 five seconds after a rollout stored 2.0.0, and the node,
+// which moves only in rollouts, stayed on 1.0.0. Only "none" is kept for
+// baselineTTL: telling a node nothing for up to a minute after a
+// baseline appears is the one delay (docs/fleet.md, Heartbeats).
 func (s *Service) baseline(ctx context.Context, poolID string) *Target {
-	if v, ok := s.baselines.Load(poolID); ok && s.now().Before(v.(cachedBaseline).expireAt) {
-		return v.(cachedBaseline).t
+	if v, ok := s.noBaseline.Load(poolID); ok && s.now().Before(v.(time.Time)) {
+		return nil
 	}
 	t, err := s.Store.Baseline(ctx, poolID)
 	if err != nil {
 		s.logger().Warn("heartbeat: reading a pool's baseline", "pool", poolID, "error", err.Error())
 		return nil
 	}
-	s.baselines.Store(poolID, cachedBaseline{t, s.now().Add(baselineTTL)})
+	if t == nil {
+		s.noBaseline.Store(poolID, s.now().Add(baselineTTL))
+	}
 	return t
 }
 

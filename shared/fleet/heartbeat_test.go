@@ -12,6 +12,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
 	"github.com/bettercompute/control-plane/shared/dsse"
+	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
 // One refusal per rule of a heartbeat, each leaving the node as it was.
@@ -91,7 +92,7 @@ func TestHeartbeatNotFoundSaysWhatIsMissing(t *testing.T) {
 	e.pool(t, "p1", 16)
 	e.register(t, "p1", "gpu-node-0")
 	e.ready(t, "p1", "gpu-node-0")
-	if _, err := e.cap.OfferPool(ctx, "acme", "p1", "initech", "gpu", 8); err != nil {
+	if _, err := e.cap.Pools().Offer(ctx, "acme", "p1", "initech", "gpu", 8); err != nil {
 		t.Fatal(err)
 	}
 	key := e.keys["p1/gpu-node-0"]
@@ -256,8 +257,10 @@ func TestRegister(t *testing.T) {
 // A heartbeat's cost: one conditional write when the function's caches
 // are warm. Cold, it reads the node (its key, cached a minute, never
 // trusted past a key change) and — only for a node that runs no release,
-// which is told its pool's baseline — the pool's sweep item (cached a
-// minute per pool). Never more, whatever the node reports.
+// which is told its pool's baseline — the pool's sweep item: "no
+// baseline" is kept a minute per pool, a baseline is read each time it is
+// told (never an older one than stored before the report). Never more,
+// whatever the node reports.
 func TestHeartbeatCost(t *testing.T) {
 	e := newEnv(t)
 	e.pool(t, "p1", 16)
@@ -276,6 +279,15 @@ func TestHeartbeatCost(t *testing.T) {
 	e.clock.Advance(api.KeyCacheTTL + time.Second)
 	count("both caches' minute past", 3)
 	count("warm", 1)
+	// Once the pool has a baseline (after "none" expired), a node that runs
+	// nothing reads it with each report until it runs a release.
+	if err := e.nodes.SetBaseline(context.Background(), "p1", fleet.Target{Version: "1.0.0", Sequence: 1}); err != nil {
+		t.Fatal(err)
+	}
+	count("warm, none still kept", 1)
+	e.clock.Advance(api.KeyCacheTTL + time.Second)
+	count("cold, a baseline to tell", 3)
+	count("warm, a baseline to tell", 2)
 
 	// A replay (warm): the write that fails and one read of the node to
 	// say its latest counter — the record the failed write reads is kept,

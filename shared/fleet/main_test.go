@@ -75,7 +75,7 @@ func allow(context.Context, map[string]any) error { return nil }
 // pool creates a pool of acme with nodes of 8 devices of gpu.
 func (e *env) pool(tb testing.TB, id string, devices int) {
 	tb.Helper()
-	if _, err := e.cap.CreatePool(context.Background(), "acme", id, map[string]int{"gpu": devices}, nil); err != nil {
+	if _, err := e.cap.Pools().Create(context.Background(), "acme", id, map[string]int{"gpu": devices}, nil); err != nil {
 		tb.Fatalf("create pool: %v", err)
 	}
 }
@@ -186,13 +186,13 @@ func (e *env) check(tb testing.TB) {
 func (e *env) create(tb testing.TB, pool string, count int, from, to time.Duration) (capacity.Reservation, error) {
 	tb.Helper()
 	s, end := e.clock.Now().Add(from), e.clock.Now().Add(to)
-	return e.cap.CreateReservation(context.Background(), capacity.CreateRequest{TenantID: "acme", PoolID: pool, Resource: "gpu",
+	return e.cap.Admission().Create(context.Background(), capacity.CreateRequest{TenantID: "acme", PoolID: pool, Resource: "gpu",
 		Count: count, Start: &s, End: end}, allow)
 }
 
 func (e *env) get(tb testing.TB, id string) capacity.Reservation {
 	tb.Helper()
-	r, err := e.cap.GetReservation(context.Background(), "acme", id)
+	r, err := e.cap.Reservations().Get(context.Background(), "acme", id)
 	if err != nil {
 		tb.Fatal(err)
 	}

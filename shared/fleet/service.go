@@ -52,11 +52,11 @@ type Service struct {
 	// simulation's hook).
 	Serial bool
 
-	keys      sync.Map // pool/node → cachedKey
-	manifests sync.Map // version → NodeRelease (immutable once recorded)
-	baselines sync.Map // pool → cachedBaseline
-	roots     sync.Map // log size → tlog.Hash: the tree's root at that size (immutable)
-	cp        atomic.Pointer[cachedCheckpoint]
+	keys       sync.Map // pool/node → cachedKey
+	manifests  sync.Map // version → NodeRelease (immutable once recorded)
+	noBaseline sync.Map // pool → time.Time: until then the pool is taken to have no baseline
+	roots      sync.Map // log size → tlog.Hash: the tree's root at that size (immutable)
+	cp         atomic.Pointer[cachedCheckpoint]
 }
 
 // cachedKey is a node's key as a function last read it.

@@ -101,7 +101,7 @@ type SweepState struct {
 }
 
 // Adopter tells a node registering the reservations bound on it while it
-// was unmanaged (capacity.Service.Adopt).
+// was unmanaged (capacity.Bindings.Adopt).
 type Adopter interface {
 	Adopt(ctx context.Context, t capacity.PoolResource, node int, at time.Time) error
 }
@@ -123,7 +123,8 @@ type Pools interface {
 }
 
 // Calendar is where placement looks for candidates: the node-hours, which
-// carry each node's eligibility (capacity.CalendarStore.Flag).
+// carry each node's eligibility flag (the fleet writes it; capacity's
+// Placer reads it with the candidates).
 type Calendar interface {
 	Flag(ctx context.Context, t capacity.PoolResource, node int, h capacity.Hour, off bool, gen int64) error
 }

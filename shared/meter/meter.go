@@ -28,6 +28,12 @@ type Usage struct {
 // Units is RCU + WCU.
 func (u Usage) Units() float64 { return u.RCU + u.WCU }
 
+// Add is u and v together.
+func (u Usage) Add(v Usage) Usage { return Usage{u.Calls + v.Calls, u.RCU + v.RCU, u.WCU + v.WCU} }
+
+// Sub is what u has beyond v (the usage between two readings of a Meter).
+func (u Usage) Sub(v Usage) Usage { return Usage{u.Calls - v.Calls, u.RCU - v.RCU, u.WCU - v.WCU} }
+
 // Call records one round trip.
 func (m *Meter) Call() {
 	if m == nil {

@@ -2,9 +2,13 @@
 // items through the sparse due index, hands each to the domain whose item
 // it is — capacity's reservations, pools and quota rows, the fleet's
 // sweeps, the rollouts — under a bounded set of workers, a provisioning
-// budget and the invocation's deadline, and sums up what they did. The
-// domains own their steps; this package owns only the loop. Arrows run
-// down: reconcile imports capacity, fleet and rollout, never the reverse.
+// budget and the invocation's deadline, then runs the release log's step,
+// and sums up what they did. The domains own their steps; this package
+// owns only the loop. Arrows run down: of the domains it imports only
+// capacity (its steps, capacity.Steps, and the items' types); the fleet's
+// sweep, a rollout's advance, the release log's step and the due index are
+// interfaces it defines (FleetSweeper, RolloutAdvancer, ReleaseLog,
+// DueStore) and the wiring fills (shared/app/modules). No domain imports it.
 package reconcile
 
 import (

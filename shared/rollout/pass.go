@@ -33,7 +33,10 @@ var PassFaultPoints = []string{FaultEnumerated, FaultWalked, FaultIntent, FaultS
 type Nodes interface {
 	GetNode(ctx context.Context, poolID, resource string, index int) (fleet.Record, error)
 	SetTarget(ctx context.Context, r fleet.Record, rolloutID string, t *fleet.Target, floor int64) (fleet.Record, error)
-	CountOut(ctx context.Context, poolID string) (int, error)
+	// OutOfService lists the pool's nodes out of service — not ready or
+	// cordoned, as their records say (the out-of-service index) — by node
+	// id, at most limit of them.
+	OutOfService(ctx context.Context, poolID string, limit int) ([]string, error)
 	SetBaseline(ctx context.Context, poolID string, t fleet.Target) error
 	// Disrupted says since when the pool's nodes are silent together (a
 	// mass silence the fleet sweep holds: docs/fleet.md), nil for none.
@@ -74,6 +77,9 @@ type Reconciler struct {
 	// Faults is a test hook (nil in production): called after each write
 	// with the point's name; an error stops the pass there as a crash.
 	Faults func(point string) error
+	// Serial reads the pools' out-of-service nodes one pool after another
+	// (the deterministic simulations' mode); else up to 16 at once.
+	Serial bool
 }
 
 func (rc *Reconciler) now() time.Time { return rc.Now().UTC() }
@@ -99,6 +105,13 @@ type pass struct {
 	now       time.Time
 	pools     map[string]capacity.Pool
 	disrupted map[string]bool // pool → in a mass silence (read once a pass)
+	// inFlight: the rollout's nodes this pass knows to be out for it —
+	// draining, installing, verifying or rolling back — as their progress
+	// items say (listed, or started by this pass), less those it
+	// concluded; unlisted: a list of them was cut at its bound, so some
+	// are not known (docs/rollouts.md, maxUnavailable).
+	inFlight map[string]bool
+	unlisted bool
 }
 
 // Advance moves one rollout forward as far as it goes now (the
@@ -111,7 +124,7 @@ func (rc *Reconciler) Advance(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	p := &pass{rc: rc, rec: rec, now: rc.now(), pools: map[string]capacity.Pool{}, disrupted: map[string]bool{}}
+	p := &pass{rc: rc, rec: rec, now: rc.now(), pools: map[string]capacity.Pool{}, disrupted: map[string]bool{}, inFlight: map[string]bool{}}
 	return p.run(ctx)
 }
 

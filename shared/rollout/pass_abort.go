@@ -57,6 +57,9 @@ func (p *pass) rollback(ctx context.Context, pr Progress) error {
 		}
 		return err
 	}
+	if err := p.fits(ctx, pr); err != nil {
+		return err
+	}
 	next.Rollback, next.UpdatedAt = RollbackInstalling, p.now
 	next.Deadline = p.now.Add(time.Duration(p.rec.Settings.ProgressDeadlineSeconds) * time.Second)
 	if err := p.rc.Store.UpdateProgress(ctx, next, api.Updated, RollbackDue); err != nil {
@@ -65,6 +68,7 @@ func (p *pass) rollback(ctx context.Context, pr Progress) error {
 		}
 		return err
 	}
+	p.inFlight[nodeKey(pr.PoolID, pr.NodeID)] = true
 	if err := p.rc.fault(FaultStarted); err != nil {
 		return err
 	}
@@ -133,6 +137,7 @@ func (p *pass) verifyRollback(ctx context.Context, pr Progress) error {
 		}
 		return err
 	}
+	delete(p.inFlight, nodeKey(pr.PoolID, pr.NodeID))
 	return p.rc.fault(FaultStepped)
 }
 

@@ -92,6 +92,7 @@ func (p *pass) advanceActive(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		p.listed(ps)
 		for _, pr := range ps {
 			var err error
 			if st == api.Draining {
@@ -108,12 +109,22 @@ func (p *pass) advanceActive(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	p.listed(ps)
 	for _, pr := range ps {
 		if err := p.verifyRollback(ctx, pr); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// listed records nodes in flight as one list of them read them (a list
+// at its bound may leave some out).
+func (p *pass) listed(ps []Progress) {
+	for _, pr := range ps {
+		p.inFlight[nodeKey(pr.PoolID, pr.NodeID)] = true
+	}
+	p.unlisted = p.unlisted || len(ps) >= p.visits()
 }
 
 // drain installs on a draining node once no non-terminal reservation on
@@ -353,6 +364,7 @@ func (p *pass) conclude(ctx context.Context, pr Progress, from, to api.RolloutSt
 		}
 		return err
 	}
+	delete(p.inFlight, nodeKey(pr.PoolID, pr.NodeID))
 	return p.rc.fault(FaultStepped)
 }
 

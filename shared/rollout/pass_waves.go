@@ -1,15 +1,17 @@
 package rollout
 
-// Waves and starts: which wave is current, when it is done, and how many
+// Waves and starts: which wave is current, when it is done, and which
 // nodes a pass may start within maxUnavailable.
 
 import (
 	"context"
 	"errors"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/conc"
 	"github.com/bettercompute/control-plane/shared/fleet"
 )
 
@@ -120,31 +122,85 @@ func (p *pass) waveDone(ctx context.Context, w int) (bool, error) {
 	return true, nil
 }
 
-// budget is how many more nodes may go out of service: maxUnavailable
-// less the nodes of the rollout's pools that are out already (not ready
-// or cordoned, as their placement flags last said).
-func (p *pass) budget(ctx context.Context) (int, error) {
-	out := 0
-	for _, pool := range p.rec.Pools {
-		n, err := p.rc.Nodes.CountOut(ctx, pool)
-		if err != nil {
-			return 0, err
-		}
-		out += n
+// errNoRoom ends a pass's starts: one more node out would take the
+// rollout's pools to more than maxUnavailable out of service.
+var errNoRoom = errors.New("rollout: no room under maxUnavailable")
+
+// nodeKey names a node of the rollout's pools (in inFlight and the
+// out-of-service sets).
+func nodeKey(pool, node string) string { return pool + "/" + node }
+
+// outOfService is every node of the rollout's pools out of service now:
+// those the pools' out-of-service index lists when it is read here (not
+// ready — registered and never heard from included — or cordoned by
+// anyone), and those the rollout has out for itself (inFlight: a start's
+// progress write says so before its cordon does, and a cordon lost to a
+// race is still the rollout's to set again). Each pool's index is read up
+// to maxUnavailable + len(inFlight) + 1 entries: enough to tell whether a
+// node fits.
+func (p *pass) outOfService(ctx context.Context) (map[string]bool, error) {
+	limit := p.rec.Settings.MaxUnavailable + len(p.inFlight) + 1
+	lists := make([][]string, len(p.rec.Pools))
+	at := 16
+	if p.rc.Serial {
+		at = 1
 	}
-	return p.rec.Settings.MaxUnavailable - out, nil
+	if err := conc.Each(ctx, len(p.rec.Pools), at, func(i int) error {
+		var err error
+		lists[i], err = p.rc.Nodes.OutOfService(ctx, p.rec.Pools[i], limit)
+		return err
+	}); err != nil {
+		return nil, err
+	}
+	out := maps.Clone(p.inFlight)
+	for i, pool := range p.rec.Pools {
+		for _, n := range lists[i] {
+			out[nodeKey(pool, n)] = true
+		}
+	}
+	return out, nil
 }
 
-// start starts up to the budget of nodes: it records them on the rollout
-// (the intent: a pause waits for it to clear, and it makes concurrent
-// passes start nodes one at a time), starts each, and clears it.
+// fits says whether pr may go out of service now: fewer than
+// maxUnavailable other nodes of the rollout's pools are (errNoRoom
+// otherwise). Read at each start, right before its write: a budget read
+// once a step was spent on nodes that went out between two starts (a
+// report, an operator's cordon after the intent). A pass that could not
+// list all its in-flight nodes starts none.
+func (p *pass) fits(ctx context.Context, pr Progress) error {
+	if p.unlisted {
+		return errNoRoom
+	}
+	out, err := p.outOfService(ctx)
+	if err != nil {
+		return err
+	}
+	delete(out, nodeKey(pr.PoolID, pr.NodeID))
+	if len(out) >= p.rec.Settings.MaxUnavailable {
+		return errNoRoom
+	}
+	return nil
+}
+
+// start starts nodes while they fit under maxUnavailable: it records
+// them on the rollout (the intent: a pause waits for it to clear, and it
+// makes concurrent passes start nodes one at a time), starts each — each
+// start reads what is out of service again (fits) — and clears it. The
+// candidates are at most the room the first read leaves.
 func (p *pass) start(ctx context.Context, _ int, candidates func(limit int) ([]Progress, error), startOne func(context.Context, Progress) error) error {
 	if p.rec.Intent != nil && p.now.Sub(p.rec.Intent.At) < IntentStale {
 		return nil // another pass is starting nodes
 	}
-	room, err := p.budget(ctx)
-	if err != nil || room <= 0 {
+	if p.unlisted {
+		return nil
+	}
+	out, err := p.outOfService(ctx)
+	if err != nil {
 		return err
+	}
+	room := p.rec.Settings.MaxUnavailable - len(out)
+	if room <= 0 {
+		return nil
 	}
 	ps, err := candidates(min(room, MaxStartPerPass))
 	if err != nil || len(ps) == 0 {
@@ -164,7 +220,11 @@ func (p *pass) start(ctx context.Context, _ int, candidates func(limit int) ([]P
 		return err
 	}
 	for _, pr := range ps {
-		if err := startOne(ctx, pr); err != nil {
+		err := startOne(ctx, pr)
+		if errors.Is(err, errNoRoom) {
+			break
+		}
+		if err != nil {
 			return err
 		}
 	}
@@ -195,6 +255,9 @@ func (p *pass) startNode(ctx context.Context, pr Progress) error {
 			next.Previous = &running
 		}
 	}
+	if err := p.fits(ctx, pr); err != nil {
+		return err
+	}
 	next.Step, next.DrainedAt, next.UpdatedAt = api.Draining, p.now, p.now
 	at := p.now.Truncate(time.Millisecond)
 	next.StartedAt = &at
@@ -204,6 +267,7 @@ func (p *pass) startNode(ctx context.Context, pr Progress) error {
 		}
 		return err
 	}
+	p.inFlight[nodeKey(pr.PoolID, pr.NodeID)] = true
 	if err := p.rc.fault(FaultStarted); err != nil {
 		return err
 	}

@@ -138,7 +138,7 @@ func (e *fleetEnv) release(version string, seq int64, platforms ...string) {
 func (e *fleetEnv) pool(id string, nodes int, v string, seq int64) {
 	e.t.Helper()
 	ctx := context.Background()
-	if _, err := e.cap.CreatePool(ctx, "acme", id, map[string]int{"gpu": 8 * nodes}, nil); err != nil {
+	if _, err := e.cap.Pools().Create(ctx, "acme", id, map[string]int{"gpu": 8 * nodes}, nil); err != nil {
 		e.t.Fatal(err)
 	}
 	for k := range nodes {

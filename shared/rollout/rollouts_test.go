@@ -151,7 +151,7 @@ func TestCreateRefusals(t *testing.T) {
 	}
 	// v0.7: pools with no managed node; no managed node with a binary for
 	// its platform in the release.
-	if _, err := e.cap.CreatePool(ctx, "acme", "bare", map[string]int{"gpu": 8}, nil); err != nil {
+	if _, err := e.cap.Pools().Create(ctx, "acme", "bare", map[string]int{"gpu": 8}, nil); err != nil {
 		t.Fatal(err)
 	}
 	e.release("3.0.0", 6, "linux/arm64")
@@ -622,19 +622,19 @@ func TestDrainAroundReservations(t *testing.T) {
 	e.release("4.0.0", 4)
 	e.pool("a", 2, "1.0.0", 1)
 	e.pass()
-	if _, err := e.cap.OfferPool(ctx, "acme", "a", "acme", "gpu", 16); err != nil {
+	if _, err := e.cap.Pools().Offer(ctx, "acme", "a", "acme", "gpu", 16); err != nil {
 		t.Fatal(err)
 	}
 	book := func(d time.Duration) (capacity.Reservation, *simNode) {
 		t.Helper()
 		start := e.clock.Now()
-		r, err := e.cap.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "a", Resource: "gpu",
+		r, err := e.cap.Admission().Create(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "a", Resource: "gpu",
 			Count: 8, Start: &start, End: start.Add(d)}, func(context.Context, map[string]any) error { return nil })
 		if err != nil {
 			t.Fatal(err)
 		}
 		for range 10 {
-			if got, _ := e.cap.GetReservation(ctx, "acme", r.ReservationID); got.State == api.Active {
+			if got, _ := e.cap.Reservations().Get(ctx, "acme", r.ReservationID); got.State == api.Active {
 				return got, e.node["a/"+got.NodeIDs[0]]
 			}
 			e.round(time.Second)
@@ -652,7 +652,7 @@ func TestDrainAroundReservations(t *testing.T) {
 	}
 	still := func(r capacity.Reservation) capacity.Reservation {
 		t.Helper()
-		got, err := e.cap.GetReservation(ctx, "acme", r.ReservationID)
+		got, err := e.cap.Reservations().Get(ctx, "acme", r.ReservationID)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -279,12 +279,12 @@ func BenchmarkConcurrentCreates(b *testing.B) {
 				w := s.next().Window()
 				start, end := w.Start, w.End
 				warm := capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: 1, Start: &start, End: end}
-				if _, err := svc.CreateReservation(ctx, warm, allowAll); err != nil {
+				if _, err := svc.Admission().Create(ctx, warm, allowAll); err != nil {
 					b.Fatal(err)
 				}
 				rng := rand.New(rand.NewPCG(3, 4))
 				const racers, rounds = 64, 6
-				before := svc.PlaceRetries()
+				before := svc.Admission().PlaceRetries()
 				creates, failed := 0, 0
 				for range rounds {
 					var wg sync.WaitGroup
@@ -297,7 +297,7 @@ func BenchmarkConcurrentCreates(b *testing.B) {
 						wg.Add(1)
 						go func() {
 							defer wg.Done()
-							_, err := svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: c, Start: &start, End: end}, allowAll)
+							_, err := svc.Admission().Create(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: c, Start: &start, End: end}, allowAll)
 							mu.Lock()
 							creates++
 							if err != nil {
@@ -308,7 +308,7 @@ func BenchmarkConcurrentCreates(b *testing.B) {
 					}
 					wg.Wait()
 				}
-				b.ReportMetric(float64(svc.PlaceRetries()-before)/float64(creates), "retries/create")
+				b.ReportMetric(float64(svc.Admission().PlaceRetries()-before)/float64(creates), "retries/create")
 				b.ReportMetric(float64(failed), "failed")
 			}
 		})
@@ -351,7 +351,7 @@ func BenchmarkFragmentation(b *testing.B) {
 		total := 0
 		for total < 4096*3/4 {
 			c := 1 + rng.IntN(8)
-			if _, err := svc.CreateReservation(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: c, Start: &start, End: end}, allowAll); err != nil {
+			if _, err := svc.Admission().Create(ctx, capacity.CreateRequest{TenantID: "acme", PoolID: "scale", Resource: "gpu", Count: c, Start: &start, End: end}, allowAll); err != nil {
 				b.Fatal(err)
 			}
 			total += c

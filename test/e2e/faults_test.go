@@ -150,7 +150,7 @@ func TestFaults(t *testing.T) {
 			continue
 		}
 		created++
-		r, err := st.App.CapacityService().GetReservation(context.Background(), "acme", o.id)
+		r, err := st.App.CapacityService().Reservations().Get(context.Background(), "acme", o.id)
 		if err != nil {
 			t.Fatalf("%s answered placed, now: %v", o.id, err)
 		}

@@ -56,6 +56,11 @@ type node struct {
 	told     map[string]string
 	next     time.Duration
 	actor    *actor // its heartbeat loop
+	// acceptedOrder: the order of the write that accepted its last report
+	// (check i); blank: a re-imaged host that runs nothing and, told a
+	// release, goes on installing it (the blank host adversary)
+	acceptedOrder int
+	blank         bool
 }
 
 // beat sends the node's report and acts on the answer like the reference
@@ -170,6 +175,10 @@ func (n *node) act(w *world, res api.HeartbeatResult) {
 	}
 	if d.Sequence < res.Desired.FloorSequence {
 		w.fail("floor", 0, "%s told %s (%d) below its floor %d", n.ref, d.Version, d.Sequence, res.Desired.FloorSequence)
+		return
+	}
+	if n.blank {
+		n.install = &api.Install{Version: d.Version, State: api.InstallInstalling}
 		return
 	}
 	if n.failOn == d.Version {
@@ -329,7 +338,7 @@ func (w *world) create(ctx context.Context, req capacity.CreateRequest, retry bo
 	var r capacity.Reservation
 	err, crashed, faulted := w.invoke(ctx, capacity.FlowDeadline, func(ctx context.Context) error {
 		var err error
-		r, err = w.cap.CreateReservation(ctx, req, allow)
+		r, err = w.cap.Admission().Create(ctx, req, allow)
 		return err
 	})
 	w.stats.creates++
@@ -382,7 +391,7 @@ func (w *world) releaser(tenant, id string, wait time.Duration) func(ctx context
 			var r capacity.Reservation
 			err, crashed, _ := w.invoke(ctx, capacity.ReleaseTimeout, func(ctx context.Context) error {
 				var err error
-				r, err = w.cap.ReleaseReservation(ctx, tenant, id)
+				r, err = w.cap.Reservations().Release(ctx, tenant, id)
 				return err
 			})
 			w.noInternal("release", err)

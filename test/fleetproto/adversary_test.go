@@ -37,19 +37,36 @@ import (
 //     filler's device is busy there, so best fit prefers that node (check g);
 //   - mass silence: most of a pool's managed nodes go silent together for
 //     several intervals, then come back (check silence);
-//   - sicken: just before a rollout pass counts its pools' nodes out of
-//     service, ready nodes of those pools report unhealthy — as many as
-//     bring the count to maxUnavailable — and their reports are answered
-//     before the count (check d).
+//   - sicken: just before a rollout pass first reads its pools' nodes out
+//     of service for a step, ready nodes of those pools report unhealthy —
+//     as many as bring the count to maxUnavailable — and their reports are
+//     answered before the read (check d); and, the budget race (from the
+//     rollout's second wave), the same between two starts of one step
+//     (once a start's cordon is set), and an operator's cordons once a
+//     pass recorded its intent to start nodes, before its first start
+//     (check d: a budget read once a step misses them);
+//   - blank host: around a completed rollout's baseline write, an updated
+//     node of that pool is re-imaged — it runs nothing, and goes on
+//     installing what it is told — and reports just before the write and
+//     just after it (check i: told the baseline the write replaced).
 //
 // Which adversaries a seed has comes from the seed's bits (on), not from
 // draws: each is on in half of any eight consecutive seeds, so the revert
-// table's seeds 1–8 meet every one of them four times.
+// table's seeds 1–8 meet every one of them four times. The blank host
+// goes with the cordon race: it needs a rollout that completes, and the
+// cordon race's rollout runs on, never paused or aborted by the actors.
 type adversaries struct {
-	bindFence, moveBack, abortRace, cordonRace, fullHour, massSilence, sicken bool
+	bindFence, moveBack, abortRace, cordonRace, fullHour, massSilence, sicken, blankHost bool
 
-	fenced, cordonRaced, sickened int
-	abortRaced                    bool
+	fenced, cordonRaced, sickened, intentRaced, startRaced int
+	abortRaced                                             bool
+
+	// budget race: the nodes whose start's cordon is the next one set
+	starting map[nodeRef]bool
+	// blank host: the node re-imaged (nil: not yet), and once it was told
+	// after the baseline write
+	blank     *node
+	blankDone bool
 
 	// move back
 	moveID   string
@@ -75,7 +92,9 @@ func (w *world) drawAdversaries() {
 	on := func(i int) bool { return on(w.seed, i) }
 	a.bindFence, a.moveBack, a.abortRace = on(0), on(1), on(2)
 	a.cordonRace, a.massSilence, a.sicken = on(3), on(4), on(5)
+	a.blankHost = a.cordonRace
 	a.fullHour = w.fillHour != 0
+	a.starting = map[nodeRef]bool{}
 	a.sickOnce = map[string]nodeRef{}
 	a.silenced = map[nodeRef]bool{}
 	a.alone = map[nodeRef]bool{}
@@ -97,7 +116,7 @@ func (w *world) advNames() string {
 		on   bool
 		name string
 	}{{a.bindFence, "bind-fence"}, {a.moveBack, "move-back"}, {a.abortRace, "abort-race"}, {a.cordonRace, "cordon-race"},
-		{a.fullHour, "full-hour"}, {a.massSilence, "mass-silence"}, {a.sicken, "sicken"}} {
+		{a.fullHour, "full-hour"}, {a.massSilence, "mass-silence"}, {a.sicken, "sicken"}, {a.blankHost, "blank-host"}} {
 		if c.on {
 			out = append(out, c.name)
 		}
@@ -214,27 +233,98 @@ func (w *world) abortRace(ctx context.Context, r fleet.Record, rolloutID, when s
 	w.s.sleep(ctx, time.Duration(5+w.rng.IntN(5))*time.Second)
 }
 
-// CountOut: the sicken adversary acts just before a rollout pass counts a
-// pool's nodes out of service.
-func (n *watchedTargets) CountOut(ctx context.Context, pool string) (int, error) {
+// OutOfService: the sicken adversary acts just before a rollout pass
+// reads a pool's nodes out of service.
+func (n *watchedTargets) OutOfService(ctx context.Context, pool string, limit int) ([]string, error) {
 	n.w.sickenBefore(ctx, pool)
-	return n.Store.CountOut(ctx, pool)
+	return n.Store.OutOfService(ctx, pool, limit)
 }
 
-// sickenBefore: ready managed nodes of the rollout's pools report
+// sickenBefore: before a pass's first read of a step (before its intent,
+// of its first pool), ready managed nodes of the rollout's pools report
 // unhealthy (for 30 s) — as many as bring the out-of-service count the
-// node records make to maxUnavailable — and the pass counts once their
+// node records make to maxUnavailable — and the pass reads once their
 // reports were answered. A count that misses them (one the sweep alone
 // moves) lets the pass start a node over maxUnavailable (check d).
 func (w *world) sickenBefore(ctx context.Context, pool string) {
 	a := &w.adv
-	if !a.sicken || a.sickened >= 3 || !inPass(ctx) || !w.clock.Now().Before(w.end) || w.rng.IntN(2) != 0 {
+	if !a.sicken || a.sickened >= 3 || !inPass(ctx) || !w.clock.Now().Before(w.end) {
 		return
 	}
 	rec, err := w.rollI.GetRollout(context.Background(), w.rolloutID)
-	if err != nil || rec.State != api.Progressing || len(rec.Pools) == 0 || pool != rec.Pools[0] {
-		return // before the first pool's count only: a node sickened in a pool counted already is a race no count can see
+	if err != nil || rec.Intent != nil || w.rng.IntN(2) != 0 {
+		return // a start's read: the budget race's
 	}
+	if rec.State != api.Progressing || len(rec.Pools) == 0 || pool != rec.Pools[0] {
+		return // before the first pool's read only: a node sickened in a pool read already is a race no read can see
+	}
+	if w.sicken(ctx, rec, "before the pass reads", 30*time.Second) {
+		a.sickened++
+	}
+}
+
+// sickenBetweenStarts (the budget race): once a pass past the first wave
+// set the cordon of a node it started, before its next start, ready nodes
+// report unhealthy as sickenBefore's do (once: healthy again at their next
+// report). A pass that read the budget once a step starts its next node
+// over maxUnavailable (check d).
+func (w *world) sickenBetweenStarts(ctx context.Context) {
+	a := &w.adv
+	if !a.sicken || a.startRaced >= 2 || !inPass(ctx) || !w.clock.Now().Before(w.end) {
+		return
+	}
+	rec, err := w.rollI.GetRollout(context.Background(), w.rolloutID)
+	if err != nil || rec.State.Terminal() || !pastFirstWave(rec) {
+		return
+	}
+	if w.sicken(ctx, rec, "between two starts", time.Second) {
+		a.startRaced++
+	}
+}
+
+// pastFirstWave: the rollout started its second wave (the first is one
+// node: a step of several starts comes after).
+func pastFirstWave(rec rollout.Record) bool {
+	return len(rec.Waves) > 1 && rec.Waves[1].StartedAt != nil
+}
+
+// sicken makes ready nodes of rec's pools report unhealthy for d — as
+// many as bring the count of out-of-service node records to
+// maxUnavailable, at most 3 — and waits (the caller's actor sleeping)
+// until their reports were answered. It says whether it did.
+func (w *world) sicken(ctx context.Context, rec rollout.Record, when string, d time.Duration) bool {
+	out, ready := w.outAndReady(rec)
+	need := rec.Settings.MaxUnavailable - out
+	if need <= 0 || need > len(ready) || need > 3 {
+		return false
+	}
+	w.rng.Shuffle(len(ready), func(i, j int) { ready[i], ready[j] = ready[j], ready[i] })
+	sick := ready[:need]
+	now := w.clock.Now()
+	for _, n := range sick {
+		n.healthy, n.sickUntil = false, now.Add(d)
+		w.note("adversary sicken: %s reports unhealthy %s (%d out, maxUnavailable %d)", n.ref, when, out, rec.Settings.MaxUnavailable)
+	}
+	for i := 0; i < 100; i++ {
+		answered := true
+		for _, n := range sick {
+			if r, ok := w.node(n.ref); !ok || r.State == api.Ready {
+				answered = false
+				w.wakeNode(n.ref)
+			}
+		}
+		if answered {
+			break
+		}
+		w.s.sleep(ctx, 50*time.Millisecond)
+	}
+	return true
+}
+
+// outAndReady reads the node records of rec's pools: how many are out of
+// service, and the managed nodes in service that report as they should
+// (healthy, not silent, not sickened already).
+func (w *world) outAndReady(rec rollout.Record) (int, []*node) {
 	now := w.clock.Now()
 	out := 0
 	var ready []*node
@@ -250,29 +340,138 @@ func (w *world) sickenBefore(ctx context.Context, pool string) {
 			return nil
 		})
 	}
+	return out, ready
+}
+
+// cordonAfterIntent (the budget race): once a pass recorded its intent
+// to start nodes of a wave after the first, an operator cordons ready
+// nodes of the rollout's pools — as many as bring the count to
+// maxUnavailable, at most 3 — before the pass's first start, and lifts
+// the cordons once that pass cleared its intent. A pass that read the
+// budget before its intent starts nodes over maxUnavailable (check d).
+func (w *world) cordonAfterIntent(ctx context.Context, rec rollout.Record) {
+	a := &w.adv
+	if !a.sicken || a.intentRaced >= 1 || !inPass(ctx) || !w.clock.Now().Before(w.end) || rec.State.Terminal() || !pastFirstWave(rec) {
+		return
+	}
+	out, ready := w.outAndReady(rec)
 	need := rec.Settings.MaxUnavailable - out
 	if need <= 0 || need > len(ready) || need > 3 {
 		return
 	}
-	a.sickened++
+	a.intentRaced++
 	w.rng.Shuffle(len(ready), func(i, j int) { ready[i], ready[j] = ready[j], ready[i] })
-	sick := ready[:need]
-	for _, n := range sick {
-		n.healthy, n.sickUntil = false, now.Add(30*time.Second)
-		w.note("adversary sicken %d: %s reports unhealthy before the pass counts (%d out, maxUnavailable %d)", a.sickened, n.ref, out,
+	var cordoned []*node
+	for _, n := range ready[:need] {
+		if _, err := w.fleet.Cordon(context.Background(), ownerTenant, n.ref.pool, n.id, "sim: operator (budget race)"); err != nil {
+			continue
+		}
+		cordoned = append(cordoned, n)
+		w.operatorSaid(n.ref, true, true)
+		w.wentOut(n.ref, "operator cordon (budget race)")
+		w.note("adversary budget race: an operator cordons %s after the pass's intent (%d out, maxUnavailable %d)", n.ref, out,
 			rec.Settings.MaxUnavailable)
 	}
-	for i := 0; i < 100; i++ {
-		answered := true
-		for _, n := range sick {
-			if r, ok := w.node(n.ref); !ok || r.State == api.Ready {
-				answered = false
-				w.wakeNode(n.ref)
+	at := rec.Intent.At
+	w.s.spawnClean(ctx, "adversary budget race uncordon", 0, func(ctx context.Context) {
+		for i := 0; i < 60; i++ {
+			w.s.sleep(ctx, time.Second)
+			if cur, err := w.rollI.GetRollout(context.Background(), w.rolloutID); err != nil || cur.Intent == nil || !cur.Intent.At.Equal(at) {
+				break
 			}
 		}
-		if answered {
-			return
+		for _, n := range cordoned {
+			err, _, _ := w.invoke(ctx, 10*time.Second, func(ctx context.Context) error {
+				_, err := w.fleet.Uncordon(ctx, ownerTenant, n.ref.pool, n.id)
+				return err
+			})
+			w.noInternal("uncordon "+n.ref.String(), err)
+			w.operatorSaid(n.ref, false, err == nil)
 		}
+	})
+}
+
+// SetBaseline: the blank host adversary acts around the write of a
+// completed rollout's baseline; the checker records what each write left
+// (check i).
+func (n *watchedTargets) SetBaseline(ctx context.Context, pool string, t fleet.Target) error {
+	w := n.w
+	host := w.blankBefore(ctx, pool)
+	a := actorOf(ctx)
+	if host != nil && a != nil {
+		a.clean = true // the write lands: the node is told after it
+		defer func() { a.clean = false }()
+	}
+	err := n.Store.SetBaseline(ctx, pool, t)
+	w.baselineStored(pool)
+	if host != nil {
+		w.blankAfter(ctx, host)
+	}
+	return err
+}
+
+// blankBefore: the first time a completed rollout writes a pool's baseline,
+// one of its updated nodes there is re-imaged (it runs nothing, and goes on
+// installing whatever it is told) and reports — told the baseline the write
+// is about to replace. Then (blankAfter), once the write landed, it reports
+// again and is released: a node that runs nothing must now be told the new
+// baseline (check i), and it installs what it is told next (check f: an
+// updated node runs the new release).
+func (w *world) blankBefore(ctx context.Context, pool string) *node {
+	a := &w.adv
+	if !a.blankHost || a.blankDone {
+		return nil
+	}
+	if a.blank != nil {
+		if a.blank.ref.pool == pool {
+			return a.blank // its pool's write did not land last time
+		}
+		return nil
+	}
+	ps, err := w.rollI.ProgressByStep(context.Background(), w.rolloutID, api.Updated, 100, "")
+	if err != nil {
+		w.t.Fatalf("checker: %v", err)
+	}
+	now := w.clock.Now()
+	for _, p := range ps {
+		n := w.nodes[nodeRef{p.PoolID, capacityIndex(p.NodeID)}]
+		if p.PoolID != pool || n == nil || !n.managed || now.Before(n.silentUntil) || version(n.running) != newVersion {
+			continue
+		}
+		a.blank = n
+		n.blank, n.running, n.install = true, nil, nil
+		w.note("adversary blank host: %s re-imaged (runs nothing) before %s's baseline is written", n.ref, pool)
+		w.reportNow(ctx, n)
+		return n
+	}
+	return nil
+}
+
+// blankAfter: the blank host reports again once the write landed, and is
+// released.
+func (w *world) blankAfter(ctx context.Context, n *node) {
+	bs := w.baselines[n.ref.pool]
+	if len(bs) == 0 || bs[len(bs)-1].version != newVersion {
+		return // not written: the next pass's finish writes it again
+	}
+	w.reportNow(ctx, n)
+	n.blank = false
+	w.adv.blankDone = true
+}
+
+// reportNow has n report now and returns once its report was accepted: at
+// once outside the actors (the quiescence), else the node's heartbeat loop
+// woken while the caller's actor sleeps.
+func (w *world) reportNow(ctx context.Context, n *node) {
+	if actorOf(ctx) == nil {
+		if err := n.beat(context.Background(), w); err != nil {
+			w.t.Fatalf("heartbeat of %s: %v", n.ref, err)
+		}
+		return
+	}
+	was := n.acceptedOrder
+	for i := 0; i < 100 && n.acceptedOrder == was; i++ {
+		w.wakeNode(n.ref)
 		w.s.sleep(ctx, 50*time.Millisecond)
 	}
 }
@@ -344,7 +543,7 @@ func (w *world) mover(ctx context.Context) {
 			ClientToken: fmt.Sprintf("move-back-%d", i), Start: &start, End: start.Add(150 * time.Second)}
 		err, _, _ := w.invoke(ctx, capacity.FlowDeadline, func(ctx context.Context) error {
 			var err error
-			r, err = w.cap.CreateReservation(ctx, req, allow)
+			r, err = w.cap.Admission().Create(ctx, req, allow)
 			return err
 		})
 		w.note("adversary move back: create %s: %v %s", req.ClientToken, err, r.State)

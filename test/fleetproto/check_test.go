@@ -19,7 +19,8 @@ import (
 
 // The checker. What it can judge at the moment something happens it
 // judges then, against the table read right after (no actor runs in
-// between): every heartbeat answer (a), every create's placement (b),
+// between): every heartbeat answer (a, and i for a node that runs
+// nothing), every create's placement (b),
 // every node a rollout starts (d), every reservation becoming active (e).
 // The rest at quiescence: flags and the out-of-service count (c), active
 // reservations again (e), the rollout's outcome (f), the capacity
@@ -34,8 +35,10 @@ import (
 // rollout's outcome says, no rollout target or cordon left, operators'
 // cordons kept), g (no create answers UNAVAILABLE unless a failure was
 // injected into its own calls), h (a node registered while holding a
-// reservation is told to bind and unbind it), invariant (capacity.Check),
-// quiescence, internal, floor, release, rollout.
+// reservation is told to bind and unbind it), i (a node that runs nothing
+// is told no release older than its pool's baseline when its report was
+// accepted), invariant (capacity.Check), quiescence, internal, floor,
+// release, rollout.
 
 type violation struct {
 	step int
@@ -54,6 +57,10 @@ type ledger struct {
 	// operators' last word on each node's cordon: true cordoned, false
 	// uncordoned; absent when the last call's answer was lost
 	opCordon map[nodeRef]bool
+	// the baselines each pool was given, in order (check i), and the
+	// order of stored writes they and the heartbeats' are compared in
+	baselines map[string][]storedBaseline
+	writes    int
 
 	rolloutID      string
 	maxUnavailable int
@@ -78,6 +85,47 @@ func (l *ledger) init() {
 	l.out, l.back, l.outWhy = map[nodeRef][]int{}, map[nodeRef][]int{}, map[nodeRef][]string{}
 	l.lastRec = map[nodeRef]fleet.Record{}
 	l.opCordon = map[nodeRef]bool{}
+	l.baselines = map[string][]storedBaseline{}
+}
+
+// storedBaseline is a pool's baseline as stored, and the order of the
+// write that stored it.
+type storedBaseline struct {
+	version  string
+	sequence int64
+	order    int
+}
+
+// baselineStored records the pool's baseline after a write of it (one
+// that raised it gets the next order).
+func (w *world) baselineStored(pool string) {
+	b, err := w.fleetI.Baseline(context.Background(), pool)
+	if err != nil {
+		w.t.Fatalf("checker: %v", err)
+	}
+	bs := w.baselines[pool]
+	if b == nil || (len(bs) > 0 && bs[len(bs)-1].sequence >= b.Sequence) {
+		return
+	}
+	w.writes++
+	w.baselines[pool] = append(bs, storedBaseline{b.Version, b.Sequence, w.writes})
+}
+
+// checkBaselineTold (i): a node that runs nothing is never told a release
+// older than the baseline its pool had when its report was accepted
+// (what it is told it installs, and keeps: nodes move only in rollouts).
+func (w *world) checkBaselineTold(n *node, res api.HeartbeatResult) {
+	w.checked["i"]++
+	var want storedBaseline
+	for _, b := range w.baselines[n.ref.pool] {
+		if b.order < n.acceptedOrder {
+			want = b
+		}
+	}
+	if d := res.Desired.Release; d != nil && d.Sequence < want.sequence {
+		w.fail("i", w.s.steps, "%s runs nothing and was told %s, but its pool's baseline was %s before its report was accepted", n.ref, d.Version,
+			want.version)
+	}
 }
 
 func (w *world) fail(check string, step int, format string, args ...any) {
@@ -187,6 +235,9 @@ func (w *world) outAllAlong(ref nodeRef, from, to int) (string, int, bool) {
 // windows on one device, no bind of a reservation terminal now.
 func (w *world) answered(n *node, res api.HeartbeatResult) {
 	w.stats.answers++
+	if n.running == nil { // what its report said: the answer is not acted on yet
+		w.checkBaselineTold(n, res)
+	}
 	if res.Node.State != api.Ready || res.Desired.Cordoned {
 		w.wentOut(n.ref, "heartbeat answered "+string(res.Node.State)+cordonNote(res.Desired.Cordoned))
 	}
@@ -392,7 +443,7 @@ func (w *world) quiesce(ctx context.Context) {
 	w.settle(ctx, "after the actors and StaleAfter")
 	w.checkQuiet(ctx, "after the actors")
 	for _, id := range w.filled {
-		if _, err := w.cap.ReleaseReservation(ctx, filler, id); err != nil {
+		if _, err := w.cap.Reservations().Release(ctx, filler, id); err != nil {
 			w.t.Fatalf("releasing %s: %v", id, err)
 		}
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo/capacitydb"
+	"github.com/bettercompute/control-plane/shared/dynamo/fleetdb"
 	"github.com/bettercompute/control-plane/shared/dynamo/rolloutdb"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/fleet"
@@ -176,7 +177,8 @@ func (c *atomicCalendar) Transition(ctx context.Context, to capacity.Reservation
 
 // watchedProgress is the rollout store: each node a rollout starts (its
 // progress leaving pending, or a rollback starting) is checked against the
-// pools' true out-of-service count at that moment (check d).
+// pools' true out-of-service count at that moment (check d); a pass's
+// intent to start nodes is where the budget race adversary cordons.
 type watchedProgress struct {
 	*rolloutdb.Store
 	w *world
@@ -190,9 +192,34 @@ func (r *watchedProgress) UpdateProgress(ctx context.Context, p rollout.Progress
 			(fromRollback == rollout.RollbackDue && p.Rollback == rollout.RollbackInstalling)
 		if starts {
 			r.w.checkStart(p)
+			r.w.adv.starting[nodeRef{p.PoolID, capacityIndex(p.NodeID)}] = true
 		}
 	}
 	return err
+}
+
+func (r *watchedProgress) UpdateRollout(ctx context.Context, rec rollout.Record) (rollout.Record, error) {
+	cur, err := r.Store.UpdateRollout(ctx, rec)
+	if err == nil && cur.Intent != nil {
+		r.w.cordonAfterIntent(ctx, cur)
+	}
+	return cur, err
+}
+
+// watchedFleet is the fleet services' node store: the order in which each
+// report was accepted (check i).
+type watchedFleet struct {
+	*fleetdb.Store
+	w *world
+}
+
+func (f *watchedFleet) Heartbeat(ctx context.Context, r fleet.Record, keyID string, rep api.Report, st api.NodeState, split *api.LogSplit, now time.Time) (fleet.Record, error) {
+	out, err := f.Store.Heartbeat(ctx, r, keyID, rep, st, split, now)
+	if n := f.w.nodes[nodeRef{r.PoolID, r.Index}]; err == nil && n != nil {
+		f.w.writes++
+		n.acceptedOrder = f.w.writes
+	}
+	return out, err
 }
 
 // watchedCordons is the rollout reconciler's cordon writer: a rollout
@@ -207,9 +234,14 @@ func (c watchedCordons) SetRolloutCordonIn(ctx context.Context, t capacity.Topol
 		c.w.cordonRace(ctx, rec)
 	}
 	out, err := c.svc.SetRolloutCordonIn(ctx, t, rec, cd)
+	ref := nodeRef{rec.PoolID, rec.Index}
 	if err == nil && cd != nil {
-		c.w.wentOut(nodeRef{rec.PoolID, rec.Index}, "rollout cordon")
+		c.w.wentOut(ref, "rollout cordon")
+		if c.w.adv.starting[ref] { // a start's cordon: the next start is the budget race's
+			c.w.sickenBetweenStarts(ctx)
+		}
 	}
+	delete(c.w.adv.starting, ref)
 	return out, err
 }
 

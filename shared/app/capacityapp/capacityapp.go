@@ -21,7 +21,9 @@ type Module struct{}
 // Name is the catalog's module name.
 func (Module) Name() string { return "capacity" }
 
-// Service builds the capacity service on the app's table and clock.
+// Service builds the capacity module on the app's table and clock: each
+// method's Build takes the flow it serves from it (Pools, Quotas,
+// Admission, Reservations), and the fleet its Bindings (Adopt).
 func Service(a *app.App) *capacity.Service {
 	return &capacity.Service{Store: Store(a), Now: a.Now, Logger: a.Logger,
 		Nodes: &fleetdb.Store{DB: a.DB, Table: a.Config.Table}, ProvisionHours: a.Config.ProvisionHours}
@@ -42,9 +44,9 @@ func (m Module) Methods() []app.Method {
 // PoolsCreate is pools.create.
 func (Module) PoolsCreate() app.Method {
 	return app.Method{Name: "pools.create", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
-		svc := Service(a)
+		pools := Service(a).Pools()
 		return api.Bind(api.Lookup("pools.create"), func(ctx context.Context, call *api.Call, in *api.CreatePoolInput) (api.PoolResult, error) {
-			p, err := svc.CreatePool(ctx, in.TenantID, in.PoolID, in.Resources, in.NodeSize)
+			p, err := pools.Create(ctx, in.TenantID, in.PoolID, in.Resources, in.NodeSize)
 			return api.PoolResult{Pool: p.Pool}, err
 		}), nil
 	}}
@@ -53,9 +55,9 @@ func (Module) PoolsCreate() app.Method {
 // PoolsOffer is pools.offer.
 func (Module) PoolsOffer() app.Method {
 	return app.Method{Name: "pools.offer", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
-		svc := Service(a)
+		pools := Service(a).Pools()
 		return api.Bind(api.Lookup("pools.offer"), func(ctx context.Context, call *api.Call, in *api.OfferPoolInput) (api.QuotaResult, error) {
-			q, err := svc.OfferPool(ctx, in.TenantID, in.PoolID, in.ToTenantID, in.Resource, in.Max)
+			q, err := pools.Offer(ctx, in.TenantID, in.PoolID, in.ToTenantID, in.Resource, in.Max)
 			return api.QuotaResult{Quota: q}, err
 		}), nil
 	}}
@@ -64,9 +66,9 @@ func (Module) PoolsOffer() app.Method {
 // PoolsGet is pools.get.
 func (Module) PoolsGet() app.Method {
 	return app.Method{Name: "pools.get", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
-		svc := Service(a)
+		pools := Service(a).Pools()
 		return api.Bind(api.Lookup("pools.get"), func(ctx context.Context, call *api.Call, in *api.GetPoolInput) (api.PoolResult, error) {
-			p, err := svc.GetPool(ctx, in.TenantID, in.PoolID)
+			p, err := pools.Get(ctx, in.TenantID, in.PoolID)
 			return api.PoolResult{Pool: p.Pool}, err
 		}), nil
 	}}
@@ -75,10 +77,10 @@ func (Module) PoolsGet() app.Method {
 // PoolsList is pools.list.
 func (Module) PoolsList() app.Method {
 	return app.Method{Name: "pools.list", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
-		svc := Service(a)
+		pools := Service(a).Pools()
 		return api.Bind(api.Lookup("pools.list"), func(ctx context.Context, call *api.Call, in *api.ListPoolsInput) (api.ListPoolsResult, error) {
 			ps, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]capacity.Pool, map[string]string, error) {
-				return svc.ListPools(ctx, in.TenantID, pg)
+				return pools.List(ctx, in.TenantID, pg)
 			})
 			return api.ListPoolsResult{Pools: wire(ps, func(p capacity.Pool) api.Pool { return p.Pool }), NextCursor: next}, err
 		}), nil
@@ -88,7 +90,7 @@ func (Module) PoolsList() app.Method {
 // PoolsUsage is pools.usage.
 func (Module) PoolsUsage() app.Method {
 	return app.Method{Name: "pools.usage", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
-		svc := Service(a)
+		pools := Service(a).Pools()
 		return api.Bind(api.Lookup("pools.usage"), func(ctx context.Context, call *api.Call, in *api.PoolUsageInput) (api.PoolUsageResult, error) {
 			q := capacity.UsageRequest{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource, Hours: app.Deref(in.Hours)}
 			from := ""
@@ -101,7 +103,7 @@ func (Module) PoolsUsage() app.Method {
 				q.Page = pg
 				var last map[string]string
 				var err error
-				u, last, err = svc.PoolUsage(ctx, q)
+				u, last, err = pools.Usage(ctx, q)
 				return nil, last, err
 			}, "poolId="+in.PoolID, "resource="+in.Resource, "from="+from, "hours="+strconv.Itoa(q.Hours))
 			if err != nil {
@@ -128,9 +130,9 @@ func (Module) PoolsAvailability() app.Method {
 // QuotasGet is quotas.get.
 func (Module) QuotasGet() app.Method {
 	return app.Method{Name: "quotas.get", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
-		svc := Service(a)
+		quotas := Service(a).Quotas()
 		return api.Bind(api.Lookup("quotas.get"), func(ctx context.Context, call *api.Call, in *api.GetQuotaInput) (api.QuotaResult, error) {
-			q, err := svc.GetQuota(ctx, capacity.QuotaKey{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource})
+			q, err := quotas.Get(ctx, capacity.QuotaKey{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource})
 			return api.QuotaResult{Quota: q}, err
 		}), nil
 	}}
@@ -139,11 +141,11 @@ func (Module) QuotasGet() app.Method {
 // QuotasList is quotas.list.
 func (Module) QuotasList() app.Method {
 	return app.Method{Name: "quotas.list", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
-		svc := Service(a)
+		quotas := Service(a).Quotas()
 		return api.Bind(api.Lookup("quotas.list"), func(ctx context.Context, call *api.Call, in *api.ListQuotasInput) (api.ListQuotasResult, error) {
 			pool := app.Deref(in.PoolID)
 			qs, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]api.Quota, map[string]string, error) {
-				return svc.ListQuotas(ctx, in.TenantID, pool, pg)
+				return quotas.List(ctx, in.TenantID, pool, pg)
 			}, "poolId="+pool)
 			return api.ListQuotasResult{Quotas: qs, NextCursor: next}, err
 		}), nil
@@ -153,9 +155,9 @@ func (Module) QuotasList() app.Method {
 // ReservationsCreate is reservations.create.
 func (Module) ReservationsCreate() app.Method {
 	return app.Method{Name: "reservations.create", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
-		svc := Service(a)
+		admission := Service(a).Admission()
 		return api.Bind(api.Lookup("reservations.create"), func(ctx context.Context, call *api.Call, in *api.CreateReservationInput) (api.ReservationResult, error) {
-			r, err := svc.CreateReservation(ctx, capacity.CreateRequest{
+			r, err := admission.Create(ctx, capacity.CreateRequest{
 				TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource, Count: in.Count,
 				Topology: app.Deref(in.Topology), Start: in.Window.Start, End: in.Window.End,
 				ClientToken: app.Deref(in.ClientToken), Principal: call.Principal,
@@ -168,9 +170,9 @@ func (Module) ReservationsCreate() app.Method {
 // ReservationsGet is reservations.get.
 func (Module) ReservationsGet() app.Method {
 	return app.Method{Name: "reservations.get", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
-		svc := Service(a)
+		reservations := Service(a).Reservations()
 		return api.Bind(api.Lookup("reservations.get"), func(ctx context.Context, call *api.Call, in *api.GetReservationInput) (api.ReservationResult, error) {
-			r, err := svc.GetReservation(ctx, in.TenantID, in.ReservationID)
+			r, err := reservations.Get(ctx, in.TenantID, in.ReservationID)
 			return api.ReservationResult{Reservation: r.Reservation}, err
 		}), nil
 	}}
@@ -179,7 +181,7 @@ func (Module) ReservationsGet() app.Method {
 // ReservationsList is reservations.list.
 func (Module) ReservationsList() app.Method {
 	return app.Method{Name: "reservations.list", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
-		svc := Service(a)
+		reservations := Service(a).Reservations()
 		return api.Bind(api.Lookup("reservations.list"), func(ctx context.Context, call *api.Call, in *api.ListReservationsInput) (api.ListReservationsResult, error) {
 			st, err := app.Enum("state", in.State, api.ParseReservationState, api.ReservationStates)
 			if err != nil {
@@ -187,7 +189,7 @@ func (Module) ReservationsList() app.Method {
 			}
 			f := capacity.ListFilter{PoolID: app.Deref(in.PoolID), State: st}
 			rs, next, err := app.List(a, call, in.Page, paging.DefaultLimit, func(pg paging.Page) ([]capacity.Reservation, map[string]string, error) {
-				return svc.ListReservations(ctx, in.TenantID, f, pg)
+				return reservations.List(ctx, in.TenantID, f, pg)
 			}, "poolId="+f.PoolID, "state="+string(f.State))
 			return api.ListReservationsResult{Reservations: wire(rs, func(r capacity.Reservation) api.Reservation { return r.Reservation }), NextCursor: next}, err
 		}), nil
@@ -197,9 +199,9 @@ func (Module) ReservationsList() app.Method {
 // ReservationsRelease is reservations.release.
 func (Module) ReservationsRelease() app.Method {
 	return app.Method{Name: "reservations.release", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
-		svc := Service(a)
+		reservations := Service(a).Reservations()
 		return api.Bind(api.Lookup("reservations.release"), func(ctx context.Context, call *api.Call, in *api.ReleaseReservationInput) (api.ReservationResult, error) {
-			r, err := svc.ReleaseReservation(ctx, in.TenantID, in.ReservationID)
+			r, err := reservations.Release(ctx, in.TenantID, in.ReservationID)
 			return api.ReservationResult{Reservation: r.Reservation}, err
 		}), nil
 	}}

@@ -42,7 +42,7 @@ func (m *Module) Service(a *app.App) *fleet.Service {
 		m.svc = &fleet.Service{Store: Store(a), Pools: capacityapp.Store(a), Calendar: capacityapp.Store(a),
 			Releases: releaseReader{&releasedb.Releases{DB: a.DB, Table: a.Config.Table}}, Log: &releasedb.Log{DB: a.DB, Table: a.Config.Table},
 			Now: a.Now, Logger: a.Logger,
-			Interval: a.Config.HeartbeatInterval, ProvisionHours: a.Config.ProvisionHours, Adopter: capacityapp.Service(a), Table: a.Config.Table,
+			Interval: a.Config.HeartbeatInterval, ProvisionHours: a.Config.ProvisionHours, Adopter: capacityapp.Service(a).Bindings(), Table: a.Config.Table,
 			Rollouts: rollout.Holds{Store: &rolloutdb.Store{DB: a.DB, Table: a.Config.Table}}}
 	})
 	return m.svc

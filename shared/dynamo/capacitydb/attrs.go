@@ -47,7 +47,7 @@ var attributes = map[string]string{
 	"reservation.mv":  "a move in flight: the devices it is moving onto",
 	"reservation.mvt": "the move's token (who started it)", "reservation.mvf": "the devices it moved from (freed once the move is done)",
 	"reservation.mvn": "moves made (bounded)", "reservation.nu": "its node_unreachable entry is written",
-	"reservation.ag":      "amend generation: every binding-time write bumps it (optimistic)",
+	"reservation.ag":      "amend generation: every binding-time write and every disrupted entry bumps it (an Amend from an older copy is refused)",
 	"reservation.lease":   "a draft's lease: the flow that drives it until then",
 	"reservation.request": "the request's fingerprint as sent (clientToken replays)", "reservation.clientToken": "the token",
 	"reservation.principal": "who created it", "reservation.invalid": "why an allowed request was invalid (NOT_FOUND or INVALID_INPUT), for replays",

@@ -3,6 +3,7 @@ package capacitydb_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strconv"
 	"sync"
@@ -497,5 +498,56 @@ func TestAmendRefusesAStaleCopy(t *testing.T) {
 	next.Move = []int{9}
 	if _, err := s.Amend(ctx, cur, next); err != nil {
 		t.Fatalf("an amend from the fresh copy: %v", err)
+	}
+}
+
+// A history entry is a fact no write replaces: a disruption appended
+// between an Amend's read and its write makes that Amend's copy stale
+// (it would write the history back without the entry), so the amend is
+// refused, and one made from a fresh read keeps the entry.
+func TestDisruptedEntrySurvivesAnAmendFromAnOlderRead(t *testing.T) {
+	s, _ := newCapacity(t)
+	ctx := context.Background()
+	r := capacity.Reservation{Reservation: api.Reservation{ReservationID: "R1", TenantID: "acme", PoolID: "p1",
+		Resource: "gpu", Count: 1, Window: api.Window{Start: capT0, End: capT0.Add(time.Hour)}, State: api.Draft,
+		CreatedAt: capT0, UpdatedAt: capT0, History: []api.Event{{State: api.Draft, At: capT0}}}}
+	if _, err := s.PutDraft(ctx, r); err != nil {
+		t.Fatal(err)
+	}
+	for round, amended := range []bool{false, true} {
+		read, err := s.GetReservation(ctx, "acme", "R1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if amended != (read.Amended > 0) {
+			t.Fatalf("round %d: amended %d", round, read.Amended)
+		}
+		rollout := fmt.Sprintf("RO%d", round)
+		if err := s.Disrupt(ctx, "acme", "R1", rollout, capT0.Add(time.Minute)); err != nil {
+			t.Fatal(err)
+		}
+		moved := read
+		moved.Bound = []int{round + 1}
+		moved.History = append(slices.Clone(read.History), api.Event{State: api.Draft, At: capT0.Add(2 * time.Minute), Reason: api.ReasonNodeUnreachable})
+		if _, err := s.Amend(ctx, read, moved); !errors.Is(err, capacity.ErrStale) {
+			t.Fatalf("round %d: the amend from before the disruption: %v", round, err)
+		}
+		fresh, err := s.GetReservation(ctx, "acme", "R1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		moved = fresh
+		moved.Bound = []int{round + 1}
+		moved.History = append(slices.Clone(fresh.History), api.Event{State: api.Draft, At: capT0.Add(2 * time.Minute), Reason: api.ReasonNodeUnreachable})
+		if _, err := s.Amend(ctx, fresh, moved); err != nil {
+			t.Fatalf("round %d: the amend from a fresh read: %v", round, err)
+		}
+		got, err := s.GetReservation(ctx, "acme", "R1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(got.History, func(e api.Event) bool { return e.Reason == api.ReasonDisrupted && e.RolloutID == rollout }) {
+			t.Fatalf("round %d: the disrupted entry was lost: %+v", round, got.History)
+		}
 	}
 }

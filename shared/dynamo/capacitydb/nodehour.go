@@ -153,7 +153,7 @@ func isMarker(item map[string]types.AttributeValue) bool {
 	return sk != nil && sk.Value == skHour
 }
 
-// Candidates implements capacity.CalendarStore: one consistent Query of
+// Candidates implements capacity.CandidateStore: one consistent Query of
 // the `fit` index from minUntouched (and from's spread) up, ascending. The
 // marker sorts after every node: seen, the read saw every qualifying
 // node-hour of a provisioned hour.
@@ -193,7 +193,7 @@ func (s *Store) Candidates(ctx context.Context, t capacity.PoolResource, h capac
 	return out, scan, nil
 }
 
-// Coverable implements capacity.CalendarStore: one consistent Query of the
+// Coverable implements capacity.CandidateStore: one consistent Query of the
 // keys-only `cap` index from the top down (the marker first), reading the
 // count from each key.
 func (s *Store) Coverable(ctx context.Context, t capacity.PoolResource, h capacity.Hour, min, limit int) ([]capacity.NodeCount, capacity.Scan, error) {
@@ -238,14 +238,14 @@ func (s *Store) NodeHours(ctx context.Context, t capacity.PoolResource, keys []c
 	return out, err
 }
 
-// Hour implements capacity.CalendarStore: a consistent Query of the hour's
+// Hour implements capacity.CandidateStore: a consistent Query of the hour's
 // partition, page by page.
 func (s *Store) Hour(ctx context.Context, t capacity.PoolResource, h capacity.Hour, fn func(capacity.NodeHour) error) error {
 	return s.nodeQuery(ctx, expression.Key(schema.AttrPK).Equal(expression.Value(calPK(t.PoolID, t.Resource, h))).
 		And(expression.Key(schema.AttrSK).BeginsWith("N#")), fn)
 }
 
-// NodeRange implements capacity.CalendarStore: a consistent Query of a
+// NodeRange implements capacity.PoolStore: a consistent Query of a
 // range of the hour's partition.
 func (s *Store) NodeRange(ctx context.Context, t capacity.PoolResource, h capacity.Hour, first, last int, fn func(capacity.NodeHour) error) error {
 	if last < first {
@@ -266,7 +266,7 @@ const provisionWorkers = 32
 // before its context's deadline, so the puts in flight finish in time.
 const provisionStop = time.Second
 
-// Provision implements capacity.CalendarStore: every missing node-hour of
+// Provision implements capacity.StepStore: every missing node-hour of
 // the hour (a conditional put each, so one that a create already wrote is
 // left alone), then the marker. Concurrent provisioners of one hour do the
 // same puts; whichever finishes first writes the marker.
@@ -526,7 +526,7 @@ func (s *Store) free(ctx context.Context, nh capacity.NodeHour, id string) error
 	return errors.New("dynamo: a node-hour changed too often to free an entry")
 }
 
-// Flag implements capacity.CalendarStore: it makes node-hour (node, h) say
+// Flag implements fleet.Calendar: it makes node-hour (node, h) say
 // what generation gen of the node's flags wants, unless a newer generation
 // wrote it already (og ≥ gen) — so a writer that read the node before
 // another changed it can never undo the other's flag, whatever the

@@ -124,7 +124,7 @@ func occupancyOf(item map[string]types.AttributeValue) (capacity.Occupancy, erro
 	return o, nil
 }
 
-// Occupancy implements capacity.CalendarStore: one consistent
+// Occupancy implements capacity.CandidateStore: one consistent
 // BatchGetItem of the hours' `#HOUR` items (100 at a time).
 func (s *Store) Occupancy(ctx context.Context, t capacity.PoolResource, hours []capacity.Hour) (map[capacity.Hour]capacity.Occupancy, error) {
 	return s.occupancy(ctx, t, hours, true)

@@ -70,7 +70,7 @@ func (s *Store) GetPool(ctx context.Context, poolID string) (capacity.Pool, erro
 	return getOne(ctx, s, dynamo.Key(dynamo.PoolPK(poolID), skPool), poolItem.pool)
 }
 
-// PoolDue implements capacity.PoolStore.
+// PoolDue implements capacity.PoolStore and capacity.StepStore.
 func (s *Store) PoolDue(ctx context.Context, poolID string, next time.Time, provisioned capacity.Hour) error {
 	upd := expression.Set(expression.Name(schema.AttrDueAt), expression.Value(dynamo.FmtTime(next))).
 		Set(expression.Name(schema.AttrDueSh), expression.Value(dynamo.DueShard(poolID)))

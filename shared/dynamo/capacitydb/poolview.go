@@ -25,7 +25,7 @@ func (s *Store) ShowPool(ctx context.Context, tenant string, p capacity.Pool) er
 	return s.put(ctx, newPoolItem(dynamo.TenantPK(tenant), poolViewSK(p.PoolID), dynamo.KindPoolView, p), nil)
 }
 
-// VisiblePool implements capacity.PoolStore.
+// VisiblePool implements capacity.PoolStore and capacity.CandidateStore.
 func (s *Store) VisiblePool(ctx context.Context, tenant, poolID string) (capacity.Pool, error) {
 	return getOne(ctx, s, dynamo.Key(dynamo.TenantPK(tenant), poolViewSK(poolID)), poolItem.pool)
 }

@@ -121,7 +121,7 @@ func (s *Store) EnsureQuota(ctx context.Context, k capacity.QuotaKey, max int64,
 	return dynamo.WhenConditionFails(err, nil)
 }
 
-// SetQuotaMax implements capacity.QuotaStore: max, and free = max − used,
+// SetQuotaMax implements capacity.PoolStore: max, and free = max − used,
 // in one write (a row that is missing is created with used 0).
 func (s *Store) SetQuotaMax(ctx context.Context, k capacity.QuotaKey, max int64, now time.Time) (api.Quota, error) {
 	used := expression.Name("used").IfNotExists(expression.Value(0))
@@ -155,7 +155,7 @@ func (s *Store) GetQuota(ctx context.Context, k capacity.QuotaKey) (api.Quota, e
 	return it.row().Quota, nil
 }
 
-// Row implements capacity.QuotaStore.
+// Row implements capacity.ChargeStore.
 func (s *Store) Row(ctx context.Context, k capacity.QuotaKey) (capacity.QuotaRow, bool, error) {
 	it, ok, err := s.quotaRow(ctx, k)
 	if err != nil || !ok {
@@ -192,7 +192,7 @@ func kindOf(id string) expression.NameBuilder { return dynamo.Path("q", id, "k")
 
 var rowExists = expression.AttributeExists(expression.Name(schema.AttrPK))
 
-// Charge implements capacity.QuotaStore: one UpdateItem, no read first.
+// Charge implements capacity.ChargeStore: one UpdateItem, no read first.
 // Only a failed condition is classified, by one consistent read: the
 // record is there (an earlier flow's charge, or voided), the quota does
 // not fit, or the row is full of records in flight (ErrBusy); when the
@@ -245,14 +245,14 @@ func (s *Store) Charge(ctx context.Context, k capacity.QuotaKey, id string, coun
 	}
 }
 
-// Replace implements capacity.QuotaStore.
+// Replace implements capacity.AdmissionStore.
 func (s *Store) Replace(ctx context.Context, k capacity.QuotaKey, id string, p capacity.Placement) error {
 	c := kindOf(id).Equal(expression.Value(recCharge))
 	_, err := s.update(ctx, quotaKey(k), expression.Set(dynamo.Path("q", id, "p"), expression.Value(flatten(p))), &c, types.ReturnValueNone)
 	return dynamo.WhenConditionFails(err, capacity.ErrStale)
 }
 
-// Settle implements capacity.QuotaStore: the records go in one write
+// Settle implements capacity.ChargeStore: the records go in one write
 // (removing one that is not there is no error), whatever they hold.
 func (s *Store) Settle(ctx context.Context, k capacity.QuotaKey, ids []string) error {
 	if len(ids) == 0 {
@@ -266,7 +266,7 @@ func (s *Store) Settle(ctx context.Context, k capacity.QuotaKey, ids []string) e
 	return dynamo.WhenConditionFails(err, nil) // no row, no records
 }
 
-// Pending implements capacity.QuotaStore.
+// Pending implements capacity.FenceStore.
 func (s *Store) Pending(ctx context.Context, k capacity.QuotaKey, id string) (capacity.Charged, bool, error) {
 	it, ok, err := s.quotaRow(ctx, k)
 	if err != nil || !ok {
@@ -279,7 +279,7 @@ func (s *Store) Pending(ctx context.Context, k capacity.QuotaKey, id string) (ca
 	return rec.charged(), true, nil
 }
 
-// Void implements capacity.QuotaStore: the count back and the record
+// Void implements capacity.FenceStore: the count back and the record
 // marked in one write, conditional on the charge still being in flight.
 func (s *Store) Void(ctx context.Context, k capacity.QuotaKey, id string, count int) error {
 	n := expression.Value(count)
@@ -291,7 +291,7 @@ func (s *Store) Void(ctx context.Context, k capacity.QuotaKey, id string, count 
 	return dynamo.WhenConditionFails(err, nil) // voided already, or refunded
 }
 
-// Refund implements capacity.QuotaStore: a charge in flight gives its
+// Refund implements capacity.ChargeStore: a charge in flight gives its
 // count back as its record goes, in one write conditional on the record;
 // a voided one (its count already back) only goes.
 func (s *Store) Refund(ctx context.Context, k capacity.QuotaKey, id string, count int) error {
@@ -309,7 +309,7 @@ func (s *Store) Refund(ctx context.Context, k capacity.QuotaKey, id string, coun
 	return dynamo.WhenConditionFails(err, nil) // refunded already
 }
 
-// Credit implements capacity.QuotaStore. It consumes a charge record the
+// Credit implements capacity.FenceStore. It consumes a charge record the
 // reservation's create left (a placed reservation's record is only
 // bookkeeping); a credit record already there means done.
 func (s *Store) Credit(ctx context.Context, k capacity.QuotaKey, id string, count int) error {
@@ -337,14 +337,14 @@ func (s *Store) Credit(ctx context.Context, k capacity.QuotaKey, id string, coun
 	return err
 }
 
-// CreditDone implements capacity.QuotaStore.
+// CreditDone implements capacity.FenceStore.
 func (s *Store) CreditDone(ctx context.Context, k capacity.QuotaKey, id string) error {
 	c := expression.AttributeExists(dynamo.Path("cr", id))
 	_, err := s.update(ctx, quotaKey(k), expression.Remove(dynamo.Path("cr", id)), &c, types.ReturnValueNone)
 	return dynamo.WhenConditionFails(err, nil)
 }
 
-// QuotaDue implements capacity.QuotaStore.
+// QuotaDue implements capacity.StepStore.
 func (s *Store) QuotaDue(ctx context.Context, k capacity.QuotaKey, next time.Time, clear bool) error {
 	if clear {
 		c := expression.And(rowExists, expression.Name("q").Size().Equal(expression.Value(0)))

@@ -189,7 +189,7 @@ func resKey(r capacity.Reservation) map[string]types.AttributeValue {
 	return dynamo.Key(dynamo.TenantPK(r.TenantID), resSK(r.ReservationID))
 }
 
-// PutDraft implements capacity.ReservationStore.
+// PutDraft implements capacity.AdmissionStore.
 func (s *Store) PutDraft(ctx context.Context, r capacity.Reservation) (capacity.Reservation, error) {
 	err := s.put(ctx, toReservationItem(r), dynamo.NotExists)
 	if dynamo.ConditionFailed(err) {
@@ -207,7 +207,7 @@ func (s *Store) GetReservation(ctx context.Context, tenant, id string) (capacity
 	return getOne(ctx, s, dynamo.Key(dynamo.TenantPK(tenant), resSK(id)), reservationItem.reservation)
 }
 
-// Transition implements capacity.ReservationStore: one conditional
+// Transition implements capacity.FenceStore: one conditional
 // UpdateItem that returns the item as it left it. It writes the devices
 // only on the transition that places them, so a writer that read the
 // reservation before its create placed it (a release of the draft) never
@@ -248,7 +248,7 @@ func (s *Store) Transition(ctx context.Context, to capacity.Reservation, from ap
 	return cur.reservation(), nil
 }
 
-// Amend implements capacity.ReservationStore: one conditional UpdateItem
+// Amend implements capacity.BindingStore: one conditional UpdateItem
 // on the state, the move token (mvt) and the amend count (ag) as r read
 // them.
 func (s *Store) Amend(ctx context.Context, r, to capacity.Reservation) (capacity.Reservation, error) {
@@ -300,7 +300,7 @@ func (s *Store) Amend(ctx context.Context, r, to capacity.Reservation) (capacity
 // history (and so its size): later rollouts disrupt it unrecorded.
 const maxDisruptions = 4
 
-// Disrupt implements capacity.ReservationStore: one conditional UpdateItem
+// Disrupt implements rollout.Calendar: one conditional UpdateItem
 // appending the entry and the rollout to `dis` (at most maxDisruptions).
 func (s *Store) Disrupt(ctx context.Context, tenant, id, rolloutID string, at time.Time) error {
 	r, err := s.GetReservation(ctx, tenant, id)
@@ -313,8 +313,12 @@ func (s *Store) Disrupt(ctx context.Context, tenant, id, rolloutID string, at ti
 		return nil
 	}
 	ev := []eventItem{{State: string(r.State), At: dynamo.FmtTime(at), Reason: api.ReasonDisrupted, Rollout: rolloutID}}
+	// The entry counts as an amend (ag): an Amend from a copy read before
+	// it would write the history back without it, so that Amend is
+	// refused and its writer reads again — no write replaces an entry.
 	upd := expression.Set(expression.Name("hist"), expression.ListAppend(expression.Name("hist"), expression.Value(ev))).
-		Set(expression.Name("dis"), expression.ListAppend(expression.IfNotExists(expression.Name("dis"), expression.Value([]string{})), expression.Value([]string{rolloutID})))
+		Set(expression.Name("dis"), expression.ListAppend(expression.IfNotExists(expression.Name("dis"), expression.Value([]string{})), expression.Value([]string{rolloutID}))).
+		Add(expression.Name("ag"), expression.Value(1))
 	c := expression.And(expression.Name("state").Equal(expression.Value(string(r.State))),
 		expression.Or(expression.AttributeNotExists(expression.Name("dis")),
 			expression.And(expression.Not(expression.Contains(expression.Name("dis"), rolloutID)),
@@ -323,7 +327,7 @@ func (s *Store) Disrupt(ctx context.Context, tenant, id, rolloutID string, at ti
 	return dynamo.WhenConditionFails(err, nil) // recorded already, full, or its state moved (terminal: nothing to say)
 }
 
-// SetPlan implements capacity.ReservationStore.
+// SetPlan implements capacity.AdmissionStore.
 func (s *Store) SetPlan(ctx context.Context, r capacity.Reservation, p capacity.Placement, nodeSize int) error {
 	c := expression.Name("state").Equal(expression.Value(string(api.Draft)))
 	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("plan"), expression.Value(p.Devices(nodeSize))).
@@ -331,7 +335,7 @@ func (s *Store) SetPlan(ctx context.Context, r capacity.Reservation, p capacity.
 	return dynamo.WhenConditionFails(err, capacity.ErrStale)
 }
 
-// Reservations implements capacity.ReservationStore.
+// Reservations implements capacity.ChargeStore.
 func (s *Store) Reservations(ctx context.Context, tenant string, ids []string) (map[string]capacity.Reservation, error) {
 	keys := make([]map[string]types.AttributeValue, len(ids))
 	for i, id := range ids {
@@ -349,7 +353,7 @@ func (s *Store) Reservations(ctx context.Context, tenant string, ids []string) (
 	return out, err
 }
 
-// TakeOver implements capacity.ReservationStore.
+// TakeOver implements capacity.AdmissionStore.
 func (s *Store) TakeOver(ctx context.Context, r capacity.Reservation, old, lease time.Time) error {
 	c := expression.Name("state").Equal(expression.Value(string(api.Draft))).
 		And(expression.Name("lease").Equal(expression.Value(dynamo.FmtTime(old))))
@@ -357,14 +361,14 @@ func (s *Store) TakeOver(ctx context.Context, r capacity.Reservation, old, lease
 	return dynamo.WhenConditionFails(err, capacity.ErrStale)
 }
 
-// MarkCredited implements capacity.ReservationStore.
+// MarkCredited implements capacity.FenceStore.
 func (s *Store) MarkCredited(ctx context.Context, r capacity.Reservation) error {
 	c := expression.AttributeExists(expression.Name(schema.AttrPK))
 	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("credited"), expression.Value(true)), &c, types.ReturnValueNone)
 	return dynamo.WhenConditionFails(err, capacity.ErrStale)
 }
 
-// ClaimDue implements capacity.ReservationStore.
+// ClaimDue implements capacity.ReservationStore and capacity.StepStore.
 func (s *Store) ClaimDue(ctx context.Context, r capacity.Reservation, until time.Time) (capacity.Reservation, error) {
 	c := expression.Name("state").Equal(expression.Value(string(r.State))).
 		And(expression.Name(schema.AttrDueAt).Equal(expression.Value(dynamo.FmtTime(r.Due))))
@@ -386,7 +390,7 @@ func (s *Store) ClaimDue(ctx context.Context, r capacity.Reservation, until time
 	return it.reservation(), nil
 }
 
-// ClearDue implements capacity.ReservationStore.
+// ClearDue implements capacity.StepStore.
 func (s *Store) ClearDue(ctx context.Context, r capacity.Reservation) error {
 	c := expression.Name("state").Equal(expression.Value(string(r.State))).
 		And(expression.Name(schema.AttrDueAt).Equal(expression.Value(dynamo.FmtTime(r.Due))))

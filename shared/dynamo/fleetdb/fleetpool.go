@@ -2,12 +2,14 @@ package fleetdb
 
 import (
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/bettercompute/control-plane/shared/capacity"
 	"github.com/bettercompute/control-plane/shared/dynamo"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 	"github.com/bettercompute/control-plane/shared/fleet"
@@ -33,8 +35,32 @@ type fleetItem struct {
 // `bypool` LSI (what it reads: the out-of-service nodes' keys).
 func (s *Store) CountOut(ctx context.Context, pool string) (int, error) {
 	kc := expression.Key(schema.AttrPK).Equal(expression.Value(dynamo.PoolPK(pool))).
-		And(expression.Key(schema.AttrPool).BeginsWith(NodePrefix + "OUT#"))
+		And(expression.Key(schema.AttrPool).BeginsWith(outPrefix))
 	return s.table().Count(ctx, schema.IndexPool, kc, nil)
+}
+
+// OutOfService lists the pool's nodes out of service (their node ids),
+// at most limit of them: the keys-only `bypool` LSI's entries, read as
+// keys (a rollout's start compares them with the nodes it started; what
+// it reads is what CountOut counts, stopping at limit).
+func (s *Store) OutOfService(ctx context.Context, pool string, limit int) ([]string, error) {
+	r := dynamo.Range{PK: dynamo.PoolPK(pool), Index: schema.IndexPool, Attr: schema.AttrPool, Prefix: outPrefix, SKPrefix: NodePrefix}
+	var out []string
+	_, err := s.table().Page(ctx, r, limit, nil, func(item map[string]types.AttributeValue) (bool, bool, error) {
+		var it struct {
+			PSK string `dynamodbav:"psk"`
+		}
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return false, false, err
+		}
+		resource, k, ok := parseOutPSK(it.PSK)
+		if !ok {
+			return false, false, fmt.Errorf("fleetdb: out-of-service entry %q of pool %s", it.PSK, pool)
+		}
+		out = append(out, capacity.NodeID(resource, k))
+		return true, false, nil
+	})
+	return out, err
 }
 
 // Baseline implements fleet.Store (on the pool's sweep item).

@@ -2,6 +2,8 @@ package fleetdb
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
@@ -63,8 +65,22 @@ func nodeSSK(st api.NodeState, resource string, k int) string {
 	return fmt.Sprintf("%s%s#%s#%06d", NodePrefix, st, resource, k)
 }
 
+// outPrefix begins every out-of-service entry (psk) of a pool.
+const outPrefix = NodePrefix + "OUT#"
+
 func nodeOutPSK(resource string, k int) string {
-	return fmt.Sprintf("%sOUT#%s#%06d", NodePrefix, resource, k)
+	return fmt.Sprintf("%s%s#%06d", outPrefix, resource, k)
+}
+
+// parseOutPSK is the node an out-of-service entry names.
+func parseOutPSK(psk string) (resource string, k int, ok bool) {
+	rest, ok := strings.CutPrefix(psk, outPrefix)
+	i := strings.LastIndex(rest, "#")
+	if !ok || i <= 0 {
+		return "", 0, false
+	}
+	k, err := strconv.Atoi(rest[i+1:])
+	return rest[:i], k, err == nil && k >= 0
 }
 
 func nodeKey(pool, resource string, k int) map[string]types.AttributeValue {

@@ -2,12 +2,9 @@ package fleetdb
 
 import (
 	"context"
-	"strconv"
-	"strings"
+	"fmt"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/expression"
-	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/feature/dynamodb/attributevalue"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/bettercompute/control-plane/shared/capacity"
@@ -15,37 +12,29 @@ import (
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
 )
 
-// OutOfService implements capacity.OutOfServiceStore: one consistent Query
-// of the keys-only `bypool` index over the resource's out-of-service keys
-// (`psk`, set by the very write that takes a node out and removed only with
-// its flags), at most limit and one more to tell whether that was all.
-// Its cost is the nodes out (~60 B of key each), never the pool's nodes.
-func (s *Store) OutOfService(ctx context.Context, t capacity.PoolResource, limit int) (map[int]bool, bool, error) {
-	prefix := NodePrefix + "OUT#" + t.Resource + "#"
-	kc := expression.Key(schema.AttrPK).Equal(expression.Value(dynamo.PoolPK(t.PoolID))).
-		And(expression.Key(schema.AttrPool).BeginsWith(prefix))
-	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
-	if err != nil {
-		return nil, false, err
-	}
-	res, err := s.DB.Query(ctx, &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(schema.IndexPool),
-		KeyConditionExpression: e.KeyCondition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-		ConsistentRead: aws.Bool(true), Limit: aws.Int32(int32(limit + 1))})
-	if err != nil {
-		return nil, false, err
-	}
+// OutOfServiceNodes implements capacity.OutOfServiceStore: one resource's
+// out-of-service nodes, read as OutOfService reads a pool's (the keys-only
+// `bypool` index's entries: `psk` is set by the very write that takes a
+// node out and removed only with its flags), at most limit of them;
+// complete is false when more follow. Its cost is the nodes out (~70 B of
+// key each), never the pool's nodes.
+func (s *Store) OutOfServiceNodes(ctx context.Context, t capacity.PoolResource, limit int) (map[int]bool, bool, error) {
+	r := dynamo.Range{PK: dynamo.PoolPK(t.PoolID), Index: schema.IndexPool, Attr: schema.AttrPool, Prefix: outPrefix + t.Resource + "#",
+		SKPrefix: NodePrefix}
 	out := map[int]bool{}
-	for _, item := range res.Items {
-		if len(out) == limit {
-			return out, false, nil
+	next, err := s.table().Page(ctx, r, limit, nil, func(item map[string]types.AttributeValue) (bool, bool, error) {
+		var it struct {
+			PSK string `dynamodbav:"psk"`
 		}
-		psk, _ := item[schema.AttrPool].(*types.AttributeValueMemberS)
-		if psk == nil {
-			continue
+		if err := attributevalue.UnmarshalMap(item, &it); err != nil {
+			return false, false, err
 		}
-		if k, err := strconv.Atoi(strings.TrimPrefix(psk.Value, prefix)); err == nil {
-			out[k] = true
+		resource, k, ok := parseOutPSK(it.PSK)
+		if !ok || resource != t.Resource {
+			return false, false, fmt.Errorf("fleetdb: out-of-service entry %q of pool %s", it.PSK, t.PoolID)
 		}
-	}
-	return out, res.LastEvaluatedKey == nil || len(res.Items) <= limit, nil
+		out[k] = true
+		return true, false, nil
+	})
+	return out, next == nil, err
 }
