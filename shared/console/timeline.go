@@ -55,7 +55,7 @@ const (
 	tlLabelW = 170.0
 	tlAreaW  = 1000.0
 	tlAxisH  = 36.0
-	tlLaneH  = 4.0
+	tlLaneH  = 5.0
 	tlMinRow = 14.0
 	tlRowPad = 4.0
 )
@@ -82,7 +82,7 @@ func (t Timeline) SVG() template.HTML {
 		height += rowHeight(n.Size)
 	}
 	width := tlLabelW + tlAreaW + 8
-	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" class="timeline" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" role="img" aria-labelledby="tl-title">`, width, height, width, height)
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" class="timeline" viewBox="0 0 %.0f %.0f" width="%.0f" height="%.0f" aria-labelledby="tl-title">`, width, height, width, height)
 	fmt.Fprintf(&b, `<title id="tl-title">%d nodes from %s to %s (UTC)</title>`, len(t.Nodes), t.From.UTC().Format("2006-01-02 15:04"), t.To.UTC().Format("2006-01-02 15:04"))
 	b.WriteString(`<defs>` +
 		`<pattern id="p-hatch" width="6" height="6" patternUnits="userSpaceOnUse" patternTransform="rotate(45)"><rect width="2" height="6" class="ph"/></pattern>` +

@@ -10,7 +10,7 @@ package browser
 
 import (
 	"context"
-		"encoding/json"
+	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -137,7 +137,7 @@ func until(js string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, tg *chromedp.Target) error {
 		var last error
 		for {
-			ok, err := chromedp.Evaluate[bool](`!!(` + js + `)`)(ctx, tg)
+			ok, err := chromedp.Evaluate[bool](`!!(`+js+`)`)(ctx, tg)
 			if err == nil && ok {
 				return nil
 			}
@@ -297,7 +297,9 @@ func TestConsoleInTheBrowser(t *testing.T) {
 		if err != nil || resp.Status != 429 {
 			t.Fatalf("the over-quota create: %v %d %s", err, resp.Status, resp.Body)
 		}
-		var env struct{ Error struct{ Details map[string]any } }
+		var env struct {
+			Error struct{ Details map[string]any }
+		}
 		_ = json.Unmarshal(resp.Body, &env)
 		id, _ := env.Error.Details["reservationId"].(string)
 		ctx := s.tab(t, 1280, 900)
