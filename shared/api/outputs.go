@@ -54,6 +54,10 @@ type PoolUsageResult struct {
 	NextCursor string `json:"nextCursor,omitempty" doc:"present when more nodes follow: send it as cursor (with the same poolId, resource, from and hours) for the next page"`
 }
 
+type PoolAvailabilityResult struct {
+	Availability Availability `json:"availability" doc:"when the request could be placed: its offerings, the tenant's quota, and whether the search looked everywhere"`
+}
+
 type QuotaResult struct {
 	Quota Quota `json:"quota" doc:"the quota row (a missing row reads as max 0, used 0)"`
 }
