@@ -17,6 +17,11 @@ type Config struct {
 	StackName   string   // stackName
 	JWTIssuer   string   // jwtIssuer: https URL of the identity provider
 	JWTAudience []string // jwtAudience: string, comma-separated string or list
+	// The console's sign-in endpoints when the issuer's discovery document
+	// does not serve them to a browser (Cognito: its hosted domain's
+	// /oauth2/authorize and /oauth2/token); empty: discovered.
+	ConsoleAuthorizeURL string // consoleAuthorizeUrl
+	ConsoleTokenURL     string // consoleTokenUrl
 
 	// Better IAM: exactly one of these.
 	IAMURL     string // iamUrl → BC_IAM_URL
@@ -82,6 +87,8 @@ const (
 	CtxHeartbeatBurst    = "heartbeatBurstLimit"
 	CtxAlarmEmail        = "alarmEmail"
 	CtxRemovalPolicy     = "removalPolicy"
+	CtxConsoleAuthorize  = "consoleAuthorizeUrl"
+	CtxConsoleToken      = "consoleTokenUrl"
 )
 
 // Architectures a function may be built for (lambdaArchitecture).
@@ -213,6 +220,8 @@ func ConfigFrom(get func(key string) any) (Config, error) {
 	num(CtxHeartbeatRate, &c.HeartbeatRateLimit)
 	integer(CtxHeartbeatBurst, &c.HeartbeatBurstLimit)
 	str(CtxAlarmEmail, &c.AlarmEmail)
+	str(CtxConsoleAuthorize, &c.ConsoleAuthorizeURL)
+	str(CtxConsoleToken, &c.ConsoleTokenURL)
 	removal := "retain"
 	str(CtxRemovalPolicy, &removal)
 

@@ -39,7 +39,7 @@ func Suppressions(cfg Config, fns []Function) []Suppression {
 	var apiFns, writers, roles []string
 	for _, f := range fns {
 		roles = append(roles, f.Name+"/Role/DefaultPolicy/Resource")
-		if f.Method != nil {
+		if f.Method != nil || f.IsConsole() {
 			apiFns = append(apiFns, f.Name+"/Function/Resource")
 		}
 		if f.Access.Writes() {

@@ -9,7 +9,7 @@ const ConsoleFunction = "console"
 
 // ConsoleMethods are the methods the console's pages and actions call.
 var ConsoleMethods = []string{
-	"pools.list", "pools.get", "pools.usage", "quotas.get",
+	"pools.list", "pools.get", "pools.usage", "pools.availability", "quotas.get",
 	"reservations.create", "reservations.get", "reservations.list", "reservations.release",
 	"nodes.get", "nodes.list", "nodes.cordon", "nodes.uncordon",
 	"rollouts.list", "rollouts.get", "rollouts.nodes", "rollouts.pause", "rollouts.resume", "rollouts.abort",

@@ -91,13 +91,18 @@ func (c *Console) book(r *http.Request, v Viewer) (outcome, error) {
 	if err != nil {
 		return outcome{}, &CallError{Status: 400, Code: "INVALID_INPUT", Message: "count is not a number", Details: map[string]any{"field": "count"}}
 	}
-	start, err1 := time.Parse(time.RFC3339, f("start"))
-	end, err2 := time.Parse(time.RFC3339, f("end"))
-	if err1 != nil || err2 != nil {
+	end, err := time.Parse(time.RFC3339, f("end"))
+	window := map[string]any{"end": end}
+	if f("start") != "" {
+		start, serr := time.Parse(time.RFC3339, f("start"))
+		window["start"] = start
+		err = errors.Join(err, serr)
+	}
+	if err != nil {
 		return outcome{}, &CallError{Status: 400, Code: "INVALID_INPUT", Message: "the window is not RFC 3339", Details: map[string]any{"field": "window"}}
 	}
 	in := map[string]any{"tenantId": v.Tenant, "poolId": f("pool"), "resource": f("resource"), "count": count,
-		"window": map[string]any{"start": start, "end": end}, "topology": f("topology")}
+		"window": window, "topology": f("topology")}
 	var out api.ReservationResult
 	if err := c.cfg.Caller.Call(r.Context(), v, "reservations.create", in, &out); err != nil {
 		return outcome{}, err

@@ -11,35 +11,6 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 )
 
-// The answer of pools.availability, as the API states its shape: a
-// maximal range of whole-hour starts per offering, earliest first.
-type availabilityResult struct {
-	Availability availability `json:"availability"`
-}
-
-type availability struct {
-	PoolID    string     `json:"poolId"`
-	Resource  string     `json:"resource"`
-	Count     int        `json:"count"`
-	Hours     int        `json:"hours"`
-	Topology  string     `json:"topology"`
-	From      time.Time  `json:"from"`
-	To        time.Time  `json:"to"`
-	Offerings []offering `json:"offerings"`
-	Quota     struct {
-		Max  int64 `json:"max"`
-		Used int64 `json:"used"`
-		Fits bool  `json:"fits"`
-	} `json:"quota"`
-	Partial bool `json:"partial"`
-}
-
-type offering struct {
-	EarliestStart time.Time `json:"earliestStart"`
-	LatestStart   time.Time `json:"latestStart"`
-	Nodes         int       `json:"nodes"`
-}
-
 // availabilityView is the question as the form asked it and its answer in
 // words; Book is the first offering's create, confirmed before it is sent.
 type availabilityView struct {
@@ -48,7 +19,7 @@ type availabilityView struct {
 	Topology string
 	Sentence string
 	Quota    string
-	Offers   []offering
+	Offers   []api.Offering
 	Problem  *Problem
 	Book     *bookIntent
 }
@@ -57,6 +28,7 @@ type bookIntent struct {
 	Pool, Resource, Topology string
 	Count                    int
 	Start, End               time.Time
+	FromNow                  bool // book without window.start: from now
 	Confirm                  string
 }
 
@@ -72,7 +44,7 @@ func (c *Console) availability(ctx context.Context, v Viewer, poolID, resource s
 		return av
 	}
 	in := map[string]any{"tenantId": v.Tenant, "poolId": poolID, "resource": resource, "count": count, "hours": hours, "topology": av.Topology}
-	var out availabilityResult
+	var out api.PoolAvailabilityResult
 	if err := c.cfg.Caller.Call(ctx, v, "pools.availability", in, &out); err != nil {
 		p := problemOf(err)
 		av.Problem = &p
@@ -87,21 +59,24 @@ func (c *Console) availability(ctx context.Context, v Viewer, poolID, resource s
 		parts := make([]string, 0, len(a.Offerings))
 		for _, o := range a.Offerings {
 			if o.LatestStart.Equal(o.EarliestStart) {
-				parts = append(parts, fmt.Sprintf("at %s (on %d nodes)", hm(o.EarliestStart), o.Nodes))
+				parts = append(parts, fmt.Sprintf("at %s (on %s)", hm(o.EarliestStart), plural(o.Nodes, "node")))
 			} else {
-				parts = append(parts, fmt.Sprintf("any hour from %s to %s (on %d nodes)", hm(o.EarliestStart), hm(o.LatestStart), o.Nodes))
+				parts = append(parts, fmt.Sprintf("any hour from %s to %s (on %s)", hm(o.EarliestStart), hm(o.LatestStart), plural(o.Nodes, "node")))
 			}
 		}
 		av.Sentence = fmt.Sprintf("%s can start %s.", ask, strings.Join(parts, "; or "))
+		// The first start; one in the current hour is booked from now
+		// (no window.start) to the offering's hour + hours, as the method
+		// says its offerings are booked.
 		first := a.Offerings[0]
-		start := first.EarliestStart
+		start, end := first.EarliestStart, first.EarliestStart.Add(time.Duration(a.Hours)*time.Hour)
+		from := hm(start)
 		if start.Before(now) {
-			start = now.Truncate(time.Minute).Add(time.Minute)
+			from = "now"
 		}
-		end := start.Add(time.Duration(a.Hours) * time.Hour)
-		av.Book = &bookIntent{Pool: poolID, Resource: a.Resource, Topology: a.Topology, Count: a.Count, Start: start, End: end,
+		av.Book = &bookIntent{Pool: poolID, Resource: a.Resource, Topology: a.Topology, Count: a.Count, Start: start, End: end, FromNow: start.Before(now),
 			Confirm: fmt.Sprintf("Book %d × %s (topology %s) from %s to %s? This calls reservations.create and charges %d to your quota.",
-				a.Count, a.Resource, a.Topology, hm(start), hm(end), a.Count)}
+				a.Count, a.Resource, a.Topology, from, hm(end), a.Count)}
 	}
 	if a.Partial {
 		av.Sentence += " Some hours could not be decided by a bounded search and are left out."
@@ -118,3 +93,11 @@ func (c *Console) availability(ctx context.Context, v Viewer, poolID, resource s
 
 // hm is a time for sentences: UTC, minutes.
 func hm(t time.Time) string { return t.UTC().Format("Jan 02 15:04") + " UTC" }
+
+// plural is "1 node", "2 nodes".
+func plural(n int, word string) string {
+	if n == 1 {
+		return "1 " + word
+	}
+	return fmt.Sprintf("%d %ss", n, word)
+}

@@ -41,7 +41,7 @@ func Lambda(h http.Handler) func(context.Context, events.APIGatewayV2HTTPRequest
 		}
 		w := httptest.NewRecorder()
 		h.ServeHTTP(w, r)
-		resp := events.APIGatewayV2HTTPResponse{StatusCode: w.Code, Headers: map[string]string{}}
+		resp := events.APIGatewayV2HTTPResponse{StatusCode: w.Code, Headers: map[string]string{"x-request-id": ev.RequestContext.RequestID}}
 		for k, vs := range w.Header() {
 			resp.Headers[k] = strings.Join(vs, ",")
 		}

@@ -90,7 +90,7 @@ func (c *Console) poolPage(ctx context.Context, r *http.Request, v Viewer) (view
 				rows[n.NodeID] = i
 				tl.Nodes = append(tl.Nodes, TimelineNode{ID: n.NodeID, Size: n.Size})
 				if d.Owned {
-					tl.Nodes[i].Href = c.link(v, "/console/pools/"+poolID+"/nodes/"+n.NodeID)
+					tl.Nodes[i].Href = url.PathEscape(poolID) + "/nodes/" + n.NodeID
 				}
 			}
 			row := &tl.Nodes[i]
@@ -101,8 +101,7 @@ func (c *Console) poolPage(ctx context.Context, r *http.Request, v Viewer) (view
 				}
 				seen[key] = true
 				row.Bars = append(row.Bars, Bar{Start: b.Window.Start, End: b.Window.End, Lanes: lanes(b.DeviceIDs, n.Size, d.Resource),
-					Kind: "other", Title: fmt.Sprintf("%d devices %s", len(b.DeviceIDs), spanWords(b.Window)), Href: "",
-					Label: b.ReservationID})
+					Kind: "other", Title: fmt.Sprintf("%d devices %s", len(b.DeviceIDs), spanWords(b.Window)), Label: b.ReservationID})
 			}
 		}
 	}
@@ -118,7 +117,7 @@ func (c *Console) poolPage(ctx context.Context, r *http.Request, v Viewer) (view
 		}
 		d.NextURL = "/console/pools/" + url.PathEscape(poolID) + "?" + q.Encode()
 	}
-	c.labelOwn(ctx, v, poolID, d.Resource, &tl, d.Owned)
+	c.labelOwn(ctx, v, poolID, d.Resource, &tl, d.Owned, d.Days <= 7)
 	d.Fleet = c.fleetBands(ctx, v, poolID, d.Owned, &tl, d.To)
 	if d.Query.Get("count") != "" {
 		av := c.availability(ctx, v, poolID, d.Resource, d.Query, d.Now)
@@ -147,8 +146,9 @@ var legend = []legendItem{
 // labelOwn marks the viewer's own reservations on the timeline: their state
 // as the bar's shape, a label and a link. The pool's owner sees each
 // reservation's id (pools.usage gives it the owner alone); others' bars stay
-// anonymous.
-func (c *Console) labelOwn(ctx context.Context, v Viewer, poolID, resource string, tl *Timeline, owned bool) {
+// anonymous. Zoomed out past a week (detail false), tooltips name no times
+// and others' bars carry none: a busy month of 64 nodes stays under 500 KB.
+func (c *Console) labelOwn(ctx context.Context, v Viewer, poolID, resource string, tl *Timeline, owned, detail bool) {
 	var rs api.ListReservationsResult
 	if err := c.cfg.Caller.Call(ctx, v, "reservations.list", map[string]any{"tenantId": v.Tenant, "poolId": poolID, "limit": 1000}, &rs); err != nil {
 		rs.Reservations = nil
@@ -180,15 +180,20 @@ func (c *Console) labelOwn(ctx context.Context, v Viewer, poolID, resource strin
 				}
 			}
 			switch {
+			case mine && detail:
+				b.Title = fmt.Sprintf("yours: %s, %d × %s, %s, %s", res.ReservationID, res.Count, res.Resource, res.State, spanWords(res.Window))
 			case mine:
-				b.Kind = string(res.State)
-				b.Label = string(res.State)
-				b.Title = fmt.Sprintf("your reservation %s: %d × %s, %s, %s", res.ReservationID, res.Count, res.Resource, res.State, spanWords(res.Window))
-				b.Href = c.link(v, "/console/reservations/"+res.ReservationID)
+				b.Title = "yours: " + string(res.State)
+			case !detail:
+				b.Title = ""
 			case owned && ownerID != "":
-				b.Title = fmt.Sprintf("reservation %s (another tenant's): %s", ownerID, b.Title)
+				b.Title = fmt.Sprintf("another tenant's %s: %s", ownerID, b.Title)
 			default:
-				b.Title = "booked (another tenant's): " + b.Title
+				b.Title = "booked by another tenant: " + b.Title
+			}
+			if mine {
+				// A path relative to the pool's page: the script adds the tenant.
+				b.Kind, b.Label, b.Href = string(res.State), string(res.State), "../reservations/"+res.ReservationID
 			}
 		}
 	}

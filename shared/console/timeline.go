@@ -35,7 +35,7 @@ type Bar struct {
 	Lanes      [][2]int // runs of consecutive device lanes [first, last]
 	Kind       string
 	Label      string // drawn inside the bar when it is wide enough
-	Title      string // the tooltip
+	Title      string // the tooltip ("" for none)
 	Href       string
 }
 
@@ -91,6 +91,13 @@ func (t Timeline) SVG() template.HTML {
 		`<pattern id="p-bind" width="4" height="4" patternUnits="userSpaceOnUse" patternTransform="rotate(-45)"><rect width="2" height="4" class="pb"/></pattern>` +
 		`</defs>`)
 	t.axis(&b, x, height)
+	for i, y := 1, tlAxisH; i <= len(t.Nodes); i++ {
+		h := rowHeight(t.Nodes[i-1].Size)
+		if i%2 == 0 {
+			fmt.Fprintf(&b, `<rect class="row" x="0" y="%.0f" width="%.0f" height="%.0f"/>`, y, width, h)
+		}
+		y += h
+	}
 	for _, o := range t.Offers {
 		if !o.End.After(t.From) || !o.Start.Before(t.To) {
 			continue
@@ -101,11 +108,8 @@ func (t Timeline) SVG() template.HTML {
 		fmt.Fprintf(&b, `<text class="offer-l" x="%.1f" y="%.0f">can start</text>`, x0+2, tlAxisH-2)
 	}
 	y := tlAxisH
-	for i, n := range t.Nodes {
+	for _, n := range t.Nodes {
 		h := rowHeight(n.Size)
-		if i%2 == 1 {
-			fmt.Fprintf(&b, `<rect class="row" x="0" y="%.0f" width="%.0f" height="%.0f"/>`, y, width, h)
-		}
 		label := template.HTMLEscapeString(n.ID)
 		if n.Href != "" {
 			fmt.Fprintf(&b, `<a href="%s"><text class="node" x="4" y="%.1f">%s</text></a>`, template.HTMLEscapeString(n.Href), y+h/2+4, label)
@@ -122,7 +126,7 @@ func (t Timeline) SVG() template.HTML {
 			fmt.Fprintf(&b, `<text class="band-l" x="%.1f" y="%.1f">%s</text>`, x0+2, y+h-3, bd.Kind)
 		}
 		for _, bar := range n.Bars {
-			if !bar.End.After(t.From) || !bar.Start.Before(t.To) {
+			if !bar.End.After(t.From) || !bar.Start.Before(t.To) || len(bar.Lanes) == 0 {
 				continue
 			}
 			x0, x1 := x(bar.Start), x(bar.End)
@@ -130,15 +134,33 @@ func (t Timeline) SVG() template.HTML {
 			if bar.Href != "" {
 				fmt.Fprintf(&b, `<a href="%s">`, template.HTMLEscapeString(bar.Href))
 			}
-			fmt.Fprintf(&b, `<g class="bar %s"><title>%s</title>`, bar.Kind, template.HTMLEscapeString(bar.Title))
+			// A bar is a path per run of lanes, in whole units (a unit is a
+			// pixel at the default width): every byte counts on a busy
+			// page. One run carries the title itself; more are a group.
+			title := ""
+			if bar.Title != "" {
+				title = `<title>` + template.HTMLEscapeString(bar.Title) + `</title>`
+			}
+			if len(bar.Lanes) > 1 {
+				fmt.Fprintf(&b, `<g class="b %s">%s`, bar.Kind, title)
+			}
 			for _, run := range bar.Lanes {
-				fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f"/>`,
-					x0, y+tlRowPad/2+float64(run[0])*tlLaneH, w, float64(run[1]-run[0]+1)*tlLaneH-0.6)
+				d := fmt.Sprintf(`M%.0f %.0fh%.0fv%.0fh-%.0fz`, x0, y+tlRowPad/2+float64(run[0])*tlLaneH, w, float64(run[1]-run[0]+1)*tlLaneH-1, w)
+				switch {
+				case len(bar.Lanes) > 1:
+					fmt.Fprintf(&b, `<path d="%s"/>`, d)
+				case title != "":
+					fmt.Fprintf(&b, `<path class="b %s" d="%s">%s</path>`, bar.Kind, d, title)
+				default:
+					fmt.Fprintf(&b, `<path class="b %s" d="%s"/>`, bar.Kind, d)
+				}
+			}
+			if len(bar.Lanes) > 1 {
+				b.WriteString(`</g>`)
 			}
 			if bar.Label != "" && w > float64(len(bar.Label))*5.2+4 {
-				fmt.Fprintf(&b, `<text class="bar-l" x="%.1f" y="%.1f">%s</text>`, x0+3, y+h/2+3, template.HTMLEscapeString(bar.Label))
+				fmt.Fprintf(&b, `<text class="bar-l" x="%.0f" y="%.0f">%s</text>`, x0+3, y+tlRowPad/2+float64(bar.Lanes[0][0])*tlLaneH+9, template.HTMLEscapeString(bar.Label))
 			}
-			b.WriteString(`</g>`)
 			if bar.Href != "" {
 				b.WriteString(`</a>`)
 			}

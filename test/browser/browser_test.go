@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -24,6 +25,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/test/teststack"
@@ -43,6 +45,7 @@ type suite struct {
 	root  string
 	shots string
 	alloc context.Context
+	log   *requestLog
 	// dialogs are the confirmation texts the page asked, per tab.
 	mu      sync.Mutex
 	dialogs []string
@@ -56,7 +59,8 @@ func newSuite(t *testing.T) *suite {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &suite{t: t, st: teststack.Start(t), root: root, shots: filepath.Join(root, "build", "console-shots")}
+	log := &requestLog{}
+	s := &suite{t: t, st: teststack.Start(t, teststack.WithAppOptions(app.WithLogger(slog.New(log)))), log: log, root: root, shots: filepath.Join(root, "build", "console-shots")}
 	if os.Getenv("BC_CONSOLE_SHOTS") == "docs" {
 		s.shots = filepath.Join(root, "docs", "console")
 	}
@@ -157,6 +161,13 @@ func until(js string) chromedp.Action[chromedp.Void] {
 func textHas(words string) chromedp.Action[chromedp.Void] {
 	q, _ := json.Marshal(words)
 	return until(`document.getElementById("main") && document.getElementById("main").innerText.includes(` + string(q) + `)`)
+}
+
+// press clicks the button labelled label in one evaluation, so a live
+// refresh that swaps the page cannot take the button from under the click.
+func press(label string) chromedp.Action[chromedp.Void] {
+	q, _ := json.Marshal(label)
+	return until(`(() => { const b = [...document.querySelectorAll("#main button")].find(b => b.textContent.trim() === ` + string(q) + `); if (b) b.click(); return !!b; })()`)
 }
 
 // signIn uses the local sign-in as principal, acting as tenant.
@@ -263,9 +274,9 @@ func TestConsoleInTheBrowser(t *testing.T) {
 		s.signIn(t, ctx, "alice", "acme")
 		s.open(t, ctx, "/console/pools/gpu-pool-1?tenant=acme")
 		for _, id := range booked {
-			s.run(t, ctx, until(`[...document.querySelectorAll("svg.timeline g.bar title")].some(e => e.textContent.includes("`+id+`"))`))
+			s.run(t, ctx, until(`[...document.querySelectorAll("svg.timeline a")].some(a => a.getAttribute("href").includes("/console/reservations/`+id+`?tenant=acme"))`))
 		}
-		s.run(t, ctx, until(`document.querySelector("svg.timeline g.bar.placed") && document.querySelector("svg.timeline .now")`))
+		s.run(t, ctx, until(`document.querySelector("svg.timeline .b.placed") && document.querySelector("svg.timeline .now")`))
 		s.shot(t, ctx, "timeline", false)
 		s.axe(t, ctx, "pool timeline")
 	})
@@ -354,12 +365,27 @@ func TestConsoleInTheBrowser(t *testing.T) {
 		ctx := s.tab(t, 1280, 900)
 		s.signIn(t, ctx, "admin", "platform")
 		s.open(t, ctx, "/console/rollouts/"+out.Rollout.RolloutID+"?tenant=platform")
-		s.run(t, ctx, textHas("1/2 updated"), chromedp.Click(chromedp.Search(`//button[text()="Pause"]`)), textHas("paused"))
+		s.run(t, ctx, textHas("1/2 updated"), press("Pause"), textHas("paused"))
 		if d := s.lastDialog(); !strings.Contains(d, "Pause rollout") {
 			t.Errorf("the pause's confirmation said %q", d)
 		}
-		s.run(t, ctx, until(`document.evaluate('//button[text()="Abort"]', document, null, 9, null).singleNodeValue !== null`),
-			chromedp.Click(chromedp.Search(`//button[text()="Abort"]`)), textHas("rolled_back"))
+		// While it is paused the open page keeps asking; a refresh that
+		// finds the rollout as it was reads it once and nothing more.
+		n := s.log.len()
+		deadline := time.Now().Add(wait)
+		for s.log.count(n, "rollouts.get") < 6 {
+			if time.Now().After(deadline) {
+				t.Fatalf("the paused rollout's page refreshed %d times in %s", s.log.count(n, "rollouts.get"), wait)
+			}
+			time.Sleep(100 * time.Millisecond) // polling the log for the page's refreshes
+		}
+		polls, calls, rcu, changed := s.log.rolloutPolls(n)
+		t.Logf("an open paused rollout page: %d refreshes, %d re-rendered, %d DynamoDB calls, %.1f read units: %.1f reads a refresh, %.0f read units a minute at the deployed 5 s",
+			polls, changed, calls, rcu, float64(calls)/float64(polls), rcu/float64(polls)*12)
+		if changed > 1 {
+			t.Errorf("%d of %d refreshes of an unchanged paused rollout read its nodes again", changed, polls)
+		}
+		s.run(t, ctx, press("Abort"), textHas("rolled_back"))
 		if d := s.lastDialog(); !strings.Contains(d, "1 updated nodes go back (1 to 1.0.0)") {
 			t.Errorf("the abort's confirmation said %q", d)
 		}
@@ -400,7 +426,7 @@ func TestConsoleInTheBrowser(t *testing.T) {
 				if err != nil {
 					return
 				}
-				tampered := strings.Replace(string(b.Body), "dev.bettercompute.local/releases\n2\n", "dev.bettercompute.local/releases\n3\n", 1)
+				tampered := strings.ReplaceAll(string(b.Body), "dev.bettercompute.local/releases\n2\n", "dev.bettercompute.local/releases\n3\n")
 				_, _ = chromedp.Call(ctx, fetch.FulfillRequest, fetch.FulfillRequestParams{RequestID: e.RequestID,
 					ResponseCode: e.ResponseStatusCode, ResponseHeaders: e.ResponseHeaders, Body: []byte(tampered)})
 			}
@@ -449,4 +475,76 @@ func TestConsoleInTheBrowser(t *testing.T) {
 		s.shot(t, ctx, "phone-reservation", false)
 	})
 	t.Logf("browser suite: %s", time.Since(start).Round(time.Millisecond))
+}
+
+// requestLog keeps the gateway's request lines of the console's viewer
+// calls (method, DynamoDB calls, read units).
+type requestLog struct {
+	mu    sync.Mutex
+	lines []logLine
+}
+
+type logLine struct {
+	method string
+	calls  int64
+	rcu    float64
+}
+
+func (l *requestLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *requestLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *requestLog) WithGroup(string) slog.Handler            { return l }
+func (l *requestLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "request" {
+		return nil
+	}
+	var line logLine
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case api.DimensionMethod:
+			line.method = a.Value.String()
+		case api.MetricDynamoCalls:
+			line.calls = a.Value.Int64()
+		case api.MetricRCU:
+			line.rcu = a.Value.Float64()
+		}
+		return true
+	})
+	l.mu.Lock()
+	l.lines = append(l.lines, line)
+	l.mu.Unlock()
+	return nil
+}
+
+func (l *requestLog) len() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.lines) }
+
+func (l *requestLog) count(from int, method string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	n := 0
+	for _, line := range l.lines[from:] {
+		if line.method == method {
+			n++
+		}
+	}
+	return n
+}
+
+// rolloutPolls adds up the rollout page's refreshes after line from: each
+// reads rollouts.get; one that found a change also reads rollouts.nodes.
+func (l *requestLog) rolloutPolls(from int) (polls, calls int, rcu float64, changed int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines[from:] {
+		switch line.method {
+		case "rollouts.get":
+			polls++
+		case "rollouts.nodes":
+			changed++
+		default:
+			continue
+		}
+		calls += int(line.calls)
+		rcu += line.rcu
+	}
+	return
 }

@@ -124,7 +124,9 @@ func Start(tb testing.TB, opts ...Option) *Stack {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	con, err := console.New(console.Config{Caller: console.CallerFor(a.Gateway, eps), Dev: true, Now: s.now,
+	// The console refreshes live pages every second here (5 s deployed):
+	// tests watch them move without waiting.
+	con, err := console.New(console.Config{Caller: console.CallerFor(a.Gateway, eps), Dev: true, Now: s.now, Poll: time.Second,
 		DevPrincipals: []string{"admin", "alice", "ops", "auditor"}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		tb.Fatal(err)

@@ -72,7 +72,17 @@
     }
     if (xhr.status === 401) location.assign(signinURL());
   });
+  // Links in a fragment (the timeline's are relative, without the tenant)
+  // carry the tenant the viewer acts as.
+  function keepTenant(root) {
+    var t = currentTenant();
+    root.querySelectorAll("a[href]").forEach(function (a) {
+      var u = new URL(a.getAttribute("href"), location.href);
+      if (u.origin === location.origin && u.pathname.startsWith("/console/")) a.setAttribute("href", withTenant(u.pathname + u.search, t));
+    });
+  }
   document.addEventListener("htmx:afterSettle", function (e) {
+    keepTenant(e.detail.elt || document);
     localTimes(e.detail.elt || document);
     if (document.getElementById("checkpoint-status")) verifyLog();
   });

@@ -1,0 +1,308 @@
+package console_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/app"
+	"github.com/bettercompute/control-plane/shared/console"
+	"github.com/bettercompute/control-plane/shared/devstack"
+	"github.com/bettercompute/control-plane/test/teststack"
+)
+
+func TestMain(m *testing.M) { devstack.Main(m) }
+
+// requestLog keeps the gateway's request lines: each says its method and
+// the DynamoDB calls and read units it cost.
+type requestLog struct {
+	mu    sync.Mutex
+	lines []map[string]any
+}
+
+func (l *requestLog) Enabled(context.Context, slog.Level) bool { return true }
+func (l *requestLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *requestLog) WithGroup(string) slog.Handler            { return l }
+func (l *requestLog) Handle(_ context.Context, r slog.Record) error {
+	if r.Message != "request" {
+		return nil
+	}
+	line := map[string]any{}
+	r.Attrs(func(a slog.Attr) bool { line[a.Key] = a.Value.Any(); return true })
+	l.mu.Lock()
+	l.lines = append(l.lines, line)
+	l.mu.Unlock()
+	return nil
+}
+
+// since sums the DynamoDB calls and read units of the lines after the n-th.
+func (l *requestLog) since(n int) (methods []string, calls int64, rcu float64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, line := range l.lines[n:] {
+		methods = append(methods, line[api.DimensionMethod].(string))
+		calls += line[api.MetricDynamoCalls].(int64)
+		rcu += line[api.MetricRCU].(float64)
+	}
+	return
+}
+
+func (l *requestLog) len() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.lines) }
+
+type env struct {
+	st  *teststack.Stack
+	log *requestLog
+}
+
+func start(t *testing.T) env {
+	log := &requestLog{}
+	st := teststack.Start(t, teststack.WithAppOptions(app.WithLogger(slog.New(log))))
+	return env{st: st, log: log}
+}
+
+// get fetches a console path with a dev token ("" for none).
+func (e env) get(t *testing.T, path, principal string, hdr ...string) *http.Response {
+	t.Helper()
+	req, _ := http.NewRequest(http.MethodGet, e.st.URL+path, nil)
+	if principal != "" {
+		req.Header.Set("Authorization", "Bearer dev:"+principal)
+	}
+	for i := 0; i+1 < len(hdr); i += 2 {
+		req.Header.Set(hdr[i], hdr[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return resp
+}
+
+func body(t *testing.T, r *http.Response) string {
+	t.Helper()
+	b, err := io.ReadAll(r.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+func (e env) call(t *testing.T, principal, method string, in, out any) {
+	t.Helper()
+	b, _ := json.Marshal(in)
+	req, _ := http.NewRequest(http.MethodPost, e.st.URL+api.Lookup(method).Path(), bytes.NewReader(b))
+	req.Header.Set("Authorization", "Bearer dev:"+principal)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	rb, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != 200 {
+		t.Fatalf("%s: %d %s", method, resp.StatusCode, rb)
+	}
+	if out != nil {
+		if err := json.Unmarshal(rb, out); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// Every answer carries the strict policy: scripts from the console only,
+// no framing; the shell holds no inline script and no data.
+func TestShellIsSafe(t *testing.T) {
+	e := start(t)
+	r := e.get(t, "/console/pools/gpu-pool-1?tenant=acme", "")
+	b := body(t, r)
+	csp := r.Header.Get("Content-Security-Policy")
+	for _, want := range []string{"script-src 'self';", "frame-ancestors 'none'", "default-src 'none'"} {
+		if !strings.Contains(csp, want) {
+			t.Errorf("CSP %q lacks %s", csp, want)
+		}
+	}
+	if strings.Contains(csp, "unsafe") {
+		t.Errorf("CSP allows unsafe sources: %s", csp)
+	}
+	if r.Header.Get("X-Frame-Options") != "DENY" || r.StatusCode != 200 {
+		t.Errorf("shell: %d, X-Frame-Options %q", r.StatusCode, r.Header.Get("X-Frame-Options"))
+	}
+	for _, tag := range regexp.MustCompile(`<script[^>]*>`).FindAllString(b, -1) {
+		if !strings.Contains(tag, `src="/console/assets/`) {
+			t.Errorf("an inline script in the shell: %s", tag)
+		}
+	}
+	if strings.Contains(b, "gpu.h100") {
+		t.Error("the public shell holds data")
+	}
+}
+
+// Assets are served under their hash, cached for good; htmx is the pinned
+// npm package's file, byte for byte.
+func TestAssets(t *testing.T) {
+	e := start(t)
+	for _, name := range []string{"console.js", "console.css", "htmx.min.js"} {
+		u := console.AssetURL(name)
+		if !regexp.MustCompile(`^/console/assets/[a-z.]+-[0-9a-f]{12}\.(min\.js|js|css)$`).MatchString(u) {
+			t.Errorf("%s is served as %q", name, u)
+		}
+		r := e.get(t, u, "")
+		if r.StatusCode != 200 || !strings.Contains(r.Header.Get("Cache-Control"), "immutable") {
+			t.Errorf("%s: %d %q", u, r.StatusCode, r.Header.Get("Cache-Control"))
+		}
+	}
+	root, _ := devstack.Root()
+	pinned, err := os.ReadFile(filepath.Join(root, "node_modules", "htmx.org", "dist", "htmx.min.js"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	embedded, _ := os.ReadFile("assets/htmx.min.js")
+	if !bytes.Equal(pinned, embedded) {
+		t.Error("assets/htmx.min.js is not node_modules/htmx.org/dist/htmx.min.js (package-lock.json's version): copy it again")
+	}
+}
+
+// Fragments need credentials and the API's grant; a viewer without one
+// sees PERMISSION_DENIED in words and nothing of the tenant's.
+func TestFragmentsDecideLikeTheAPI(t *testing.T) {
+	e := start(t)
+	e.call(t, "admin", "pools.create", map[string]any{"tenantId": "acme", "poolId": "gpu-pool-1", "resources": map[string]any{"gpu.h100": 16}}, nil)
+	r := e.get(t, "/console/f/pools?tenant=acme", "")
+	if b := body(t, r); r.StatusCode != 401 || !strings.Contains(b, "UNAUTHENTICATED") {
+		t.Errorf("no token: %d %s", r.StatusCode, b)
+	}
+	r = e.get(t, "/console/f/pools?tenant=acme", "mallory")
+	if b := body(t, r); r.StatusCode != 403 || !strings.Contains(b, "PERMISSION_DENIED") || strings.Contains(b, "gpu-pool-1") {
+		t.Errorf("mallory: %d %s", r.StatusCode, b)
+	}
+	r = e.get(t, "/console/f/pools?tenant=acme", "alice")
+	if b := body(t, r); r.StatusCode != 200 || !strings.Contains(b, "gpu-pool-1") || !strings.Contains(b, "16 gpu.h100 free now") {
+		t.Errorf("alice: %d %s", r.StatusCode, b)
+	}
+	// alice reads acme's reservations, not its nodes: nodes.get says so.
+	r = e.get(t, "/console/f/pools/gpu-pool-1/nodes/gpu.h100-node-0?tenant=acme", "alice")
+	if b := body(t, r); r.StatusCode == 200 || !strings.Contains(b, "problem") {
+		t.Errorf("alice on a node: %d %s", r.StatusCode, b)
+	}
+	r = e.get(t, "/console/f/pools?tenant=globex", "alice")
+	if b := body(t, r); r.StatusCode != 403 || strings.Contains(b, "gpu-pool-1") {
+		t.Errorf("alice as globex: %d %s", r.StatusCode, b)
+	}
+}
+
+// Actions are POST with the bearer token: a GET changes nothing, and a
+// form posted without the header (a cross-site one, say) is refused.
+func TestActionsArePostWithBearer(t *testing.T) {
+	e := start(t)
+	r := e.get(t, "/console/a/cordon?tenant=acme", "admin")
+	if r.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET of an action: %d", r.StatusCode)
+	}
+	form := url.Values{"pool": {"gpu-pool-1"}, "node": {"gpu.h100-node-0"}, "reason": {"x"}}
+	resp, err := http.PostForm(e.st.URL+"/console/a/cordon?tenant=acme", form)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(b), "UNAUTHENTICATED") {
+		t.Errorf("an action without the bearer header: %d %s", resp.StatusCode, b)
+	}
+}
+
+// An open rollout page that finds nothing changed costs one read: the
+// rollout's own get, answered 304 without its nodes.
+func TestRolloutRefreshReadsOnlyTheVersion(t *testing.T) {
+	e := start(t)
+	// No rollout: one that does not exist is the same single read, and a
+	// real one is measured in the browser suite. Here: the ETag path.
+	r := e.get(t, "/console/f/rollouts?tenant=platform", "admin")
+	tag := r.Header.Get("ETag")
+	if r.StatusCode != 200 || tag == "" {
+		t.Fatalf("rollouts: %d, ETag %q", r.StatusCode, tag)
+	}
+	n := e.log.len()
+	r = e.get(t, "/console/f/rollouts?tenant=platform", "admin", "If-None-Match", tag)
+	if r.StatusCode != http.StatusNotModified {
+		t.Errorf("a refresh with the current ETag: %d", r.StatusCode)
+	}
+	methods, calls, _ := e.log.since(n)
+	if len(methods) != 1 || methods[0] != "rollouts.list" || calls != 1 {
+		t.Errorf("an unchanged refresh called %v (%d DynamoDB calls)", methods, calls)
+	}
+}
+
+// Behind API Gateway the viewer is the JWT authorizer's: the Lambda hands
+// the claims to the gateway, which never accepts a dev token there.
+func TestLambdaTakesTheAuthorizersClaims(t *testing.T) {
+	e := start(t)
+	e.call(t, "admin", "pools.create", map[string]any{"tenantId": "acme", "poolId": "gpu-pool-1", "resources": map[string]any{"gpu.h100": 16}}, nil)
+	g := *e.st.App.Gateway
+	g.AllowDevTokens = false
+	c, err := console.New(console.Config{Caller: console.CallerFor(&g, e.st.Endpoints), OIDC: console.OIDC{Issuer: "https://issuer.example", ClientID: "console"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fn := console.Lambda(c)
+	ev := func(claims map[string]string, auth string) events.APIGatewayV2HTTPRequest {
+		r := events.APIGatewayV2HTTPRequest{Version: "2.0", RawPath: "/console/f/pools", RawQueryString: "tenant=acme",
+			Headers:        map[string]string{"authorization": auth},
+			RequestContext: events.APIGatewayV2HTTPRequestContext{HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "GET", Path: "/console/f/pools"}}}
+		if claims != nil {
+			r.RequestContext.Authorizer = &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
+				JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: claims}}
+		}
+		return r
+	}
+	resp, _ := fn(context.Background(), ev(map[string]string{"sub": "alice"}, "Bearer a.jwt.token"))
+	if resp.StatusCode != 200 || !strings.Contains(resp.Body, "gpu-pool-1") {
+		t.Errorf("alice's claims: %d %s", resp.StatusCode, resp.Body)
+	}
+	resp, _ = fn(context.Background(), ev(nil, "Bearer dev:admin"))
+	if resp.StatusCode != 401 || !strings.Contains(resp.Body, "UNAUTHENTICATED") {
+		t.Errorf("a dev token behind API Gateway: %d %s", resp.StatusCode, resp.Body)
+	}
+	resp, _ = fn(context.Background(), events.APIGatewayV2HTTPRequest{Version: "2.0", RawPath: "/console/signin",
+		RequestContext: events.APIGatewayV2HTTPRequestContext{HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "GET", Path: "/console/signin"}}})
+	if resp.StatusCode != 200 || !strings.Contains(resp.Body, `id="oidc-signin"`) || strings.Contains(resp.Body, "dev-signin") ||
+		!strings.Contains(resp.Headers["Content-Security-Policy"], "connect-src 'self' https://issuer.example") {
+		t.Errorf("the deployed sign-in: %d %v %s", resp.StatusCode, resp.Headers, resp.Body)
+	}
+}
+
+// The timeline page draws the viewer's bookings with their state and the
+// refusal page says why in words.
+func TestPoolAndReservationPages(t *testing.T) {
+	e := start(t)
+	e.call(t, "admin", "pools.create", map[string]any{"tenantId": "acme", "poolId": "gpu-pool-1", "resources": map[string]any{"gpu.h100": 16}}, nil)
+	var res api.ReservationResult
+	e.call(t, "alice", "reservations.create", map[string]any{"tenantId": "acme", "poolId": "gpu-pool-1", "resource": "gpu.h100", "count": 4,
+		"window": map[string]any{"start": time.Now().Add(24 * time.Hour), "end": time.Now().Add(30 * time.Hour)}}, &res)
+	r := e.get(t, "/console/f/pools/gpu-pool-1?tenant=acme&days=7", "alice")
+	b := body(t, r)
+	if r.StatusCode != 200 || !strings.Contains(b, `class="b placed"`) || !strings.Contains(b, "../reservations/"+res.Reservation.ReservationID) {
+		t.Errorf("the timeline: %d %s", r.StatusCode, b)
+	}
+	r = e.get(t, "/console/f/pools/gpu-pool-1?tenant=acme&count=8&hours=2", "alice")
+	if b := body(t, r); r.StatusCode != 200 || !strings.Contains(b, "can start") || !strings.Contains(b, `class="offer"`) {
+		t.Errorf("the availability answer: %d %s", r.StatusCode, b)
+	}
+	r = e.get(t, "/console/f/reservations/"+res.Reservation.ReservationID+"?tenant=acme", "alice")
+	if b := body(t, r); r.StatusCode != 200 || !strings.Contains(b, "Placed: its devices are held") || !strings.Contains(b, "Release it now") {
+		t.Errorf("the reservation: %d %s", r.StatusCode, b)
+	}
+}
