@@ -306,3 +306,28 @@ func TestPoolAndReservationPages(t *testing.T) {
 		t.Errorf("the reservation: %d %s", r.StatusCode, b)
 	}
 }
+
+// A 12,500-node pool pages its nodes, 64 at a time; the next page's link
+// carries each day's cursor.
+func TestBigPoolPagesItsNodes(t *testing.T) {
+	e := start(t)
+	e.call(t, "admin", "pools.create", map[string]any{"tenantId": "acme", "poolId": "big-pool", "resources": map[string]any{"gpu.h100": 100_000}}, nil)
+	r := e.get(t, "/console/f/pools/big-pool?tenant=acme&days=2", "admin")
+	b := body(t, r)
+	next := regexp.MustCompile(`href="/console(/pools/big-pool\?[^"]*after=[^"]*)"`).FindStringSubmatch(b)
+	if r.StatusCode != 200 || !strings.Contains(b, "Nodes 1–64 of 12500") || next == nil {
+		t.Fatalf("the first page: %d %s", r.StatusCode, b)
+	}
+	link := strings.ReplaceAll(next[1], "&amp;", "&")
+	if u, _ := url.Parse(link); len(u.Query()["after"]) != 2 {
+		t.Errorf("the next page's link %s carries %d cursors, want one a day", link, len(u.Query()["after"]))
+	}
+	r = e.get(t, "/console/f"+link, "admin")
+	if b := body(t, r); r.StatusCode != 200 || !strings.Contains(b, "Nodes 65–128 of 12500") || !strings.Contains(b, "gpu.h100-node-64") {
+		t.Errorf("the second page: %d %s", r.StatusCode, b)
+	}
+	r = e.get(t, "/console/f/pools?tenant=acme", "admin")
+	if b := body(t, r); r.StatusCode != 200 || !strings.Contains(b, "of the first 200 nodes") {
+		t.Errorf("the pools list of a big pool: %d %s", r.StatusCode, b)
+	}
+}

@@ -109,3 +109,26 @@ func BenchmarkTimeline64x38(b *testing.B) {
 	}
 	b.ReportMetric(float64(n), "svg-bytes")
 }
+
+// BenchmarkTimelinePage64x38 renders the whole pool page fragment of the
+// busy page from the methods' answers as the page holds them: the SVG, the
+// template around it, the legend (the calls themselves are measured by
+// their own benchmarks: a usage call a day of the view).
+func BenchmarkTimelinePage64x38(b *testing.B) {
+	c, err := New(Config{Caller: &Caller{}})
+	if err != nil {
+		b.Fatal(err)
+	}
+	tl := busyTimeline()
+	var n int
+	for b.Loop() {
+		d := poolData{page: page{Tenant: "acme", Now: tl.Now}, Resource: "gpu.h100", Resources: []string{"gpu.h100"},
+			From: tl.From, To: tl.To, Days: MaxDays, SVG: tl.SVG(), Legend: legend, First: 1, Last: NodesPerPage, NodeCount: 12500, NextURL: "/console/pools/p?after=x"}
+		var w strings.Builder
+		if err := c.tmpl.ExecuteTemplate(&w, "pool", d); err != nil {
+			b.Fatal(err)
+		}
+		n = w.Len()
+	}
+	b.ReportMetric(float64(n), "page-bytes")
+}

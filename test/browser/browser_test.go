@@ -354,7 +354,6 @@ func TestConsoleInTheBrowser(t *testing.T) {
 		s.axe(t, ctx, "rollout")
 		s.open(t, ctx, "/console/rollouts?tenant=platform")
 		s.run(t, ctx, textHas(out.Rollout.RolloutID), until(`document.querySelector(".wave.w-done")`))
-		s.shot(t, ctx, "rollouts", false)
 		s.axe(t, ctx, "rollouts")
 	})
 
@@ -390,6 +389,9 @@ func TestConsoleInTheBrowser(t *testing.T) {
 			t.Errorf("the abort's confirmation said %q", d)
 		}
 		s.shot(t, ctx, "rollout-aborted", true)
+		s.open(t, ctx, "/console/rollouts?tenant=platform")
+		s.run(t, ctx, textHas(out.Rollout.RolloutID), textHas("completed"))
+		s.shot(t, ctx, "rollouts", false)
 	})
 
 	vkey := devstack.DevLogKey(t).VerifierKey()
