@@ -1007,8 +1007,9 @@ func TestReleaseLogKey(t *testing.T) {
 	if len(signers) != len(appenders) {
 		t.Errorf("principals allowed kms:Sign on the log key: %v, want only the roles of %v", signers, appenders)
 	}
-	// releases.log reads the key's public half (its verifierKey), never signs.
-	readers := append([]string{"releases-log"}, appenders...)
+	// releases.log reads the key's public half (its verifierKey), never signs;
+	// so does the console, which serves releases.log's answer in process.
+	readers := append([]string{"releases-log", api.ConsoleFunction}, appenders...)
 	for name, id := range ids {
 		vars, _ := path(props(id.Function), "Environment", "Variables").(map[string]any)
 		has := vars["BC_RELEASE_LOG_KEY"] != nil

@@ -5,21 +5,18 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/console"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/test/teststack"
@@ -27,51 +24,14 @@ import (
 
 func TestMain(m *testing.M) { devstack.Main(m) }
 
-// requestLog keeps the gateway's request lines: each says its method and
-// the DynamoDB calls and read units it cost.
-type requestLog struct {
-	mu    sync.Mutex
-	lines []map[string]any
-}
-
-func (l *requestLog) Enabled(context.Context, slog.Level) bool { return true }
-func (l *requestLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
-func (l *requestLog) WithGroup(string) slog.Handler            { return l }
-func (l *requestLog) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "request" {
-		return nil
-	}
-	line := map[string]any{}
-	r.Attrs(func(a slog.Attr) bool { line[a.Key] = a.Value.Any(); return true })
-	l.mu.Lock()
-	l.lines = append(l.lines, line)
-	l.mu.Unlock()
-	return nil
-}
-
-// since sums the DynamoDB calls and read units of the lines after the n-th.
-func (l *requestLog) since(n int) (methods []string, calls int64, rcu float64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, line := range l.lines[n:] {
-		methods = append(methods, line[api.DimensionMethod].(string))
-		calls += line[api.MetricDynamoCalls].(int64)
-		rcu += line[api.MetricRCU].(float64)
-	}
-	return
-}
-
-func (l *requestLog) len() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.lines) }
-
 type env struct {
 	st  *teststack.Stack
-	log *requestLog
+	log *teststack.RequestLog
 }
 
 func start(t *testing.T) env {
-	log := &requestLog{}
-	st := teststack.Start(t, teststack.WithAppOptions(app.WithLogger(slog.New(log))))
-	return env{st: st, log: log}
+	log := &teststack.RequestLog{}
+	return env{st: teststack.Start(t, teststack.WithRequestLog(log)), log: log}
 }
 
 // get fetches a console path with a dev token ("" for none).
@@ -235,14 +195,13 @@ func TestRolloutRefreshReadsOnlyTheVersion(t *testing.T) {
 	if r.StatusCode != 200 || tag == "" {
 		t.Fatalf("rollouts: %d, ETag %q", r.StatusCode, tag)
 	}
-	n := e.log.len()
+	n := e.log.Len()
 	r = e.get(t, "/console/f/rollouts?tenant=platform", "admin", "If-None-Match", tag)
 	if r.StatusCode != http.StatusNotModified {
 		t.Errorf("a refresh with the current ETag: %d", r.StatusCode)
 	}
-	methods, calls, _ := e.log.since(n)
-	if len(methods) != 1 || methods[0] != "rollouts.list" || calls != 1 {
-		t.Errorf("an unchanged refresh called %v (%d DynamoDB calls)", methods, calls)
+	if lines := e.log.Since(n); len(lines) != 1 || lines[0].Method != "rollouts.list" || lines[0].Calls != 1 {
+		t.Errorf("an unchanged refresh called %+v", lines)
 	}
 }
 

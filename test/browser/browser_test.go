@@ -12,7 +12,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,7 +24,6 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/bettercompute/control-plane/shared/api"
-	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/client"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/test/teststack"
@@ -45,7 +43,7 @@ type suite struct {
 	root  string
 	shots string
 	alloc context.Context
-	log   *requestLog
+	log   *teststack.RequestLog
 	// dialogs are the confirmation texts the page asked, per tab.
 	mu      sync.Mutex
 	dialogs []string
@@ -59,8 +57,8 @@ func newSuite(t *testing.T) *suite {
 	if err != nil {
 		t.Fatal(err)
 	}
-	log := &requestLog{}
-	s := &suite{t: t, st: teststack.Start(t, teststack.WithAppOptions(app.WithLogger(slog.New(log)))), log: log, root: root, shots: filepath.Join(root, "build", "console-shots")}
+	log := &teststack.RequestLog{}
+	s := &suite{t: t, st: teststack.Start(t, teststack.WithRequestLog(log)), log: log, root: root, shots: filepath.Join(root, "build", "console-shots")}
 	if os.Getenv("BC_CONSOLE_SHOTS") == "docs" {
 		s.shots = filepath.Join(root, "docs", "console")
 	}
@@ -285,12 +283,6 @@ func TestConsoleInTheBrowser(t *testing.T) {
 		ctx := s.tab(t, 1280, 900)
 		s.signIn(t, ctx, "alice", "acme")
 		s.open(t, ctx, "/console/pools/gpu-pool-1?tenant=acme&count=8&hours=6&topology=node")
-		if api.Lookup("pools.availability") == nil {
-			// This build has no pools.availability: the form says so in words.
-			s.run(t, ctx, textHas("NOT_IMPLEMENTED"), textHas("does not serve"))
-			s.shot(t, ctx, "availability", false)
-			return
-		}
 		s.run(t, ctx, textHas("can start"), until(`document.querySelector("svg.timeline rect.offer")`))
 		s.shot(t, ctx, "availability", false)
 		s.run(t, ctx, chromedp.Click(chromedp.CSS(`#availability button.primary`)), until(`document.querySelector("#outcome .ok")`))
@@ -370,15 +362,15 @@ func TestConsoleInTheBrowser(t *testing.T) {
 		}
 		// While it is paused the open page keeps asking; a refresh that
 		// finds the rollout as it was reads it once and nothing more.
-		n := s.log.len()
+		n := s.log.Len()
 		deadline := time.Now().Add(wait)
-		for s.log.count(n, "rollouts.get") < 6 {
+		for count(s.log.Since(n), "rollouts.get") < 6 {
 			if time.Now().After(deadline) {
-				t.Fatalf("the paused rollout's page refreshed %d times in %s", s.log.count(n, "rollouts.get"), wait)
+				t.Fatalf("the paused rollout's page refreshed %d times in %s", count(s.log.Since(n), "rollouts.get"), wait)
 			}
 			time.Sleep(100 * time.Millisecond) // polling the log for the page's refreshes
 		}
-		polls, calls, rcu, changed := s.log.rolloutPolls(n)
+		polls, calls, rcu, changed := rolloutPolls(s.log.Since(n))
 		t.Logf("an open paused rollout page: %d refreshes, %d re-rendered, %d DynamoDB calls, %.1f read units: %.1f reads a refresh, %.0f read units a minute at the deployed 5 s",
 			polls, changed, calls, rcu, float64(calls)/float64(polls), rcu/float64(polls)*12)
 		if changed > 1 {
@@ -479,65 +471,11 @@ func TestConsoleInTheBrowser(t *testing.T) {
 	t.Logf("browser suite: %s", time.Since(start).Round(time.Millisecond))
 }
 
-// requestLog keeps the gateway's request lines of the console's viewer
-// calls (method, DynamoDB calls, read units).
-type requestLog struct {
-	mu    sync.Mutex
-	lines []logLine
-}
-
-type logLine struct {
-	method string
-	calls  int64
-	rcu    float64
-}
-
-func (l *requestLog) Enabled(context.Context, slog.Level) bool { return true }
-func (l *requestLog) WithAttrs([]slog.Attr) slog.Handler       { return l }
-func (l *requestLog) WithGroup(string) slog.Handler            { return l }
-func (l *requestLog) Handle(_ context.Context, r slog.Record) error {
-	if r.Message != "request" {
-		return nil
-	}
-	var line logLine
-	r.Attrs(func(a slog.Attr) bool {
-		switch a.Key {
-		case api.DimensionMethod:
-			line.method = a.Value.String()
-		case api.MetricDynamoCalls:
-			line.calls = a.Value.Int64()
-		case api.MetricRCU:
-			line.rcu = a.Value.Float64()
-		}
-		return true
-	})
-	l.mu.Lock()
-	l.lines = append(l.lines, line)
-	l.mu.Unlock()
-	return nil
-}
-
-func (l *requestLog) len() int { l.mu.Lock(); defer l.mu.Unlock(); return len(l.lines) }
-
-func (l *requestLog) count(from int, method string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, line := range l.lines[from:] {
-		if line.method == method {
-			n++
-		}
-	}
-	return n
-}
-
-// rolloutPolls adds up the rollout page's refreshes after line from: each
-// reads rollouts.get; one that found a change also reads rollouts.nodes.
-func (l *requestLog) rolloutPolls(from int) (polls, calls int, rcu float64, changed int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, line := range l.lines[from:] {
-		switch line.method {
+// rolloutPolls adds up the rollout page's refreshes in lines: each reads
+// rollouts.get; one that found a change also reads rollouts.nodes.
+func rolloutPolls(lines []teststack.RequestLine) (polls, calls int, rcu float64, changed int) {
+	for _, line := range lines {
+		switch line.Method {
 		case "rollouts.get":
 			polls++
 		case "rollouts.nodes":
@@ -545,8 +483,18 @@ func (l *requestLog) rolloutPolls(from int) (polls, calls int, rcu float64, chan
 		default:
 			continue
 		}
-		calls += int(line.calls)
-		rcu += line.rcu
+		calls += int(line.Calls)
+		rcu += line.RCU
 	}
 	return
+}
+
+func count(lines []teststack.RequestLine, method string) int {
+	n := 0
+	for _, l := range lines {
+		if l.Method == method {
+			n++
+		}
+	}
+	return n
 }
