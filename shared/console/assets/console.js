@@ -86,6 +86,21 @@
     localTimes(e.detail.elt || document);
     if (document.getElementById("checkpoint-status")) verifyLog();
   });
+  // An action in flight is never lost to a live refresh: while one is out,
+  // refreshes are neither sent nor swapped in (a swap would remove the
+  // button whose request it is, and htmx drops a removed element's request).
+  var acting = 0;
+  function live(e) { return e.detail.elt && e.detail.elt.dataset && e.detail.elt.dataset.live; }
+  document.addEventListener("htmx:beforeRequest", function (e) {
+    if (e.detail.requestConfig.verb !== "get") { acting++; return; }
+    if (acting && live(e)) e.preventDefault();
+  });
+  document.addEventListener("htmx:afterRequest", function (e) {
+    if (e.detail.requestConfig.verb !== "get") acting = Math.max(0, acting - 1);
+  });
+  document.addEventListener("htmx:beforeSwap", function (e) {
+    if (acting && live(e) && e.detail.requestConfig.verb === "get") e.detail.shouldSwap = false;
+  });
   document.addEventListener("htmx:sendError", function () {
     var o = document.getElementById("outcome");
     if (o) o.textContent = "The console could not be reached: retrying with the next refresh.";
