@@ -218,8 +218,9 @@ func (c *Console) funcs() template.FuncMap {
 			}
 			return path + "?" + q.Encode()
 		},
-		"add":  func(a, b int) int { return a + b },
-		"join": strings.Join,
-		"rfc":  func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
+		"add":    func(a, b int) int { return a + b },
+		"plural": plural,
+		"join":   strings.Join,
+		"rfc":    func(t time.Time) string { return t.UTC().Format(time.RFC3339) },
 	}
 }

@@ -159,7 +159,7 @@ func (t Timeline) SVG() template.HTML {
 				b.WriteString(`</g>`)
 			}
 			if bar.Label != "" && w > float64(len(bar.Label))*5.2+4 {
-				fmt.Fprintf(&b, `<text class="bar-l" x="%.0f" y="%.0f">%s</text>`, x0+3, y+tlRowPad/2+float64(bar.Lanes[0][0])*tlLaneH+9, template.HTMLEscapeString(bar.Label))
+				fmt.Fprintf(&b, `<text class="bar-l %s" x="%.0f" y="%.0f">%s</text>`, bar.Kind, x0+3, y+tlRowPad/2+float64(bar.Lanes[0][0])*tlLaneH+9, template.HTMLEscapeString(bar.Label))
 			}
 			if bar.Href != "" {
 				b.WriteString(`</a>`)

@@ -275,6 +275,11 @@ func TestConsoleInTheBrowser(t *testing.T) {
 			s.run(t, ctx, until(`[...document.querySelectorAll("svg.timeline a")].some(a => a.getAttribute("href").includes("/console/reservations/`+id+`?tenant=acme"))`))
 		}
 		s.run(t, ctx, until(`document.querySelector("svg.timeline .b.placed") && document.querySelector("svg.timeline .now")`))
+		// Zoomed in to a week, each bar names its reservation and window.
+		s.open(t, ctx, "/console/pools/gpu-pool-1?tenant=acme&days=7")
+		for _, id := range booked {
+			s.run(t, ctx, until(`[...document.querySelectorAll("svg.timeline .b title")].some(e => e.textContent.includes("`+id+`"))`))
+		}
 		s.shot(t, ctx, "timeline", false)
 		s.axe(t, ctx, "pool timeline")
 	})
