@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/api"
+	"github.com/bettercompute/control-plane/shared/apierr"
 )
 
 // outcome is an action's answer: what happened, in words, or the API's
@@ -89,7 +90,7 @@ func (c *Console) book(r *http.Request, v Viewer) (outcome, error) {
 	f := r.PostForm.Get
 	count, err := strconv.Atoi(f("count"))
 	if err != nil {
-		return outcome{}, &CallError{Status: 400, Code: "INVALID_INPUT", Message: "count is not a number", Details: map[string]any{"field": "count"}}
+		return outcome{}, &CallError{Status: http.StatusBadRequest, Err: apierr.Invalid("constraint", "count", "count is not a number")}
 	}
 	end, err := time.Parse(time.RFC3339, f("end"))
 	window := map[string]any{"end": end}
@@ -99,7 +100,7 @@ func (c *Console) book(r *http.Request, v Viewer) (outcome, error) {
 		err = errors.Join(err, serr)
 	}
 	if err != nil {
-		return outcome{}, &CallError{Status: 400, Code: "INVALID_INPUT", Message: "the window is not RFC 3339", Details: map[string]any{"field": "window"}}
+		return outcome{}, &CallError{Status: http.StatusBadRequest, Err: apierr.Invalid("constraint", "window", "the window is not RFC 3339")}
 	}
 	in := map[string]any{"tenantId": v.Tenant, "poolId": f("pool"), "resource": f("resource"), "count": count,
 		"window": window, "topology": f("topology")}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/client"
 )
 
 // Viewer is who is looking: the credentials the browser sent and, behind
@@ -36,21 +37,20 @@ func viewerOf(r *http.Request) Viewer {
 	return Viewer{Authorization: r.Header.Get("Authorization"), Claims: c, Tenant: r.URL.Query().Get("tenant")}
 }
 
-// CallError is a method's error answer as the API gave it.
+// CallError is a method's error answer as the API gave it: its HTTP
+// status and the envelope's error (code, message, details).
 type CallError struct {
-	Status  int
-	Code    apierr.Code
-	Message string
-	Details map[string]any
+	Status int
+	Err    *apierr.Error
 	// RequestID quotes the failed request (logged by the gateway).
 	RequestID string
 }
 
-func (e *CallError) Error() string { return fmt.Sprintf("%s: %s", e.Code, e.Message) }
+func (e *CallError) Error() string { return fmt.Sprintf("%s: %s", e.Err.Code, e.Err.Message) }
 
 // Detail returns details[k] as text ("" when absent).
 func (e *CallError) Detail(k string) string {
-	if v, ok := e.Details[k]; ok && v != nil {
+	if v, ok := e.Err.Details[k]; ok && v != nil {
 		if s, ok := v.(string); ok {
 			return s
 		}
@@ -87,8 +87,7 @@ func (c *Caller) Serves(method string) bool { _, ok := c.Endpoints[method]; retu
 func (c *Caller) Call(ctx context.Context, v Viewer, method string, in, out any) error {
 	ep, ok := c.Endpoints[method]
 	if !ok {
-		return &CallError{Status: http.StatusNotImplemented, Code: apierr.NotImplemented,
-			Message: method + " is not served by this console's build", Details: map[string]any{}}
+		return &CallError{Status: http.StatusNotImplemented, Err: apierr.New(apierr.NotImplemented, "%s is not served by this console's build", method)}
 	}
 	body, err := json.Marshal(in)
 	if err != nil {
@@ -122,20 +121,14 @@ func (c *Caller) Call(ctx context.Context, v Viewer, method string, in, out any)
 		}
 		return nil
 	}
-	var env struct {
-		Error struct {
-			Code    apierr.Code    `json:"code"`
-			Message string         `json:"message"`
-			Details map[string]any `json:"details"`
-		} `json:"error"`
-		RequestID string `json:"requestId"`
+	// The envelope as any client reads it.
+	r := &client.Response{Status: resp.StatusCode, RequestID: resp.Headers["x-request-id"], Body: []byte(resp.Body)}
+	e, ok := client.ErrorOf(r).(*apierr.Error)
+	if !ok {
+		e = apierr.New(apierr.Internal, "an answer the console cannot read (HTTP %d)", resp.StatusCode)
 	}
-	if err := json.Unmarshal([]byte(resp.Body), &env); err != nil || env.Error.Code == "" {
-		return &CallError{Status: resp.StatusCode, Code: apierr.Internal, Message: "unreadable answer", Details: map[string]any{}}
+	if e.Details == nil {
+		e.Details = map[string]any{}
 	}
-	if env.Error.Details == nil {
-		env.Error.Details = map[string]any{}
-	}
-	return &CallError{Status: resp.StatusCode, Code: env.Error.Code, Message: env.Error.Message,
-		Details: env.Error.Details, RequestID: env.RequestID}
+	return &CallError{Status: resp.StatusCode, Err: e, RequestID: r.RequestID}
 }

@@ -22,8 +22,8 @@ func problemOf(err error) Problem {
 	if !errors.As(err, &ce) {
 		return Problem{Code: string(apierr.Internal), Sentence: "The console could not build this page.", Message: err.Error()}
 	}
-	p := Problem{Code: string(ce.Code), Message: ce.Message, RequestID: ce.RequestID}
-	switch ce.Code {
+	p := Problem{Code: string(ce.Err.Code), Message: ce.Err.Message, RequestID: ce.RequestID}
+	switch ce.Err.Code {
 	case apierr.Unauthenticated:
 		p.Sentence = "You are not signed in, or your sign-in expired: sign in again."
 	case apierr.PermissionDenied:

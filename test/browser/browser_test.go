@@ -45,8 +45,9 @@ type suite struct {
 	alloc context.Context
 	log   *teststack.RequestLog
 	// dialogs are the confirmation texts the page asked, per tab.
-	mu      sync.Mutex
-	dialogs []string
+	mu         sync.Mutex
+	dialogs    []string
+	dialogErrs []string
 }
 
 func newSuite(t *testing.T) *suite {
@@ -95,10 +96,13 @@ func (s *suite) tab(t *testing.T, width, height int64) context.Context {
 			if err != nil {
 				return
 			}
+			_, err := chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
 			s.mu.Lock()
 			s.dialogs = append(s.dialogs, ev.Message)
+			if err != nil {
+				s.dialogErrs = append(s.dialogErrs, fmt.Sprintf("accepting %q: %v", ev.Message, err))
+			}
 			s.mu.Unlock()
-			_, _ = chromedp.Call(ctx, page.HandleJavaScriptDialog, page.HandleJavaScriptDialogParams{Accept: true})
 		}
 	}()
 	return ctx
@@ -119,7 +123,10 @@ func (s *suite) run(t *testing.T, ctx context.Context, steps ...chromedp.Action[
 	defer cancel()
 	if err := chromedp.Do(sctx, steps...); err != nil {
 		text, _ := chromedp.Run(ctx, chromedp.Evaluate[string](`document.body ? document.body.innerText : ""`))
-		t.Fatalf("%v\npage text:\n%s", err, text)
+		s.mu.Lock()
+		dialogs := strings.Join(s.dialogErrs, "\n")
+		s.mu.Unlock()
+		t.Fatalf("%v\npage text:\n%s\ndialog errors:\n%s", err, text, dialogs)
 	}
 }
 
@@ -165,7 +172,15 @@ func textHas(words string) chromedp.Action[chromedp.Void] {
 // refresh that swaps the page cannot take the button from under the click.
 func press(label string) chromedp.Action[chromedp.Void] {
 	q, _ := json.Marshal(label)
-	return until(`(() => { const b = [...document.querySelectorAll("#main button")].find(b => b.textContent.trim() === ` + string(q) + `); if (b) b.click(); return !!b; })()`)
+	// The click runs after the evaluation returns: its confirmation dialog
+	// then blocks no evaluation of ours while the dialog handler answers it.
+	return until(`(() => { const b = [...document.querySelectorAll("#main button")].find(b => b.textContent.trim() === ` + string(q) + `); if (b) setTimeout(() => b.click(), 0); return !!b; })()`)
+}
+
+// pressCSS is press for the button a CSS selector finds.
+func pressCSS(sel string) chromedp.Action[chromedp.Void] {
+	q, _ := json.Marshal(sel)
+	return until(`(() => { const b = document.querySelector(` + string(q) + `); if (b) setTimeout(() => b.click(), 0); return !!b; })()`)
 }
 
 // signIn uses the local sign-in as principal, acting as tenant.
@@ -290,7 +305,7 @@ func TestConsoleInTheBrowser(t *testing.T) {
 		s.open(t, ctx, "/console/pools/gpu-pool-1?tenant=acme&count=8&hours=6&topology=node")
 		s.run(t, ctx, textHas("can start"), until(`document.querySelector("svg.timeline rect.offer")`))
 		s.shot(t, ctx, "availability", false)
-		s.run(t, ctx, chromedp.Click(chromedp.CSS(`#availability button.primary`)), until(`document.querySelector("#outcome .ok")`))
+		s.run(t, ctx, pressCSS(`#availability button.primary`), until(`document.querySelector("#outcome .ok")`))
 		if d := s.lastDialog(); !strings.Contains(d, "Book 8 × gpu.h100") {
 			t.Errorf("the booking's confirmation said %q", d)
 		}
@@ -325,7 +340,7 @@ func TestConsoleInTheBrowser(t *testing.T) {
 		s.run(t, ctx, textHas("ready"))
 		s.axe(t, ctx, "node")
 		s.run(t, ctx, chromedp.SendKeys(chromedp.CSS(`#cordon-reason`), "psu-swap"),
-			chromedp.Click(chromedp.CSS(`.actions button[type=submit]`)),
+			pressCSS(`.actions button[type=submit]`),
 			until(`document.getElementById("outcome").innerText.includes("is cordoned")`))
 		if d := s.lastDialog(); !strings.Contains(d, "Cordon gpu.h100-node-1: no new reservation is placed on it") {
 			t.Errorf("the cordon's confirmation said %q", d)
