@@ -217,15 +217,18 @@ sims: ## run the seeded simulations with many seeds (capacity 32, rollout 16 and
 # with another for the 2 cores); cmd/benchdoc writes the raw output behind a
 # header to BENCH_RESULTS and makes docs/performance.md's tables anew from
 # it. BENCH=regexp runs a subset into build/bench/results.txt instead and
-# leaves the docs alone.
+# leaves the docs alone — unless BENCH_OUT names a file in docs/bench/: a
+# subset whose tables performance.md generates from that file
+# (`<!-- bench @FILE: … -->`), e.g. make bench BENCH=Availability
+# BENCH_OUT=docs/bench/availability-results.txt.
 BENCH         ?= .
 BENCH_RESULTS := docs/bench/results.txt
 BENCH_OUT      = $(if $(filter .,$(BENCH)),$(BENCH_RESULTS),build/bench/results.txt)
 
-bench: tools ## run every benchmark, record docs/bench/results.txt and regenerate docs/performance.md's tables (BENCH=regexp: a subset, docs untouched)
+bench: tools ## run every benchmark, record docs/bench/results.txt and regenerate docs/performance.md's tables (BENCH=regexp: a subset, docs untouched unless BENCH_OUT=docs/bench/FILE)
 	$(GO) run ./cmd/benchdoc run -out $(BENCH_OUT) -- \
 	  $(GO) test -p 1 -run '^$$' -bench '$(BENCH)' -benchmem -timeout 60m ./...
-	$(if $(filter .,$(BENCH)),$(GO) run ./cmd/benchdoc doc -results $(BENCH_RESULTS) -doc docs/performance.md)
+	$(if $(filter .,$(BENCH))$(filter docs/bench/%,$(BENCH_OUT)),$(GO) run ./cmd/benchdoc doc -results $(BENCH_RESULTS) -doc docs/performance.md)
 
 # Deploy outputs describe a deployed stack, not a build: clean keeps them.
 DEPLOY_OUTPUTS := build/outputs.json build/.localstack/outputs.json

@@ -1,6 +1,7 @@
 package capacity
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"sync"
@@ -31,6 +32,13 @@ type Availability struct {
 	// how far the fleet's eligibility flags reach into node-hours (default
 	// ProvisionHours).
 	ProvisionHours int
+	// PerHour is how many node-hours each hour's read takes (0: the nodes a
+	// placement needs and emptiestExtra more); OutOfServiceRead, how many
+	// out-of-service nodes are read (0: maxOutOfService); DeepenShare, the
+	// share of the span's hours read again for undecided starts, one in
+	// DeepenShare (0: deepenShare). Tests shrink the first two to make the
+	// search undecided, and read every hour again to make it decide.
+	PerHour, OutOfServiceRead, DeepenShare int
 }
 
 // AvailabilityStore is what the search reads: the pool as the tenant sees
@@ -48,9 +56,9 @@ type AvailabilityStore interface {
 	// says whether more qualify and whether the hour is provisioned.
 	// Node-hours the fleet keeps placements off are not among them.
 	Emptiest(ctx context.Context, t PoolResource, h Hour, minFree, limit int) ([]NodeFree, Scan, error)
-	// Occupancy reads the occupancy maps of hours (consistently; a hour
+	// HourMaps reads the occupancy maps of hours (consistently; a hour
 	// with none has no node known stored).
-	Occupancy(ctx context.Context, t PoolResource, hours []Hour) (map[Hour]Occupancy, error)
+	HourMaps(ctx context.Context, t PoolResource, hours []Hour) (map[Hour]Occupancy, error)
 }
 
 // OutOfServiceStore lists the managed nodes of a resource that placement
@@ -171,11 +179,11 @@ func (a *Availability) Ask(ctx context.Context, q AvailabilityQuery) (api.Availa
 	go func() {
 		defer wg.Done()
 		if a.Nodes != nil {
-			out, outComplete, oErr = a.Nodes.OutOfService(ctx, pr, maxOutOfService)
+			out, outComplete, oErr = a.Nodes.OutOfService(ctx, pr, cmp.Or(a.OutOfServiceRead, maxOutOfService))
 		}
 	}()
 	if last >= first && s.possible() {
-		reads, err = a.readHours(ctx, pr, s, first, last+Hour(q.Hours)-1)
+		reads, err = a.readHours(ctx, pr, s, first, last+Hour(q.Hours)-1, HourOf(now)+Hour(a.provisionHours()))
 	}
 	wg.Wait()
 	for _, e := range []error{qErr, oErr, err} {
@@ -196,24 +204,49 @@ func (a *Availability) Ask(ctx context.Context, q AvailabilityQuery) (api.Availa
 			reads[i].unsure = first+Hour(i) >= flagged
 		}
 	}
-	offers, partial := s.run(reads, out, int(last-first)+1)
+	starts := int(last-first) + 1
+	offers, undecided := s.run(reads, out, starts)
+	// Undecided starts whose hours were read for whole free nodes only:
+	// those hours read again down to the request's need, earliest first,
+	// and the starts decided again — until none is left to read or the
+	// budget (a share of the span's hours) is spent. Deciding one may move
+	// the last offering, and with it the starts that count.
+	budget := (len(reads) + cmp.Or(a.DeepenShare, deepenShare) - 1) / cmp.Or(a.DeepenShare, deepenShare)
+	for len(undecided) > 0 && budget > 0 {
+		n, err := a.deepen(ctx, pr, s, first, reads, undecided, budget)
+		if err != nil {
+			return api.Availability{}, unavailable(err)
+		}
+		if n == 0 {
+			break
+		}
+		budget -= n
+		offers, undecided = s.run(reads, out, starts)
+	}
 	for _, o := range offers {
 		ans.Offerings = append(ans.Offerings, api.Offering{EarliestStart: (first + Hour(o.first)).Start(),
 			LatestStart: (first + Hour(o.last)).Start(), Nodes: o.nodes})
 	}
-	ans.Partial = partial
+	ans.Partial = len(undecided) > 0
 	return ans, nil
 }
 
 // readHours reads hours first..last: each hour's emptiest node-hours, at
 // most availWorkers queries at once, then the occupancy maps of those not
-// provisioned (100 to a BatchGetItem).
-func (a *Availability) readHours(ctx context.Context, pr PoolResource, s *availSearch, first, last Hour) ([]hourRead, error) {
+// provisioned (100 to a BatchGetItem). Hours from far on (past the
+// provisioned horizon, where nothing is stored that nothing was placed on)
+// are read for whole free nodes only: there the free nodes are the ones
+// the maps leave out, and the stored ones partly booked — what a busy pool
+// holds and an empty one does not — are read only if a start needs them
+// (deepen).
+func (a *Availability) readHours(ctx context.Context, pr PoolResource, s *availSearch, first, last, far Hour) ([]hourRead, error) {
 	reads := make([]hourRead, last-first+1)
 	err := conc.Each(ctx, len(reads), availWorkers, func(i int) error {
-		nodes, scan, err := a.Store.Emptiest(ctx, pr, first+Hour(i), s.need, s.readLimit())
-		reads[i] = hourRead{nodes: nodes, more: scan.More, provisioned: scan.Provisioned}
-		return err
+		floor := s.need
+		if first+Hour(i) >= far {
+			floor = max(s.need, pr.NodeSize)
+		}
+		return a.readHour(ctx, pr, s, first+Hour(i), floor, &reads[i])
 	})
 	if err != nil {
 		return nil, err
@@ -227,18 +260,53 @@ func (a *Availability) readHours(ctx context.Context, pr PoolResource, s *availS
 	if len(maps) == 0 {
 		return reads, nil
 	}
-	occ, err := a.Store.Occupancy(ctx, pr, maps)
+	occ, err := a.Store.HourMaps(ctx, pr, maps)
 	if err != nil {
 		return nil, err
 	}
 	for _, h := range maps {
-		o := occ[h]
-		reads[h-first].occ = o
 		// A map can say provisioned where the query did not (the marker
 		// written in between): every node is stored then.
+		o := occ[h]
 		reads[h-first].provisioned = o.Provisioned
+		reads[h-first].stored = storedBits(o, pr.Nodes())
 	}
 	return reads, nil
+}
+
+// readHour reads one hour's emptiest node-hours with at least floor
+// untouched devices into r.
+func (a *Availability) readHour(ctx context.Context, pr PoolResource, s *availSearch, h Hour, floor int, r *hourRead) error {
+	nodes, scan, err := a.Store.Emptiest(ctx, pr, h, floor, cmp.Or(a.PerHour, s.want+emptiestExtra))
+	r.nodes, r.more, r.floor = nodes, scan.More, floor
+	r.provisioned = r.provisioned || scan.Provisioned
+	return err
+}
+
+// deepenShare bounds the hours read again for undecided starts: a sixth
+// of the span, so a search makes at most that many more calls than the
+// span's hours.
+const deepenShare = 6
+
+// deepen reads again, down to the request's need, the hours of undecided
+// starts that were read for whole free nodes only, earliest start first,
+// at most budget of them, and returns how many it read.
+func (a *Availability) deepen(ctx context.Context, pr PoolResource, s *availSearch, first Hour, reads []hourRead, undecided []int, budget int) (int, error) {
+	var hours []int
+	seen := map[int]bool{}
+	for _, st := range undecided {
+		for i := st; i < st+s.hours && len(hours) < budget; i++ {
+			if !seen[i] && reads[i].floor > s.need && !reads[i].provisioned {
+				seen[i] = true
+				hours = append(hours, i)
+			}
+		}
+	}
+	err := conc.Each(ctx, len(hours), availWorkers, func(j int) error {
+		i := hours[j]
+		return a.readHour(ctx, pr, s, first+Hour(i), s.need, &reads[i])
+	})
+	return len(hours), err
 }
 
 func (a *Availability) now() time.Time {

@@ -37,8 +37,9 @@ import (
 // hourRead is what the search read of one hour of the span.
 type hourRead struct {
 	provisioned bool       // every node-hour of the hour is stored
-	occ         Occupancy  // not provisioned: the nodes with a node-hour stored
+	stored      nodeBits   // not provisioned: the nodes with a node-hour stored (nil: none)
 	nodes       []NodeFree // the emptiest stored node-hours, most untouched first
+	floor       int        // the fewest untouched devices a node-hour read had to have
 	more        bool       // more qualified than were read
 	unsure      bool       // no node is known eligible (out-of-service list cut short)
 }
@@ -74,9 +75,6 @@ func newAvailSearch(t Topology, count int, topology string, hours, limit int) *a
 	return s
 }
 
-// readLimit is how many node-hours each hour's read takes.
-func (s *availSearch) readLimit() int { return s.want + emptiestExtra }
-
 // possible reports whether the pool's shape admits the request at all
 // (else nothing is read: no start is ever offered, and that is decided).
 func (s *availSearch) possible() bool {
@@ -98,6 +96,19 @@ func eachOf(a, b nodeBits, fn func(k int)) {
 	}
 }
 
+// storedBits is an occupancy map as a set of n nodes (nil when it names
+// none): what the search keeps of an hour's map.
+func storedBits(o Occupancy, n int) nodeBits {
+	if len(o.Words) == 0 {
+		return nil
+	}
+	b := make(nodeBits, (n+63)/64)
+	for j, w := range o.Words {
+		b.orOccWord(j, w)
+	}
+	return b
+}
+
 // orOccWord adds a map word (OccWordBits nodes from node j·OccWordBits).
 func (b nodeBits) orOccWord(j int, w uint64) {
 	off := j * OccWordBits
@@ -112,9 +123,9 @@ func (b nodeBits) orOccWord(j int, w uint64) {
 }
 
 // run searches starts starts (indexes 0..starts-1 of reads) and returns
-// the offerings, earliest first, at most s.limit, and whether a start
-// before the last of them (or before the end, with fewer) was undecided.
-func (s *availSearch) run(reads []hourRead, out map[int]bool, starts int) ([]availOffer, bool) {
+// the offerings, earliest first, at most s.limit, and the starts left
+// undecided before the last of them (or before the end, with fewer).
+func (s *availSearch) run(reads []hourRead, out map[int]bool, starts int) ([]availOffer, []int) {
 	n, size := s.t.Nodes(), s.t.NodeSize
 	words := (n + 63) / 64
 	valid := make(nodeBits, words)
@@ -198,11 +209,11 @@ func (s *availSearch) run(reads []hourRead, out map[int]bool, starts int) ([]ava
 				}
 			}
 			if !r.provisioned {
-				for j, w := range r.occ.Words {
-					vacant.orOccWord(j, w)
-				}
 				for j := range vacant {
-					vacant[j] = valid[j] &^ vacant[j]
+					vacant[j] = valid[j]
+					if r.stored != nil {
+						vacant[j] &^= r.stored[j]
+					}
 				}
 			}
 			for j := range K {
@@ -210,7 +221,7 @@ func (s *availSearch) run(reads []hourRead, out map[int]bool, starts int) ([]ava
 					K[j] = (listed[j] | vacant[j]&^full[j]) &^ outBits[j]
 				}
 				dead := outBits[j] | full[j]
-				if !r.more {
+				if !r.more && r.floor <= s.need {
 					dead |= valid[j] &^ (listed[j] | vacant[j] | full[j])
 				}
 				ND[j] = valid[j] &^ dead
@@ -233,7 +244,8 @@ func (s *availSearch) run(reads []hourRead, out map[int]bool, starts int) ([]ava
 
 	counts := make([]int32, size+1)
 	var offers []availOffer
-	undecided, open, nodes := false, -1, 0
+	var undecided []int
+	open, nodes := -1, 0
 	var sum, potN int32
 	running := make([]int32, size+1)
 	for st := 0; st < starts; st++ {
@@ -252,7 +264,7 @@ func (s *availSearch) run(reads []hourRead, out map[int]bool, starts int) ([]ava
 			continue
 		}
 		if unknown := int(potN - sum); unknown > 0 && s.fits(counts, unknown) {
-			undecided = true
+			undecided = append(undecided, st)
 		}
 		if open >= 0 {
 			offers = append(offers, availOffer{open, st - 1, nodes})

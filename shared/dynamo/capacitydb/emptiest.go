@@ -64,3 +64,10 @@ func (s *Store) Emptiest(ctx context.Context, t capacity.PoolResource, h capacit
 	}
 	return out, scan, nil
 }
+
+// HourMaps implements capacity.AvailabilityStore: the hours' occupancy
+// maps, read as Occupancy reads them (one consistent BatchGetItem per 100
+// hours) without keeping them as a create's guesses.
+func (s *Store) HourMaps(ctx context.Context, t capacity.PoolResource, hours []capacity.Hour) (map[capacity.Hour]capacity.Occupancy, error) {
+	return s.occupancy(ctx, t, hours, false)
+}
