@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/client"
+	"github.com/bettercompute/control-plane/shared/console"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
@@ -71,6 +73,7 @@ func newSuite(t *testing.T) *suite {
 		chromedp.NoDefaultBrowserCheck, chromedp.UserDataDir(t.TempDir()), chromedp.WindowSize(1280, 900),
 		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-background-networking", true),
 		chromedp.Flag("disable-component-update", true), chromedp.Flag("disable-sync", true),
+		chromedp.IgnoreCertErrors, // the stand-in identity provider's TLS certificate is the test's own
 	}
 	alloc, cancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	t.Cleanup(cancel)
@@ -471,6 +474,45 @@ func TestConsoleInTheBrowser(t *testing.T) {
 		}
 		s.shot(t, ctx, "denied", false)
 		s.axe(t, ctx, "denied")
+	})
+
+	t.Run("deployed sign-in: OIDC authorization code with PKCE", func(t *testing.T) {
+		// The console as the Lambda serves it: no dev sign-in, a gateway that
+		// refuses dev tokens, the viewer from the authorizer's claims.
+		idp := newIdentityProvider(t, "admin")
+		g := *s.st.App.Gateway
+		g.AllowDevTokens = false
+		c, err := console.New(console.Config{Caller: console.CallerFor(&g, s.st.Endpoints), OIDC: console.OIDC{Issuer: idp.srv.URL, ClientID: "console"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(idp.authorizer(c))
+		t.Cleanup(srv.Close)
+		ctx := s.tab(t, 1280, 900)
+		s.run(t, ctx, chromedp.Navigate(srv.URL+"/console/pools?tenant=acme"),
+			until(`location.pathname === "/console/signin" && document.getElementById("oidc-signin")`),
+			chromedp.SetValue(chromedp.CSS(`#tenant`), "acme"),
+			chromedp.Click(chromedp.CSS(`#oidc-signin button[type=submit]`)),
+			until(`location.pathname === "/console/pools" && document.getElementById("whoami").innerText.includes("admin@example.com")`),
+			textHas("gpu-pool-1"))
+		idp.mu.Lock()
+		errs := idp.errs
+		idp.mu.Unlock()
+		if len(errs) > 0 {
+			t.Errorf("the provider refused: %v", errs)
+		}
+		if u := eval[string](t, ctx, `location.href`); strings.Contains(u, "code=") || strings.Contains(u, "token") {
+			t.Errorf("the address holds a credential: %s", u)
+		}
+		if c := eval[string](t, ctx, `document.cookie`); c != "" {
+			t.Errorf("the console set a cookie: %q", c)
+		}
+		if tok := eval[string](t, ctx, `sessionStorage.getItem("bc.token") || ""`); strings.Count(tok, ".") != 2 {
+			t.Errorf("the session holds %q, want the ID token", tok)
+		}
+		if tok := eval[string](t, ctx, `localStorage.getItem("bc.token") || ""`); tok != "" {
+			t.Errorf("the token is in localStorage")
+		}
 	})
 
 	t.Run("a phone-width screenshot", func(t *testing.T) {
