@@ -17,6 +17,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/bettercompute/control-plane/shared/api"
 )
 
 // Prefix is where the console is served, deployed and locally.
@@ -47,6 +49,9 @@ type Config struct {
 	Logger        *slog.Logger
 	// Poll is how often a page refreshes while something moves (default 5 s).
 	Poll time.Duration
+	// PageNodes is how many nodes a timeline page shows (default
+	// NodesPerPage).
+	PageNodes int
 }
 
 // Console serves the pages.
@@ -70,6 +75,9 @@ func New(cfg Config) (*Console, error) {
 	}
 	if cfg.Poll <= 0 {
 		cfg.Poll = 5 * time.Second
+	}
+	if cfg.PageNodes <= 0 || cfg.PageNodes > api.MaxUsageNodes {
+		cfg.PageNodes = NodesPerPage
 	}
 	c := &Console{cfg: cfg, mux: http.NewServeMux()}
 	t, err := template.New("").Funcs(c.funcs()).ParseFS(templateFS, "templates/*.html")

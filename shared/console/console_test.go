@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/console"
 	"github.com/bettercompute/control-plane/shared/devstack"
+	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/test/teststack"
 )
 
@@ -288,5 +291,46 @@ func TestBigPoolPagesItsNodes(t *testing.T) {
 	r = e.get(t, "/console/f/pools?tenant=acme", "admin")
 	if b := body(t, r); r.StatusCode != 200 || !strings.Contains(b, "of the first 200 nodes") {
 		t.Errorf("the pools list of a big pool: %d %s", r.StatusCode, b)
+	}
+}
+
+// The fleet's bands of a pool with more registered nodes than a page are
+// read node by node for the page in view: a cordon on the second page's
+// node is drawn there (pages of 4 nodes here, 64 deployed).
+func TestBandsOfABigManagedPool(t *testing.T) {
+	e := start(t)
+	c, err := console.New(console.Config{Caller: console.CallerFor(e.st.App.Gateway, e.st.Endpoints), Dev: true, PageNodes: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(c)
+	t.Cleanup(srv.Close)
+	e.call(t, "admin", "pools.create", map[string]any{"tenantId": "acme", "poolId": "fleet-x", "resources": map[string]any{"gpu.h100": 8 * 7}}, nil)
+	for k := range 6 {
+		key, _ := dsse.GenerateKey(dsse.AlgEd25519)
+		pem, _ := dsse.MarshalPublicKeyPEM(key.Public())
+		e.call(t, "admin", "nodes.register", map[string]any{"tenantId": "acme", "poolId": "fleet-x", "nodeId": fmt.Sprintf("gpu.h100-node-%d", k),
+			"publicKey": string(pem), "platform": "linux/amd64"}, nil)
+	}
+	e.call(t, "admin", "nodes.cordon", map[string]any{"tenantId": "acme", "poolId": "fleet-x", "nodeId": "gpu.h100-node-5", "reason": "psu-swap"}, nil)
+	get := func(path string) string {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+path, nil)
+		req.Header.Set("Authorization", "Bearer dev:admin")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return string(b)
+	}
+	b := get("/console/f/pools/fleet-x?tenant=acme&days=1")
+	next := regexp.MustCompile(`href="/console(/pools/fleet-x\?[^"]*after=[^"]*)"`).FindStringSubmatch(b)
+	if next == nil || strings.Contains(b, "band cordoned") || !strings.Contains(b, "band registered") {
+		t.Fatalf("the first page: %s", b)
+	}
+	b = get("/console/f" + strings.ReplaceAll(next[1], "&amp;", "&"))
+	if !strings.Contains(b, "Nodes 5–7 of 7") || !strings.Contains(b, "band cordoned") || !strings.Contains(b, "psu-swap") {
+		t.Errorf("the second page draws no cordon: %s", b)
 	}
 }

@@ -73,7 +73,7 @@ func (c *Console) poolPage(ctx context.Context, r *http.Request, v Viewer) (view
 	var next []string
 	for day := range d.Days {
 		in := map[string]any{"tenantId": v.Tenant, "poolId": poolID, "resource": d.Resource,
-			"from": d.From.Add(time.Duration(day) * 24 * time.Hour), "hours": 24, "limit": NodesPerPage}
+			"from": d.From.Add(time.Duration(day) * 24 * time.Hour), "hours": 24, "limit": c.cfg.PageNodes}
 		if day < len(after) && after[day] != "" {
 			in["cursor"] = after[day]
 		}
@@ -200,37 +200,34 @@ func (c *Console) labelOwn(ctx context.Context, v Viewer, poolID, resource strin
 }
 
 // fleetBands draws the nodes' states as bands, for the pool's owner (the
-// only tenant nodes.list answers); it returns why none are drawn otherwise.
+// only tenant the fleet's methods answer); it returns why none are drawn
+// otherwise. Its cost is bounded by the page, never by the pool: one list
+// of up to a page of registered nodes — all of them in a pool with no more
+// — else one get per node in view.
 func (c *Console) fleetBands(ctx context.Context, v Viewer, poolID string, owned bool, tl *Timeline, end time.Time) string {
 	if !owned || len(tl.Nodes) == 0 {
 		return "The fleet's states are shown to the pool's owner only."
 	}
-	want := map[string]*TimelineNode{}
-	last := 0
-	for i := range tl.Nodes {
-		want[tl.Nodes[i].ID] = &tl.Nodes[i]
-		last = max(last, nodeIndex(tl.Nodes[i].ID))
+	var out api.ListNodesResult
+	if err := c.cfg.Caller.Call(ctx, v, "nodes.list", map[string]any{"tenantId": v.Tenant, "poolId": poolID, "limit": c.cfg.PageNodes}, &out); err != nil {
+		return problemOf(err).Sentence
 	}
-	cursor := ""
-	for range 20 { // registered nodes by index: stop past the page's last
-		in := map[string]any{"tenantId": v.Tenant, "poolId": poolID, "limit": 1000}
-		if cursor != "" {
-			in["cursor"] = cursor
-		}
-		var out api.ListNodesResult
-		if err := c.cfg.Caller.Call(ctx, v, "nodes.list", in, &out); err != nil {
-			return problemOf(err).Sentence
-		}
-		done := false
-		for _, n := range out.Nodes {
-			if row, ok := want[n.NodeID]; ok {
-				row.Bands = append(row.Bands, bandsOf(n, end)...)
-			} else if nodeIndex(n.NodeID) > last && strings.HasPrefix(n.NodeID, strings.TrimSuffix(tl.Nodes[0].ID, strconv.Itoa(nodeIndex(tl.Nodes[0].ID)))) {
-				done = true
+	byID := map[string]api.Node{}
+	for _, n := range out.Nodes {
+		byID[n.NodeID] = n
+	}
+	for i := range tl.Nodes {
+		row := &tl.Nodes[i]
+		n, ok := byID[row.ID]
+		if !ok && out.NextCursor != "" {
+			var got api.NodeResult
+			if err := c.cfg.Caller.Call(ctx, v, "nodes.get", map[string]any{"tenantId": v.Tenant, "poolId": poolID, "nodeId": row.ID}, &got); err != nil {
+				continue // not registered (unmanaged): no state to draw
 			}
+			n, ok = got.Node, true
 		}
-		if cursor = out.NextCursor; cursor == "" || done {
-			break
+		if ok {
+			row.Bands = append(row.Bands, bandsOf(n, end)...)
 		}
 	}
 	return ""
