@@ -92,8 +92,13 @@ test: tools ## everything CI runs: format, vet, unit and integration tests, infr
 	@MAKE='$(MAKE)' test/checks.sh build/test gotest -- fmt-check vet race-tests $(INFRA_TEST_TARGETS)
 
 # The longest packages first (go test starts packages in the order given,
-# GOMAXPROCS at a time): the last to start is a short one.
-SLOW_PKGS := ./test/fleetsim ./cmd/bcctl ./shared/rollout ./shared/capacity ./test/fleetproto ./shared/fleet ./test/e2e ./test/browser
+# TEST_P at a time): the last to start is a short one. Three at a time on
+# two cores: the longest three (the browser, the real-time fleet, the
+# README walks) spend much of their time waiting on real time — agents'
+# heartbeats, reconciler ticks, a page's refresh — which a third package's
+# CPU fills.
+TEST_P    ?= 3
+SLOW_PKGS := ./test/browser ./test/fleetsim ./cmd/bcctl ./shared/rollout ./shared/capacity ./test/fleetproto ./shared/fleet ./test/e2e
 
 # The console's browser tests (test/browser) drive Debian's chromium; the
 # project installs it itself when it is missing (apt-get, as root or with
@@ -108,7 +113,7 @@ browser: ## install Debian's chromium for the console's browser tests when /usr/
 	  [ -x $(CHROMIUM) ] || { echo "apt-get installed no $(CHROMIUM)" >&2; exit 1; }; }
 
 gotest: tools browser
-	$(GO) test -timeout $(TEST_TIMEOUT) -skip '$(RACE_TESTS)' $(GOTESTFLAGS) $(SLOW_PKGS) $$($(GO) list ./... | grep -vxFf <($(GO) list $(SLOW_PKGS)))
+	$(GO) test -p $(TEST_P) -timeout $(TEST_TIMEOUT) -skip '$(RACE_TESTS)' $(GOTESTFLAGS) $(SLOW_PKGS) $$($(GO) list ./... | grep -vxFf <($(GO) list $(SLOW_PKGS)))
 
 race-tests: tools
 	@[ -n "$(RACE)" ] || echo "note: no C compiler (or CGO_ENABLED=0): the race tests run without -race"
