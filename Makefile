@@ -89,7 +89,7 @@ run: tools ## run the control plane locally on BC_LISTEN (default 127.0.0.1:8080
 # ends with one summary of what failed (test/checks.sh; logs in
 # build/test/). docs/performance.md (Build and CI) has where the time goes.
 test: tools ## everything CI runs: format, vet, unit and integration tests, infra checks
-	@MAKE='$(MAKE)' test/checks.sh build/test gotest -- fmt-check vet race-tests $(INFRA_TEST_TARGETS)
+	@MAKE='$(MAKE)' test/checks/checks.sh build/test gotest -- fmt-check vet race-tests -- $(INFRA_TEST_TARGETS)
 
 # The longest packages first (go test starts packages in the order given,
 # TEST_P at a time): the last to start is a short one. Three at a time on
