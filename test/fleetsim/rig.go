@@ -32,6 +32,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 	"github.com/bettercompute/control-plane/shared/app"
 	"github.com/bettercompute/control-plane/shared/client"
+	"github.com/bettercompute/control-plane/shared/conc"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/iam"
@@ -84,12 +85,24 @@ func (h *rig) post(ctx context.Context, method string, in, out any) error {
 	return post(ctx, h.admin, method, in, out)
 }
 
-// post calls method through c; a non-200 answer is an error.
+// post calls method through c; a non-200 answer is an error. An
+// UNAVAILABLE answer (503: a dependency contended, or a flow out of its
+// deadline on a loaded machine) is retried as the API asks a client to,
+// after a pause that doubles, up to 6 tries.
 func post(ctx context.Context, c *client.Client, method string, in, out any) error {
 	body, _ := json.Marshal(in)
-	resp, err := c.Do(ctx, method, body)
-	if err != nil {
-		return err
+	var resp *client.Response
+	var err error
+	for try, pause := 1, 200*time.Millisecond; ; try, pause = try+1, pause*2 {
+		if resp, err = c.Do(ctx, method, body); err != nil {
+			return err
+		}
+		if resp.Status != 503 || try == 6 {
+			break
+		}
+		if err := conc.Sleep(ctx, pause); err != nil { // a client's backoff, not a wait for a state
+			return err
+		}
 	}
 	if resp.Status != 200 {
 		return fmt.Errorf("%s: HTTP %d %s", method, resp.Status, resp.Body)

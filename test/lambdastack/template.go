@@ -11,6 +11,14 @@ import (
 	"github.com/bettercompute/control-plane/shared/api"
 )
 
+// TimeoutScale is how many times its template's timeout a function gets
+// under the emulator (which enforces it, and tells the function). The
+// template's 5 s for a read is sized for DynamoDB; here every call goes
+// to dynalite on a 2-core machine that may be running two test suites at
+// once — pools.availability's 7-day search (174 reads) once took longer
+// than 5 s there and was answered 500.
+const TimeoutScale = 6
+
 // Spec is one function as the synthesized template defines it.
 type Spec struct {
 	Name        string
@@ -151,10 +159,10 @@ func (t *Template) Environment(name string, l Local) ([]string, error) {
 		}
 	}
 	// What Lambda sets for every function (a custom runtime reads the log
-	// format and level from these).
+	// format and level from these); the timeout scaled (TimeoutScale).
 	env["AWS_LAMBDA_FUNCTION_NAME"] = name
 	env["AWS_LAMBDA_FUNCTION_MEMORY_SIZE"] = strconv.Itoa(s.MemoryMB)
-	env["AWS_LAMBDA_FUNCTION_TIMEOUT"] = strconv.Itoa(s.TimeoutSec)
+	env["AWS_LAMBDA_FUNCTION_TIMEOUT"] = strconv.Itoa(s.TimeoutSec * TimeoutScale)
 	env["AWS_LAMBDA_FUNCTION_VERSION"] = "$LATEST"
 	env["_HANDLER"] = "bootstrap"
 	if s.LogFormat != "" {
