@@ -92,13 +92,16 @@ test: tools ## everything CI runs: format, vet, unit and integration tests, infr
 	@MAKE='$(MAKE)' test/checks/checks.sh build/test gotest -- fmt-check vet race-tests -- $(INFRA_TEST_TARGETS)
 
 # The longest packages first (go test starts packages in the order given,
-# TEST_P at a time): the last to start is a short one. Three at a time on
+# TEST_P at a time): the last to start is a short one (test/bootstrap's
+# 31 arm64 builds, test/interop's TypeScript compile and test/bench's
+# rounds took 25-45 s each at the end of the run when left to go test's
+# own order). Three at a time on
 # two cores: the longest three (the browser, the real-time fleet, the
 # README walks) spend much of their time waiting on real time — agents'
 # heartbeats, reconciler ticks, a page's refresh — which a third package's
 # CPU fills.
 TEST_P    ?= 3
-SLOW_PKGS := ./test/browser ./test/fleetsim ./cmd/bcctl ./shared/rollout ./shared/capacity ./test/fleetproto ./shared/fleet ./test/e2e
+SLOW_PKGS := ./test/browser ./test/fleetsim ./cmd/bcctl ./shared/rollout ./shared/capacity ./test/fleetproto ./shared/fleet ./test/e2e ./test/bootstrap ./test/interop ./test/bench
 
 # The console's browser tests (test/browser) drive Debian's chromium; the
 # project installs it itself when it is missing (apt-get, as root or with
