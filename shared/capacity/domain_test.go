@@ -266,6 +266,14 @@ func TestCheckSnapshot(t *testing.T) {
 	if vs := capacity.CheckSnapshot(withMap); len(vs) != 0 {
 		t.Fatalf("a map naming its stored node, and a provisioned hour's stale words: %v", vs)
 	}
+	// A released reservation whose scrub on its node is owed keeps its
+	// devices there (elsewhere it may not: entry_state below).
+	owed := good()
+	owed.Reservations[1].State, owed.Reservations[1].Credited, owed.Reservations[1].Unscrubbed = api.Released, true, []int{0}
+	owed.Quotas[0].Used, owed.Quotas[0].Free = 1, 3
+	if vs := capacity.CheckSnapshot(owed); len(vs) != 0 {
+		t.Fatalf("a released reservation holding devices where its scrub is owed: %v", vs)
+	}
 	cases := map[string]func(*capacity.Snapshot){
 		"used":          func(s *capacity.Snapshot) { s.Quotas[0].Used, s.Quotas[0].Free = 3, 1 },
 		"free":          func(s *capacity.Snapshot) { s.Quotas[0].Free = 3 },
@@ -288,7 +296,7 @@ func TestCheckSnapshot(t *testing.T) {
 			s.Quotas[0].Used, s.Quotas[0].Free, s.Quotas[0].Charging = 3, 1, nil
 		},
 		"entry_state": func(s *capacity.Snapshot) {
-			s.Reservations[1].State, s.Reservations[1].Credited = api.Expired, true
+			s.Reservations[1].State, s.Reservations[1].Credited, s.Reservations[1].Unscrubbed = api.Expired, true, []int{1}
 			s.Quotas[0].Used, s.Quotas[0].Free = 1, 3
 		},
 		"charge_due":   func(s *capacity.Snapshot) { s.Quotas[0].Due = time.Time{} },
