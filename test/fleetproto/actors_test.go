@@ -61,6 +61,7 @@ type node struct {
 	// release, goes on installing it (the blank host adversary)
 	acceptedOrder int
 	blank         bool
+	lastAccepted  time.Time // when its last report was accepted
 }
 
 // beat sends the node's report and acts on the answer like the reference
@@ -91,6 +92,12 @@ func (n *node) beat(ctx context.Context, w *world) error {
 	res, err := w.fleet.Heartbeat(ctx, ownerTenant, n.ref.pool, n.id, env)
 	if err != nil {
 		return err
+	}
+	if at := res.Node.LastHeartbeatAt; at != nil {
+		n.lastAccepted = *at
+		if q := w.adv.quietFrom[n.ref]; !q.IsZero() && w.adv.backAt[n.ref].IsZero() && at.After(q) {
+			w.adv.backAt[n.ref] = *at
+		}
 	}
 	w.answered(n, res)
 	n.accepted = map[string]string{}
@@ -217,6 +224,9 @@ func (w *world) agent(n *node) func(ctx context.Context) {
 				w.s.sleep(ctx, interval)
 				continue
 			case now.Before(n.silentUntil):
+				if w.adv.silenced[n.ref] && w.adv.quietFrom[n.ref].IsZero() {
+					w.adv.quietFrom[n.ref] = n.lastAccepted
+				}
 				w.s.sleep(ctx, n.silentUntil.Sub(now))
 				continue
 			}

@@ -80,7 +80,10 @@ type adversaries struct {
 	// pool's silence, so a move off them is not judged either
 	alone                  map[nodeRef]bool
 	silenceFrom, silenceTo time.Time
-	silenceMoves           int
+	// each silent node's last accepted report before its silence, and
+	// its first one after
+	quietFrom, backAt map[nodeRef]time.Time
+	silenceMoves      int
 }
 
 func (w *world) drawAdversaries() {
@@ -98,6 +101,7 @@ func (w *world) drawAdversaries() {
 	a.sickOnce = map[string]nodeRef{}
 	a.silenced = map[nodeRef]bool{}
 	a.alone = map[nodeRef]bool{}
+	a.quietFrom, a.backAt = map[nodeRef]time.Time{}, map[nodeRef]time.Time{}
 	if a.moveBack {
 		w.s.spawn(context.Background(), "adversary move back", 0, w.mover)
 	}
@@ -132,6 +136,10 @@ func on(seed uint64, i int) bool {
 	bit := (seed-1)>>(i%3)&1 == 1
 	return bit != (i >= 3)
 }
+
+// fillBit: the seeds whose adversary bit fillBit is on (on) fill a
+// node-hour (the full hour adversary).
+const fillBit = 0
 
 // inPass: the actor of ctx is a reconciler pass.
 func inPass(ctx context.Context) bool {
@@ -187,27 +195,21 @@ func (n *watchedTargets) SetTarget(ctx context.Context, r fleet.Record, rolloutI
 		// pass's re-tell of a node whose target a lift took.
 		pr, err := w.rollI.GetProgress(context.Background(), rolloutID, r.PoolID, r.NodeID)
 		now := w.clock.Now()
-		race = err == nil && (pr.Step == api.Draining || pr.Step == api.Installing && now.Sub(pr.UpdatedAt) < time.Second) &&
-			w.rng.IntN(2) == 0
+		race = err == nil && (pr.Step == api.Draining || pr.Step == api.Installing && now.Sub(pr.UpdatedAt) < time.Second)
 	}
-	// Held before the write (three races in four): a pass that told the
-	// node before it recorded installing would lose the step to the
-	// abort's skip and tell it anyway. Held after it: a node told the
-	// target and still draining in the record (a pass of the order
-	// before v0.7's) counts as installing for the abort.
-	before := race && w.rng.IntN(4) > 0
-	if before {
+	// Held before the write, at its first chance (a coin once missed it in
+	// the revert table's seeds): a pass that told the node before it
+	// recorded installing would lose the step to the abort's skip and tell
+	// it anyway (F05).
+	if race {
 		w.abortRace(ctx, r, rolloutID, "before the target")
 	}
 	out, err := n.Store.SetTarget(ctx, r, rolloutID, t, floor)
-	if before && err == nil {
+	if race && err == nil {
 		// The node hears the target at once, before a later pass's repair
 		// (a skipped node's target lifted) could take it back.
 		w.wakeNode(nodeRef{r.PoolID, r.Index})
 		w.s.sleep(ctx, time.Second)
-	}
-	if race && !before && err == nil {
-		w.abortRace(ctx, r, rolloutID, "after the target")
 	}
 	return out, err
 }
@@ -621,32 +623,92 @@ func (w *world) fullHourProbe(ctx context.Context) {
 	}
 }
 
-// massSilence: most of a managed pool's nodes (all but one of those in
-// contact) go silent at once for 10–16 intervals, then come back. Long
-// enough that a sweep without the hold would mark some of them: the grace
-// after a hold (F14) alone keeps the first UnreachableAfter intervals of
-// a disruption unmarked, so a silence of 4–5 intervals never got past it
-// and F13 reverted failed no seed.
+// massSilence: three of pool p1's managed nodes go silent together for
+// 10–16 intervals and come back one by one, about an interval apart — but
+// one of them (its heartbeat held up) stops 28 s before the other two, so
+// the sweep marks it alone first; and so that the silence is a mass
+// silence only counting that one (three of the five nodes in contact, not
+// two of four), a sixth node went silent a minute earlier on its own and
+// is marked before. Long enough that a sweep without the hold would mark
+// them (F13: the grace after a hold alone keeps the first UnreachableAfter
+// intervals unmarked, so a silence of 4–5 intervals never got past it);
+// not counting the one marked first, the two others are no mass silence
+// (F16); coming back one by one, the hold ends with one of them still
+// silent, which the grace keeps unmarked (F14).
 func (w *world) massSilence(ctx context.Context) {
-	w.s.sleep(ctx, time.Duration(60+w.rng.IntN(180))*time.Second)
-	pool := pools[w.rng.IntN(len(pools))]
-	now := w.clock.Now()
-	var in []*node
+	w.s.sleep(ctx, time.Duration(60+w.rng.IntN(120))*time.Second)
+	const pool = "p1"
+	// No silence of their own meanwhile: the pool's count is the one the
+	// adversary makes (a node silent on its own, late or not yet marked,
+	// moves it either way).
+	back := w.clock.Now()
 	for _, ref := range w.order {
-		if n := w.nodes[ref]; ref.pool == pool && n.managed && !now.Before(n.silentUntil) {
-			in = append(in, n)
+		if n := w.nodes[ref]; ref.pool == pool {
+			n.silent = 0
+			back = maxTime(back, n.silentUntil)
 		}
 	}
+	w.s.sleep(ctx, back.Sub(w.clock.Now())+2*interval)
+	in := w.inContact(pool)
 	if len(in) < fleet.DisruptionMin+1 {
 		return
 	}
 	w.rng.Shuffle(len(in), func(i, j int) { in[i], in[j] = in[j], in[i] })
 	d := time.Duration(100+w.rng.IntN(61)) * time.Second
-	w.adv.silencePool, w.adv.silenceFrom, w.adv.silenceTo = pool, now, now.Add(d+2*interval)
-	for _, n := range in[:len(in)-1] {
-		n.silentUntil, n.silent = now.Add(d), 0
+	stagger := time.Duration(8+w.rng.IntN(5)) * time.Second
+	// Three silent of at most five in contact: a lone silence first for
+	// each node past five.
+	lone, first, rest := in[:max(0, len(in)-5)], in[len(in)-min(len(in), 5)], in[len(in)-min(len(in), 5)+1:][:2]
+	end := w.clock.Now().Add(60*time.Second + 28*time.Second + d + 3*stagger)
+	for _, n := range lone {
+		n.silentUntil = end
+		w.note("adversary mass silence: %s silent alone until %s", n.ref, end.Format("15:04:05"))
+	}
+	if len(lone) > 0 {
+		w.s.sleep(ctx, 60*time.Second)
+	}
+	// The first: right after its next report is accepted.
+	was := first.acceptedOrder
+	for i := 0; i < 400 && first.acceptedOrder == was; i++ {
+		w.s.sleep(ctx, 50*time.Millisecond)
+	}
+	now := w.clock.Now()
+	w.adv.silencePool, w.adv.silenceFrom = pool, now
+	first.silentUntil = now.Add(28*time.Second + d)
+	w.adv.silenced[first.ref] = true
+	w.s.sleep(ctx, 28*time.Second)
+	now = w.clock.Now()
+	for i, n := range rest {
+		n.silentUntil = now.Add(d + time.Duration(i+1)*stagger)
 		w.adv.silenced[n.ref] = true
 	}
+	w.adv.silenceTo = rest[len(rest)-1].silentUntil.Add(2 * interval)
+	w.note("adversary mass silence: %s silent from %s, %s and %s 28 s later, back from %s every %s", first.ref, w.adv.silenceFrom.Format("15:04:05"),
+		rest[0].ref, rest[1].ref, first.silentUntil.Format("15:04:05"), stagger)
+}
+
+// inContact lists pool's managed nodes in contact (ready or unhealthy, as
+// the sweep counts them) and reporting now.
+func (w *world) inContact(pool string) []*node {
+	now := w.clock.Now()
+	var in []*node
+	for _, ref := range w.order {
+		n := w.nodes[ref]
+		if ref.pool != pool || !n.managed || now.Before(n.silentUntil) {
+			continue
+		}
+		if rec, ok := w.node(ref); ok && (rec.State == api.Ready || rec.State == api.Unhealthy) {
+			in = append(in, n)
+		}
+	}
+	return in
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // inSilence: ref is one of the mass silence's nodes and now is within it.
@@ -693,7 +755,7 @@ func (w *world) silentFailed(p rollout.Progress) {
 		return
 	}
 	w.checked["silence"]++
-	if w.inSilence(ref) && (p.Step == api.Failed || p.Rollback == rollout.RollbackFailed) && p.Reason == rollout.ReasonDeadline {
+	if w.inSilence(ref) && !w.adv.alone[ref] && (p.Step == api.Failed || p.Rollback == rollout.RollbackFailed) && p.Reason == rollout.ReasonDeadline {
 		w.fail("silence", w.s.steps, "rollout failed %s (%s) during the mass silence of %s (since %s)", ref, p.Reason, ref.pool,
 			w.adv.silenceFrom.Format("15:04:05"))
 	}

@@ -198,12 +198,15 @@ func (w *world) afterStep() {
 }
 
 // lateAt counts the mass silence's nodes of pool whose last accepted
-// report was UnreachableAfter-1 intervals old at t (the sweep's "late").
+// report was UnreachableAfter-1 intervals old at t (the sweep's "late"):
+// silent since their last report before it (quietFrom) and not back yet
+// at t — not what their records say now, when some came back.
 func (w *world) lateAt(pool string, t time.Time) int {
 	n := 0
 	for ref := range w.adv.silenced {
-		if rec, ok := w.node(ref); ok && ref.pool == pool && rec.LastHeartbeatAt != nil &&
-			t.Sub(*rec.LastHeartbeatAt) > time.Duration(api.UnreachableAfter-1)*interval {
+		q, back := w.adv.quietFrom[ref], w.adv.backAt[ref]
+		if ref.pool == pool && !q.IsZero() && !t.Before(q) && (back.IsZero() || t.Before(back)) &&
+			t.Sub(q) > time.Duration(api.UnreachableAfter-1)*interval {
 			n++
 		}
 	}

@@ -255,7 +255,11 @@ func (w *world) setUp(ctx context.Context) {
 		}
 		w.baselineStored(p)
 	}
-	if w.rng.IntN(2) == 0 {
+	// The fill (the full hour adversary's) follows the seed's bits, as the
+	// adversaries do (the draw that chose it once is kept: the rest of each
+	// seed's stream as it was).
+	w.rng.IntN(2)
+	if on(w.seed, fillBit) {
 		w.fill(ctx)
 	}
 }
