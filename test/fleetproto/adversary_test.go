@@ -58,6 +58,10 @@ import (
 type adversaries struct {
 	bindFence, moveBack, abortRace, cordonRace, fullHour, massSilence, sicken, blankHost bool
 
+	// every seed: the amend race (a disrupted entry written between a
+	// pass's read and its amend)
+	amendRaced string
+
 	fenced, cordonRaced, sickened, intentRaced, startRaced int
 	abortRaced                                             bool
 
@@ -733,8 +737,13 @@ func (c *atomicCalendar) Flag(ctx context.Context, t capacity.PoolResource, node
 // Amend: a reservation moved off a node of a mass silence while it lasts
 // (check silence).
 func (c *atomicCalendar) Amend(ctx context.Context, r, to capacity.Reservation) (capacity.Reservation, error) {
-	cur, err := c.Store.Amend(ctx, r, to)
 	w := c.w
+	w.amendRace(ctx, r)
+	cur, err := c.Store.Amend(ctx, r, to)
+	if err == nil {
+		w.checkFacts(cur, "after an amend")
+		w.recordFacts(cur)
+	}
 	if err == nil && to.Moves > r.Moves && w.adv.silencePool == r.PoolID {
 		for _, nd := range r.Placement() {
 			ref := nodeRef{r.PoolID, nd.Node}
@@ -745,6 +754,33 @@ func (c *atomicCalendar) Amend(ctx context.Context, r, to capacity.Reservation) 
 		}
 	}
 	return cur, err
+}
+
+// Disrupt: a rollout's disrupted entry, once written, is a fact (hist).
+func (c *atomicCalendar) Disrupt(ctx context.Context, tenant, id, rolloutID string, at time.Time) error {
+	err := c.Store.Disrupt(ctx, tenant, id, rolloutID, at)
+	if r, gerr := c.w.capI.GetReservation(context.Background(), tenant, id); gerr == nil {
+		c.w.recordFacts(r)
+	}
+	return err
+}
+
+// amendRace (every seed, once): a rollout's disrupted entry lands on a
+// reservation between a pass's read of it and that pass's amend — the
+// amend of the older copy must not write the history back without it
+// (check hist).
+func (w *world) amendRace(ctx context.Context, r capacity.Reservation) {
+	if w.adv.amendRaced != "" || w.rolloutID == "" || !inPass(ctx) || !w.clock.Now().Before(w.end) || r.State.Terminal() {
+		return
+	}
+	w.adv.amendRaced = r.ReservationID
+	if err := w.capI.Disrupt(context.Background(), r.TenantID, r.ReservationID, w.rolloutID, w.clock.Now()); err != nil {
+		w.t.Fatalf("amend race: %v", err)
+	}
+	if cur, err := w.capI.GetReservation(context.Background(), r.TenantID, r.ReservationID); err == nil {
+		w.recordFacts(cur)
+	}
+	w.note("adversary amend race: %s disrupted by rollout %s between a pass's read and its amend", r.ReservationID, w.rolloutID)
 }
 
 // silentFailed: a rollout failing a node of a mass silence for its

@@ -62,6 +62,9 @@ type ledger struct {
 	baselines map[string][]storedBaseline
 	writes    int
 
+	// hist: the history entries each reservation's writes said it has
+	facts map[string][]api.Event
+
 	rolloutID      string
 	maxUnavailable int
 	mayAbort       bool
@@ -86,6 +89,7 @@ func (l *ledger) init() {
 	l.lastRec = map[nodeRef]fleet.Record{}
 	l.opCordon = map[nodeRef]bool{}
 	l.baselines = map[string][]storedBaseline{}
+	l.facts = map[string][]api.Event{}
 }
 
 // storedBaseline is a pool's baseline as stored, and the order of the
@@ -540,6 +544,7 @@ func (w *world) checkQuiet(ctx context.Context, when string) {
 		w.t.Fatal(err)
 	}
 	for _, r := range snap.Reservations {
+		w.checkFacts(r, when)
 		if r.State == api.Active {
 			w.checkActive(r, when, time.Time{})
 			w.stats.active--
@@ -755,4 +760,39 @@ func (w *world) checkEnded(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// recordFacts keeps r's history entries as facts: no later write may lose
+// one (hist).
+func (w *world) recordFacts(r capacity.Reservation) {
+	for _, ev := range r.History {
+		if !slices.ContainsFunc(w.facts[r.ReservationID], sameEvent(ev)) {
+			w.facts[r.ReservationID] = append(w.facts[r.ReservationID], ev)
+		}
+	}
+}
+
+// checkFacts (hist): every history entry a write of r reported is still
+// in r's history.
+func (w *world) checkFacts(r capacity.Reservation, when string) {
+	for _, f := range w.facts[r.ReservationID] {
+		w.checked["hist"]++
+		if !slices.ContainsFunc(r.History, sameEvent(f)) {
+			w.fail("hist", w.s.steps, "%s (%s): its history entry %s at %s (%s%s) is gone, %s: %+v", r.ReservationID, r.State, f.State,
+				f.At.Format("15:04:05.000"), f.Reason, rolloutNote(f.RolloutID), when, r.History)
+		}
+	}
+}
+
+func sameEvent(a api.Event) func(api.Event) bool {
+	return func(b api.Event) bool {
+		return a.State == b.State && a.At.Equal(b.At) && a.Reason == b.Reason && a.RolloutID == b.RolloutID
+	}
+}
+
+func rolloutNote(id string) string {
+	if id == "" {
+		return ""
+	}
+	return ", rollout " + id
 }
