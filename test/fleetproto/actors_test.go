@@ -260,6 +260,9 @@ func (w *world) operator(ctx context.Context) {
 		w.s.sleep(ctx, time.Duration(10+w.rng.IntN(30))*time.Second)
 		var unmanaged, managed []*node
 		for _, ref := range w.order {
+			if racePool(ref.pool) {
+				continue // the register race's
+			}
 			if n := w.nodes[ref]; n.managed {
 				managed = append(managed, n)
 			} else {
@@ -381,7 +384,7 @@ func (w *world) create(ctx context.Context, req capacity.CreateRequest, retry bo
 // followed at once by a tenant's create of a whole node on its pool — the
 // placement that must not land on it (check b).
 func (w *world) probe(ref nodeRef) {
-	if w.s.running() == nil || !w.clock.Now().Before(w.end) || w.rng.IntN(10) >= 3 {
+	if racePool(ref.pool) || w.s.running() == nil || !w.clock.Now().Before(w.end) || w.rng.IntN(10) >= 3 {
 		return
 	}
 	w.probes++
@@ -536,6 +539,11 @@ func (w *world) cast(ctx context.Context) {
 	w.mayAbort = r.IntN(2) == 0
 	for _, ref := range w.order {
 		n := w.nodes[ref]
+		if racePool(ref.pool) {
+			// The register race's nodes report as they are made to.
+			n.actor = w.s.spawn(ctx, "node "+ref.String(), 0, w.agent(n))
+			continue
+		}
 		if r.IntN(3) == 0 {
 			n.flaky = 20 + r.IntN(150)
 		}
@@ -552,7 +560,7 @@ func (w *world) cast(ctx context.Context) {
 	}
 	managed := []*node{}
 	for _, ref := range w.order {
-		if w.nodes[ref].managed {
+		if w.nodes[ref].managed && !racePool(ref.pool) {
 			managed = append(managed, w.nodes[ref])
 		}
 	}

@@ -58,8 +58,9 @@ import (
 type adversaries struct {
 	bindFence, moveBack, abortRace, cordonRace, fullHour, massSilence, sicken, blankHost bool
 
-	// every seed: the amend race (a disrupted entry written between a
-	// pass's read and its amend)
+	// every seed: the register race (registerrace_test.go) and the amend
+	// race (a disrupted entry written between a pass's read and its amend)
+	race       raceState
 	amendRaced string
 
 	fenced, cordonRaced, sickened, intentRaced, startRaced int
@@ -115,6 +116,7 @@ func (w *world) drawAdversaries() {
 	if a.massSilence {
 		w.s.spawn(context.Background(), "adversary mass silence", 0, w.massSilence)
 	}
+	w.registerRace()
 }
 
 func (w *world) advNames() string {
@@ -180,7 +182,24 @@ func (n *watchedNodes) Bind(ctx context.Context, t capacity.PoolResource, node i
 			w.s.sleep(ctx, time.Duration(3+w.rng.IntN(4))*time.Second)
 		}
 	}
-	return n.Store.Bind(ctx, t, node, id, b, previous, seen)
+	if a := actorOf(ctx); a != nil && a.cutAdoption {
+		a.cutAdoption = false
+		return errInjected // the adoption cut short after it recorded the node
+	}
+	err := n.Store.Bind(ctx, t, node, id, b, previous, seen)
+	if err == nil && node != 0 {
+		w.raceBound(ctx, t, id)
+	}
+	return err
+}
+
+// NodeStates: where the register race's read race registers a node.
+func (n *watchedNodes) NodeStates(ctx context.Context, t capacity.PoolResource, nodes []int, id string) (map[int]capacity.NodeState, error) {
+	got, err := n.Store.NodeStates(ctx, t, nodes, id)
+	if err == nil {
+		n.w.raceRead(ctx, id, got)
+	}
+	return got, err
 }
 
 // watchedTargets is the node store rollouts use: SetTarget is where the
