@@ -49,7 +49,7 @@ FUNCTIONS    := $(notdir $(patsubst %/,%,$(wildcard functions/*/)))
 # `make test` runs beside the Go tests, e.g. INFRA_TEST_TARGETS += infra-test synth.
 INFRA_TEST_TARGETS :=
 
-.PHONY: help tools run test gotest race race-tests fmt fmt-check vet build docs bench fuzz fleetproto fleetproto-reverts sims e2e clean distclean lambda-build lambda-test
+.PHONY: help tools run test gotest race race-tests fmt fmt-check vet build docs bench fuzz fleetproto fleetproto-reverts sims e2e clean distclean lambda-build lambda-test browser
 
 help: ## list the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | sort | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -92,9 +92,21 @@ test: tools ## everything CI runs: format, vet, unit and integration tests, infr
 
 # The longest packages first (go test starts packages in the order given,
 # GOMAXPROCS at a time): the last to start is a short one.
-SLOW_PKGS := ./test/fleetsim ./cmd/bcctl ./shared/rollout ./shared/capacity ./test/fleetproto ./shared/fleet ./test/e2e
+SLOW_PKGS := ./test/fleetsim ./cmd/bcctl ./shared/rollout ./shared/capacity ./test/fleetproto ./shared/fleet ./test/e2e ./test/browser
 
-gotest: tools
+# The console's browser tests (test/browser) drive Debian's chromium; the
+# project installs it itself when it is missing (apt-get, as root or with
+# sudo), so make test on a fresh machine needs nothing else.
+CHROMIUM := /usr/bin/chromium
+
+browser: ## install Debian's chromium for the console's browser tests when /usr/bin/chromium is missing
+	@[ -x $(CHROMIUM) ] || { \
+	  command -v apt-get >/dev/null || { echo "$(CHROMIUM) is missing and there is no apt-get: install Chromium (the console's browser tests drive it)" >&2; exit 1; }; \
+	  sudo=; [ "$$(id -u)" = 0 ] || sudo=sudo; \
+	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
+	  [ -x $(CHROMIUM) ] || { echo "apt-get installed no $(CHROMIUM)" >&2; exit 1; }; }
+
+gotest: tools browser
 	$(GO) test -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) $(SLOW_PKGS) $$($(GO) list ./... | grep -vxFf <($(GO) list $(SLOW_PKGS)))
 
 race-tests: tools
@@ -205,15 +217,18 @@ sims: ## run the seeded simulations with many seeds (capacity 32, rollout 16 and
 # with another for the 2 cores); cmd/benchdoc writes the raw output behind a
 # header to BENCH_RESULTS and makes docs/performance.md's tables anew from
 # it. BENCH=regexp runs a subset into build/bench/results.txt instead and
-# leaves the docs alone.
+# leaves the docs alone — unless BENCH_OUT names a file in docs/bench/: a
+# subset whose tables performance.md generates from that file
+# (`<!-- bench @FILE: … -->`), e.g. make bench BENCH=Availability
+# BENCH_OUT=docs/bench/availability-results.txt.
 BENCH         ?= .
 BENCH_RESULTS := docs/bench/results.txt
 BENCH_OUT      = $(if $(filter .,$(BENCH)),$(BENCH_RESULTS),build/bench/results.txt)
 
-bench: tools ## run every benchmark, record docs/bench/results.txt and regenerate docs/performance.md's tables (BENCH=regexp: a subset, docs untouched)
+bench: tools ## run every benchmark, record docs/bench/results.txt and regenerate docs/performance.md's tables (BENCH=regexp: a subset, docs untouched unless BENCH_OUT=docs/bench/FILE)
 	$(GO) run ./cmd/benchdoc run -out $(BENCH_OUT) -- \
 	  $(GO) test -p 1 -run '^$$' -bench '$(BENCH)' -benchmem -timeout 60m ./...
-	$(if $(filter .,$(BENCH)),$(GO) run ./cmd/benchdoc doc -results $(BENCH_RESULTS) -doc docs/performance.md)
+	$(if $(filter .,$(BENCH))$(filter docs/bench/%,$(BENCH_OUT)),$(GO) run ./cmd/benchdoc doc -results $(BENCH_RESULTS) -doc docs/performance.md)
 
 # Deploy outputs describe a deployed stack, not a build: clean keeps them.
 DEPLOY_OUTPUTS := build/outputs.json build/.localstack/outputs.json

@@ -23,6 +23,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -32,8 +33,10 @@ import (
 	"github.com/bettercompute/control-plane/shared/app/kmskeys"
 	"github.com/bettercompute/control-plane/shared/app/modules"
 	"github.com/bettercompute/control-plane/shared/app/rolloutapp"
+	"github.com/bettercompute/control-plane/shared/console"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/dynamo/schema"
+	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/localgw"
 	"github.com/bettercompute/control-plane/shared/logfmt"
 )
@@ -118,6 +121,11 @@ func run(ctx context.Context, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	con, err := console.New(console.Config{Caller: console.CallerFor(a.Gateway, eps), Dev: true,
+		DevPrincipals: devPrincipals(cfg.PolicyFile), Logger: log})
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	reconciled := make(chan struct{})
 	go func() {
@@ -129,7 +137,7 @@ func run(ctx context.Context, log *slog.Logger) error {
 		KMSEndpoint: stack.KMSEndpoint, Table: cfg.Table, Region: cfg.Region, LogVerifierKey: logKey.VerifierKey()}, time.Now()))
 	log.Info("serving", "listen", ln.Addr().String(), "table", cfg.Table, "reconcile_interval", cfg.ReconcileInterval.String())
 	simDone := startSimFleet(ctx, "http://"+ln.Addr().String(), simNodes, filepath.Join(stateDir, "sim-nodes"), a.Pins(), cfg.ReleaseThreshold, logKey, log)
-	err = localgw.Serve(ctx, ln, localgw.Handler(a.Gateway, eps, localgw.WithHealth(a.Health)), log)
+	err = localgw.Serve(ctx, ln, localgw.Handler(a.Gateway, eps, localgw.WithHealth(a.Health), localgw.WithConsole(con)), log)
 	cancel()
 	<-reconciled
 	<-simDone
@@ -183,4 +191,24 @@ func envOr(key, def string) string {
 		return v
 	}
 	return def
+}
+
+// devPrincipals are the principals the dev policy grants, offered by the
+// console's local sign-in (none with a remote Better IAM: any name may
+// still be typed).
+func devPrincipals(policyFile string) []string {
+	if policyFile == "" {
+		return nil
+	}
+	p, err := iam.LoadPolicy(policyFile)
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, g := range p.Grants {
+		if !slices.Contains(out, g.Principal) {
+			out = append(out, g.Principal)
+		}
+	}
+	return out
 }

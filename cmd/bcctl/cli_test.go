@@ -113,6 +113,27 @@ func TestCLIGolden(t *testing.T) {
 	// 1,024 devices on 128 nodes: one range each, not 1,024 ids.
 	step(0, "pools", "create", "big", "--devices", "gpu.h100=1024")
 	step(0, "reservations", "create", "--pool", "big", "--resource", "gpu.h100", "--count", "1024", "--end", "+1h", "--client-token", "all-of-it")
+	// When can a reservation be had: one node held 8 devices from the
+	// third hour on for four hours, so both nodes are free for two hours
+	// from the seventh; a create of both in the held hours is refused and
+	// says so, with the command that books the first window that fits —
+	// which books it.
+	base := now.Truncate(time.Hour).Add(3 * time.Hour)
+	hour := func(n int) string { return base.Add(time.Duration(n) * time.Hour).UTC().Format(time.RFC3339) }
+	step(0, "pools", "create", "avail-demo", "--devices", "gpu.h100=16")
+	step(0, "pools", "offer", "avail-demo", "--to", "acme", "--resource", "gpu.h100", "--max", "48")
+	step(0, "reservations", "create", "--pool", "avail-demo", "--resource", "gpu.h100", "--count", "8", "--start", hour(0), "--end", hour(4),
+		"--client-token", "avail-1") // a token's id: the node it takes is the same every run
+	step(1, "reservations", "create", "--pool", "avail-demo", "--resource", "gpu.h100", "--count", "16", "--start", hour(1), "--end", hour(3))
+	book := lastLine(t, transcript.String(), "    Book it: bcctl ")
+	step(0, "pools", "availability", "avail-demo", "--resource", "gpu.h100", "--count", "16", "--hours", "2", "--from", hour(0), "--to", hour(8))
+	if first := lastLine(t, transcript.String(), "To book the first: bcctl "); first != book {
+		t.Errorf("pools availability books with\n%s\nthe refusal said\n%s", first, book)
+	}
+	step(0, "-o", "json", "pools", "availability", "avail-demo", "--resource", "gpu.h100", "--count", "8", "--hours", "1", "--from", hour(0),
+		"--to", hour(1), "--topology", "any")
+	step(0, strings.Fields(book)...)
+	step(0, "pools", "availability", "avail-demo", "--resource", "gpu.h100", "--count", "16", "--hours", "2", "--from", hour(0), "--to", hour(8))
 	// Errors: what went wrong, the numbers, what to do.
 	step(1, "reservations", "create", "--pool", "gpu-pool-1", "--resource", "gpu.h100", "--count", "8",
 		"--end", "+1h", "--client-token", "job-3")
@@ -143,6 +164,21 @@ func TestCLIGolden(t *testing.T) {
 	step(1, "call", "reservations.create", "poolId=gpu-pool-1", "resource=gpu.h100", "count:=2", `window:={"start": "now"}`)
 	got := normalise(strings.ReplaceAll(transcript.String(), dir, "<dir>"))
 	golden(t, "cli.golden", got)
+}
+
+// lastLine is the last line of s that starts with prefix, without it.
+func lastLine(t *testing.T, s, prefix string) string {
+	t.Helper()
+	var got string
+	for l := range strings.Lines(s) {
+		if rest, ok := strings.CutPrefix(l, prefix); ok {
+			got = strings.TrimSpace(rest)
+		}
+	}
+	if got == "" {
+		t.Fatalf("no line %q in the transcript:\n%s", prefix, s[max(0, len(s)-1500):])
+	}
+	return got
 }
 
 // transcript runs bcctl command lines in process, as a user types them,
@@ -261,12 +297,15 @@ var (
 	ulids   = regexp.MustCompile(`\b[0-9A-HJKMNP-TV-Z]{26}\b`)
 	ports   = regexp.MustCompile(`127\.0\.0\.1:\d+`)
 	cursors = regexp.MustCompile(`--cursor [A-Za-z0-9_-]+\.[A-Za-z0-9_-]+`)
+	// availability's sentences: 14:00, Tue 02:00, Dec 12 02:00 (UTC).
+	clocks = regexp.MustCompile(`\b(?:(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) |(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) \d{1,2} )?\d{2}:\d{2}\b`)
 )
 
 // normalise replaces what changes from run to run: times, key and manifest
 // digests, generated ids, cursors, ports.
 func normalise(s string) string {
 	s = stamps.ReplaceAllString(s, "<time>")
+	s = clocks.ReplaceAllString(s, "<when>")
 	s = digests.ReplaceAllStringFunc(s, func(d string) string {
 		if strings.HasPrefix(d, "9f86d0") || strings.HasPrefix(d, "60303a") {
 			return d // the example binaries' digests are fixed

@@ -304,7 +304,11 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 		if fleetWide {
 			return c.nodesListFleet(cmd.Context(), body, all)
 		}
-		return c.invoke(cmd, m, body, all)
+		err := c.invoke(cmd, m, body, all)
+		if m.Name == "reservations.create" {
+			err = c.suggestWindow(cmd.Context(), err, body, tenantFlag(cmd, c.tenant))
+		}
+		return err
 	}
 	if m.Name == "nodes.list" {
 		cmd.Long += "\n\nWithout --pool: the nodes of every pool the tenant owns, pool by pool, each read a page (--limit) at a time, " +
@@ -314,6 +318,16 @@ func (c *cli) methodCommand(m *api.Method) *cobra.Command {
 		}
 	}
 	return cmd
+}
+
+// tenantFlag is tenant when the command line gave --tenant ("" when it
+// came from BC_TENANT): what a command bcctl prints for the same shell to
+// run says it too.
+func tenantFlag(cmd *cobra.Command, tenant string) string {
+	if f := cmd.Flags().Lookup("tenant"); f != nil && f.Changed {
+		return tenant
+	}
+	return ""
 }
 
 // tenantOf is the tenantId a verb of m sends: --tenant (BC_TENANT), or
@@ -515,6 +529,9 @@ func (c *cli) invoke(cmd *cobra.Command, m *api.Method, body map[string]any, all
 	}
 	if err == nil {
 		c.cutNote(m.Name, pages)
+	}
+	if err == nil && m.Name == "pools.availability" && c.output != "json" {
+		c.bookingNote(c.out, pages[0], tenantFlag(cmd, c.tenant))
 	}
 	if err == nil {
 		reason, _ := body["reason"].(string)

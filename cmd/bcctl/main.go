@@ -45,7 +45,8 @@ const (
 )
 
 func main() {
-	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr, os.Getenv))
+	c := &cli{out: os.Stdout, errOut: os.Stderr, getenv: os.Getenv, now: time.Now, sleep: conc.Sleep, prog: os.Args[0]}
+	os.Exit(c.exec(context.Background(), os.Args[1:]))
 }
 
 // cli is one invocation: where it writes, what it reads from the
@@ -61,6 +62,9 @@ type cli struct {
 	// called is the method bcctl call sends (nil for a verb): its errors'
 	// hints say FIELD=value, not a verb's flags.
 	called *api.Method
+	// prog is how bcctl was run (bin/bcctl, bcctl): the commands it prints
+	// for the same shell to run start with it ("" is bcctl).
+	prog string
 }
 
 // run executes one command line and returns its exit code.
@@ -229,6 +233,10 @@ func (c *cli) report(err error) int {
 			words = callWords(c.called)
 		}
 		client.Explain(c.errOut, ae, fc, words)
+		var more afterRefusal
+		if errors.As(err, &more) {
+			fmt.Fprint(c.errOut, more.text)
+		}
 		return exitAPIError
 	case errors.As(err, &ue), isCobraUsage(err):
 		msg := strings.TrimRight(err.Error(), "\n")

@@ -19,7 +19,7 @@ type renderer func(w io.Writer, method string, pages [][]byte, now time.Time) er
 // (each kept with its resource); any other method prints as JSON.
 var tables = map[string]renderer{
 	"pools.create": poolTable, "pools.get": poolTable, "pools.list": poolsTable, "pools.usage": usageTable,
-	"pools.offer": quotaTable, "quotas.get": quotaTable, "quotas.list": quotasTable,
+	"pools.availability": availabilityTable, "pools.offer": quotaTable, "quotas.get": quotaTable, "quotas.list": quotasTable,
 	"reservations.create": reservationTable, "reservations.get": reservationTable,
 	"reservations.release": reservationTable, "reservations.list": reservationsTable,
 	"releases.register": releaseTable, "releases.list": releasesTable, "releases.log": logTable,

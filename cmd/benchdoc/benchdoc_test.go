@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -113,5 +114,37 @@ func TestNumber(t *testing.T) {
 		if got := number(v); got != want {
 			t.Errorf("number(%v) = %q, want %q", v, got, want)
 		}
+	}
+}
+
+// A block naming a subset's results file is made from that file, its
+// header saying the subset's make command.
+func TestRenderSubsetFile(t *testing.T) {
+	main, sub := parse(t, fixture), parse(t, strings.Replace(fixture, "# dynalite:", "# command: go test -p 1 -run ^$ -bench Decode -benchmem ./...\n# dynalite:", 1))
+	sub.Runs = sub.Runs[3:] // its last run only
+	doc := "<!-- bench @sub.txt: header -->\n<!-- end bench -->\n<!-- bench @sub.txt: ^Decode$ | MB/s -->\n<!-- end bench -->\n" +
+		"<!-- bench: ^CreateAtScale/ | p50-ms -->\n<!-- end bench -->"
+	got, err := RenderWith(doc, func(file string) (*Results, string, error) {
+		switch file {
+		case "":
+			return main, "bench/results.txt", nil
+		case "sub.txt":
+			return sub, "bench/sub.txt", nil
+		}
+		return nil, "", fmt.Errorf("no %s", file)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Measured by `make bench BENCH='Decode' BENCH_OUT=docs/bench/sub.txt`", "[bench/sub.txt](bench/sub.txt)",
+		"| `Decode` | 10,000 |", "| `live-0` | 23.9 |"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("rendered without %q:\n%s", want, got)
+		}
+	}
+	if _, err := RenderWith("<!-- bench @nope.txt: header -->\n<!-- end bench -->", func(file string) (*Results, string, error) {
+		return nil, "", fmt.Errorf("no %s", file)
+	}); err == nil {
+		t.Error("a block naming a missing file rendered")
 	}
 }

@@ -20,10 +20,21 @@ import (
 // matching name, in the order of the results file, and a column per unit
 // (a unit of the results, or one of derived). `<!-- bench: header -->`
 // generates the paragraph saying when, where and how long the results were
-// measured. Everything outside the blocks is the document's own.
-var beginMarker = regexp.MustCompile(`^<!-- bench: (.*?) -->$`)
+// measured. `<!-- bench @FILE: … -->` takes its results from FILE, beside
+// the results file, instead: a subset's (make bench BENCH=regexp
+// BENCH_OUT=docs/bench/FILE), so a subset's tables are generated too
+// without running every benchmark. Everything outside the blocks is the
+// document's own.
+var beginMarker = regexp.MustCompile(`^<!-- bench(?: @([A-Za-z0-9._-]+))?: (.*?) -->$`)
+
+// Opener gives the results of a block: file "" is the results file, any
+// other a file beside it; link is the file relative to the document.
+type Opener func(file string) (res *Results, link string, err error)
 
 const endMarker = "<!-- end bench -->"
+
+// subsetBench is the -bench pattern of a results file's command.
+var subsetBench = regexp.MustCompile(`-bench (\S+)`)
 
 // headerKeys are the header members the header paragraph needs.
 var headerKeys = []string{"date", "commit", "go", "cpu", "took"}
@@ -31,6 +42,16 @@ var headerKeys = []string{"date", "commit", "go", "cpu", "took"}
 // Render returns doc with every generated block made anew from res;
 // resultsLink is the results file relative to the document.
 func Render(doc string, res *Results, resultsLink string) (string, error) {
+	return RenderWith(doc, func(file string) (*Results, string, error) {
+		if file != "" {
+			return nil, "", fmt.Errorf("no results file %s", file)
+		}
+		return res, resultsLink, nil
+	})
+}
+
+// RenderWith is Render with each block's results from open.
+func RenderWith(doc string, open Opener) (string, error) {
 	lines := strings.Split(doc, "\n")
 	var out []string
 	blocks := 0
@@ -45,7 +66,11 @@ func Render(doc string, res *Results, resultsLink string) (string, error) {
 		if end < 0 {
 			return "", fmt.Errorf("line %d: %q has no %q after it", i+1, lines[i], endMarker)
 		}
-		body, err := block(m[1], res, resultsLink)
+		res, link, err := open(m[1])
+		if err != nil {
+			return "", fmt.Errorf("line %d: %w", i+1, err)
+		}
+		body, err := block(m[2], res, link)
 		if err != nil {
 			return "", fmt.Errorf("line %d: %w", i+1, err)
 		}
@@ -130,7 +155,11 @@ func header(res *Results, resultsLink string) ([]string, error) {
 			servers = append(servers, k+" "+h[k])
 		}
 	}
-	s := fmt.Sprintf("Measured by `make bench` on %s at commit %s with %s on %s", h["date"], h["commit"], h["go"], h["cpu"])
+	run := "`make bench`"
+	if m := subsetBench.FindStringSubmatch(h["command"]); m != nil && m[1] != "." {
+		run = fmt.Sprintf("`make bench BENCH='%s' BENCH_OUT=docs/%s`", m[1], resultsLink)
+	}
+	s := fmt.Sprintf("Measured by %s on %s at commit %s with %s on %s", run, h["date"], h["commit"], h["go"], h["cpu"])
 	if len(servers) > 0 {
 		s += ", against " + strings.Join(servers, " and ")
 	}

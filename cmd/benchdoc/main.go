@@ -201,7 +201,23 @@ func generate(resultsPath, docPath string) (want, have string, err error) {
 	if err != nil {
 		return "", "", err
 	}
-	want, err = Render(string(data), res, filepath.ToSlash(link))
+	dir := filepath.Dir(resultsPath)
+	want, err = RenderWith(string(data), func(file string) (*Results, string, error) {
+		if file == "" {
+			return res, filepath.ToSlash(link), nil
+		}
+		f, err := os.Open(filepath.Join(dir, file))
+		if err != nil {
+			return nil, "", err
+		}
+		defer f.Close()
+		r, err := ParseResults(f)
+		if err != nil {
+			return nil, "", fmt.Errorf("%s: %w", file, err)
+		}
+		l, err := filepath.Rel(filepath.Dir(docPath), filepath.Join(dir, file))
+		return r, filepath.ToSlash(l), err
+	})
 	if err != nil {
 		return "", "", fmt.Errorf("%s: %w", docPath, err)
 	}

@@ -124,7 +124,7 @@ func tableIndexes() map[string]bool {
 // Function is one Lambda of the stack.
 type Function struct {
 	Name    string      // functions/<Name>, build/<Name>/bootstrap
-	Method  *api.Method // nil for the reconciler
+	Method  *api.Method // nil for the reconciler and the console
 	Access  Access
 	Memory  float64 // MB
 	Timeout float64 // seconds
@@ -170,6 +170,11 @@ func Functions() ([]Function, error) {
 		}
 		out = append(out, Function{Name: m.FunctionName(), Method: m, Access: acc, Memory: size[0], Timeout: size[1]})
 	}
+	con, err := consoleFunction()
+	if err != nil {
+		return nil, err
+	}
+	out = append(out, con)
 	acc, err := AccessFor(api.ReconcilerFunction, ReconcilerActions, ReconcilerIndexes)
 	if err != nil {
 		return nil, err
@@ -177,6 +182,53 @@ func Functions() ([]Function, error) {
 	return append(out, Function{Name: api.ReconcilerFunction, Access: acc,
 		Memory: reconcilerSizing[0], Timeout: reconcilerSizing[1]}), nil
 }
+
+// consoleSizing: a page calls several methods one after another (a pool's
+// month is a usage call a day), so it gets a mutation's CPU and the most
+// time API Gateway waits for.
+var consoleSizing = [2]float64{1024, 29}
+
+// consoleFunction is the web console: its role may do what the methods
+// it calls in process may do (their Actions and Indexes), and nothing else.
+func consoleFunction() (Function, error) {
+	actions, indexes, err := ConsoleActions()
+	if err != nil {
+		return Function{}, err
+	}
+	acc, err := AccessFor(api.ConsoleFunction, actions, indexes)
+	if err != nil {
+		return Function{}, err
+	}
+	return Function{Name: api.ConsoleFunction, Access: acc, Memory: consoleSizing[0], Timeout: consoleSizing[1]}, nil
+}
+
+// ConsoleActions are the union of the Actions and Indexes of the methods
+// the console calls.
+func ConsoleActions() (actions, indexes []string, err error) {
+	for _, name := range api.ConsoleMethods {
+		m := api.Lookup(name)
+		if m == nil {
+			return nil, nil, fmt.Errorf("the console calls %s, which is not in the catalog", name)
+		}
+		for _, a := range m.Actions {
+			if !slices.Contains(actions, a) {
+				actions = append(actions, a)
+			}
+		}
+		for _, ix := range m.Indexes {
+			if !slices.Contains(indexes, ix) {
+				indexes = append(indexes, ix)
+			}
+		}
+	}
+	return actions, indexes, nil
+}
+
+// IsConsole reports whether f is the web console's function.
+func (f Function) IsConsole() bool { return f.Name == api.ConsoleFunction }
+
+// IsReconciler reports whether f is the scheduled reconciler.
+func (f Function) IsReconciler() bool { return f.Name == api.ReconcilerFunction }
 
 // VerifiesReleases reports whether the function reads the release signing
 // key, and so gets the release pins, threshold and key ids.

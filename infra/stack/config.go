@@ -17,6 +17,11 @@ type Config struct {
 	StackName   string   // stackName
 	JWTIssuer   string   // jwtIssuer: https URL of the identity provider
 	JWTAudience []string // jwtAudience: string, comma-separated string or list
+	// The console's sign-in endpoints when the issuer's discovery document
+	// does not serve them to a browser (Cognito: its hosted domain's
+	// /oauth2/authorize and /oauth2/token); empty: discovered.
+	ConsoleAuthorizeURL string // consoleAuthorizeUrl
+	ConsoleTokenURL     string // consoleTokenUrl
 
 	// Better IAM: exactly one of these.
 	IAMURL     string // iamUrl → BC_IAM_URL
@@ -82,6 +87,8 @@ const (
 	CtxHeartbeatBurst    = "heartbeatBurstLimit"
 	CtxAlarmEmail        = "alarmEmail"
 	CtxRemovalPolicy     = "removalPolicy"
+	CtxConsoleAuthorize  = "consoleAuthorizeUrl"
+	CtxConsoleToken      = "consoleTokenUrl"
 )
 
 // Architectures a function may be built for (lambdaArchitecture).
@@ -127,11 +134,14 @@ func defaultConfig() Config {
 }
 
 // readIdentity: who signs the callers' tokens (an https issuer, at least
-// one audience) and which Better IAM decides (a service or, for local use,
-// an embedded policy file: exactly one).
+// one audience; the console signs people in there, at the endpoints its
+// discovery document names unless given), and which Better IAM decides (a
+// service or, for local use, an embedded policy file: exactly one).
 func (c *Config) readIdentity(r *contextReader) {
 	r.str(CtxJWTIssuer, &c.JWTIssuer)
 	r.list(CtxJWTAudience, &c.JWTAudience)
+	r.str(CtxConsoleAuthorize, &c.ConsoleAuthorizeURL)
+	r.str(CtxConsoleToken, &c.ConsoleTokenURL)
 	r.str(CtxIAMURL, &c.IAMURL)
 	r.str(CtxPolicyFile, &c.PolicyFile)
 

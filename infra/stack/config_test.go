@@ -80,7 +80,7 @@ func TestCDKJSONDefaults(t *testing.T) {
 	}
 	for _, key := range []string{CtxStackName, CtxJWTIssuer, CtxJWTAudience, CtxIAMURL, CtxPolicyFile, CtxReleasePins,
 		CtxReleasePinsFile, CtxReleaseThreshold, CtxReleaseSignerRole, CtxReleaseKeyAdmin, CtxAssetRoot, CtxPlaceholders, CtxArchitecture, CtxLogRetentionDays,
-		CtxLogLevel, CtxThrottleRate, CtxThrottleBurst, CtxHeartbeatReserved, CtxHeartbeatRate, CtxHeartbeatBurst, CtxAlarmEmail, CtxRemovalPolicy} {
+		CtxLogLevel, CtxThrottleRate, CtxThrottleBurst, CtxHeartbeatReserved, CtxHeartbeatRate, CtxHeartbeatBurst, CtxAlarmEmail, CtxRemovalPolicy, CtxConsoleAuthorize, CtxConsoleToken} {
 		if _, ok := cdk.Context[key]; !ok {
 			t.Errorf("cdk.json does not list context key %s", key)
 		}
@@ -184,7 +184,7 @@ func TestCatalogFunctions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(fns) != len(api.Catalog)+1 || fns[len(fns)-1].Name != api.ReconcilerFunction {
+	if len(fns) != len(api.Catalog)+2 || fns[len(fns)-1].Name != api.ReconcilerFunction || fns[len(fns)-2].Name != api.ConsoleFunction {
 		t.Fatalf("%d functions", len(fns))
 	}
 	for _, f := range fns {

@@ -418,7 +418,7 @@ func TestDocumentedFunctionCount(t *testing.T) {
 			continue
 		}
 		if m[1] != strconv.Itoa(len(fns)) {
-			t.Errorf("%s says %s functions; the stack has %d (the catalog's methods and the reconciler)", doc, m[1], len(fns))
+			t.Errorf("%s says %s functions; the stack has %d (the catalog's methods, the console and the reconciler)", doc, m[1], len(fns))
 		}
 	}
 }

@@ -39,7 +39,7 @@ func Suppressions(cfg Config, fns []Function) []Suppression {
 	var apiFns, writers, roles []string
 	for _, f := range fns {
 		roles = append(roles, f.Name+"/Role/DefaultPolicy/Resource")
-		if f.Method != nil {
+		if f.Method != nil || f.IsConsole() {
 			apiFns = append(apiFns, f.Name+"/Function/Resource")
 		}
 		if f.Access.Writes() {
@@ -49,6 +49,8 @@ func Suppressions(cfg Config, fns []Function) []Suppression {
 	sups := []Suppression{
 		{Rule: "AwsSolutions-SMG4", Resources: []string{"CursorKey/Resource"},
 			Reason: "The cursor key only makes tampered pagination cursors detectable (every query is bound to the caller's tenant partition either way); rotating it would turn every outstanding cursor into INVALID_INPUT mid-listing. Rotate by hand (put a new value, then the list functions pick it up at their next cold start) if it leaks."},
+		{Rule: "AwsSolutions-APIG4", Resources: []string{"Api/GET--console/Resource", "Api/GET--console--{proxy+}/Resource"},
+			Reason: "The console's page frame and its hashed assets: public by design, they hold no data of the API (the frame's script fetches each page's data from GET /console/f/{proxy+}, and actions are POST /console/a/{proxy+}, both behind the JWT authorizer). Sign-in needs the frame before there is a token."},
 		{Rule: "AwsSolutions-SQS3", Resources: []string{"ReconcilerDLQ/Resource"},
 			Reason: "This queue is a dead-letter queue: the EventBridge schedule's target DLQ (cdk-nag only recognizes queues named in another queue's RedrivePolicy). ReconcilerDLQAlarm fires on its first message."},
 		{Rule: "Serverless-SQSRedrivePolicy", Resources: []string{"ReconcilerDLQ/Resource"},

@@ -169,6 +169,11 @@ func New(scope constructs.Construct, cfg Config, props *awscdk.StackProps) (*Sta
 			env[envReleaseLogKey] = s.LogKey.KeyId()
 			env[envReleaseLogOrigin] = logOrigin(s.Stack)
 		}
+		if f.IsConsole() {
+			for k, v := range consoleEnv(cfg) {
+				env[k] = jsii.String(v)
+			}
+		}
 		s.addFunction(f, cfg, arch, env, stateful)
 	}
 
@@ -283,6 +288,9 @@ func (s *Stack) addFunction(f Function, cfg Config, arch awslambda.Architecture,
 	}
 
 	desc := "Better Compute reconciler: drives reservations through their states (capacity.reservations)"
+	if f.IsConsole() {
+		desc = "Better Compute web console (GET /console/…): pages built from the API's methods with the viewer's token"
+	}
 	if f.Method != nil {
 		desc = fmt.Sprintf("Better Compute %s (POST %s)", f.Method.Name, f.Method.Path())
 		if len(f.Method.Actions) == 0 {
@@ -310,7 +318,7 @@ func (s *Stack) addFunction(f Function, cfg Config, arch awslambda.Architecture,
 		// Lambda's own segments (init, invocation, overhead) per request.
 		Tracing: awslambda.Tracing_ACTIVE,
 	}
-	if f.Method == nil {
+	if f.IsReconciler() {
 		// EventBridge invokes asynchronously; the next tick is the retry, so
 		// Lambda does not retry a failed pass (passes are idempotent).
 		props.RetryAttempts = jsii.Number(0)
@@ -454,6 +462,10 @@ func (s *Stack) addAPI(cfg Config, fns []Function, removal awscdk.RemovalPolicy)
 		})
 	var heartbeat awsapigatewayv2.HttpRoute
 	for _, f := range fns {
+		if f.IsConsole() {
+			s.addConsoleRoutes(f, auth)
+			continue
+		}
 		if f.Method == nil {
 			continue
 		}
@@ -479,6 +491,49 @@ func (s *Stack) addAPI(cfg Config, fns []Function, removal awscdk.RemovalPolicy)
 		},
 	})
 	s.Stage.Node().AddDependency(heartbeat)
+}
+
+// ConsoleRoutes are the console's routes: the shell and its assets are
+// public (they hold no data); the fragments and the actions are behind the
+// JWT authorizer, so the viewer is the token's sub as for every method.
+var ConsoleRoutes = []struct {
+	Method     awsapigatewayv2.HttpMethod
+	Path       string
+	Authorized bool
+}{
+	{awsapigatewayv2.HttpMethod_GET, "/console", false},
+	{awsapigatewayv2.HttpMethod_GET, "/console/{proxy+}", false},
+	{awsapigatewayv2.HttpMethod_GET, "/console/f/{proxy+}", true},
+	{awsapigatewayv2.HttpMethod_POST, "/console/a/{proxy+}", true},
+}
+
+func (s *Stack) addConsoleRoutes(f Function, auth awsapigatewayv2.IHttpRouteAuthorizer) {
+	integration := awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String(f.Name), s.Lambdas[f.Name], nil)
+	for _, r := range ConsoleRoutes {
+		opts := &awsapigatewayv2.AddRoutesOptions{Path: jsii.String(r.Path), Methods: &[]awsapigatewayv2.HttpMethod{r.Method}, Integration: integration}
+		if r.Authorized {
+			opts.Authorizer = auth
+		}
+		s.API.AddRoutes(opts)
+	}
+}
+
+// consoleEnv is the console's sign-in: the issuer the JWT authorizer
+// trusts and its first audience as the OIDC client (a public client, with
+// PKCE), and the provider's endpoints when discovery does not give them
+// (Cognito serves them on its hosted domain).
+func consoleEnv(cfg Config) map[string]string {
+	env := map[string]string{"BC_CONSOLE_OIDC_ISSUER": cfg.JWTIssuer}
+	if len(cfg.JWTAudience) > 0 {
+		env["BC_CONSOLE_OIDC_CLIENT_ID"] = cfg.JWTAudience[0]
+	}
+	if cfg.ConsoleAuthorizeURL != "" {
+		env["BC_CONSOLE_OIDC_AUTHORIZE_URL"] = cfg.ConsoleAuthorizeURL
+	}
+	if cfg.ConsoleTokenURL != "" {
+		env["BC_CONSOLE_OIDC_TOKEN_URL"] = cfg.ConsoleTokenURL
+	}
+	return env
 }
 
 // HeartbeatMethod is the method whose route and function are sized for the

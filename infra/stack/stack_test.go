@@ -191,7 +191,7 @@ func path(v any, keys ...string) any {
 }
 
 func TestOneFunctionPerMethodPlusReconciler(t *testing.T) {
-	want := len(api.Catalog) + 1
+	want := len(api.Catalog) + 2 // and the console
 	check(t, "function count", func() { tmpl.ResourceCountIs(jsii.String("AWS::Lambda::Function"), jsii.Number(want)) })
 	if len(ids) != want {
 		t.Fatalf("stack has %d functions, want %d", len(ids), want)
@@ -213,6 +213,11 @@ func TestOneFunctionPerMethodPlusReconciler(t *testing.T) {
 	}
 	if _, ok := ids[api.ReconcilerFunction]; !ok {
 		t.Errorf("no reconciler function")
+	}
+	if id, ok := ids[api.ConsoleFunction]; !ok {
+		t.Errorf("no console function")
+	} else if p := props(id.Function); p["MemorySize"] != consoleSizing[0] || p["Timeout"] != consoleSizing[1] {
+		t.Errorf("console: memory %v timeout %v", p["MemorySize"], p["Timeout"])
 	}
 	if _, ok := ids["stray"]; ok {
 		t.Errorf("a folder outside the catalog became a function")
@@ -291,6 +296,10 @@ func declared(fn string) declaration {
 	if fn == api.ReconcilerFunction {
 		return declaration{actions: ReconcilerActions, indexes: ReconcilerIndexes}
 	}
+	if fn == api.ConsoleFunction {
+		actions, indexes, _ := ConsoleActions()
+		return declaration{actions: actions, indexes: indexes}
+	}
 	for _, m := range api.Catalog {
 		if m.FunctionName() == fn {
 			return declaration{method: m, actions: m.Actions, indexes: m.Indexes}
@@ -301,7 +310,7 @@ func declared(fn string) declaration {
 
 func TestOneRoutePerMethodReachingItsFunction(t *testing.T) {
 	check(t, "route count", func() {
-		tmpl.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Route"), jsii.Number(len(api.Catalog)))
+		tmpl.ResourceCountIs(jsii.String("AWS::ApiGatewayV2::Route"), jsii.Number(len(api.Catalog)+len(ConsoleRoutes)))
 	})
 	routes := map[string]map[string]any{}
 	for _, r := range ofType("AWS::ApiGatewayV2::Route") {
@@ -998,8 +1007,9 @@ func TestReleaseLogKey(t *testing.T) {
 	if len(signers) != len(appenders) {
 		t.Errorf("principals allowed kms:Sign on the log key: %v, want only the roles of %v", signers, appenders)
 	}
-	// releases.log reads the key's public half (its verifierKey), never signs.
-	readers := append([]string{"releases-log"}, appenders...)
+	// releases.log reads the key's public half (its verifierKey), never signs;
+	// so does the console, which serves releases.log's answer in process.
+	readers := append([]string{"releases-log", api.ConsoleFunction}, appenders...)
 	for name, id := range ids {
 		vars, _ := path(props(id.Function), "Environment", "Variables").(map[string]any)
 		has := vars["BC_RELEASE_LOG_KEY"] != nil
@@ -1009,5 +1019,31 @@ func TestReleaseLogKey(t *testing.T) {
 		if has && (!equal(vars["BC_RELEASE_LOG_KEY"], refTo(ref["logKey"])) || vars["BC_RELEASE_LOG_ORIGIN"] == nil) {
 			t.Errorf("%s: log key %v, origin %v", name, vars["BC_RELEASE_LOG_KEY"], vars["BC_RELEASE_LOG_ORIGIN"])
 		}
+	}
+}
+
+// The console's shell and assets are public; its fragments and actions sit
+// behind the JWT authorizer like every method; it signs in against the
+// authorizer's issuer with its first audience as the client.
+func TestConsoleRoutes(t *testing.T) {
+	want := map[string]bool{"GET /console": false, "GET /console/{proxy+}": false, "GET /console/f/{proxy+}": true, "POST /console/a/{proxy+}": true}
+	seen := 0
+	for _, r := range ofType("AWS::ApiGatewayV2::Route") {
+		key := r.Properties["RouteKey"].(string)
+		auth, ok := want[key]
+		if !ok {
+			continue
+		}
+		seen++
+		if got := r.Properties["AuthorizationType"] == "JWT"; got != auth {
+			t.Errorf("%s: JWT authorization %v, want %v", key, got, auth)
+		}
+	}
+	if seen != len(want) {
+		t.Errorf("%d of the console's %d routes", seen, len(want))
+	}
+	vars := path(props(ids[api.ConsoleFunction].Function), "Environment", "Variables").(map[string]any)
+	if vars["BC_CONSOLE_OIDC_ISSUER"] != tested.JWTIssuer || vars["BC_CONSOLE_OIDC_CLIENT_ID"] != tested.JWTAudience[0] {
+		t.Errorf("the console's sign-in: %v", vars)
 	}
 }

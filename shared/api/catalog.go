@@ -141,7 +141,7 @@ var ResourceDocs = []Resource{
 	{Name: "releases",
 		Summary: "A release is a signed build of `bcd`, the node daemon, recorded with its per-platform binaries. `register` verifies a release manifest (a DSSE envelope) under the release keys pinned in the deployment's configuration and records the release; `list` returns the recorded releases, highest sequence first; `log` and `prove` read the release log every registration appends to, for nodes, auditors and monitors to check that every node is told the same releases (docs/releases.md). Releases belong to the platform, not to a tenant: every method decides `compute:fleet:admin` on the fleet scope. Rolling a release out to nodes is not part of this API."},
 	{Name: "pools",
-		Summary: "A pool is a set of devices owned by one tenant, grouped per resource into nodes, whose capacity the owner offers to tenants (itself included) as quotas. Pool ids are a global namespace. `create` makes the pool and its owner's quota rows; `offer` sets another tenant's quota `max` on it; `get` and `list` return the pools a tenant owns or was offered; `usage` shows what is placed on a page of its nodes over a span."},
+		Summary: "A pool is a set of devices owned by one tenant, grouped per resource into nodes, whose capacity the owner offers to tenants (itself included) as quotas. Pool ids are a global namespace. `create` makes the pool and its owner's quota rows; `offer` sets another tenant's quota `max` on it; `get` and `list` return the pools a tenant owns or was offered; `usage` shows what is placed on a page of its nodes over a span; `availability` answers when a reservation could be placed."},
 	{Name: "quotas",
 		Summary: "A quota caps the devices of one resource that a tenant's live reservations of one pool hold charged: a `max` and a `used` counter per tenant, pool and resource. A reservation is charged its count from its admission (`reservations.create`) until it is terminal (released, or its window's end), so `used` is the sum of the counts of the tenant's `placed`, `binding` and `active` reservations — bookings for later included — and not the devices held at this moment (`pools.usage` shows those): a reservation for next week counts against `max` from the moment it is made. A missing row grants 0. `pools.create` and `pools.offer` write the rows; `reservations.create` charges them (`QUOTA_EXCEEDED` when `used + count` would pass `max`) and a reservation's end credits them. These methods read them."},
 	{Name: "reservations",
@@ -152,8 +152,8 @@ var ResourceDocs = []Resource{
 		Summary: "A node is one host of a pool — one of its logical nodes `<resource>-node-<k>` — running `bcd`. The pool's owner registers it with its key; from then on it is managed: it signs its heartbeats with that key, and each answer tells it which release to run and which reservations to bind or unbind. New reservations are placed on a managed node only while it is `ready` and not cordoned, and a reservation on managed nodes becomes `active` only once each of them reported it bound. Nodes that never register keep working as before (bound at once, always eligible). See docs/fleet.md."},
 }
 
-// Catalog is every method: those of phase v0.4, pools.usage of v0.5 and
-// the fleet's of v0.6.
+// Catalog is every method: those of phase v0.4, pools.usage of v0.5, the
+// fleet's of v0.6, the release log's of v0.7 and pools.availability of v0.8.
 var Catalog = []*Method{
 	{Name: "releases.register", Kind: Mutation, Permission: "compute:fleet:admin", Scope: FleetScope, Module: "rollout",
 		Summary: "Verifies a signed `bcd` release manifest under the pinned release keys and records the release; returns it with its per-platform binaries.",
@@ -248,6 +248,20 @@ var Catalog = []*Method{
 			{apierr.NotFound, "the pool is not visible to the tenant", nil},
 		},
 		Actions: []string{"dynamodb:GetItem", "dynamodb:Query", ReadsCursorKey}, Indexes: []string{BaseTable}},
+	{Name: "pools.availability", Kind: Read, Permission: "compute:reservations:read", Scope: tenantScope, Module: "capacity", Phase: "v0.8",
+		Summary: "Answers when a reservation could be placed before it is asked for: the ranges of whole-hour starts between `from` and `to` at which a `reservations.create` of `count` devices, spread as `topology`, for a window of `hours` whole hours would be placed as the pool stands now — its calendar, its topology and its nodes' health — earliest first, with the tenant's quota beside them.",
+		Notes: []Note{
+			{"Booking", "An offering's every start s, from `earliestStart` to `latestStart` hour by hour, is booked by `reservations.create` with `window: {start: s, end: s + hours}`; a start earlier than now (the current hour, as the first offering may begin) is booked without `window.start` (now) and with `window.end` = `earliestStart` + hours. An offering is advice, not a hold: something booked in between may take the devices. Nodes that placement skips — cordoned, draining, unhealthy, unreachable, registered but not ready — count as unavailable for the whole search, and a node-hour holding its maximum of reservations as full."},
+			{"Search", "It reads what admission keeps per UTC hour, never the pool's reservations: for each hour from the first start to the last start's window end, one query of the hour's most-free nodes (a bounded number of them) and, for an hour not yet provisioned, the map of the nodes anything is stored for — so its cost grows with the hours searched and the window's length, not with the pool's size, how busy it is or how many reservations it holds (docs/capacity.md, When can I get it?). Where that bounded read cannot decide a start (more free nodes than it reads, none of them free for the whole window) the start is left out and `partial` is true; a start is never offered where the search did not find devices a create would take."},
+			{"Visibility", "The answer names no reservation, tenant or principal: only ranges of starts and node counts."},
+		},
+		Input: reflect.TypeFor[PoolAvailabilityInput](), Output: reflect.TypeFor[PoolAvailabilityResult](),
+		Errors: []ErrorCase{
+			{apierr.InvalidInput, "the pool has no such resource (`unknown_resource`), `topology` is neither `node` nor `any`, `to` is before `from` or more than " + human(MaxAvailabilitySpan) + " after it, or `from` is more than " + human(MaxLeadTime) + " ahead",
+				[]Detail{detail("field", "resource", "topology", "from", "to"), detail("reason", "unknown_resource", "constraint")}},
+			{apierr.NotFound, "the pool does not exist or is neither owned by nor offered to the tenant", nil},
+		},
+		Actions: []string{"dynamodb:GetItem", "dynamodb:BatchGetItem", "dynamodb:Query"}, Indexes: []string{"fit", "bypool"}},
 	{Name: "quotas.get", Kind: Read, Permission: "compute:quotas:read", Scope: tenantScope, Module: "capacity",
 		Summary: "Returns the tenant's quota for one pool and resource: `max`, and `used`, the counts its live reservations hold charged (from admission until terminal, future bookings included; not the devices held now). A missing row is `max 0, used 0` (a missing row grants 0), not `NOT_FOUND`, so it reveals nothing about pools the tenant cannot see.",
 		Input:   reflect.TypeFor[GetQuotaInput](), Output: reflect.TypeFor[QuotaResult](),

@@ -27,6 +27,7 @@ var specMethods = []struct {
 	{"pools.offer", "mutation", "compute:pools:admin", "tenant:{tenantId}", "capacity", false, "v0.4"},
 	{"pools.get", "read", "compute:pools:read", "tenant:{tenantId}", "capacity", false, "v0.4"},
 	{"pools.list", "read", "compute:pools:read", "tenant:{tenantId}", "capacity", false, "v0.4"},
+	{"pools.availability", "read", "compute:reservations:read", "tenant:{tenantId}", "capacity", false, "v0.8"},
 	{"quotas.get", "read", "compute:quotas:read", "tenant:{tenantId}", "capacity", false, "v0.4"},
 	{"quotas.list", "read", "compute:quotas:read", "tenant:{tenantId}", "capacity", false, "v0.4"},
 	{"reservations.create", "mutation", "compute:reservations:create", "tenant:{tenantId}", "capacity", true, "v0.4"},

@@ -101,6 +101,20 @@ type PoolUsageInput struct {
 	Cursor   *string    `json:"cursor,omitempty" bc:"min=1,max=4096"`
 }
 
+// PoolAvailabilityInput asks when a reservation of count devices for
+// hours whole hours could be placed, its start between from and to.
+type PoolAvailabilityInput struct {
+	Tenant
+	PoolID   string     `json:"poolId" bc:"required,pattern=poolId"`
+	Resource string     `json:"resource" bc:"required,pattern=resource"`
+	Count    int        `json:"count" bc:"required,min=1,max=capacity.MaxCount,doc=how many devices (as reservations.create's count)"`
+	Hours    int        `json:"hours" bc:"required,min=1,max=capacity.MaxAvailabilityHours,doc=the window's length in whole hours"`
+	Topology *string    `json:"topology,omitempty" enum:"topology" bc:"doc=how the devices are spread over nodes as reservations.create's (default node)"`
+	From     *time.Time `json:"from,omitempty" bc:"doc=the earliest start (default now; an earlier time counts as now); a time within an hour rounds up to the next whole hour"`
+	To       *time.Time `json:"to,omitempty" bc:"doc=the latest start (default from + ${capacity.DefaultAvailabilitySpan}; at most from + ${capacity.MaxAvailabilitySpan})"`
+	Limit    *int       `json:"limit,omitempty" bc:"min=1,max=capacity.MaxOfferings,doc=the most offerings answered (default ${capacity.DefaultOfferings})"`
+}
+
 type GetQuotaInput struct {
 	Tenant
 	PoolID   string `json:"poolId" bc:"required,pattern=poolId"`

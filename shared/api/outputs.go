@@ -33,6 +33,7 @@ type ReleaseLogResult struct {
 type ProveResult struct {
 	Checkpoint  string   `json:"checkpoint" doc:"the latest signed checkpoint"`
 	Index       *int64   `json:"index,omitempty" doc:"with version: its entry (from 0)"`
+	Entry       string   `json:"entry,omitempty" doc:"with version: the entry itself, base64 — the release's DSSE payload exactly as signed (SHA-256 of it is the release's manifestDigest; its leaf hash is SHA-256(0x00 ‖ entry)), so its inclusion checks from this answer alone"`
 	Inclusion   []string `json:"inclusion,omitzero" doc:"with version: its inclusion proof in the tree of size (base64 hashes)"`
 	Consistency []string `json:"consistency,omitzero" doc:"with fromSize: the consistency proof from fromSize to size (base64 hashes)"`
 }
@@ -51,6 +52,10 @@ type ListPoolsResult struct {
 type PoolUsageResult struct {
 	Usage      Usage  `json:"usage" doc:"a page of the resource's nodes and what is placed on them over the span"`
 	NextCursor string `json:"nextCursor,omitempty" doc:"present when more nodes follow: send it as cursor (with the same poolId, resource, from and hours) for the next page"`
+}
+
+type PoolAvailabilityResult struct {
+	Availability Availability `json:"availability" doc:"when the request could be placed: its offerings, the tenant's quota, and whether the search looked everywhere"`
 }
 
 type QuotaResult struct {

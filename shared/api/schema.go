@@ -17,31 +17,36 @@ import (
 // The names keep the resource each limit is of (capacity., fleet.); the
 // constants are this package's.
 var docConstants = map[string]string{
-	"capacity.InlineDevices":     num(InlineDevices),
-	"capacity.MaxQuota":          num(MaxQuota),
-	"capacity.MaxCount":          num(MaxCount),
-	"capacity.DefaultNodeSize":   num(DefaultNodeSize),
-	"capacity.MaxUsageHours":     num(MaxUsageHours),
-	"capacity.DefaultUsageNodes": num(DefaultUsageNodes),
-	"capacity.MaxStartSkew":      human(MaxStartSkew),
-	"capacity.MaxLeadTime":       human(MaxLeadTime),
-	"capacity.MaxWindow":         human(MaxWindow),
-	"fleet.MaxSkew":              human(MaxSkew),
-	"fleet.BusyInterval":         human(BusyInterval),
+	"capacity.InlineDevices":           num(InlineDevices),
+	"capacity.MaxQuota":                num(MaxQuota),
+	"capacity.MaxCount":                num(MaxCount),
+	"capacity.DefaultNodeSize":         num(DefaultNodeSize),
+	"capacity.MaxUsageHours":           num(MaxUsageHours),
+	"capacity.DefaultUsageNodes":       num(DefaultUsageNodes),
+	"capacity.MaxStartSkew":            human(MaxStartSkew),
+	"capacity.MaxLeadTime":             human(MaxLeadTime),
+	"capacity.MaxWindow":               human(MaxWindow),
+	"capacity.DefaultAvailabilitySpan": human(DefaultAvailabilitySpan),
+	"capacity.MaxAvailabilitySpan":     human(MaxAvailabilitySpan),
+	"capacity.DefaultOfferings":        num(DefaultOfferings),
+	"fleet.MaxSkew":                    human(MaxSkew),
+	"fleet.BusyInterval":               human(BusyInterval),
 }
 
 // The limits the tags quote by name (max=capacity.MaxCount): the domains
 // enforce these constants, the tags do not repeat their values.
 var _ = strictjson.RegisterLimits(map[string]int64{
-	"capacity.MaxResources":  MaxResources,
-	"capacity.MaxQuota":      MaxQuota,
-	"capacity.MaxUsageHours": MaxUsageHours,
-	"capacity.MaxUsageNodes": MaxUsageNodes,
-	"capacity.MaxCount":      MaxCount,
-	"fleet.MaxChecks":        MaxChecks,
-	"fleet.MaxBindings":      MaxBindings,
-	"rollout.MaxPools":       MaxPools,
-	"rollout.MaxWaves":       MaxWaves,
+	"capacity.MaxResources":         MaxResources,
+	"capacity.MaxQuota":             MaxQuota,
+	"capacity.MaxUsageHours":        MaxUsageHours,
+	"capacity.MaxUsageNodes":        MaxUsageNodes,
+	"capacity.MaxCount":             MaxCount,
+	"capacity.MaxAvailabilityHours": int64(MaxAvailabilityHours),
+	"capacity.MaxOfferings":         MaxOfferings,
+	"fleet.MaxChecks":               MaxChecks,
+	"fleet.MaxBindings":             MaxBindings,
+	"rollout.MaxPools":              MaxPools,
+	"rollout.MaxWaves":              MaxWaves,
 })
 
 var docConstant = regexp.MustCompile(`\$\{([A-Za-z.]+)\}`)

@@ -417,3 +417,28 @@ func NonNil[T any](s []T) []T {
 	}
 	return s
 }
+
+// EndpointsOf builds the endpoints of the named methods of mods, by name:
+// what a process that calls several methods in process serves (the web
+// console). A name no module wires is an error.
+func (a *App) EndpointsOf(ctx context.Context, names []string, mods ...Module) (map[string]api.Endpoint, error) {
+	out := make(map[string]api.Endpoint, len(names))
+	for _, mod := range mods {
+		for _, m := range mod.Methods() {
+			if !slices.Contains(names, m.Name) {
+				continue
+			}
+			ep, err := a.Endpoint(ctx, m)
+			if err != nil {
+				return nil, err
+			}
+			out[m.Name] = ep
+		}
+	}
+	for _, n := range names {
+		if _, ok := out[n]; !ok {
+			return nil, fmt.Errorf("no module wires %s", n)
+		}
+	}
+	return out, nil
+}

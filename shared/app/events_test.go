@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -37,6 +38,13 @@ func TestSampleEvents(t *testing.T) {
 			var ev events.APIGatewayV2HTTPRequest
 			if err := json.Unmarshal(data, &ev); err != nil {
 				t.Fatal(err)
+			}
+			if name == api.ConsoleFunction {
+				// A fragment, behind the JWT authorizer: its claims are the viewer.
+				if ev.RouteKey != "GET /console/f/{proxy+}" || !strings.HasPrefix(ev.RawPath, "/console/f/") || ev.RequestContext.Authorizer == nil {
+					t.Fatalf("console event: %q %q", ev.RouteKey, ev.RawPath)
+				}
+				return
 			}
 			m := api.LookupPath(ev.RawPath)
 			if m == nil || m.FunctionName() != name || ev.RouteKey != "POST "+m.Path() {

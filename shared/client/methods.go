@@ -131,6 +131,19 @@ func (c *Client) PoolsUsagePages(ctx context.Context, in api.PoolUsageInput) ite
 		func(out *api.PoolUsageResult) string { return out.NextCursor })
 }
 
+// PoolsAvailability calls pools.availability (POST /api/compute/pools/availability): answers when a
+// reservation could be placed before it is asked for: the ranges of whole-hour starts between
+// `from` and `to` at which a `reservations.create` of `count` devices, spread as `topology`, for a
+// window of `hours` whole hours would be placed as the pool stands now — its calendar, its
+// topology and its nodes' health — earliest first, with the tenant's quota beside them.
+func (c *Client) PoolsAvailability(ctx context.Context, in *api.PoolAvailabilityInput) (*api.PoolAvailabilityResult, error) {
+	out := new(api.PoolAvailabilityResult)
+	if err := c.Call(ctx, "pools.availability", in, out); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // QuotasGet calls quotas.get (POST /api/compute/quotas/get): returns the tenant's quota for one
 // pool and resource: `max`, and `used`, the counts its live reservations hold charged (from
 // admission until terminal, future bookings included; not the devices held now).

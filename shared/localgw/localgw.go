@@ -82,11 +82,12 @@ func (c *health) result(ctx context.Context, now time.Time) error {
 }
 
 type handler struct {
-	g      *api.Gateway
-	routes map[string]api.Endpoint
-	now    func() time.Time
-	health *health
-	invoke Invoke // g.Serve unless WithInvoke
+	g       *api.Gateway
+	routes  map[string]api.Endpoint
+	now     func() time.Time
+	health  *health
+	invoke  Invoke // g.Serve unless WithInvoke
+	console http.Handler
 }
 
 // Invoke runs one route's function on the event API Gateway would send.
@@ -102,6 +103,17 @@ func WithInvoke(f Invoke) Option {
 		}
 	}
 }
+
+// WithConsole serves the web console (shared/console) under ConsolePath, as
+// API Gateway routes /console/ to the console function. Its pages call the
+// methods through this gateway's Serve with the viewer's own token, so the
+// dev tokens it accepts are this gateway's rule, not the console's.
+func WithConsole(h http.Handler) Option {
+	return func(gw *handler) { gw.console = h }
+}
+
+// ConsolePath is where the console is served.
+const ConsolePath = "/console"
 
 // HealthPath answers 200 {"status":"ok"} while the gateway serves and its
 // dependencies answer.
@@ -126,6 +138,10 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"status":"ok"}`)
+		return
+	}
+	if h.console != nil && (path == ConsolePath || strings.HasPrefix(path, ConsolePath+"/")) {
+		h.console.ServeHTTP(w, r)
 		return
 	}
 	ep, ok := h.routes[path]

@@ -261,6 +261,9 @@ var testStack = Stack{URL: "http://127.0.0.1:8080", DynamoEndpoint: "http://127.
 func TestQuickstart(t *testing.T) {
 	now := time.Now()
 	text := Quickstart(testStack, now)
+	if !strings.Contains(text, "Console: http://127.0.0.1:8080/console/ ") {
+		t.Errorf("quickstart does not name the console's URL:\n%s", text)
+	}
 	for _, ex := range Examples(now) {
 		m := api.Lookup(ex.Method)
 		if m == nil {
@@ -465,5 +468,19 @@ func TestEncodedSlashIsNotARoute(t *testing.T) {
 	checkEnvelope(t, resp, body, http.StatusNotFound, "NOT_FOUND")
 	if len(rec.calls) != 0 {
 		t.Errorf("the endpoint was called")
+	}
+}
+
+// The console is served under /console as API Gateway routes it there; the
+// API's routes and unknown paths stay the gateway's.
+func TestConsoleRoute(t *testing.T) {
+	console := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.WriteString(w, "console "+r.URL.Path) })
+	h := Handler(&api.Gateway{Logger: slog.New(slog.DiscardHandler)}, nil, WithConsole(console))
+	for path, want := range map[string]string{"/console": "console /console", "/console/pools": "console /console/pools", "/consolex": "NOT_FOUND"} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		if !strings.Contains(w.Body.String(), want) {
+			t.Errorf("GET %s: %d %s, want %q", path, w.Code, w.Body.String(), want)
+		}
 	}
 }

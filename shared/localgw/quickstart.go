@@ -66,6 +66,9 @@ type Stack struct {
 	LogVerifierKey string
 }
 
+// ConsoleURL is the web console of the stack.
+func (s Stack) ConsoleURL() string { return s.URL + ConsolePath + "/" }
+
 // CLIEnv is the environment of the bcctl CLI against the stack, in print order:
 // every variable cmd/bcctl reads (a test checks), so `bcctl call`, `bcctl pools
 // show`, `bcctl sign --kms-key` and `bcctl check` work as pasted. No AWS
@@ -107,6 +110,7 @@ func shellQuote(s string) string {
 func Quickstart(s Stack, now time.Time) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Better Compute local stack: %s (health: %s%s)\n", s.URL, s.URL, HealthPath)
+	fmt.Fprintf(&b, "Console: %s — open it in a browser and sign in as a dev principal.\n", s.ConsoleURL())
 	b.WriteString("Principals (localstack/policy.json): admin (everything), alice and ops (tenant acme; alice also reads the release log), auditor (the release log only), fleet-agent (node reports only: compute:nodes:report on node:*).\n")
 	for _, ex := range Examples(now) {
 		m := api.Lookup(ex.Method)

@@ -51,7 +51,7 @@ type scale struct {
 	now   time.Time
 }
 
-func newScale(b *testing.B, devices int) *scale {
+func newScale(b testing.TB, devices int) *scale {
 	b.Helper()
 	m := &meter.Meter{}
 	st := startStack(b, teststack.WithAppOptions(app.WithDynamoOptions(dynamo.MeterAll(m))))
@@ -63,7 +63,7 @@ func newScale(b *testing.B, devices int) *scale {
 	return s
 }
 
-func (s *scale) call(b *testing.B, method string, body any) []byte {
+func (s *scale) call(b testing.TB, method string, body any) []byte {
 	b.Helper()
 	raw, _ := json.Marshal(body)
 	_, out := s.srv.do(b, strings.Replace(method, ".", "/", 1), raw)

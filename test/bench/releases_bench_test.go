@@ -32,7 +32,7 @@ type server struct {
 
 // startStack starts the app as every benchmark runs it: cursor key "bench",
 // and a policy letting the principal admin do anything; opts add to that.
-func startStack(b *testing.B, opts ...teststack.Option) *teststack.Stack {
+func startStack(b testing.TB, opts ...teststack.Option) *teststack.Stack {
 	b.Helper()
 	admin := &iam.Policy{Grants: []iam.Grant{{Principal: "admin", Permissions: []string{"*"}, Scopes: []string{"*"}}}}
 	return teststack.Start(b, append([]teststack.Option{teststack.WithCursorKey("bench"), teststack.WithDecider(admin)}, opts...)...)
@@ -57,7 +57,7 @@ func (s *server) post(b *testing.B, method string, body []byte) time.Duration {
 
 // do calls a method as the admin principal and fails the benchmark on any
 // answer but 200; it returns the latency and the response body.
-func (s *server) do(b *testing.B, method string, body []byte) (time.Duration, []byte) {
+func (s *server) do(b testing.TB, method string, body []byte) (time.Duration, []byte) {
 	b.Helper()
 	start := time.Now()
 	req, _ := http.NewRequest(http.MethodPost, s.URL+"/api/compute/"+method, bytes.NewReader(body))

@@ -227,6 +227,21 @@ func TestCapacityPath(t *testing.T) {
 		u.Nodes[0].Busy[0].ReservationID != r.ReservationID {
 		t.Fatalf("usage %+v", u)
 	}
+	// All four devices are free for an hour from the first whole hour the
+	// three are not held in; the quota has one left.
+	avail, err := c.PoolsAvailability(ctx, &api.PoolAvailabilityInput{Tenant: api.Tenant{TenantID: acme}, PoolID: pool, Resource: "gpu.h100",
+		Count: 4, Hours: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := end.Truncate(time.Hour)
+	if !free.Equal(end) {
+		free = free.Add(time.Hour)
+	}
+	if a := avail.Availability; len(a.Offerings) == 0 || !a.Offerings[0].EarliestStart.Equal(free) || a.Offerings[0].Nodes != 1 ||
+		a.Quota != (api.QuotaFit{Max: 4, Used: 3, Fits: false}) || a.Partial {
+		t.Fatalf("availability %+v, want the first start at %s", a, free)
+	}
 	// The same clientToken again returns the same reservation.
 	if again, err := c.ReservationsCreate(ctx, create); err != nil || again.Reservation.ReservationID != r.ReservationID {
 		t.Fatalf("clientToken replay: %+v %v", again, err)

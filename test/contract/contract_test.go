@@ -487,6 +487,22 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 	c.do(exchange{method: "pools.usage", principal: "admin", body: obj{"tenantId": "acme", "poolId": "p2", "resource": "gpu", "hours": 48}, status: 400, code: apierr.InvalidInput,
 		details: obj{"reason": "constraint", "field": "hours"}, badBody: true})
 
+	// pools.availability: p2's one node is held from +1h to +3h (its hours
+	// from the next through the third), so two hours fit first at the
+	// fourth hour from the current one.
+	av := c.do(exchange{method: "pools.availability", principal: "admin", body: obj{"tenantId": "acme", "poolId": "p2", "resource": "gpu", "count": 4, "hours": 2}, status: ok})
+	offers := av["availability"].(map[string]any)["offerings"].([]any)
+	if want := now.Truncate(time.Hour).Add(4 * time.Hour).Format(time.RFC3339); len(offers) == 0 || offers[0].(map[string]any)["earliestStart"] != want {
+		t.Errorf("pools.availability of p2: offerings %v, want the first from %s", offers, want)
+	}
+	c.do(exchange{method: "pools.availability", principal: "admin", body: obj{"tenantId": "acme", "poolId": "p2", "resource": "tpu", "count": 1, "hours": 1}, status: 400, code: apierr.InvalidInput,
+		details: obj{"reason": "unknown_resource", "field": "resource"}})
+	c.do(exchange{method: "pools.availability", principal: "admin", body: obj{"tenantId": "globex", "poolId": "p2", "resource": "gpu", "count": 1, "hours": 1}, status: 404, code: apierr.NotFound})
+	c.do(exchange{method: "pools.availability", principal: "admin", body: obj{"tenantId": "acme", "poolId": "p2", "resource": "gpu", "count": 1, "hours": 1, "from": at(0), "to": at(40 * 24 * time.Hour)}, status: 400, code: apierr.InvalidInput,
+		details: obj{"reason": "constraint", "field": "to"}})
+	c.do(exchange{method: "pools.availability", principal: "admin", body: obj{"tenantId": "acme", "poolId": "p2", "resource": "gpu", "count": 1, "hours": 0}, status: 400, code: apierr.InvalidInput,
+		details: obj{"reason": "constraint", "field": "hours"}, badBody: true})
+
 	// Every method, with a body it takes: without credentials
 	// (UNAUTHENTICATED), with an unknown member (INVALID_INPUT), as a
 	// principal granted nothing (PERMISSION_DENIED), and with DynamoDB down
@@ -501,6 +517,7 @@ func TestLiveAnswersMatchOpenAPI(t *testing.T) {
 		"pools.get":            {"tenantId": "acme", "poolId": "p1"},
 		"pools.list":           {"tenantId": "acme"},
 		"pools.usage":          {"tenantId": "acme", "poolId": "p1", "resource": "gpu"},
+		"pools.availability":   {"tenantId": "acme", "poolId": "p1", "resource": "gpu", "count": 1, "hours": 1},
 		"quotas.get":           {"tenantId": "acme", "poolId": "p1", "resource": "gpu"},
 		"quotas.list":          {"tenantId": "acme"},
 		"reservations.create":  create("acme", "p1", 1, ""),

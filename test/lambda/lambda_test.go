@@ -88,8 +88,8 @@ func emfRecords(t *testing.T, f *lambdastack.Function) [][]metrics.Point {
 func TestEveryFunctionStartsAndAnswers(t *testing.T) {
 	art := artefacts(t)
 	st := lambdastack.New(t, art, lambdastack.PolicyFile).StartAll(t)
-	if len(st.Functions) != len(api.Catalog)+1 {
-		t.Fatalf("%d functions in the template, want %d", len(st.Functions), len(api.Catalog)+1)
+	if len(st.Functions) != len(api.Catalog)+2 { // and the reconciler and the console
+		t.Fatalf("%d functions in the template, want %d", len(st.Functions), len(api.Catalog)+2)
 	}
 	spec := st.Template.Functions[api.ReconcilerFunction]
 	if spec.Reserved != 1 || spec.LogFormat != "JSON" {

@@ -22,6 +22,7 @@ import (
 	"github.com/bettercompute/control-plane/shared/app/cursorkey"
 	"github.com/bettercompute/control-plane/shared/app/kmskeys"
 	"github.com/bettercompute/control-plane/shared/app/modules"
+	"github.com/bettercompute/control-plane/shared/console"
 	"github.com/bettercompute/control-plane/shared/devstack"
 	"github.com/bettercompute/control-plane/shared/iam"
 	"github.com/bettercompute/control-plane/shared/localgw"
@@ -123,7 +124,14 @@ func Start(tb testing.TB, opts ...Option) *Stack {
 	if err != nil {
 		tb.Fatal(err)
 	}
-	srv := httptest.NewServer(localgw.Handler(a.Gateway, eps, localgw.WithHealth(a.Health)))
+	// The console refreshes live pages every second here (5 s deployed):
+	// tests watch them move without waiting.
+	con, err := console.New(console.Config{Caller: console.CallerFor(a.Gateway, eps), Dev: true, Now: s.now, Poll: time.Second,
+		DevPrincipals: []string{"admin", "alice", "ops", "auditor"}, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	srv := httptest.NewServer(localgw.Handler(a.Gateway, eps, localgw.WithHealth(a.Health), localgw.WithConsole(con)))
 	tb.Cleanup(srv.Close)
 	return &Stack{URL: srv.URL, App: a, Endpoints: eps, Dev: dev}
 }

@@ -38,7 +38,7 @@ func Store(a *app.App) *capacitydb.Store {
 // Methods are the capacity methods' wirings, in catalog order.
 func (m Module) Methods() []app.Method {
 	return []app.Method{m.PoolsCreate(), m.PoolsOffer(), m.PoolsGet(), m.PoolsList(), m.PoolsUsage(),
-		m.QuotasGet(), m.QuotasList(), m.ReservationsCreate(), m.ReservationsGet(), m.ReservationsList(), m.ReservationsRelease()}
+		m.PoolsAvailability(), m.QuotasGet(), m.QuotasList(), m.ReservationsCreate(), m.ReservationsGet(), m.ReservationsList(), m.ReservationsRelease()}
 }
 
 // PoolsCreate is pools.create.
@@ -110,6 +110,19 @@ func (Module) PoolsUsage() app.Method {
 				return api.PoolUsageResult{}, err
 			}
 			return api.PoolUsageResult{Usage: u, NextCursor: next}, nil
+		}), nil
+	}}
+}
+
+// PoolsAvailability is pools.availability.
+func (Module) PoolsAvailability() app.Method {
+	return app.Method{Name: "pools.availability", Build: func(_ context.Context, a *app.App) (api.Endpoint, error) {
+		av := &capacity.Availability{Store: Store(a), Nodes: &fleetdb.Store{DB: a.DB, Table: a.Config.Table}, Now: a.Now,
+			ProvisionHours: a.Config.ProvisionHours}
+		return api.Bind(api.Lookup("pools.availability"), func(ctx context.Context, call *api.Call, in *api.PoolAvailabilityInput) (api.PoolAvailabilityResult, error) {
+			got, err := av.Ask(ctx, capacity.AvailabilityQuery{TenantID: in.TenantID, PoolID: in.PoolID, Resource: in.Resource,
+				Count: in.Count, Hours: in.Hours, Topology: app.Deref(in.Topology), From: in.From, To: in.To, Limit: app.Deref(in.Limit)})
+			return api.PoolAvailabilityResult{Availability: got}, err
 		}), nil
 	}}
 }

@@ -10,6 +10,7 @@ package rolloutapp
 import (
 	"context"
 	"crypto"
+	"encoding/base64"
 	"fmt"
 	"os"
 
@@ -164,6 +165,9 @@ func (m *Module) ReleasesProve() app.Method {
 			// A proof asked for is a list, [] when it needs no hash; one not
 			// asked for is left out.
 			out := api.ProveResult{Checkpoint: p.Checkpoint, Index: p.Index}
+			if p.Entry != nil {
+				out.Entry = base64.StdEncoding.EncodeToString(p.Entry)
+			}
 			if in.Version != nil {
 				out.Inclusion = release.EncodeHashes(p.Inclusion)
 			}

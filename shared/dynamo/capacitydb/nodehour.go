@@ -197,30 +197,12 @@ func (s *Store) Candidates(ctx context.Context, t capacity.PoolResource, h capac
 // keys-only `cap` index from the top down (the marker first), reading the
 // count from each key.
 func (s *Store) Coverable(ctx context.Context, t capacity.PoolResource, h capacity.Hour, min, limit int) ([]capacity.NodeCount, capacity.Scan, error) {
-	kc := expression.Key(schema.AttrPK).Equal(expression.Value(calPK(t.PoolID, t.Resource, h))).
-		And(expression.Key(schema.AttrCap).Between(expression.Value(min<<fitShift), expression.Value(markerFit)))
-	e, err := expression.NewBuilder().WithKeyCondition(kc).Build()
+	items, scan, err := s.fromTop(ctx, t, h, schema.IndexCap, schema.AttrCap, min, limit, nil)
 	if err != nil {
-		return nil, capacity.Scan{}, err
-	}
-	// The marker (first) and one more than asked for, to tell More.
-	res, err := s.DB.Query(ctx, &dynamodb.QueryInput{TableName: aws.String(s.Table), IndexName: aws.String(schema.IndexCap),
-		KeyConditionExpression: e.KeyCondition(), ExpressionAttributeNames: e.Names(), ExpressionAttributeValues: e.Values(),
-		ConsistentRead: aws.Bool(true), ScanIndexForward: aws.Bool(false), Limit: aws.Int32(int32(limit + 2))})
-	if err != nil {
-		return nil, capacity.Scan{}, err
+		return nil, scan, err
 	}
 	var out []capacity.NodeCount
-	var scan capacity.Scan
-	for _, item := range res.Items {
-		if isMarker(item) {
-			scan.Provisioned = true
-			continue
-		}
-		if len(out) == limit {
-			scan.More = true
-			continue
-		}
+	for _, item := range items {
 		var k struct {
 			SK  string `dynamodbav:"sk"`
 			Cap int    `dynamodbav:"cap"`

@@ -127,6 +127,13 @@ func occupancyOf(item map[string]types.AttributeValue) (capacity.Occupancy, erro
 // Occupancy implements capacity.CandidateStore: one consistent
 // BatchGetItem of the hours' `#HOUR` items (100 at a time).
 func (s *Store) Occupancy(ctx context.Context, t capacity.PoolResource, hours []capacity.Hour) (map[capacity.Hour]capacity.Occupancy, error) {
+	return s.occupancy(ctx, t, hours, true)
+}
+
+// occupancy reads the hours' maps; with remember, the words are kept as
+// the guesses of this process's map writes (a create's), else not (a
+// search over a month of hours would hold its maps for nothing).
+func (s *Store) occupancy(ctx context.Context, t capacity.PoolResource, hours []capacity.Hour, remember bool) (map[capacity.Hour]capacity.Occupancy, error) {
 	keys := make([]map[string]types.AttributeValue, len(hours))
 	byPK := make(map[string]capacity.Hour, len(hours))
 	for i, h := range hours {
@@ -145,10 +152,12 @@ func (s *Store) Occupancy(ctx context.Context, t capacity.PoolResource, hours []
 			return err
 		}
 		out[byPK[pk.Value]] = o
-		s.occ.set(pk.Value, o.Words)
+		if remember {
+			s.occ.set(pk.Value, o.Words)
+		}
 		return nil
 	})
-	if err == nil {
+	if err == nil && remember {
 		for pk, h := range byPK {
 			if _, ok := out[h]; !ok {
 				s.occ.set(pk, nil) // no map: every word unset

@@ -3,10 +3,12 @@ package registry
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"golang.org/x/mod/sumdb/tlog"
 
 	"github.com/bettercompute/control-plane/shared/apierr"
+	"github.com/bettercompute/control-plane/shared/dsse"
 	"github.com/bettercompute/control-plane/shared/release"
 )
 
@@ -28,16 +30,20 @@ type Reader struct {
 	Items Items
 }
 
-// Items reads a version's item alone (Store.Item): releases.prove needs
-// its log index, not its envelope.
+// Items reads a version's item alone (Store.Item), and the recorded
+// release with its envelope (Store.Recorded): releases.prove answers a
+// version's entry, the envelope's payload, so that anyone can check its
+// inclusion from the answer alone.
 type Items interface {
 	Item(ctx context.Context, version string) (it Item, ok bool, err error)
+	Recorded(ctx context.Context, version string) (release.Release, error)
 }
 
 // Proof is releases.prove's answer.
 type Proof struct {
 	Checkpoint  string
 	Index       *int64
+	Entry       []byte // with a version: the release's entry (its DSSE payload)
 	Inclusion   []tlog.Hash
 	Consistency []tlog.Hash
 }
@@ -80,12 +86,16 @@ func (r *Reader) Prove(ctx context.Context, version *string, size, fromSize *int
 		}
 	}
 	if version != nil {
-		i, logged, err := r.logIndex(ctx, *version)
-		if errors.Is(err, release.ErrNotFound) || (err == nil && !logged) {
+		rel, err := r.Items.Recorded(ctx, *version)
+		if errors.Is(err, release.ErrNotFound) || (err == nil && rel.Log == nil) {
 			return Proof{}, apierr.New(apierr.NotFound, "release %q is not registered", *version).With("version", *version)
 		}
 		if err != nil {
 			return Proof{}, apierr.Dependency("dynamodb", err)
+		}
+		i := rel.Log.Index
+		if out.Entry, err = dsse.Payload(rel.Manifest); err != nil {
+			return Proof{}, fmt.Errorf("release %s: its recorded envelope: %w", *version, err)
 		}
 		if i >= n {
 			return Proof{}, beyond(latest, "version", "release %s is entry %d: not in the tree of size %d", *version, i, n)
@@ -96,22 +106,6 @@ func (r *Reader) Prove(ctx context.Context, version *string, size, fromSize *int
 		}
 	}
 	return out, nil
-}
-
-// logIndex is a recorded release's entry in the log: release.ErrNotFound
-// when the version is not recorded; ok false when it was recorded before
-// the log.
-func (r *Reader) logIndex(ctx context.Context, version string) (index int64, ok bool, err error) {
-	it, found, err := r.Items.Item(ctx, version)
-	switch {
-	case err != nil:
-		return 0, false, err
-	case !found || it.State != Recorded:
-		return 0, false, release.ErrNotFound
-	case it.Log == nil:
-		return 0, false, nil
-	}
-	return it.Log.Index, true, nil
 }
 
 func beyond(latest int64, field, format string, args ...any) *apierr.Error {

@@ -707,6 +707,9 @@ type ProveResult struct {
 	// Consistency with fromSize: the consistency proof from fromSize to size (base64 hashes)
 	Consistency *[]string `json:"consistency,omitempty"`
 
+	// Entry with version: the entry itself, base64 — the release's DSSE payload exactly as signed (SHA-256 of it is the release's manifestDigest; its leaf hash is SHA-256(0x00 ‖ entry)), so its inclusion checks from this answer alone
+	Entry *string `json:"entry,omitempty"`
+
 	// Inclusion with version: its inclusion proof in the tree of size (base64 hashes)
 	Inclusion *[]string `json:"inclusion,omitempty"`
 
