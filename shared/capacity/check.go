@@ -36,6 +36,8 @@ func Check(ctx context.Context, r SnapshotReader) ([]Violation, error) {
 //     unsettled belongs to such a reservation, with its count; no credit
 //     record is left;
 //   - a placed reservation that ended was credited;
+//   - a reservation whose scrub is owed on some node (Unscrubbed) is
+//     terminal and due: the reconciler retries the scrub until written;
 //   - every node-hour entry is a placed/binding/active reservation's, with
 //     its window and its devices on that node (or those of a move in
 //     flight), or a terminal one's on a node whose scrub of it is owed
@@ -68,6 +70,10 @@ func CheckSnapshot(s Snapshot) []Violation {
 		}
 		if r.State.Terminal() && r.WasPlaced() && !r.Credited {
 			add("uncredited", subject, "%s after placed, its quota not given back", r.State)
+		}
+		if len(r.Unscrubbed) > 0 && (!r.State.Terminal() || r.Due.IsZero()) {
+			add("scrub_due", subject, "%s, its scrub owed on %v and it is not a terminal reservation due for the reconciler to retry it", r.State,
+				r.Unscrubbed)
 		}
 	}
 	for _, q := range s.Quotas {

@@ -35,8 +35,8 @@ import (
 //
 // Worst case: 1,024 device indexes × ~4 B (`dev`, or `plan` on a draft) +
 // 10 events × ~60 B + the request's fields (ids ≤ 128 characters) and
-// three list keys ≈ 6 KB, plus a move's 2 × 1,024 indexes and `bn` ≈ 15 KB.
-// Typical: ~900 B.
+// three list keys ≈ 6 KB, plus a move's 2 × 1,024 indexes and `bn` ≈ 15 KB,
+// plus `scr`'s ≤ 2,048 node indexes ≈ 23 KB. Typical: ~900 B.
 
 func resSK(id string) string { return "RES#" + id }
 
