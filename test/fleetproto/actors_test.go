@@ -491,7 +491,9 @@ func (w *world) rolloutRequest() rollout.CreateRequest {
 	r := w.rng
 	ptr := func(v int) *int { return &v }
 	onTimeout := []string{"skip", "force"}[r.IntN(2)]
-	rollback := r.IntN(4) > 0
+	// The abort race's rollout rolls back: its abort is not terminal while
+	// the rollback runs, when a skipped node's late target can be told.
+	rollback := r.IntN(4) > 0 || w.adv.abortRace
 	w.maxUnavailable = 1 + r.IntN(2)
 	bake, drain := r.IntN(20), 30+r.IntN(90)
 	if w.adv.eager() {

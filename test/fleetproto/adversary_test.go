@@ -213,12 +213,22 @@ func (n *watchedTargets) SetTarget(ctx context.Context, r fleet.Record, rolloutI
 	w := n.w
 	race := t != nil && t.Version == newVersion && w.adv.abortRace && !w.adv.abortRaced && inPass(ctx) && w.clock.Now().Before(w.end)
 	if race {
-		// Only install's own tell: the node draining (told first), or
+		// Only install's own tell: the node pending or draining (told
+		// first: a node with nothing to drain goes from pending), or
 		// installing since this very pass (recorded first) — not a later
 		// pass's re-tell of a node whose target a lift took.
 		pr, err := w.rollI.GetProgress(context.Background(), rolloutID, r.PoolID, r.NodeID)
 		now := w.clock.Now()
-		race = err == nil && (pr.Step == api.Draining || pr.Step == api.Installing && now.Sub(pr.UpdatedAt) < time.Second)
+		race = err == nil && (pr.Step == api.Pending || pr.Step == api.Draining || pr.Step == api.Installing && now.Sub(pr.UpdatedAt) < time.Second)
+		// Once a node is updated: the abort's rollback then has one to
+		// roll back, so the rollout is not over at once — an aborted
+		// rollout's target is never told (fleet's targetHeld), and with
+		// nothing to roll back the abort made it terminal before the node
+		// heard the target F05's order writes after the skip.
+		if race {
+			up, err := w.rollI.ProgressByStep(context.Background(), rolloutID, api.Updated, 1, "")
+			race = err == nil && len(up) > 0
+		}
 	}
 	// Held before the write, at its first chance (a coin once missed it in
 	// the revert table's seeds): a pass that told the node before it
