@@ -687,11 +687,12 @@ func (w *world) massSilence(ctx context.Context) {
 		return
 	}
 	w.rng.Shuffle(len(in), func(i, j int) { in[i], in[j] = in[j], in[i] })
+	k := len(in) - min(len(in), 5)
 	d := time.Duration(100+w.rng.IntN(61)) * time.Second
 	stagger := time.Duration(8+w.rng.IntN(5)) * time.Second
 	// Three silent of at most five in contact: a lone silence first for
 	// each node past five.
-	lone, first, rest := in[:max(0, len(in)-5)], in[len(in)-min(len(in), 5)], in[len(in)-min(len(in), 5)+1:][:2]
+	lone, first, rest := in[:k], in[k], in[k+1:][:2]
 	end := w.clock.Now().Add(60*time.Second + 28*time.Second + d + 3*stagger)
 	for _, n := range lone {
 		n.silentUntil = end
@@ -764,7 +765,10 @@ func (c *atomicCalendar) Flag(ctx context.Context, t capacity.PoolResource, node
 }
 
 // Amend: a reservation moved off a node of a mass silence while it lasts
-// (check silence).
+// because of that node (check silence): binding moves a reservation off
+// its nodes when one of them is not ready, so a node of the silence still
+// ready (cordoned, say, by a rollout installing it) moved along with
+// another is not judged, nor one merely unhealthy (its own report).
 func (c *atomicCalendar) Amend(ctx context.Context, r, to capacity.Reservation) (capacity.Reservation, error) {
 	w := c.w
 	w.amendRace(ctx, r)
@@ -776,7 +780,7 @@ func (c *atomicCalendar) Amend(ctx context.Context, r, to capacity.Reservation) 
 	if err == nil && to.Moves > r.Moves && w.adv.silencePool == r.PoolID {
 		for _, nd := range r.Placement() {
 			ref := nodeRef{r.PoolID, nd.Node}
-			if rec, ok := w.node(ref); ok && w.inSilence(ref) && rec.State != api.Unhealthy && !rec.Eligible() && !w.adv.alone[ref] {
+			if rec, ok := w.node(ref); ok && w.inSilence(ref) && rec.State != api.Unhealthy && rec.State != api.Ready && !w.adv.alone[ref] {
 				w.fail("silence", w.s.steps, "%s moved off %s during the mass silence of %s (since %s)", r.ReservationID, ref, r.PoolID,
 					w.adv.silenceFrom.Format("15:04:05"))
 			}
