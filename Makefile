@@ -33,15 +33,16 @@ LAMBDA_GOARCH ?= arm64
 # Where make build puts <function>/bootstrap (make lambda-build: build/lambda-test).
 LAMBDA_OUT    ?= build
 # The race detector needs cgo and a C compiler; without them the race
-# tests run without it. make test runs the whole suite without -race and the
-# tests that race goroutines on purpose (RACE_TESTS) under it: -race costs
-# the suite three times its CPU, most of it in the real-time simulations
-# whose concurrency is the agents' and dynalite's, not shared Go memory.
-# make race runs everything under it.
+# tests run without it. make test runs the tests that race goroutines on
+# purpose (top-level names matching RACE_TESTS, in the packages that have
+# them) under it, and the rest of the suite without it: -race costs the
+# suite three times its CPU, most of it in the real-time simulations whose
+# concurrency is the agents' and dynalite's, not shared Go memory. Each
+# test runs once. make race runs everything under it.
 RACE          = $(shell [ "$$($(GO) env CGO_ENABLED)" = 1 ] && command -v "$$($(GO) env CC)" >/dev/null 2>&1 && echo -race)
 GOTESTFLAGS  ?=
 RACE_TESTS   := Race|Racing|Concurrent|Overlapping|Parallel
-RACE_PKGS    := ./shared/capacity ./shared/dynamo/capacitydb ./shared/fleet ./shared/release/registry ./shared/rollout
+RACE_PKGS    := $(sort $(patsubst %/,./%,$(dir $(shell grep -rlE '^func (Test|Fuzz)[A-Za-z0-9_]*($(RACE_TESTS))' --include=*_test.go cmd shared test))))
 GO_DIRS      := $(wildcard cmd functions shared test infra)
 FUNCTIONS    := $(notdir $(patsubst %/,%,$(wildcard functions/*/)))
 
@@ -107,7 +108,7 @@ browser: ## install Debian's chromium for the console's browser tests when /usr/
 	  [ -x $(CHROMIUM) ] || { echo "apt-get installed no $(CHROMIUM)" >&2; exit 1; }; }
 
 gotest: tools browser
-	$(GO) test -timeout $(TEST_TIMEOUT) $(GOTESTFLAGS) $(SLOW_PKGS) $$($(GO) list ./... | grep -vxFf <($(GO) list $(SLOW_PKGS)))
+	$(GO) test -timeout $(TEST_TIMEOUT) -skip '$(RACE_TESTS)' $(GOTESTFLAGS) $(SLOW_PKGS) $$($(GO) list ./... | grep -vxFf <($(GO) list $(SLOW_PKGS)))
 
 race-tests: tools
 	@[ -n "$(RACE)" ] || echo "note: no C compiler (or CGO_ENABLED=0): the race tests run without -race"

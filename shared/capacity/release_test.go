@@ -231,7 +231,7 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 		creators.Add(1)
 		go func() {
 			defer creators.Done()
-			for range 6 {
+			for range 3 {
 				begun := time.Now()
 				r, err := e.svc.Admission().Create(ctx, e.req("acme", "p1", "gpu", 72, 0, time.Hour), allow)
 				took := time.Since(begun)
@@ -266,7 +266,7 @@ func TestChurnKeepsAdmitting(t *testing.T) {
 	creators.Wait()
 	close(stop)
 	wg.Wait()
-	t.Logf("96 creates with a canceller: %v, %d drafts released, %d placement retries", out, released, e.svc.Admission().PlaceRetries())
+	t.Logf("48 creates with a canceller: %v, %d drafts released, %d placement retries", out, released, e.svc.Admission().PlaceRetries())
 	for a, n := range out {
 		switch a {
 		case string(api.Placed), string(api.Released), string(apierr.CapacityExhausted), "UNAVAILABLE (deadline)":

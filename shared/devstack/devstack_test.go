@@ -490,3 +490,93 @@ func TestDynaliteSurvivesAbortedRequests(t *testing.T) {
 		}
 	}
 }
+
+// dynalite-guard keeps the trees of the expressions dynalite parsed: every
+// answer must stay what dynalite alone gives. Each request below runs
+// twice or shares an expression with another, so the second is answered
+// from the cache: a condition still evaluated against the item as it is
+// now, a malformed expression refused with its own error each time, and a
+// name or value another expression of the request uses (or leaves unused)
+// counted as dynalite counts it.
+func TestParsedExpressionsAnswerAsDynalite(t *testing.T) {
+	s := Shared(t)
+	table := NewTable(t, s)
+	db := s.DynamoDB()
+	ctx := context.Background()
+	key := map[string]dbtypes.AttributeValue{
+		schema.AttrPK: &dbtypes.AttributeValueMemberS{Value: "parse"}, schema.AttrSK: &dbtypes.AttributeValueMemberS{Value: "1"}}
+	names := map[string]string{"#a": "a", "#b": "b"}
+	vals := map[string]dbtypes.AttributeValue{":v": &dbtypes.AttributeValueMemberN{Value: "1"}}
+	update := func(expr, cond string) error {
+		_, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(table), Key: key,
+			UpdateExpression: aws.String(expr), ConditionExpression: aws.String(cond),
+			ExpressionAttributeNames: names, ExpressionAttributeValues: vals})
+		return err
+	}
+	refusal := func(err error) string {
+		var v interface {
+			ErrorCode() string
+			ErrorMessage() string
+		}
+		if !errors.As(err, &v) {
+			return fmt.Sprint(err)
+		}
+		if ve := (*dbtypes.ConditionalCheckFailedException)(nil); errors.As(err, &ve) {
+			return "ConditionalCheckFailed"
+		}
+		return v.ErrorCode() + ": " + v.ErrorMessage()
+	}
+	steps := []struct {
+		expr, cond string
+		want       string // "" succeeds, else a part of the refusal
+	}{
+		// The update uses #a and #b, the condition #b again.
+		{"SET #a = :v, #b = :v", "attribute_not_exists(#b)", ""},
+		// The same condition: the item has b now.
+		{"SET #a = :v, #b = :v", "attribute_not_exists(#b)", "ConditionalCheckFailed"},
+		// The same condition with an update that uses #a only: the
+		// condition uses #b, so nothing is left unused.
+		{"SET #a = :v", "attribute_not_exists(#b)", "ConditionalCheckFailed"},
+		{"SET #a = :v", "attribute_exists(#b)", ""},
+		// An update that uses #a and a condition that uses #a: #b unused.
+		{"SET #a = :v", "attribute_exists(#a)", "unused"},
+		{"SET #a = :v", "attribute_exists(#a)", "unused"},
+		// Malformed, twice.
+		{"SET #a = :v", "attribute_exists(#b", "Syntax error"},
+		{"SET #a = :v", "attribute_exists(#b", "Syntax error"},
+		{"SET #a = :v", "attribute_exists(#b)", ""},
+	}
+	var refusals []string
+	for i, st := range steps {
+		got := ""
+		if err := update(st.expr, st.cond); err != nil {
+			got = refusal(err)
+		}
+		if st.want == "" && got != "" || st.want != "" && !strings.Contains(got, st.want) {
+			t.Errorf("step %d: %s if %s: got %q, want %q", i, st.expr, st.cond, got, st.want)
+		}
+		refusals = append(refusals, got)
+	}
+	if refusals[4] != refusals[5] || refusals[6] != refusals[7] {
+		t.Errorf("a repeated refusal changed: %q then %q; %q then %q", refusals[4], refusals[5], refusals[6], refusals[7])
+	}
+	// A query's key condition, repeated, reads the items as they are.
+	count := func() int32 {
+		out, err := db.Query(ctx, &dynamodb.QueryInput{TableName: aws.String(table),
+			KeyConditionExpression:    aws.String("#p = :p"),
+			ExpressionAttributeNames:  map[string]string{"#p": schema.AttrPK},
+			ExpressionAttributeValues: map[string]dbtypes.AttributeValue{":p": &dbtypes.AttributeValueMemberS{Value: "parse"}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return out.Count
+	}
+	before := count()
+	if _, err := db.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(table), Item: map[string]dbtypes.AttributeValue{
+		schema.AttrPK: &dbtypes.AttributeValueMemberS{Value: "parse"}, schema.AttrSK: &dbtypes.AttributeValueMemberS{Value: "2"}}}); err != nil {
+		t.Fatal(err)
+	}
+	if after := count(); before != 1 || after != 2 {
+		t.Errorf("the query counted %d items, then %d after a put; want 1, then 2", before, after)
+	}
+}

@@ -171,19 +171,38 @@ func textHas(words string) chromedp.Action[chromedp.Void] {
 	return until(`document.getElementById("main") && document.getElementById("main").innerText.includes(` + string(q) + `)`)
 }
 
-// press clicks the button labelled label in one evaluation, so a live
-// refresh that swaps the page cannot take the button from under the click.
+// press clicks the button labelled label once the page has a live one.
 func press(label string) chromedp.Action[chromedp.Void] {
 	q, _ := json.Marshal(label)
-	// The click runs after the evaluation returns: its confirmation dialog
-	// then blocks no evaluation of ours while the dialog handler answers it.
-	return until(`(() => { const b = [...document.querySelectorAll("#main button")].find(b => b.textContent.trim() === ` + string(q) + `); if (b) setTimeout(() => b.click(), 0); return !!b; })()`)
+	return clickWhenLive(`[...document.querySelectorAll("#main button")].find(b => b.textContent.trim() === ` + string(q) + `)`)
 }
 
 // pressCSS is press for the button a CSS selector finds.
 func pressCSS(sel string) chromedp.Action[chromedp.Void] {
 	q, _ := json.Marshal(sel)
-	return until(`(() => { const b = document.querySelector(` + string(q) + `); if (b) setTimeout(() => b.click(), 0); return !!b; })()`)
+	return clickWhenLive(`document.querySelector(` + string(q) + `)`)
+}
+
+// clickWhenLive clicks the element the expression finds, and returns once
+// it has. The page's own refresh swaps its content every few seconds: a
+// button found in one evaluation may be gone by the next, and a new one
+// does nothing until htmx has processed it (its internal data says
+// firstInitCompleted, some milliseconds after the swap). So the click is
+// made from a timer, after the evaluation returns (its confirmation
+// dialog then blocks no evaluation of ours), on the element found there
+// and then — live, and processed where htmx handles it (the button or its
+// form), in the same JavaScript task as the click — and the action ends on the evaluation that sees it made. A
+// timer that finds none leaves the next evaluation to try again.
+func clickWhenLive(find string) chromedp.Action[chromedp.Void] {
+	return until(`(() => {
+		const live = b => { const h = b.closest("[hx-post], [hx-get]"); return !h || (h["htmx-internal-data"] || {}).firstInitCompleted; };
+		const find = () => { const b = ` + find + `; return b && b.isConnected && live(b) ? b : null; };
+		if (window.__bcPress === "clicked") { window.__bcPress = undefined; return true; }
+		if (window.__bcPress === "pending" || !find()) return false;
+		window.__bcPress = "pending";
+		setTimeout(() => { const b = find(); window.__bcPress = b ? "clicked" : undefined; if (b) b.click(); }, 0);
+		return false;
+	})()`)
 }
 
 // signIn uses the local sign-in as principal, acting as tenant.
