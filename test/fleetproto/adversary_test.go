@@ -27,16 +27,17 @@ import (
 //   - move back: a reservation is moved off its node the moment that node
 //     bound it, then off the next one, until it lands back on a node that
 //     scrubs slowly and goes on reporting bound (check e);
-//   - abort race: a pass about to write a node's rollout target (or that
-//     just wrote it) is held while the node reports, the rollout is
-//     aborted and another pass runs (check f);
+//   - abort race: a pass about to write a node's rollout target, once a
+//     node is updated, is held while the node reports, the rollout is
+//     aborted (it rolls back) and another pass runs (check f);
 //   - cordon race: just before a rollout cordons a node, an operator
 //     cordons it and an uncordon starts whose flag writes are slow; once
 //     that uncordon answered, creates probe the pool (check b);
 //   - full hour: creates aimed at the filled node-hour, at a time when a
 //     filler's device is busy there, so best fit prefers that node (check g);
-//   - mass silence: most of a pool's managed nodes go silent together for
-//     several intervals, then come back (check silence);
+//   - mass silence: three of a pool's managed nodes go silent for 10–16
+//     intervals, one of them 28 s before the other two, and come back one
+//     by one (check silence; massSilence says why so);
 //   - sicken: just before a rollout pass first reads its pools' nodes out
 //     of service for a step, ready nodes of those pools report unhealthy —
 //     as many as bring the count to maxUnavailable — and their reports are
@@ -54,7 +55,9 @@ import (
 // draws: each is on in half of any eight consecutive seeds, so the revert
 // table's seeds 1–8 meet every one of them four times. The blank host
 // goes with the cordon race: it needs a rollout that completes, and the
-// cordon race's rollout runs on, never paused or aborted by the actors.
+// cordon race's rollout runs on, never paused or aborted by the actors;
+// the full hour with the bind fence (its fill, fillBit). Two act in every
+// seed: the register race (registerrace_test.go) and the amend race.
 type adversaries struct {
 	bindFence, moveBack, abortRace, cordonRace, fullHour, massSilence, sicken, blankHost bool
 
@@ -701,6 +704,15 @@ func (w *world) massSilence(ctx context.Context) {
 	if len(lone) > 0 {
 		w.s.sleep(ctx, 60*time.Second)
 	}
+	// Nothing is injected into the three's calls until they are back: a
+	// report of one of the last two failed or stalled made it silent with
+	// the first, and a silence of two and then one is not the pool's by
+	// the sweep's count (a node marked before counts only if its reports
+	// stopped within UnreachableAfter intervals of the others').
+	three := append([]*node{first}, rest...)
+	for _, n := range three {
+		n.actor.clean = true
+	}
 	// The first: right after its next report is accepted.
 	was := first.acceptedOrder
 	for i := 0; i < 400 && first.acceptedOrder == was; i++ {
@@ -719,6 +731,10 @@ func (w *world) massSilence(ctx context.Context) {
 	w.adv.silenceTo = rest[len(rest)-1].silentUntil.Add(2 * interval)
 	w.note("adversary mass silence: %s silent from %s, %s and %s 28 s later, back from %s every %s", first.ref, w.adv.silenceFrom.Format("15:04:05"),
 		rest[0].ref, rest[1].ref, first.silentUntil.Format("15:04:05"), stagger)
+	w.s.sleep(ctx, w.adv.silenceTo.Sub(w.clock.Now()))
+	for _, n := range three {
+		n.actor.clean = false
+	}
 }
 
 // inContact lists pool's managed nodes in contact (ready or unhealthy, as
