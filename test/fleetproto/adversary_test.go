@@ -165,9 +165,11 @@ type watchedNodes struct {
 
 func (n *watchedNodes) Bind(ctx context.Context, t capacity.PoolResource, node int, id string, b capacity.NodeBinding, previous []string, seen capacity.NodeState) error {
 	w := n.w
+	held := false
 	if w.adv.bindFence && w.adv.fenced < 3 && inPass(ctx) && w.clock.Now().Before(w.end) && w.rng.IntN(3) == 0 {
 		if r, err := w.capI.GetReservation(context.Background(), b.TenantID, id); err == nil && !r.State.Terminal() {
 			w.adv.fenced++
+			held = true
 			k := w.adv.fenced
 			other := tenants[(slices.Index(tenants, b.TenantID)+1+w.rng.IntN(len(tenants)-1))%len(tenants)]
 			start := w.clock.Now()
@@ -183,6 +185,14 @@ func (n *watchedNodes) Bind(ctx context.Context, t capacity.PoolResource, node i
 				w.wakeNode(nodeRef{t.PoolID, node})
 			})
 			w.s.sleep(ctx, time.Duration(3+w.rng.IntN(4))*time.Second)
+			// And on until the release's unbind there (the scrub of a node
+			// recorded in Bound with no entry) was reported done and
+			// forgotten: only the node's entries' version, which every
+			// one of those writes moved, still fences the bind (F03).
+			ref := nodeRef{t.PoolID, node}
+			for i := 0; i < 150 && (!w.released(r) || w.holds(ref, id)); i++ {
+				w.s.sleep(ctx, 200*time.Millisecond)
+			}
 		}
 	}
 	if a := actorOf(ctx); a != nil && a.cutAdoption {
@@ -190,6 +200,11 @@ func (n *watchedNodes) Bind(ctx context.Context, t capacity.PoolResource, node i
 		return errInjected // the adoption cut short after it recorded the node
 	}
 	err := n.Store.Bind(ctx, t, node, id, b, previous, seen)
+	if err == nil && held {
+		// The node hears what the held pass wrote at once, before the
+		// release's give-back or a sweep could turn it into an unbind (F03).
+		w.wakeNode(nodeRef{t.PoolID, node})
+	}
 	if err == nil && node != 0 {
 		w.raceBound(ctx, t, id)
 	}
@@ -203,6 +218,19 @@ func (n *watchedNodes) NodeStates(ctx context.Context, t capacity.PoolResource, 
 		n.w.raceRead(ctx, id, got)
 	}
 	return got, err
+}
+
+// released: r is terminal now.
+func (w *world) released(r capacity.Reservation) bool {
+	cur, err := w.capI.GetReservation(context.Background(), r.TenantID, r.ReservationID)
+	return err == nil && cur.State.Terminal()
+}
+
+// holds: ref's record has an entry of reservation id.
+func (w *world) holds(ref nodeRef, id string) bool {
+	rec, ok := w.node(ref)
+	_, has := rec.Entries[id]
+	return ok && has
 }
 
 // watchedTargets is the node store rollouts use: SetTarget is where the
