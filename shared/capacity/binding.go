@@ -385,20 +385,34 @@ func (b *Bindings) finishMove(ctx context.Context, r *Reservation, now time.Time
 		}
 	}
 	if r.MovedFrom != nil {
+		// The old nodes are told to unbind (or scrubbed) before their
+		// devices are freed: freed first, another reservation could be
+		// placed there and its bind told before the unbind.
 		old := PlacementOf(r.Layout(), r.MovedFrom)
-		if err := b.calendar.free(ctx, *r, old); err != nil {
-			return err
-		}
-		if err := b.unbind(ctx, *r, r.Bound); err != nil {
+		untold, err := b.freeTold(ctx, *r, old, old)
+		if err != nil {
 			return err
 		}
 		to := *r
 		to.MovedFrom, to.Bound = nil, nil
+		if len(untold) > 0 {
+			// A scrub not written (the node holds its maximum of pending
+			// entries): the move stays unfinished, due, holding only the
+			// old devices of the nodes the scrub is owed on; the next
+			// pass tries again.
+			to.MovedFrom = only(old, untold).Devices(r.Layout().NodeSize)
+			if slices.Equal(to.MovedFrom, r.MovedFrom) && len(r.Bound) == 0 {
+				return nil
+			}
+		}
 		cur, err := b.store.Amend(ctx, *r, to)
 		if err != nil {
 			return amendErr(err)
 		}
 		*r = cur
+		if len(untold) > 0 {
+			return nil
+		}
 		if err := b.fault(FaultMoveFreed); err != nil {
 			return err
 		}
@@ -440,53 +454,96 @@ func (b *Bindings) unbind(ctx context.Context, r Reservation, nodes []int) error
 	return b.fault(FaultUnbound)
 }
 
-// unbindHeld tells every node r was bound through (Bound) to unbind it,
-// and scrubs r's devices on managed placement nodes that hold no entry of
-// it and may hold its devices: adoption not done (a register cut short:
-// the sweep finishes it after r's entries were freed, so Adopt would
-// never see r), or registered after r's window started — bound at once
-// while unmanaged, and maybe never told: the adoption read r while it was
-// binding and left it to the binding step, whose pass had read the node
-// before it registered and made r active (the fleet protocol simulation,
-// seed 16 of the F05 revert's schedule). A node registered before the
-// window was managed when r was first bound: it holds r only through an
-// entry. Releases and window ends call it before the fence and again in the
-// give-back after: a node managed before the fence is caught by one of
-// them; one managed after held a reservation already over.
-func (b *Bindings) unbindHeld(ctx context.Context, r Reservation) error {
-	if err := b.unbind(ctx, r, r.Bound); err != nil || b.nodes == nil {
-		return err
+// freeTold frees r's entries of placement p once every node that may
+// hold them was told to unbind r (docs/fleet.md, Binding): the nodes told
+// to bind it (Bound) are told to unbind, and each managed node of scrub (the
+// part of p r may have been bound on) that may hold r's devices without an
+// entry of it is scrubbed (unbindHeld) — before the free, so no other
+// reservation can be placed on those devices and told to bind ahead of the
+// unbind. A node whose scrub is not written keeps r's entries: it is
+// returned (untold), and its caller keeps r due until it is. A node that
+// registered between that read and the free is looked at once more after
+// the free (its adoption, reading the node-hours after the free, would not
+// find r): its scrub, when needed, comes right after the free, and when
+// it cannot be written it is returned too, for the caller's retries.
+func (b *Bindings) freeTold(ctx context.Context, r Reservation, p, scrub Placement) (untold []int, err error) {
+	untold, unmanaged, err := b.unbindHeld(ctx, r, scrub)
+	if err != nil {
+		return nil, err
 	}
-	// Bound ones too: a pass that recorded the node on r (Bound) and was
-	// fenced before its Bind left it no entry (found by the fleet protocol
-	// simulation, seed 15: the release's Unbind only moved the version).
-	nodes := nodesOf(r.Placement())
-	if len(nodes) == 0 {
-		return nil
+	if err := b.calendar.free(ctx, r, without(p, untold)); err != nil {
+		return nil, err
+	}
+	if len(unmanaged) == 0 {
+		slices.Sort(untold)
+		return untold, nil
+	}
+	late, _, err := b.scrub(ctx, r, only(scrub, unmanaged))
+	if err != nil {
+		return nil, err
+	}
+	return nodesOf(union(only(scrub, untold), only(scrub, late))), nil
+}
+
+// unbindHeld tells every node r was bound through (Bound) to unbind it,
+// then scrubs the nodes of p that may hold r's devices with no entry of it
+// (scrub). It returns the nodes whose scrub is not written, and those it
+// found unmanaged.
+func (b *Bindings) unbindHeld(ctx context.Context, r Reservation, p Placement) (untold, unmanaged []int, err error) {
+	if err := b.unbind(ctx, r, r.Bound); err != nil {
+		return nil, nil, err
+	}
+	return b.scrub(ctx, r, p)
+}
+
+// scrub tells r's unbind, as a scrub (an unbind entry where the node has
+// none), to each managed node of p that holds no entry of r and may hold
+// its devices: adoption not done (a register cut short: the sweep finishes
+// it after r's entries were freed, so Adopt would never see r), or
+// registered after r's window started — bound at once while unmanaged, and
+// maybe never told: the adoption read r while it was binding and left it
+// to the binding step, whose pass had read the node before it registered
+// and made r active (the fleet protocol simulation, seed 16 of the F05
+// revert's schedule), or moved r off it (issue 39). A node registered
+// before the window was managed when r was first bound: it holds r only
+// through an entry. Also a node recorded on r (Bound) by a pass fenced
+// before its Bind: it has no entry (seed 15: the Unbind only moved the
+// version). It returns the nodes whose scrub could not be written — the
+// node holds its maximum of pending entries, or changed under the write —
+// and the nodes of p that are not managed.
+func (b *Bindings) scrub(ctx context.Context, r Reservation, p Placement) (untold, unmanaged []int, err error) {
+	if b.nodes == nil || len(p) == 0 {
+		return nil, nil, nil
 	}
 	pr := prOf(r)
-	states, err := b.nodes.NodeStates(ctx, pr, nodes, r.ReservationID)
+	states, err := b.nodes.NodeStates(ctx, pr, nodesOf(p), r.ReservationID)
 	if err != nil {
-		return unavailable(err)
+		return nil, nil, unavailable(err)
 	}
-	for _, nd := range r.Placement() {
+	for _, nd := range p {
 		ns, ok := states[nd.Node]
+		if !ok {
+			unmanaged = append(unmanaged, nd.Node)
+			continue
+		}
 		// api.StaleAfter: a register's write may land that long after its clock.
 		late := ns.Registered.After(r.Window.Start.Add(-api.StaleAfter))
-		if !ok || ns.Entry != "" || ns.Adopted && !late {
-			continue // unmanaged, its entry unbound above, or managed when r was bound
+		if ns.Entry != "" || ns.Adopted && !late {
+			continue // its entry is unbound (Bound), or managed when r was bound
 		}
 		nb := NodeBinding{TenantID: r.TenantID, Mask: nd.Mask, Window: r.Window, Moves: r.Moves}
 		switch err := b.nodes.Scrub(ctx, pr, nd.Node, r.ReservationID, nb, ns); {
 		case errors.Is(err, ErrCalendarFull), errors.Is(err, ErrStale):
-			// Not a reason to refuse the release: the node's adoption,
-			// still due, tells it while r's entries last.
-			b.logger().Warn("scrub not written", "reservation", r.ReservationID, "node", nd.Node, "error", err.Error())
+			// Owed, not dropped: the caller keeps r's devices there and r
+			// due until a later pass writes it.
+			b.logger().Warn("scrub not written: the reservation keeps its devices there until it is", "reservation", r.ReservationID,
+				"node", nd.Node, "error", err.Error())
+			untold = append(untold, nd.Node)
 		case err != nil:
-			return unavailable(err)
+			return nil, nil, unavailable(err)
 		}
 	}
-	return nil
+	return untold, unmanaged, nil
 }
 
 // releaseUnbind tells the nodes a binding or active reservation was bound
@@ -494,12 +551,21 @@ func (b *Bindings) unbindHeld(ctx context.Context, r Reservation) error {
 // ever told to bind a terminal reservation, whatever a crash cuts short:
 // cut between the two, the reservation stays what it was (the release is
 // retried, or its window ends) while its nodes scrub — never the other way
-// round. The give-back after the fence tells them again (idempotent).
+// round. The give-back after the fence tells them again (idempotent), and
+// keeps the devices of a node whose scrub is still not written.
 func (b *Bindings) releaseUnbind(ctx context.Context, r Reservation) error {
 	if r.State != api.Binding && r.State != api.Active {
 		return nil
 	}
-	return b.unbindHeld(ctx, r)
+	_, _, err := b.unbindHeld(ctx, r, mayHold(r))
+	return err
+}
+
+// mayHold is where r may have been bound: its devices, and those of a
+// move it has not finished leaving (MovedFrom). The devices of a move in
+// flight (Move) are not bound before the move completes.
+func mayHold(r Reservation) Placement {
+	return union(r.Placement(), PlacementOf(r.Layout(), r.MovedFrom))
 }
 
 // Adopt tells a node that registered at `at` while it held reservations

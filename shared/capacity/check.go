@@ -36,9 +36,13 @@ func Check(ctx context.Context, r SnapshotReader) ([]Violation, error) {
 //     unsettled belongs to such a reservation, with its count; no credit
 //     record is left;
 //   - a placed reservation that ended was credited;
+//   - a reservation whose scrub is owed on some node (Unscrubbed) is
+//     terminal and due: the reconciler retries the scrub until written;
 //   - every node-hour entry is a placed/binding/active reservation's, with
-//     its window and its devices on that node, and every such reservation
-//     has its entry on each of its nodes in each hour of its window;
+//     its window and its devices on that node (or those of a move in
+//     flight), or a terminal one's on a node whose scrub of it is owed
+//     (Unscrubbed), and every live reservation has its entry on each of
+//     its nodes in each hour of its window;
 //   - no device is held by two entries with overlapping windows;
 //   - a node-hour's untouched count and entry count match its entries;
 //   - no index entry outlives its item;
@@ -66,6 +70,10 @@ func CheckSnapshot(s Snapshot) []Violation {
 		}
 		if r.State.Terminal() && r.WasPlaced() && !r.Credited {
 			add("uncredited", subject, "%s after placed, its quota not given back", r.State)
+		}
+		if len(r.Unscrubbed) > 0 && (!r.State.Terminal() || r.Due.IsZero()) {
+			add("scrub_due", subject, "%s, its scrub owed on %v and it is not a terminal reservation due for the reconciler to retry it", r.State,
+				r.Unscrubbed)
 		}
 	}
 	for _, q := range s.Quotas {
@@ -115,14 +123,15 @@ func CheckSnapshot(s Snapshot) []Violation {
 				continue
 			case r.PoolID != nh.Pool || r.Resource != nh.Resource:
 				add("entry_pool", subject, "reservation %s belongs to %s/%s", id, r.PoolID, r.Resource)
-			case !r.State.Holding():
-				add("entry_state", subject, "reservation %s is %s and still holds devices %b", id, r.State, e.Mask)
+			case !r.State.Holding() && !slices.Contains(r.Unscrubbed, nh.Node):
+				add("entry_state", subject, "reservation %s is %s and still holds devices %b (its scrub is owed on %v only)", id, r.State, e.Mask,
+					r.Unscrubbed)
 			case !e.Window.Start.Equal(r.Window.Start) || !e.Window.End.Equal(r.Window.End):
 				add("entry_window", subject, "reservation %s: entry window differs", id)
 			case !e.Window.Overlaps(nh.Hour.Window()):
 				add("entry_window", subject, "reservation %s: its window does not overlap the hour", id)
 			}
-			if m := maskOn(r, nh.Node); e.Mask != m {
+			if m := maskOn(r, nh.Node); e.Mask != m && !movingOn(r, nh.Node, e.Mask) {
 				add("entry_devices", subject, "reservation %s holds %b here, records %b", id, e.Mask, m)
 			}
 			seen[want{id, nh.Node, nh.Hour}] = true
@@ -192,8 +201,17 @@ func CheckSnapshot(s Snapshot) []Violation {
 }
 
 // maskOn is the mask of r's devices on node k.
-func maskOn(r Reservation, k int) Mask {
-	for _, nd := range r.Placement() {
+func maskOn(r Reservation, k int) Mask { return maskIn(r.Placement(), k) }
+
+// movingOn: m is r's devices on node k of a move in flight — those it
+// moves onto (Move), or those it moved off and has not freed (MovedFrom:
+// a scrub there not written yet keeps them).
+func movingOn(r Reservation, k int, m Mask) bool {
+	return m != 0 && (maskIn(PlacementOf(r.Layout(), r.Move), k) == m || maskIn(PlacementOf(r.Layout(), r.MovedFrom), k) == m)
+}
+
+func maskIn(p Placement, k int) Mask {
+	for _, nd := range p {
 		if nd.Node == k {
 			return nd.Mask
 		}

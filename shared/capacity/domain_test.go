@@ -266,6 +266,15 @@ func TestCheckSnapshot(t *testing.T) {
 	if vs := capacity.CheckSnapshot(withMap); len(vs) != 0 {
 		t.Fatalf("a map naming its stored node, and a provisioned hour's stale words: %v", vs)
 	}
+	// A released reservation whose scrub on its node is owed keeps its
+	// devices there (elsewhere it may not: entry_state below).
+	owed := good()
+	owed.Reservations[1].State, owed.Reservations[1].Credited, owed.Reservations[1].Unscrubbed = api.Released, true, []int{0}
+	owed.Reservations[1].Due = t0.Add(capacity.ScrubRetry)
+	owed.Quotas[0].Used, owed.Quotas[0].Free = 1, 3
+	if vs := capacity.CheckSnapshot(owed); len(vs) != 0 {
+		t.Fatalf("a released reservation holding devices where its scrub is owed: %v", vs)
+	}
 	cases := map[string]func(*capacity.Snapshot){
 		"used":          func(s *capacity.Snapshot) { s.Quotas[0].Used, s.Quotas[0].Free = 3, 1 },
 		"free":          func(s *capacity.Snapshot) { s.Quotas[0].Free = 3 },
@@ -288,10 +297,14 @@ func TestCheckSnapshot(t *testing.T) {
 			s.Quotas[0].Used, s.Quotas[0].Free, s.Quotas[0].Charging = 3, 1, nil
 		},
 		"entry_state": func(s *capacity.Snapshot) {
-			s.Reservations[1].State, s.Reservations[1].Credited = api.Expired, true
+			s.Reservations[1].State, s.Reservations[1].Credited, s.Reservations[1].Unscrubbed = api.Expired, true, []int{1}
 			s.Quotas[0].Used, s.Quotas[0].Free = 1, 3
 		},
-		"charge_due":   func(s *capacity.Snapshot) { s.Quotas[0].Due = time.Time{} },
+		"charge_due": func(s *capacity.Snapshot) { s.Quotas[0].Due = time.Time{} },
+		"scrub_due": func(s *capacity.Snapshot) { // owed, and nothing will retry it
+			s.Reservations[1].State, s.Reservations[1].Credited, s.Reservations[1].Unscrubbed = api.Released, true, []int{0}
+			s.Quotas[0].Used, s.Quotas[0].Free = 1, 3
+		},
 		"charge_state": func(s *capacity.Snapshot) { s.Quotas[0].Charging["r1"] = capacity.Charged{Count: 1, Voided: true} },
 		"index_orphan": func(s *capacity.Snapshot) { s.Orphans = []string{"fit: CAL#p1#gpu#2026112918 / N#000003"} },
 		"entry_window": func(s *capacity.Snapshot) { s.NodeHours[0].Hour++ },

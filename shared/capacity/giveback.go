@@ -50,6 +50,9 @@ type FenceStore interface {
 	Credit(ctx context.Context, k QuotaKey, id string, count int) error
 	// CreditDone forgets id's credit record.
 	CreditDone(ctx context.Context, k QuotaKey, id string) error
+	// SetUnscrubbed records on a terminal reservation the nodes whose
+	// scrub is not written yet (none: nil), if its state is still r's.
+	SetUnscrubbed(ctx context.Context, r Reservation, nodes []int) error
 }
 
 // move writes to if the stored state is still from: the fence. It
@@ -82,7 +85,7 @@ func (f *Fence) moveWon(ctx context.Context, to Reservation, from api.Reservatio
 		return Reservation{}, true, ferr
 	}
 	if cur.State.Terminal() {
-		if err := f.giveBack(ctx, cur, flow); err != nil {
+		if _, err := f.giveBack(ctx, cur, flow); err != nil {
 			return Reservation{}, true, err
 		}
 	}
@@ -119,40 +122,62 @@ func (f *Fence) lost(ctx context.Context, to Reservation, from api.ReservationSt
 // its quota is given back at once and what its charge names is freed, but
 // the charge's record stays (voided) until that create, losing its fence,
 // or the sweep undoes what it wrote after.
-func (f *Fence) giveBack(ctx context.Context, r Reservation, flow string) error {
+func (f *Fence) giveBack(ctx context.Context, r Reservation, flow string) (untold []int, err error) {
 	if !r.WasPlaced() {
 		if flow == flowRelease {
-			return f.void(ctx, r, flow)
+			return nil, f.void(ctx, r, flow)
 		}
-		return f.refund(ctx, r, nil, flow)
+		return nil, f.refund(ctx, r, nil, flow)
 	}
-	// A move in flight holds its new devices too (and the old ones until
-	// freed); nodes told to bind it are told to unbind.
-	p := union(r.Placement(), PlacementOf(r.Layout(), r.Move), PlacementOf(r.Layout(), r.MovedFrom))
-	if err := f.calendar.free(ctx, r, p); err != nil {
-		return err
+	if untold, err = f.freeHeld(ctx, r); err != nil {
+		return nil, err
 	}
 	if err := f.fault(flow + ".unplaced"); err != nil {
-		return err
-	}
-	if err := f.bindings.unbindHeld(ctx, r); err != nil {
-		return err
+		return nil, err
 	}
 	if !r.Credited {
 		if err := f.store.Credit(ctx, r.Quota(), r.ReservationID, r.Count); err != nil {
-			return unavailable(err)
+			return nil, unavailable(err)
 		}
 		if err := f.fault(flow + ".credited"); err != nil {
-			return err
+			return nil, err
 		}
 		if err := f.store.MarkCredited(ctx, r); err != nil && !errors.Is(err, ErrStale) {
-			return unavailable(err)
+			return nil, unavailable(err)
 		}
 	}
 	if err := f.store.CreditDone(ctx, r.Quota(), r.ReservationID); err != nil {
-		return unavailable(err)
+		return nil, unavailable(err)
 	}
-	return nil
+	return untold, nil
+}
+
+// freeHeld frees what a terminal reservation holds — its devices, and a
+// move's in flight (the old ones until freed, the new ones) — once every
+// node that may hold them was told to unbind it (Bindings.freeTold). On a
+// node whose scrub is not written its devices stay its own, so nothing
+// else is placed there before the scrub: those nodes are returned and
+// recorded on it (Unscrubbed: what Check allows, and what keeps its sweep
+// coming back — level-triggered, each sweep tells and frees again).
+func (f *Fence) freeHeld(ctx context.Context, r Reservation) ([]int, error) {
+	p := union(r.Placement(), PlacementOf(r.Layout(), r.Move), PlacementOf(r.Layout(), r.MovedFrom))
+	scrub, told := mayHold(r), r
+	if r.Credited && len(r.Unscrubbed) > 0 {
+		// A sweep's retry: the give-back that credited it had told every
+		// node (Bound) and freed all but these.
+		p, scrub = only(p, r.Unscrubbed), only(scrub, r.Unscrubbed)
+		told.Bound = nil
+	}
+	untold, err := f.bindings.freeTold(ctx, told, p, scrub)
+	if err != nil {
+		return nil, err
+	}
+	if !slices.Equal(untold, r.Unscrubbed) {
+		if err := f.store.SetUnscrubbed(ctx, r, untold); err != nil {
+			return nil, unavailable(err)
+		}
+	}
+	return untold, nil
 }
 
 // pending is what a draft that never got placed may hold: its charge
@@ -224,5 +249,20 @@ func union(ps ...Placement) Placement {
 		out = append(out, NodeDevices{Node: node, Mask: m})
 	}
 	slices.SortFunc(out, func(a, b NodeDevices) int { return a.Node - b.Node })
+	return out
+}
+
+// only is p on nodes only; without, p without them.
+func only(p Placement, nodes []int) Placement { return pick(p, nodes, true) }
+
+func without(p Placement, nodes []int) Placement { return pick(p, nodes, false) }
+
+func pick(p Placement, nodes []int, in bool) Placement {
+	out := make(Placement, 0, len(p))
+	for _, nd := range p {
+		if slices.Contains(nodes, nd.Node) == in {
+			out = append(out, nd)
+		}
+	}
 	return out
 }

@@ -270,8 +270,13 @@ func (rs *reservationStep) expire(ctx context.Context, now time.Time) error {
 	return err
 }
 
+// ScrubRetry is how soon a terminal reservation whose scrub on a node is
+// not written (the node holds its maximum of pending entries) is swept
+// again: each sweep tells the node again and frees what it can.
+const ScrubRetry = 10 * time.Second
+
 // sweep finishes, once after the fence, the give-back a crash may have
-// cut short. Every terminal reservation gets one and it normally finds
+// cut short — and again every ScrubRetry while a scrub is owed. Every terminal reservation gets one and it normally finds
 // nothing left, so it is counted apart from repairs. Sweeps take turns
 // (overlapping passes): each first moves the due entry on, conditionally,
 // and works from the item as that write returns it.
@@ -286,8 +291,17 @@ func (rs *reservationStep) sweep(ctx context.Context, now time.Time) error {
 	case err != nil:
 		return unavailable(err)
 	}
-	if err := rs.fence.giveBack(ctx, cur, "reconcile"); err != nil {
+	untold, err := rs.fence.giveBack(ctx, cur, "reconcile")
+	if err != nil {
 		return err
+	}
+	if len(untold) > 0 {
+		// A scrub still not written: due again, until it is.
+		if _, err := rs.store.ClaimDue(ctx, cur, now.Add(ScrubRetry)); err != nil && !errors.Is(err, ErrStale) {
+			return unavailable(err)
+		}
+		rs.st.Swept = true
+		return nil
 	}
 	if err := rs.store.ClearDue(ctx, cur); err != nil && !errors.Is(err, ErrStale) {
 		return unavailable(err)

@@ -18,7 +18,6 @@ type Reservations struct {
 	hooks
 	store    ReservationStore
 	fence    *Fence
-	calendar *Calendar
 	bindings *Bindings
 }
 
@@ -112,7 +111,7 @@ func (rs *Reservations) finishGiveBack(ctx context.Context, r Reservation) error
 	if r.Credited {
 		return nil // its devices were freed before the credit
 	}
-	if err := rs.calendar.free(ctx, r, r.Placement()); err != nil {
+	if _, err := rs.fence.freeHeld(ctx, r); err != nil {
 		return err
 	}
 	if rs.now().Sub(r.UpdatedAt) < fencerLife {
@@ -125,7 +124,8 @@ func (rs *Reservations) finishGiveBack(ctx context.Context, r Reservation) error
 	case err != nil:
 		return unavailable(err)
 	}
-	return rs.fence.giveBack(ctx, cur, flowRelease)
+	_, err = rs.fence.giveBack(ctx, cur, flowRelease)
+	return err
 }
 
 // Get is reservations.get: one of tenant's reservations.

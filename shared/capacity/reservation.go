@@ -43,6 +43,11 @@ type Reservation struct {
 	Moves     int   `json:"-"`
 	NodeNoted bool  `json:"-"`
 	Amended   int64 `json:"-"`
+	// Unscrubbed are, on a terminal reservation, the nodes whose scrub of
+	// it is not written yet (the node held its maximum of pending
+	// entries): its devices there stay its own until it is, and it stays
+	// due (docs/fleet.md, Binding).
+	Unscrubbed []int `json:"-"`
 
 	// Request is the fingerprint of the request as sent (clientToken
 	// replays compare it); ClientToken the token, if any; Principal who

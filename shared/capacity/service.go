@@ -85,7 +85,7 @@ func (s *Service) Admission() *Admission {
 // Reservations builds the reservations' reads and their release.
 func (s *Service) Reservations() *Reservations {
 	f := s.fence()
-	return &Reservations{hooks: s.hooks(), store: s.Store, fence: f, calendar: f.calendar, bindings: f.bindings}
+	return &Reservations{hooks: s.hooks(), store: s.Store, fence: f, bindings: f.bindings}
 }
 
 // Bindings builds binding through the fleet's nodes (unmanaged nodes bind

@@ -847,6 +847,9 @@ func (w *simStore) TakeOver(ctx context.Context, r capacity.Reservation, old, le
 func (w *simStore) MarkCredited(ctx context.Context, r capacity.Reservation) error {
 	return simDo(w, ctx, "MarkCredited "+r.ReservationID, func() error { return w.inner.MarkCredited(ctx, r) })
 }
+func (w *simStore) SetUnscrubbed(ctx context.Context, r capacity.Reservation, nodes []int) error {
+	return simDo(w, ctx, "SetUnscrubbed "+r.ReservationID, func() error { return w.inner.SetUnscrubbed(ctx, r, nodes) })
+}
 func (w *simStore) ClaimDue(ctx context.Context, r capacity.Reservation, until time.Time) (capacity.Reservation, error) {
 	return simCall(w, ctx, "ClaimDue "+r.ReservationID, func() (capacity.Reservation, error) { return w.inner.ClaimDue(ctx, r, until) })
 }

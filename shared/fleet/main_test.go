@@ -64,7 +64,8 @@ func newEnvHours(tb testing.TB, hours int) *env {
 	c := teststack.NewClock(start)
 	log := slog.New(slog.DiscardHandler)
 	cs := &capacity.Service{Store: store, Now: c.Now, Logger: log, Nodes: nodes, ProvisionHours: hours}
-	fs := &fleet.Service{Store: nodes, Pools: store, Calendar: store, Now: c.Now, Logger: log, ProvisionHours: hours}
+	// The Adopter as the app wires it: a registered node is adopted.
+	fs := &fleet.Service{Store: nodes, Pools: store, Calendar: store, Now: c.Now, Logger: log, ProvisionHours: hours, Adopter: cs.Bindings()}
 	rc := &reconcile.Reconciler{Capacity: &capacity.Steps{Service: cs, ProvisionHours: hours}, Due: &duedb.Store{DB: store.DB, Table: store.Table}, Fleet: fs}
 	return &env{cap: cs, fleet: fs, rc: rc, store: store, nodes: nodes, rt: rt, clock: c,
 		keys: map[string]crypto.Signer{}, count: map[string]int64{}, hours: hours}

@@ -3,6 +3,8 @@ package fleet
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/bettercompute/control-plane/shared/api"
@@ -153,8 +155,10 @@ func (w *sweep) visit(ctx context.Context, rec Record) error {
 	if err := w.s.releaseStranded(ctx, rec, w.holds); err != nil {
 		w.fail(err)
 	}
-	for id, e := range rec.Entries {
-		if e.Action == api.ActionUnbind && rec.Reported[id] == api.BindUnbound {
+	// In id order, not the map's: the same sweep makes the same writes in
+	// the same order (the fleet protocol simulation replays a seed).
+	for _, id := range slices.Sorted(maps.Keys(rec.Entries)) {
+		if e := rec.Entries[id]; e.Action == api.ActionUnbind && rec.Reported[id] == api.BindUnbound {
 			if err := w.s.Store.DropEntry(ctx, rec, id); err != nil && !errors.Is(err, ErrStale) {
 				w.fail(err)
 			}

@@ -185,3 +185,39 @@ func TestConcurrentPassesStartWithinTheBudget(t *testing.T) {
 	sick.healthy = true
 	e.completes(t, r.RolloutID, 3)
 }
+
+// A pass whose write clearing its intent loses to another writer (here a
+// write of the rollout between its starts) reads the rollout again and
+// clears it there: dropped, the intent held every pass's starts — and
+// every pause — for IntentStale.
+func TestLostIntentClearIsRetried(t *testing.T) {
+	e, r := budgetEnv(t)
+	ctx := context.Background()
+	raced := false
+	e.rc.Faults = e.startsChecked(t, 3, func(point string) {
+		if point != rollout.FaultCordoned || raced {
+			return
+		}
+		raced = true
+		cur, err := e.rstore.GetRollout(ctx, r.RolloutID)
+		if err == nil {
+			_, err = e.rstore.UpdateRollout(ctx, cur) // another writer: the stored version moves
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	e.pass()
+	if !raced {
+		t.Fatal("the pass started no node")
+	}
+	rec, err := e.rstore.GetRollout(ctx, r.RolloutID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.Intent != nil {
+		t.Errorf("after the pass: its intent %+v is left on the rollout (its clear lost to another write)", *rec.Intent)
+	}
+	e.afterPass(r.RolloutID, 3, 3, "3 started, 3 out of service")
+	e.completes(t, r.RolloutID, 3)
+}

@@ -110,7 +110,7 @@ func (p *pass) verifyRollback(ctx context.Context, pr Progress) error {
 		runs && n.State == api.Unhealthy:
 		to = RollbackFailed
 	case !p.now.Before(pr.Deadline):
-		if held, err := p.silenceHeld(ctx, pr.PoolID); held || err != nil {
+		if held, err := p.silenceHeld(ctx, pr.PoolID, *n, pr.Deadline); held || err != nil {
 			return err // a mass silence: not the node's failure
 		}
 		to = RollbackFailed

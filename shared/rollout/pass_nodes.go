@@ -291,7 +291,7 @@ func (p *pass) verify(ctx context.Context, pr Progress) error {
 		// Silence is failure — unless the pool's nodes went silent
 		// together: the control plane's or the network's fault, not the
 		// node's; it waits for the reports to return.
-		if held, err := p.silenceHeld(ctx, pr.PoolID); held || err != nil {
+		if held, err := p.silenceHeld(ctx, pr.PoolID, *n, pr.Deadline); held || err != nil {
 			return err
 		}
 		return p.conclude(ctx, pr, pr.Step, api.Failed, ReasonDeadline, n)
@@ -315,9 +315,21 @@ func (p *pass) verify(ctx context.Context, pr Progress) error {
 	return nil
 }
 
-// silenceHeld reports whether the pool is in a mass silence (read once a
-// pass).
-func (p *pass) silenceHeld(ctx context.Context, pool string) (bool, error) {
+// silenceHeld reports whether a node past its deadline waits instead of
+// failing: its pool is in a mass silence (read once a pass), or the node
+// is silent and the sweep has not judged its silence yet — in contact
+// (ready or unhealthy) and not heard from since the deadline. Only the
+// sweep tells a node's silence from its pool's (it counts the pool's late
+// nodes), and it records the pool's disruption only once it has counted
+// them: a sweep cut short, or not run yet, left a mass silence unrecorded,
+// and its nodes were failed for their deadline (the fleet protocol
+// simulation, seed 5). Such a node is failed once it reports (alive, not
+// running the target) or the sweep marks it unreachable (its own
+// silence), and waits while the sweep holds its pool's.
+func (p *pass) silenceHeld(ctx context.Context, pool string, n fleet.Record, deadline time.Time) (bool, error) {
+	if (n.State == api.Ready || n.State == api.Unhealthy) && (n.LastHeartbeatAt == nil || n.LastHeartbeatAt.Before(deadline)) {
+		return true, nil
+	}
 	if d, ok := p.disrupted[pool]; ok {
 		return d, nil
 	}

@@ -6,6 +6,7 @@ package rollout
 import (
 	"context"
 	"errors"
+	"fmt"
 	"maps"
 	"slices"
 	"time"
@@ -228,14 +229,46 @@ func (p *pass) start(ctx context.Context, _ int, candidates func(limit int) ([]P
 			return err
 		}
 	}
-	next = p.rec
-	next.Intent = nil
-	if cur, err = p.rc.Store.UpdateRollout(ctx, next); err == nil {
-		p.rec = cur
-	} else if !errors.Is(err, ErrStale) {
-		return err
+	return p.clearIntent(ctx, *p.rec.Intent)
+}
+
+// clearIntentAttempts bounds the re-reads of a pass whose intent clear
+// keeps losing to other writers: past them, the error says so and the
+// intent lapses after IntentStale.
+const clearIntentAttempts = 4
+
+// clearIntent removes the pass's intent. A write lost to another writer
+// (another pass's counts, a pause's or an abort's write) is not dropped:
+// the rollout is read again and the intent cleared there while it is
+// still this pass's — left, it would hold every pass's starts (and make
+// every pause wait) for IntentStale. The pass's own record stays the one
+// it held when the clear lands on a copy read again: its later writes
+// lose to the other writer's, as they did before.
+func (p *pass) clearIntent(ctx context.Context, mine Intent) error {
+	rec := p.rec
+	for attempt := 1; ; attempt++ {
+		next := rec
+		next.Intent = nil
+		cur, err := p.rc.Store.UpdateRollout(ctx, next)
+		switch {
+		case err == nil:
+			if attempt == 1 {
+				p.rec = cur
+			}
+			return nil
+		case !errors.Is(err, ErrStale):
+			return err
+		case attempt == clearIntentAttempts:
+			return fmt.Errorf("rollout %s: the pass's intent lost %d clears to other writers; it lapses after %s: %w", rec.RolloutID,
+				attempt, IntentStale, err)
+		}
+		if rec, err = p.rc.Store.GetRollout(ctx, rec.RolloutID); err != nil {
+			return err
+		}
+		if rec.Intent == nil || !rec.Intent.At.Equal(mine.At) || rec.Intent.Nodes != mine.Nodes {
+			return nil // cleared, or another pass's now
+		}
 	}
-	return nil
 }
 
 // startNode moves a pending node to draining and cordons it. A node that

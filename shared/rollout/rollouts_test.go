@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -430,6 +431,66 @@ func TestSilenceIsFailure(t *testing.T) {
 	ns, _, _ := e.rollouts.Nodes(context.Background(), r.RolloutID, "", 10, "")
 	if got.Counts.Failed != 1 || len(ns) != 1 || ns[0].Reason != rollout.ReasonDeadline {
 		t.Errorf("counts %+v, node %+v", got.Counts, ns)
+	}
+}
+
+// A node of a mass silence past its deadline before the sweep judged the
+// silence (the pool's sweep cut short, or not run since the nodes went
+// quiet) waits for it: the sweep then holds the pool (three of its four
+// nodes silent together), and the node is updated once it reports. The
+// rollout used to read only the pool's disruption, which a sweep records
+// once it has counted the pool, and failed the node for its deadline (the
+// fleet protocol simulation, seed 5: sweeps cut short by crashes).
+func TestSilenceWaitsForTheSweep(t *testing.T) {
+	e := newFleetEnv(t)
+	ctx := context.Background()
+	e.release("1.0.0", 1)
+	e.release("2.0.0", 2)
+	e.pool("a", 4, "1.0.0", 1)
+	e.pass()
+	// The first node told installs, then it and two others go quiet.
+	var quiet []*simNode
+	for _, k := range e.order {
+		n := e.node[k]
+		n.onTold = func(string) (bool, string) {
+			if len(quiet) == 0 {
+				for _, k := range e.order {
+					if m := e.node[k]; (m == n || len(quiet) < 3) && !slices.Contains(quiet, m) {
+						m.silent, quiet = true, append(quiet, m)
+					}
+				}
+			}
+			return true, ""
+		}
+	}
+	r := e.create(rollout.CreateRequest{Version: "2.0.0", Pools: []string{"a"}, Waves: []api.WaveSpec{{Nodes: ptr(1)}, {Percent: ptr(100)}},
+		ProgressDeadlineSeconds: ptr(60), MaxFailedNodes: ptr(0)})
+	for i := 0; len(quiet) == 0; i++ {
+		if i == 60 {
+			t.Fatal("no node was told to install")
+		}
+		e.round(time.Second)
+	}
+	// Past the deadline, the rollout advances before any sweep ran.
+	e.clock.Advance(61 * time.Second)
+	e.beatAll()
+	if err := e.rc.Advance(ctx, r.RolloutID); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.get(r.RolloutID); got.Counts.Failed != 0 {
+		t.Fatalf("failed for its deadline before the sweep judged the silence: %+v", got.Counts)
+	}
+	// The sweep holds the pool: still no failure; the nodes report again.
+	e.pass()
+	if got := e.get(r.RolloutID); got.Counts.Failed != 0 {
+		t.Fatalf("failed while the pool's silence is held: %+v", got.Counts)
+	}
+	for _, n := range quiet {
+		n.silent = false
+	}
+	got := e.until(r.RolloutID, api.Completed, 200, nil)
+	if got.Counts.Failed != 0 || got.Counts.Updated != 4 {
+		t.Errorf("counts %+v, want all 4 updated", got.Counts)
 	}
 }
 

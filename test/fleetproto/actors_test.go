@@ -61,6 +61,7 @@ type node struct {
 	// release, goes on installing it (the blank host adversary)
 	acceptedOrder int
 	blank         bool
+	lastAccepted  time.Time // when its last report was accepted
 }
 
 // beat sends the node's report and acts on the answer like the reference
@@ -91,6 +92,12 @@ func (n *node) beat(ctx context.Context, w *world) error {
 	res, err := w.fleet.Heartbeat(ctx, ownerTenant, n.ref.pool, n.id, env)
 	if err != nil {
 		return err
+	}
+	if at := res.Node.LastHeartbeatAt; at != nil {
+		n.lastAccepted = *at
+		if q := w.adv.quietFrom[n.ref]; !q.IsZero() && w.adv.backAt[n.ref].IsZero() && at.After(q) {
+			w.adv.backAt[n.ref] = *at
+		}
 	}
 	w.answered(n, res)
 	n.accepted = map[string]string{}
@@ -217,6 +224,9 @@ func (w *world) agent(n *node) func(ctx context.Context) {
 				w.s.sleep(ctx, interval)
 				continue
 			case now.Before(n.silentUntil):
+				if w.adv.silenced[n.ref] && w.adv.quietFrom[n.ref].IsZero() {
+					w.adv.quietFrom[n.ref] = n.lastAccepted
+				}
 				w.s.sleep(ctx, n.silentUntil.Sub(now))
 				continue
 			}
@@ -250,6 +260,9 @@ func (w *world) operator(ctx context.Context) {
 		w.s.sleep(ctx, time.Duration(10+w.rng.IntN(30))*time.Second)
 		var unmanaged, managed []*node
 		for _, ref := range w.order {
+			if racePool(ref.pool) {
+				continue // the register race's
+			}
 			if n := w.nodes[ref]; n.managed {
 				managed = append(managed, n)
 			} else {
@@ -371,7 +384,7 @@ func (w *world) create(ctx context.Context, req capacity.CreateRequest, retry bo
 // followed at once by a tenant's create of a whole node on its pool — the
 // placement that must not land on it (check b).
 func (w *world) probe(ref nodeRef) {
-	if w.s.running() == nil || !w.clock.Now().Before(w.end) || w.rng.IntN(10) >= 3 {
+	if racePool(ref.pool) || w.s.running() == nil || !w.clock.Now().Before(w.end) || w.rng.IntN(10) >= 3 {
 		return
 	}
 	w.probes++
@@ -478,7 +491,9 @@ func (w *world) rolloutRequest() rollout.CreateRequest {
 	r := w.rng
 	ptr := func(v int) *int { return &v }
 	onTimeout := []string{"skip", "force"}[r.IntN(2)]
-	rollback := r.IntN(4) > 0
+	// The abort race's rollout rolls back: its abort is not terminal while
+	// the rollback runs, when a skipped node's late target can be told.
+	rollback := r.IntN(4) > 0 || w.adv.abortRace
 	w.maxUnavailable = 1 + r.IntN(2)
 	bake, drain := r.IntN(20), 30+r.IntN(90)
 	if w.adv.eager() {
@@ -526,6 +541,11 @@ func (w *world) cast(ctx context.Context) {
 	w.mayAbort = r.IntN(2) == 0
 	for _, ref := range w.order {
 		n := w.nodes[ref]
+		if racePool(ref.pool) {
+			// The register race's nodes report as they are made to.
+			n.actor = w.s.spawn(ctx, "node "+ref.String(), 0, w.agent(n))
+			continue
+		}
 		if r.IntN(3) == 0 {
 			n.flaky = 20 + r.IntN(150)
 		}
@@ -542,7 +562,7 @@ func (w *world) cast(ctx context.Context) {
 	}
 	managed := []*node{}
 	for _, ref := range w.order {
-		if w.nodes[ref].managed {
+		if w.nodes[ref].managed && !racePool(ref.pool) {
 			managed = append(managed, w.nodes[ref])
 		}
 	}

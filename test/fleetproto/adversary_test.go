@@ -27,16 +27,17 @@ import (
 //   - move back: a reservation is moved off its node the moment that node
 //     bound it, then off the next one, until it lands back on a node that
 //     scrubs slowly and goes on reporting bound (check e);
-//   - abort race: a pass about to write a node's rollout target (or that
-//     just wrote it) is held while the node reports, the rollout is
-//     aborted and another pass runs (check f);
+//   - abort race: a pass about to write a node's rollout target, once a
+//     node is updated, is held while the node reports, the rollout is
+//     aborted (it rolls back) and another pass runs (check f);
 //   - cordon race: just before a rollout cordons a node, an operator
 //     cordons it and an uncordon starts whose flag writes are slow; once
 //     that uncordon answered, creates probe the pool (check b);
 //   - full hour: creates aimed at the filled node-hour, at a time when a
 //     filler's device is busy there, so best fit prefers that node (check g);
-//   - mass silence: most of a pool's managed nodes go silent together for
-//     several intervals, then come back (check silence);
+//   - mass silence: three of a pool's managed nodes go silent for 10–16
+//     intervals, one of them 28 s before the other two, and come back one
+//     by one (check silence; massSilence says why so);
 //   - sicken: just before a rollout pass first reads its pools' nodes out
 //     of service for a step, ready nodes of those pools report unhealthy —
 //     as many as bring the count to maxUnavailable — and their reports are
@@ -54,9 +55,16 @@ import (
 // draws: each is on in half of any eight consecutive seeds, so the revert
 // table's seeds 1–8 meet every one of them four times. The blank host
 // goes with the cordon race: it needs a rollout that completes, and the
-// cordon race's rollout runs on, never paused or aborted by the actors.
+// cordon race's rollout runs on, never paused or aborted by the actors;
+// the full hour with the bind fence (its fill, fillBit). Two act in every
+// seed: the register race (registerrace_test.go) and the amend race.
 type adversaries struct {
 	bindFence, moveBack, abortRace, cordonRace, fullHour, massSilence, sicken, blankHost bool
+
+	// every seed: the register race (registerrace_test.go) and the amend
+	// race (a disrupted entry written between a pass's read and its amend)
+	race       raceState
+	amendRaced string
 
 	fenced, cordonRaced, sickened, intentRaced, startRaced int
 	abortRaced                                             bool
@@ -80,7 +88,10 @@ type adversaries struct {
 	// pool's silence, so a move off them is not judged either
 	alone                  map[nodeRef]bool
 	silenceFrom, silenceTo time.Time
-	silenceMoves           int
+	// each silent node's last accepted report before its silence, and
+	// its first one after
+	quietFrom, backAt map[nodeRef]time.Time
+	silenceMoves      int
 }
 
 func (w *world) drawAdversaries() {
@@ -98,6 +109,7 @@ func (w *world) drawAdversaries() {
 	a.sickOnce = map[string]nodeRef{}
 	a.silenced = map[nodeRef]bool{}
 	a.alone = map[nodeRef]bool{}
+	a.quietFrom, a.backAt = map[nodeRef]time.Time{}, map[nodeRef]time.Time{}
 	if a.moveBack {
 		w.s.spawn(context.Background(), "adversary move back", 0, w.mover)
 	}
@@ -107,6 +119,7 @@ func (w *world) drawAdversaries() {
 	if a.massSilence {
 		w.s.spawn(context.Background(), "adversary mass silence", 0, w.massSilence)
 	}
+	w.registerRace()
 }
 
 func (w *world) advNames() string {
@@ -133,6 +146,10 @@ func on(seed uint64, i int) bool {
 	return bit != (i >= 3)
 }
 
+// fillBit: the seeds whose adversary bit fillBit is on (on) fill a
+// node-hour (the full hour adversary).
+const fillBit = 0
+
 // inPass: the actor of ctx is a reconciler pass.
 func inPass(ctx context.Context) bool {
 	a := actorOf(ctx)
@@ -148,9 +165,11 @@ type watchedNodes struct {
 
 func (n *watchedNodes) Bind(ctx context.Context, t capacity.PoolResource, node int, id string, b capacity.NodeBinding, previous []string, seen capacity.NodeState) error {
 	w := n.w
+	held := false
 	if w.adv.bindFence && w.adv.fenced < 3 && inPass(ctx) && w.clock.Now().Before(w.end) && w.rng.IntN(3) == 0 {
 		if r, err := w.capI.GetReservation(context.Background(), b.TenantID, id); err == nil && !r.State.Terminal() {
 			w.adv.fenced++
+			held = true
 			k := w.adv.fenced
 			other := tenants[(slices.Index(tenants, b.TenantID)+1+w.rng.IntN(len(tenants)-1))%len(tenants)]
 			start := w.clock.Now()
@@ -166,9 +185,52 @@ func (n *watchedNodes) Bind(ctx context.Context, t capacity.PoolResource, node i
 				w.wakeNode(nodeRef{t.PoolID, node})
 			})
 			w.s.sleep(ctx, time.Duration(3+w.rng.IntN(4))*time.Second)
+			// And on until the release's unbind there (the scrub of a node
+			// recorded in Bound with no entry) was reported done and
+			// forgotten: only the node's entries' version, which every
+			// one of those writes moved, still fences the bind (F03).
+			ref := nodeRef{t.PoolID, node}
+			for i := 0; i < 150 && (!w.released(r) || w.holds(ref, id)); i++ {
+				w.s.sleep(ctx, 200*time.Millisecond)
+			}
 		}
 	}
-	return n.Store.Bind(ctx, t, node, id, b, previous, seen)
+	if a := actorOf(ctx); a != nil && a.cutAdoption {
+		a.cutAdoption = false
+		return errInjected // the adoption cut short after it recorded the node
+	}
+	err := n.Store.Bind(ctx, t, node, id, b, previous, seen)
+	if err == nil && held {
+		// The node hears what the held pass wrote at once, before the
+		// release's give-back or a sweep could turn it into an unbind (F03).
+		w.wakeNode(nodeRef{t.PoolID, node})
+	}
+	if err == nil && node != 0 {
+		w.raceBound(ctx, t, id)
+	}
+	return err
+}
+
+// NodeStates: where the register race's read race registers a node.
+func (n *watchedNodes) NodeStates(ctx context.Context, t capacity.PoolResource, nodes []int, id string) (map[int]capacity.NodeState, error) {
+	got, err := n.Store.NodeStates(ctx, t, nodes, id)
+	if err == nil {
+		n.w.raceRead(ctx, id, got)
+	}
+	return got, err
+}
+
+// released: r is terminal now.
+func (w *world) released(r capacity.Reservation) bool {
+	cur, err := w.capI.GetReservation(context.Background(), r.TenantID, r.ReservationID)
+	return err == nil && cur.State.Terminal()
+}
+
+// holds: ref's record has an entry of reservation id.
+func (w *world) holds(ref nodeRef, id string) bool {
+	rec, ok := w.node(ref)
+	_, has := rec.Entries[id]
+	return ok && has
 }
 
 // watchedTargets is the node store rollouts use: SetTarget is where the
@@ -182,32 +244,36 @@ func (n *watchedTargets) SetTarget(ctx context.Context, r fleet.Record, rolloutI
 	w := n.w
 	race := t != nil && t.Version == newVersion && w.adv.abortRace && !w.adv.abortRaced && inPass(ctx) && w.clock.Now().Before(w.end)
 	if race {
-		// Only install's own tell: the node draining (told first), or
+		// Only install's own tell: the node pending or draining (told
+		// first: a node with nothing to drain goes from pending), or
 		// installing since this very pass (recorded first) — not a later
 		// pass's re-tell of a node whose target a lift took.
 		pr, err := w.rollI.GetProgress(context.Background(), rolloutID, r.PoolID, r.NodeID)
 		now := w.clock.Now()
-		race = err == nil && (pr.Step == api.Draining || pr.Step == api.Installing && now.Sub(pr.UpdatedAt) < time.Second) &&
-			w.rng.IntN(2) == 0
+		race = err == nil && (pr.Step == api.Pending || pr.Step == api.Draining || pr.Step == api.Installing && now.Sub(pr.UpdatedAt) < time.Second)
+		// Once a node is updated: the abort's rollback then has one to
+		// roll back, so the rollout is not over at once — an aborted
+		// rollout's target is never told (fleet's targetHeld), and with
+		// nothing to roll back the abort made it terminal before the node
+		// heard the target F05's order writes after the skip.
+		if race {
+			up, err := w.rollI.ProgressByStep(context.Background(), rolloutID, api.Updated, 1, "")
+			race = err == nil && len(up) > 0
+		}
 	}
-	// Held before the write (three races in four): a pass that told the
-	// node before it recorded installing would lose the step to the
-	// abort's skip and tell it anyway. Held after it: a node told the
-	// target and still draining in the record (a pass of the order
-	// before v0.7's) counts as installing for the abort.
-	before := race && w.rng.IntN(4) > 0
-	if before {
+	// Held before the write, at its first chance (a coin once missed it in
+	// the revert table's seeds): a pass that told the node before it
+	// recorded installing would lose the step to the abort's skip and tell
+	// it anyway (F05).
+	if race {
 		w.abortRace(ctx, r, rolloutID, "before the target")
 	}
 	out, err := n.Store.SetTarget(ctx, r, rolloutID, t, floor)
-	if before && err == nil {
+	if race && err == nil {
 		// The node hears the target at once, before a later pass's repair
 		// (a skipped node's target lifted) could take it back.
 		w.wakeNode(nodeRef{r.PoolID, r.Index})
 		w.s.sleep(ctx, time.Second)
-	}
-	if race && !before && err == nil {
-		w.abortRace(ctx, r, rolloutID, "after the target")
 	}
 	return out, err
 }
@@ -621,32 +687,106 @@ func (w *world) fullHourProbe(ctx context.Context) {
 	}
 }
 
-// massSilence: most of a managed pool's nodes (all but one of those in
-// contact) go silent at once for 10–16 intervals, then come back. Long
-// enough that a sweep without the hold would mark some of them: the grace
-// after a hold (F14) alone keeps the first UnreachableAfter intervals of
-// a disruption unmarked, so a silence of 4–5 intervals never got past it
-// and F13 reverted failed no seed.
+// massSilence: three of pool p1's managed nodes go silent together for
+// 10–16 intervals and come back one by one, about an interval apart — but
+// one of them (its heartbeat held up) stops 28 s before the other two, so
+// the sweep marks it alone first; and so that the silence is a mass
+// silence only counting that one (three of the five nodes in contact, not
+// two of four), a sixth node went silent a minute earlier on its own and
+// is marked before. Long enough that a sweep without the hold would mark
+// them (F13: the grace after a hold alone keeps the first UnreachableAfter
+// intervals unmarked, so a silence of 4–5 intervals never got past it);
+// not counting the one marked first, the two others are no mass silence
+// (F16); coming back one by one, the hold ends with one of them still
+// silent, which the grace keeps unmarked (F14).
 func (w *world) massSilence(ctx context.Context) {
-	w.s.sleep(ctx, time.Duration(60+w.rng.IntN(180))*time.Second)
-	pool := pools[w.rng.IntN(len(pools))]
-	now := w.clock.Now()
-	var in []*node
+	w.s.sleep(ctx, time.Duration(60+w.rng.IntN(120))*time.Second)
+	const pool = "p1"
+	// No silence of their own meanwhile: the pool's count is the one the
+	// adversary makes (a node silent on its own, late or not yet marked,
+	// moves it either way).
+	back := w.clock.Now()
 	for _, ref := range w.order {
-		if n := w.nodes[ref]; ref.pool == pool && n.managed && !now.Before(n.silentUntil) {
-			in = append(in, n)
+		if n := w.nodes[ref]; ref.pool == pool {
+			n.silent = 0
+			back = maxTime(back, n.silentUntil)
 		}
 	}
+	w.s.sleep(ctx, back.Sub(w.clock.Now())+2*interval)
+	in := w.inContact(pool)
 	if len(in) < fleet.DisruptionMin+1 {
 		return
 	}
 	w.rng.Shuffle(len(in), func(i, j int) { in[i], in[j] = in[j], in[i] })
+	k := len(in) - min(len(in), 5)
 	d := time.Duration(100+w.rng.IntN(61)) * time.Second
-	w.adv.silencePool, w.adv.silenceFrom, w.adv.silenceTo = pool, now, now.Add(d+2*interval)
-	for _, n := range in[:len(in)-1] {
-		n.silentUntil, n.silent = now.Add(d), 0
+	stagger := time.Duration(8+w.rng.IntN(5)) * time.Second
+	// Three silent of at most five in contact: a lone silence first for
+	// each node past five.
+	lone, first, rest := in[:k], in[k], in[k+1:][:2]
+	end := w.clock.Now().Add(60*time.Second + 28*time.Second + d + 3*stagger)
+	for _, n := range lone {
+		n.silentUntil = end
+		w.note("adversary mass silence: %s silent alone until %s", n.ref, end.Format("15:04:05"))
+	}
+	if len(lone) > 0 {
+		w.s.sleep(ctx, 60*time.Second)
+	}
+	// Nothing is injected into the three's calls until they are back: a
+	// report of one of the last two failed or stalled made it silent with
+	// the first, and a silence of two and then one is not the pool's by
+	// the sweep's count (a node marked before counts only if its reports
+	// stopped within UnreachableAfter intervals of the others').
+	three := append([]*node{first}, rest...)
+	for _, n := range three {
+		n.actor.clean = true
+	}
+	// The first: right after its next report is accepted.
+	was := first.acceptedOrder
+	for i := 0; i < 400 && first.acceptedOrder == was; i++ {
+		w.s.sleep(ctx, 50*time.Millisecond)
+	}
+	now := w.clock.Now()
+	w.adv.silencePool, w.adv.silenceFrom = pool, now
+	first.silentUntil = now.Add(28*time.Second + d)
+	w.adv.silenced[first.ref] = true
+	w.s.sleep(ctx, 28*time.Second)
+	now = w.clock.Now()
+	for i, n := range rest {
+		n.silentUntil = now.Add(d + time.Duration(i+1)*stagger)
 		w.adv.silenced[n.ref] = true
 	}
+	w.adv.silenceTo = rest[len(rest)-1].silentUntil.Add(2 * interval)
+	w.note("adversary mass silence: %s silent from %s, %s and %s 28 s later, back from %s every %s", first.ref, w.adv.silenceFrom.Format("15:04:05"),
+		rest[0].ref, rest[1].ref, first.silentUntil.Format("15:04:05"), stagger)
+	w.s.sleep(ctx, w.adv.silenceTo.Sub(w.clock.Now()))
+	for _, n := range three {
+		n.actor.clean = false
+	}
+}
+
+// inContact lists pool's managed nodes in contact (ready or unhealthy, as
+// the sweep counts them) and reporting now.
+func (w *world) inContact(pool string) []*node {
+	now := w.clock.Now()
+	var in []*node
+	for _, ref := range w.order {
+		n := w.nodes[ref]
+		if ref.pool != pool || !n.managed || now.Before(n.silentUntil) {
+			continue
+		}
+		if rec, ok := w.node(ref); ok && (rec.State == api.Ready || rec.State == api.Unhealthy) {
+			in = append(in, n)
+		}
+	}
+	return in
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // inSilence: ref is one of the mass silence's nodes and now is within it.
@@ -669,20 +809,55 @@ func (c *atomicCalendar) Flag(ctx context.Context, t capacity.PoolResource, node
 }
 
 // Amend: a reservation moved off a node of a mass silence while it lasts
-// (check silence).
+// because of that node (check silence): binding moves a reservation off
+// its nodes when one of them is not ready, so a node of the silence still
+// ready (cordoned, say, by a rollout installing it) moved along with
+// another is not judged, nor one merely unhealthy (its own report).
 func (c *atomicCalendar) Amend(ctx context.Context, r, to capacity.Reservation) (capacity.Reservation, error) {
-	cur, err := c.Store.Amend(ctx, r, to)
 	w := c.w
+	w.amendRace(ctx, r)
+	cur, err := c.Store.Amend(ctx, r, to)
+	if err == nil {
+		w.checkFacts(cur, "after an amend")
+		w.recordFacts(cur)
+	}
 	if err == nil && to.Moves > r.Moves && w.adv.silencePool == r.PoolID {
 		for _, nd := range r.Placement() {
 			ref := nodeRef{r.PoolID, nd.Node}
-			if rec, ok := w.node(ref); ok && w.inSilence(ref) && rec.State != api.Unhealthy && !rec.Eligible() && !w.adv.alone[ref] {
+			if rec, ok := w.node(ref); ok && w.inSilence(ref) && rec.State != api.Unhealthy && rec.State != api.Ready && !w.adv.alone[ref] {
 				w.fail("silence", w.s.steps, "%s moved off %s during the mass silence of %s (since %s)", r.ReservationID, ref, r.PoolID,
 					w.adv.silenceFrom.Format("15:04:05"))
 			}
 		}
 	}
 	return cur, err
+}
+
+// Disrupt: a rollout's disrupted entry, once written, is a fact (hist).
+func (c *atomicCalendar) Disrupt(ctx context.Context, tenant, id, rolloutID string, at time.Time) error {
+	err := c.Store.Disrupt(ctx, tenant, id, rolloutID, at)
+	if r, gerr := c.w.capI.GetReservation(context.Background(), tenant, id); gerr == nil {
+		c.w.recordFacts(r)
+	}
+	return err
+}
+
+// amendRace (every seed, once): a rollout's disrupted entry lands on a
+// reservation between a pass's read of it and that pass's amend — the
+// amend of the older copy must not write the history back without it
+// (check hist).
+func (w *world) amendRace(ctx context.Context, r capacity.Reservation) {
+	if w.adv.amendRaced != "" || w.rolloutID == "" || !inPass(ctx) || !w.clock.Now().Before(w.end) || r.State.Terminal() {
+		return
+	}
+	w.adv.amendRaced = r.ReservationID
+	if err := w.capI.Disrupt(context.Background(), r.TenantID, r.ReservationID, w.rolloutID, w.clock.Now()); err != nil {
+		w.t.Fatalf("amend race: %v", err)
+	}
+	if cur, err := w.capI.GetReservation(context.Background(), r.TenantID, r.ReservationID); err == nil {
+		w.recordFacts(cur)
+	}
+	w.note("adversary amend race: %s disrupted by rollout %s between a pass's read and its amend", r.ReservationID, w.rolloutID)
 }
 
 // silentFailed: a rollout failing a node of a mass silence for its
@@ -693,7 +868,7 @@ func (w *world) silentFailed(p rollout.Progress) {
 		return
 	}
 	w.checked["silence"]++
-	if w.inSilence(ref) && (p.Step == api.Failed || p.Rollback == rollout.RollbackFailed) && p.Reason == rollout.ReasonDeadline {
+	if w.inSilence(ref) && !w.adv.alone[ref] && (p.Step == api.Failed || p.Rollback == rollout.RollbackFailed) && p.Reason == rollout.ReasonDeadline {
 		w.fail("silence", w.s.steps, "rollout failed %s (%s) during the mass silence of %s (since %s)", ref, p.Reason, ref.pool,
 			w.adv.silenceFrom.Format("15:04:05"))
 	}

@@ -62,6 +62,17 @@ type ledger struct {
 	baselines map[string][]storedBaseline
 	writes    int
 
+	// j: the nodes seen registered; for each node, what it may hold bound
+	// at once — the reservations binding or active on it, unmanaged, when
+	// its registration was written, and their devices there — and the
+	// reservations it was told to unbind
+	registered map[nodeRef]bool
+	mayHold    map[nodeRef]map[string][]string
+	activeAt   map[nodeRef]map[string]bool // of those, the ones active then
+	toldUnbind map[nodeRef]map[string]bool
+	// hist: the history entries each reservation's writes said it has
+	facts map[string][]api.Event
+
 	rolloutID      string
 	maxUnavailable int
 	mayAbort       bool
@@ -86,6 +97,9 @@ func (l *ledger) init() {
 	l.lastRec = map[nodeRef]fleet.Record{}
 	l.opCordon = map[nodeRef]bool{}
 	l.baselines = map[string][]storedBaseline{}
+	l.registered, l.mayHold, l.toldUnbind = map[nodeRef]bool{}, map[nodeRef]map[string][]string{}, map[nodeRef]map[string]bool{}
+	l.activeAt = map[nodeRef]map[string]bool{}
+	l.facts = map[string][]api.Event{}
 }
 
 // storedBaseline is a pool's baseline as stored, and the order of the
@@ -168,6 +182,10 @@ func (w *world) afterStep() {
 		if !ok {
 			continue
 		}
+		if !w.registered[ref] {
+			w.registered[ref] = true
+			w.heldWhenRegistered(ref)
+		}
 		prev := w.lastRec[ref]
 		w.lastRec[ref] = rec
 		if rec.Eligible() && !prev.Eligible() {
@@ -198,12 +216,15 @@ func (w *world) afterStep() {
 }
 
 // lateAt counts the mass silence's nodes of pool whose last accepted
-// report was UnreachableAfter-1 intervals old at t (the sweep's "late").
+// report was UnreachableAfter-1 intervals old at t (the sweep's "late"):
+// silent since their last report before it (quietFrom) and not back yet
+// at t — not what their records say now, when some came back.
 func (w *world) lateAt(pool string, t time.Time) int {
 	n := 0
 	for ref := range w.adv.silenced {
-		if rec, ok := w.node(ref); ok && ref.pool == pool && rec.LastHeartbeatAt != nil &&
-			t.Sub(*rec.LastHeartbeatAt) > time.Duration(api.UnreachableAfter-1)*interval {
+		q, back := w.adv.quietFrom[ref], w.adv.backAt[ref]
+		if ref.pool == pool && !q.IsZero() && !t.Before(q) && (back.IsZero() || t.Before(back)) &&
+			t.Sub(q) > time.Duration(api.UnreachableAfter-1)*interval {
 			n++
 		}
 	}
@@ -246,8 +267,14 @@ func (w *world) answered(n *node, res api.HeartbeatResult) {
 	for _, b := range res.Desired.Bindings {
 		if b.Action == api.ActionBind {
 			binds = append(binds, b)
+		} else {
+			if w.toldUnbind[n.ref] == nil {
+				w.toldUnbind[n.ref] = map[string]bool{}
+			}
+			w.toldUnbind[n.ref][b.ReservationID] = true
 		}
 	}
+	w.checkHeldFirst(n, binds)
 	for i, a := range binds {
 		for _, b := range binds[i+1:] {
 			if a.Window.Start.Before(b.Window.End) && b.Window.Start.Before(a.Window.End) {
@@ -537,6 +564,7 @@ func (w *world) checkQuiet(ctx context.Context, when string) {
 		w.t.Fatal(err)
 	}
 	for _, r := range snap.Reservations {
+		w.checkFacts(r, when)
 		if r.State == api.Active {
 			w.checkActive(r, when, time.Time{})
 			w.stats.active--
@@ -696,8 +724,17 @@ func capacityIndex(nodeID string) int {
 
 // checkEnded, once every window ended: no ready node is told anything; no
 // quota is held; a node registered while it held a reservation was told
-// to bind it and to unbind it (h).
+// to bind it and to unbind it (h); every node was told to unbind what it
+// may have held bound at once when it registered (j).
 func (w *world) checkEnded(ctx context.Context) {
+	for _, ref := range w.order {
+		for _, id := range slices.Sorted(maps.Keys(w.mayHold[ref])) {
+			w.checked["j"]++
+			if !w.toldUnbind[ref][id] {
+				w.fail("j", 0, "%s registered while it held %s (bound at once, on %v): never told to unbind it", ref, id, w.mayHold[ref][id])
+			}
+		}
+	}
 	for _, ref := range w.order {
 		if rec, ok := w.node(ref); ok && rec.State == api.Ready && len(rec.Entries) > 0 {
 			w.fail("quiescence", 0, "every window ended, %s still told %v", ref, rec.Entries)
@@ -739,10 +776,15 @@ func (w *world) checkEnded(ctx context.Context) {
 			}
 			w.checked["h"]++
 			for _, action := range []string{api.ActionBind, api.ActionUnbind} {
-				if action == api.ActionBind && (n.firstTold.IsZero() || !n.firstTold.Add(interval).Before(ended)) {
+				if action == api.ActionBind && (n.firstTold.IsZero() || !n.firstTold.Add(interval).Before(ended) ||
+					!w.activeAt[n.ref][r.ReservationID]) {
 					// Over before the node heard anything, or within an
 					// interval of it (before a pass could bind it and the
-					// node hear it): only its unbind is owed.
+					// node hear it), or not active when its registration
+					// was written (the adoption leaves a binding one to the
+					// binding step, whose pass may have read the node
+					// unmanaged and bound it at once): only its unbind is
+					// owed.
 					continue
 				}
 				if n.told[r.ReservationID+"/"+action] == "" {
@@ -752,4 +794,85 @@ func (w *world) checkEnded(ctx context.Context) {
 			}
 		}
 	}
+}
+
+// heldWhenRegistered: ref's registration was just written (the first step
+// its record is seen). What it may hold bound at once are the
+// reservations binding or active on it now — a binding pass read it
+// unmanaged while they were binding, or they are active there — on the
+// devices they hold or are moving off (j).
+func (w *world) heldWhenRegistered(ref nodeRef) {
+	snap, err := w.capI.Snapshot(context.Background())
+	if err != nil {
+		w.t.Fatalf("checker: %v", err)
+	}
+	w.mayHold[ref], w.activeAt[ref] = map[string][]string{}, map[string]bool{}
+	for _, r := range snap.Reservations {
+		if r.PoolID != ref.pool || (r.State != api.Binding && r.State != api.Active) {
+			continue
+		}
+		var devs []string
+		for _, d := range append(slices.Clone(r.Devices), r.MovedFrom...) {
+			if d/nodeSize == ref.k {
+				devs = append(devs, capacity.DeviceID(r.Resource, d))
+			}
+		}
+		if len(devs) > 0 {
+			w.mayHold[ref][r.ReservationID] = devs
+			w.activeAt[ref][r.ReservationID] = r.State == api.Active
+		}
+	}
+}
+
+// checkHeldFirst (j): a node told to bind a reservation on devices it may
+// hold for another, bound at once before it registered, was told to unbind
+// that one first (in this answer or an earlier one).
+func (w *world) checkHeldFirst(n *node, binds []api.DesiredBinding) {
+	for _, b := range binds {
+		for _, id := range slices.Sorted(maps.Keys(w.mayHold[n.ref])) {
+			if id == b.ReservationID {
+				continue
+			}
+			w.checked["j"]++
+			if d := shared(w.mayHold[n.ref][id], b.DeviceIDs); d != "" && !w.toldUnbind[n.ref][id] {
+				w.fail("j", w.s.steps, "%s told to bind %s (%s) on %s, which it may hold for %s (bound at once before it registered), never told to unbind it",
+					n.ref, b.ReservationID, b.TenantID, d, id)
+			}
+		}
+	}
+}
+
+// recordFacts keeps r's history entries as facts: no later write may lose
+// one (hist).
+func (w *world) recordFacts(r capacity.Reservation) {
+	for _, ev := range r.History {
+		if !slices.ContainsFunc(w.facts[r.ReservationID], sameEvent(ev)) {
+			w.facts[r.ReservationID] = append(w.facts[r.ReservationID], ev)
+		}
+	}
+}
+
+// checkFacts (hist): every history entry a write of r reported is still
+// in r's history.
+func (w *world) checkFacts(r capacity.Reservation, when string) {
+	for _, f := range w.facts[r.ReservationID] {
+		w.checked["hist"]++
+		if !slices.ContainsFunc(r.History, sameEvent(f)) {
+			w.fail("hist", w.s.steps, "%s (%s): its history entry %s at %s (%s%s) is gone, %s: %+v", r.ReservationID, r.State, f.State,
+				f.At.Format("15:04:05.000"), f.Reason, rolloutNote(f.RolloutID), when, r.History)
+		}
+	}
+}
+
+func sameEvent(a api.Event) func(api.Event) bool {
+	return func(b api.Event) bool {
+		return a.State == b.State && a.At.Equal(b.At) && a.Reason == b.Reason && a.RolloutID == b.RolloutID
+	}
+}
+
+func rolloutNote(id string) string {
+	if id == "" {
+		return ""
+	}
+	return ", rollout " + id
 }

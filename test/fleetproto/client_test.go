@@ -143,7 +143,8 @@ func str(v types.AttributeValue) string {
 
 // atomicCalendar is the capacity store the actors' services use: every
 // request is already a scheduling point (option); Free and Provision,
-// which fan out, are one each; Transition is watched for the checker.
+// which fan out, are one each; Transition, Amend and Disrupt are watched
+// for the checker (e, hist, silence).
 type atomicCalendar struct {
 	*capacitydb.Store
 	w *world
@@ -165,6 +166,10 @@ func (c *atomicCalendar) Provision(ctx context.Context, t capacity.PoolResource,
 // against the nodes as they are right after the write (check e).
 func (c *atomicCalendar) Transition(ctx context.Context, to capacity.Reservation, from api.ReservationState) (capacity.Reservation, error) {
 	cur, err := c.Store.Transition(ctx, to, from)
+	if err == nil {
+		c.w.checkFacts(cur, "after a transition to "+string(cur.State))
+		c.w.recordFacts(cur)
+	}
 	if err == nil && cur.State == api.Active && from != api.Active {
 		var since time.Time
 		if a := actorOf(ctx); a != nil {

@@ -57,6 +57,9 @@ type actor struct {
 	clean     bool
 	slowFlags time.Duration
 	reached   *bool
+	// cutAdoption: its registration's adoption is cut short at its bind
+	// (the register race)
+	cutAdoption bool
 }
 
 type actorKey struct{}

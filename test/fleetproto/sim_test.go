@@ -244,6 +244,12 @@ func (w *world) setUp(ctx context.Context) {
 			}
 		}
 	}
+	w.racePools(ctx)
+	for ref := range w.nodes {
+		if w.nodes[ref].managed {
+			w.registered[ref] = true
+		}
+	}
 	if _, err := w.crc.Pass(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +261,11 @@ func (w *world) setUp(ctx context.Context) {
 		}
 		w.baselineStored(p)
 	}
-	if w.rng.IntN(2) == 0 {
+	// The fill (the full hour adversary's) follows the seed's bits, as the
+	// adversaries do (the draw that chose it once is kept: the rest of each
+	// seed's stream as it was).
+	w.rng.IntN(2)
+	if on(w.seed, fillBit) {
 		w.fill(ctx)
 	}
 }
@@ -352,10 +362,11 @@ func (w *world) report(took time.Duration) {
 	if w.adv.blank != nil {
 		blank = w.adv.blank.ref.String()
 	}
-	t.Logf("seed %d: adversaries %s (bind fences %d, cordon races %d, abort race %v, move back %q, fill: at most %d entries in a node-hour (node %d), mass silence %q %s–%s, sickened %d before a read, budget races %d after an intent and %d between starts, blank host %s); judged: %s", w.seed,
+	rc := w.adv.race
+	t.Logf("seed %d: adversaries %s (bind fences %d, cordon races %d, abort race %v, move back %q, fill: at most %d entries in a node-hour (node %d), mass silence %q %s–%s, sickened %d before a read, budget races %d after an intent and %d between starts, blank host %s; every seed: register race move %q (%v) read %q (%v), amend race %q); judged: %s", w.seed,
 		w.advNames(), w.adv.fenced, w.adv.cordonRaced, w.adv.abortRaced, w.adv.moveID, w.fillMost, w.fillNode, w.adv.silencePool,
 		w.adv.silenceFrom.Format("15:04:05"), w.adv.silenceTo.Format("15:04:05"), w.adv.sickened, w.adv.intentRaced, w.adv.startRaced, blank,
-		strings.Join(judged, ", "))
+		rc.move, rc.moved, rc.read, rc.readDone, w.adv.amendRaced, strings.Join(judged, ", "))
 	var sum []string
 	for _, k := range keys {
 		sum = append(sum, fmt.Sprintf("%s×%d", k, len(w.violations[k])))

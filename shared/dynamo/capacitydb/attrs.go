@@ -48,6 +48,7 @@ var attributes = map[string]string{
 	"reservation.mvt": "the move's token (who started it)", "reservation.mvf": "the devices it moved from (freed once the move is done)",
 	"reservation.mvn": "moves made (bounded)", "reservation.nu": "its node_unreachable entry is written",
 	"reservation.ag":      "amend generation: every binding-time write and every disrupted entry bumps it (an Amend from an older copy is refused)",
+	"reservation.scr":     "on a terminal one: the nodes whose scrub of it is not written yet (it keeps its devices there, and stays due, until it is)",
 	"reservation.lease":   "a draft's lease: the flow that drives it until then",
 	"reservation.request": "the request's fingerprint as sent (clientToken replays)", "reservation.clientToken": "the token",
 	"reservation.principal": "who created it", "reservation.invalid": "why an allowed request was invalid (NOT_FOUND or INVALID_INPUT), for replays",

@@ -28,12 +28,15 @@ import (
 // On managed nodes (docs/fleet.md) it also carries `bn`, the nodes told to
 // bind it, and while it moves off a failed node `mv`/`mvt` (the devices it
 // moves onto) and `mvf` (those it left, until freed), with `mvn` moves so
-// far (at most capacity.MaxMoves) and `nu` (a node failure noted).
+// far (at most capacity.MaxMoves) and `nu` (a node failure noted). A
+// terminal one whose scrub on a node is not written yet lists those nodes
+// in `scr` (at most the nodes of `dev` and `mvf`), and keeps its devices
+// there until it is.
 //
 // Worst case: 1,024 device indexes × ~4 B (`dev`, or `plan` on a draft) +
 // 10 events × ~60 B + the request's fields (ids ≤ 128 characters) and
-// three list keys ≈ 6 KB, plus a move's 2 × 1,024 indexes and `bn` ≈ 15 KB.
-// Typical: ~900 B.
+// three list keys ≈ 6 KB, plus a move's 2 × 1,024 indexes and `bn` ≈ 15 KB,
+// plus `scr`'s ≤ 2,048 node indexes ≈ 23 KB. Typical: ~900 B.
 
 func resSK(id string) string { return "RES#" + id }
 
@@ -76,6 +79,7 @@ type reservationItem struct {
 	Moves         int         `dynamodbav:"mvn,omitempty"`
 	NodeNoted     bool        `dynamodbav:"nu,omitempty"`
 	Amended       int64       `dynamodbav:"ag,omitempty"`
+	Unscrubbed    []int       `dynamodbav:"scr,omitempty"`
 	Lease         string      `dynamodbav:"lease,omitempty"`
 	Request       string      `dynamodbav:"request"`
 	ClientToken   string      `dynamodbav:"clientToken,omitempty"`
@@ -121,6 +125,7 @@ func toReservationItem(r capacity.Reservation) reservationItem {
 		ReleasedBy: r.ReleasedBy, Credited: r.Credited, Request: r.Request, ClientToken: r.ClientToken,
 		Principal: r.Principal, Invalid: r.Invalid,
 		Bound: r.Bound, Move: r.Move, MoveToken: capacity.MoveToken(r.Move), MovedFrom: r.MovedFrom, Moves: r.Moves, NodeNoted: r.NodeNoted, Amended: r.Amended,
+		Unscrubbed: r.Unscrubbed,
 	}
 	if it.Devices == nil {
 		it.Devices = []int{}
@@ -172,6 +177,7 @@ func (it reservationItem) reservation() capacity.Reservation {
 		Moves:       it.Moves,
 		NodeNoted:   it.NodeNoted,
 		Amended:     it.Amended,
+		Unscrubbed:  it.Unscrubbed,
 	}
 	for i, e := range it.History {
 		r.History[i] = api.Event{State: api.ReservationState(e.State), At: dynamo.ParseTime(e.At), Reason: e.Reason, RolloutID: e.Rollout}
@@ -358,6 +364,18 @@ func (s *Store) TakeOver(ctx context.Context, r capacity.Reservation, old, lease
 	c := expression.Name("state").Equal(expression.Value(string(api.Draft))).
 		And(expression.Name("lease").Equal(expression.Value(dynamo.FmtTime(old))))
 	_, err := s.update(ctx, resKey(r), expression.Set(expression.Name("lease"), expression.Value(dynamo.FmtTime(lease))), &c, types.ReturnValueNone)
+	return dynamo.WhenConditionFails(err, capacity.ErrStale)
+}
+
+// SetUnscrubbed implements capacity.FenceStore: one conditional UpdateItem
+// on the state r read (a terminal state: it never moves again).
+func (s *Store) SetUnscrubbed(ctx context.Context, r capacity.Reservation, nodes []int) error {
+	upd := expression.Remove(expression.Name("scr"))
+	if len(nodes) > 0 {
+		upd = expression.Set(expression.Name("scr"), expression.Value(nodes))
+	}
+	c := expression.Name("state").Equal(expression.Value(string(r.State)))
+	_, err := s.update(ctx, resKey(r), upd, &c, types.ReturnValueNone)
 	return dynamo.WhenConditionFails(err, capacity.ErrStale)
 }
 
