@@ -189,8 +189,8 @@ fuzz: ## fuzz every target for FUZZTIME each (e.g. make fuzz FUZZTIME=5m); findi
 	done
 
 # make fleetproto: the fleet protocol simulation (docs/fleet.md) for seeds
-# 1..SEEDS, one after another (`make test` runs seeds 1, 3 and 6: those
-# that catch the reverted fixes of docs/fleet.md's table); a failing
+# 1..SEEDS, one after another (`make test` runs seeds 3, 5, 6 and 7:
+# those that catch the reverted fixes of docs/fleet.md's table); a failing
 # seed prints the line that replays it (BC_FLEETPROTO_SEED=k).
 SEEDS ?= 48
 fleetproto: ## run the fleet protocol simulation for seeds 1..SEEDS (e.g. make fleetproto SEEDS=100)
@@ -210,7 +210,7 @@ fleetproto-reverts: tools ## each fleet fix reverted alone: which of REVERT_SEED
 # simulation's 32 (make test: 1 and 3), the rollout protocol's 16 (2), the
 # rollout crash matrix at each fault point's first and third visit (first),
 # the release log's 64 (6), the registration simulation's 64 (6) and the
-# fleet protocol's SEEDS (1, 3 and 6); and the real-time rollout simulation
+# fleet protocol's SEEDS (3, 5, 6 and 7); and the real-time rollout simulation
 # of 100 reference agents and the 50-agent fleet simulation (make test: 30
 # agents) (build tag sims: not in make test). Without
 # -race; a failing seed prints its replay.

@@ -235,8 +235,8 @@ func (w *simFleetStore) SetCordon(ctx context.Context, r fleet.Record, by string
 func (w *simFleetStore) ClaimFlags(ctx context.Context, r fleet.Record) (fleet.Record, error) {
 	return simCall(w.s(), ctx, "ClaimFlags "+r.NodeID, func() (fleet.Record, error) { return w.inner.ClaimFlags(ctx, r) })
 }
-func (w *simFleetStore) SetFlagged(ctx context.Context, r fleet.Record, gen int64, flagged bool, to capacity.Hour) error {
-	return simDo(w.s(), ctx, "SetFlagged "+r.NodeID, func() error { return w.inner.SetFlagged(ctx, r, gen, flagged, to) })
+func (w *simFleetStore) SetFlagged(ctx context.Context, r fleet.Record, gen int64, flagged bool, to capacity.Hour) (fleet.Record, error) {
+	return simCall(w.s(), ctx, "SetFlagged "+r.NodeID, func() (fleet.Record, error) { return w.inner.SetFlagged(ctx, r, gen, flagged, to) })
 }
 func (w *simFleetStore) MarkUnreachable(ctx context.Context, r fleet.Record) (fleet.Record, error) {
 	return simCall(w.s(), ctx, "MarkUnreachable "+r.NodeID, func() (fleet.Record, error) { return w.inner.MarkUnreachable(ctx, r) })

@@ -234,6 +234,45 @@ func TestUnhealthyReportTakesTheNodeOutAtOnce(t *testing.T) {
 	}
 }
 
+// A report that takes the node out of placement syncs its flags before
+// it answers; a release that unbinds the node meanwhile is in the answer:
+// the node is told to unbind, never to bind the released reservation. The
+// answer used to be the node as the flags' claim read it, with the bind
+// (the fleet protocol simulation, seed 36: a-terminal).
+func TestAnswerAfterTheFlagsIsTheNodeAsWritten(t *testing.T) {
+	e := newEnv(t)
+	ctx := context.Background()
+	e.managed(t, "p1", 8, 1)
+	r, err := e.create(t, "p1", 8, time.Minute, time.Hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.clock.Advance(time.Minute)
+	e.ready(t, "p1", nodeName(0))
+	e.pass(t)
+	e.ready(t, "p1", nodeName(0), bound(r.ReservationID))
+	e.pass(t)
+	if got := e.get(t, r.ReservationID); got.State != api.Active {
+		t.Fatalf("before: %s", got.State)
+	}
+	rep := e.report("p1", nodeName(0), bound(r.ReservationID))
+	rep.Health.DevicesVisible = 7
+	var ans api.HeartbeatResult
+	wait := e.held(t, newHold(e.store, func(off bool) bool { return off }), func(s *fleet.Service) error {
+		var err error
+		ans, err = s.Heartbeat(ctx, "acme", "p1", nodeName(0), sign(t, rep, e.keys["p1/"+nodeName(0)]))
+		return err
+	})
+	if _, err := e.cap.Reservations().Release(ctx, "acme", r.ReservationID); err != nil {
+		t.Fatal(err)
+	}
+	wait()
+	if len(ans.Desired.Bindings) != 1 || ans.Desired.Bindings[0].ReservationID != r.ReservationID ||
+		ans.Desired.Bindings[0].Action != api.ActionUnbind {
+		t.Errorf("answered after the release: %+v, want its unbind", ans.Desired.Bindings)
+	}
+}
+
 // Defect 9: a node registered while it holds an active reservation (bound
 // at once while unmanaged) is told to bind it, and to unbind it at its
 // end, before the next holder's bind.

@@ -444,7 +444,11 @@ func (s *Service) syncFlags(ctx context.Context, rec Record, t capacity.Topology
 		}); err != nil {
 			return rec, unavailable(err)
 		}
-		switch err := s.Store.SetFlagged(ctx, rec, rec.Gen, off, to); {
+		// The node as this write left it — its entries included: a release
+		// may have unbound one while the flags were written (a heartbeat
+		// answered from the copy claimed before told the node to bind a
+		// released reservation: the fleet protocol simulation, seed 36).
+		switch cur, err := s.Store.SetFlagged(ctx, rec, rec.Gen, off, to); {
 		case errors.Is(err, ErrStale):
 			// Moved or claimed meanwhile: read it again and compare.
 			if rec, err = s.Store.GetNode(ctx, rec.PoolID, rec.Resource, rec.Index); errors.Is(err, ErrNotFound) {
@@ -455,12 +459,9 @@ func (s *Service) syncFlags(ctx context.Context, rec Record, t capacity.Topology
 			continue
 		case err != nil:
 			return rec, unavailable(err)
+		default:
+			return cur, nil
 		}
-		rec.FlagGen, rec.Flagged, rec.Out, rec.FlaggedTo = rec.Gen, off, off, to
-		if !off {
-			rec.FlaggedTo = 0
-		}
-		return rec, nil
 	}
 	return rec, nil
 }

@@ -40,8 +40,9 @@ type Store interface {
 	// SetFlagged records that generation gen's writer applied its flags
 	// (flagged through to, exclusive, or none) and the out-of-service
 	// index entry with them, if no newer generation was claimed — and,
-	// lifting, if the node is still eligible (ErrStale otherwise).
-	SetFlagged(ctx context.Context, r Record, gen int64, flagged bool, to capacity.Hour) error
+	// lifting, if the node is still eligible (ErrStale otherwise), and
+	// returns the node as the write left it.
+	SetFlagged(ctx context.Context, r Record, gen int64, flagged bool, to capacity.Hour) (Record, error)
 	// MarkUnreachable moves a node to unreachable (and out of service, in
 	// the same write) if no report was accepted and no key replaced since
 	// r was read (its counter and key are still r's); it returns the node

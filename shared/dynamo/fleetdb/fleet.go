@@ -233,7 +233,7 @@ func (s *Store) ClaimFlags(ctx context.Context, r fleet.Record) (fleet.Record, e
 }
 
 // SetFlagged implements fleet.Store.
-func (s *Store) SetFlagged(ctx context.Context, r fleet.Record, gen int64, flagged bool, to capacity.Hour) error {
+func (s *Store) SetFlagged(ctx context.Context, r fleet.Record, gen int64, flagged bool, to capacity.Hour) (fleet.Record, error) {
 	upd := expression.Set(expression.Name("fl"), expression.Value(flagged)).Set(expression.Name("flGen"), expression.Value(gen))
 	c := expression.Name("fg").Equal(expression.Value(gen))
 	if flagged {
@@ -243,8 +243,7 @@ func (s *Store) SetFlagged(ctx context.Context, r fleet.Record, gen int64, flagg
 		upd = upd.Remove(expression.Name("flTo")).Remove(expression.Name(schema.AttrPool))
 		c = c.And(eligibleNow())
 	}
-	_, err := s.table().Update(ctx, recKey(r), upd, &c, types.ReturnValueNone)
-	return dynamo.WhenConditionFails(err, fleet.ErrStale)
+	return s.updateNode(ctx, r, upd, c)
 }
 
 // MarkUnreachable implements fleet.Store.
