@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"net/url"
 	"os"
@@ -497,7 +498,10 @@ func TestDynaliteSurvivesAbortedRequests(t *testing.T) {
 // from the cache: a condition still evaluated against the item as it is
 // now, a malformed expression refused with its own error each time, and a
 // name or value another expression of the request uses (or leaves unused)
-// counted as dynalite counts it.
+// counted as dynalite counts it; and the same expressions with other
+// values compare and write those values, refuse by their types, and read
+// BETWEEN's bounds and attribute_type's name (a cache that kept the first
+// request's values, or ignored what those two read, fails it).
 func TestParsedExpressionsAnswerAsDynalite(t *testing.T) {
 	s := Shared(t)
 	table := NewTable(t, s)
@@ -578,5 +582,97 @@ func TestParsedExpressionsAnswerAsDynalite(t *testing.T) {
 	}
 	if after := count(); before != 1 || after != 2 {
 		t.Errorf("the query counted %d items, then %d after a put; want 1, then 2", before, after)
+	}
+
+	// The same texts and names with other values: each request's own
+	// values are the ones compared and written, their types decide the
+	// refusals, and BETWEEN's bounds and attribute_type's name are read.
+	n := func(v string) dbtypes.AttributeValue { return &dbtypes.AttributeValueMemberN{Value: v} }
+	str := func(v string) dbtypes.AttributeValue { return &dbtypes.AttributeValueMemberS{Value: v} }
+	valued := []struct {
+		expr, cond string
+		vals       map[string]dbtypes.AttributeValue
+		want       string // "" succeeds, else a part of the refusal
+		b          string // then b, when it succeeds
+	}{
+		{"SET #b = :w", "#a = :v", map[string]dbtypes.AttributeValue{":v": n("1"), ":w": n("7")}, "", "7"},
+		{"SET #b = :w", "#a = :v", map[string]dbtypes.AttributeValue{":v": n("2"), ":w": n("8")}, "ConditionalCheckFailed", "7"},
+		{"SET #b = :w", "#a = :v", map[string]dbtypes.AttributeValue{":v": n("1"), ":w": n("9")}, "", "9"},
+		{"SET #b = #b + :w", "#a = :v", map[string]dbtypes.AttributeValue{":v": n("1"), ":w": n("1")}, "", "10"},
+		{"SET #b = #b + :w", "#a = :v", map[string]dbtypes.AttributeValue{":v": n("1"), ":w": str("1")}, "Incorrect operand type", "10"},
+		{"SET #b = :w", "#a BETWEEN :v AND :x", map[string]dbtypes.AttributeValue{":v": n("0"), ":w": n("11"), ":x": n("5")}, "", "11"},
+		{"SET #b = :w", "#a BETWEEN :v AND :x", map[string]dbtypes.AttributeValue{":v": n("5"), ":w": n("12"), ":x": n("0")}, "upper bound", "11"},
+		{"SET #b = :w", "attribute_type(#a, :v)", map[string]dbtypes.AttributeValue{":v": str("N"), ":w": n("13")}, "", "13"},
+		{"SET #b = :w", "attribute_type(#a, :v)", map[string]dbtypes.AttributeValue{":v": str("Q"), ":w": n("14")}, "Invalid attribute type name", "13"},
+	}
+	for i, st := range valued {
+		got := ""
+		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(table), Key: key,
+			UpdateExpression: aws.String(st.expr), ConditionExpression: aws.String(st.cond),
+			ExpressionAttributeNames: names, ExpressionAttributeValues: st.vals}); err != nil {
+			got = refusal(err)
+		}
+		if st.want == "" && got != "" || st.want != "" && !strings.Contains(got, st.want) {
+			t.Errorf("valued step %d: %s if %s: got %q, want %q", i, st.expr, st.cond, got, st.want)
+		}
+		out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, ok := out.Item["b"].(*dbtypes.AttributeValueMemberN); !ok || b.Value != st.b {
+			t.Errorf("valued step %d: %s if %s: b is %v, want %s", i, st.expr, st.cond, out.Item["b"], st.b)
+		}
+	}
+
+	// The same texts with other names: each request's own names are the
+	// paths written, and names that are the same attribute (one another, or
+	// one the text names itself) overlap.
+	named := []struct {
+		expr  string
+		names map[string]string
+		want  string // "" succeeds, else a part of the refusal
+	}{
+		{"SET #m = :v", map[string]string{"#m": "m"}, ""},
+		{"SET #m.#k = :v", map[string]string{"#m": "m", "#k": "x"}, ""},
+		{"SET #m.#k = :v", map[string]string{"#m": "m", "#k": "y"}, ""},
+		{"SET #p = :v, #q = :v", map[string]string{"#p": "c", "#q": "d"}, ""},
+		{"SET #p = :v, #q = :v", map[string]string{"#p": "e", "#q": "e"}, "overlap with each other; must remove or rewrite one of these paths; path one: [e], path two: [e]"},
+		{"SET #p = :v, #q = :v", map[string]string{"#p": "f", "#q": "g"}, ""},
+		{"SET h = :v, #q = :v", map[string]string{"#q": "i"}, ""},
+		{"SET h = :v, #q = :v", map[string]string{"#q": "h"}, "path one: [h], path two: [h]"},
+	}
+	for i, st := range named {
+		v := n(fmt.Sprint(20 + i))
+		if i == 0 {
+			v = &dbtypes.AttributeValueMemberM{Value: map[string]dbtypes.AttributeValue{}}
+		}
+		got := ""
+		if _, err := db.UpdateItem(ctx, &dynamodb.UpdateItemInput{TableName: aws.String(table), Key: key,
+			UpdateExpression: aws.String(st.expr), ExpressionAttributeNames: st.names,
+			ExpressionAttributeValues: map[string]dbtypes.AttributeValue{":v": v}}); err != nil {
+			got = refusal(err)
+		}
+		if st.want == "" && got != "" || st.want != "" && !strings.Contains(got, st.want) {
+			t.Errorf("named step %d: %s with %v: got %q, want %q", i, st.expr, st.names, got, st.want)
+		}
+	}
+	out, err := db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(table), Key: key, ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for k, v := range out.Item {
+		if nv, ok := v.(*dbtypes.AttributeValueMemberN); ok {
+			got[k] = nv.Value
+		}
+	}
+	if m, ok := out.Item["m"].(*dbtypes.AttributeValueMemberM); ok {
+		for k, v := range m.Value {
+			got["m."+k] = v.(*dbtypes.AttributeValueMemberN).Value
+		}
+	}
+	want := map[string]string{"a": "1", "b": "13", "m.x": "21", "m.y": "22", "c": "23", "d": "23", "f": "25", "g": "25", "h": "26", "i": "26"}
+	if !maps.Equal(got, want) {
+		t.Errorf("after the named steps the item holds %v, want %v", got, want)
 	}
 }
