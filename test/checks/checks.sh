@@ -3,8 +3,13 @@
 # streamed), and beside them the other checks in background lanes, each
 # lane one make -k run of its targets in order (gofmt, vet, the race tests;
 # the infra checks): their output is kept in a log per lane and printed once
-# the Go tests end, so nothing interleaves. Two lanes, so that neither the
-# race tests nor the CDK checks wait for the other while the Go tests run.
+# the Go tests end, so nothing interleaves. Four lanes in make test (gofmt
+# and vet; the race tests; the CDK tests; the synthesis and the Lambda
+# emulator's tests), so that none waits for another once the Go tests are
+# done.
+# The lanes run niced: they are CPU-bound and have no clock to keep, while
+# the Go tests' real-time suites (agents heartbeating, a browser's refresh)
+# do more work the longer a busy machine makes them run.
 # A failure anywhere never stops the rest; the run ends with one summary of
 # what failed, and fails if anything did.
 #
@@ -35,7 +40,7 @@ lane() {
 	local n=$1 t0=$SECONDS rc=0
 	shift
 	# shellcheck disable=SC2086 # the lane's targets, one word each
-	$make -k $* >"$logs/lane$n.log" 2>&1 || rc=$?
+	nice -n 10 $make -k $* >"$logs/lane$n.log" 2>&1 || rc=$?
 	echo "$rc $((SECONDS - t0))" >"$logs/lane$n.rc"
 }
 pids=()
