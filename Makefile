@@ -123,12 +123,14 @@ browser: ## install Debian's chromium for the console's browser tests when /usr/
 	  $$sudo apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y -qq --no-install-recommends chromium >/dev/null; \
 	  [ -x $(CHROMIUM) ] || { echo "apt-get installed no $(CHROMIUM)" >&2; exit 1; }; }
 
+# -vet=off: go vet ./... runs in its own lane; the subset of it go test
+# runs before each package's tests would repeat it on every package.
 gotest: tools browser
-	$(GO) test -p $(TEST_P) -timeout $(TEST_TIMEOUT) -skip '$(RACE_TESTS)' $(GOTESTFLAGS) $(SLOW_PKGS) $$($(GO) list ./... | grep -vxFf <($(GO) list $(SLOW_PKGS)))
+	$(GO) test -vet=off -p $(TEST_P) -timeout $(TEST_TIMEOUT) -skip '$(RACE_TESTS)' $(GOTESTFLAGS) $(SLOW_PKGS) $$($(GO) list ./... | grep -vxFf <($(GO) list $(SLOW_PKGS)))
 
 race-tests: tools
 	@[ -n "$(RACE)" ] || echo "note: no C compiler (or CGO_ENABLED=0): the race tests run without -race"
-	$(GO) test -count=1 $(RACE) -run '$(RACE_TESTS)' $(RACE_PKGS)
+	$(GO) test -vet=off -count=1 $(RACE) -run '$(RACE_TESTS)' $(RACE_PKGS)
 
 race: tools ## every test under the race detector (slow: about three times make test's CPU)
 	$(GO) test -timeout 30m $(RACE) $(SLOW_PKGS) $$($(GO) list ./... | grep -vxFf <($(GO) list $(SLOW_PKGS)))
@@ -173,7 +175,7 @@ lambda-test: tools $(RIE) synth lambda-build ## every Lambda under the official 
 	$(GO) vet -tags lambdatest ./test/lambda
 	BC_LAMBDA_RIE=$(CURDIR)/$(RIE) BC_LAMBDA_BOOTSTRAPS=$(CURDIR)/$(LAMBDA_TEST_DIR) BC_LAMBDA_TEMPLATE=$(CURDIR)/$(LAMBDA_TEMPLATE) \
 	  BC_LAMBDA_REPORT=$(CURDIR)/$(LAMBDA_TEST_DIR)/init-report.txt \
-	  $(GO) test -count=1 -p 1 -timeout $(TEST_TIMEOUT) -tags lambdatest ./test/lambda ./test/blackbox
+	  $(GO) test -vet=off -count=1 -p 1 -timeout $(TEST_TIMEOUT) -tags lambdatest ./test/lambda ./test/blackbox
 	@cat $(LAMBDA_TEST_DIR)/init-report.txt
 
 e2e: tools ## black-box suite: against BC_API_URL with BC_TOKEN, else an in-process local stack (see test/blackbox)
