@@ -47,8 +47,8 @@ GO_DIRS      := $(wildcard cmd functions shared test infra)
 FUNCTIONS    := $(notdir $(patsubst %/,%,$(wildcard functions/*/)))
 
 # infra/infra.mk (included at the end) appends the infrastructure checks that
-# `make test` runs beside the Go tests, in lanes of their own (`--` between
-# two lanes), e.g. INFRA_TEST_TARGETS += infra-test -- synth.
+# `make test` runs beside the Go tests, in niced lanes of their own
+# (`--niced` between two lanes), e.g. INFRA_TEST_TARGETS += infra-test --niced synth.
 INFRA_TEST_TARGETS :=
 
 .PHONY: help tools run test gotest race race-tests fmt fmt-check vet build docs bench fuzz fleetproto fleetproto-reverts sims e2e clean distclean lambda-build lambda-test browser
@@ -86,7 +86,8 @@ run: tools ## run the control plane locally on BC_LISTEN (default 127.0.0.1:8080
 # make test runs the Go tests (gotest, output streamed) and beside them, in
 # lanes of their own, gofmt and vet, the race tests and the infra checks
 # (output printed once the Go tests end): the Go tests spend much of their
-# time waiting on real-time agents, the lanes are CPU-bound and run niced.
+# time waiting on real-time agents, the lanes are CPU-bound and run niced
+# (but the race tests', whose creates keep real deadlines).
 # Neither stops the other; the run ends with one summary of what failed
 # (test/checks/checks.sh; logs in build/test/). The tools first, npm's and
 # local-kms's builds side by side (on a fresh clone, 15 s one after the
@@ -97,7 +98,7 @@ run: tools ## run the control plane locally on BC_LISTEN (default 127.0.0.1:8080
 TEST_GOGC ?= 400
 test: ## everything CI runs: format, vet, unit and integration tests, infra checks
 	@$(MAKE) -j2 tools
-	@GOGC=$(TEST_GOGC) MAKE='$(MAKE)' test/checks/checks.sh build/test gotest -- fmt-check vet -- race-tests -- $(INFRA_TEST_TARGETS)
+	@GOGC=$(TEST_GOGC) MAKE='$(MAKE)' test/checks/checks.sh build/test gotest --niced fmt-check vet -- race-tests --niced $(INFRA_TEST_TARGETS)
 
 # The longest packages first (go test starts packages in the order given,
 # TEST_P at a time): the last to start is a short one (test/bootstrap's

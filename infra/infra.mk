@@ -2,9 +2,9 @@
 # The CDK app lives in infra/ (its own Go module); cdk.json at the root builds
 # it to build/infra-app and runs that. See docs/infrastructure.md.
 
-# Two lanes of make test (`--` starts the next): the CDK tests, and the
-# synthesis that make lambda-test (appended to this lane) reads.
-INFRA_TEST_TARGETS += infra-test -- synth
+# Two niced lanes of make test (`--niced` starts the next): the CDK tests,
+# and the synthesis that make lambda-test (appended to this lane) reads.
+INFRA_TEST_TARGETS += infra-test --niced synth
 
 CDK      := node_modules/.bin/cdk
 CDKLOCAL := node_modules/.bin/cdklocal

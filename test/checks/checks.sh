@@ -7,13 +7,15 @@
 # and vet; the race tests; the CDK tests; the synthesis and the Lambda
 # emulator's tests), so that none waits for another once the Go tests are
 # done.
-# The lanes run niced: they are CPU-bound and have no clock to keep, while
-# the Go tests' real-time suites (agents heartbeating, a browser's refresh)
-# do more work the longer a busy machine makes them run.
+# A lane started with --niced runs niced: one that is CPU-bound and has no
+# clock to keep, while the Go tests' real-time suites (agents heartbeating,
+# a browser's refresh) do more work the longer a busy machine makes them
+# run. The race tests keep real deadlines (a create's 10 s): their lane is
+# not niced, or a second run beside this one starves them past those.
 # A failure anywhere never stops the rest; the run ends with one summary of
 # what failed, and fails if anything did.
 #
-#   test/checks/checks.sh LOGDIR FOREGROUND-TARGET [-- LANE-TARGETS...]...
+#   test/checks/checks.sh LOGDIR FOREGROUND-TARGET [--|--niced LANE-TARGETS...]...
 #
 # MAKE is the make to run (the Makefile passes its own).
 set -uo pipefail
@@ -24,23 +26,27 @@ mkdir -p "$logs"
 rm -f "$logs"/*.log "$logs"/*.rc
 start=$SECONDS
 
-# The lanes: each -- starts one.
-lanes=()
+# The lanes: each -- starts one; --niced starts one that runs niced.
+lanes=() niced=()
 while [ $# -gt 0 ]; do
-	[ "$1" = -- ] && shift
+	nice=0
+	case $1 in
+	--) shift ;;
+	--niced) nice=10 && shift ;;
+	esac
 	targets=()
-	while [ $# -gt 0 ] && [ "$1" != -- ]; do
+	while [ $# -gt 0 ] && [ "$1" != -- ] && [ "$1" != --niced ]; do
 		targets+=("$1")
 		shift
 	done
-	[ ${#targets[@]} -gt 0 ] && lanes+=("${targets[*]}")
+	[ ${#targets[@]} -gt 0 ] && lanes+=("${targets[*]}") && niced+=("$nice")
 done
 
 lane() {
 	local n=$1 t0=$SECONDS rc=0
 	shift
 	# shellcheck disable=SC2086 # the lane's targets, one word each
-	nice -n 10 $make -k $* >"$logs/lane$n.log" 2>&1 || rc=$?
+	nice -n "${niced[$n]}" $make -k $* >"$logs/lane$n.log" 2>&1 || rc=$?
 	echo "$rc $((SECONDS - t0))" >"$logs/lane$n.rc"
 }
 pids=()

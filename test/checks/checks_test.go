@@ -3,6 +3,7 @@
 package checks
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,7 +25,9 @@ race:
 after-race:
 	@echo after-race ran
 infra:
-	@echo infra ran
+	@echo infra ran at niceness $$(nice)
+niced:
+	@echo niced ran at niceness $$(nice)
 `
 	if err := os.WriteFile(filepath.Join(dir, "Makefile"), []byte(makefile), 0o644); err != nil {
 		t.Fatal(err)
@@ -33,7 +36,7 @@ infra:
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("bash", script, filepath.Join(dir, "logs"), "gotest", "--", "vet", "race", "after-race", "--", "infra")
+	cmd := exec.Command("bash", script, filepath.Join(dir, "logs"), "gotest", "--", "vet", "race", "after-race", "--", "infra", "--niced", "niced")
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "MAKE=make", "MAKEFLAGS=", "MAKELEVEL=")
 	out, err := cmd.CombinedOutput()
@@ -46,6 +49,17 @@ infra:
 		if !strings.Contains(text, want) {
 			t.Errorf("the output misses %q:\n%s", want, text)
 		}
+	}
+	// A --niced lane runs 10 nicer than a -- lane (at most 19).
+	var plain, nicer int
+	if _, err := fmt.Sscanf(text[strings.Index(text, "infra ran at niceness"):], "infra ran at niceness %d", &plain); err != nil {
+		t.Fatalf("no niceness of the -- lane: %v\n%s", err, text)
+	}
+	if _, err := fmt.Sscanf(text[strings.Index(text, "niced ran at niceness"):], "niced ran at niceness %d", &nicer); err != nil {
+		t.Fatalf("no niceness of the --niced lane: %v\n%s", err, text)
+	}
+	if nicer != min(plain+10, 19) {
+		t.Errorf("the --niced lane ran at niceness %d, the -- lane at %d", nicer, plain)
 	}
 	// The summary comes after every lane's output.
 	if strings.Index(text, "== make test:") < strings.LastIndex(text, "ran") {
